@@ -1,0 +1,64 @@
+/* codegen/report.c -- human-readable compile report.
+ *
+ * Bytes per parameter: fp32 training keeps weights, gradients (4 each) and
+ * Adam's two moments (8): 16.  bf16 mixed precision keeps bf16 weights and
+ * gradients (2 each), an fp32 master copy (4) and fp32 Adam moments (8):
+ * also 16, as in the ZeRO paper's accounting. */
+#include "codegen/report.h"
+
+#include <inttypes.h>
+
+static const char *bytes(char *buf, size_t len, double b) {
+  static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (b >= 1024 && u < 5) b /= 1024, u++;
+  snprintf(buf, len, u ? "%.2f %s" : "%.0f %s", b, unit[u]);
+  return buf;
+}
+
+static const char *flops(char *buf, size_t len, double f) {
+  static const char *const unit[] = {"", "K", "M", "G", "T", "P", "E"};
+  int u = 0;
+  while (f >= 1000 && u < 6) f /= 1000, u++;
+  snprintf(buf, len, "%.3f %sFLOP", f, unit[u]);
+  return buf;
+}
+
+static void row(FILE *out, const char *what, double p, double w, double g, double master,
+                double opt) {
+  char a[32], b[32], c[32], d[32], e[32];
+  fprintf(out, "    %-11s weights %10s  grads %10s  master %10s  adam %10s  total %10s\n", what,
+          bytes(a, sizeof a, p * w), bytes(b, sizeof b, p * g), bytes(c, sizeof c, p * master),
+          bytes(d, sizeof d, p * opt), bytes(e, sizeof e, p * (w + g + master + opt)));
+}
+
+void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
+  char a[64], b[64];
+  int ranks = lay->tp * lay->pp * lay->dp;
+  fprintf(out, "model %s: %d layers, %d parameter tensors, %d IR nodes\n", m->name, m->nlayers,
+          c->nparam_tensors, m->nnodes);
+  fprintf(out, "parameters: %" PRId64 "\n", c->params);
+  if (c->padding_params)
+    fprintf(out, "vocab padding for --tp %d: %" PRId64 " -> %" PRId64 " rows, +%" PRId64
+            " parameters\n", lay->tp, c->vocab, c->padded_vocab, c->padding_params);
+  if (c->tokens) {
+    double t = (double)c->tokens;
+    fprintf(out, "flops per token: %s forward+backward (attention %s)\n",
+            flops(a, sizeof a, 3 * c->flops_fwd / t), flops(b, sizeof b, 3 * c->flops_attn_fwd / t));
+    fprintf(out, "flops per step: %s over %" PRId64 " tokens\n", flops(a, sizeof a, 3 * c->flops_fwd),
+            c->tokens);
+  }
+  fprintf(out, "layout: tp %d, pp %d, dp %d, ep %d: %d rank%s\n", lay->tp, lay->pp, lay->dp,
+          lay->ep, ranks, ranks == 1 ? "" : "s");
+  for (int s = 0; s < c->nstages; s++) {
+    const StageCost *st = &c->stages[s];
+    double p = (double)st->params;
+    fprintf(out, "  ");
+    if (c->nstages > 1) fprintf(out, "stage %d, ", s);
+    if (st->nlayers) fprintf(out, "layers %d-%d, ", st->first_layer, st->first_layer + st->nlayers - 1);
+    else fprintf(out, "no layers, ");
+    fprintf(out, "per rank: %" PRId64 " parameters\n", st->params);
+    row(out, "fp32", p, 4, 4, 0, 8);
+    row(out, "bf16 mixed", p, 2, 2, 4, 8);
+  }
+}

@@ -1,0 +1,40 @@
+# MoE tiny: the Mixtral family (GQA attention, top-2 of 4 SwiGLU experts,
+# load-balancing loss) at a size that trains in seconds on a CPU, on bytes.
+model moe_tiny {
+  config {
+    vocab = 256
+    seq = 64
+    d = 64
+    heads = 4
+    kv_heads = 2
+    ffn = 128
+    experts = 4
+    top_k = 2
+    layers = 4
+    theta = 10000.0
+    eps = 1e-5
+    aux_loss = 0.02
+  }
+  input tokens : i32[batch, seq]
+  input targets : i32[batch, seq]
+
+  x = embed(tokens, vocab, d) as model.embed_tokens
+  repeat layers as model.layers {
+    x = x + gqa_attention(rmsnorm(x, eps) as input_layernorm, heads, kv_heads, theta) as self_attn
+    x = x + moe(rmsnorm(x, eps) as post_attention_layernorm, experts, top_k, ffn, aux_loss) as block_sparse_moe
+  }
+  logits = lm_head(rmsnorm(x, eps) as model.norm, vocab) as lm_head
+  loss = cross_entropy(logits, targets)
+}
+
+train {
+  batch = 4
+  microbatches = 1
+  steps = 200
+  lr = 1e-3
+  optimizer = adamw(beta1 = 0.9, beta2 = 0.95, wd = 0.1)
+  schedule = cosine(warmup = 10, min_lr = 1e-4)
+  clip = 1.0
+  precision = fp32
+  seed = 1337
+}

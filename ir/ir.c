@@ -1,0 +1,65 @@
+/* ir/ir.c -- op tables, module and node construction. */
+#include "ir/ir.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const IrOpInfo ir_op_info[IR_OP_COUNT] = {
+#define X(e, name, arity, flags, ia0, ia1, ia2, fa0) {name, arity, flags, {ia0, ia1, ia2}, fa0},
+#include "ir/ops.def"
+#undef X
+};
+
+const char *const ir_dtype_name[IR_DTYPE_COUNT] = {"f32", "i32"};
+const char *const ir_shard_name[IR_SHARD_COUNT] = {"replicated", "column", "row", "vocab",
+                                                   "expert"};
+const char *const ir_init_name[IR_INIT_COUNT] = {"normal", "zeros", "ones"};
+
+IrModule *ir_module_new(const char *name) {
+  Arena a = {0};
+  IrModule *m = arena_alloc(&a, sizeof *m);
+  m->arena = a;
+  m->name = arena_strdup(&m->arena, name);
+  return m;
+}
+
+void ir_module_free(IrModule *m) {
+  if (!m) return;
+  Arena a = m->arena;  /* m itself lives in the arena */
+  arena_free(&a);
+}
+
+IrNode *ir_add(IrModule *m, IrOp op, IrNode **inputs, int ninputs) {
+  IrNode *n = arena_alloc(&m->arena, sizeof *n);
+  n->op = op;
+  n->layer = -1;
+  n->ninputs = ninputs;
+  if (ninputs) {
+    n->inputs = arena_alloc(&m->arena, sizeof(IrNode *) * (size_t)ninputs);
+    memcpy(n->inputs, inputs, sizeof(IrNode *) * (size_t)ninputs);
+  }
+  arena_grow(&m->arena, (void **)&m->nodes, &m->capnodes, m->nnodes + 1, sizeof(IrNode *));
+  n->id = m->nnodes;
+  m->nodes[m->nnodes++] = n;
+  return n;
+}
+
+int64_t ir_numel(const IrNode *n) {
+  int64_t k = 1;
+  for (int i = 0; i < n->rank; i++) k *= n->shape[i];
+  return k;
+}
+
+const IrSetting *ir_setting(const IrSetting *s, int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(s[i].name, name) == 0) return &s[i];
+  return NULL;
+}
+
+const char *ir_type_str(const IrNode *n, char *buf, size_t len) {
+  size_t k = (size_t)snprintf(buf, len, "%s[", ir_dtype_name[n->dtype]);
+  for (int i = 0; i < n->rank && k < len; i++)
+    k += (size_t)snprintf(buf + k, len - k, "%s%lld", i ? ", " : "", (long long)n->shape[i]);
+  if (k < len) snprintf(buf + k, len - k, "]");
+  return buf;
+}

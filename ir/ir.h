@@ -1,0 +1,143 @@
+/* ir/ir.h -- parc's intermediate representation.
+ *
+ * One node type for the whole graph.  A module owns every node, name and
+ * array through one arena, freed all at once by ir_module_free.
+ *
+ * Invariants (checked by ir_verify):
+ *   - nodes[] is in topological order: every input of nodes[i] is some
+ *     nodes[j] with j < i, and nodes[i]->id == i;
+ *   - every node's shape has 0 <= rank <= IR_MAX_RANK, every dimension >= 1,
+ *     and the element count fits in int64;
+ *   - shapes and dtypes are those ir_infer gives for the op and its inputs;
+ *   - PARAM and INPUT nodes have unique, non-empty names.
+ */
+#ifndef PARC_IR_H
+#define PARC_IR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ir/arena.h"
+
+#define IR_MAX_RANK 8
+#define IR_MAX_DIM  ((int64_t)1 << 40)  /* largest single dimension */
+
+enum {
+  IR_F_LEAF = 1,       /* no inputs: a graph value supplied from outside */
+  IR_F_DIFF = 2,       /* differentiable with respect to its float inputs */
+  IR_F_POINTWISE = 4,  /* elementwise; fusable into one loop nest */
+};
+
+typedef enum {
+#define X(e, name, arity, flags, ia0, ia1, ia2, fa0) IR_OP_##e,
+#include "ir/ops.def"
+#undef X
+  IR_OP_COUNT
+} IrOp;
+
+typedef struct {
+  const char *name;
+  int arity;           /* -1: variadic, at least one */
+  int flags;
+  const char *iattr[3];
+  const char *fattr;
+} IrOpInfo;
+
+extern const IrOpInfo ir_op_info[IR_OP_COUNT];
+
+typedef enum { IR_F32, IR_I32, IR_DTYPE_COUNT } IrDType;
+extern const char *const ir_dtype_name[IR_DTYPE_COUNT];
+
+/* Sharding intent a parameter declares; the partitioner reads it. */
+typedef enum {
+  IR_SHARD_REPLICATED,
+  IR_SHARD_COLUMN,   /* last dim split over tp */
+  IR_SHARD_ROW,      /* first (input) dim split over tp */
+  IR_SHARD_VOCAB,    /* dim 0 (vocabulary) split over tp, padded */
+  IR_SHARD_EXPERT,   /* dim 0 (experts) split over ep */
+  IR_SHARD_COUNT
+} IrShard;
+extern const char *const ir_shard_name[IR_SHARD_COUNT];
+
+typedef enum { IR_INIT_NORMAL, IR_INIT_ZEROS, IR_INIT_ONES, IR_INIT_COUNT } IrInit;
+extern const char *const ir_init_name[IR_INIT_COUNT];
+
+typedef struct {
+  const char *file;  /* arena- or static-owned */
+  int line, col;     /* 1-based; line 0 means unknown */
+} IrLoc;
+
+typedef struct IrNode IrNode;
+struct IrNode {
+  int id;                  /* index in module->nodes */
+  IrOp op;
+  IrDType dtype;
+  int rank;
+  int64_t shape[IR_MAX_RANK];
+  int ninputs;
+  IrNode **inputs;
+  int64_t ia[3];           /* integer attributes, named by ir_op_info */
+  double fa;               /* float attribute, named by ir_op_info */
+  const char *name;        /* PARAM/INPUT: full dotted name; else NULL */
+  IrInit init;             /* PARAM only */
+  double init_std;         /* PARAM with IR_INIT_NORMAL */
+  IrShard shard;           /* PARAM only */
+  int shard_dim;           /* PARAM: dimension split, -1 if none (pass_intent) */
+  int layer;               /* index of the repeat iteration, -1 outside */
+  IrLoc loc;
+};
+
+/* A named scalar setting (config or train), kept for reports and codegen. */
+typedef struct {
+  const char *name;
+  int is_float;
+  int64_t i;
+  double f;
+  const char *sym;         /* non-NULL for symbolic values (e.g. bf16) */
+} IrSetting;
+
+typedef struct {
+  Arena arena;
+  const char *name;
+  IrNode *ce_loss;         /* the loss as the model wrote it, before aux terms */
+  IrNode **nodes;
+  int nnodes, capnodes;
+  IrNode *loss;            /* scalar objective; NULL until set */
+  int nlayers;             /* iterations of the model's repeat (0 if none) */
+  IrSetting *config;  int nconfig;
+  IrSetting *train;   int ntrain;
+  const char *optimizer;   /* "adamw" or "sgd" */
+  IrSetting *optim;   int noptim;   /* optimizer arguments */
+  const char *schedule;    /* "constant", "warmup", "cosine" */
+  IrSetting *sched;   int nsched;
+} IrModule;
+
+IrModule *ir_module_new(const char *name);
+void ir_module_free(IrModule *m);
+
+/* Appends a node; inputs are copied.  Shape and dtype must already be set
+ * (see ir_infer).  Never fails: allocation failure aborts. */
+IrNode *ir_add(IrModule *m, IrOp op, IrNode **inputs, int ninputs);
+
+/* Shape inference.  Fills n->dtype, n->rank and n->shape from the op, its
+ * inputs and its attributes.  On failure returns 0 and writes a one-line
+ * reason (naming the op and the shapes) into why. */
+int ir_infer(IrNode *n, char *why, size_t whylen);
+
+int64_t ir_numel(const IrNode *n);
+const IrSetting *ir_setting(const IrSetting *s, int n, const char *name);
+
+/* "f32[4, 64, 768]" into buf. */
+const char *ir_type_str(const IrNode *n, char *buf, size_t len);
+
+/* Stable text form (golden tests compare it). */
+void ir_print(FILE *out, const IrModule *m);
+/* Graphviz form. */
+void ir_print_dot(FILE *out, const IrModule *m);
+
+/* Structural check of every invariant above.  Returns 0 when sound, else
+ * writes the first violation into why and returns -1. */
+int ir_verify(const IrModule *m, char *why, size_t whylen);
+
+#endif

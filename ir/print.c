@@ -1,0 +1,85 @@
+/* ir/print.c -- the stable text form of a module, and its Graphviz form.
+ *
+ * Text form, one line per node in topological order:
+ *   %ID = OP %IN, %IN [attr=value ...] : TYPE [name] [init ...] [shard ...]  # layer L, FILE:LINE:COL
+ * Files are printed by base name so that output does not depend on where
+ * the compiler was run from. */
+#include <string.h>
+
+#include "ir/ir.h"
+
+static const char *base_name(const char *path) {
+  const char *s = path ? strrchr(path, '/') : NULL;
+  return s ? s + 1 : path ? path : "?";
+}
+
+static void print_setting(FILE *out, const IrSetting *s) {
+  if (s->sym) fprintf(out, "%s = %s", s->name, s->sym);
+  else if (s->is_float) fprintf(out, "%s = %.9g", s->name, s->f);
+  else fprintf(out, "%s = %lld", s->name, (long long)s->i);
+}
+
+static void print_settings(FILE *out, const char *head, const IrSetting *s, int n) {
+  fprintf(out, "%s", head);
+  for (int i = 0; i < n; i++) {
+    fputs(i ? ", " : " ", out);
+    print_setting(out, &s[i]);
+  }
+  fputc('\n', out);
+}
+
+static void print_attrs(FILE *out, const IrNode *n) {
+  const IrOpInfo *info = &ir_op_info[n->op];
+  for (int i = 0; i < 3; i++)
+    if (info->iattr[i]) fprintf(out, " %s=%lld", info->iattr[i], (long long)n->ia[i]);
+  if (info->fattr) fprintf(out, " %s=%.9g", info->fattr, n->fa);
+}
+
+void ir_print(FILE *out, const IrModule *m) {
+  char ty[256];
+  fprintf(out, "module %s\n", m->name);
+  print_settings(out, "config", m->config, m->nconfig);
+  print_settings(out, "train", m->train, m->ntrain);
+  if (m->optimizer) {
+    fprintf(out, "optimizer %s", m->optimizer);
+    print_settings(out, "", m->optim, m->noptim);
+  }
+  if (m->schedule) {
+    fprintf(out, "schedule %s", m->schedule);
+    print_settings(out, "", m->sched, m->nsched);
+  }
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *n = m->nodes[i];
+    fprintf(out, "%%%d = %s", n->id, ir_op_info[n->op].name);
+    if (n->name) fprintf(out, " %s", n->name);
+    for (int j = 0; j < n->ninputs; j++) fprintf(out, "%s%%%d", j ? ", " : " ", n->inputs[j]->id);
+    print_attrs(out, n);
+    fprintf(out, " : %s", ir_type_str(n, ty, sizeof ty));
+    if (n->op == IR_OP_PARAM) {
+      if (n->init == IR_INIT_NORMAL) fprintf(out, " init normal(%.9g)", n->init_std);
+      else fprintf(out, " init %s", ir_init_name[n->init]);
+      if (n->shard != IR_SHARD_REPLICATED) fprintf(out, " shard %s", ir_shard_name[n->shard]);
+      if (n->shard_dim >= 0) fprintf(out, "(%d)", n->shard_dim);
+    }
+    fprintf(out, "  #");
+    if (n->layer >= 0) fprintf(out, " layer %d,", n->layer);
+    fprintf(out, " %s:%d:%d\n", base_name(n->loc.file), n->loc.line, n->loc.col);
+  }
+  if (m->loss) fprintf(out, "loss = %%%d\n", m->loss->id);
+}
+
+void ir_print_dot(FILE *out, const IrModule *m) {
+  char ty[256];
+  fprintf(out, "digraph \"%s\" {\n  rankdir=TB;\n  node [fontname=\"monospace\", fontsize=10];\n",
+          m->name);
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *n = m->nodes[i];
+    const char *shape = n->op == IR_OP_PARAM ? "box" : n->op == IR_OP_INPUT ? "invhouse"
+                                                                             : "ellipse";
+    fprintf(out, "  n%d [shape=%s, label=\"%%%d %s%s%s\\n%s\"%s];\n", n->id, shape, n->id,
+            ir_op_info[n->op].name, n->name ? " " : "", n->name ? n->name : "",
+            ir_type_str(n, ty, sizeof ty), n == m->loss ? ", style=bold" : "");
+    for (int j = 0; j < n->ninputs; j++) fprintf(out, "  n%d -> n%d;\n", n->inputs[j]->id, n->id);
+  }
+  fprintf(out, "}\n");
+}

@@ -1,0 +1,317 @@
+/* ir/shape.c -- shape and dtype inference, one case per op (ORDER-OPS).
+ *
+ * ir_infer is the single definition of every op's typing rule: the frontend
+ * calls it when it builds a node and ir_verify calls it again to check that
+ * no pass left a node with a stale shape. */
+#include <stdarg.h>
+#include <string.h>
+
+#include "ir/ir.h"
+
+static int fail(char *why, size_t len, const IrNode *n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int fail(char *why, size_t len, const IrNode *n, const char *fmt, ...) {
+  size_t k = (size_t)snprintf(why, len, "%s: ", ir_op_info[n->op].name);
+  if (k >= len) return 0;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why + k, len - k, fmt, ap);
+  va_end(ap);
+  return 0;
+}
+
+static void set(IrNode *n, IrDType dt, int rank, const int64_t *shape) {
+  n->dtype = dt;
+  n->rank = rank;
+  memmove(n->shape, shape, sizeof(int64_t) * (size_t)rank);
+}
+
+#define T(i, buf) ir_type_str(n->inputs[i], buf, sizeof buf)
+
+/* Checks the dtype of input i. */
+static int want(char *why, size_t len, IrNode *n, int i, IrDType dt) {
+  if (n->inputs[i]->dtype == dt) return 1;
+  char a[160];
+  return fail(why, len, n, "operand %d must be %s, got %s", i + 1, ir_dtype_name[dt], T(i, a));
+}
+
+static int64_t last(const IrNode *x) { return x->shape[x->rank - 1]; }
+
+static int broadcast(IrNode *n, char *why, size_t len) {
+  const IrNode *a = n->inputs[0], *b = n->inputs[1];
+  int r = a->rank > b->rank ? a->rank : b->rank;
+  int64_t s[IR_MAX_RANK];
+  for (int i = 0; i < r; i++) {
+    int ia = a->rank - r + i, ib = b->rank - r + i;
+    int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
+    if (da != db && da != 1 && db != 1) {
+      char x[160], y[160];
+      return fail(why, len, n, "shapes do not broadcast: %s and %s (dimension %d: %lld vs %lld)",
+                  T(0, x), T(1, y), i, (long long)da, (long long)db);
+    }
+    s[i] = da == 1 ? db : da;
+  }
+  set(n, IR_F32, r, s);
+  return 1;
+}
+
+static int same_shape(const IrNode *a, const IrNode *b) {
+  if (a->rank != b->rank) return 0;
+  for (int i = 0; i < a->rank; i++)
+    if (a->shape[i] != b->shape[i]) return 0;
+  return 1;
+}
+
+static int infer_matmul(IrNode *n, char *why, size_t len) {
+  const IrNode *a = n->inputs[0], *b = n->inputs[1];
+  char x[160], y[160];
+  if (a->rank < 2 || b->rank < 2)
+    return fail(why, len, n, "operands need rank >= 2, got %s and %s", T(0, x), T(1, y));
+  if (b->rank > 2 && b->rank != a->rank)
+    return fail(why, len, n, "batched operand %s does not match %s", T(1, y), T(0, x));
+  for (int i = 0; b->rank > 2 && i < b->rank - 2; i++)
+    if (a->shape[i] != b->shape[i])
+      return fail(why, len, n, "batch dimensions differ: %s and %s", T(0, x), T(1, y));
+  int tb = n->ia[0] != 0;
+  int64_t k = a->shape[a->rank - 1];
+  int64_t kb = b->shape[b->rank - (tb ? 1 : 2)], nn = b->shape[b->rank - (tb ? 2 : 1)];
+  if (k != kb)
+    return fail(why, len, n, "inner dimensions differ: %s @ %s%s (%lld vs %lld)", T(0, x),
+                T(1, y), tb ? " (transposed)" : "", (long long)k, (long long)kb);
+  int64_t s[IR_MAX_RANK];
+  memcpy(s, a->shape, sizeof s);
+  s[a->rank - 1] = nn;
+  set(n, IR_F32, a->rank, s);
+  return 1;
+}
+
+static int axis_ok(IrNode *n, int64_t axis, int rank, char *why, size_t len) {
+  if (axis >= 0 && axis < rank) return 1;
+  return fail(why, len, n, "axis %lld out of range for rank %d", (long long)axis, rank);
+}
+
+int ir_infer(IrNode *n, char *why, size_t len) {
+  const IrOpInfo *info = &ir_op_info[n->op];
+  char x[160], y[160];
+  if (info->arity >= 0 ? n->ninputs != info->arity : n->ninputs < 1)
+    return fail(why, len, n, "takes %d operand(s), got %d", info->arity, n->ninputs);
+  for (int i = 0; i < n->ninputs; i++)
+    if (n->inputs[i]->dtype != IR_F32 && n->inputs[i]->dtype != IR_I32)
+      return fail(why, len, n, "operand %d has no valid type", i + 1);
+  IrNode *a = n->ninputs > 0 ? n->inputs[0] : NULL;
+  IrNode *b = n->ninputs > 1 ? n->inputs[1] : NULL;
+  int64_t s[IR_MAX_RANK];
+
+  switch (n->op) {
+  case IR_OP_INPUT:
+  case IR_OP_PARAM:
+    return 1; /* leaf types are declared, not inferred */
+
+  case IR_OP_MATMUL:
+    if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_F32)) return 0;
+    return infer_matmul(n, why, len);
+
+  case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV:
+    if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_F32)) return 0;
+    return broadcast(n, why, len);
+
+  case IR_OP_SCALE: case IR_OP_GELU: case IR_OP_SILU: case IR_OP_RELU: case IR_OP_EXP:
+  case IR_OP_SOFTMAX:
+    if (!want(why, len, n, 0, IR_F32)) return 0;
+    if (n->op == IR_OP_SOFTMAX && a->rank < 1)
+      return fail(why, len, n, "needs rank >= 1, got %s", T(0, x));
+    set(n, IR_F32, a->rank, a->shape);
+    return 1;
+
+  case IR_OP_LAYERNORM: case IR_OP_RMSNORM:
+    for (int i = 0; i < n->ninputs; i++)
+      if (!want(why, len, n, i, IR_F32)) return 0;
+    if (a->rank < 1) return fail(why, len, n, "needs rank >= 1, got %s", T(0, x));
+    for (int i = 1; i < n->ninputs; i++)
+      if (n->inputs[i]->rank != 1 || n->inputs[i]->shape[0] != last(a))
+        return fail(why, len, n, "gain/bias %s does not match the last dimension of %s",
+                    ir_type_str(n->inputs[i], y, sizeof y), T(0, x));
+    set(n, IR_F32, a->rank, a->shape);
+    return 1;
+
+  case IR_OP_ATTENTION: {
+    IrNode *v = n->inputs[2];
+    for (int i = 0; i < 3; i++)
+      if (!want(why, len, n, i, IR_F32)) return 0;
+    if (a->rank != 4 || b->rank != 4 || v->rank != 4)
+      return fail(why, len, n, "q, k, v must be [batch, heads, seq, head_dim], got %s and %s",
+                  T(0, x), T(1, y));
+    if (!same_shape(b, v))
+      return fail(why, len, n, "k and v differ: %s and %s", T(1, x), T(2, y));
+    if (a->shape[0] != b->shape[0] || a->shape[2] != b->shape[2] || a->shape[3] != b->shape[3])
+      return fail(why, len, n, "q %s and k %s differ in batch, seq or head_dim", T(0, x),
+                  T(1, y));
+    if (a->shape[1] % b->shape[1])
+      return fail(why, len, n, "query heads %lld are not a multiple of kv heads %lld",
+                  (long long)a->shape[1], (long long)b->shape[1]);
+    set(n, IR_F32, 4, a->shape);
+    return 1;
+  }
+
+  case IR_OP_ROPE:
+    if (!want(why, len, n, 0, IR_F32)) return 0;
+    if (a->rank != 4 || a->shape[3] % 2)
+      return fail(why, len, n, "needs [batch, heads, seq, head_dim] with even head_dim, got %s",
+                  T(0, x));
+    set(n, IR_F32, 4, a->shape);
+    return 1;
+
+  case IR_OP_EMBEDDING:
+    if (!want(why, len, n, 0, IR_I32) || !want(why, len, n, 1, IR_F32)) return 0;
+    if (b->rank != 2) return fail(why, len, n, "table must be [vocab, dim], got %s", T(1, y));
+    if (a->rank + 1 > IR_MAX_RANK) return fail(why, len, n, "result rank too large");
+    memcpy(s, a->shape, sizeof s);
+    s[a->rank] = b->shape[1];
+    set(n, IR_F32, a->rank + 1, s);
+    return 1;
+
+  case IR_OP_RESHAPE: {
+    /* the target shape is the node's own shape, set by the builder */
+    int64_t k = 1;
+    for (int i = 0; i < n->rank; i++) k *= n->shape[i];
+    if (k != ir_numel(a))
+      return fail(why, len, n, "%s has %lld elements, target has %lld", T(0, x),
+                  (long long)ir_numel(a), (long long)k);
+    n->dtype = a->dtype;
+    return 1;
+  }
+
+  case IR_OP_SPLIT_HEADS:
+    if (a->rank != 3) return fail(why, len, n, "needs [batch, seq, width], got %s", T(0, x));
+    if (n->ia[0] < 1 || a->shape[2] % n->ia[0])
+      return fail(why, len, n, "width %lld is not divisible by %lld heads",
+                  (long long)a->shape[2], (long long)n->ia[0]);
+    s[0] = a->shape[0], s[1] = n->ia[0], s[2] = a->shape[1], s[3] = a->shape[2] / n->ia[0];
+    set(n, a->dtype, 4, s);
+    return 1;
+
+  case IR_OP_MERGE_HEADS:
+    if (a->rank != 4)
+      return fail(why, len, n, "needs [batch, heads, seq, head_dim], got %s", T(0, x));
+    s[0] = a->shape[0], s[1] = a->shape[2], s[2] = a->shape[1] * a->shape[3];
+    set(n, a->dtype, 3, s);
+    return 1;
+
+  case IR_OP_TRANSPOSE:
+    if (!axis_ok(n, n->ia[0], a->rank, why, len) || !axis_ok(n, n->ia[1], a->rank, why, len))
+      return 0;
+    memcpy(s, a->shape, sizeof s);
+    s[n->ia[0]] = a->shape[n->ia[1]];
+    s[n->ia[1]] = a->shape[n->ia[0]];
+    set(n, a->dtype, a->rank, s);
+    return 1;
+
+  case IR_OP_CONCAT: {
+    if (!axis_ok(n, n->ia[0], a->rank, why, len)) return 0;
+    memcpy(s, a->shape, sizeof s);
+    for (int i = 1; i < n->ninputs; i++) {
+      IrNode *c = n->inputs[i];
+      int ok = c->rank == a->rank && c->dtype == a->dtype;
+      for (int d = 0; ok && d < a->rank; d++)
+        ok = d == n->ia[0] || c->shape[d] == a->shape[d];
+      if (!ok) return fail(why, len, n, "%s does not fit %s", T(i, y), T(0, x));
+      s[n->ia[0]] += c->shape[n->ia[0]];
+      if (s[n->ia[0]] > IR_MAX_DIM) return fail(why, len, n, "result dimension too large");
+    }
+    set(n, a->dtype, a->rank, s);
+    return 1;
+  }
+
+  case IR_OP_SLICE:
+    if (!axis_ok(n, n->ia[0], a->rank, why, len)) return 0;
+    if (n->ia[1] < 0 || n->ia[2] < 1 || n->ia[1] > a->shape[n->ia[0]] - n->ia[2])
+      return fail(why, len, n, "[%lld, %lld) is outside dimension %lld of %s",
+                  (long long)n->ia[1], (long long)(n->ia[1] + n->ia[2]), (long long)n->ia[0],
+                  T(0, x));
+    memcpy(s, a->shape, sizeof s);
+    s[n->ia[0]] = n->ia[2];
+    set(n, a->dtype, a->rank, s);
+    return 1;
+
+  case IR_OP_SUM: case IR_OP_MEAN: {
+    if (!want(why, len, n, 0, IR_F32) || !axis_ok(n, n->ia[0], a->rank, why, len)) return 0;
+    int r = 0;
+    for (int i = 0; i < a->rank; i++) {
+      if (i != n->ia[0]) s[r++] = a->shape[i];
+      else if (n->ia[1]) s[r++] = 1;
+    }
+    set(n, IR_F32, r, s);
+    return 1;
+  }
+
+  case IR_OP_CROSS_ENTROPY:
+    if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_I32)) return 0;
+    if (a->rank != b->rank + 1 || a->rank < 2)
+      return fail(why, len, n, "logits %s and targets %s: logits need one more dimension",
+                  T(0, x), T(1, y));
+    for (int i = 0; i < b->rank; i++)
+      if (a->shape[i] != b->shape[i])
+        return fail(why, len, n, "logits %s and targets %s differ in dimension %d", T(0, x),
+                    T(1, y), i);
+    set(n, IR_F32, 0, s);
+    return 1;
+
+  case IR_OP_TOPK:
+    if (!want(why, len, n, 0, IR_F32)) return 0;
+    if (a->rank < 1 || n->ia[0] < 1 || n->ia[0] > last(a))
+      return fail(why, len, n, "k = %lld must be in [1, %lld] for %s", (long long)n->ia[0],
+                  (long long)(a->rank ? last(a) : 0), T(0, x));
+    memcpy(s, a->shape, sizeof s);
+    s[a->rank - 1] = n->ia[0];
+    set(n, IR_I32, a->rank, s);
+    return 1;
+
+  case IR_OP_GATHER:
+    if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_I32)) return 0;
+    if (a->rank != b->rank || a->rank < 1)
+      return fail(why, len, n, "%s and indices %s need the same rank", T(0, x), T(1, y));
+    for (int i = 0; i < a->rank - 1; i++)
+      if (a->shape[i] != b->shape[i])
+        return fail(why, len, n, "%s and indices %s differ in dimension %d", T(0, x), T(1, y), i);
+    set(n, IR_F32, b->rank, b->shape);
+    return 1;
+
+  case IR_OP_ONEHOT:
+    if (!want(why, len, n, 0, IR_I32)) return 0;
+    if (n->ia[0] < 1 || a->rank + 1 > IR_MAX_RANK)
+      return fail(why, len, n, "bad class count %lld for %s", (long long)n->ia[0], T(0, x));
+    memcpy(s, a->shape, sizeof s);
+    s[a->rank] = n->ia[0];
+    set(n, IR_F32, a->rank + 1, s);
+    return 1;
+
+  case IR_OP_DISPATCH:
+    if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_I32)) return 0;
+    if (a->rank != 2 || b->rank != 2 || a->shape[0] != b->shape[0])
+      return fail(why, len, n, "needs tokens [n, d] and choices [n, k], got %s and %s", T(0, x),
+                  T(1, y));
+    if (n->ia[0] < 1 || n->ia[1] < 1)
+      return fail(why, len, n, "experts (%lld) and capacity (%lld) must be positive",
+                  (long long)n->ia[0], (long long)n->ia[1]);
+    s[0] = n->ia[0], s[1] = n->ia[1], s[2] = a->shape[1];
+    set(n, IR_F32, 3, s);
+    return 1;
+
+  case IR_OP_COMBINE: {
+    IrNode *w = n->inputs[2];
+    if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_I32) ||
+        !want(why, len, n, 2, IR_F32))
+      return 0;
+    if (a->rank != 3 || b->rank != 2 || !same_shape(b, w))
+      return fail(why, len, n, "needs experts [e, c, d], choices [n, k] and weights [n, k]");
+    s[0] = b->shape[0], s[1] = a->shape[2];
+    set(n, IR_F32, 2, s);
+    return 1;
+  }
+
+  case IR_OP_COUNT:
+    break;
+  }
+  return fail(why, len, n, "unknown op");
+}

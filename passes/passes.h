@@ -1,0 +1,65 @@
+/* passes/passes.h -- the compiler's passes, each one file with one entry
+ * point, run in order from the table in passes/pipeline.c.  Passes never
+ * include a backend header. */
+#ifndef PARC_PASSES_H
+#define PARC_PASSES_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ir/ir.h"
+
+/* The device mesh the user asked for.  Rank order: tp fastest, then dp
+ * (ep carved from it), then pp. */
+typedef struct {
+  int tp, pp, dp, ep;
+} Layout;
+
+#define LAYOUT_MAX_DEGREE 65536
+#define LAYOUT_MAX_RANKS  (1 << 20)
+
+/* Options the pass pipeline reads. */
+typedef struct {
+  int verify;             /* run ir_verify after every pass */
+  const char *dump_after; /* print the IR after the pass of this name */
+  FILE *dump;             /* where --dump-after writes */
+} PassOptions;
+
+/* Runs every pass in order.  Returns 0, or -1 after printing an internal
+ * error that names the pass whose output failed verification. */
+int pass_run_all(IrModule *m, const PassOptions *opt);
+/* Name of pass i, NULL past the end (for --help and --dump-after checks). */
+const char *pass_name(int i);
+
+/* passes/intent.c: resolves each column/row parameter's intent to the
+ * tensor dimension it splits, from the matmul that consumes it. */
+int pass_intent(IrModule *m);
+
+/* passes/dce.c: removes nodes that the loss does not depend on, keeping
+ * every graph value (inputs and parameters). */
+int pass_dce(IrModule *m);
+
+/* passes/layout.c: checks the degrees against the model; prints one line
+ * per problem to err and returns how many there were. */
+int layout_check(const IrModule *m, const Layout *lay, FILE *err);
+
+/* passes/cost.c: what a layout costs, per rank and stage. */
+typedef struct {
+  int first_layer, nlayers;  /* layers held, [first, first + n) */
+  int64_t params;            /* parameters one rank of this stage holds */
+} StageCost;
+
+typedef struct {
+  int64_t params;            /* the model as written */
+  int nparam_tensors;
+  int64_t vocab, padded_vocab, padding_params;
+  double flops_fwd;          /* one forward pass over the whole batch */
+  double flops_attn_fwd;     /* of which the attention score/value products */
+  int64_t tokens;            /* tokens in one batch */
+  int nstages;
+  StageCost *stages;         /* nstages entries, in the module's arena */
+} Cost;
+
+int cost_analyze(IrModule *m, const Layout *lay, Cost *out);
+
+#endif

@@ -1,0 +1,40 @@
+/* passes/pipeline.c -- the pass list, in order.  The IR verifier runs after
+ * every pass when asked (tests and debug builds). */
+#include <string.h>
+
+#include "passes/passes.h"
+
+typedef struct {
+  const char *name;
+  int (*run)(IrModule *m);
+} Pass;
+
+static const Pass passes[] = {
+    {"intent", pass_intent},  /* sharding intents -> tensor dimensions */
+    {"dce", pass_dce},        /* drop what the loss does not need */
+};
+
+#define NPASSES ((int)(sizeof passes / sizeof passes[0]))
+
+const char *pass_name(int i) { return i >= 0 && i < NPASSES ? passes[i].name : NULL; }
+
+static int verify(IrModule *m, const char *after) {
+  char why[512];
+  if (ir_verify(m, why, sizeof why) == 0) return 0;
+  fprintf(stderr, "parc: internal error: IR invalid after %s: %s\n", after, why);
+  return -1;
+}
+
+int pass_run_all(IrModule *m, const PassOptions *opt) {
+  if (opt->verify && verify(m, "lowering")) return -1;
+  if (opt->dump_after && !strcmp(opt->dump_after, "lower")) ir_print(opt->dump, m);
+  for (int i = 0; i < NPASSES; i++) {
+    if (passes[i].run(m)) {
+      fprintf(stderr, "parc: internal error: pass %s failed\n", passes[i].name);
+      return -1;
+    }
+    if (opt->verify && verify(m, passes[i].name)) return -1;
+    if (opt->dump_after && !strcmp(opt->dump_after, passes[i].name)) ir_print(opt->dump, m);
+  }
+  return 0;
+}
