@@ -70,7 +70,7 @@ Expr *build_name(Program *p, Loc loc, const char *name) {
 }
 
 Expr *build_path(Program *p, Expr *path, Loc loc, const char *component) {
-  (void)loc;
+  path->loc.len = loc.off + loc.len - path->loc.off;
   path->name = arena_printf(p->arena, "%s.%s", path->name, component);
   return path;
 }

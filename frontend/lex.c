@@ -46,6 +46,7 @@ const char *lex_text(LexState *s, const char *text, int len) {
 
 void lex_bad_char(LexState *s, const Loc *loc, const char *text, int len) {
   char q[64];
+  s->bad_line = loc->line;
   unsigned char c = (unsigned char)text[0];
   if (c >= 0x80)
     diag_error(s->prog->diag, *loc, "non-ASCII bytes '%s' outside a comment",
@@ -57,6 +58,7 @@ void lex_bad_char(LexState *s, const Loc *loc, const char *text, int len) {
 
 void lex_bad_number(LexState *s, const Loc *loc, const char *text, int len) {
   char q[64];
+  s->bad_line = loc->line;
   diag_error(s->prog->diag, *loc, "malformed number '%s'", diag_quote(q, sizeof q, text, (size_t)len));
 }
 

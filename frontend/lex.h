@@ -11,6 +11,7 @@ typedef struct {
   int line, col, off;     /* position of the next byte */
   int depth;              /* open '(' and '[': newlines inside are spaces */
   int last;               /* kind of the last token returned */
+  int bad_line;           /* line of the last lexical error: parse errors there are its echo */
 } LexState;
 
 /* Updates the location for the token text just matched. */

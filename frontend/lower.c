@@ -17,7 +17,7 @@
 
 #define MAX_CALL_DEPTH 64
 #define MAX_REPEAT     100000
-#define MAX_NODES      (1 << 22)
+#define MAX_NODES      (1 << 20)
 
 typedef enum { V_NONE, V_INT, V_FLOAT, V_TENSOR, V_SYM, V_ERR } VKind;
 
@@ -174,7 +174,8 @@ static int is_num(Value v) { return v.k == V_INT || v.k == V_FLOAT; }
 static void bad_value(Lower *L, Value v, const char *want) {
   char b[96];
   if (v.k == V_ERR) return;
-  if (v.k == V_SYM) err(L, v.loc, "unknown name '%s'", q(b, sizeof b, v.s));
+  if (v.k == V_NONE) err(L, v.loc, "'%s' returns no value", v.s ? v.s : "?");
+  else if (v.k == V_SYM) err(L, v.loc, "unknown name '%s'", q(b, sizeof b, v.s));
   else err(L, v.loc, "expected %s, got %s", want, kind_name(v.k));
 }
 
@@ -585,7 +586,10 @@ static Value call_block(Lower *L, Block *b, Expr *e, Args *a) {
     if (given[j]) v = bound[j];
     else if (fm->def) v = eval(L, &fr, fm->def);
     else {
+      L->ncalls--;
       err(L, e->loc, "missing argument '%s' of block '%s'", fm->name, b->name);
+      diag_note(L->diag, fm->loc, "'%s' is declared here", fm->name);
+      L->ncalls++;
       ok = 0;
       break;
     }
@@ -1020,13 +1024,7 @@ static void exec_param(Lower *L, Frame *f, Stmt *s) {
   bind(L, f, s->name, vtensor(n, s->loc));
 }
 
-static void exec_input(Lower *L, Frame *f, Stmt *s, Where where) {
-  if (where != IN_MODEL) {
-    err(L, s->loc, "inputs are declared at the top level of the model, not inside %s",
-        where == IN_BLOCK ? "a block" : "repeat");
-    bind(L, f, s->name, verr);
-    return;
-  }
+static void exec_input(Lower *L, Frame *f, Stmt *s) {
   IrNode p = {.op = IR_OP_INPUT, .rank = s->type->ndims};
   p.dtype = s->type->dtype && !strcmp(s->type->dtype, "i32") ? IR_I32 : IR_F32;
   char what[160], b[96];
@@ -1051,11 +1049,7 @@ static void exec_input(Lower *L, Frame *f, Stmt *s, Where where) {
   bind(L, f, s->name, vtensor(n, s->loc));
 }
 
-static void exec_repeat(Lower *L, Frame *f, Stmt *s, Where where) {
-  if (where != IN_MODEL) {
-    err(L, s->loc, "repeat is allowed only at the top level of a model");
-    return;
-  }
+static void exec_repeat(Lower *L, Frame *f, Stmt *s) {
   if (L->nrepeats++) {
     err(L, s->loc, "a model has one repeat: its iterations are the layers that pipeline "
         "stages split");
@@ -1076,9 +1070,43 @@ static void exec_repeat(Lower *L, Frame *f, Stmt *s, Where where) {
   L->layer = -1;
 }
 
+/* Whether s may not stand where it is.  check_structure reports these once;
+ * exec skips them. */
+static int misplaced(const Stmt *s, Where where) {
+  switch (s->kind) {
+  case S_INPUT: case S_REPEAT: case S_CONFIG: return where != IN_MODEL;
+  case S_RETURN: return where != IN_BLOCK;
+  default: return 0;
+  }
+}
+
+static void check_structure(Lower *L, StmtList *body, Where where) {
+  static const char *const place[] = {"the model's top level", "repeat", "a block"};
+  for (int i = 0; i < body->n; i++) {
+    Stmt *s = body->items[i];
+    if (misplaced(s, where)) {
+      if (s->kind == S_INPUT)
+        err(L, s->loc, "inputs are declared at the top level of the model, not in %s",
+            place[where]);
+      else if (s->kind == S_REPEAT)
+        err(L, s->loc, "repeat is allowed only at the top level of a model, not in %s",
+            place[where]);
+      else if (s->kind == S_CONFIG)
+        err(L, s->loc, "config belongs at the top level of the model, not in %s", place[where]);
+      else
+        err(L, s->loc, "return is allowed only in a block");
+    }
+    if (s->kind == S_REPEAT) check_structure(L, &s->body, IN_REPEAT);
+  }
+}
+
 static void exec(Lower *L, Frame *f, StmtList *body, Where where) {
   for (int i = 0; i < body->n && !L->returned; i++) {
     Stmt *s = body->items[i];
+    if (misplaced(s, where)) {
+      if (s->name) bind(L, f, s->name, verr);
+      continue;
+    }
     switch (s->kind) {
     case S_ASSIGN:
       bind(L, f, s->name, eval(L, f, s->value));
@@ -1092,21 +1120,16 @@ static void exec(Lower *L, Frame *f, StmtList *body, Where where) {
       exec_param(L, f, s);
       break;
     case S_INPUT:
-      exec_input(L, f, s, where);
+      exec_input(L, f, s);
       break;
     case S_REPEAT:
-      exec_repeat(L, f, s, where);
+      exec_repeat(L, f, s);
       break;
     case S_RETURN:
-      if (where != IN_BLOCK) {
-        err(L, s->loc, "return is allowed only in a block");
-        break;
-      }
       L->ret = eval(L, f, s->value);
       L->returned = 1;
       break;
     case S_CONFIG:
-      if (where != IN_MODEL) err(L, s->loc, "config belongs at the top level of the model");
       break; /* evaluated before the body */
     }
   }
@@ -1389,6 +1412,8 @@ IrModule *lower_program(Program *prog, const Override *ov, int nov) {
   L.m = ir_module_new(md->name);
   int *used = arena_alloc(L.a, sizeof(int) * (size_t)(nov + 1));
   check_blocks(&L);
+  for (int i = 0; i < prog->nblocks; i++) check_structure(&L, &prog->blocks[i]->body, IN_BLOCK);
+  check_structure(&L, &md->body, IN_MODEL);
   eval_config(&L, md, ov, nov, used);
   eval_train(&L, ov, nov, used);
   for (int i = 0; i < nov; i++) {

@@ -234,8 +234,18 @@ word
 static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, LexState *lex) {
   (void)scanner;
   enum { MAXEXP = 6 };
+  /* Recovery resumes at the next statement end: forget open brackets, so
+   * that newlines end statements again. */
+  lex->depth = 0;
+  if (yypcontext_location(ctx)->line == lex->bad_line) {
+    lex->prog->diag->errors++; /* the lexer already explained this line */
+    return 0;
+  }
   yysymbol_kind_t expected[MAXEXP];
-  int n = yypcontext_expected_tokens(ctx, expected, MAXEXP);
+  int n = yypcontext_expected_tokens(ctx, expected, MAXEXP), kept = 0;
+  for (int i = 0; i < n; i++) /* a malformed number is never what anyone means */
+    if (expected[i] != YYSYMBOL_INT_ERROR) expected[kept++] = expected[i];
+  n = kept;
   yysymbol_kind_t tok = yypcontext_token(ctx);
   const Loc *loc = yypcontext_location(ctx);
   char msg[512], saw[96];

@@ -1,0 +1,3 @@
+model m {
+  config { d = 8  d = 9 }
+}

@@ -1,0 +1,14 @@
+block f(x) {
+  input z : f32[2]
+  return x
+}
+model m {
+  config { d = 8  seq = 4 }
+  input tokens : i32[batch, seq]
+  input targets : i32[batch, seq]
+  x = embed(tokens, 16, d)
+  y = f(x)
+  loss = cross_entropy(lm_head(x, 16), targets)
+
+}
+train { batch = 2 }

@@ -1,0 +1,3 @@
+block f(x) {
+  return x
+}

@@ -1,0 +1,3 @@
+model m {
+  config { batch = 8 }
+}

@@ -1,0 +1,2 @@
+model m {
+  config { d = 8

@@ -1,0 +1,10 @@
+model m {
+  config { d = 8  seq = 4 }
+  input tokens : i32[batch, seq]
+  input targets : i32[batch, seq]
+  x = embed(tokens, 16, d)
+  param w : [d] init uniform(2)
+  loss = cross_entropy(lm_head(x, 16), targets)
+
+}
+train { batch = 2 }

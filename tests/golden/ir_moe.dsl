@@ -1,0 +1,10 @@
+# Mixture of experts: top-2 of 4, capacity factor 1.25, load-balancing loss.
+model moe {
+  config { vocab = 16  seq = 4  d = 8  experts = 4  top_k = 2  ffn = 6 }
+  input tokens : i32[batch, seq]
+  input targets : i32[batch, seq]
+  x = embed(tokens, vocab, d)
+  x = x + moe(rmsnorm(x), experts, top_k, ffn, aux_loss = 0.01, capacity_factor = 1.25) as moe
+  loss = cross_entropy(lm_head(x, vocab), targets)
+}
+train { batch = 2 }
