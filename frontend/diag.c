@@ -94,7 +94,7 @@ int source_load(Source *s, const char *path) {
   memset(s, 0, sizeof *s);
   FILE *f = fopen(path, "rb");
   if (!f) {
-    fprintf(stderr, "parc: cannot open '%s': %s\n", path, strerror(errno));
+    fprintf(stderr, "parc: error: cannot open '%s': %s\n", path, strerror(errno));
     return 0;
   }
   size_t cap = 1 << 16, n = 0;
@@ -103,7 +103,7 @@ int source_load(Source *s, const char *path) {
     if (!buf) break;
     if (n == cap) {
       if (cap > ((size_t)1 << 31)) {
-        fprintf(stderr, "parc: '%s' is larger than 2 GiB\n", path);
+        fprintf(stderr, "parc: error: '%s' is larger than 2 GiB\n", path);
         free(buf);
         fclose(f);
         return 0;
@@ -124,7 +124,7 @@ int source_load(Source *s, const char *path) {
   int err = ferror(f) ? errno : 0;
   fclose(f);
   if (!buf || err) {
-    fprintf(stderr, "parc: cannot read '%s': %s\n", path, buf ? strerror(err) : "out of memory");
+    fprintf(stderr, "parc: error: cannot read '%s': %s\n", path, buf ? strerror(err) : "out of memory");
     free(buf);
     return 0;
   }

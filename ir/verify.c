@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "ir/ir.h"
+#include "ir/strmap.h"
 
 static int bad(char *why, size_t len, const IrNode *n, const char *what) {
   snprintf(why, len, "node %%%d (%s): %s", n ? n->id : -1,
@@ -10,7 +11,8 @@ static int bad(char *why, size_t len, const IrNode *n, const char *what) {
   return -1;
 }
 
-int ir_verify(const IrModule *m, char *why, size_t len) {
+static int verify_nodes(const IrModule *m, Arena *scratch, char *why, size_t len) {
+  StrMap names = {0};
   for (int i = 0; i < m->nnodes; i++) {
     const IrNode *n = m->nodes[i];
     if (!n || n->id != i) return bad(why, len, n, "id does not match its position");
@@ -29,12 +31,11 @@ int ir_verify(const IrModule *m, char *why, size_t len) {
         return bad(why, len, n, "input is not an earlier node of this module");
     }
     int leaf = ir_op_info[n->op].flags & IR_F_LEAF;
-    if (leaf != (n->name != NULL && n->name[0] != 0) && leaf)
+    if (leaf && (!n->name || !n->name[0]))
       return bad(why, len, n, "graph value without a name");
     if (leaf) {
-      for (int j = 0; j < i; j++)
-        if (m->nodes[j]->name && strcmp(m->nodes[j]->name, n->name) == 0)
-          return bad(why, len, n, "duplicate name");
+      if (strmap_get(&names, n->name)) return bad(why, len, n, "duplicate name");
+      strmap_put(scratch, &names, n->name, (void *)n);
       continue;
     }
     IrNode copy = *n;
@@ -47,4 +48,11 @@ int ir_verify(const IrModule *m, char *why, size_t len) {
   if (m->loss && (m->loss->rank != 0 || m->nodes[m->loss->id] != m->loss))
     return bad(why, len, m->loss, "loss is not a scalar node of this module");
   return 0;
+}
+
+int ir_verify(const IrModule *m, char *why, size_t len) {
+  Arena scratch = {0};
+  int rc = verify_nodes(m, &scratch, why, len);
+  arena_free(&scratch);
+  return rc;
 }
