@@ -1,0 +1,39 @@
+/* tests/support/load.c -- see load.h. */
+#include "tests/support/load.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/build.h"
+#include "passes/passes.h"
+
+extern const char parc_prelude[];
+extern const unsigned long parc_prelude_len;
+
+IrModule *test_load(const char *path, const char *const *defines, int n) {
+  Source prelude = {"prelude.dsl", parc_prelude, parc_prelude_len}, user;
+  if (!source_load(&user, path)) return NULL;
+  Arena arena = {0};
+  Diag diag;
+  diag_init(&diag, stderr);
+  Program prog = {.arena = &arena, .diag = &diag, .main_src = &user};
+  Override *ov = arena_alloc(&arena, sizeof(Override) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++) {
+    char *d = arena_strdup(&arena, defines[i]);
+    char *eq = strchr(d, '=');
+    if (!eq) return NULL;
+    *eq = 0;
+    ov[i] = (Override){d, eq + 1};
+  }
+  parse_source(&prog, &prelude);
+  parse_source(&prog, &user);
+  IrModule *m = diag.errors ? NULL : lower_program(&prog, ov, n);
+  PassOptions opt = {1, NULL, stderr};
+  if (m && pass_run_all(m, &opt)) {
+    ir_module_free(m);
+    m = NULL;
+  }
+  arena_free(&arena);
+  source_free(&user);
+  return m;
+}

@@ -1,0 +1,12 @@
+/* tests/support/load.h -- compile a DSL file to IR inside a test, as the
+ * driver does (prelude first, then the file, then the pass pipeline). */
+#ifndef PARC_TEST_LOAD_H
+#define PARC_TEST_LOAD_H
+
+#include "frontend/lower.h"
+
+/* Returns the module or NULL after printing diagnostics to stderr.
+ * defines: "NAME=VALUE" strings, n of them. */
+IrModule *test_load(const char *path, const char *const *defines, int n);
+
+#endif
