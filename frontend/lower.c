@@ -458,9 +458,14 @@ static Block *find_block(Lower *L, const char *name) {
   return NULL;
 }
 
+/* Whether op is a DSL primitive: graph values and what passes make are not. */
+static int dsl_primitive(int op) {
+  return !(ir_op_info[op].flags & (IR_F_LEAF | IR_F_BACKWARD | IR_F_INTERNAL));
+}
+
 static int find_op(const char *name) {
   for (int op = 0; op < IR_OP_COUNT; op++)
-    if (!(ir_op_info[op].flags & IR_F_LEAF) && strcmp(ir_op_info[op].name, name) == 0) return op;
+    if (dsl_primitive(op) && strcmp(ir_op_info[op].name, name) == 0) return op;
   return -1;
 }
 
@@ -834,7 +839,7 @@ static void unknown_callee(Lower *L, Frame *f, Expr *e) {
   Hint h = {NULL, 99};
   for (int i = 0; i < L->prog->nblocks; i++) hint_try(&h, e->name, L->prog->blocks[i]->name);
   for (int op = 0; op < IR_OP_COUNT; op++)
-    if (!(ir_op_info[op].flags & IR_F_LEAF)) hint_try(&h, e->name, ir_op_info[op].name);
+    if (dsl_primitive(op)) hint_try(&h, e->name, ir_op_info[op].name);
   for (int i = 0; extra_builtins[i]; i++) hint_try(&h, e->name, extra_builtins[i]);
   (void)f;
   char b[96];

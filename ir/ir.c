@@ -14,6 +14,7 @@ const char *const ir_dtype_name[IR_DTYPE_COUNT] = {"f32", "i32"};
 const char *const ir_shard_name[IR_SHARD_COUNT] = {"replicated", "column", "row", "vocab",
                                                    "expert"};
 const char *const ir_init_name[IR_INIT_COUNT] = {"normal", "zeros", "ones"};
+const char *const ir_phase_name[IR_PHASE_COUNT] = {"fwd", "B", "W"};
 
 IrModule *ir_module_new(const char *name) {
   Arena a = {0};

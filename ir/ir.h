@@ -9,7 +9,11 @@
  *   - every node's shape has 0 <= rank <= IR_MAX_RANK, every dimension >= 1,
  *     and the element count fits in int64;
  *   - shapes and dtypes are those ir_infer gives for the op and its inputs;
- *   - PARAM and INPUT nodes have unique, non-empty names.
+ *   - PARAM and INPUT nodes have unique, non-empty names;
+ *   - phases (see IrPhase): a forward node reads only forward nodes; a B
+ *     node reads only forward and B nodes (so W work can be deferred);
+ *   - grad is NULL except on PARAM nodes, where it is NULL or an f32 node of
+ *     this module with the parameter's shape.
  */
 #ifndef PARC_IR_H
 #define PARC_IR_H
@@ -27,6 +31,10 @@ enum {
   IR_F_LEAF = 1,       /* no inputs: a graph value supplied from outside */
   IR_F_DIFF = 2,       /* differentiable with respect to its float inputs */
   IR_F_POINTWISE = 4,  /* elementwise; fusable into one loop nest */
+  IR_F_BACKWARD = 8,   /* a backward primitive pass_autodiff emits; it has no
+                          VJP rule, so autodiff refuses a loss that depends
+                          on one through a parameter */
+  IR_F_INTERNAL = 16,  /* made by passes only: not a DSL primitive */
 };
 
 typedef enum {
@@ -68,6 +76,17 @@ typedef struct {
   int line, col;     /* 1-based; line 0 means unknown */
 } IrLoc;
 
+/* Which part of a training step a node belongs to.  pass_autodiff tags the
+ * nodes it appends; everything the frontend makes is IR_PHASE_FWD.
+ *   B: on the path to an activation gradient (d loss / d of a value that
+ *      depends on an INPUT): what a pipeline stage must compute before it
+ *      can send gradients upstream;
+ *   W: everything else in the backward pass, i.e. nodes that only feed
+ *      parameter gradients; zero-bubble schedules may defer them.
+ * B is closed under inputs: no B node reads a W node. */
+typedef enum { IR_PHASE_FWD, IR_PHASE_B, IR_PHASE_W, IR_PHASE_COUNT } IrPhase;
+extern const char *const ir_phase_name[IR_PHASE_COUNT];
+
 typedef struct IrNode IrNode;
 struct IrNode {
   int id;                  /* index in module->nodes */
@@ -84,8 +103,15 @@ struct IrNode {
   double init_std;         /* PARAM with IR_INIT_NORMAL */
   IrShard shard;           /* PARAM only */
   int shard_dim;           /* PARAM: dimension split, -1 if none (pass_intent) */
-  int layer;               /* index of the repeat iteration, -1 outside */
+  int layer;               /* index of the repeat iteration, -1 outside;
+                              backward nodes take the layer of the forward
+                              node whose rule made them */
   IrLoc loc;
+  IrPhase phase;           /* IR_PHASE_FWD unless made by autodiff */
+  IrNode *grad;            /* PARAM after pass_autodiff: the node holding
+                              d(loss)/d(this), same shape; NULL when the
+                              loss does not depend on the parameter (its
+                              gradient is zero) or before autodiff */
 };
 
 /* A named scalar setting (config or train), kept for reports and codegen. */

@@ -2,6 +2,9 @@
  *
  * Text form, one line per node in topological order:
  *   %ID = OP %IN, %IN [attr=value ...] : TYPE [name] [init ...] [shard ...]  # layer L, FILE:LINE:COL
+ * where backward nodes (after autodiff) say their phase first: `# phase B,`
+ * or `# phase W,`.  Then `loss = %ID` and, after autodiff, one
+ * `grad NAME = %ID` line per parameter gradient.
  * Files are printed by base name so that output does not depend on where
  * the compiler was run from. */
 #include <string.h>
@@ -62,10 +65,14 @@ void ir_print(FILE *out, const IrModule *m) {
       if (n->shard_dim >= 0) fprintf(out, "(%d)", n->shard_dim);
     }
     fprintf(out, "  #");
+    if (n->phase != IR_PHASE_FWD) fprintf(out, " phase %s,", ir_phase_name[n->phase]);
     if (n->layer >= 0) fprintf(out, " layer %d,", n->layer);
     fprintf(out, " %s:%d:%d\n", base_name(n->loc.file), n->loc.line, n->loc.col);
   }
   if (m->loss) fprintf(out, "loss = %%%d\n", m->loss->id);
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->grad)
+      fprintf(out, "grad %s = %%%d\n", m->nodes[i]->name, m->nodes[i]->grad->id);
 }
 
 void ir_print_dot(FILE *out, const IrModule *m) {
@@ -76,9 +83,12 @@ void ir_print_dot(FILE *out, const IrModule *m) {
     const IrNode *n = m->nodes[i];
     const char *shape = n->op == IR_OP_PARAM ? "box" : n->op == IR_OP_INPUT ? "invhouse"
                                                                              : "ellipse";
-    fprintf(out, "  n%d [shape=%s, label=\"%%%d %s%s%s\\n%s\"%s];\n", n->id, shape, n->id,
+    fprintf(out, "  n%d [shape=%s, label=\"%%%d %s%s%s\\n%s\"%s%s];\n", n->id, shape, n->id,
             ir_op_info[n->op].name, n->name ? " " : "", n->name ? n->name : "",
-            ir_type_str(n, ty, sizeof ty), n == m->loss ? ", style=bold" : "");
+            ir_type_str(n, ty, sizeof ty), n == m->loss ? ", style=bold" : "",
+            n->phase == IR_PHASE_B   ? ", color=blue"
+            : n->phase == IR_PHASE_W ? ", color=gray"
+                                     : "");
     for (int j = 0; j < n->ninputs; j++) fprintf(out, "  n%d -> n%d;\n", n->inputs[j]->id, n->id);
   }
   fprintf(out, "}\n");

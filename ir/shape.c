@@ -63,7 +63,9 @@ static int same_shape(const IrNode *a, const IrNode *b) {
   return 1;
 }
 
-static int infer_matmul(IrNode *n, char *why, size_t len) {
+/* matmul and matmul_ta: a[..., m, k] (matmul_ta: a[..., k, m]) times
+ * b[..., k, n] (transpose_b: b[..., n, k]); b is rank 2 or batched like a. */
+static int infer_matmul(IrNode *n, int ta, char *why, size_t len) {
   const IrNode *a = n->inputs[0], *b = n->inputs[1];
   char x[160], y[160];
   if (a->rank < 2 || b->rank < 2)
@@ -74,13 +76,15 @@ static int infer_matmul(IrNode *n, char *why, size_t len) {
     if (a->shape[i] != b->shape[i])
       return fail(why, len, n, "batch dimensions differ: %s and %s", T(0, x), T(1, y));
   int tb = n->ia[0] != 0;
-  int64_t k = a->shape[a->rank - 1];
+  int64_t k = a->shape[a->rank - (ta ? 2 : 1)], m = a->shape[a->rank - (ta ? 1 : 2)];
   int64_t kb = b->shape[b->rank - (tb ? 1 : 2)], nn = b->shape[b->rank - (tb ? 2 : 1)];
   if (k != kb)
-    return fail(why, len, n, "inner dimensions differ: %s @ %s%s (%lld vs %lld)", T(0, x),
-                T(1, y), tb ? " (transposed)" : "", (long long)k, (long long)kb);
+    return fail(why, len, n, "inner dimensions differ: %s%s @ %s%s (%lld vs %lld)", T(0, x),
+                ta ? " (transposed)" : "", T(1, y), tb ? " (transposed)" : "", (long long)k,
+                (long long)kb);
   int64_t s[IR_MAX_RANK];
   memcpy(s, a->shape, sizeof s);
+  s[a->rank - 2] = m;
   s[a->rank - 1] = nn;
   set(n, IR_F32, a->rank, s);
   return 1;
@@ -89,6 +93,66 @@ static int infer_matmul(IrNode *n, char *why, size_t len) {
 static int axis_ok(IrNode *n, int64_t axis, int rank, char *why, size_t len) {
   if (axis >= 0 && axis < rank) return 1;
   return fail(why, len, n, "axis %lld out of range for rank %d", (long long)axis, rank);
+}
+
+/* The node's own shape (fill, broadcast, sum_to) must be a valid shape. */
+static int own_shape_ok(IrNode *n, char *why, size_t len) {
+  if (n->rank < 0 || n->rank > IR_MAX_RANK) return fail(why, len, n, "target rank out of range");
+  int64_t k = 1;
+  for (int i = 0; i < n->rank; i++) {
+    if (n->shape[i] < 1 || n->shape[i] > IR_MAX_DIM || k > INT64_MAX / n->shape[i])
+      return fail(why, len, n, "target dimension %d out of range", i);
+    k *= n->shape[i];
+  }
+  return 1;
+}
+
+/* Whether shape (r, s) numpy-broadcasts to (rb, sb). */
+static int broadcasts_to(int r, const int64_t *s, int rb, const int64_t *sb) {
+  if (r > rb) return 0;
+  for (int i = 0; i < r; i++) {
+    int64_t d = s[i], db = sb[rb - r + i];
+    if (d != db && d != 1) return 0;
+  }
+  return 1;
+}
+
+/* All inputs in [from, to) have the shape of input `ref`. */
+static int same_as(IrNode *n, int ref, int from, int to, char *why, size_t len) {
+  char x[160], y[160];
+  for (int i = from; i < to; i++)
+    if (!same_shape(n->inputs[i], n->inputs[ref]))
+      return fail(why, len, n, "operand %d %s must have the shape of operand %d %s", i + 1,
+                  T(i, x), ref + 1, T(ref, y));
+  return 1;
+}
+
+/* q[B,H,T,hd], k and v [B,KV,T,hd], H a multiple of KV. */
+static int attention_operands(IrNode *n, char *why, size_t len) {
+  IrNode *a = n->inputs[0], *b = n->inputs[1], *v = n->inputs[2];
+  char x[160], y[160];
+  for (int i = 0; i < n->ninputs; i++)
+    if (!want(why, len, n, i, IR_F32)) return 0;
+  if (a->rank != 4 || b->rank != 4 || v->rank != 4)
+    return fail(why, len, n, "q, k, v must be [batch, heads, seq, head_dim], got %s and %s",
+                T(0, x), T(1, y));
+  if (!same_shape(b, v))
+    return fail(why, len, n, "k and v differ: %s and %s", T(1, x), T(2, y));
+  if (a->shape[0] != b->shape[0] || a->shape[2] != b->shape[2] || a->shape[3] != b->shape[3])
+    return fail(why, len, n, "q %s and k %s differ in batch, seq or head_dim", T(0, x),
+                T(1, y));
+  if (a->shape[1] % b->shape[1])
+    return fail(why, len, n, "query heads %lld are not a multiple of kv heads %lld",
+                (long long)a->shape[1], (long long)b->shape[1]);
+  return 1;
+}
+
+/* dispatch / combine_grad_y attributes: experts and capacity. */
+static int experts_ok(IrNode *n, char *why, size_t len) {
+  if (n->ia[0] >= 1 && n->ia[1] >= 1 && n->ia[0] <= IR_MAX_DIM && n->ia[1] <= IR_MAX_DIM)
+    return 1;
+  return fail(why, len, n, "experts (%lld) and capacity (%lld) must be positive",
+              (long long)n->ia[0], (long long)n->ia[1]);
 }
 
 int ir_infer(IrNode *n, char *why, size_t len) {
@@ -110,7 +174,7 @@ int ir_infer(IrNode *n, char *why, size_t len) {
 
   case IR_OP_MATMUL:
     if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_F32)) return 0;
-    return infer_matmul(n, why, len);
+    return infer_matmul(n, 0, why, len);
 
   case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV:
     if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_F32)) return 0;
@@ -135,24 +199,10 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     set(n, IR_F32, a->rank, a->shape);
     return 1;
 
-  case IR_OP_ATTENTION: {
-    IrNode *v = n->inputs[2];
-    for (int i = 0; i < 3; i++)
-      if (!want(why, len, n, i, IR_F32)) return 0;
-    if (a->rank != 4 || b->rank != 4 || v->rank != 4)
-      return fail(why, len, n, "q, k, v must be [batch, heads, seq, head_dim], got %s and %s",
-                  T(0, x), T(1, y));
-    if (!same_shape(b, v))
-      return fail(why, len, n, "k and v differ: %s and %s", T(1, x), T(2, y));
-    if (a->shape[0] != b->shape[0] || a->shape[2] != b->shape[2] || a->shape[3] != b->shape[3])
-      return fail(why, len, n, "q %s and k %s differ in batch, seq or head_dim", T(0, x),
-                  T(1, y));
-    if (a->shape[1] % b->shape[1])
-      return fail(why, len, n, "query heads %lld are not a multiple of kv heads %lld",
-                  (long long)a->shape[1], (long long)b->shape[1]);
+  case IR_OP_ATTENTION:
+    if (!attention_operands(n, why, len)) return 0;
     set(n, IR_F32, 4, a->shape);
     return 1;
-  }
 
   case IR_OP_ROPE:
     if (!want(why, len, n, 0, IR_F32)) return 0;
@@ -291,9 +341,7 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     if (a->rank != 2 || b->rank != 2 || a->shape[0] != b->shape[0])
       return fail(why, len, n, "needs tokens [n, d] and choices [n, k], got %s and %s", T(0, x),
                   T(1, y));
-    if (n->ia[0] < 1 || n->ia[1] < 1)
-      return fail(why, len, n, "experts (%lld) and capacity (%lld) must be positive",
-                  (long long)n->ia[0], (long long)n->ia[1]);
+    if (!experts_ok(n, why, len)) return 0;
     s[0] = n->ia[0], s[1] = n->ia[1], s[2] = a->shape[1];
     set(n, IR_F32, 3, s);
     return 1;
@@ -307,6 +355,135 @@ int ir_infer(IrNode *n, char *why, size_t len) {
       return fail(why, len, n, "needs experts [e, c, d], choices [n, k] and weights [n, k]");
     s[0] = b->shape[0], s[1] = a->shape[2];
     set(n, IR_F32, 2, s);
+    return 1;
+  }
+
+  case IR_OP_FILL:
+    if (!own_shape_ok(n, why, len)) return 0;
+    n->dtype = IR_F32;
+    return 1;
+
+  case IR_OP_BROADCAST: case IR_OP_SUM_TO: {
+    if (!want(why, len, n, 0, IR_F32) || !own_shape_ok(n, why, len)) return 0;
+    int down = n->op == IR_OP_SUM_TO;
+    int ok = down ? broadcasts_to(n->rank, n->shape, a->rank, a->shape)
+                  : broadcasts_to(a->rank, a->shape, n->rank, n->shape);
+    if (!ok) {
+      IrNode t = *n;
+      t.dtype = IR_F32;
+      ir_type_str(&t, y, sizeof y);
+      if (down) return fail(why, len, n, "target %s does not broadcast to %s", y, T(0, x));
+      return fail(why, len, n, "%s does not broadcast to target %s", T(0, x), y);
+    }
+    n->dtype = IR_F32;
+    return 1;
+  }
+
+  case IR_OP_MATMUL_TA:
+    if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_F32)) return 0;
+    return infer_matmul(n, 1, why, len);
+
+  case IR_OP_GELU_GRAD: case IR_OP_SILU_GRAD: case IR_OP_RELU_GRAD: case IR_OP_SOFTMAX_GRAD:
+    if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_F32) ||
+        !same_as(n, 0, 1, 2, why, len))
+      return 0;
+    if (n->op == IR_OP_SOFTMAX_GRAD && a->rank < 1)
+      return fail(why, len, n, "needs rank >= 1, got %s", T(0, x));
+    set(n, IR_F32, a->rank, a->shape);
+    return 1;
+
+  case IR_OP_LAYERNORM_GRAD: case IR_OP_RMSNORM_GRAD:
+  case IR_OP_LAYERNORM_WGRAD: case IR_OP_RMSNORM_WGRAD: {
+    /* (x, w, dy) -> dx, or (x, dy) -> dw [D] */
+    int wgrad = n->op == IR_OP_LAYERNORM_WGRAD || n->op == IR_OP_RMSNORM_WGRAD;
+    for (int i = 0; i < n->ninputs; i++)
+      if (!want(why, len, n, i, IR_F32)) return 0;
+    if (a->rank < 1) return fail(why, len, n, "needs rank >= 1, got %s", T(0, x));
+    if (!same_as(n, 0, n->ninputs - 1, n->ninputs, why, len)) return 0;
+    if (!wgrad && (b->rank != 1 || b->shape[0] != last(a)))
+      return fail(why, len, n, "gain %s does not match the last dimension of %s", T(1, y),
+                  T(0, x));
+    if (wgrad) set(n, IR_F32, 1, &a->shape[a->rank - 1]);
+    else set(n, IR_F32, a->rank, a->shape);
+    return 1;
+  }
+
+  case IR_OP_ATTENTION_GRAD:
+    /* packed result: [B, H + 2 KV, T, hd] holds dq, dk, dv along dimension 1 */
+    if (!attention_operands(n, why, len) || !same_as(n, 0, 3, 4, why, len)) return 0;
+    memcpy(s, a->shape, sizeof s);
+    s[1] = a->shape[1] + 2 * b->shape[1];
+    set(n, IR_F32, 4, s);
+    return 1;
+
+  case IR_OP_ROPE_GRAD:
+    if (!want(why, len, n, 0, IR_F32)) return 0;
+    if (a->rank != 4 || a->shape[3] % 2)
+      return fail(why, len, n, "needs [batch, heads, seq, head_dim] with even head_dim, got %s",
+                  T(0, x));
+    set(n, IR_F32, 4, a->shape);
+    return 1;
+
+  case IR_OP_EMBEDDING_GRAD:
+    /* (ids [...], dy [..., D]) -> [vocab, D] */
+    if (!want(why, len, n, 0, IR_I32) || !want(why, len, n, 1, IR_F32)) return 0;
+    if (b->rank != a->rank + 1 || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->rank))
+      return fail(why, len, n, "ids %s and gradient %s do not match", T(0, x), T(1, y));
+    if (n->ia[0] < 1 || n->ia[0] > IR_MAX_DIM)
+      return fail(why, len, n, "vocab %lld must be positive", (long long)n->ia[0]);
+    s[0] = n->ia[0], s[1] = last(b);
+    set(n, IR_F32, 2, s);
+    return 1;
+
+  case IR_OP_CROSS_ENTROPY_GRAD: {
+    /* (logits [..., V], targets [...], dloss []) -> dlogits */
+    IrNode *c = n->inputs[2];
+    if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_I32) ||
+        !want(why, len, n, 2, IR_F32))
+      return 0;
+    if (a->rank != b->rank + 1 || a->rank < 2 ||
+        memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)b->rank) || c->rank != 0)
+      return fail(why, len, n, "needs logits [..., V], targets [...] and a scalar, got %s, %s",
+                  T(0, x), T(1, y));
+    set(n, IR_F32, a->rank, a->shape);
+    return 1;
+  }
+
+  case IR_OP_SCATTER_ADD:
+    /* (idx [..., k], dy [..., k]) -> [..., n] */
+    if (!want(why, len, n, 0, IR_I32) || !want(why, len, n, 1, IR_F32) ||
+        !same_as(n, 0, 1, 2, why, len))
+      return 0;
+    if (a->rank < 1 || n->ia[0] < 1 || n->ia[0] > IR_MAX_DIM)
+      return fail(why, len, n, "bad size n = %lld for %s", (long long)n->ia[0], T(0, x));
+    memcpy(s, a->shape, sizeof s);
+    s[a->rank - 1] = n->ia[0];
+    set(n, IR_F32, a->rank, s);
+    return 1;
+
+  case IR_OP_COMBINE_GRAD_Y: {
+    /* (dout [N, D], idx [N, k], w [N, k]) -> [experts, capacity, D] */
+    IrNode *w = n->inputs[2];
+    if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_I32) ||
+        !want(why, len, n, 2, IR_F32) || !experts_ok(n, why, len))
+      return 0;
+    if (a->rank != 2 || b->rank != 2 || !same_shape(b, w) || a->shape[0] != b->shape[0])
+      return fail(why, len, n, "needs gradient [n, d], choices [n, k] and weights [n, k]");
+    s[0] = n->ia[0], s[1] = n->ia[1], s[2] = a->shape[1];
+    set(n, IR_F32, 3, s);
+    return 1;
+  }
+
+  case IR_OP_COMBINE_GRAD_W: {
+    /* (dout [N, D], y [E, C, D], idx [N, k]) -> [N, k] */
+    IrNode *idx = n->inputs[2];
+    if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_F32) ||
+        !want(why, len, n, 2, IR_I32))
+      return 0;
+    if (a->rank != 2 || b->rank != 3 || idx->rank != 2 || a->shape[0] != idx->shape[0] ||
+        a->shape[1] != b->shape[2])
+      return fail(why, len, n, "needs gradient [n, d], experts [e, c, d] and choices [n, k]");
+    set(n, IR_F32, 2, idx->shape);
     return 1;
   }
 

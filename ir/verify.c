@@ -25,11 +25,22 @@ static int verify_nodes(const IrModule *m, Arena *scratch, char *why, size_t len
       if (numel > INT64_MAX / n->shape[d]) return bad(why, len, n, "element count overflows");
       numel *= n->shape[d];
     }
+    if ((unsigned)n->phase >= IR_PHASE_COUNT) return bad(why, len, n, "unknown phase");
     for (int j = 0; j < n->ninputs; j++) {
       const IrNode *in = n->inputs[j];
       if (!in || in->id >= i || m->nodes[in->id] != in)
         return bad(why, len, n, "input is not an earlier node of this module");
+      if (n->phase == IR_PHASE_FWD && in->phase != IR_PHASE_FWD)
+        return bad(why, len, n, "forward node reads a backward node");
+      if (n->phase == IR_PHASE_B && in->phase == IR_PHASE_W)
+        return bad(why, len, n, "B node reads a W node");
     }
+    if (n->grad && (n->op != IR_OP_PARAM || n->grad->id < 0 || n->grad->id >= m->nnodes ||
+                    m->nodes[n->grad->id] != n->grad))
+      return bad(why, len, n, "gradient is not a node of this module, or not of a parameter");
+    if (n->grad && (n->grad->dtype != IR_F32 || n->grad->rank != n->rank ||
+                    memcmp(n->grad->shape, n->shape, sizeof(int64_t) * (size_t)n->rank) != 0))
+      return bad(why, len, n, "gradient differs from the parameter in type");
     int leaf = ir_op_info[n->op].flags & IR_F_LEAF;
     if (leaf && (!n->name || !n->name[0]))
       return bad(why, len, n, "graph value without a name");

@@ -39,6 +39,13 @@ int pass_intent(IrModule *m);
  * every graph value (inputs and parameters). */
 int pass_dce(IrModule *m);
 
+/* passes/autodiff.c: appends the backward pass: d(loss)/d(p) for every
+ * parameter p the loss depends on, recorded as p->grad, every new node
+ * tagged IR_PHASE_B or IR_PHASE_W (see ir/ir.h).  Not in the default pass
+ * list yet.  Returns -1 after printing why (an op with no gradient rule,
+ * a module already differentiated). */
+int pass_autodiff(IrModule *m);
+
 /* passes/layout.c: checks the degrees against the model; prints one line
  * per problem to err and returns how many there were. */
 int layout_check(const IrModule *m, const Layout *lay, FILE *err);

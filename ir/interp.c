@@ -1,0 +1,829 @@
+/* ir/interp.c -- the reference interpreter, one plain implementation per op
+ * (ORDER-OPS).
+ *
+ * The comment above each op's function is its specification; the CPU and
+ * CUDA kernels are tested against these functions.  Conventions used in
+ * every comment:
+ *   - tensors are row-major, last dimension fastest; "rows" of x are its
+ *     numel(x) / D vectors along the last dimension D;
+ *   - "broadcasting" is numpy's: shapes are right-aligned and a dimension of
+ *     1 stretches to the other operand's;
+ *   - an i32 index outside its range is an error, never clamped or wrapped.
+ * Arithmetic is in double; there is no reordering for speed. */
+#include "ir/interp.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- storage ---------------------------------------------------------------- */
+
+static void *xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size);
+  if (!p) {
+    fprintf(stderr, "parc: out of memory (interpreter, %zu x %zu bytes)\n", n, size);
+    exit(3);
+  }
+  return p;
+}
+
+IrInterp *ir_interp_new(const IrModule *m) {
+  IrInterp *it = xcalloc(1, sizeof *it);
+  it->m = m;
+  it->nnodes = m->nnodes;
+  it->f = xcalloc((size_t)m->nnodes, sizeof *it->f);
+  it->i = xcalloc((size_t)m->nnodes, sizeof *it->i);
+  for (int k = 0; k < m->nnodes; k++) {
+    const IrNode *n = m->nodes[k];
+    size_t numel = (size_t)ir_numel(n);
+    if (n->dtype == IR_I32) it->i[k] = xcalloc(numel, sizeof(int32_t));
+    else it->f[k] = xcalloc(numel, sizeof(double));
+  }
+  return it;
+}
+
+void ir_interp_free(IrInterp *it) {
+  if (!it) return;
+  for (int k = 0; k < it->nnodes; k++) {
+    free(it->f[k]);
+    free(it->i[k]);
+  }
+  free(it->f);
+  free(it->i);
+  free(it);
+}
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+typedef struct {
+  IrInterp *it;
+  const IrNode *n;
+  char *why;
+  size_t len;
+} Ctx;
+
+static int fail(Ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int fail(Ctx *c, const char *fmt, ...) {
+  size_t k = (size_t)snprintf(c->why, c->len, "node %%%d (%s): ", c->n->id,
+                              ir_op_info[c->n->op].name);
+  if (k < c->len) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->why + k, c->len - k, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}
+
+#define OUT(c) ((c)->it->f[(c)->n->id])
+#define IN(c, k) ((c)->it->f[(c)->n->inputs[k]->id])
+#define IDX(c, k) ((c)->it->i[(c)->n->inputs[k]->id])
+#define ARG(c, k) ((c)->n->inputs[k])
+
+static int64_t last_dim(const IrNode *x) { return x->rank ? x->shape[x->rank - 1] : 1; }
+
+/* Flat index into x of the element that broadcasting x to out's shape puts
+ * at flat index o of out (x's dimensions right-aligned with out's; x's
+ * dimensions of size 1 repeat). */
+static int64_t bcast_offset(const IrNode *x, const IrNode *out, int64_t o) {
+  int64_t off = 0, stride = 1;
+  for (int d = out->rank - 1, dx = x->rank - 1; d >= 0; d--, dx--) {
+    int64_t i = o % out->shape[d];
+    o /= out->shape[d];
+    if (dx < 0) continue;
+    if (x->shape[dx] != 1) off += i * stride;
+    stride *= x->shape[dx];
+  }
+  return off;
+}
+
+/* Checks that every index in idx[0..count) lies in [0, limit). */
+static int check_ids(Ctx *c, const int32_t *idx, int64_t count, int64_t limit, const char *what) {
+  for (int64_t p = 0; p < count; p++)
+    if (idx[p] < 0 || idx[p] >= limit)
+      return fail(c, "%s %d at position %lld is outside [0, %lld)", what, idx[p], (long long)p,
+                  (long long)limit);
+  return 0;
+}
+
+/* ---- dense algebra ---------------------------------------------------------- */
+
+/* matmul(a, b) [transpose_b] and matmul_ta(a, b) [transpose_b]:
+ *   A = a[..., m, k] (matmul_ta: a[..., k, m] read transposed),
+ *   B = b[..., k, n] (transpose_b: b[..., n, k] read transposed),
+ *   out[..., i, j] = sum_p A[..., i, p] * B[..., p, j].
+ * A rank-2 b is shared by every batch index of a (numpy broadcasting); a
+ * batched b has a's rank and a's batch dimensions. */
+static int eval_matmul(Ctx *c, int ta) {
+  const IrNode *a = ARG(c, 0), *b = ARG(c, 1);
+  int tb = c->n->ia[0] != 0;
+  int64_t m = c->n->shape[c->n->rank - 2], n = c->n->shape[c->n->rank - 1];
+  int64_t k = a->shape[a->rank - (ta ? 2 : 1)];
+  int64_t batch = ir_numel(a) / (m * k);
+  int b_batched = b->rank > 2;
+  const double *A = IN(c, 0), *B = IN(c, 1);
+  double *out = OUT(c);
+  for (int64_t bi = 0; bi < batch; bi++) {
+    const double *ab = A + bi * m * k, *bb = B + (b_batched ? bi * k * n : 0);
+    double *ob = out + bi * m * n;
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double s = 0;
+        for (int64_t p = 0; p < k; p++) {
+          double x = ta ? ab[p * m + i] : ab[i * k + p];
+          double y = tb ? bb[j * k + p] : bb[p * n + j];
+          s += x * y;
+        }
+        ob[i * n + j] = s;
+      }
+  }
+  return 0;
+}
+
+/* ---- elementwise ------------------------------------------------------------ */
+
+/* add, sub, mul, div: out = a OP b with broadcasting; division by zero
+ * follows IEEE (inf, nan). */
+static int eval_binary(Ctx *c) {
+  const double *A = IN(c, 0), *B = IN(c, 1);
+  double *out = OUT(c);
+  for (int64_t o = 0; o < ir_numel(c->n); o++) {
+    double x = A[bcast_offset(ARG(c, 0), c->n, o)], y = B[bcast_offset(ARG(c, 1), c->n, o)];
+    switch (c->n->op) {
+    case IR_OP_ADD: out[o] = x + y; break;
+    case IR_OP_SUB: out[o] = x - y; break;
+    case IR_OP_MUL: out[o] = x * y; break;
+    default: out[o] = x / y; break;
+    }
+  }
+  return 0;
+}
+
+#define INTERP_PI 3.14159265358979323846
+
+static double gelu(double x) {
+  const double k = sqrt(2.0 / INTERP_PI);
+  return 0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x)));
+}
+
+/* d gelu / dx for the tanh form above. */
+static double gelu_deriv(double x) {
+  const double k = sqrt(2.0 / INTERP_PI);
+  double t = tanh(k * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* scale: x * by.  gelu: the tanh approximation
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).  silu: x * sigmoid(x).
+ * relu: max(x, 0).  exp: e^x. */
+static int eval_unary(Ctx *c) {
+  const double *x = IN(c, 0);
+  double *out = OUT(c);
+  for (int64_t o = 0; o < ir_numel(c->n); o++) {
+    switch (c->n->op) {
+    case IR_OP_SCALE: out[o] = x[o] * c->n->fa; break;
+    case IR_OP_GELU: out[o] = gelu(x[o]); break;
+    case IR_OP_SILU: out[o] = x[o] * sigmoid(x[o]); break;
+    case IR_OP_RELU: out[o] = x[o] > 0 ? x[o] : 0; break;
+    default: out[o] = exp(x[o]); break;
+    }
+  }
+  return 0;
+}
+
+/* gelu_grad(x, dy) = dy * gelu'(x); silu_grad(x, dy) = dy * s (1 + x (1 - s))
+ * with s = sigmoid(x); relu_grad(x, dy) = dy where x > 0, else 0. */
+static int eval_act_grad(Ctx *c) {
+  const double *x = IN(c, 0), *dy = IN(c, 1);
+  double *out = OUT(c);
+  for (int64_t o = 0; o < ir_numel(c->n); o++) {
+    double d;
+    if (c->n->op == IR_OP_GELU_GRAD) d = gelu_deriv(x[o]);
+    else if (c->n->op == IR_OP_SILU_GRAD) d = sigmoid(x[o]) * (1 + x[o] * (1 - sigmoid(x[o])));
+    else d = x[o] > 0 ? 1 : 0;
+    out[o] = dy[o] * d;
+  }
+  return 0;
+}
+
+/* ---- normalisation ---------------------------------------------------------- */
+
+/* Mean and 1/sqrt(var + eps) of one row: LayerNorm uses the biased variance
+ * mean((x - mu)^2); RMSNorm uses mu = 0 and mean(x^2). */
+static void row_stats(const double *x, int64_t d, int rms, double eps, double *mu, double *rstd) {
+  double m = 0, v = 0;
+  if (!rms) {
+    for (int64_t j = 0; j < d; j++) m += x[j];
+    m /= (double)d;
+  }
+  for (int64_t j = 0; j < d; j++) v += (x[j] - m) * (x[j] - m);
+  *mu = m;
+  *rstd = 1.0 / sqrt(v / (double)d + eps);
+}
+
+/* layer_norm(x, w, b): per row, (x - mean) / sqrt(var + eps) * w + b with the
+ * biased variance.  rms_norm(x, w): per row, x / sqrt(mean(x^2) + eps) * w. */
+static int eval_norm(Ctx *c) {
+  int rms = c->n->op == IR_OP_RMSNORM;
+  int64_t d = last_dim(c->n), rows = ir_numel(c->n) / d;
+  const double *x = IN(c, 0), *w = IN(c, 1), *b = rms ? NULL : IN(c, 2);
+  double *out = OUT(c);
+  for (int64_t r = 0; r < rows; r++) {
+    double mu, rstd;
+    row_stats(x + r * d, d, rms, c->n->fa, &mu, &rstd);
+    for (int64_t j = 0; j < d; j++)
+      out[r * d + j] = (x[r * d + j] - mu) * rstd * w[j] + (b ? b[j] : 0);
+  }
+  return 0;
+}
+
+/* layer_norm_grad(x, w, dy) and rms_norm_grad(x, w, dy): the gradient with
+ * respect to x of the norm above.  Per row, with xhat = (x - mu) * rstd
+ * (rms: mu = 0) and g = dy * w:
+ *   layer_norm: dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+ *   rms_norm:   dx = rstd * (g - xhat * mean(g * xhat)) */
+static int eval_norm_grad(Ctx *c) {
+  int rms = c->n->op == IR_OP_RMSNORM_GRAD;
+  int64_t d = last_dim(c->n), rows = ir_numel(c->n) / d;
+  const double *x = IN(c, 0), *w = IN(c, 1), *dy = IN(c, 2);
+  double *out = OUT(c);
+  for (int64_t r = 0; r < rows; r++) {
+    const double *xr = x + r * d, *gr = dy + r * d;
+    double mu, rstd, mg = 0, mgx = 0;
+    row_stats(xr, d, rms, c->n->fa, &mu, &rstd);
+    for (int64_t j = 0; j < d; j++) {
+      mg += gr[j] * w[j];
+      mgx += gr[j] * w[j] * (xr[j] - mu) * rstd;
+    }
+    mg /= (double)d;
+    mgx /= (double)d;
+    for (int64_t j = 0; j < d; j++) {
+      double xhat = (xr[j] - mu) * rstd;
+      out[r * d + j] = rstd * (gr[j] * w[j] - (rms ? 0 : mg) - xhat * mgx);
+    }
+  }
+  return 0;
+}
+
+/* layer_norm_wgrad(x, dy) and rms_norm_wgrad(x, dy) -> [D]: the gradient
+ * with respect to the gain, dw[j] = sum over rows of dy[r, j] * xhat[r, j]
+ * (xhat as in the norm's gradient). */
+static int eval_norm_wgrad(Ctx *c) {
+  int rms = c->n->op == IR_OP_RMSNORM_WGRAD;
+  const IrNode *xn = ARG(c, 0);
+  int64_t d = last_dim(xn), rows = ir_numel(xn) / d;
+  const double *x = IN(c, 0), *dy = IN(c, 1);
+  double *out = OUT(c);
+  memset(out, 0, sizeof(double) * (size_t)d);
+  for (int64_t r = 0; r < rows; r++) {
+    double mu, rstd;
+    row_stats(x + r * d, d, rms, c->n->fa, &mu, &rstd);
+    for (int64_t j = 0; j < d; j++) out[j] += dy[r * d + j] * (x[r * d + j] - mu) * rstd;
+  }
+  return 0;
+}
+
+/* softmax(x): per row, exp(x - max) / sum(exp(x - max)). */
+static int eval_softmax(Ctx *c) {
+  int64_t d = last_dim(c->n), rows = ir_numel(c->n) / d;
+  const double *x = IN(c, 0);
+  double *out = OUT(c);
+  for (int64_t r = 0; r < rows; r++) {
+    double mx = -INFINITY, s = 0;
+    for (int64_t j = 0; j < d; j++) mx = fmax(mx, x[r * d + j]);
+    for (int64_t j = 0; j < d; j++) s += out[r * d + j] = exp(x[r * d + j] - mx);
+    for (int64_t j = 0; j < d; j++) out[r * d + j] /= s;
+  }
+  return 0;
+}
+
+/* softmax_grad(y, dy) with y = softmax(x): per row,
+ * dx = y * (dy - sum(dy * y)). */
+static int eval_softmax_grad(Ctx *c) {
+  int64_t d = last_dim(c->n), rows = ir_numel(c->n) / d;
+  const double *y = IN(c, 0), *dy = IN(c, 1);
+  double *out = OUT(c);
+  for (int64_t r = 0; r < rows; r++) {
+    double s = 0;
+    for (int64_t j = 0; j < d; j++) s += dy[r * d + j] * y[r * d + j];
+    for (int64_t j = 0; j < d; j++) out[r * d + j] = y[r * d + j] * (dy[r * d + j] - s);
+  }
+  return 0;
+}
+
+/* ---- attention -------------------------------------------------------------- */
+
+/* Attention probabilities of query row t for (batch b, head h) into p[0..T):
+ * s[u] = scale * q[b,h,t,:] . k[b,h/(H/KV),u,:], u > t masked out (p = 0)
+ * when causal, p = softmax(s) over the unmasked u. */
+static void attn_probs(Ctx *c, int64_t b, int64_t h, int64_t t, double *p) {
+  const IrNode *qn = ARG(c, 0), *kn = ARG(c, 1);
+  int64_t H = qn->shape[1], KV = kn->shape[1], T = qn->shape[2], hd = qn->shape[3];
+  int64_t kh = h / (H / KV);
+  const double *q = IN(c, 0) + ((b * H + h) * T + t) * hd;
+  const double *k = IN(c, 1) + (b * KV + kh) * T * hd;
+  int64_t end = c->n->ia[0] ? t + 1 : T;
+  double mx = -INFINITY, s = 0;
+  for (int64_t u = 0; u < T; u++) {
+    p[u] = 0;
+    if (u >= end) continue;
+    double dot = 0;
+    for (int64_t i = 0; i < hd; i++) dot += q[i] * k[u * hd + i];
+    p[u] = dot * c->n->fa;
+    mx = fmax(mx, p[u]);
+  }
+  for (int64_t u = 0; u < end; u++) s += p[u] = exp(p[u] - mx);
+  for (int64_t u = 0; u < end; u++) p[u] /= s;
+}
+
+/* sdpa(q[B,H,T,hd], k[B,KV,T,hd], v[B,KV,T,hd]) causal scale:
+ * out[b,h,t,:] = sum_u p[u] * v[b,h/(H/KV),u,:] with p from attn_probs
+ * (grouped-query attention: query head h reads kv head h / (H/KV)). */
+static int eval_attention(Ctx *c) {
+  const IrNode *qn = ARG(c, 0), *kn = ARG(c, 1);
+  int64_t B = qn->shape[0], H = qn->shape[1], KV = kn->shape[1], T = qn->shape[2];
+  int64_t hd = qn->shape[3];
+  double *p = xcalloc((size_t)T, sizeof *p);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t t = 0; t < T; t++) {
+        attn_probs(c, b, h, t, p);
+        const double *v = IN(c, 2) + (b * KV + h / (H / KV)) * T * hd;
+        double *o = OUT(c) + ((b * H + h) * T + t) * hd;
+        for (int64_t i = 0; i < hd; i++) {
+          double s = 0;
+          for (int64_t u = 0; u < T; u++) s += p[u] * v[u * hd + i];
+          o[i] = s;
+        }
+      }
+  free(p);
+  return 0;
+}
+
+/* sdpa_grad(q, k, v, dy) causal scale -> [B, H + 2 KV, T, hd]: the
+ * gradients of sdpa packed along dimension 1: channels [0, H) hold dq,
+ * [H, H + KV) dk, [H + KV, H + 2 KV) dv.  With p as in sdpa,
+ *   dp[u] = dy[b,h,t,:] . v[b,g,u,:],  ds[u] = p[u] (dp[u] - sum_w p[w] dp[w]),
+ *   dq[b,h,t,:]  = scale * sum_u ds[u] k[b,g,u,:],
+ *   dk[b,g,u,:] += scale * ds[u] q[b,h,t,:],   dv[b,g,u,:] += p[u] dy[b,h,t,:]
+ * summed over every query head h of group g = h / (H/KV) and every t. */
+static int eval_attention_grad(Ctx *c) {
+  const IrNode *qn = ARG(c, 0), *kn = ARG(c, 1);
+  int64_t B = qn->shape[0], H = qn->shape[1], KV = kn->shape[1], T = qn->shape[2];
+  int64_t hd = qn->shape[3], C = H + 2 * KV;
+  double *p = xcalloc((size_t)T, sizeof *p), *ds = xcalloc((size_t)T, sizeof *ds);
+  double *out = OUT(c);
+  memset(out, 0, sizeof(double) * (size_t)ir_numel(c->n));
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t t = 0; t < T; t++) {
+        int64_t g = h / (H / KV);
+        const double *q = IN(c, 0) + ((b * H + h) * T + t) * hd;
+        const double *k = IN(c, 1) + (b * KV + g) * T * hd;
+        const double *v = IN(c, 2) + (b * KV + g) * T * hd;
+        const double *dy = IN(c, 3) + ((b * H + h) * T + t) * hd;
+        double *dq = out + ((b * C + h) * T + t) * hd;
+        double *dk = out + (b * C + H + g) * T * hd;
+        double *dv = out + (b * C + H + KV + g) * T * hd;
+        attn_probs(c, b, h, t, p);
+        double sum = 0;
+        for (int64_t u = 0; u < T; u++) {
+          double dp = 0;
+          for (int64_t i = 0; i < hd; i++) dp += dy[i] * v[u * hd + i];
+          ds[u] = dp;
+          sum += p[u] * dp;
+        }
+        for (int64_t u = 0; u < T; u++) {
+          ds[u] = p[u] * (ds[u] - sum);
+          for (int64_t i = 0; i < hd; i++) {
+            dq[i] += c->n->fa * ds[u] * k[u * hd + i];
+            dk[u * hd + i] += c->n->fa * ds[u] * q[i];
+            dv[u * hd + i] += p[u] * dy[i];
+          }
+        }
+      }
+  free(p);
+  free(ds);
+  return 0;
+}
+
+/* rope(x[B,H,T,hd]) theta, Hugging Face's rotate_half convention: for
+ * position t (the index along dimension 2) and i in [0, hd/2), with
+ * a = t * theta^(-2i/hd), x1 = x[..., i] and x2 = x[..., i + hd/2]:
+ *   out[..., i] = x1 cos a - x2 sin a,  out[..., i + hd/2] = x2 cos a + x1 sin a.
+ * rope_grad(dy) theta applies the transposed (inverse) rotation:
+ *   dx1 = dy1 cos a + dy2 sin a,        dx2 = dy2 cos a - dy1 sin a. */
+static int eval_rope(Ctx *c) {
+  int64_t T = c->n->shape[2], hd = c->n->shape[3], half = hd / 2;
+  int64_t rows = ir_numel(c->n) / hd;
+  double sgn = c->n->op == IR_OP_ROPE_GRAD ? -1.0 : 1.0;
+  const double *x = IN(c, 0);
+  double *out = OUT(c);
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t t = r % T;
+    for (int64_t i = 0; i < half; i++) {
+      double a = (double)t * pow(c->n->fa, -2.0 * (double)i / (double)hd);
+      double x1 = x[r * hd + i], x2 = x[r * hd + i + half];
+      out[r * hd + i] = x1 * cos(a) - sgn * x2 * sin(a);
+      out[r * hd + i + half] = x2 * cos(a) + sgn * x1 * sin(a);
+    }
+  }
+  return 0;
+}
+
+/* ---- embedding -------------------------------------------------------------- */
+
+/* embedding(ids[...], table[V, D]) -> [..., D]: out[p, :] = table[ids[p], :]. */
+static int eval_embedding(Ctx *c) {
+  int64_t np = ir_numel(ARG(c, 0)), V = ARG(c, 1)->shape[0], D = ARG(c, 1)->shape[1];
+  const int32_t *ids = IDX(c, 0);
+  if (check_ids(c, ids, np, V, "id")) return -1;
+  for (int64_t p = 0; p < np; p++)
+    memcpy(OUT(c) + p * D, IN(c, 1) + (int64_t)ids[p] * D, sizeof(double) * (size_t)D);
+  return 0;
+}
+
+/* embedding_grad(ids[...], dy[..., D]) vocab -> [vocab, D]: a zeroed table
+ * with every dy row added into the row its id names:
+ * out[v, :] = sum over p with ids[p] == v of dy[p, :]. */
+static int eval_embedding_grad(Ctx *c) {
+  int64_t np = ir_numel(ARG(c, 0)), D = c->n->shape[1];
+  const int32_t *ids = IDX(c, 0);
+  if (check_ids(c, ids, np, c->n->shape[0], "id")) return -1;
+  double *out = OUT(c);
+  memset(out, 0, sizeof(double) * (size_t)ir_numel(c->n));
+  for (int64_t p = 0; p < np; p++)
+    for (int64_t j = 0; j < D; j++) out[(int64_t)ids[p] * D + j] += IN(c, 1)[p * D + j];
+  return 0;
+}
+
+/* ---- layout ----------------------------------------------------------------- */
+
+/* reshape: the same elements in the same row-major order, new shape. */
+static int eval_reshape(Ctx *c) {
+  if (c->n->dtype == IR_I32)
+    memcpy(c->it->i[c->n->id], IDX(c, 0), sizeof(int32_t) * (size_t)ir_numel(c->n));
+  else memcpy(OUT(c), IN(c, 0), sizeof(double) * (size_t)ir_numel(c->n));
+  return 0;
+}
+
+/* Copies element `from` of input 0 to element `to` of the result, either dtype. */
+static void copy_elem(Ctx *c, int64_t to, int64_t from) {
+  if (c->n->dtype == IR_I32) c->it->i[c->n->id][to] = IDX(c, 0)[from];
+  else OUT(c)[to] = IN(c, 0)[from];
+}
+
+/* split_heads(x[B, T, H*hd]) heads=H -> [B, H, T, hd]:
+ *   out[b, h, t, i] = x[b, t, h*hd + i].
+ * merge_heads(x[B, H, T, hd]) -> [B, T, H*hd] is its inverse. */
+static int eval_heads(Ctx *c) {
+  int split = c->n->op == IR_OP_SPLIT_HEADS;
+  const IrNode *h4 = split ? c->n : ARG(c, 0);  /* the [B, H, T, hd] side */
+  int64_t B = h4->shape[0], H = h4->shape[1], T = h4->shape[2], hd = h4->shape[3];
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < hd; i++) {
+          int64_t four = ((b * H + h) * T + t) * hd + i, three = (b * T + t) * H * hd + h * hd + i;
+          if (split) copy_elem(c, four, three);
+          else copy_elem(c, three, four);
+        }
+  return 0;
+}
+
+/* Splits flat index o of a tensor of shape s (rank r) into its indices. */
+static void unflatten(int64_t o, int r, const int64_t *s, int64_t *idx) {
+  for (int d = r - 1; d >= 0; d--) {
+    idx[d] = o % s[d];
+    o /= s[d];
+  }
+}
+
+static int64_t flatten(int r, const int64_t *s, const int64_t *idx) {
+  int64_t o = 0;
+  for (int d = 0; d < r; d++) o = o * s[d] + idx[d];
+  return o;
+}
+
+/* transpose(x) dim0 dim1: x with dimensions dim0 and dim1 swapped:
+ * out[..., j (at dim0), ..., i (at dim1), ...] = x[..., i, ..., j, ...]. */
+static int eval_transpose(Ctx *c) {
+  int64_t idx[IR_MAX_RANK];
+  const IrNode *x = ARG(c, 0);
+  for (int64_t o = 0; o < ir_numel(c->n); o++) {
+    unflatten(o, c->n->rank, c->n->shape, idx);
+    int64_t t = idx[c->n->ia[0]];
+    idx[c->n->ia[0]] = idx[c->n->ia[1]];
+    idx[c->n->ia[1]] = t;
+    copy_elem(c, o, flatten(x->rank, x->shape, idx));
+  }
+  return 0;
+}
+
+/* concat(x1, x2, ...) axis: the inputs one after another along axis; they
+ * agree in every other dimension. */
+static int eval_concat(Ctx *c) {
+  int64_t idx[IR_MAX_RANK];
+  int ax = (int)c->n->ia[0];
+  for (int64_t o = 0; o < ir_numel(c->n); o++) {
+    unflatten(o, c->n->rank, c->n->shape, idx);
+    int k = 0;
+    while (idx[ax] >= ARG(c, k)->shape[ax]) idx[ax] -= ARG(c, k++)->shape[ax];
+    const IrNode *x = ARG(c, k);
+    int64_t from = flatten(x->rank, x->shape, idx);
+    if (c->n->dtype == IR_I32) c->it->i[c->n->id][o] = c->it->i[x->id][from];
+    else OUT(c)[o] = c->it->f[x->id][from];
+  }
+  return 0;
+}
+
+/* slice(x) axis start len: indices [start, start + len) of x along axis. */
+static int eval_slice(Ctx *c) {
+  int64_t idx[IR_MAX_RANK];
+  const IrNode *x = ARG(c, 0);
+  for (int64_t o = 0; o < ir_numel(c->n); o++) {
+    unflatten(o, c->n->rank, c->n->shape, idx);
+    idx[c->n->ia[0]] += c->n->ia[1];
+    copy_elem(c, o, flatten(x->rank, x->shape, idx));
+  }
+  return 0;
+}
+
+/* ---- reductions and broadcasting -------------------------------------------- */
+
+/* sum(x) axis keepdim and mean(x) axis keepdim: x summed (averaged) over
+ * axis; keepdim=1 keeps that dimension with size 1, else it is removed. */
+static int eval_reduce(Ctx *c) {
+  const IrNode *x = ARG(c, 0);
+  int ax = (int)c->n->ia[0];
+  int64_t inner = 1, n = x->shape[ax];
+  for (int d = ax + 1; d < x->rank; d++) inner *= x->shape[d];
+  int64_t outer = ir_numel(x) / (inner * n);
+  for (int64_t a = 0; a < outer; a++)
+    for (int64_t i = 0; i < inner; i++) {
+      double s = 0;
+      for (int64_t j = 0; j < n; j++) s += IN(c, 0)[(a * n + j) * inner + i];
+      OUT(c)[a * inner + i] = c->n->op == IR_OP_MEAN ? s / (double)n : s;
+    }
+  return 0;
+}
+
+/* fill value: every element equals value (the shape is the node's own). */
+static int eval_fill(Ctx *c) {
+  for (int64_t o = 0; o < ir_numel(c->n); o++) OUT(c)[o] = c->n->fa;
+  return 0;
+}
+
+/* broadcast(x): x broadcast to the node's shape.
+ * sum_to(x): x summed down to the node's shape, the adjoint of broadcast:
+ * out[q] = sum of x[o] over every o that broadcasting out to x's shape maps
+ * to q. */
+static int eval_broadcast(Ctx *c) {
+  const IrNode *x = ARG(c, 0);
+  double *out = OUT(c);
+  if (c->n->op == IR_OP_BROADCAST) {
+    for (int64_t o = 0; o < ir_numel(c->n); o++) out[o] = IN(c, 0)[bcast_offset(x, c->n, o)];
+    return 0;
+  }
+  memset(out, 0, sizeof(double) * (size_t)ir_numel(c->n));
+  for (int64_t o = 0; o < ir_numel(x); o++) out[bcast_offset(c->n, x, o)] += IN(c, 0)[o];
+  return 0;
+}
+
+/* ---- loss ------------------------------------------------------------------- */
+
+/* cross_entropy(logits[..., V], targets[...]) -> []: the mean over the N =
+ * numel(targets) positions of logsumexp(logits[p, :]) - logits[p, targets[p]].
+ * cross_entropy_grad(logits, targets, dl[]) -> [..., V]: its gradient times
+ * dl, dlogits[p, v] = dl / N * (softmax(logits[p, :])[v] - (v == targets[p])). */
+static int eval_cross_entropy(Ctx *c) {
+  const IrNode *lg = ARG(c, 0);
+  int64_t V = last_dim(lg), np = ir_numel(ARG(c, 1));
+  const double *x = IN(c, 0);
+  const int32_t *tg = IDX(c, 1);
+  if (check_ids(c, tg, np, V, "target")) return -1;
+  int grad = c->n->op == IR_OP_CROSS_ENTROPY_GRAD;
+  double total = 0, scale = grad ? IN(c, 2)[0] / (double)np : 0;
+  for (int64_t p = 0; p < np; p++) {
+    const double *row = x + p * V;
+    double mx = -INFINITY, s = 0;
+    for (int64_t v = 0; v < V; v++) mx = fmax(mx, row[v]);
+    for (int64_t v = 0; v < V; v++) s += exp(row[v] - mx);
+    if (!grad) {
+      total += mx + log(s) - row[tg[p]];
+      continue;
+    }
+    for (int64_t v = 0; v < V; v++)
+      OUT(c)[p * V + v] = scale * (exp(row[v] - mx) / s - (v == tg[p] ? 1.0 : 0.0));
+  }
+  if (!grad) OUT(c)[0] = total / (double)np;
+  return 0;
+}
+
+/* ---- routing ---------------------------------------------------------------- */
+
+/* topk(x[..., n]) k -> i32[..., k]: per row, the indices of the k largest
+ * values in descending value order; equal values are taken lower index
+ * first. */
+static int eval_topk(Ctx *c) {
+  const IrNode *x = ARG(c, 0);
+  int64_t n = last_dim(x), k = c->n->ia[0], rows = ir_numel(x) / n;
+  unsigned char *taken = xcalloc((size_t)n, 1);
+  for (int64_t r = 0; r < rows; r++) {
+    const double *row = IN(c, 0) + r * n;
+    memset(taken, 0, (size_t)n);
+    for (int64_t j = 0; j < k; j++) {
+      int64_t best = -1;
+      for (int64_t i = 0; i < n; i++)
+        if (!taken[i] && (best < 0 || row[i] > row[best])) best = i;
+      taken[best] = 1;
+      c->it->i[c->n->id][r * k + j] = (int32_t)best;
+    }
+  }
+  free(taken);
+  return 0;
+}
+
+/* gather(x[..., n], idx[..., k]) -> [..., k]: out[..., j] = x[..., idx[..., j]]
+ * (along the last axis; the leading dimensions agree).
+ * scatter_add(idx[..., k], dy[..., k]) n -> [..., n]: its adjoint, a zeroed
+ * [..., n] with out[..., idx[..., j]] += dy[..., j]. */
+static int eval_gather(Ctx *c) {
+  int scatter = c->n->op == IR_OP_SCATTER_ADD;
+  const IrNode *in = ARG(c, scatter ? 0 : 1);
+  int64_t k = last_dim(in), rows = ir_numel(in) / k;
+  int64_t n = scatter ? last_dim(c->n) : last_dim(ARG(c, 0));
+  const int32_t *idx = IDX(c, scatter ? 0 : 1);
+  if (check_ids(c, idx, rows * k, n, "index")) return -1;
+  double *out = OUT(c);
+  if (scatter) memset(out, 0, sizeof(double) * (size_t)ir_numel(c->n));
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t j = 0; j < k; j++) {
+      if (scatter) out[r * n + idx[r * k + j]] += IN(c, 1)[r * k + j];
+      else out[r * k + j] = IN(c, 0)[r * n + idx[r * k + j]];
+    }
+  return 0;
+}
+
+/* onehot(idx[...]) n -> f32[..., n]: out[p, v] = 1 if idx[p] == v else 0. */
+static int eval_onehot(Ctx *c) {
+  int64_t np = ir_numel(ARG(c, 0)), n = c->n->ia[0];
+  if (check_ids(c, IDX(c, 0), np, n, "index")) return -1;
+  memset(OUT(c), 0, sizeof(double) * (size_t)ir_numel(c->n));
+  for (int64_t p = 0; p < np; p++) OUT(c)[p * n + IDX(c, 0)[p]] = 1;
+  return 0;
+}
+
+/* The slot assignment shared by dispatch, combine and their gradients:
+ * choices (token n, choice j) in ascending order, n major, take the next
+ * free slot of expert idx[n, j]; once an expert holds C tokens its later
+ * choices are dropped.  slot[n*k + j] is the slot, or -1 when dropped. */
+static int route(Ctx *c, const int32_t *idx, int64_t N, int64_t K, int64_t E, int64_t C,
+                 int64_t *slot) {
+  if (check_ids(c, idx, N * K, E, "expert")) return -1;
+  int64_t *fill = xcalloc((size_t)E, sizeof *fill);
+  for (int64_t p = 0; p < N * K; p++) slot[p] = fill[idx[p]] < C ? fill[idx[p]]++ : -1;
+  free(fill);
+  return 0;
+}
+
+/* The routing operands and attributes of a routing node: idx [N, K] is
+ * input `ix`; E and C come from the attributes (dispatch, combine_grad_y)
+ * or from y [E, C, D], input `iy` (combine, combine_grad_w). */
+static int64_t *routed(Ctx *c, int ix, int iy, int64_t *N, int64_t *K) {
+  const IrNode *idx = ARG(c, ix);
+  int64_t E = iy < 0 ? c->n->ia[0] : ARG(c, iy)->shape[0];
+  int64_t C = iy < 0 ? c->n->ia[1] : ARG(c, iy)->shape[1];
+  *N = idx->shape[0], *K = idx->shape[1];
+  int64_t *slot = xcalloc((size_t)(*N * *K), sizeof *slot);
+  if (route(c, IDX(c, ix), *N, *K, E, C, slot) == 0) return slot;
+  free(slot);
+  return NULL;
+}
+
+/* dispatch(x[N, D], idx[N, K]) experts=E capacity=C -> [E, C, D]: token n's
+ * j-th choice puts x[n, :] into out[idx[n, j], slot(n, j), :] (see route);
+ * empty slots are zero. */
+static int eval_dispatch(Ctx *c) {
+  int64_t N, K, D = ARG(c, 0)->shape[1], C = c->n->shape[1];
+  int64_t *slot = routed(c, 1, -1, &N, &K);
+  if (!slot) return -1;
+  memset(OUT(c), 0, sizeof(double) * (size_t)ir_numel(c->n));
+  for (int64_t p = 0; p < N * K; p++)
+    if (slot[p] >= 0)
+      memcpy(OUT(c) + ((int64_t)IDX(c, 1)[p] * C + slot[p]) * D, IN(c, 0) + (p / K) * D,
+             sizeof(double) * (size_t)D);
+  free(slot);
+  return 0;
+}
+
+/* combine(y[E, C, D], idx[N, K], w[N, K]) -> [N, D]:
+ * out[n, :] = sum over choices j not dropped of w[n, j] * y[idx[n, j], slot(n, j), :]
+ * (slots recomputed exactly as dispatch assigns them, with E and C from y). */
+static int eval_combine(Ctx *c) {
+  int64_t N, K, C = ARG(c, 0)->shape[1], D = ARG(c, 0)->shape[2];
+  int64_t *slot = routed(c, 1, 0, &N, &K);
+  if (!slot) return -1;
+  memset(OUT(c), 0, sizeof(double) * (size_t)ir_numel(c->n));
+  for (int64_t p = 0; p < N * K; p++)
+    if (slot[p] >= 0)
+      for (int64_t d = 0; d < D; d++)
+        OUT(c)[(p / K) * D + d] +=
+            IN(c, 2)[p] * IN(c, 0)[((int64_t)IDX(c, 1)[p] * C + slot[p]) * D + d];
+  free(slot);
+  return 0;
+}
+
+/* combine_grad_y(dout[N, D], idx[N, K], w[N, K]) experts capacity -> [E, C, D]:
+ * the gradient of combine with respect to y: the slot of choice (n, j)
+ * holds w[n, j] * dout[n, :]; empty slots are zero. */
+static int eval_combine_grad_y(Ctx *c) {
+  int64_t N, K, C = c->n->shape[1], D = c->n->shape[2];
+  int64_t *slot = routed(c, 1, -1, &N, &K);
+  if (!slot) return -1;
+  memset(OUT(c), 0, sizeof(double) * (size_t)ir_numel(c->n));
+  for (int64_t p = 0; p < N * K; p++)
+    if (slot[p] >= 0)
+      for (int64_t d = 0; d < D; d++)
+        OUT(c)[((int64_t)IDX(c, 1)[p] * C + slot[p]) * D + d] =
+            IN(c, 2)[p] * IN(c, 0)[(p / K) * D + d];
+  free(slot);
+  return 0;
+}
+
+/* combine_grad_w(dout[N, D], y[E, C, D], idx[N, K]) -> [N, K]: the gradient
+ * of combine with respect to w: dout[n, :] . y[idx[n, j], slot(n, j), :],
+ * 0 for dropped choices. */
+static int eval_combine_grad_w(Ctx *c) {
+  int64_t N, K, C = ARG(c, 1)->shape[1], D = ARG(c, 1)->shape[2];
+  int64_t *slot = routed(c, 2, 1, &N, &K);
+  if (!slot) return -1;
+  for (int64_t p = 0; p < N * K; p++) {
+    double s = 0;
+    for (int64_t d = 0; slot[p] >= 0 && d < D; d++)
+      s += IN(c, 0)[(p / K) * D + d] * IN(c, 1)[((int64_t)IDX(c, 2)[p] * C + slot[p]) * D + d];
+    OUT(c)[p] = s;
+  }
+  free(slot);
+  return 0;
+}
+
+/* ---- driver ----------------------------------------------------------------- */
+
+static int eval_node(Ctx *c) {
+  switch (c->n->op) {
+  case IR_OP_INPUT: case IR_OP_PARAM: return 0;
+  case IR_OP_MATMUL: return eval_matmul(c, 0);
+  case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV: return eval_binary(c);
+  case IR_OP_SCALE: case IR_OP_GELU: case IR_OP_SILU: case IR_OP_RELU: case IR_OP_EXP:
+    return eval_unary(c);
+  case IR_OP_LAYERNORM: case IR_OP_RMSNORM: return eval_norm(c);
+  case IR_OP_SOFTMAX: return eval_softmax(c);
+  case IR_OP_ATTENTION: return eval_attention(c);
+  case IR_OP_ROPE: return eval_rope(c);
+  case IR_OP_EMBEDDING: return eval_embedding(c);
+  case IR_OP_RESHAPE: return eval_reshape(c);
+  case IR_OP_SPLIT_HEADS: case IR_OP_MERGE_HEADS: return eval_heads(c);
+  case IR_OP_TRANSPOSE: return eval_transpose(c);
+  case IR_OP_CONCAT: return eval_concat(c);
+  case IR_OP_SLICE: return eval_slice(c);
+  case IR_OP_SUM: case IR_OP_MEAN: return eval_reduce(c);
+  case IR_OP_CROSS_ENTROPY: return eval_cross_entropy(c);
+  case IR_OP_TOPK: return eval_topk(c);
+  case IR_OP_GATHER: return eval_gather(c);
+  case IR_OP_ONEHOT: return eval_onehot(c);
+  case IR_OP_DISPATCH: return eval_dispatch(c);
+  case IR_OP_COMBINE: return eval_combine(c);
+  case IR_OP_FILL: return eval_fill(c);
+  case IR_OP_BROADCAST: case IR_OP_SUM_TO: return eval_broadcast(c);
+  case IR_OP_MATMUL_TA: return eval_matmul(c, 1);
+  case IR_OP_GELU_GRAD: case IR_OP_SILU_GRAD: case IR_OP_RELU_GRAD: return eval_act_grad(c);
+  case IR_OP_LAYERNORM_GRAD: case IR_OP_RMSNORM_GRAD: return eval_norm_grad(c);
+  case IR_OP_LAYERNORM_WGRAD: case IR_OP_RMSNORM_WGRAD: return eval_norm_wgrad(c);
+  case IR_OP_SOFTMAX_GRAD: return eval_softmax_grad(c);
+  case IR_OP_ATTENTION_GRAD: return eval_attention_grad(c);
+  case IR_OP_ROPE_GRAD: return eval_rope(c);
+  case IR_OP_EMBEDDING_GRAD: return eval_embedding_grad(c);
+  case IR_OP_CROSS_ENTROPY_GRAD: return eval_cross_entropy(c);
+  case IR_OP_SCATTER_ADD: return eval_gather(c);
+  case IR_OP_COMBINE_GRAD_Y: return eval_combine_grad_y(c);
+  case IR_OP_COMBINE_GRAD_W: return eval_combine_grad_w(c);
+  case IR_OP_COUNT: break;
+  }
+  return fail(c, "no interpreter rule");
+}
+
+int ir_interp_run(IrInterp *it, int first, int end, char *why, size_t len) {
+  if (first < 0) first = 0;
+  if (end > it->nnodes) end = it->nnodes;
+  for (int k = first; k < end; k++) {
+    Ctx c = {it, it->m->nodes[k], why, len};
+    if (eval_node(&c)) return -1;
+  }
+  return 0;
+}

@@ -1,0 +1,39 @@
+/* ir/interp.h -- the reference interpreter: evaluates a module's nodes on
+ * the CPU in double precision.
+ *
+ * It is the executable specification of every op (the semantics are
+ * written beside each op's implementation in ir/interp.c): generated CPU
+ * and CUDA kernels are tested against it, and autodiff's rules are checked
+ * against finite differences computed with it.  Written for clarity, not
+ * speed.
+ *
+ * Storage: every node gets a dense row-major buffer (last dimension
+ * fastest) of ir_numel(node) elements: doubles for f32 nodes, int32 for i32
+ * nodes.  The caller writes the values of INPUT and PARAM nodes into their
+ * buffers, then runs the other nodes in topological order. */
+#ifndef PARC_IR_INTERP_H
+#define PARC_IR_INTERP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir/ir.h"
+
+typedef struct {
+  const IrModule *m;
+  int nnodes;      /* nodes with storage: m->nnodes when the interpreter was made */
+  double **f;      /* f[id]: the values of f32 node id; NULL for i32 nodes */
+  int32_t **i;     /* i[id]: the values of i32 node id; NULL for f32 nodes */
+} IrInterp;
+
+/* Storage for every node of m, zeroed.  Allocation failure aborts. */
+IrInterp *ir_interp_new(const IrModule *m);
+void ir_interp_free(IrInterp *it);
+
+/* Evaluates nodes [first, end) (ids), skipping INPUT and PARAM nodes, whose
+ * buffers the caller fills.  Nodes before first must already hold their
+ * values.  Returns 0, or -1 with a one-line reason in why naming the node
+ * (an index out of range: embedding ids, targets, gather/dispatch choices). */
+int ir_interp_run(IrInterp *it, int first, int end, char *why, size_t len);
+
+#endif
