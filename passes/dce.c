@@ -1,7 +1,8 @@
 /* passes/dce.c -- dead code elimination.
  *
  * Keeps every INPUT and PARAM (they are the program's interface even when
- * unused) and every node the loss depends on; renumbers the rest densely,
+ * unused), and every node the results depend on: the loss and, after
+ * autodiff, the parameters' gradients.  Renumbers the survivors densely,
  * preserving topological order. */
 #include "passes/passes.h"
 
@@ -10,6 +11,8 @@ int pass_dce(IrModule *m) {
   unsigned char *live = arena_alloc(&m->arena, (size_t)m->nnodes + 1);
   live[m->loss->id] = 1;
   if (m->ce_loss) live[m->ce_loss->id] = 1;
+  for (int i = 0; i < m->nnodes; i++) /* roots first: a gradient comes after its param */
+    if (m->nodes[i]->grad) live[m->nodes[i]->grad->id] = 1;
   for (int i = m->nnodes - 1; i >= 0; i--) {
     IrNode *n = m->nodes[i];
     if (ir_op_info[n->op].flags & IR_F_LEAF) live[i] = 1;

@@ -1,0 +1,93 @@
+/* runtime/rt_model.h -- the contract between a generated trainer and the
+ * runtime's training harness (rt_train_main).
+ *
+ * The generated host C describes its model with one RtModelDesc (the
+ * parameters, optimizer state, inputs, buffer plan and settings the compiler
+ * decided) and provides `step`, which runs one training step: forward,
+ * backward, gradient clipping and the optimizer update, in place on the
+ * parameter and state buffers.  Everything else (options, data, init,
+ * weights in and out, checkpoints, logging, progress) is the harness's.
+ *
+ * Invariants:
+ *   - params[i] occupies [offset, offset + numel) of the one parameter
+ *     buffer, in declaration order, without overlap; likewise state[i] in
+ *     the state buffer (optimizer moments, zero at the start of training);
+ *   - step reads and writes only params, state, arena (exactly arena_bytes,
+ *     64-byte aligned), tokens/targets ([batch, seq] int32) and the scalar
+ *     fields of RtStepIO;
+ *   - step is deterministic: the same inputs give the same bits. */
+#ifndef PARC_RT_MODEL_H
+#define PARC_RT_MODEL_H
+
+#include <stdint.h>
+
+#define RT_MAX_RANK 8
+
+typedef enum { RT_INIT_NORMAL, RT_INIT_ZEROS, RT_INIT_ONES } RtInit;
+
+typedef struct {
+  const char *name;          /* Hugging Face style dotted name */
+  int rank;
+  int64_t shape[RT_MAX_RANK];
+  int64_t offset, numel;     /* in floats, within the parameter buffer */
+  RtInit init;
+  float std;                 /* RT_INIT_NORMAL */
+} RtParamDesc;
+
+typedef struct {
+  const char *name;          /* e.g. "h.0.ln_1.weight.exp_avg" */
+  int64_t offset, numel;     /* in floats, within the state buffer */
+} RtStateDesc;
+
+/* What one call of step reads and writes besides the buffers. */
+typedef struct {
+  float *params;             /* params_numel floats */
+  float *state;              /* state_numel floats */
+  void *arena;               /* arena_bytes bytes */
+  const int32_t *tokens;     /* [batch, seq] */
+  const int32_t *targets;    /* [batch, seq] */
+  float lr;                  /* learning rate of this step, already scheduled */
+  float step;                /* 1-based step count (for bias correction) */
+  /* results */
+  float loss;                /* the objective: what is differentiated */
+  float ce_loss;             /* cross-entropy alone (equals loss without aux terms) */
+  float grad_norm;           /* global L2 norm of the gradients before clipping */
+} RtStepIO;
+
+typedef struct {
+  const char *name;          /* model name */
+  const char *source;        /* the DSL file it was compiled from */
+  int64_t vocab, batch, seq;
+  int nparams;
+  const RtParamDesc *params;
+  int64_t params_numel;
+  int nstate;
+  const RtStateDesc *state;
+  int64_t state_numel;
+  int64_t arena_bytes;       /* the planned peak: the arena is exactly this */
+  double flops_per_step;     /* forward + backward, from the compiler's count */
+
+  /* train settings from the DSL (the harness's options may override some) */
+  int64_t steps;
+  double lr, clip;
+  const char *optimizer;     /* "adamw" or "sgd" */
+  double beta1, beta2, eps, weight_decay, momentum;
+  const char *schedule;      /* "constant", "warmup" or "cosine" */
+  int64_t warmup;
+  double min_lr;
+  uint64_t seed;
+
+  /* model dimensions for the log's config record, as name/value pairs */
+  int nconfig;
+  const char *const *config_names;
+  const double *config_values;
+
+  /* runs one step; returns 0, or -1 with rt_fail() called */
+  int (*step)(RtStepIO *io);
+} RtModelDesc;
+
+/* The generated main calls this.  Returns the process exit code:
+ * 0 success, 1 bad options or input files, 3 internal error. */
+int rt_train_main(int argc, char **argv, const RtModelDesc *model);
+
+#endif
