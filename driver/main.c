@@ -218,7 +218,7 @@ int main(int argc, char **argv) {
     rc = EXIT_BAD;
     goto done;
   }
-  PassOptions popt = {o.verify, o.dump_after, stdout};
+  PassOptions popt = {.verify = o.verify, .dump_after = o.dump_after, .dump = stdout};
   if (pass_run_all(m, &popt)) {
     rc = EXIT_INTERNAL;
     goto done;

@@ -773,11 +773,93 @@ static int eval_combine_grad_w(Ctx *c) {
   return 0;
 }
 
+/* ---- optimizer --------------------------------------------------------------- */
+
+/* PyTorch's torch.nn.utils.clip_grad_norm_ (norm_type 2) and
+ * torch.optim.AdamW / torch.optim.SGD (dampening 0, no Nesterov), one op
+ * per line of PyTorch's update, in PyTorch's order of operations.  Scalar
+ * operands ([]) are read as s[0]; lr is the learning rate of this step
+ * (already scheduled), step the 1-based step count; g the gradient, coef
+ * the clipping coefficient, so g coef is the clipped gradient g'. */
+
+/* sumsq(t) -> []: the sum over every element of t^2, in row-major order.
+ * grad_norm(s1, ..., sn) -> []: sqrt(s1 + ... + sn), summed in operand
+ * order: the global norm of every gradient viewed as one vector.  (PyTorch
+ * takes the norm of the per-tensor norms: the same value up to rounding.) */
+static int eval_norms(Ctx *c) {
+  double s = 0;
+  if (c->n->op == IR_OP_SUMSQ) {
+    const double *x = IN(c, 0);
+    for (int64_t o = 0; o < ir_numel(ARG(c, 0)); o++) s += x[o] * x[o];
+    OUT(c)[0] = s;
+    return 0;
+  }
+  for (int k = 0; k < c->n->ninputs; k++) s += IN(c, k)[0];
+  OUT(c)[0] = sqrt(s);
+  return 0;
+}
+
+/* clip_coef(norm) max_norm -> []: min(1, max_norm / (norm + 1e-6)); with
+ * max_norm = 0 (clip = 0 in the train section) clipping is off: 1.
+ * bias_correction(step) beta -> []: 1 - beta^step. */
+static int eval_optim_scalar(Ctx *c) {
+  double x = IN(c, 0)[0], fa = c->n->fa;
+  if (c->n->op == IR_OP_BIAS_CORRECTION) {
+    OUT(c)[0] = 1 - pow(fa, x);
+    return 0;
+  }
+  double coef = fa / (x + 1e-6);
+  OUT(c)[0] = fa == 0 || coef > 1 ? 1 : coef;
+  return 0;
+}
+
+/* Pointwise updates, t the shape of operand 1:
+ *   adam_moment(m, g, coef) beta square: m beta + (1 - beta) g' (square=0,
+ *     the first moment) or m beta + (1 - beta) g' g' (square=1, the second),
+ *     products left to right;
+ *   weight_decay(p, lr) wd: p (1 - lr wd), the decoupled decay;
+ *   adam_update(p, m, v, lr, bc1, bc2) eps: with step_size = lr / bc1 and
+ *     denom = sqrt(v) / sqrt(bc2) + eps, p + ((-step_size) m) / denom
+ *     (PyTorch's CPU addcdiv_: the product first, then the quotient);
+ *   sgd_grad(g, coef, p) wd: g' + wd p (just g' when wd = 0);
+ *   sgd_momentum(buf, d) momentum: momentum buf + d (buf starts at 0, which
+ *     gives PyTorch's first-step buf = d);
+ *   sgd_update(p, d, lr): p + (-lr) d. */
+static int eval_optim_update(Ctx *c) {
+  const IrNode *n = c->n;
+  double *out = OUT(c), fa = n->fa;
+  const double *a = IN(c, 0), *b = IN(c, 1);
+  for (int64_t o = 0; o < ir_numel(n); o++) {
+    switch (n->op) {
+    case IR_OP_ADAM_MOMENT: {
+      double g = b[o] * IN(c, 2)[0];
+      out[o] = a[o] * fa + (n->ia[0] ? (1 - fa) * g * g : (1 - fa) * g);
+      break;
+    }
+    case IR_OP_WEIGHT_DECAY: out[o] = a[o] * (1 - b[0] * fa); break;
+    case IR_OP_ADAM_UPDATE: {
+      double lr = IN(c, 3)[0], step_size = lr / IN(c, 4)[0], bc2_sqrt = sqrt(IN(c, 5)[0]);
+      double denom = sqrt(IN(c, 2)[o]) / bc2_sqrt + fa;
+      out[o] = a[o] + -step_size * b[o] / denom;
+      break;
+    }
+    case IR_OP_SGD_GRAD: {
+      double g = a[o] * b[0];
+      out[o] = fa != 0 ? g + fa * IN(c, 2)[o] : g;
+      break;
+    }
+    case IR_OP_SGD_MOMENTUM: out[o] = a[o] * fa + b[o]; break;
+    default: out[o] = a[o] + -IN(c, 2)[0] * b[o]; break;
+    }
+  }
+  return 0;
+}
+
 /* ---- driver ----------------------------------------------------------------- */
 
 static int eval_node(Ctx *c) {
   switch (c->n->op) {
-  case IR_OP_INPUT: case IR_OP_PARAM: return 0;
+  case IR_OP_INPUT: case IR_OP_PARAM: case IR_OP_STATE: return 0;
   case IR_OP_MATMUL: return eval_matmul(c, 0);
   case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV: return eval_binary(c);
   case IR_OP_SCALE: case IR_OP_GELU: case IR_OP_SILU: case IR_OP_RELU: case IR_OP_EXP:
@@ -813,6 +895,11 @@ static int eval_node(Ctx *c) {
   case IR_OP_SCATTER_ADD: return eval_gather(c);
   case IR_OP_COMBINE_GRAD_Y: return eval_combine_grad_y(c);
   case IR_OP_COMBINE_GRAD_W: return eval_combine_grad_w(c);
+  case IR_OP_SUMSQ: case IR_OP_GRAD_NORM: return eval_norms(c);
+  case IR_OP_CLIP_COEF: case IR_OP_BIAS_CORRECTION: return eval_optim_scalar(c);
+  case IR_OP_ADAM_MOMENT: case IR_OP_WEIGHT_DECAY: case IR_OP_ADAM_UPDATE:
+  case IR_OP_SGD_GRAD: case IR_OP_SGD_MOMENTUM: case IR_OP_SGD_UPDATE:
+    return eval_optim_update(c);
   case IR_OP_COUNT: break;
   }
   return fail(c, "no interpreter rule");
@@ -826,4 +913,26 @@ int ir_interp_run(IrInterp *it, int first, int end, char *why, size_t len) {
     if (eval_node(&c)) return -1;
   }
   return 0;
+}
+
+/* Every update reads the values of this step: copies first, then stores
+ * (a value may itself be a leaf that another update replaces). */
+void ir_interp_end_step(IrInterp *it) {
+  const IrModule *m = it->m;
+  void **tmp = xcalloc((size_t)m->nupdates, sizeof *tmp);
+  for (int k = 0; k < m->nupdates; k++) {
+    const IrNode *v = m->updates[k].value;
+    size_t bytes = (size_t)ir_numel(v) * (v->dtype == IR_I32 ? sizeof(int32_t) : sizeof(double));
+    tmp[k] = xcalloc(1, bytes);
+    memcpy(tmp[k], v->dtype == IR_I32 ? (void *)it->i[v->id] : (void *)it->f[v->id], bytes);
+  }
+  for (int k = 0; k < m->nupdates; k++) {
+    const IrNode *leaf = m->updates[k].leaf;
+    size_t bytes =
+        (size_t)ir_numel(leaf) * (leaf->dtype == IR_I32 ? sizeof(int32_t) : sizeof(double));
+    memcpy(leaf->dtype == IR_I32 ? (void *)it->i[leaf->id] : (void *)it->f[leaf->id], tmp[k],
+           bytes);
+    free(tmp[k]);
+  }
+  free(tmp);
 }

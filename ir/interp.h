@@ -10,7 +10,9 @@
  * Storage: every node gets a dense row-major buffer (last dimension
  * fastest) of ir_numel(node) elements: doubles for f32 nodes, int32 for i32
  * nodes.  The caller writes the values of INPUT and PARAM nodes into their
- * buffers, then runs the other nodes in topological order. */
+ * buffers, then runs the other nodes in topological order.  STATE nodes
+ * (optimizer state) start at zero, as the runtime's do; after a step,
+ * ir_interp_end_step carries the module's updates into the leaves. */
 #ifndef PARC_IR_INTERP_H
 #define PARC_IR_INTERP_H
 
@@ -35,5 +37,10 @@ void ir_interp_free(IrInterp *it);
  * values.  Returns 0, or -1 with a one-line reason in why naming the node
  * (an index out of range: embedding ids, targets, gather/dispatch choices). */
 int ir_interp_run(IrInterp *it, int first, int end, char *why, size_t len);
+
+/* Ends a training step: copies the value of every update (m->updates) into
+ * its leaf, so that the next run sees the new parameters and state.  Every
+ * update's value node must have been run. */
+void ir_interp_end_step(IrInterp *it);
 
 #endif

@@ -14,7 +14,7 @@ const char *const ir_dtype_name[IR_DTYPE_COUNT] = {"f32", "i32"};
 const char *const ir_shard_name[IR_SHARD_COUNT] = {"replicated", "column", "row", "vocab",
                                                    "expert"};
 const char *const ir_init_name[IR_INIT_COUNT] = {"normal", "zeros", "ones"};
-const char *const ir_phase_name[IR_PHASE_COUNT] = {"fwd", "B", "W"};
+const char *const ir_phase_name[IR_PHASE_COUNT] = {"fwd", "B", "W", "opt"};
 
 IrModule *ir_module_new(const char *name) {
   Arena a = {0};
@@ -43,6 +43,11 @@ IrNode *ir_add(IrModule *m, IrOp op, IrNode **inputs, int ninputs) {
   n->id = m->nnodes;
   m->nodes[m->nnodes++] = n;
   return n;
+}
+
+void ir_add_update(IrModule *m, IrNode *leaf, IrNode *value) {
+  arena_grow(&m->arena, (void **)&m->updates, &m->capupdates, m->nupdates + 1, sizeof(IrUpdate));
+  m->updates[m->nupdates++] = (IrUpdate){leaf, value};
 }
 
 int64_t ir_numel(const IrNode *n) {

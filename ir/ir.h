@@ -9,11 +9,16 @@
  *   - every node's shape has 0 <= rank <= IR_MAX_RANK, every dimension >= 1,
  *     and the element count fits in int64;
  *   - shapes and dtypes are those ir_infer gives for the op and its inputs;
- *   - PARAM and INPUT nodes have unique, non-empty names;
+ *   - PARAM, INPUT and STATE nodes have unique, non-empty names; STATE
+ *     nodes are f32;
  *   - phases (see IrPhase): a forward node reads only forward nodes; a B
- *     node reads only forward and B nodes (so W work can be deferred);
+ *     node reads only forward and B nodes (so W work can be deferred); no
+ *     backward node reads an optimizer node; optimizer nodes read anything;
  *   - grad is NULL except on PARAM nodes, where it is NULL or an f32 node of
- *     this module with the parameter's shape.
+ *     this module with the parameter's shape;
+ *   - updates: each leaf is a PARAM or STATE node of this module, updated at
+ *     most once, by a node of this module with the leaf's dtype and shape;
+ *   - grad_norm is NULL or a scalar f32 node of this module.
  */
 #ifndef PARC_IR_H
 #define PARC_IR_H
@@ -83,8 +88,12 @@ typedef struct {
  *      can send gradients upstream;
  *   W: everything else in the backward pass, i.e. nodes that only feed
  *      parameter gradients; zero-bubble schedules may defer them.
- * B is closed under inputs: no B node reads a W node. */
-typedef enum { IR_PHASE_FWD, IR_PHASE_B, IR_PHASE_W, IR_PHASE_COUNT } IrPhase;
+ * B is closed under inputs: no B node reads a W node.
+ *   OPT: the optimizer step pass_optimizer appends after the backward pass
+ *      (its leaves too: state, lr, step); it may read anything, and nothing
+ *      but the optimizer reads it.
+ * Order matters: ir_phase_name follows it. */
+typedef enum { IR_PHASE_FWD, IR_PHASE_B, IR_PHASE_W, IR_PHASE_OPT, IR_PHASE_COUNT } IrPhase;
 extern const char *const ir_phase_name[IR_PHASE_COUNT];
 
 typedef struct IrNode IrNode;
@@ -98,11 +107,12 @@ struct IrNode {
   IrNode **inputs;
   int64_t ia[3];           /* integer attributes, named by ir_op_info */
   double fa;               /* float attribute, named by ir_op_info */
-  const char *name;        /* PARAM/INPUT: full dotted name; else NULL */
-  IrInit init;             /* PARAM only */
+  const char *name;        /* PARAM/INPUT/STATE: full dotted name; else NULL */
+  IrInit init;             /* PARAM; STATE: always IR_INIT_ZEROS */
   double init_std;         /* PARAM with IR_INIT_NORMAL */
-  IrShard shard;           /* PARAM only */
-  int shard_dim;           /* PARAM: dimension split, -1 if none (pass_intent) */
+  IrShard shard;           /* PARAM, and STATE (its parameter's) */
+  int shard_dim;           /* PARAM: dimension split, -1 if none (pass_intent);
+                              STATE: its parameter's */
   int layer;               /* index of the repeat iteration, -1 outside;
                               backward nodes take the layer of the forward
                               node whose rule made them */
@@ -113,6 +123,14 @@ struct IrNode {
                               loss does not depend on the parameter (its
                               gradient is zero) or before autodiff */
 };
+
+/* The end of a training step: leaf takes the value of node value.  Ops are
+ * pure; this list is the only place where a step's results replace graph
+ * values (parameters and optimizer state) for the next step. */
+typedef struct {
+  IrNode *leaf;            /* a PARAM or STATE node */
+  IrNode *value;           /* its value for the next step: same dtype and shape */
+} IrUpdate;
 
 /* A named scalar setting (config or train), kept for reports and codegen. */
 typedef struct {
@@ -137,6 +155,10 @@ typedef struct {
   IrSetting *optim;   int noptim;   /* optimizer arguments */
   const char *schedule;    /* "constant", "warmup", "cosine" */
   IrSetting *sched;   int nsched;
+  IrUpdate *updates;  int nupdates, capupdates;  /* after pass_optimizer, in order */
+  IrNode *grad_norm;       /* after pass_optimizer: the global gradient norm
+                              before clipping (logged); NULL before, or when
+                              no parameter has a gradient */
 } IrModule;
 
 IrModule *ir_module_new(const char *name);
@@ -145,6 +167,10 @@ void ir_module_free(IrModule *m);
 /* Appends a node; inputs are copied.  Shape and dtype must already be set
  * (see ir_infer).  Never fails: allocation failure aborts. */
 IrNode *ir_add(IrModule *m, IrOp op, IrNode **inputs, int ninputs);
+
+/* Records that leaf takes value at the end of the step (see IrUpdate);
+ * ir_verify checks the list. */
+void ir_add_update(IrModule *m, IrNode *leaf, IrNode *value);
 
 /* Shape inference.  Fills n->dtype, n->rank and n->shape from the op, its
  * inputs and its attributes.  On failure returns 0 and writes a one-line

@@ -2,9 +2,10 @@
  *
  * Text form, one line per node in topological order:
  *   %ID = OP %IN, %IN [attr=value ...] : TYPE [name] [init ...] [shard ...]  # layer L, FILE:LINE:COL
- * where backward nodes (after autodiff) say their phase first: `# phase B,`
- * or `# phase W,`.  Then `loss = %ID` and, after autodiff, one
- * `grad NAME = %ID` line per parameter gradient.
+ * where backward and optimizer nodes say their phase first: `# phase B,`,
+ * `# phase W,` or `# phase opt,`.  Then `loss = %ID`; after autodiff, one
+ * `grad NAME = %ID` line per parameter gradient; after the optimizer,
+ * `grad_norm = %ID` and one `update NAME = %ID` line per update, in order.
  * Files are printed by base name so that output does not depend on where
  * the compiler was run from. */
 #include <string.h>
@@ -61,6 +62,8 @@ void ir_print(FILE *out, const IrModule *m) {
     if (n->op == IR_OP_PARAM) {
       if (n->init == IR_INIT_NORMAL) fprintf(out, " init normal(%.9g)", n->init_std);
       else fprintf(out, " init %s", ir_init_name[n->init]);
+    }
+    if (n->op == IR_OP_PARAM || n->op == IR_OP_STATE) {
       if (n->shard != IR_SHARD_REPLICATED) fprintf(out, " shard %s", ir_shard_name[n->shard]);
       if (n->shard_dim >= 0) fprintf(out, "(%d)", n->shard_dim);
     }
@@ -73,6 +76,9 @@ void ir_print(FILE *out, const IrModule *m) {
   for (int i = 0; i < m->nnodes; i++)
     if (m->nodes[i]->grad)
       fprintf(out, "grad %s = %%%d\n", m->nodes[i]->name, m->nodes[i]->grad->id);
+  if (m->grad_norm) fprintf(out, "grad_norm = %%%d\n", m->grad_norm->id);
+  for (int k = 0; k < m->nupdates; k++)
+    fprintf(out, "update %s = %%%d\n", m->updates[k].leaf->name, m->updates[k].value->id);
 }
 
 void ir_print_dot(FILE *out, const IrModule *m) {
@@ -81,15 +87,21 @@ void ir_print_dot(FILE *out, const IrModule *m) {
           m->name);
   for (int i = 0; i < m->nnodes; i++) {
     const IrNode *n = m->nodes[i];
-    const char *shape = n->op == IR_OP_PARAM ? "box" : n->op == IR_OP_INPUT ? "invhouse"
-                                                                             : "ellipse";
+    const char *shape = n->op == IR_OP_PARAM   ? "box"
+                        : n->op == IR_OP_STATE ? "box3d"
+                        : n->op == IR_OP_INPUT ? "invhouse"
+                                               : "ellipse";
     fprintf(out, "  n%d [shape=%s, label=\"%%%d %s%s%s\\n%s\"%s%s];\n", n->id, shape, n->id,
             ir_op_info[n->op].name, n->name ? " " : "", n->name ? n->name : "",
             ir_type_str(n, ty, sizeof ty), n == m->loss ? ", style=bold" : "",
-            n->phase == IR_PHASE_B   ? ", color=blue"
-            : n->phase == IR_PHASE_W ? ", color=gray"
-                                     : "");
+            n->phase == IR_PHASE_B     ? ", color=blue"
+            : n->phase == IR_PHASE_W   ? ", color=gray"
+            : n->phase == IR_PHASE_OPT ? ", color=darkgreen"
+                                       : "");
     for (int j = 0; j < n->ninputs; j++) fprintf(out, "  n%d -> n%d;\n", n->inputs[j]->id, n->id);
   }
+  for (int k = 0; k < m->nupdates; k++) /* the step's results feed the next step */
+    fprintf(out, "  n%d -> n%d [style=dashed, constraint=false];\n", m->updates[k].value->id,
+            m->updates[k].leaf->id);
   fprintf(out, "}\n");
 }

@@ -155,6 +155,29 @@ static int experts_ok(IrNode *n, char *why, size_t len) {
               (long long)n->ia[0], (long long)n->ia[1]);
 }
 
+/* Optimizer operands, all f32, one letter per operand in kinds: 't' a
+ * tensor with the shape of operand 1, 's' a scalar. */
+static int optim_operands(IrNode *n, const char *kinds, char *why, size_t len) {
+  char x[160], y[160];
+  for (int i = 0; i < n->ninputs; i++) {
+    if (!want(why, len, n, i, IR_F32)) return 0;
+    if (kinds[i] == 's' && n->inputs[i]->rank != 0)
+      return fail(why, len, n, "operand %d must be a scalar, got %s", i + 1, T(i, x));
+    if (kinds[i] == 't' && !same_shape(n->inputs[i], n->inputs[0]))
+      return fail(why, len, n, "operand %d %s must have the shape of operand 1 %s", i + 1,
+                  T(i, x), T(0, y));
+  }
+  return 1;
+}
+
+/* A hyper-parameter attribute in [lo, hi) (hi_open) or [lo, hi]. */
+static int fattr_in(IrNode *n, double lo, double hi, int hi_open, char *why, size_t len) {
+  double v = n->fa;
+  if (v >= lo && (hi_open ? v < hi : v <= hi)) return 1;
+  return fail(why, len, n, "%s = %g is outside [%g, %g%c", ir_op_info[n->op].fattr, v, lo, hi,
+              hi_open ? ')' : ']');
+}
+
 int ir_infer(IrNode *n, char *why, size_t len) {
   const IrOpInfo *info = &ir_op_info[n->op];
   char x[160], y[160];
@@ -170,6 +193,7 @@ int ir_infer(IrNode *n, char *why, size_t len) {
   switch (n->op) {
   case IR_OP_INPUT:
   case IR_OP_PARAM:
+  case IR_OP_STATE:
     return 1; /* leaf types are declared, not inferred */
 
   case IR_OP_MATMUL:
@@ -484,6 +508,48 @@ int ir_infer(IrNode *n, char *why, size_t len) {
         a->shape[1] != b->shape[2])
       return fail(why, len, n, "needs gradient [n, d], experts [e, c, d] and choices [n, k]");
     set(n, IR_F32, 2, idx->shape);
+    return 1;
+  }
+
+  case IR_OP_SUMSQ:
+    if (!want(why, len, n, 0, IR_F32)) return 0;
+    set(n, IR_F32, 0, s);
+    return 1;
+
+  case IR_OP_GRAD_NORM:
+    for (int i = 0; i < n->ninputs; i++)
+      if (!want(why, len, n, i, IR_F32)) return 0;
+    for (int i = 0; i < n->ninputs; i++)
+      if (n->inputs[i]->rank != 0)
+        return fail(why, len, n, "operand %d must be a scalar, got %s", i + 1, T(i, x));
+    set(n, IR_F32, 0, s);
+    return 1;
+
+  case IR_OP_CLIP_COEF: case IR_OP_BIAS_CORRECTION:
+    if (!optim_operands(n, "s", why, len)) return 0;
+    if (n->op == IR_OP_CLIP_COEF ? !fattr_in(n, 0, 1e30, 0, why, len)
+                                 : !fattr_in(n, 0, 1, 1, why, len))
+      return 0;
+    set(n, IR_F32, 0, s);
+    return 1;
+
+  case IR_OP_ADAM_MOMENT:
+    if (!optim_operands(n, "tts", why, len) || !fattr_in(n, 0, 1, 1, why, len)) return 0;
+    if (n->ia[0] != 0 && n->ia[0] != 1)
+      return fail(why, len, n, "square must be 0 or 1, got %lld", (long long)n->ia[0]);
+    set(n, IR_F32, a->rank, a->shape);
+    return 1;
+
+  case IR_OP_WEIGHT_DECAY: case IR_OP_ADAM_UPDATE: case IR_OP_SGD_GRAD:
+  case IR_OP_SGD_MOMENTUM: case IR_OP_SGD_UPDATE: {
+    const char *kinds = n->op == IR_OP_WEIGHT_DECAY   ? "ts"
+                        : n->op == IR_OP_ADAM_UPDATE  ? "tttsss"
+                        : n->op == IR_OP_SGD_GRAD     ? "tst"
+                        : n->op == IR_OP_SGD_MOMENTUM ? "tt"
+                                                      : "tts";
+    if (!optim_operands(n, kinds, why, len)) return 0;
+    if (n->op != IR_OP_SGD_UPDATE && !fattr_in(n, 0, 1e30, 0, why, len)) return 0;
+    set(n, IR_F32, a->rank, a->shape);
     return 1;
   }
 

@@ -30,6 +30,8 @@ static int verify_nodes(const IrModule *m, Arena *scratch, char *why, size_t len
       const IrNode *in = n->inputs[j];
       if (!in || in->id >= i || m->nodes[in->id] != in)
         return bad(why, len, n, "input is not an earlier node of this module");
+      if (n->phase != IR_PHASE_OPT && in->phase == IR_PHASE_OPT)
+        return bad(why, len, n, "a forward or backward node reads an optimizer node");
       if (n->phase == IR_PHASE_FWD && in->phase != IR_PHASE_FWD)
         return bad(why, len, n, "forward node reads a backward node");
       if (n->phase == IR_PHASE_B && in->phase == IR_PHASE_W)
@@ -44,6 +46,8 @@ static int verify_nodes(const IrModule *m, Arena *scratch, char *why, size_t len
     int leaf = ir_op_info[n->op].flags & IR_F_LEAF;
     if (leaf && (!n->name || !n->name[0]))
       return bad(why, len, n, "graph value without a name");
+    if (n->op == IR_OP_STATE && n->dtype != IR_F32)
+      return bad(why, len, n, "optimizer state is not f32");
     if (leaf) {
       if (strmap_get(&names, n->name)) return bad(why, len, n, "duplicate name");
       strmap_put(scratch, &names, n->name, (void *)n);
@@ -61,9 +65,49 @@ static int verify_nodes(const IrModule *m, Arena *scratch, char *why, size_t len
   return 0;
 }
 
+static int of_module(const IrModule *m, const IrNode *n) {
+  return n && n->id >= 0 && n->id < m->nnodes && m->nodes[n->id] == n;
+}
+
+static int bad_update(char *why, size_t len, int k, const IrNode *leaf, const char *what) {
+  if (leaf && leaf->name) snprintf(why, len, "update %d (%s): %s", k, leaf->name, what);
+  else if (leaf) snprintf(why, len, "update %d (%%%d): %s", k, leaf->id, what);
+  else snprintf(why, len, "update %d: %s", k, what);
+  return -1;
+}
+
+/* The update list and the recorded gradient norm (see ir/ir.h). */
+static int verify_updates(const IrModule *m, Arena *scratch, char *why, size_t len) {
+  if (m->nupdates < 0 || (m->nupdates > 0 && !m->updates))
+    return bad_update(why, len, 0, NULL, "malformed update list");
+  unsigned char *seen = arena_alloc(scratch, (size_t)m->nnodes + 1);
+  for (int k = 0; k < m->nupdates; k++) {
+    const IrNode *leaf = m->updates[k].leaf, *v = m->updates[k].value;
+    if (!of_module(m, leaf)) return bad_update(why, len, k, NULL, "leaf is not a node of this module");
+    if (leaf->op != IR_OP_PARAM && leaf->op != IR_OP_STATE)
+      return bad_update(why, len, k, leaf, "leaf is not a parameter or optimizer state");
+    if (seen[leaf->id]) return bad_update(why, len, k, leaf, "leaf updated more than once");
+    seen[leaf->id] = 1;
+    if (!of_module(m, v)) return bad_update(why, len, k, leaf, "value is not a node of this module");
+    if (v->dtype != leaf->dtype || v->rank != leaf->rank ||
+        memcmp(v->shape, leaf->shape, sizeof(int64_t) * (size_t)leaf->rank) != 0) {
+      char a[160], b[160], what[400];
+      snprintf(what, sizeof what, "value %%%d is %s, the leaf %s", v->id,
+               ir_type_str(v, a, sizeof a), ir_type_str(leaf, b, sizeof b));
+      return bad_update(why, len, k, leaf, what);
+    }
+  }
+  const IrNode *g = m->grad_norm;
+  if (g && (!of_module(m, g) || g->rank != 0 || g->dtype != IR_F32))
+    return bad(why, len, of_module(m, g) ? g : NULL,
+               "grad_norm is not a scalar f32 node of this module");
+  return 0;
+}
+
 int ir_verify(const IrModule *m, char *why, size_t len) {
   Arena scratch = {0};
   int rc = verify_nodes(m, &scratch, why, len);
+  if (rc == 0) rc = verify_updates(m, &scratch, why, len);
   arena_free(&scratch);
   return rc;
 }

@@ -7,7 +7,9 @@
  * Layers go to pipeline stages in contiguous runs, the first stages taking
  * one extra layer when pp does not divide them; parameters outside the
  * repeat live on every stage that reads them (the embedding on the first,
- * the head on the last, a tied table on both). */
+ * the head on the last, a tied table on both).  FLOPs are counted on the
+ * forward nodes only: the backward's are defined as twice those, whatever
+ * the autodiff pass emitted. */
 #include <string.h>
 
 #include "passes/passes.h"
@@ -60,7 +62,7 @@ int cost_analyze(IrModule *m, const Layout *lay, Cost *c) {
       double routed = (double)ir_numel(n->inputs[1]);
       fill[i] = routed < slots ? routed / slots : 1;
     }
-    if (n->layer >= 0 && n->op != IR_OP_PARAM) {
+    if (n->layer >= 0 && n->op != IR_OP_PARAM && n->phase == IR_PHASE_FWD) {
       if (i < first_layer_node) first_layer_node = i;
       last_layer_node = i;
     }
@@ -69,11 +71,11 @@ int cost_analyze(IrModule *m, const Layout *lay, Cost *c) {
       c->nparam_tensors++;
       if (n->shard == IR_SHARD_VOCAB && !c->vocab) c->vocab = n->shape[0];
     }
-    if (n->op == IR_OP_MATMUL) {
+    if (n->op == IR_OP_MATMUL && n->phase == IR_PHASE_FWD) {
       int64_t k = n->inputs[0]->shape[n->inputs[0]->rank - 1];
       c->flops_fwd += 2.0 * (double)ir_numel(n) * (double)k * fill[i];
     }
-    if (n->op == IR_OP_ATTENTION) {
+    if (n->op == IR_OP_ATTENTION && n->phase == IR_PHASE_FWD) {
       const int64_t *q = n->inputs[0]->shape; /* [B, H, T, hd] */
       double f = 4.0 * (double)q[0] * (double)q[1] * (double)q[2] * (double)q[2] * (double)q[3];
       c->flops_fwd += f;
@@ -93,6 +95,7 @@ int cost_analyze(IrModule *m, const Layout *lay, Cost *c) {
   for (int i = 0; i < m->nnodes; i++) lo[i] = pp, hi[i] = -1;
   for (int j = 0; j < m->nnodes; j++) {
     IrNode *u = m->nodes[j];
+    if (u->phase != IR_PHASE_FWD) continue; /* the backward mirrors the forward */
     for (int k = 0; k < u->ninputs; k++) {
       IrNode *p = u->inputs[k];
       if (p->op != IR_OP_PARAM) continue;

@@ -1,8 +1,9 @@
 /* passes/dce.c -- dead code elimination.
  *
  * Keeps every INPUT and PARAM (they are the program's interface even when
- * unused), and every node the results depend on: the loss and, after
- * autodiff, the parameters' gradients.  Renumbers the survivors densely,
+ * unused), and every node the results depend on: the loss, after autodiff
+ * the parameters' gradients, after the optimizer its updates and the
+ * gradient norm.  Renumbers the survivors densely,
  * preserving topological order. */
 #include "passes/passes.h"
 
@@ -13,6 +14,8 @@ int pass_dce(IrModule *m) {
   if (m->ce_loss) live[m->ce_loss->id] = 1;
   for (int i = 0; i < m->nnodes; i++) /* roots first: a gradient comes after its param */
     if (m->nodes[i]->grad) live[m->nodes[i]->grad->id] = 1;
+  for (int i = 0; i < m->nupdates; i++) live[m->updates[i].value->id] = 1;
+  if (m->grad_norm) live[m->grad_norm->id] = 1;
   for (int i = m->nnodes - 1; i >= 0; i--) {
     IrNode *n = m->nodes[i];
     if (ir_op_info[n->op].flags & IR_F_LEAF) live[i] = 1;

@@ -23,6 +23,7 @@ typedef struct {
   int verify;             /* run ir_verify after every pass */
   const char *dump_after; /* print the IR after the pass of this name */
   FILE *dump;             /* where --dump-after writes */
+  const char *stop_after; /* NULL: every pass; else stop after this one */
 } PassOptions;
 
 /* Runs every pass in order.  Returns 0, or -1 after printing an internal
@@ -45,6 +46,18 @@ int pass_dce(IrModule *m);
  * list yet.  Returns -1 after printing why (an op with no gradient rule,
  * a module already differentiated). */
 int pass_autodiff(IrModule *m);
+
+/* passes/optimizer.c: appends the optimizer step after autodiff, with
+ * PyTorch's semantics: global-norm clipping (train setting clip), then
+ * AdamW or SGD with momentum (m->optimizer, m->optim) for every parameter
+ * with a gradient; records the updates (IrModule.updates: each parameter
+ * and optimizer state leaf with its value for the next step) and the
+ * gradient norm before clipping (m->grad_norm).  Adds the scalar INPUTs
+ * `lr` (the scheduled learning rate) and `step` (1-based), which the host
+ * fills every step.  Every new node is IR_PHASE_OPT.  Not in the default
+ * pass list yet.  Returns -1 after printing why (missing or out-of-range
+ * settings, a name taken, a module that already has its optimizer). */
+int pass_optimizer(IrModule *m);
 
 /* passes/layout.c: checks the degrees against the model; prints one line
  * per problem to err and returns how many there were. */

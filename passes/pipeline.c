@@ -10,8 +10,10 @@ typedef struct {
 } Pass;
 
 static const Pass passes[] = {
-    {"intent", pass_intent},  /* sharding intents -> tensor dimensions */
-    {"dce", pass_dce},        /* drop what the loss does not need */
+    {"intent", pass_intent},       /* sharding intents -> tensor dimensions */
+    {"dce", pass_dce},             /* drop what the loss does not need */
+    {"autodiff", pass_autodiff},   /* gradients of the loss, B/W phases */
+    {"optimizer", pass_optimizer}, /* clipping and the update, as IR */
 };
 
 #define NPASSES ((int)(sizeof passes / sizeof passes[0]))
@@ -35,6 +37,7 @@ int pass_run_all(IrModule *m, const PassOptions *opt) {
     }
     if (opt->verify && verify(m, passes[i].name)) return -1;
     if (opt->dump_after && !strcmp(opt->dump_after, passes[i].name)) ir_print(opt->dump, m);
+    if (opt->stop_after && !strcmp(opt->stop_after, passes[i].name)) break;
   }
   return 0;
 }

@@ -162,7 +162,7 @@ int main(int argc, char **argv) {
   Source user = {0};
   IrModule *m = load(argv[i], argv + i + 1, argc - i - 1, &parse_arena, &user);
   if (!m) return 1;
-  PassOptions popt = {.verify = 1};
+  PassOptions popt = {.verify = 1, .stop_after = "dce"};
   if (pass_run_all(m, &popt) || pass_autodiff(m)) {
     printf("FAIL: passes\n");
     return 1;

@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   Override ov[] = {{"layers", "2"}};
   IrModule *m = diag.errors ? NULL : lower_program(&prog, ov, size % 2);
   if (m) {
-    PassOptions opt = {1, NULL, sink};
+    PassOptions opt = {.verify = 1, .dump = sink};
     if (pass_run_all(m, &opt)) abort(); /* the verifier rejected a pass's output */
     Layout lay = {1 + (int)(size % 4), 1 + (int)(size % 3), 2, 1 + (int)(size % 2)};
     layout_check(m, &lay, sink);

@@ -5,7 +5,9 @@
 
 #include "frontend/lower.h"
 
-/* Returns the module or NULL after printing diagnostics to stderr.
+/* Runs the passes up to and including dce: the forward module, before
+ * autodiff and the optimizer, which tests run themselves.
+ * Returns the module or NULL after printing diagnostics to stderr.
  * defines: "NAME=VALUE" strings, n of them. */
 IrModule *test_load(const char *path, const char *const *defines, int n);
 

@@ -1,0 +1,247 @@
+/* passes/optimizer.c -- the optimizer step as IR, appended after autodiff.
+ *
+ * For every parameter p with a gradient g (p->grad; parameters without one
+ * get no update and no state) it appends, tagged IR_PHASE_OPT:
+ *
+ *   lr, step      scalar INPUTs the host fills every step: the learning
+ *                 rate already scheduled (runtime/rt_sched.h) and the
+ *                 1-based step count (f32, exact to 2^24);
+ *   global norm   s_p = sumsq(g) per parameter, norm = grad_norm(s_1, ...)
+ *                 (m->grad_norm: the norm before clipping, for the log),
+ *                 coef = clip_coef(norm) max_norm=clip: PyTorch's
+ *                 clip_grad_norm_ (clip = 0: no clipping, coef = 1);
+ *   AdamW         state p.exp_avg and p.exp_avg_sq;
+ *                 bc1, bc2 = bias_correction(step) beta=beta1, beta2 (shared);
+ *                 m' = adam_moment(m, g, coef), v' = adam_moment(v, g, coef);
+ *                 p1 = weight_decay(p, lr) wd (rank >= 2 only; else p1 = p);
+ *                 p' = adam_update(p1, m', v', lr, bc1, bc2) eps;
+ *   SGD           d = sgd_grad(g, coef, p) wd (rank >= 2 only, else wd = 0);
+ *                 momentum > 0: state p.momentum_buffer,
+ *                 buf' = sgd_momentum(buf, d), d = buf';
+ *                 p' = sgd_update(p, d, lr);
+ *
+ * and records the updates (p.exp_avg <- m', ..., p <- p') on the module.
+ * State names are PyTorch's state keys after the parameter's name, so a
+ * checkpoint reads like optimizer.state_dict().
+ *
+ * Weight decay: AdamW's is PyTorch's decoupled decay; SGD's is PyTorch's
+ * coupled decay (added to the gradient, so momentum carries it).  Both
+ * apply to tensors of rank >= 2 only (matrices, embeddings, experts) and
+ * never to biases, gains and other 1-d tensors: the GPT-2/nanoGPT policy,
+ * the same for both optimizers so that switching optimizer does not change
+ * which tensors decay.  (torch.optim applies a group's weight_decay to every
+ * tensor in it: a PyTorch run matches with two parameter groups.)
+ *
+ * Per-parameter nodes take the parameter's layer and source location, so a
+ * pipeline stage updates the parameters it holds; the shared scalars take
+ * the loss's location and no layer.  State copies its parameter's sharding. */
+#include <stdarg.h>
+#include <string.h>
+
+#include "ir/strmap.h"
+#include "passes/passes.h"
+
+typedef struct {
+  IrModule *m;
+  const IrNode *at;   /* the parameter being updated, or NULL: layer and loc */
+  int failed;
+} Opt;
+
+static int err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int err(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "parc: error: optimizer: ");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return -1;
+}
+
+static IrNode *place(Opt *o, IrNode *n) {
+  n->phase = IR_PHASE_OPT;
+  n->shard_dim = -1;
+  n->layer = o->at ? o->at->layer : -1;
+  n->loc = o->at ? o->at->loc : o->m->loss ? o->m->loss->loc : (IrLoc){0};
+  return n;
+}
+
+/* An op on inputs in[0..nin) with integer attribute ia0 and float
+ * attribute fa, its type inferred (NULL after an internal error). */
+static IrNode *op(Opt *o, IrOp code, IrNode **in, int nin, int64_t ia0, double fa) {
+  IrNode p = {.op = code, .inputs = in, .ninputs = nin, .ia = {ia0}, .fa = fa};
+  char why[512];
+  if (o->failed) return NULL;
+  if (!ir_infer(&p, why, sizeof why)) {
+    fprintf(stderr, "parc: internal error: optimizer: %s\n", why);
+    o->failed = 1;
+    return NULL;
+  }
+  IrNode *n = ir_add(o->m, code, in, nin);
+  n->dtype = p.dtype;
+  n->rank = p.rank;
+  memcpy(n->shape, p.shape, sizeof n->shape);
+  n->ia[0] = ia0;
+  n->fa = fa;
+  return place(o, n);
+}
+
+static IrNode *op1(Opt *o, IrOp code, IrNode *a, int64_t ia0, double fa) {
+  return op(o, code, (IrNode *[]){a}, 1, ia0, fa);
+}
+
+static IrNode *op2(Opt *o, IrOp code, IrNode *a, IrNode *b, double fa) {
+  return op(o, code, (IrNode *[]){a, b}, 2, 0, fa);
+}
+
+static IrNode *op3(Opt *o, IrOp code, IrNode *a, IrNode *b, IrNode *c, int64_t ia0, double fa) {
+  return op(o, code, (IrNode *[]){a, b, c}, 3, ia0, fa);
+}
+
+/* A scalar f32 INPUT the host fills each step. */
+static IrNode *scalar_input(Opt *o, const char *name) {
+  IrNode *n = place(o, ir_add(o->m, IR_OP_INPUT, NULL, 0));
+  n->dtype = IR_F32;
+  n->name = name;
+  return n;
+}
+
+/* Zero-initialised optimizer state of parameter p, named p.<key>. */
+static IrNode *state(Opt *o, IrNode *p, const char *key) {
+  IrNode *n = place(o, ir_add(o->m, IR_OP_STATE, NULL, 0));
+  n->dtype = IR_F32;
+  n->rank = p->rank;
+  memcpy(n->shape, p->shape, sizeof n->shape);
+  n->name = arena_printf(&o->m->arena, "%s.%s", p->name, key);
+  n->init = IR_INIT_ZEROS;
+  n->shard = p->shard;
+  n->shard_dim = p->shard_dim;
+  return n;
+}
+
+static void update(Opt *o, IrNode *leaf, IrNode *value) {
+  if (value) ir_add_update(o->m, leaf, value);
+}
+
+/* The hyper-parameters, read and checked once. */
+typedef struct {
+  int adamw;
+  double clip, beta1, beta2, eps, wd, momentum;
+} Hyper;
+
+static int setting(const IrSetting *s, int n, const char *where, const char *name, double lo,
+                   double hi, int hi_open, double *out) {
+  const IrSetting *v = ir_setting(s, n, name);
+  if (!v || v->sym) return err("the %s setting '%s' is missing", where, name);
+  double d = v->is_float ? v->f : (double)v->i;
+  if (!(d >= lo && (hi_open ? d < hi : d <= hi)))
+    return err("%s = %g must be in [%g, %g%c", name, d, lo, hi, hi_open ? ')' : ']');
+  *out = d;
+  return 0;
+}
+
+static int read_hyper(const IrModule *m, Hyper *h) {
+  if (!m->optimizer) return err("the module has no optimizer settings");
+  h->adamw = !strcmp(m->optimizer, "adamw");
+  if (!h->adamw && strcmp(m->optimizer, "sgd")) return err("unknown optimizer '%s'", m->optimizer);
+  if (setting(m->train, m->ntrain, "train", "clip", 0, 1e30, 0, &h->clip)) return -1;
+  const IrSetting *s = m->optim;
+  int n = m->noptim;
+  if (h->adamw)
+    return setting(s, n, "adamw", "beta1", 0, 1, 1, &h->beta1) ||
+                   setting(s, n, "adamw", "beta2", 0, 1, 1, &h->beta2) ||
+                   setting(s, n, "adamw", "eps", 0, 1e30, 0, &h->eps) ||
+                   setting(s, n, "adamw", "wd", 0, 1e30, 0, &h->wd)
+               ? -1
+               : 0;
+  return setting(s, n, "sgd", "momentum", 0, 1e30, 0, &h->momentum) ||
+                 setting(s, n, "sgd", "wd", 0, 1e30, 0, &h->wd)
+             ? -1
+             : 0;
+}
+
+/* Names the pass will add must be new. */
+static int check_names(const IrModule *m, const Hyper *h) {
+  Arena scratch = {0};
+  StrMap names = {0};
+  int rc = 0;
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->name) strmap_put(&scratch, &names, m->nodes[i]->name, m->nodes[i]);
+  const char *fixed[] = {"lr", "step"};
+  for (int k = 0; k < 2 && !rc; k++)
+    if (strmap_get(&names, fixed[k]))
+      rc = err("the model already has a value named '%s', which the optimizer's input needs",
+               fixed[k]);
+  const char *keys[2] = {h->adamw ? "exp_avg" : h->momentum != 0 ? "momentum_buffer" : NULL,
+                         h->adamw ? "exp_avg_sq" : NULL};
+  for (int i = 0; i < m->nnodes && !rc; i++) {
+    const IrNode *p = m->nodes[i];
+    for (int k = 0; k < 2 && p->grad && keys[k] && !rc; k++) {
+      const char *name = arena_printf(&scratch, "%s.%s", p->name, keys[k]);
+      if (strmap_get(&names, name))
+        rc = err("the state '%s' would take the name of a model value", name);
+    }
+  }
+  arena_free(&scratch);
+  return rc;
+}
+
+int pass_optimizer(IrModule *m) {
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->phase == IR_PHASE_OPT) {
+      fprintf(stderr, "parc: internal error: optimizer: the module already has its optimizer\n");
+      return -1;
+    }
+  if (m->nupdates || m->grad_norm) {
+    fprintf(stderr, "parc: internal error: optimizer: the module already has updates\n");
+    return -1;
+  }
+  Hyper h;
+  if (read_hyper(m, &h) || check_names(m, &h)) return -1;
+  int nfwd = m->nnodes, nparams = 0;
+  for (int i = 0; i < nfwd; i++) nparams += m->nodes[i]->grad != NULL;
+  if (!nparams) return 0; /* nothing to train */
+
+  Opt o = {.m = m};
+  IrNode *lr = scalar_input(&o, "lr"), *step = scalar_input(&o, "step");
+  IrNode **sq = arena_alloc(&m->arena, sizeof(IrNode *) * (size_t)nparams);
+  int k = 0;
+  for (int i = 0; i < nfwd; i++) {
+    IrNode *p = m->nodes[i];
+    if (!p->grad) continue;
+    o.at = p;
+    sq[k++] = op1(&o, IR_OP_SUMSQ, p->grad, 0, 0);
+  }
+  o.at = NULL;
+  IrNode *norm = m->grad_norm = op(&o, IR_OP_GRAD_NORM, sq, nparams, 0, 0);
+  IrNode *coef = op1(&o, IR_OP_CLIP_COEF, norm, 0, h.clip);
+  IrNode *bc1 = h.adamw ? op1(&o, IR_OP_BIAS_CORRECTION, step, 0, h.beta1) : NULL;
+  IrNode *bc2 = h.adamw ? op1(&o, IR_OP_BIAS_CORRECTION, step, 0, h.beta2) : NULL;
+
+  for (int i = 0; i < nfwd && !o.failed; i++) {
+    IrNode *p = m->nodes[i], *g = p->grad;
+    if (!g) continue;
+    o.at = p;
+    double wd = p->rank >= 2 ? h.wd : 0;
+    if (h.adamw) {
+      IrNode *ms = state(&o, p, "exp_avg"), *vs = state(&o, p, "exp_avg_sq");
+      IrNode *m1 = op3(&o, IR_OP_ADAM_MOMENT, ms, g, coef, 0, h.beta1);
+      IrNode *v1 = op3(&o, IR_OP_ADAM_MOMENT, vs, g, coef, 1, h.beta2);
+      IrNode *p1 = wd != 0 ? op2(&o, IR_OP_WEIGHT_DECAY, p, lr, wd) : p;
+      IrNode *p2 = op(&o, IR_OP_ADAM_UPDATE, (IrNode *[]){p1, m1, v1, lr, bc1, bc2}, 6, 0, h.eps);
+      update(&o, ms, m1);
+      update(&o, vs, v1);
+      update(&o, p, p2);
+    } else {
+      IrNode *d = op3(&o, IR_OP_SGD_GRAD, g, coef, p, 0, wd);
+      if (h.momentum != 0) {
+        IrNode *buf = state(&o, p, "momentum_buffer");
+        d = op2(&o, IR_OP_SGD_MOMENTUM, buf, d, h.momentum);
+        update(&o, buf, d);
+      }
+      update(&o, p, op3(&o, IR_OP_SGD_UPDATE, p, d, lr, 0, 0));
+    }
+  }
+  return o.failed ? -1 : 0;
+}

@@ -1,0 +1,476 @@
+/* runtime/rt_route.c -- routing, embedding and loss kernels; see rt_route.h. */
+#include "runtime/rt_route.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/rt_err.h"
+#include "runtime/rt_pool.h"
+#include "runtime/rt_vmath.h"
+
+/* Elements of work a task should at least have before it is worth a thread. */
+#define WORK_GRAIN 16384
+
+/* Rows per task for rows of `len` elements. */
+static int64_t row_grain(int64_t len) { return len >= WORK_GRAIN ? 1 : WORK_GRAIN / len; }
+
+/* Each of the nd values, named in order by the space-separated `names`, is >= 1. */
+static int positive(const char *op, const char *names, const int64_t *d, int nd) {
+  for (int i = 0; i < nd; i++) {
+    const char *name = names;
+    for (int j = 0; j < i; j++) name = strchr(name, ' ') + 1;
+    if (d[i] < 1)
+      return rt_fail("%s: %.*s must be >= 1, got %lld", op, (int)strcspn(name, " "), name,
+                     (long long)d[i]);
+  }
+  return RT_OK;
+}
+#define POSITIVE(op, names, ...)                                                           \
+  positive(op, names, (const int64_t[]){__VA_ARGS__},                                       \
+           (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+
+/* A tensor of a * b * c elements (all >= 1) can be addressed in bytes. */
+static int fits(const char *op, int64_t a, int64_t b, int64_t c) {
+  int64_t n;
+  if (__builtin_mul_overflow(a, b, &n) || __builtin_mul_overflow(n, c, &n) ||
+      n > INT64_MAX / 8)
+    return rt_fail("%s: a tensor of %lld x %lld x %lld elements is too large", op,
+                   (long long)a, (long long)b, (long long)c);
+  return RT_OK;
+}
+
+/* Every idx[p], p < count, lies in [0, limit). */
+static int ids_ok(const char *op, const char *what, const int32_t *idx, int64_t count,
+                  int64_t limit, const char *range) {
+  for (int64_t p = 0; p < count; p++)
+    if (idx[p] < 0 || idx[p] >= limit)
+      return rt_fail("%s: %s %d at position %lld is outside %s[0, %lld)", op, what, idx[p],
+                     (long long)p, range, (long long)limit);
+  return RT_OK;
+}
+
+static int null_arg(const char *op, const char *name) {
+  return rt_fail("%s: NULL %s pointer", op, name);
+}
+
+/* ---- topk ---------------------------------------------------------------------- */
+
+typedef struct {
+  int32_t *out;
+  const float *x;
+  int64_t n, k;
+  atomic_int oom;
+} TopK;
+
+static void topk_range(void *ctx, int64_t begin, int64_t end) {
+  TopK *a = ctx;
+  unsigned char *taken = malloc((size_t)a->n);
+  if (!taken) {
+    atomic_store(&a->oom, 1);
+    return;
+  }
+  for (int64_t r = begin; r < end; r++) {
+    const float *row = a->x + r * a->n;
+    memset(taken, 0, (size_t)a->n);
+    for (int64_t j = 0; j < a->k; j++) {
+      int64_t best = -1;
+      for (int64_t i = 0; i < a->n; i++)
+        if (!taken[i] && (best < 0 || row[i] > row[best])) best = i;
+      taken[best] = 1;
+      a->out[r * a->k + j] = (int32_t)best;
+    }
+  }
+  free(taken);
+}
+
+int rt_topk(int32_t *out, const float *x, int64_t rows, int64_t n, int64_t k) {
+  if (!out || !x) return null_arg("topk", !out ? "output" : "x");
+  if (POSITIVE("topk", "rows n k", rows, n, k) || fits("topk", rows, n, 1) ||
+      fits("topk", rows, k, 1))
+    return RT_ERR;
+  if (k > n || n > INT32_MAX)
+    return rt_fail("topk: k = %lld must be in [1, n = %lld] and n below 2^31", (long long)k,
+                   (long long)n);
+  TopK a = {out, x, n, k, 0};
+  rt_parallel_for(rows, row_grain(n * k), topk_range, &a);
+  if (atomic_load(&a.oom)) return rt_fail("topk: out of memory (%lld bytes)", (long long)n);
+  return RT_OK;
+}
+
+/* ---- gather, scatter_add, onehot ------------------------------------------------ */
+
+typedef struct {
+  float *out;
+  const float *x;
+  const int32_t *idx;
+  int64_t n, k;
+} Gather;
+
+static void gather_range(void *ctx, int64_t begin, int64_t end) {
+  Gather *a = ctx;
+  for (int64_t r = begin; r < end; r++)
+    for (int64_t j = 0; j < a->k; j++) a->out[r * a->k + j] = a->x[r * a->n + a->idx[r * a->k + j]];
+}
+
+int rt_gather(float *out, const float *x, const int32_t *idx, int64_t rows, int64_t n,
+              int64_t k) {
+  if (!out || !x || !idx) return null_arg("gather", !out ? "output" : !x ? "x" : "idx");
+  if (POSITIVE("gather", "rows n k", rows, n, k) || fits("gather", rows, n, 1) ||
+      fits("gather", rows, k, 1) || ids_ok("gather", "index", idx, rows * k, n, ""))
+    return RT_ERR;
+  Gather a = {out, x, idx, n, k};
+  rt_parallel_for(rows, row_grain(k), gather_range, &a);
+  return RT_OK;
+}
+
+static void scatter_range(void *ctx, int64_t begin, int64_t end) {
+  Gather *a = ctx;  /* out [rows, n], x = dy [rows, k] */
+  for (int64_t r = begin; r < end; r++) {
+    float *o = a->out + r * a->n;
+    memset(o, 0, sizeof(float) * (size_t)a->n);
+    for (int64_t j = 0; j < a->k; j++) o[a->idx[r * a->k + j]] += a->x[r * a->k + j];
+  }
+}
+
+int rt_scatter_add(float *out, const int32_t *idx, const float *dy, int64_t rows, int64_t k,
+                   int64_t n) {
+  if (!out || !idx || !dy) return null_arg("scatter_add", !out ? "output" : !idx ? "idx" : "dy");
+  if (POSITIVE("scatter_add", "rows k n", rows, k, n) || fits("scatter_add", rows, n, 1) ||
+      fits("scatter_add", rows, k, 1) || ids_ok("scatter_add", "index", idx, rows * k, n, ""))
+    return RT_ERR;
+  Gather a = {out, dy, idx, n, k};
+  rt_parallel_for(rows, row_grain(n + k), scatter_range, &a);
+  return RT_OK;
+}
+
+static void onehot_range(void *ctx, int64_t begin, int64_t end) {
+  Gather *a = ctx;
+  for (int64_t p = begin; p < end; p++) {
+    float *o = a->out + p * a->n;
+    memset(o, 0, sizeof(float) * (size_t)a->n);
+    o[a->idx[p]] = 1.0f;
+  }
+}
+
+int rt_onehot(float *out, const int32_t *idx, int64_t count, int64_t n) {
+  if (!out || !idx) return null_arg("onehot", !out ? "output" : "idx");
+  if (POSITIVE("onehot", "count n", count, n) || fits("onehot", count, n, 1) ||
+      ids_ok("onehot", "index", idx, count, n, ""))
+    return RT_ERR;
+  Gather a = {out, NULL, idx, n, 1};
+  rt_parallel_for(count, row_grain(n), onehot_range, &a);
+  return RT_OK;
+}
+
+/* ---- routing: dispatch, combine and their gradients ----------------------------- */
+
+/* The slots of the N*K choices (see rt_route.h).  slot (may be NULL): slot[p] is
+ * choice p's slot, or -1 when dropped.  src (may be NULL): src[e*C + c] is the choice
+ * that fills slot c of expert e, or -1.  Checks idx first. */
+static int route(const char *op, const int32_t *idx, int64_t N, int64_t K, int64_t E,
+                 int64_t C, int64_t **slot, int64_t **src) {
+  for (int64_t p = 0; p < N * K; p++)
+    if (idx[p] < 0 || idx[p] >= E)
+      return rt_fail("%s: expert %d at position %lld (token %lld, choice %lld) is outside "
+                     "[0, %lld)", op, idx[p], (long long)p, (long long)(p / K),
+                     (long long)(p % K), (long long)E);
+  int64_t *fill = calloc((size_t)E, sizeof *fill);
+  int64_t *s = slot ? malloc(sizeof *s * (size_t)(N * K)) : NULL;
+  int64_t *f = src ? malloc(sizeof *f * (size_t)(E * C)) : NULL;
+  if (!fill || (slot && !s) || (src && !f)) {
+    free(fill), free(s), free(f);
+    return rt_fail("%s: out of memory for the routing table (%lld choices, %lld slots)", op,
+                   (long long)(N * K), (long long)(E * C));
+  }
+  for (int64_t q = 0; f && q < E * C; q++) f[q] = -1;
+  for (int64_t p = 0; p < N * K; p++) {
+    int64_t e = idx[p], c = fill[e] < C ? fill[e]++ : -1;
+    if (s) s[p] = c;
+    if (f && c >= 0) f[e * C + c] = p;
+  }
+  free(fill);
+  if (slot) *slot = s;
+  if (src) *src = f;
+  return RT_OK;
+}
+
+typedef struct {
+  float *out;
+  const float *x, *w;   /* x: the [N, D] operand (x or dout); w: weights or NULL */
+  const float *y;       /* [E, C, D] operand of combine / combine_grad_w */
+  const int32_t *idx;
+  const int64_t *slot, *src;
+  int64_t K, D, C;
+} Route;
+
+/* dispatch and combine_grad_y: one task per slot row (e, c) of out [E, C, D]. */
+static void to_slots_range(void *ctx, int64_t begin, int64_t end) {
+  Route *a = ctx;
+  int64_t D = a->D;
+  for (int64_t q = begin; q < end; q++) {
+    float *o = a->out + q * D;
+    int64_t p = a->src[q];
+    if (p < 0) {
+      memset(o, 0, sizeof(float) * (size_t)D);
+      continue;
+    }
+    const float *xr = a->x + (p / a->K) * D;
+    if (!a->w) {
+      memcpy(o, xr, sizeof(float) * (size_t)D);
+      continue;
+    }
+    float wp = a->w[p];
+    for (int64_t d = 0; d < D; d++) o[d] = wp * xr[d];
+  }
+}
+
+static int to_slots(const char *op, float *out, const float *x, const int32_t *idx,
+                    const float *w, int64_t N, int64_t K, int64_t D, int64_t E, int64_t C) {
+  if (POSITIVE(op, "N K D E C", N, K, D, E, C) || fits(op, N, K, 1) || fits(op, N, D, 1) ||
+      fits(op, E, C, D))
+    return RT_ERR;
+  int64_t *src;
+  if (route(op, idx, N, K, E, C, NULL, &src)) return RT_ERR;
+  Route a = {.out = out, .x = x, .w = w, .idx = idx, .src = src, .K = K, .D = D, .C = C};
+  rt_parallel_for(E * C, row_grain(D), to_slots_range, &a);
+  free(src);
+  return RT_OK;
+}
+
+int rt_dispatch(float *out, const float *x, const int32_t *idx, int64_t N, int64_t K,
+                int64_t D, int64_t E, int64_t C) {
+  if (!out || !x || !idx) return null_arg("dispatch", !out ? "output" : !x ? "x" : "idx");
+  return to_slots("dispatch", out, x, idx, NULL, N, K, D, E, C);
+}
+
+int rt_combine_grad_y(float *dy, const float *dout, const int32_t *idx, const float *w,
+                      int64_t N, int64_t K, int64_t D, int64_t E, int64_t C) {
+  if (!dy || !dout || !idx || !w)
+    return null_arg("combine_grad_y", !dy ? "output" : !dout ? "dout" : !idx ? "idx" : "w");
+  return to_slots("combine_grad_y", dy, dout, idx, w, N, K, D, E, C);
+}
+
+/* combine: one task per token row of out [N, D]. */
+static void combine_range(void *ctx, int64_t begin, int64_t end) {
+  Route *a = ctx;
+  int64_t D = a->D, K = a->K;
+  for (int64_t n = begin; n < end; n++) {
+    float *o = a->out + n * D;
+    memset(o, 0, sizeof(float) * (size_t)D);
+    for (int64_t p = n * K; p < (n + 1) * K; p++) {
+      if (a->slot[p] < 0) continue;
+      const float *yr = a->y + ((int64_t)a->idx[p] * a->C + a->slot[p]) * D;
+      float wp = a->w[p];
+      for (int64_t d = 0; d < D; d++) o[d] += wp * yr[d];
+    }
+  }
+}
+
+/* combine_grad_w: one task per choice p of dw [N, K]. */
+static void combine_w_range(void *ctx, int64_t begin, int64_t end) {
+  Route *a = ctx;
+  int64_t D = a->D;
+  for (int64_t p = begin; p < end; p++) {
+    float s = 0;
+    if (a->slot[p] >= 0) {
+      const float *xr = a->x + (p / a->K) * D;
+      const float *yr = a->y + ((int64_t)a->idx[p] * a->C + a->slot[p]) * D;
+      for (int64_t d = 0; d < D; d++) s += xr[d] * yr[d];
+    }
+    a->out[p] = s;
+  }
+}
+
+static int from_slots(const char *op, float *out, const float *x, const float *y,
+                      const int32_t *idx, const float *w, int64_t N, int64_t K, int64_t D,
+                      int64_t E, int64_t C) {
+  if (POSITIVE(op, "N K D E C", N, K, D, E, C) || fits(op, N, K, 1) || fits(op, N, D, 1) ||
+      fits(op, E, C, D))
+    return RT_ERR;
+  int64_t *slot;
+  if (route(op, idx, N, K, E, C, &slot, NULL)) return RT_ERR;
+  Route a = {.out = out, .x = x, .w = w, .y = y, .idx = idx, .slot = slot, .K = K, .D = D,
+             .C = C};
+  if (w) rt_parallel_for(N, row_grain(K * D), combine_range, &a);
+  else rt_parallel_for(N * K, row_grain(D), combine_w_range, &a);
+  free(slot);
+  return RT_OK;
+}
+
+int rt_combine(float *out, const float *y, const int32_t *idx, const float *w, int64_t N,
+               int64_t K, int64_t D, int64_t E, int64_t C) {
+  if (!out || !y || !idx || !w)
+    return null_arg("combine", !out ? "output" : !y ? "y" : !idx ? "idx" : "w");
+  return from_slots("combine", out, NULL, y, idx, w, N, K, D, E, C);
+}
+
+int rt_combine_grad_w(float *dw, const float *dout, const float *y, const int32_t *idx,
+                      int64_t N, int64_t K, int64_t D, int64_t E, int64_t C) {
+  if (!dw || !dout || !y || !idx)
+    return null_arg("combine_grad_w", !dw ? "output" : !dout ? "dout" : !y ? "y" : "idx");
+  return from_slots("combine_grad_w", dw, dout, y, idx, NULL, N, K, D, E, C);
+}
+
+/* ---- embedding ------------------------------------------------------------------ */
+
+typedef struct {
+  float *out;
+  const float *src;
+  const int32_t *ids;
+  int64_t count, V, D;
+} Embed;
+
+static void embed_range(void *ctx, int64_t begin, int64_t end) {
+  Embed *a = ctx;
+  for (int64_t p = begin; p < end; p++)
+    memcpy(a->out + p * a->D, a->src + (int64_t)a->ids[p] * a->D, sizeof(float) * (size_t)a->D);
+}
+
+int rt_embedding(float *out, const int32_t *ids, const float *table, int64_t count,
+                 int64_t V, int64_t D) {
+  if (!out || !ids || !table) return null_arg("embedding", !out ? "output" : !ids ? "ids" : "table");
+  if (POSITIVE("embedding", "count V D", count, V, D) || fits("embedding", count, D, 1) ||
+      fits("embedding", V, D, 1) || ids_ok("embedding", "id", ids, count, V, "the vocabulary "))
+    return RT_ERR;
+  Embed a = {out, table, ids, count, V, D};
+  rt_parallel_for(count, row_grain(D), embed_range, &a);
+  return RT_OK;
+}
+
+/* Zeroes rows [begin, end) of dtable. */
+static void zero_rows_range(void *ctx, int64_t begin, int64_t end) {
+  Embed *a = ctx;
+  memset(a->out + begin * a->D, 0, sizeof(float) * (size_t)((end - begin) * a->D));
+}
+
+/* One task per range of columns [begin, end) of dtable: adds the dy rows into them
+ * in position order. */
+static void embed_grad_range(void *ctx, int64_t begin, int64_t end) {
+  Embed *a = ctx;
+  int64_t D = a->D, w = end - begin;
+  for (int64_t p = 0; p < a->count; p++) {
+    float *o = a->out + (int64_t)a->ids[p] * D + begin;
+    const float *g = a->src + p * D + begin;
+    for (int64_t j = 0; j < w; j++) o[j] += g[j];
+  }
+}
+
+int rt_embedding_grad(float *dtable, const int32_t *ids, const float *dy, int64_t count,
+                      int64_t V, int64_t D) {
+  if (!dtable || !ids || !dy)
+    return null_arg("embedding_grad", !dtable ? "output" : !ids ? "ids" : "dy");
+  if (POSITIVE("embedding_grad", "count V D", count, V, D) ||
+      fits("embedding_grad", count, D, 1) || fits("embedding_grad", V, D, 1) ||
+      ids_ok("embedding_grad", "id", ids, count, V, "the vocabulary "))
+    return RT_ERR;
+  Embed a = {dtable, dy, ids, count, V, D};
+  rt_parallel_for(V, row_grain(D), zero_rows_range, &a);
+  /* 16 columns (one 64-byte line) at least per task, so tasks share no cache line
+   * except at unaligned edges. */
+  rt_parallel_for(D, 16, embed_grad_range, &a);
+  return RT_OK;
+}
+
+/* ---- cross-entropy -------------------------------------------------------------- */
+
+typedef struct {
+  const float *logits;
+  const int32_t *targets;
+  int64_t V;
+  double *loss;        /* forward: per-position loss */
+  float *dlogits;      /* backward */
+  float scale;         /* backward: dloss / N */
+  atomic_int oom;
+} Xent;
+
+/* The largest of x[0..n), NaNs ignored (-inf if none), in 8 lanes so that it
+ * vectorises; max is exact, so the lanes change nothing but the speed. */
+static float row_max(const float *x, int64_t n) {
+  float m[8];
+  for (int l = 0; l < 8; l++) m[l] = -INFINITY;
+  int64_t v = 0;
+  for (; v + 8 <= n; v += 8)
+    for (int l = 0; l < 8; l++) m[l] = x[v + l] > m[l] ? x[v + l] : m[l];
+  for (; v < n; v++) m[0] = x[v] > m[0] ? x[v] : m[0];
+  for (int l = 1; l < 8; l++) m[0] = m[l] > m[0] ? m[l] : m[0];
+  return m[0];
+}
+
+/* The sum of e[0..n) in double: 8 lane sums (element v in lane v % 8 for the full
+ * groups of 8, the tail in lane 0), then the lanes in order.  A fixed order:
+ * the same bits every run. */
+static double row_sum(const float *e, int64_t n) {
+  double s[8] = {0};
+  int64_t v = 0;
+  for (; v + 8 <= n; v += 8)
+    for (int l = 0; l < 8; l++) s[l] += (double)e[v + l];
+  for (; v < n; v++) s[0] += (double)e[v];
+  double t = 0;
+  for (int l = 0; l < 8; l++) t += s[l];
+  return t;
+}
+
+/* Per row: e = exp(x - max) (into the output row, or the task's scratch row for
+ * the loss), its sum in double, then the loss or softmax - onehot. */
+static void xent_range(void *ctx, int64_t begin, int64_t end) {
+  Xent *a = ctx;
+  int64_t V = a->V;
+  float *tmp = NULL;
+  if (a->loss && !(tmp = malloc(sizeof(float) * (size_t)V))) {
+    atomic_store(&a->oom, 1);
+    return;
+  }
+  for (int64_t p = begin; p < end; p++) {
+    const float *row = a->logits + p * V;
+    float *e = a->loss ? tmp : a->dlogits + p * V;
+    float mx = row_max(row, V);
+    for (int64_t v = 0; v < V; v++) e[v] = rt_exp_nonpos(row[v] - mx);
+    double s = row_sum(e, V);
+    if (a->loss) {
+      a->loss[p] = (double)mx + log(s) - (double)row[a->targets[p]];
+      continue;
+    }
+    float f = (float)(1.0 / s) * a->scale;
+    for (int64_t v = 0; v < V; v++) e[v] *= f;
+    e[a->targets[p]] -= a->scale;
+  }
+  free(tmp);
+}
+
+int rt_cross_entropy(float *loss, const float *logits, const int32_t *targets, int64_t N,
+                     int64_t V) {
+  if (!loss || !logits || !targets)
+    return null_arg("cross_entropy", !loss ? "output" : !logits ? "logits" : "targets");
+  if (POSITIVE("cross_entropy", "N V", N, V) || fits("cross_entropy", N, V, 1) ||
+      ids_ok("cross_entropy", "target", targets, N, V, ""))
+    return RT_ERR;
+  double *per = malloc(sizeof(double) * (size_t)N);
+  if (!per) return rt_fail("cross_entropy: out of memory for %lld losses", (long long)N);
+  Xent a = {.logits = logits, .targets = targets, .V = V, .loss = per};
+  rt_parallel_for(N, row_grain(V), xent_range, &a);
+  if (atomic_load(&a.oom)) {
+    free(per);
+    return rt_fail("cross_entropy: out of memory for a row of %lld logits", (long long)V);
+  }
+  double total = 0;
+  for (int64_t p = 0; p < N; p++) total += per[p];
+  free(per);
+  *loss = (float)(total / (double)N);
+  return RT_OK;
+}
+
+int rt_cross_entropy_grad(float *dlogits, const float *logits, const int32_t *targets,
+                          const float *dloss, int64_t N, int64_t V) {
+  if (!dlogits || !logits || !targets || !dloss)
+    return null_arg("cross_entropy_grad",
+                    !dlogits ? "output" : !logits ? "logits" : !targets ? "targets" : "dloss");
+  if (POSITIVE("cross_entropy_grad", "N V", N, V) || fits("cross_entropy_grad", N, V, 1) ||
+      ids_ok("cross_entropy_grad", "target", targets, N, V, ""))
+    return RT_ERR;
+  Xent a = {.logits = logits, .targets = targets, .V = V, .dlogits = dlogits,
+            .scale = (float)((double)*dloss / (double)N)};
+  rt_parallel_for(N, row_grain(V), xent_range, &a);
+  return RT_OK;
+}

@@ -1,0 +1,89 @@
+/* runtime/rt_route.h -- the irregular ops: top-k routing, gather / scatter, one-hot,
+ * mixture-of-experts dispatch and combine (and their gradients), token embedding
+ * (and its gradient), cross-entropy (and its gradient).  The spec of each is the
+ * op of the same name in ir/interp.c.
+ *
+ * Conventions:
+ *  - Tensors are dense row-major, last dimension fastest; a tensor with leading
+ *    dimensions [...] is passed flattened to `rows` (or N) rows.
+ *  - Every index (embedding id, target, gather index, expert choice) is checked
+ *    before anything is written; one out of range gives RT_ERR with a message
+ *    naming the value, its flat position and the valid range.
+ *  - Outputs never overlap inputs.
+ *  - Work is split over output rows (or, for embedding_grad, output columns) with
+ *    rt_parallel_for; every output element is computed by one task, and every sum
+ *    runs in the order the spec gives (positions ascending, choices ascending), so
+ *    results are bit-identical for any rt_pool size.
+ *  - Routing slots (dispatch, combine and their gradients): choices (token n,
+ *    choice j) in ascending order, n major, take the next free slot of expert
+ *    idx[n, j]; once an expert holds C tokens its later choices are dropped.  Each
+ *    routing call recomputes them serially into a transient N*K (or E*C) array.
+ *  - Functions return RT_OK, or RT_ERR (NULL pointer, dimension < 1, index out of
+ *    range, out of memory for the routing scratch). */
+#ifndef PARC_RT_ROUTE_H
+#define PARC_RT_ROUTE_H
+
+#include <stdint.h>
+
+/* topk: x [rows, n] -> out i32 [rows, k], 1 <= k <= n: per row, the indices of the
+ * k largest values in descending value order, equal values lower index first
+ * (exactly the spec's selection, NaN included). */
+int rt_topk(int32_t *out, const float *x, int64_t rows, int64_t n, int64_t k);
+
+/* gather: x [rows, n], idx i32 [rows, k] -> out [rows, k]:
+ * out[r, j] = x[r, idx[r, j]]. */
+int rt_gather(float *out, const float *x, const int32_t *idx, int64_t rows, int64_t n,
+              int64_t k);
+
+/* scatter_add: idx i32 [rows, k], dy [rows, k] -> out [rows, n], zeroed, then
+ * out[r, idx[r, j]] += dy[r, j] for j ascending. */
+int rt_scatter_add(float *out, const int32_t *idx, const float *dy, int64_t rows, int64_t k,
+                   int64_t n);
+
+/* onehot: idx i32 [count] -> out [count, n]: out[p, v] = (idx[p] == v). */
+int rt_onehot(float *out, const int32_t *idx, int64_t count, int64_t n);
+
+/* dispatch: x [N, D], idx i32 [N, K] -> out [E, C, D]: x[n, :] copied to
+ * out[idx[n, j], slot(n, j), :] for every kept choice; empty slots are zero. */
+int rt_dispatch(float *out, const float *x, const int32_t *idx, int64_t N, int64_t K,
+                int64_t D, int64_t E, int64_t C);
+
+/* combine: y [E, C, D], idx i32 [N, K], w [N, K] -> out [N, D]:
+ * out[n, :] = sum over kept choices j (ascending) of w[n, j] * y[idx[n, j], slot, :]. */
+int rt_combine(float *out, const float *y, const int32_t *idx, const float *w, int64_t N,
+               int64_t K, int64_t D, int64_t E, int64_t C);
+
+/* combine_grad_y: dout [N, D], idx i32 [N, K], w [N, K] -> dy [E, C, D]: the slot of
+ * kept choice (n, j) holds w[n, j] * dout[n, :]; empty slots are zero. */
+int rt_combine_grad_y(float *dy, const float *dout, const int32_t *idx, const float *w,
+                      int64_t N, int64_t K, int64_t D, int64_t E, int64_t C);
+
+/* combine_grad_w: dout [N, D], y [E, C, D], idx i32 [N, K] -> dw [N, K]:
+ * dw[n, j] = dout[n, :] . y[idx[n, j], slot(n, j), :], 0 for dropped choices. */
+int rt_combine_grad_w(float *dw, const float *dout, const float *y, const int32_t *idx,
+                      int64_t N, int64_t K, int64_t D, int64_t E, int64_t C);
+
+/* embedding: ids i32 [count], table [V, D] -> out [count, D]:
+ * out[p, :] = table[ids[p], :]. */
+int rt_embedding(float *out, const int32_t *ids, const float *table, int64_t count,
+                 int64_t V, int64_t D);
+
+/* embedding_grad: ids i32 [count], dy [count, D] -> dtable [V, D], zeroed, then
+ * dtable[ids[p], :] += dy[p, :] for p ascending (split over columns of D). */
+int rt_embedding_grad(float *dtable, const int32_t *ids, const float *dy, int64_t count,
+                      int64_t V, int64_t D);
+
+/* cross_entropy: logits [N, V], targets i32 [N] -> *loss (one float): the mean over
+ * the N positions of logsumexp(logits[p, :]) - logits[p, targets[p]].  Per row,
+ * exp(x - max) in float (rt_exp_nonpos, rt_vmath.h), summed in double in 8 fixed
+ * lanes; the positions' losses in double, in position order.  Scratch: one row of
+ * V floats per task. */
+int rt_cross_entropy(float *loss, const float *logits, const int32_t *targets, int64_t N,
+                     int64_t V);
+
+/* cross_entropy_grad: logits [N, V], targets i32 [N], dloss (one float) ->
+ * dlogits [N, V] = *dloss / N * (softmax(logits[p, :]) - onehot(targets[p])). */
+int rt_cross_entropy_grad(float *dlogits, const float *logits, const int32_t *targets,
+                          const float *dloss, int64_t N, int64_t V);
+
+#endif

@@ -1,0 +1,105 @@
+/* runtime/rt_train.h -- the training harness behind rt_train_main (rt_model.h).
+ *
+ * A generated trainer includes only rt_model.h; this header is shared by the
+ * harness's own files: rt_train.c (setup and the step loop), rt_train_opts.c
+ * (command line) and rt_train_state.c (weights in and out, checkpoints).
+ *
+ * Exit codes of rt_train_main: 0 success; 1 a bad option value, a conflict
+ * between options, or an input or output file that cannot be used (each one
+ * line on stderr); 2 a malformed command line (unknown option, missing
+ * argument, stray argument: the line, then the usage); 3 an internal error
+ * (an inconsistent RtModelDesc, a failing step, out of memory).
+ *
+ * Invariants:
+ *  - Everything a step sees is a pure function of (model, seed or --init
+ *    weights, data, steps, lr override, step index): no clock, thread count
+ *    or output option changes a bit of the parameters or of the losses.
+ *  - A checkpoint holds the state after `step` completed steps; training from
+ *    it runs exactly the steps t = step.. that the uninterrupted run would
+ *    have run, with the same inputs, so the result is bit-identical.
+ *
+ * Checkpoint directory (written with rt_ckpt, hence atomically):
+ *   model.safetensors      every parameter by name, with its shape
+ *   optimizer.safetensors  every state tensor by name, shape [numel]
+ *   trainer.json           {"format": "parc-train-state", "version": 1,
+ *                           "step": completed steps, "next_sequence": step*batch
+ *                           (the data position), "seed": "decimal",
+ *                           "lr_override": number or null, "steps": the run's total,
+ *                           "data": {"name", "tokens"},
+ *                           "model": {"name", "vocab", "batch", "seq", "optimizer",
+ *                                     "nparams", "params_numel", "nstate",
+ *                                     "state_numel"}}
+ * A resume refuses a checkpoint whose "model" object or tensor names and shapes
+ * differ from the running model's. */
+#ifndef PARC_RT_TRAIN_H
+#define PARC_RT_TRAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "runtime/rt_model.h"
+#include "runtime/rt_pool.h"
+
+#define RT_TRAIN_MAX_STEPS INT64_C(1000000000000)  /* --steps, --save-every */
+#define RT_TRAIN_MAX_THREADS RT_POOL_MAX_THREADS
+#define RT_TRAIN_MAX_LR 1000.0
+
+#define RT_TRAIN_STATE_FORMAT "parc-train-state"
+#define RT_TRAIN_STATE_VERSION 1
+
+/* The command line, after parsing. Paths are argv strings (not owned). */
+typedef struct {
+  int64_t steps;
+  const char *data;          /* NULL: the built-in corpus */
+  const char *init;          /* --init weights */
+  const char *save_weights;
+  const char *log;
+  const char *save;          /* checkpoint directory */
+  const char *resume;
+  int64_t save_every;        /* 0: only at the end */
+  double lr;                 /* when lr_set */
+  int lr_set;
+  uint64_t seed;
+  int seed_set;
+  int threads;
+  int quiet;
+} RtTrainOpts;
+
+/* Parses argv into o (defaults from the model). Returns -1 to go on training, or the
+ * exit code to return now: 0 after --help, 1 for a bad value (one line on err),
+ * 2 for a malformed command line (one line, then the usage, on err). */
+int rt_train_parse_opts(RtTrainOpts *o, int argc, char **argv, const RtModelDesc *m,
+                        FILE *err);
+/* The --help text: every option with its default from the model. */
+void rt_train_usage(FILE *out, const char *prog, const RtModelDesc *m);
+
+/* Checks the model description's own invariants (rt_model.h); RT_ERR names the
+ * first broken one. */
+int rt_train_check_model(const RtModelDesc *m);
+
+/* Loads every parameter from a safetensors file by name, exact shape; a name may
+ * carry a leading "transformer." in the file; other tensors in the file are ignored. */
+int rt_train_load_weights(const RtModelDesc *m, float *params, const char *path);
+/* Writes every parameter, by name and shape, to path atomically. */
+int rt_train_save_weights(const RtModelDesc *m, const float *params, const char *path);
+
+/* What trainer.json holds besides the model's identity. */
+typedef struct {
+  int64_t step;              /* completed steps */
+  int64_t steps;             /* the total of the run that saved */
+  uint64_t seed;
+  int lr_set;                /* the run trained with a constant --lr */
+  double lr;
+  int64_t data_tokens;       /* the data it trained on: token count and name */
+  char data_name[256];       /* (cut to fit) */
+} RtTrainCkptInfo;
+
+/* Writes the full training state to checkpoint directory dir atomically. */
+int rt_train_save_ckpt(const char *dir, const RtModelDesc *m, const float *params,
+                       const float *state, const RtTrainCkptInfo *info);
+/* Reads a checkpoint written by rt_train_save_ckpt for the same model into params,
+ * state and info; a different model is refused naming what differs. */
+int rt_train_load_ckpt(const char *dir, const RtModelDesc *m, float *params, float *state,
+                       RtTrainCkptInfo *info);
+
+#endif

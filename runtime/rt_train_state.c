@@ -1,0 +1,307 @@
+/* runtime/rt_train_state.c -- weights in and out, full-state checkpoints; see rt_train.h.
+ *
+ * Weights travel as safetensors under the model's own (Hugging Face) names.
+ * A checkpoint is an rt_ckpt directory of model.safetensors, optimizer.safetensors
+ * and trainer.json, so it is published atomically and read back only when
+ * complete; floats are stored as their exact bits, which is what makes a resume
+ * bit-for-bit. */
+#define _POSIX_C_SOURCE 200809L
+#include "runtime/rt_train.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/rt_ckpt.h"
+#include "runtime/rt_err.h"
+#include "runtime/rt_safetensors.h"
+
+#define MODEL_FILE "model.safetensors"
+#define OPTIM_FILE "optimizer.safetensors"
+#define TRAINER_FILE "trainer.json"
+#define PREFIX "transformer."
+
+/* "[256, 256]" */
+static const char *shape_str(char *buf, size_t cap, int rank, const int64_t *shape) {
+  size_t k = 0;
+  k += (size_t)snprintf(buf, cap, "[");
+  for (int d = 0; d < rank && k < cap; d++)
+    k += (size_t)snprintf(buf + k, cap - k, "%s%lld", d ? ", " : "", (long long)shape[d]);
+  if (k < cap) snprintf(buf + k, cap - k, "]");
+  return buf;
+}
+
+/* Name under which parameter p is stored in st: its own, else with the prefix;
+ * NULL (and an error naming the tensor and its expected shape) if neither. */
+static const char *stored_name(const RtSt *st, const char *path, const RtParamDesc *p,
+                               char **alt) {
+  *alt = NULL;
+  if (rt_st_find(st, p->name) >= 0) return p->name;
+  size_t n = strlen(PREFIX) + strlen(p->name) + 1;
+  if (!(*alt = malloc(n))) {
+    rt_fail("weights %s: out of memory", path);
+    return NULL;
+  }
+  snprintf(*alt, n, "%s%s", PREFIX, p->name);
+  if (rt_st_find(st, *alt) >= 0) return *alt;
+  char want[200];
+  rt_fail("weights %s: no tensor '%s' (nor '%s%s'); the model expects it with shape %s, "
+          "found none; the file was made for another model", path, p->name, PREFIX, p->name,
+          shape_str(want, sizeof want, p->rank, p->shape));
+  return NULL;
+}
+
+int rt_train_load_weights(const RtModelDesc *m, float *params, const char *path) {
+  RtSt *st;
+  if (rt_st_open(&st, path)) return RT_ERR;
+  int rc = RT_OK;
+  for (int i = 0; i < m->nparams && rc == RT_OK; i++) {
+    const RtParamDesc *p = &m->params[i];
+    char *alt;
+    const char *name = stored_name(st, path, p, &alt);
+    if (!name || rt_st_read(st, name, params + p->offset, p->rank, p->shape)) rc = RT_ERR;
+    free(alt);
+  }
+  rt_st_close(st);
+  return rc;
+}
+
+/* Writes n tensors to path (the parameters, or the state as 1-D tensors). */
+static int write_tensors(const char *path, const RtModelDesc *m, const float *params,
+                         const float *state, int with_meta) {
+  int n = params ? m->nparams : m->nstate;
+  RtStTensor *t = calloc(n > 0 ? (size_t)n : 1, sizeof *t);
+  if (!t) return rt_fail("%s: out of memory", path);
+  for (int i = 0; i < n; i++) {
+    if (params) {
+      const RtParamDesc *p = &m->params[i];
+      t[i].name = p->name;
+      t[i].rank = p->rank;
+      for (int d = 0; d < p->rank; d++) t[i].shape[d] = p->shape[d];
+      t[i].data = params + p->offset;
+    } else {
+      const RtStateDesc *s = &m->state[i];
+      t[i].name = s->name;
+      t[i].rank = 1;
+      t[i].shape[0] = s->numel;
+      t[i].data = state + s->offset;
+    }
+  }
+  /* "format": "pt" is what Hugging Face loaders look for. */
+  RtStMeta meta[1] = {{"format", "pt"}};
+  int rc = rt_st_write(path, t, n, meta, with_meta ? 1 : 0);
+  free(t);
+  return rc;
+}
+
+int rt_train_save_weights(const RtModelDesc *m, const float *params, const char *path) {
+  return write_tensors(path, m, params, NULL, 1);
+}
+
+/* ---- checkpoints ---- */
+
+static char *trainer_json(const RtModelDesc *m, const RtTrainCkptInfo *info) {
+  char seed[32];
+  snprintf(seed, sizeof seed, "%" PRIu64, info->seed);
+  cJSON *root = cJSON_CreateObject(), *model = cJSON_CreateObject(),
+        *data = cJSON_CreateObject();
+  int ok = root && model && data &&
+           cJSON_AddStringToObject(root, "format", RT_TRAIN_STATE_FORMAT) &&
+           cJSON_AddNumberToObject(root, "version", RT_TRAIN_STATE_VERSION) &&
+           cJSON_AddNumberToObject(root, "step", (double)info->step) &&
+           cJSON_AddNumberToObject(root, "next_sequence", (double)(info->step * m->batch)) &&
+           cJSON_AddNumberToObject(root, "steps", (double)info->steps) &&
+           cJSON_AddStringToObject(root, "seed", seed) &&
+           (info->lr_set ? cJSON_AddNumberToObject(root, "lr_override", info->lr) != NULL
+                         : cJSON_AddNullToObject(root, "lr_override") != NULL) &&
+           cJSON_AddStringToObject(data, "name", info->data_name) &&
+           cJSON_AddNumberToObject(data, "tokens", (double)info->data_tokens) &&
+           cJSON_AddStringToObject(model, "name", m->name) &&
+           cJSON_AddNumberToObject(model, "vocab", (double)m->vocab) &&
+           cJSON_AddNumberToObject(model, "batch", (double)m->batch) &&
+           cJSON_AddNumberToObject(model, "seq", (double)m->seq) &&
+           cJSON_AddStringToObject(model, "optimizer", m->optimizer ? m->optimizer : "") &&
+           cJSON_AddNumberToObject(model, "nparams", m->nparams) &&
+           cJSON_AddNumberToObject(model, "params_numel", (double)m->params_numel) &&
+           cJSON_AddNumberToObject(model, "nstate", m->nstate) &&
+           cJSON_AddNumberToObject(model, "state_numel", (double)m->state_numel);
+  char *text = NULL;
+  if (ok) {
+    cJSON_AddItemToObject(root, "data", data);
+    data = NULL;
+    cJSON_AddItemToObject(root, "model", model);
+    model = NULL;
+    text = cJSON_Print(root);
+  }
+  cJSON_Delete(root);
+  cJSON_Delete(model);
+  cJSON_Delete(data);
+  return text;
+}
+
+int rt_train_save_ckpt(const char *dir, const RtModelDesc *m, const float *params,
+                       const float *state, const RtTrainCkptInfo *info) {
+  char *text = trainer_json(m, info);
+  if (!text) return rt_fail("checkpoint %s: out of memory", dir);
+  RtCkptTxn *txn;
+  if (rt_ckpt_begin(&txn, dir)) {
+    cJSON_free(text);
+    return RT_ERR;
+  }
+  char path[4096];
+  int rc = RT_OK;
+  if (rt_ckpt_staging_path(txn, MODEL_FILE, path, sizeof path) ||
+      write_tensors(path, m, params, NULL, 0) || rt_ckpt_add_written(txn, MODEL_FILE) ||
+      rt_ckpt_staging_path(txn, OPTIM_FILE, path, sizeof path) ||
+      write_tensors(path, m, NULL, state, 0) || rt_ckpt_add_written(txn, OPTIM_FILE) ||
+      rt_ckpt_add(txn, TRAINER_FILE, text, strlen(text))) {
+    rt_ckpt_abort(txn);
+    rc = RT_ERR;
+  } else {
+    rc = rt_ckpt_commit(txn);
+  }
+  cJSON_free(text);
+  return rc;
+}
+
+/* A whole number in [0, 2^53] from item; -1 if absent or not one. */
+static int64_t json_count(const cJSON *obj, const char *key) {
+  const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+  if (!cJSON_IsNumber(it)) return -1;
+  double v = it->valuedouble;
+  if (!(v >= 0) || v > 9007199254740992.0 || v != floor(v)) return -1;
+  return (int64_t)v;
+}
+
+/* Checks that the saved model identity equals m's; RT_ERR names the first difference. */
+static int check_identity(const char *dir, const cJSON *saved, const RtModelDesc *m) {
+  struct {
+    const char *key;
+    int64_t here;
+  } nums[] = {{"vocab", m->vocab},         {"batch", m->batch},
+              {"seq", m->seq},             {"nparams", m->nparams},
+              {"params_numel", m->params_numel}, {"nstate", m->nstate},
+              {"state_numel", m->state_numel}};
+  const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(saved, "name"));
+  const char *opt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(saved, "optimizer"));
+  if (!name || !opt)
+    return rt_fail("checkpoint %s: %s lacks the model's name or optimizer; it is damaged or "
+                   "not a parc training state", dir, TRAINER_FILE);
+  if (strcmp(name, m->name))
+    return rt_fail("checkpoint %s was saved by model '%s', not '%s'; resume needs the model "
+                   "it was saved from", dir, name, m->name);
+  if (strcmp(opt, m->optimizer ? m->optimizer : ""))
+    return rt_fail("checkpoint %s holds %s optimizer state but this model trains with %s; "
+                   "resume needs the model it was saved from", dir, opt,
+                   m->optimizer ? m->optimizer : "(none)");
+  for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+    int64_t v = json_count(saved, nums[i].key);
+    if (v != nums[i].here)
+      return rt_fail("checkpoint %s: model %s is %lld there but %lld here; resume needs the "
+                     "model it was saved from", dir, nums[i].key, (long long)v,
+                     (long long)nums[i].here);
+  }
+  return RT_OK;
+}
+
+static int parse_trainer(const char *dir, const char *text, const RtModelDesc *m,
+                         RtTrainCkptInfo *info) {
+  cJSON *root = cJSON_Parse(text);
+  int rc = RT_OK;
+  const char *fmt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(root, "format"));
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+  const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
+  const cJSON *lr = cJSON_GetObjectItemCaseSensitive(root, "lr_override");
+  const char *seed = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(root, "seed"));
+  const char *dname = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(data, "name"));
+  int64_t version = json_count(root, "version");
+  memset(info, 0, sizeof *info);
+  info->step = json_count(root, "step");
+  info->steps = json_count(root, "steps");
+  info->data_tokens = json_count(data, "tokens");
+  int64_t next = json_count(root, "next_sequence");
+  char *end = NULL;
+  if (seed && seed[0] >= '0' && seed[0] <= '9') {
+    errno = 0;
+    info->seed = strtoull(seed, &end, 10);
+    if (errno) end = NULL;
+  }
+  if (!cJSON_IsObject(root) || !fmt || strcmp(fmt, RT_TRAIN_STATE_FORMAT))
+    rc = rt_fail("checkpoint %s: %s is not a parc training state (format '%s'); pass a "
+                 "directory written with --save", dir, TRAINER_FILE, fmt ? fmt : "?");
+  else if (version != RT_TRAIN_STATE_VERSION)
+    rc = rt_fail("checkpoint %s: training-state version %lld; this trainer reads version %d",
+                 dir, (long long)version, RT_TRAIN_STATE_VERSION);
+  else if (!cJSON_IsObject(model) || !cJSON_IsObject(data) || !dname || info->step < 0 ||
+           info->steps < 0 || info->data_tokens < 0 || !end || *end ||
+           !(cJSON_IsNull(lr) || cJSON_IsNumber(lr)))
+    rc = rt_fail("checkpoint %s: %s lacks a field or has one of the wrong type; it is "
+                 "damaged", dir, TRAINER_FILE);
+  else if (check_identity(dir, model, m))
+    rc = RT_ERR;
+  else if (next != info->step * m->batch)
+    rc = rt_fail("checkpoint %s: data position %lld does not match step %lld x batch %lld; "
+                 "it is damaged", dir, (long long)next, (long long)info->step,
+                 (long long)m->batch);
+  if (rc == RT_OK) {
+    snprintf(info->data_name, sizeof info->data_name, "%s", dname);
+    info->lr_set = cJSON_IsNumber(lr);
+    info->lr = info->lr_set ? lr->valuedouble : 0.0;
+  }
+  cJSON_Delete(root);
+  return rc;
+}
+
+/* Reads the tensors of one safetensors file of the checkpoint: exactly the
+ * parameters (params != NULL) or exactly the state tensors. */
+static int read_tensors(const RtCkpt *ck, const char *file, const RtModelDesc *m,
+                        float *params, float *state) {
+  char path[4096];
+  RtSt *st;
+  if (rt_ckpt_path(ck, file, path, sizeof path) || rt_st_open(&st, path)) return RT_ERR;
+  int n = params ? m->nparams : m->nstate;
+  int rc = RT_OK;
+  if (rt_st_count(st) != n)
+    rc = rt_fail("checkpoint %s: %s holds %d tensors but the model has %d; resume needs the "
+                 "model it was saved from", rt_ckpt_dir(ck), file, rt_st_count(st), n);
+  for (int i = 0; i < n && rc == RT_OK; i++) {
+    if (params) {
+      const RtParamDesc *p = &m->params[i];
+      rc = rt_st_read(st, p->name, params + p->offset, p->rank, p->shape);
+    } else {
+      const RtStateDesc *s = &m->state[i];
+      int64_t shape[1] = {s->numel};
+      rc = rt_st_read(st, s->name, state + s->offset, 1, shape);
+    }
+  }
+  rt_st_close(st);
+  return rc;
+}
+
+int rt_train_load_ckpt(const char *dir, const RtModelDesc *m, float *params, float *state,
+                       RtTrainCkptInfo *info) {
+  RtCkpt *ck;
+  if (rt_ckpt_open(&ck, dir)) return RT_ERR;
+  void *text = NULL;
+  size_t len;
+  int rc = rt_ckpt_read(ck, TRAINER_FILE, &text, &len);
+  if (rc == RT_OK) {
+    /* rt_ckpt_read's buffer is NUL-terminated only through rt_fs; copy to be sure. */
+    char *s = malloc(len + 1);
+    if (!s) rc = rt_fail("checkpoint %s: out of memory", dir);
+    else {
+      memcpy(s, text, len);
+      s[len] = 0;
+      rc = parse_trainer(dir, s, m, info);
+      free(s);
+    }
+  }
+  free(text);
+  if (rc == RT_OK) rc = read_tensors(ck, MODEL_FILE, m, params, NULL);
+  if (rc == RT_OK) rc = read_tensors(ck, OPTIM_FILE, m, NULL, state);
+  rt_ckpt_close(ck);
+  return rc;
+}

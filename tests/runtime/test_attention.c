@@ -1,0 +1,165 @@
+/* tests/runtime/test_attention.c -- rt_sdpa and rt_sdpa_grad against the
+ * interpreter's sdpa and sdpa_grad (relative L2 <= 1e-5 per output, and per dq /
+ * dk / dv part of the packed gradient): GQA ratios 1, 2 and 4, causal and not,
+ * T = 1, below, at, just above and well above RT_SDPA_BLOCK, head_dim 1 up to 32,
+ * scores large enough to overflow exp without the max shift (held to 1e-4: a score
+ * of size S carries S * 2^-24 of float rounding into exp, so the relative error of
+ * p, and of the gradient, grows with S; at |S| ~ 200 it is ~1e-5); the lse output
+ * against logsumexp in double; the same bits for 1, 2 and 3 pool threads;
+ * argument errors. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/rt_attention.h"
+#include "runtime/rt_pool.h"
+#include "tests/runtime/check.h"
+#include "tests/runtime/ref_op.h"
+
+#define TOL 1e-5
+
+typedef struct {
+  int64_t B, H, KV, T, hd;
+  float qscale;  /* q's standard deviation: large values test the max shift */
+  double tol;    /* 0: TOL */
+} Case;
+
+static void report_err(const char *what, const Case *c, int causal, double err) {
+  if (err <= (c->tol > 0 ? c->tol : TOL)) return;
+  char m[200];
+  snprintf(m, sizeof m, "%s B %lld H %lld KV %lld T %lld hd %lld causal %d: rel L2 %.3g", what,
+           (long long)c->B, (long long)c->H, (long long)c->KV, (long long)c->T,
+           (long long)c->hd, causal, err);
+  check_report(__FILE__, __LINE__, m);
+}
+
+/* logsumexp over the visible keys of every query row, in double. */
+static double lse_err(const float *lse, const float *q, const float *k, const Case *c,
+                      float scale, int causal) {
+  int64_t T = c->T, hd = c->hd, rep = c->H / c->KV;
+  double num = 0, den = 0;
+  for (int64_t b = 0; b < c->B; b++)
+    for (int64_t h = 0; h < c->H; h++)
+      for (int64_t t = 0; t < T; t++) {
+        const float *qr = q + ((b * c->H + h) * T + t) * hd;
+        const float *kh = k + (b * c->KV + h / rep) * T * hd;
+        int64_t end = causal ? t + 1 : T;
+        double mx = -INFINITY, s = 0, *sc = malloc(sizeof(double) * (size_t)end);
+        for (int64_t u = 0; u < end; u++) {
+          double d = 0;
+          for (int64_t i = 0; i < hd; i++) d += (double)qr[i] * kh[u * hd + i];
+          sc[u] = d * scale;
+          mx = fmax(mx, sc[u]);
+        }
+        for (int64_t u = 0; u < end; u++) s += exp(sc[u] - mx);
+        double want = mx + log(s), got = lse[(b * c->H + h) * T + t];
+        num += (got - want) * (got - want);
+        den += want * want;
+        free(sc);
+      }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void run_case(TRng *rng, const Case *c, int causal) {
+  int64_t B = c->B, H = c->H, KV = c->KV, T = c->T, hd = c->hd;
+  int64_t nq = B * H * T * hd, nk = B * KV * T * hd, ng = B * (H + 2 * KV) * T * hd;
+  float scale = (float)(1.0 / sqrt((double)hd));
+  float *q = malloc(sizeof(float) * (size_t)nq), *dy = malloc(sizeof(float) * (size_t)nq);
+  float *k = malloc(sizeof(float) * (size_t)nk), *v = malloc(sizeof(float) * (size_t)nk);
+  float *out = malloc(sizeof(float) * (size_t)nq), *g = malloc(sizeof(float) * (size_t)ng);
+  float *lse = malloc(sizeof(float) * (size_t)(B * H * T));
+  trng_fill(rng, q, nq, c->qscale);
+  trng_fill(rng, k, nk, 1);
+  trng_fill(rng, v, nk, 1);
+  trng_fill(rng, dy, nq, 1);
+
+  RefArg args[4] = {RF(q, B, H, T, hd), RF(k, B, KV, T, hd), RF(v, B, KV, T, hd),
+                    RF(dy, B, H, T, hd)};
+  RefOut fwd, bwd;
+  char why[256];
+  if (ref_op(IR_OP_ATTENTION, args, 3, causal, 0, 0, scale, &fwd, why, sizeof why) ||
+      ref_op(IR_OP_ATTENTION_GRAD, args, 4, causal, 0, 0, scale, &bwd, why, sizeof why)) {
+    check_report(__FILE__, __LINE__, why);
+    return;
+  }
+  CHECK_OK(rt_sdpa(out, lse, q, k, v, B, H, KV, T, hd, scale, causal));
+  report_err("sdpa", c, causal, rel_l2(out, fwd.f, nq));
+  report_err("sdpa lse", c, causal, lse_err(lse, q, k, c, scale, causal));
+
+  CHECK_OK(rt_sdpa_grad(g, q, k, v, dy, B, H, KV, T, hd, scale, causal));
+  report_err("sdpa_grad", c, causal, rel_l2(g, bwd.f, ng));
+  /* Each part on its own (dk and dv are smaller than dq when H > KV). */
+  static const char *part[3] = {"sdpa_grad dq", "sdpa_grad dk", "sdpa_grad dv"};
+  int64_t lo[3] = {0, H, H + KV}, hi[3] = {H, H + KV, H + 2 * KV}, C = H + 2 * KV;
+  for (int p = 0; p < 3; p++) {
+    double num = 0, den = 0;
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t e = lo[p] * T * hd; e < hi[p] * T * hd; e++) {
+        int64_t o = b * C * T * hd + e;
+        num += ((double)g[o] - bwd.f[o]) * ((double)g[o] - bwd.f[o]);
+        den += bwd.f[o] * bwd.f[o];
+      }
+    report_err(part[p], c, causal, den > 0 ? sqrt(num / den) : sqrt(num));
+  }
+  ref_out_free(&fwd);
+  ref_out_free(&bwd);
+  free(q), free(k), free(v), free(dy), free(out), free(g), free(lse);
+}
+
+static void test_against_reference(void) {
+  static const Case cases[] = {
+    /* B, H, KV, T, hd, q std, tolerance */
+    {1, 1, 1, 1, 1, 1, 0},   {2, 2, 2, 5, 3, 1, 0},    {1, 2, 1, 63, 4, 1, 0},
+    {1, 4, 2, 64, 8, 1, 0},  {2, 4, 1, 67, 5, 1, 0},   {1, 2, 2, 130, 16, 1, 0},
+    {1, 1, 1, 9, 32, 8, 0},  {3, 4, 4, 2, 7, 1, 0},    {1, 8, 2, 33, 2, 60, 1e-4},
+  };
+  TRng rng = {7};
+  CHECK_OK(rt_pool_init(2));
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+    for (int causal = 0; causal < 2; causal++) run_case(&rng, &cases[i], causal);
+}
+
+/* Identical bits for 1, 2 and 3 threads, forward and backward, GQA 2, causal. */
+static void test_determinism(void) {
+  enum { B = 2, H = 4, KV = 2, T = 150, HD = 16 };
+  int64_t nq = B * H * T * HD, nk = B * KV * T * HD, ng = B * (H + 2 * KV) * T * HD;
+  TRng rng = {99};
+  float *q = malloc(sizeof(float) * (size_t)nq), *dy = malloc(sizeof(float) * (size_t)nq);
+  float *k = malloc(sizeof(float) * (size_t)nk), *v = malloc(sizeof(float) * (size_t)nk);
+  trng_fill(&rng, q, nq, 1);
+  trng_fill(&rng, k, nk, 1);
+  trng_fill(&rng, v, nk, 1);
+  trng_fill(&rng, dy, nq, 1);
+  float *out[3], *g[3];
+  for (int t = 0; t < 3; t++) {
+    CHECK_OK(rt_pool_init(t + 1));
+    out[t] = malloc(sizeof(float) * (size_t)nq);
+    g[t] = malloc(sizeof(float) * (size_t)ng);
+    CHECK_OK(rt_sdpa(out[t], NULL, q, k, v, B, H, KV, T, HD, 0.25f, 1));
+    CHECK_OK(rt_sdpa_grad(g[t], q, k, v, dy, B, H, KV, T, HD, 0.25f, 1));
+  }
+  for (int t = 1; t < 3; t++) {
+    CHECK(memcmp(out[0], out[t], sizeof(float) * (size_t)nq) == 0);
+    CHECK(memcmp(g[0], g[t], sizeof(float) * (size_t)ng) == 0);
+  }
+  for (int t = 0; t < 3; t++) free(out[t]), free(g[t]);
+  free(q), free(k), free(v), free(dy);
+}
+
+static void test_errors(void) {
+  float x[64] = {0};
+  CHECK_FAILS(rt_sdpa(x, NULL, x, x, x, 1, 3, 2, 2, 2, 1, 0), "3 query heads are not a multiple");
+  CHECK_FAILS(rt_sdpa(NULL, NULL, x, x, x, 1, 1, 1, 2, 2, 1, 0), "sdpa: NULL output");
+  CHECK_FAILS(rt_sdpa_grad(x, x, x, x, NULL, 1, 1, 1, 2, 2, 1, 0), "sdpa_grad: NULL dy");
+  CHECK_FAILS(rt_sdpa_grad(x, x, x, x, x, 1, 1, 1, 0, 2, 1, 0), "T 0");
+  CHECK_FAILS(rt_sdpa(x, NULL, x, x, x, (int64_t)1 << 40, 1, 1, (int64_t)1 << 40, 2, 1, 0),
+              "too large");
+}
+
+int main(void) {
+  test_against_reference();
+  test_determinism();
+  test_errors();
+  rt_pool_shutdown();
+  return check_result("test_attention");
+}
