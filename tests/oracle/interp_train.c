@@ -66,6 +66,8 @@ int main(int argc, char **argv) {
     ov[nov++] = (Override){argv[i], eq + 1};
   }
   IrModule *m = diag.errors ? NULL : lower_program(&prog, ov, nov);
+  arena_free(&parse_arena); /* the module owns everything it needs */
+  source_free(&user);
   if (!m) {
     diag_finish(&diag);
     return die("the model does not lower");
@@ -101,7 +103,10 @@ int main(int argc, char **argv) {
            m->config[i].is_float ? m->config[i].f : (double)m->config[i].i);
   printf("}}\n");
   fflush(stdout);
-  if (!strcmp(argv[2], "-")) return 0;   /* the settings only */
+  if (!strcmp(argv[2], "-")) { /* the settings only */
+    ir_module_free(m);
+    return 0;
+  }
 
   IrInterp *it = ir_interp_new(m);
   RtSt *st;
@@ -153,7 +158,5 @@ int main(int argc, char **argv) {
   free(ts);
   ir_interp_free(it);
   ir_module_free(m);
-  arena_free(&parse_arena);
-  source_free(&user);
   return 0;
 }
