@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "codegen/project.h"
 #include "codegen/report.h"
 #include "frontend/build.h"
 #include "frontend/lower.h"
@@ -37,7 +38,12 @@ static void usage(FILE *out) {
           "and reports its parameters, FLOPs and per-rank memory.\n"
           "\n"
           "options:\n"
-          "  -o, --output DIR       write report.txt and model.ir into DIR (created if missing)\n"
+          "  -o, --output DIR       write the trainer project into DIR (created if missing):\n"
+          "                         train.c, kernels_cpu.o/.ll, CMakeLists.txt, plan.json,\n"
+          "                         report.txt, model.ir; then: cmake -S DIR -B DIR/build &&\n"
+          "                         cmake --build DIR/build && DIR/build/train --help\n"
+          "      --no-fuse          one kernel per operation (for checking fusion)\n"
+          "      --cpu host|generic kernels for this machine's CPU (default) or any x86-64\n"
           "      --emit ir|dot      print the IR as text or as a Graphviz graph to stdout\n"
           "  -D NAME=VALUE          override a config or train value (-D layers=2 -D batch=4)\n"
           "      --tp N             tensor-parallel degree (default 1)\n"
@@ -103,11 +109,12 @@ typedef struct {
   Layout lay;
   Override *ov;
   int nov;
-  int verify, timing;
+  int verify, timing, no_fuse, generic_cpu;
 } Options;
 
 static int parse_args(int argc, char **argv, Options *o) {
-  enum { O_EMIT = 256, O_TP, O_PP, O_DP, O_EP, O_DUMP, O_NOVERIFY, O_TIME, O_VERSION };
+  enum { O_EMIT = 256, O_TP, O_PP, O_DP, O_EP, O_DUMP, O_NOVERIFY, O_TIME, O_VERSION, O_NOFUSE,
+         O_CPU };
   static const struct option longs[] = {
       {"output", required_argument, 0, 'o'},  {"emit", required_argument, 0, O_EMIT},
       {"tp", required_argument, 0, O_TP},     {"pp", required_argument, 0, O_PP},
@@ -115,6 +122,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       {"dump-after", required_argument, 0, O_DUMP},
       {"no-verify", no_argument, 0, O_NOVERIFY}, {"time", no_argument, 0, O_TIME},
       {"help", no_argument, 0, 'h'},          {"version", no_argument, 0, O_VERSION},
+      {"no-fuse", no_argument, 0, O_NOFUSE},  {"cpu", required_argument, 0, O_CPU},
       {0, 0, 0, 0}};
   o->lay = (Layout){1, 1, 1, 1};
   o->verify = 1;
@@ -157,6 +165,14 @@ static int parse_args(int argc, char **argv, Options *o) {
       break;
     }
     case O_NOVERIFY: o->verify = 0; break;
+    case O_NOFUSE: o->no_fuse = 1; break;
+    case O_CPU:
+      if (strcmp(optarg, "host") && strcmp(optarg, "generic")) {
+        fprintf(stderr, "parc: error: --cpu '%s': expected host or generic\n", optarg);
+        return EXIT_BAD;
+      }
+      o->generic_cpu = !strcmp(optarg, "generic");
+      break;
     case O_TIME: o->timing = 1; break;
     case 'h': usage(stdout); exit(0);
     case O_VERSION: printf("parc %s\n", PARC_VERSION); exit(0);
@@ -241,10 +257,33 @@ int main(int argc, char **argv) {
       goto done;
     }
     FILE *f = open_out(o.outdir, "report.txt");
-    if (f) cg_report(f, m, &o.lay, &cost);
+    if (f) {
+      cg_report(f, m, &o.lay, &cost);
+      if (fclose(f)) rc = EXIT_BAD;
+    }
     FILE *g = open_out(o.outdir, "model.ir");
-    if (g) ir_print(g, m);
-    if (!f || !g || fclose(f) || fclose(g)) rc = EXIT_BAD;
+    if (g) {
+      ir_print(g, m);
+      if (fclose(g)) rc = EXIT_BAD;
+    }
+    if (!f || !g) rc = EXIT_BAD;
+    if (rc) goto done;
+    if (o.lay.tp * o.lay.pp * o.lay.dp > 1) {
+      fprintf(stderr, "parc: error: -o with several ranks: code generation for tp, pp and dp > 1 "
+              "is not implemented yet; the report above is exact (see README)\n");
+      rc = EXIT_BAD;
+      goto done;
+    }
+    CgProject proj = {o.outdir, o.model, PARC_VERSION, !o.no_fuse, o.generic_cpu, &cost, &o.lay};
+    char why[512];
+    if (cg_write_project(m, &proj, why, sizeof why)) {
+      fprintf(stderr, "parc: error: %s\n", why);
+      rc = EXIT_INTERNAL;
+      goto done;
+    }
+    if (!o.emit && !o.dump_after)
+      printf("wrote %s: build with cmake -S %s -B %s/build && cmake --build %s/build\n",
+             o.outdir, o.outdir, o.outdir, o.outdir);
   }
   if (o.timing)
     fprintf(stderr, "time: parse %.2f ms, lower %.2f ms, passes %.2f ms, total %.2f ms\n",

@@ -68,41 +68,56 @@ static int has_buffer(const IrNode *n, const unsigned char *materialize) {
   return !materialize || materialize[n->id];
 }
 
+static int at(const int *pos, int i) { return pos ? pos[i] : i; }
+
 int bufplan_build(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
-                  BufPlan *p) {
+                  const int *pos, BufPlan *p) {
   int n = m->nnodes;
   Arena *a = &m->arena;
   memset(p, 0, sizeof *p);
   p->offset = arena_alloc(a, sizeof(int64_t) * (size_t)(n + 1));
   p->size = arena_alloc(a, sizeof(int64_t) * (size_t)(n + 1));
   p->last_use = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  int end = 0; /* one past the last position */
   for (int i = 0; i < n; i++) {
     p->offset[i] = -1;
-    p->last_use[i] = i;
-    for (int k = 0; k < m->nodes[i]->ninputs; k++) p->last_use[m->nodes[i]->inputs[k]->id] = i;
+    p->last_use[i] = at(pos, i);
+    if (at(pos, i) + 1 > end) end = at(pos, i) + 1;
   }
   for (int i = 0; i < n; i++)
-    if ((keep && keep[i]) || m->nodes[i] == m->loss) p->last_use[i] = n;
+    for (int k = 0; k < m->nodes[i]->ninputs; k++) {
+      int j = m->nodes[i]->inputs[k]->id;
+      if (at(pos, i) > p->last_use[j]) p->last_use[j] = at(pos, i);
+    }
+  for (int i = 0; i < n; i++)
+    if ((keep && keep[i]) || m->nodes[i] == m->loss) p->last_use[i] = end;
 
-  /* dying[i]: buffers whose last reader is node i, as a linked list */
-  int *head = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
-  int *next = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
-  for (int i = 0; i <= n; i++) head[i] = -1;
+  /* nodes by position (stable in id), and buffers by the position after
+   * which they die, as linked lists */
+  int *def_head = arena_alloc(a, sizeof(int) * (size_t)(end + 1));
+  int *def_next = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  int *die_head = arena_alloc(a, sizeof(int) * (size_t)(end + 1));
+  int *die_next = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  for (int t = 0; t <= end; t++) def_head[t] = die_head[t] = -1;
+  for (int i = n - 1; i >= 0; i--) {
+    def_next[i] = def_head[at(pos, i)];
+    def_head[at(pos, i)] = i;
+  }
   FreeList f = {0};
   int64_t live = 0;
-  for (int i = 0; i < n; i++) {
-    IrNode *x = m->nodes[i];
-    if (has_buffer(x, materialize)) {
-      int64_t bytes = ir_numel(x) * 4;
+  for (int t = 0; t < end; t++) {
+    for (int i = def_head[t]; i >= 0; i = def_next[i]) {
+      if (!has_buffer(m->nodes[i], materialize)) continue;
+      int64_t bytes = ir_numel(m->nodes[i]) * 4;
       p->size[i] = (bytes + BUFPLAN_ALIGN - 1) / BUFPLAN_ALIGN * BUFPLAN_ALIGN;
       p->offset[i] = take(&f, p->size[i]);
       live += p->size[i];
       if (live > p->live_peak) p->live_peak = live;
       int d = p->last_use[i];
-      next[i] = head[d];
-      head[d] = i;
+      die_next[i] = die_head[d];
+      die_head[d] = i;
     }
-    for (int j = head[i]; j >= 0; j = next[j]) {
+    for (int j = die_head[t]; j >= 0; j = die_next[j]) {
       give(a, &f, p->offset[j], p->size[j]);
       live -= p->size[j];
     }
@@ -111,7 +126,7 @@ int bufplan_build(IrModule *m, const unsigned char *materialize, const unsigned 
   return 0;
 }
 
-int bufplan_check(const IrModule *m, const BufPlan *p, char *why, size_t len) {
+int bufplan_check(const IrModule *m, const BufPlan *p, const int *pos, char *why, size_t len) {
   for (int i = 0; i < m->nnodes; i++) {
     if (p->offset[i] < 0) continue;
     if (p->offset[i] + p->size[i] > p->peak || p->offset[i] % BUFPLAN_ALIGN) {
@@ -119,12 +134,13 @@ int bufplan_check(const IrModule *m, const BufPlan *p, char *why, size_t len) {
                (long long)p->offset[i], (long long)p->size[i]);
       return -1;
     }
-    for (int j = i + 1; j < m->nnodes && j <= p->last_use[i]; j++) {
-      if (p->offset[j] < 0) continue;
+    for (int j = 0; j < m->nnodes; j++) {
+      if (j == i || p->offset[j] < 0) continue;
+      /* j is written while i is live: at or after i's write, up to i's last read */
+      int ti = at(pos, i), tj = at(pos, j);
+      if (tj < ti || tj > p->last_use[i]) continue;
       int overlap = p->offset[i] < p->offset[j] + p->size[j] &&
                     p->offset[j] < p->offset[i] + p->size[i];
-      /* j is defined while i is live (i < j <= last_use(i)); equal is a
-       * read at j, so i's bytes must still be intact when j is written */
       if (overlap) {
         snprintf(why, len, "nodes %%%d and %%%d are live together and share bytes", i, j);
         return -1;

@@ -5,7 +5,12 @@
  * whose live ranges overlap never share a byte.  A node is live from its
  * definition to its last use in node order; nodes in `keep` (the loss,
  * gradients the optimizer reads) stay live to the end of the step.  A
- * node's output never aliases its own inputs. */
+ * node's output never aliases its own inputs.
+ *
+ * Time is execution position, not node id: a fused kernel computes all its
+ * nodes, and reads all its inputs, at the position of its root.  pos[id]
+ * gives that position (NULL: pos[id] = id); a node is written at pos[id]
+ * and read at pos[c] of each consumer c. */
 #ifndef PARC_BUFPLAN_H
 #define PARC_BUFPLAN_H
 
@@ -18,7 +23,7 @@
 typedef struct {
   int64_t *offset;     /* per node id; -1 when the node has no buffer */
   int64_t *size;       /* per node id, bytes rounded up to BUFPLAN_ALIGN */
-  int *last_use;       /* per node id: index of the last node reading it */
+  int *last_use;       /* per node id: the last position that reads it */
   int64_t peak;        /* arena bytes: the largest offset + size */
   int64_t live_peak;   /* the most bytes live at once: a lower bound on peak */
 } BufPlan;
@@ -27,9 +32,9 @@ typedef struct {
  * all non-leaf nodes).  keep[id] != 0 extends a node's life to the end
  * (NULL: only the loss).  Arrays live in the module's arena.  Returns 0. */
 int bufplan_build(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
-                  BufPlan *out);
+                  const int *pos, BufPlan *out);
 
-/* Checks the invariant above; returns 0 or -1 with a reason. */
-int bufplan_check(const IrModule *m, const BufPlan *p, char *why, size_t len);
+/* Checks the invariant above (with the same pos); 0 or -1 with a reason. */
+int bufplan_check(const IrModule *m, const BufPlan *p, const int *pos, char *why, size_t len);
 
 #endif

@@ -1,0 +1,414 @@
+/* codegen/cg_kernels.c -- which IR nodes each kernel computes (fusion), and
+ * the plan that lists the kernels in execution order (see cg_kernels.h).
+ *
+ * Grouping runs consumers-first (descending ids): a node either joins the
+ * kernel of its consumers or starts a kernel of its own, whose root it is.
+ * A group's root never changes and only nodes with smaller ids join later,
+ * so when a node is decided every consumer's kernel (and its root, the
+ * position it runs at) is final.  That is what the ordering rule checks:
+ * a node may join kernel G only if every consumer it has outside G runs
+ * after G's root.  Then every kernel reads only values computed before it
+ * runs and no kernel depends on itself.  Two passes after grouping move a
+ * root later under the same rule (merge_bias_sums, link_stats). */
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/cg_internal.h"
+
+int cg_runtime_op(IrOp op) {
+  switch (op) {
+  case IR_OP_MATMUL: case IR_OP_MATMUL_TA: case IR_OP_ATTENTION: case IR_OP_ATTENTION_GRAD:
+  case IR_OP_TOPK: case IR_OP_GATHER: case IR_OP_SCATTER_ADD: case IR_OP_ONEHOT:
+  case IR_OP_DISPATCH: case IR_OP_COMBINE: case IR_OP_COMBINE_GRAD_Y: case IR_OP_COMBINE_GRAD_W:
+  case IR_OP_EMBEDDING: case IR_OP_EMBEDDING_GRAD: case IR_OP_CROSS_ENTROPY:
+  case IR_OP_CROSS_ENTROPY_GRAD:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+int cg_kernel_op(IrOp op) {
+  return (unsigned)op < IR_OP_COUNT && !(ir_op_info[op].flags & IR_F_LEAF) && !cg_runtime_op(op);
+}
+
+int cg_pure_op(IrOp op) {
+  return (ir_op_info[op].flags & IR_F_POINTWISE) || op == IR_OP_FILL || op == IR_OP_BROADCAST ||
+         op == IR_OP_GRAD_NORM;
+}
+
+int cg_inline_op(IrOp op) {
+  switch (op) {
+  case IR_OP_RESHAPE: case IR_OP_SPLIT_HEADS: case IR_OP_MERGE_HEADS: case IR_OP_TRANSPOSE:
+  case IR_OP_SLICE: case IR_OP_ROPE: case IR_OP_ROPE_GRAD:
+    return 1;
+  default:
+    return cg_pure_op(op);
+  }
+}
+
+int cg_row_op(IrOp op) {
+  switch (op) {
+  case IR_OP_SOFTMAX: case IR_OP_SOFTMAX_GRAD: case IR_OP_LAYERNORM: case IR_OP_RMSNORM:
+  case IR_OP_LAYERNORM_GRAD: case IR_OP_RMSNORM_GRAD:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+int cg_template_of(IrOp op) {
+  if (cg_inline_op(op)) return CG_ELEM;
+  if (cg_row_op(op)) return CG_ROW;
+  switch (op) {
+  case IR_OP_SUM: case IR_OP_MEAN: case IR_OP_SUM_TO: case IR_OP_SUMSQ:
+  case IR_OP_LAYERNORM_WGRAD: case IR_OP_RMSNORM_WGRAD:
+    return CG_REDUCE;
+  case IR_OP_CONCAT:
+    return CG_CONCAT;
+  default:
+    return -1;
+  }
+}
+
+static void *xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) {
+    fprintf(stderr, "parc: out of memory (kernel plan, %zu x %zu bytes)\n", n, size);
+    exit(3);
+  }
+  return p;
+}
+
+typedef struct {
+  const IrModule *m;
+  int *cons_start, *cons;     /* consumers of node i: cons[cons_start[i] .. cons_start[i+1]) */
+  unsigned char *forced;      /* results: loss, ce_loss, gradients, updates, grad_norm */
+  int *group_of;
+  CgGroup *groups;
+  int ngroups;
+  unsigned char *at_s;        /* member computed at its kernel's iteration shape, elementwise */
+  unsigned char *writes_stats;/* norm gradients whose kernel writes a wgrad's statistics */
+} Planner;
+
+static const IrNode *nd(const Planner *P, int id) { return P->m->nodes[id]; }
+
+static void fill_consumers(Planner *P) {
+  const IrModule *m = P->m;
+  P->cons_start = xcalloc((size_t)m->nnodes + 1, sizeof(int));
+  for (int i = 0; i < m->nnodes; i++)
+    for (int j = 0; j < m->nodes[i]->ninputs; j++) P->cons_start[m->nodes[i]->inputs[j]->id + 1]++;
+  for (int i = 0; i < m->nnodes; i++) P->cons_start[i + 1] += P->cons_start[i];
+  P->cons = xcalloc((size_t)P->cons_start[m->nnodes], sizeof(int));
+  int *fill = xcalloc((size_t)m->nnodes, sizeof(int));
+  for (int i = 0; i < m->nnodes; i++)
+    for (int j = 0; j < m->nodes[i]->ninputs; j++) {
+      int x = m->nodes[i]->inputs[j]->id;
+      P->cons[P->cons_start[x] + fill[x]++] = i;
+    }
+  free(fill);
+}
+
+static void fill_forced(Planner *P) {
+  const IrModule *m = P->m;
+  P->forced = xcalloc((size_t)m->nnodes, 1);
+  if (m->loss) P->forced[m->loss->id] = 1;
+  if (m->ce_loss) P->forced[m->ce_loss->id] = 1;
+  if (m->grad_norm) P->forced[m->grad_norm->id] = 1;
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->grad) P->forced[m->nodes[i]->grad->id] = 1;
+  for (int i = 0; i < m->nupdates; i++) P->forced[m->updates[i].value->id] = 1;
+}
+
+/* Where a consumer runs: its kernel's root, or itself (runtime op). */
+static int position(const Planner *P, int q) {
+  return P->group_of[q] >= 0 ? P->groups[P->group_of[q]].root : q;
+}
+
+static int same_shape(const IrNode *a, const IrNode *b) {
+  if (a->rank != b->rank) return 0;
+  for (int d = 0; d < a->rank; d++)
+    if (a->shape[d] != b->shape[d]) return 0;
+  return 1;
+}
+
+/* Whether n would be computed at group g's iteration shape S, elementwise:
+ * n has shape S and every consumer of n in g is at S and reads n at its own
+ * coordinates (pointwise or row op, n not broadcast). */
+static int at_shape(const Planner *P, const IrNode *n, int g) {
+  const CgGroup *G = &P->groups[g];
+  if (G->tmpl != CG_ELEM && G->tmpl != CG_ROW) return 0;
+  const IrNode *S = nd(P, G->tmpl == CG_ROW ? G->rowop : G->root);
+  if (!same_shape(n, S)) return 0;
+  for (int i = P->cons_start[n->id]; i < P->cons_start[n->id + 1]; i++) {
+    const IrNode *q = nd(P, P->cons[i]);
+    if (P->group_of[q->id] != g) continue;
+    if (!P->at_s[q->id] || !same_shape(n, q)) return 0;
+    if (!cg_pure_op(q->op) && !cg_row_op(q->op)) return 0;
+  }
+  return 1;
+}
+
+/* Puts n into the kernel of its consumers if it may (see the file comment
+ * and cg_kernels.h); 1 if it did. */
+static int try_join(Planner *P, const IrNode *n) {
+  int g = -1, best = INT_MAX;
+  for (int i = P->cons_start[n->id]; i < P->cons_start[n->id + 1]; i++) {
+    int q = P->cons[i];
+    if (P->group_of[q] >= 0 && P->groups[P->group_of[q]].root < best)
+      g = P->group_of[q], best = P->groups[g].root;
+  }
+  if (g < 0) return 0;
+  CgGroup *G = &P->groups[g];
+  int outside = 0;
+  for (int i = P->cons_start[n->id]; i < P->cons_start[n->id + 1]; i++) {
+    int q = P->cons[i];
+    if (P->group_of[q] == g) continue;
+    outside = 1;
+    if (position(P, q) <= G->root) return 0;
+  }
+  int need_store = outside || P->forced[n->id];
+  int at = at_shape(P, n, g);
+  const IrNode *root = nd(P, G->root);
+  if (cg_inline_op(n->op)) {
+    if (root->op == IR_OP_LAYERNORM_WGRAD || root->op == IR_OP_RMSNORM_WGRAD) return 0;
+    if (need_store && !at) return 0;
+  } else if (cg_row_op(n->op)) {
+    if (G->tmpl != CG_ELEM || !at) return 0;
+    G->tmpl = CG_ROW;
+    G->rowop = n->id;
+  } else {
+    return 0;
+  }
+  P->group_of[n->id] = g;
+  P->at_s[n->id] = (unsigned char)at;
+  return 1;
+}
+
+static int failf(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int failf(char *err, size_t len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, len, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+static int is_wgrad(IrOp op) { return op == IR_OP_LAYERNORM_WGRAD || op == IR_OP_RMSNORM_WGRAD; }
+
+static int group_size(const Planner *P, int g) {
+  int n = 0;
+  for (int i = 0; i <= P->groups[g].root; i++) n += P->group_of[i] == g;
+  return n;
+}
+
+/* A bias gradient sum_to(dy) -> [D] joins the kernel of the norm wgrad that
+ * reduces the same dy over the same rows: one loop, two sums.  The merged
+ * kernel runs at the later root, so the earlier node's consumers must all
+ * run after it. */
+static void merge_bias_sums(Planner *P) {
+  const IrModule *m = P->m;
+  for (int w = 0; w < m->nnodes; w++) {
+    const IrNode *W = nd(P, w);
+    int g = P->group_of[w];
+    if (!is_wgrad(W->op) || g < 0 || group_size(P, g) != 1) continue;
+    const IrNode *dy = W->inputs[1];
+    for (int i = P->cons_start[dy->id]; i < P->cons_start[dy->id + 1]; i++) {
+      const IrNode *U = nd(P, P->cons[i]);
+      int gu = P->group_of[U->id];
+      if (U->op != IR_OP_SUM_TO || U->inputs[0] != dy || U->rank != 1 ||
+          U->shape[0] != dy->shape[dy->rank - 1] || gu < 0 || gu == g || group_size(P, gu) != 1)
+        continue;
+      int late = w > U->id ? w : U->id, early = w > U->id ? U->id : w, ok = 1;
+      for (int c = P->cons_start[early]; ok && c < P->cons_start[early + 1]; c++)
+        ok = position(P, P->cons[c]) > late;
+      if (!ok) continue;
+      P->group_of[U->id] = g;
+      P->groups[g].root = late;
+      P->groups[gu].root = -1; /* dead */
+      break;
+    }
+  }
+}
+
+/* Whether every consumer outside group g of g's members runs after pos. */
+static int consumers_after(const Planner *P, int g, int pos) {
+  for (int i = 0; i <= P->groups[g].root; i++) {
+    if (P->group_of[i] != g) continue;
+    for (int c = P->cons_start[i]; c < P->cons_start[i + 1]; c++)
+      if (P->group_of[P->cons[c]] != g && position(P, P->cons[c]) <= pos) return 0;
+  }
+  return 1;
+}
+
+/* A wgrad reads its row statistics from the kernel of the norm gradient of
+ * the same x and eps (Temporaries).  When that kernel runs later (an
+ * epilogue moved its root past the wgrad), the wgrad's kernel is deferred
+ * to run right after it, if its results are needed only later still. */
+static void link_stats(Planner *P) {
+  const IrModule *m = P->m;
+  for (int w = 0; w < m->nnodes; w++) {
+    const IrNode *W = nd(P, w);
+    if (!is_wgrad(W->op) || P->group_of[w] < 0) continue;
+    IrOp want = W->op == IR_OP_LAYERNORM_WGRAD ? IR_OP_LAYERNORM_GRAD : IR_OP_RMSNORM_GRAD;
+    const IrNode *x = W->inputs[0];
+    for (int i = P->cons_start[x->id]; i < P->cons_start[x->id + 1]; i++) {
+      const IrNode *G = nd(P, P->cons[i]);
+      int gg = P->group_of[G->id];
+      if (G->op != want || G->inputs[0] != x || G->fa != W->fa || gg < 0 ||
+          P->groups[gg].tmpl != CG_ROW || P->groups[gg].rowop != G->id)
+        continue;
+      CgGroup *gw = &P->groups[P->group_of[w]];
+      if (P->groups[gg].root >= gw->root) {
+        /* one deferred kernel per writer: names stay unique */
+        if (P->groups[gg].deferred || P->writes_stats[G->id] ||
+            !consumers_after(P, P->group_of[w], P->groups[gg].root))
+          continue;
+        gw->root = P->groups[gg].root;
+        gw->deferred = 1;
+      }
+      gw->stats = G->id;
+      P->writes_stats[G->id] = 1;
+      break;
+    }
+  }
+}
+
+/* Drops dead groups and numbers the rest by ascending root. */
+static void sort_groups(Planner *P) {
+  int n = 0;
+  int *order = xcalloc((size_t)P->ngroups, sizeof(int));
+  int *renum = xcalloc((size_t)P->ngroups, sizeof(int));
+  for (int g = 0; g < P->ngroups; g++)
+    if (P->groups[g].root >= 0) order[n++] = g;
+  for (int i = 1; i < n; i++) /* insertion sort: groups are nearly sorted (descending) */
+    for (int j = i; j > 0 && (P->groups[order[j - 1]].root > P->groups[order[j]].root ||
+                              (P->groups[order[j - 1]].root == P->groups[order[j]].root &&
+                               P->groups[order[j - 1]].deferred > P->groups[order[j]].deferred));
+         j--) {
+      int t = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = t;
+    }
+  CgGroup *sorted = xcalloc((size_t)(n ? n : 1), sizeof(CgGroup));
+  for (int i = 0; i < n; i++) sorted[i] = P->groups[order[i]], renum[order[i]] = i;
+  for (int i = 0; i < P->m->nnodes; i++)
+    if (P->group_of[i] >= 0) P->group_of[i] = renum[P->group_of[i]];
+  free(P->groups);
+  P->groups = sorted;
+  P->ngroups = n;
+  free(order);
+  free(renum);
+}
+
+void cg_plan_free(CgKernelPlan *p) {
+  if (!p) return;
+  for (int i = 0; i < p->nkernels; i++) {
+    free(p->kernels[i].arg_node);
+    free(p->kernels[i].nodes);
+  }
+  free(p->kernels);
+  free(p->kernel_of);
+  free(p->materialize);
+  free(p->view_of);
+  free(p->temps);
+  kir_module_free(p->km);
+  memset(p, 0, sizeof *p);
+}
+
+int cg_plan_kernels(const IrModule *m, int fuse, CgKernelPlan *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  Planner P = {.m = m};
+  fill_consumers(&P);
+  fill_forced(&P);
+  P.group_of = xcalloc((size_t)m->nnodes, sizeof(int));
+  P.groups = xcalloc((size_t)m->nnodes, sizeof(CgGroup));
+  P.at_s = xcalloc((size_t)m->nnodes, 1);
+  P.writes_stats = xcalloc((size_t)m->nnodes, 1);
+  int rc = 0;
+  for (int id = m->nnodes - 1; id >= 0 && rc == 0; id--) {
+    const IrNode *n = m->nodes[id];
+    P.group_of[id] = -1;
+    if (!cg_kernel_op(n->op)) continue;
+    if (fuse && try_join(&P, n)) continue;
+    int t = cg_template_of(n->op);
+    if (t < 0) {
+      rc = failf(err, errlen, "%%%d: no kernel lowering for op %s", id, ir_op_info[n->op].name);
+      break;
+    }
+    CgGroup *G = &P.groups[P.ngroups];
+    G->root = id;
+    G->tmpl = (CgTmpl)t;
+    G->rowop = t == CG_ROW ? id : -1;
+    G->stats = -1;
+    P.group_of[id] = P.ngroups++;
+    P.at_s[id] = t == CG_ELEM || t == CG_ROW;
+  }
+
+  if (rc == 0 && fuse) {
+    merge_bias_sums(&P);
+    link_stats(&P);
+  }
+  if (rc == 0) sort_groups(&P);
+
+  if (rc == 0) {
+    out->nnodes = m->nnodes;
+    out->kernel_of = xcalloc((size_t)m->nnodes, sizeof(int));
+    out->materialize = xcalloc((size_t)m->nnodes, 1);
+    for (int i = 0; i < m->nnodes; i++) {
+      int g = P.group_of[i], mat = g < 0 || P.forced[i] || P.cons_start[i] == P.cons_start[i + 1];
+      for (int c = P.cons_start[i]; !mat && c < P.cons_start[i + 1]; c++)
+        mat = P.group_of[P.cons[c]] != g;
+      out->materialize[i] = (unsigned char)mat;
+      /* a stored member must be where its kernel visits each element once:
+       * at the kernel's shape, or one of a reduction kernel's sums */
+      if (mat && g >= 0 && i != P.groups[g].root && !P.at_s[i] &&
+          cg_template_of(m->nodes[i]->op) != CG_REDUCE)
+        rc = failf(err, errlen, "internal: %%%d is materialised inside kernel of %%%d", i,
+                   P.groups[g].root);
+    }
+  }
+  if (rc == 0) {
+    out->view_of = xcalloc((size_t)m->nnodes, sizeof(int));
+    for (int i = 0; i < m->nnodes; i++) {
+      const IrNode *n = m->nodes[i];
+      int g = P.group_of[i];
+      out->view_of[i] = n->op == IR_OP_RESHAPE && g >= 0 && P.groups[g].root == i &&
+                                group_size(&P, g) == 1 && out->materialize[n->inputs[0]->id]
+                            ? n->inputs[0]->id
+                            : -1;
+    }
+  }
+  if (rc == 0) {
+    out->km = kir_module_new();
+    out->kernels = xcalloc((size_t)(2 * P.ngroups), sizeof(CgKernel));
+    int *stats_temp = xcalloc((size_t)m->nnodes, sizeof(int));
+    for (int i = 0; i < m->nnodes; i++) stats_temp[i] = -1;
+    int *main_kernel = xcalloc((size_t)P.ngroups + 1, sizeof(int));
+    CgView v = {m, P.group_of, out->materialize, P.writes_stats, stats_temp};
+    for (int g = 0; g < P.ngroups && rc == 0; g++) {
+      rc = cg_emit_group(out, &v, &P.groups[g], g, err, errlen);
+      main_kernel[g] = out->nkernels - 1;  /* after a group's _stats kernel */
+    }
+    for (int i = 0; rc == 0 && i < m->nnodes; i++)
+      out->kernel_of[i] = P.group_of[i] < 0 ? -1 : main_kernel[P.group_of[i]];
+    free(stats_temp);
+    free(main_kernel);
+  }
+  if (rc == 0) {
+    for (int i = 0; i < out->nkernels; i++) out->kernels[i].nargs = out->kernels[i].k->nparams;
+    if (out->nkernels && kir_verify(out->km, err, errlen)) rc = -1;
+  }
+  free(P.cons_start);
+  free(P.cons);
+  free(P.forced);
+  free(P.group_of);
+  free(P.groups);
+  free(P.at_s);
+  free(P.writes_stats);
+  if (rc) cg_plan_free(out);
+  return rc;
+}

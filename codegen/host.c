@@ -1,0 +1,439 @@
+/* codegen/host.c -- emit train.c for one rank program.
+ *
+ * Every value the step computes lives at its planned offset in the arena
+ * (passes/bufplan.c); parameters and optimizer state live in their own
+ * buffers at the offsets cg_plan_leaves gives.  The step runs the IR's
+ * nodes in order: a node is either computed by a fused kernel (emitted at
+ * its kernel's root), by a runtime routine, or is a leaf.  At the end the
+ * module's updates are copied into the parameter and state buffers. */
+#include "codegen/host.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LEAF_ALIGN 16 /* floats: 64 bytes */
+
+void cg_plan_leaves(IrModule *m, CgLeafPlan *lp) {
+  lp->offset = arena_alloc(&m->arena, sizeof(int64_t) * (size_t)(m->nnodes + 1));
+  lp->params_numel = lp->state_numel = 0;
+  for (int i = 0; i < m->nnodes; i++) {
+    IrNode *n = m->nodes[i];
+    int64_t *end = n->op == IR_OP_PARAM ? &lp->params_numel
+                   : n->op == IR_OP_STATE ? &lp->state_numel : NULL;
+    lp->offset[i] = -1;
+    if (!end) continue;
+    lp->offset[i] = *end;
+    *end += (ir_numel(n) + LEAF_ALIGN - 1) / LEAF_ALIGN * LEAF_ALIGN;
+  }
+}
+
+unsigned char *cg_results(IrModule *m) {
+  unsigned char *keep = arena_alloc(&m->arena, (size_t)m->nnodes + 1);
+  if (m->loss) keep[m->loss->id] = 1;
+  if (m->ce_loss) keep[m->ce_loss->id] = 1;
+  if (m->grad_norm) keep[m->grad_norm->id] = 1;
+  for (int i = 0; i < m->nupdates; i++) keep[m->updates[i].value->id] = 1;
+  return keep;
+}
+
+/* ---- emission helpers ------------------------------------------------------ */
+
+int64_t cg_arena_bytes(const CgKernelPlan *kp, const BufPlan *bp, int64_t *temp_off) {
+  int64_t end = bp->peak;
+  for (int t = 0; t < kp->ntemps; t++) {
+    if (temp_off) temp_off[t] = end;
+    end += (kp->temps[t].numel * 4 + BUFPLAN_ALIGN - 1) / BUFPLAN_ALIGN * BUFPLAN_ALIGN;
+  }
+  return end;
+}
+
+typedef struct {
+  FILE *out;
+  const IrModule *m;
+  const CgKernelPlan *kp;
+  const BufPlan *bp;
+  const CgLeafPlan *lp;
+  int64_t *temp_off;   /* arena offsets of the plan's temporaries */
+  char *err;
+  size_t errlen;
+  int failed;
+} Emit;
+
+static void fail(Emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(Emit *e, const char *fmt, ...) {
+  if (e->failed++) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->err, e->errlen, fmt, ap);
+  va_end(ap);
+}
+
+static const char *base_name(const char *path) {
+  const char *s = path ? strrchr(path, '/') : NULL;
+  return s ? s + 1 : path ? path : "?";
+}
+
+/* A C string literal for s (names are identifiers and dots; be safe anyway). */
+static void put_str(FILE *out, const char *s) {
+  fputc('"', out);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') fprintf(out, "\\%c", c);
+    else if (c < 32 || c > 126) fprintf(out, "\\%03o", c);
+    else fputc(c, out);
+  }
+  fputc('"', out);
+}
+
+/* A float literal C accepts: "0.02f", "1e-05f", "0.0f" (never "0f"). */
+static const char *flit(char *s, size_t len, double v) {
+  int k = snprintf(s, len, "%.9g", v);
+  if (!strpbrk(s, ".en") && k + 3 < (int)len) strcat(s, ".0");
+  if (strlen(s) + 2 < len) strcat(s, "f");
+  return s;
+}
+
+/* The C expression for node n's buffer. */
+static const char *buf(Emit *e, const IrNode *n, char *s, size_t len) {
+  const char *ty = n->dtype == IR_I32 ? "int32_t" : "float";
+  switch (n->op) {
+  case IR_OP_PARAM:
+    snprintf(s, len, "(P + %" PRId64 ")", e->lp->offset[n->id]);
+    return s;
+  case IR_OP_STATE:
+    snprintf(s, len, "(S + %" PRId64 ")", e->lp->offset[n->id]);
+    return s;
+  case IR_OP_INPUT:
+    if (!strcmp(n->name, "tokens") && n->dtype == IR_I32) return "io->tokens";
+    if (!strcmp(n->name, "targets") && n->dtype == IR_I32) return "io->targets";
+    if (!strcmp(n->name, "lr") && n->rank == 0) return "&lr";
+    if (!strcmp(n->name, "step") && n->rank == 0) return "&t";
+    fail(e, "input '%s': the trainer feeds i32 'tokens' and 'targets' only", n->name);
+    return "NULL";
+  default:
+    if (e->bp->offset[n->id] < 0) {
+      fail(e, "node %%%d (%s) has no buffer", n->id, ir_op_info[n->op].name);
+      return "NULL";
+    }
+    snprintf(s, len, "((%s *)(A + %" PRId64 "))", ty, e->bp->offset[n->id]);
+    return s;
+  }
+}
+
+/* "%12 = gelu %11 : f32[4, 64, 256]  (prelude.dsl:74)" as a comment. */
+static void comment(Emit *e, const IrNode *n, const char *indent) {
+  char ty[160];
+  fprintf(e->out, "%s/* %%%d = %s", indent, n->id, ir_op_info[n->op].name);
+  for (int j = 0; j < n->ninputs; j++) fprintf(e->out, "%s%%%d", j ? ", " : " ", n->inputs[j]->id);
+  fprintf(e->out, " : %s", ir_type_str(n, ty, sizeof ty));
+  if (n->loc.line) fprintf(e->out, "  (%s:%d)", base_name(n->loc.file), n->loc.line);
+  fprintf(e->out, " */\n");
+}
+
+static int64_t lead(const IrNode *x, int keep) {
+  int64_t p = 1;
+  for (int i = 0; i < x->rank - keep; i++) p *= x->shape[i];
+  return p;
+}
+
+static int64_t dim(const IrNode *x, int i) { return x->shape[i < 0 ? x->rank + i : i]; }
+
+/* One runtime call for a node the kernels do not compute. */
+static void emit_runtime(Emit *e, const IrNode *n) {
+  char o[96], a0[96], a1[96], a2[96], a3[96], fl[48];
+  IrNode *const *in = n->inputs;
+  const char *out = buf(e, n, o, sizeof o);
+  const char *x = n->ninputs > 0 ? buf(e, in[0], a0, sizeof a0) : NULL;
+  const char *y = n->ninputs > 1 ? buf(e, in[1], a1, sizeof a1) : NULL;
+  const char *z = n->ninputs > 2 ? buf(e, in[2], a2, sizeof a2) : NULL;
+  const char *w = n->ninputs > 3 ? buf(e, in[3], a3, sizeof a3) : NULL;
+  FILE *f = e->out;
+  switch (n->op) {
+  case IR_OP_MATMUL:
+  case IR_OP_MATMUL_TA: {
+    const IrNode *a = in[0], *b = in[1];
+    int ta = n->op == IR_OP_MATMUL_TA;
+    int64_t m = ta ? dim(a, -1) : dim(a, -2), k = ta ? dim(a, -2) : dim(a, -1);
+    int64_t nn = dim(n, -1);
+    fprintf(f, "  CHECK(%s(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s%s0));\n",
+            ta ? "rt_matmul_ta" : "rt_matmul", out, x, y, lead(a, 2), m, k, nn,
+            n->ia[0] ? "RT_MM_TRANSPOSE_B | " : "", b->rank > 2 ? "RT_MM_B_BATCHED | " : "");
+    return;
+  }
+  case IR_OP_ATTENTION:
+    fprintf(f, "  CHECK(rt_sdpa(%s, NULL, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+            ", %" PRId64 ", %s, %d));\n", out, x, y, z, dim(in[0], 0), dim(in[0], 1),
+            dim(in[1], 1), dim(in[0], 2), dim(in[0], 3), flit(fl, sizeof fl, n->fa),
+            (int)n->ia[0]);
+    return;
+  case IR_OP_ATTENTION_GRAD:
+    fprintf(f, "  CHECK(rt_sdpa_grad(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            ", %" PRId64 ", %" PRId64 ", %s, %d));\n", out, x, y, z, w, dim(in[0], 0),
+            dim(in[0], 1), dim(in[1], 1), dim(in[0], 2), dim(in[0], 3), flit(fl, sizeof fl, n->fa),
+            (int)n->ia[0]);
+    return;
+  case IR_OP_TOPK:
+    fprintf(f, "  CHECK(rt_topk(%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n", out, x,
+            lead(in[0], 1), dim(in[0], -1), n->ia[0]);
+    return;
+  case IR_OP_GATHER:
+    fprintf(f, "  CHECK(rt_gather(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n", out, x,
+            y, lead(in[0], 1), dim(in[0], -1), dim(in[1], -1));
+    return;
+  case IR_OP_SCATTER_ADD:
+    fprintf(f, "  CHECK(rt_scatter_add(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n",
+            out, x, y, lead(in[0], 1), dim(in[0], -1), n->ia[0]);
+    return;
+  case IR_OP_ONEHOT:
+    fprintf(f, "  CHECK(rt_onehot(%s, %s, %" PRId64 ", %" PRId64 "));\n", out, x, ir_numel(in[0]),
+            n->ia[0]);
+    return;
+  case IR_OP_DISPATCH:
+    fprintf(f, "  CHECK(rt_dispatch(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+            ", %" PRId64 "));\n", out, x, y, dim(in[0], 0), dim(in[1], 1), dim(in[0], 1), n->ia[0],
+            n->ia[1]);
+    return;
+  case IR_OP_COMBINE:
+    fprintf(f, "  CHECK(rt_combine(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+            ", %" PRId64 "));\n", out, x, y, z, dim(in[1], 0), dim(in[1], 1), dim(in[0], 2),
+            dim(in[0], 0), dim(in[0], 1));
+    return;
+  case IR_OP_COMBINE_GRAD_Y:
+    fprintf(f, "  CHECK(rt_combine_grad_y(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            ", %" PRId64 ", %" PRId64 "));\n", out, x, y, z, dim(in[1], 0), dim(in[1], 1),
+            dim(in[0], 1), dim(n, 0), dim(n, 1));
+    return;
+  case IR_OP_COMBINE_GRAD_W:
+    fprintf(f, "  CHECK(rt_combine_grad_w(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            ", %" PRId64 ", %" PRId64 "));\n", out, x, y, z, dim(in[2], 0), dim(in[2], 1),
+            dim(in[0], 1), dim(in[1], 0), dim(in[1], 1));
+    return;
+  case IR_OP_EMBEDDING:
+    fprintf(f, "  CHECK(rt_embedding(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n", out,
+            x, y, ir_numel(in[0]), dim(in[1], 0), dim(in[1], 1));
+    return;
+  case IR_OP_EMBEDDING_GRAD:
+    fprintf(f, "  CHECK(rt_embedding_grad(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n",
+            out, x, y, ir_numel(in[0]), n->ia[0], dim(in[1], -1));
+    return;
+  case IR_OP_CROSS_ENTROPY:
+    fprintf(f, "  CHECK(rt_cross_entropy(%s, %s, %s, %" PRId64 ", %" PRId64 "));\n", out, x, y,
+            lead(in[0], 1), dim(in[0], -1));
+    return;
+  case IR_OP_CROSS_ENTROPY_GRAD:
+    fprintf(f, "  CHECK(rt_cross_entropy_grad(%s, %s, %s, %s, %" PRId64 ", %" PRId64 "));\n", out,
+            x, y, z, lead(in[0], 1), dim(in[0], -1));
+    return;
+  default:
+    fail(e, "no runtime routine for %s", ir_op_info[n->op].name);
+  }
+}
+
+/* Rows per task: at least ~16K elements of work, so small kernels run on
+ * one thread instead of paying for a wake-up. */
+static int64_t grain(const IrModule *m, const CgKernel *k) {
+  int64_t rows = kir_kernel_rows(k->k);
+  int64_t work = ir_numel(m->nodes[k->root]);
+  int64_t per_row = rows ? (work + rows - 1) / rows : 1;
+  if (per_row < 1) per_row = 1;
+  int64_t g = 16384 / per_row;
+  return g < 1 ? 1 : g;
+}
+
+static void emit_kernel_call(Emit *e, const CgKernel *k) {
+  char b[96];
+  fprintf(e->out, "  {\n    void *a[] = {");
+  for (int i = 0; i < k->nargs; i++) {
+    int a = k->arg_node[i];
+    if (a < 0) snprintf(b, sizeof b, "(float *)(A + %" PRId64 ")", e->temp_off[CG_ARG_TEMP(a)]);
+    fprintf(e->out, "%s%s", i ? ", " : "", a < 0 ? b : buf(e, e->m->nodes[a], b, sizeof b));
+  }
+  fprintf(e->out, "};\n    rt_parallel_for(%" PRId64 ", %" PRId64 ", run_%s, a);\n  }\n",
+          kir_kernel_rows(k->k), grain(e->m, k), k->k->name);
+}
+
+/* Thunks adapt a kernel to rt_parallel_for's (ctx, begin, end). */
+static void emit_thunks(Emit *e) {
+  for (int i = 0; i < e->kp->nkernels; i++) {
+    const CgKernel *k = &e->kp->kernels[i];
+    fprintf(e->out, "static void run_%s(void *c, int64_t b, int64_t e) {\n  void **a = c;\n  %s(",
+            k->k->name, k->k->name);
+    for (int j = 0; j < k->nargs; j++) fprintf(e->out, "a[%d], ", j);
+    fprintf(e->out, "b, e);\n}\n");
+  }
+  if (e->kp->nkernels) fputc('\n', e->out);
+}
+
+static void emit_tables(Emit *e) {
+  const IrModule *m = e->m;
+  FILE *f = e->out;
+  fprintf(f, "/* Parameters: one buffer, offsets in floats. */\nstatic const RtParamDesc params[] = {\n");
+  int np = 0, ns = 0;
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *n = m->nodes[i];
+    if (n->op != IR_OP_PARAM) continue;
+    fprintf(f, "  {");
+    put_str(f, n->name);
+    fprintf(f, ", %d, {", n->rank);
+    for (int d = 0; d < n->rank; d++) fprintf(f, "%s%" PRId64, d ? ", " : "", n->shape[d]);
+    static const char *const init[] = {"RT_INIT_NORMAL", "RT_INIT_ZEROS", "RT_INIT_ONES"};
+    char fl[48];
+    fprintf(f, "}, %" PRId64 ", %" PRId64 ", %s, %s},\n", e->lp->offset[i], ir_numel(n),
+            init[n->init], flit(fl, sizeof fl, n->init == IR_INIT_NORMAL ? n->init_std : 0.0));
+    np++;
+  }
+  if (!np) fprintf(f, "  {0}\n");
+  fprintf(f, "};\n\n/* Optimizer state: one buffer, zero at the start. */\n"
+             "static const RtStateDesc state[] = {\n");
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *n = m->nodes[i];
+    if (n->op != IR_OP_STATE) continue;
+    fprintf(f, "  {");
+    put_str(f, n->name);
+    fprintf(f, ", %" PRId64 ", %" PRId64 "},\n", e->lp->offset[i], ir_numel(n));
+    ns++;
+  }
+  if (!ns) fprintf(f, "  {0}\n");
+  fprintf(f, "};\n\n");
+}
+
+static double setting(const IrSetting *s, int n, const char *name, double def) {
+  const IrSetting *x = ir_setting(s, n, name);
+  return x ? (x->is_float ? x->f : (double)x->i) : def;
+}
+
+static void emit_desc(Emit *e, const CgHostInfo *info) {
+  const IrModule *m = e->m;
+  FILE *f = e->out;
+  int np = 0, ns = 0;
+  for (int i = 0; i < m->nnodes; i++) {
+    np += m->nodes[i]->op == IR_OP_PARAM;
+    ns += m->nodes[i]->op == IR_OP_STATE;
+  }
+  int64_t batch = 0, seq = 0, vocab = 0;
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *n = m->nodes[i];
+    if (n->op == IR_OP_INPUT && !strcmp(n->name, "tokens") && n->rank == 2)
+      batch = n->shape[0], seq = n->shape[1];
+    if (n->op == IR_OP_CROSS_ENTROPY && n->phase == IR_PHASE_FWD) vocab = dim(n->inputs[0], -1);
+  }
+  fprintf(f, "static const char *const config_names[] = {");
+  for (int i = 0; i < m->nconfig; i++) {
+    fprintf(f, "%s", i ? ", " : "");
+    put_str(f, m->config[i].name);
+  }
+  fprintf(f, "%s};\nstatic const double config_values[] = {", m->nconfig ? "" : "NULL");
+  for (int i = 0; i < m->nconfig; i++)
+    fprintf(f, "%s%.17g", i ? ", " : "", m->config[i].sym ? 0.0 : m->config[i].f);
+  fprintf(f, "%s};\n\n", m->nconfig ? "" : "0");
+  const IrSetting *tr = m->train, *op = m->optim, *sc = m->sched;
+  int ntr = m->ntrain, nop = m->noptim, nsc = m->nsched;
+  fprintf(f, "static const RtModelDesc model = {\n");
+  fprintf(f, "    .name = ");
+  put_str(f, m->name);
+  fprintf(f, ",\n    .source = ");
+  put_str(f, base_name(info->source));
+  fprintf(f, ",\n    .vocab = %" PRId64 ", .batch = %" PRId64 ", .seq = %" PRId64 ",\n", vocab, batch,
+          seq);
+  fprintf(f, "    .nparams = %d, .params = params, .params_numel = %" PRId64 ",\n", np,
+          e->lp->params_numel);
+  fprintf(f, "    .nstate = %d, .state = state, .state_numel = %" PRId64 ",\n", ns,
+          e->lp->state_numel);
+  fprintf(f, "    .arena_bytes = ARENA_BYTES,\n    .flops_per_step = %.17g,\n", info->flops_per_step);
+  fprintf(f, "    .steps = %" PRId64 ", .lr = %.17g, .clip = %.17g,\n",
+          (int64_t)setting(tr, ntr, "steps", 0), setting(tr, ntr, "lr", 0), setting(tr, ntr, "clip", 0));
+  fprintf(f, "    .optimizer = \"%s\", .beta1 = %.17g, .beta2 = %.17g, .eps = %.17g,\n",
+          m->optimizer ? m->optimizer : "adamw", setting(op, nop, "beta1", 0.9),
+          setting(op, nop, "beta2", 0.999), setting(op, nop, "eps", 1e-8));
+  fprintf(f, "    .weight_decay = %.17g, .momentum = %.17g,\n", setting(op, nop, "wd", 0),
+          setting(op, nop, "momentum", 0));
+  fprintf(f, "    .schedule = \"%s\", .warmup = %" PRId64 ", .min_lr = %.17g,\n",
+          m->schedule ? m->schedule : "constant", (int64_t)setting(sc, nsc, "warmup", 0),
+          setting(sc, nsc, "min_lr", 0));
+  fprintf(f, "    .seed = %" PRIu64 "u,\n", (uint64_t)setting(tr, ntr, "seed", 1337));
+  fprintf(f, "    .nconfig = %d, .config_names = config_names, .config_values = config_values,\n",
+          m->nconfig);
+  fprintf(f, "    .step = step,\n};\n\n");
+  fprintf(f, "int main(int argc, char **argv) { return rt_train_main(argc, argv, &model); }\n");
+}
+
+int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
+                 const CgLeafPlan *lp, const CgHostInfo *info, char *err, size_t errlen) {
+  int64_t *temp_off = calloc((size_t)kp->ntemps + 1, sizeof(int64_t));
+  if (!temp_off) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  int64_t arena = cg_arena_bytes(kp, bp, temp_off);
+  Emit e = {out, m, kp, bp, lp, temp_off, err, errlen, 0};
+  int64_t nparams = 0;
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->op == IR_OP_PARAM) nparams += ir_numel(m->nodes[i]);
+  fprintf(out,
+          "/* train.c -- generated by parc %s from %s; do not edit.\n"
+          " *\n"
+          " * model %s: %" PRId64 " parameters, %d IR nodes, %d fused kernels.\n"
+          " * One training step: forward, backward (input then weight gradients),\n"
+          " * gradient clipping and the %s update, in IR order.  Every intermediate\n"
+          " * value lives at a fixed offset of one arena of ARENA_BYTES (the planned\n"
+          " * peak); P is the parameter buffer, S the optimizer state. */\n"
+          "#include <stdint.h>\n#include <string.h>\n\n"
+          "#include \"kernels.h\"\n"
+          "#include \"runtime/rt_attention.h\"\n#include \"runtime/rt_gemm.h\"\n"
+          "#include \"runtime/rt_model.h\"\n#include \"runtime/rt_pool.h\"\n"
+          "#include \"runtime/rt_route.h\"\n\n"
+          "#define ARENA_BYTES %" PRId64 "\n"
+          "#define CHECK(call) do { if ((call) != 0) return -1; } while (0)\n\n",
+          info->version, base_name(info->source), m->name, nparams, m->nnodes, kp->nkernels,
+          m->optimizer ? m->optimizer : "optimizer", arena);
+  emit_tables(&e);
+  emit_thunks(&e);
+  fprintf(out, "static int step(RtStepIO *io) {\n"
+               "  char *A = io->arena;\n  float *P = io->params, *S = io->state;\n"
+               "  float lr = io->lr, t = io->step;\n  (void)A, (void)P, (void)S, (void)lr, (void)t;\n");
+  IrPhase phase = IR_PHASE_COUNT;
+  static const char *const phase_title[] = {"forward", "backward: input gradients",
+                                            "backward: weight gradients", "optimizer"};
+  /* Kernels are in execution order: each runs at its root's position. */
+  int next = 0;
+  for (int i = 0; i < m->nnodes && !e.failed; i++) {
+    const IrNode *n = m->nodes[i];
+    int runtime = !(ir_op_info[n->op].flags & IR_F_LEAF) && kp->kernel_of[i] < 0;
+    int kernels = next < kp->nkernels && kp->kernels[next].root == i;
+    if (!runtime && !kernels) continue;
+    if (n->phase != phase && n->phase < IR_PHASE_COUNT) {
+      phase = n->phase;
+      fprintf(out, "\n  /* ---- %s ---- */\n", phase_title[phase]);
+    }
+    if (runtime) {
+      comment(&e, n, "  ");
+      emit_runtime(&e, n);
+    }
+    for (; next < kp->nkernels && kp->kernels[next].root == i; next++) {
+      const CgKernel *kk = &kp->kernels[next];
+      for (int j = 0; j < kk->nnodes; j++) comment(&e, m->nodes[kk->nodes[j]], "  ");
+      if (!kk->nnodes) fprintf(out, "  /* statistics for a later weight gradient */\n");
+      emit_kernel_call(&e, kk);
+    }
+  }
+  if (next != kp->nkernels) fail(&e, "kernel %d runs out of node order", next);
+  char b[96];
+  fprintf(out, "\n  /* ---- results ---- */\n");
+  if (m->loss) fprintf(out, "  io->loss = *%s;\n", buf(&e, m->loss, b, sizeof b));
+  if (m->ce_loss) fprintf(out, "  io->ce_loss = *%s;\n", buf(&e, m->ce_loss, b, sizeof b));
+  fprintf(out, "  io->grad_norm = %s%s;\n", m->grad_norm ? "*" : "0",
+          m->grad_norm ? buf(&e, m->grad_norm, b, sizeof b) : "");
+  for (int i = 0; i < m->nupdates; i++) {
+    const IrUpdate *u = &m->updates[i];
+    char dst[96];
+    fprintf(out, "  memcpy(%s, %s, %" PRId64 " * sizeof(float)); /* %s */\n",
+            buf(&e, u->leaf, dst, sizeof dst), buf(&e, u->value, b, sizeof b), ir_numel(u->leaf),
+            u->leaf->name);
+  }
+  fprintf(out, "  return 0;\n}\n\n");
+  emit_desc(&e, info);
+  free(temp_off);
+  return e.failed ? -1 : 0;
+}

@@ -1,0 +1,31 @@
+/* codegen/project.h -- write a trainer project into a directory.
+ *
+ *   DIR/CMakeLists.txt   builds DIR/build/train against parc's build tree
+ *   DIR/train.c          the host program (codegen/host.c)
+ *   DIR/kernels.h        the fused kernels' prototypes
+ *   DIR/kernels_cpu.o    the fused kernels, native code through LLVM
+ *   DIR/kernels_cpu.ll   the same, as optimized LLVM IR to read
+ *   DIR/plan.json        everything the compiler decided
+ *
+ * The module must have been through autodiff and the optimizer pass. */
+#ifndef PARC_CG_PROJECT_H
+#define PARC_CG_PROJECT_H
+
+#include <stddef.h>
+
+#include "passes/passes.h"
+
+typedef struct {
+  const char *dir;
+  const char *source;      /* the DSL file, as given */
+  const char *version;
+  int fuse;                /* 0: one kernel per op (--no-fuse) */
+  int generic_cpu;         /* 1: baseline x86-64 kernels, portable */
+  const Cost *cost;
+  const Layout *layout;
+} CgProject;
+
+/* Returns 0, or -1 with a one-line reason in err. */
+int cg_write_project(IrModule *m, const CgProject *p, char *err, size_t errlen);
+
+#endif
