@@ -97,13 +97,12 @@ static const char *flit(char *s, size_t len, double v) {
 
 /* The C expression for node n's buffer. */
 static const char *buf(Emit *e, const IrNode *n, char *s, size_t len) {
-  const char *ty = n->dtype == IR_I32 ? "int32_t" : "float";
   switch (n->op) {
   case IR_OP_PARAM:
-    snprintf(s, len, "(P + %" PRId64 ")", e->lp->offset[n->id]);
+    snprintf(s, len, "P + %" PRId64, e->lp->offset[n->id]);
     return s;
   case IR_OP_STATE:
-    snprintf(s, len, "(S + %" PRId64 ")", e->lp->offset[n->id]);
+    snprintf(s, len, "S + %" PRId64, e->lp->offset[n->id]);
     return s;
   case IR_OP_INPUT:
     if (!strcmp(n->name, "tokens") && n->dtype == IR_I32) return "io->tokens";
@@ -117,7 +116,7 @@ static const char *buf(Emit *e, const IrNode *n, char *s, size_t len) {
       fail(e, "node %%%d (%s) has no buffer", n->id, ir_op_info[n->op].name);
       return "NULL";
     }
-    snprintf(s, len, "((%s *)(A + %" PRId64 "))", ty, e->bp->offset[n->id]);
+    snprintf(s, len, "%s(%" PRId64 ")", n->dtype == IR_I32 ? "I" : "F", e->bp->offset[n->id]);
     return s;
   }
 }
@@ -247,7 +246,7 @@ static void emit_kernel_call(Emit *e, const CgKernel *k) {
   fprintf(e->out, "  {\n    void *a[] = {");
   for (int i = 0; i < k->nargs; i++) {
     int a = k->arg_node[i];
-    if (a < 0) snprintf(b, sizeof b, "(float *)(A + %" PRId64 ")", e->temp_off[CG_ARG_TEMP(a)]);
+    if (a < 0) snprintf(b, sizeof b, "F(%" PRId64 ")", e->temp_off[CG_ARG_TEMP(a)]);
     fprintf(e->out, "%s%s", i ? ", " : "", a < 0 ? b : buf(e, e->m->nodes[a], b, sizeof b));
   }
   fprintf(e->out, "};\n    rt_parallel_for(%" PRId64 ", %" PRId64 ", run_%s, a);\n  }\n",
@@ -385,7 +384,9 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
           "#include \"runtime/rt_model.h\"\n#include \"runtime/rt_pool.h\"\n"
           "#include \"runtime/rt_route.h\"\n\n"
           "#define ARENA_BYTES %" PRId64 "\n"
-          "#define CHECK(call) do { if ((call) != 0) return -1; } while (0)\n\n",
+          "#define CHECK(call) do { if ((call) != 0) return -1; } while (0)\n"
+          "#define F(offset) ((float *)(A + (offset)))   /* a value in the arena */\n"
+          "#define I(offset) ((int32_t *)(A + (offset)))\n\n",
           info->version, base_name(info->source), m->name, nparams, m->nnodes, kp->nkernels,
           m->optimizer ? m->optimizer : "optimizer", arena);
   emit_tables(&e);

@@ -160,7 +160,8 @@ static int write_plan(const CgProject *p, const IrModule *m, const CgKernelPlan 
   return f ? finish(f, path, err, len) : -1;
 }
 
-int cg_write_project(IrModule *m, const CgProject *p, char *err, size_t len) {
+int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char *err,
+                     size_t len) {
   CgKernelPlan kp;
   if (cg_plan_kernels(m, p->fuse, &kp, err, len)) return -1;
   /* a kernel's nodes are written, and its inputs read, where its root runs */
@@ -171,6 +172,7 @@ int cg_write_project(IrModule *m, const CgProject *p, char *err, size_t len) {
   bufplan_build(m, kp.materialize, cg_results(m), pos, &bp);
   CgLeafPlan lp;
   cg_plan_leaves(m, &lp);
+  *arena_bytes = cg_arena_bytes(&kp, &bp, NULL);
   char path[4096], ll[4096];
   int rc = -1;
   FILE *f = create(p->dir, "train.c", path, sizeof path, err, len);

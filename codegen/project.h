@@ -12,6 +12,7 @@
 #define PARC_CG_PROJECT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "passes/passes.h"
 
@@ -25,7 +26,9 @@ typedef struct {
   const Layout *layout;
 } CgProject;
 
-/* Returns 0, or -1 with a one-line reason in err. */
-int cg_write_project(IrModule *m, const CgProject *p, char *err, size_t errlen);
+/* Returns 0 and the trainer's arena size in *arena_bytes, or -1 with a
+ * one-line reason in err. */
+int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char *err,
+                     size_t errlen);
 
 #endif

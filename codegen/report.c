@@ -61,4 +61,7 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
     row(out, "fp32", p, 4, 4, 0, 8);
     row(out, "bf16 mixed", p, 2, 2, 4, 8);
   }
+  if (c->arena_bytes)
+    fprintf(out, "activation arena (planned, fp32): %s (%" PRId64 " bytes), allocated exactly by "
+            "the trainer\n", bytes(a, sizeof a, (double)c->arena_bytes), c->arena_bytes);
 }

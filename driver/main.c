@@ -248,7 +248,7 @@ int main(int argc, char **argv) {
   cost_analyze(m, &o.lay, &cost);
   if (o.emit && !strcmp(o.emit, "ir")) ir_print(stdout, m);
   if (o.emit && !strcmp(o.emit, "dot")) ir_print_dot(stdout, m);
-  cg_report(o.emit || o.dump_after ? stderr : stdout, m, &o.lay, &cost);
+  FILE *rep = o.emit || o.dump_after ? stderr : stdout;
   if (o.outdir) {
     if (make_dir(o.outdir)) {
       fprintf(stderr, "parc: error: cannot create directory '%s': %s\n", o.outdir,
@@ -256,6 +256,23 @@ int main(int argc, char **argv) {
       rc = EXIT_BAD;
       goto done;
     }
+    if (o.lay.tp * o.lay.pp * o.lay.dp > 1) {
+      cg_report(rep, m, &o.lay, &cost);
+      fprintf(stderr, "parc: error: -o with several ranks: code generation for tp, pp and dp > 1 "
+              "is not implemented yet; the report above is exact (see README)\n");
+      rc = EXIT_BAD;
+      goto done;
+    }
+    CgProject proj = {o.outdir, o.model, PARC_VERSION, !o.no_fuse, o.generic_cpu, &cost, &o.lay};
+    char why[512];
+    if (cg_write_project(m, &proj, &cost.arena_bytes, why, sizeof why)) {
+      fprintf(stderr, "parc: error: %s\n", why);
+      rc = EXIT_INTERNAL;
+      goto done;
+    }
+  }
+  cg_report(rep, m, &o.lay, &cost);
+  if (o.outdir) {
     FILE *f = open_out(o.outdir, "report.txt");
     if (f) {
       cg_report(f, m, &o.lay, &cost);
@@ -267,21 +284,7 @@ int main(int argc, char **argv) {
       if (fclose(g)) rc = EXIT_BAD;
     }
     if (!f || !g) rc = EXIT_BAD;
-    if (rc) goto done;
-    if (o.lay.tp * o.lay.pp * o.lay.dp > 1) {
-      fprintf(stderr, "parc: error: -o with several ranks: code generation for tp, pp and dp > 1 "
-              "is not implemented yet; the report above is exact (see README)\n");
-      rc = EXIT_BAD;
-      goto done;
-    }
-    CgProject proj = {o.outdir, o.model, PARC_VERSION, !o.no_fuse, o.generic_cpu, &cost, &o.lay};
-    char why[512];
-    if (cg_write_project(m, &proj, why, sizeof why)) {
-      fprintf(stderr, "parc: error: %s\n", why);
-      rc = EXIT_INTERNAL;
-      goto done;
-    }
-    if (!o.emit && !o.dump_after)
+    if (!rc && !o.emit && !o.dump_after)
       printf("wrote %s: build with cmake -S %s -B %s/build && cmake --build %s/build\n",
              o.outdir, o.outdir, o.outdir, o.outdir);
   }

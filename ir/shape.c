@@ -229,6 +229,7 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     return 1;
 
   case IR_OP_ROPE:
+  case IR_OP_ROPE_GRAD: /* the inverse rotation: same typing */
     if (!want(why, len, n, 0, IR_F32)) return 0;
     if (a->rank != 4 || a->shape[3] % 2)
       return fail(why, len, n, "needs [batch, heads, seq, head_dim] with even head_dim, got %s",
@@ -438,14 +439,6 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     memcpy(s, a->shape, sizeof s);
     s[1] = a->shape[1] + 2 * b->shape[1];
     set(n, IR_F32, 4, s);
-    return 1;
-
-  case IR_OP_ROPE_GRAD:
-    if (!want(why, len, n, 0, IR_F32)) return 0;
-    if (a->rank != 4 || a->shape[3] % 2)
-      return fail(why, len, n, "needs [batch, heads, seq, head_dim] with even head_dim, got %s",
-                  T(0, x));
-    set(n, IR_F32, 4, a->shape);
     return 1;
 
   case IR_OP_EMBEDDING_GRAD:

@@ -78,6 +78,8 @@ typedef struct {
   int64_t tokens;            /* tokens in one batch */
   int nstages;
   StageCost *stages;         /* nstages entries, in the module's arena */
+  int64_t arena_bytes;       /* the trainer's planned activation arena; 0 until
+                                code generation has planned it */
 } Cost;
 
 int cost_analyze(IrModule *m, const Layout *lay, Cost *out);
