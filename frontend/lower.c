@@ -989,6 +989,17 @@ static int parse_shard(Lower *L, Frame *f, Expr *e, IrNode *n) {
   return 0;
 }
 
+/* Names the optimizer pass gives its own graph values (passes/optimizer.c):
+ * the trainer's scalar inputs, and the state suffixes of parameters. */
+static const char *const reserved_inputs[] = {"lr", "step", NULL};
+static const char *const reserved_suffixes[] = {".exp_avg", ".exp_avg_sq", ".momentum_buffer",
+                                                NULL};
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && !strcmp(s + n - k, suffix);
+}
+
 static void exec_param(Lower *L, Frame *f, Stmt *s) {
   IrNode p = {.op = IR_OP_PARAM, .dtype = IR_F32, .rank = s->type->ndims};
   const char *full = join(L, L->prefix, s->name);
@@ -1002,6 +1013,12 @@ static void exec_param(Lower *L, Frame *f, Stmt *s) {
   int ok = eval_dims(L, f, s->type, what, p.shape);
   ok = ok && parse_init(L, f, s->init, &p);
   ok = ok && parse_shard(L, f, s->shard, &p);
+  for (int i = 0; ok && reserved_suffixes[i]; i++)
+    if (ends_with(full, reserved_suffixes[i])) {
+      err(L, s->loc, "parameter '%s': names ending in '%s' are reserved for optimizer state",
+          q(b, sizeof b, full), reserved_suffixes[i]);
+      ok = 0;
+    }
   IrNode *old = strmap_get(&L->params, full);
   if (ok && old) {
     err(L, s->loc, "parameter '%s' is defined twice", q(b, sizeof b, full));
@@ -1030,6 +1047,13 @@ static void exec_param(Lower *L, Frame *f, Stmt *s) {
 }
 
 static void exec_input(Lower *L, Frame *f, Stmt *s) {
+  for (int i = 0; reserved_inputs[i]; i++)
+    if (!strcmp(s->name, reserved_inputs[i])) {
+      err(L, s->loc, "input name '%s' is reserved for the trainer's %s", s->name,
+          i == 0 ? "learning rate" : "step count");
+      bind(L, f, s->name, verr);
+      return;
+    }
   IrNode p = {.op = IR_OP_INPUT, .rank = s->type->ndims};
   p.dtype = s->type->dtype && !strcmp(s->type->dtype, "i32") ? IR_I32 : IR_F32;
   char what[160], b[96];
