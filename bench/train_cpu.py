@@ -82,14 +82,15 @@ def torch_step_fn(cfg, P, opt):
 
 def bench_torch(cfg, init, data, batch, steps, threads):
     torch.set_num_threads(threads)
-    tensors = torch_ref.read_safetensors(init)
+    tensors, _ = torch_ref.read_safetensors(init)
     P = {n: t.float().clone().requires_grad_(True) for n, t in tensors.items()}
     decay = [p for p in P.values() if p.dim() >= 2]
     plain = [p for p in P.values() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": plain, "weight_decay": 0.0}], lr=1e-4, betas=(0.9, 0.95))
     step = torch_step_fn(cfg, P, opt)
-    tokens = torch_ref.load_tokens(data)
+    tokens, _ = torch_ref.load_tokens(data)
+    tokens = torch.from_numpy(tokens) if not torch.is_tensor(tokens) else tokens
     times, losses = [], []
     for t in range(steps):
         x, y = torch_ref.get_batch(tokens, t, batch, cfg["seq"])

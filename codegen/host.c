@@ -53,6 +53,7 @@ typedef struct {
   FILE *out;
   const IrModule *m;
   const CgKernelPlan *kp;
+  const int *canon;    /* see CgHostInfo */
   const BufPlan *bp;
   const CgLeafPlan *lp;
   int64_t *temp_off;   /* arena offsets of the plan's temporaries */
@@ -241,7 +242,13 @@ static int64_t grain(const IrModule *m, const CgKernel *k) {
   return g < 1 ? 1 : g;
 }
 
-static void emit_kernel_call(Emit *e, const CgKernel *k) {
+/* The name of the compiled code kernel i runs. */
+static const char *code_name(const Emit *e, int i) {
+  return e->kp->kernels[e->canon ? e->canon[i] : i].k->name;
+}
+
+static void emit_kernel_call(Emit *e, int index) {
+  const CgKernel *k = &e->kp->kernels[index];
   char b[96];
   fprintf(e->out, "  {\n    void *a[] = {");
   for (int i = 0; i < k->nargs; i++) {
@@ -250,13 +257,14 @@ static void emit_kernel_call(Emit *e, const CgKernel *k) {
     fprintf(e->out, "%s%s", i ? ", " : "", a < 0 ? b : buf(e, e->m->nodes[a], b, sizeof b));
   }
   fprintf(e->out, "};\n    rt_parallel_for(%" PRId64 ", %" PRId64 ", run_%s, a);\n  }\n",
-          kir_kernel_rows(k->k), grain(e->m, k), k->k->name);
+          kir_kernel_rows(k->k), grain(e->m, k), code_name(e, index));
 }
 
 /* Thunks adapt a kernel to rt_parallel_for's (ctx, begin, end). */
 static void emit_thunks(Emit *e) {
   for (int i = 0; i < e->kp->nkernels; i++) {
     const CgKernel *k = &e->kp->kernels[i];
+    if (e->canon && e->canon[i] != i) continue; /* runs another kernel's code */
     fprintf(e->out, "static void run_%s(void *c, int64_t b, int64_t e) {\n  void **a = c;\n  %s(",
             k->k->name, k->k->name);
     for (int j = 0; j < k->nargs; j++) fprintf(e->out, "a[%d], ", j);
@@ -366,7 +374,7 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
     return -1;
   }
   int64_t arena = cg_arena_bytes(kp, bp, temp_off);
-  Emit e = {out, m, kp, bp, lp, temp_off, err, errlen, 0};
+  Emit e = {out, m, kp, info->canon, bp, lp, temp_off, err, errlen, 0};
   int64_t nparams = 0;
   for (int i = 0; i < m->nnodes; i++)
     if (m->nodes[i]->op == IR_OP_PARAM) nparams += ir_numel(m->nodes[i]);
@@ -416,7 +424,7 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
       const CgKernel *kk = &kp->kernels[next];
       for (int j = 0; j < kk->nnodes; j++) comment(&e, m->nodes[kk->nodes[j]], "  ");
       if (!kk->nnodes) fprintf(out, "  /* statistics for a later weight gradient */\n");
-      emit_kernel_call(&e, kk);
+      emit_kernel_call(&e, next);
     }
   }
   if (next != kp->nkernels) fail(&e, "kernel %d runs out of node order", next);

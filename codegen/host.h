@@ -19,6 +19,8 @@ typedef struct {
   const char *source;        /* the DSL file, as given */
   const char *version;       /* parc's version */
   double flops_per_step;     /* forward + backward */
+  const int *canon;          /* per kernel: the kernel whose code it runs (the
+                                same code compiled once); NULL: itself */
 } CgHostInfo;
 
 /* Offsets (in floats) of every PARAM and STATE leaf in their buffers, in

@@ -92,7 +92,8 @@ static cJSON *shape_json(const IrNode *n) {
 
 /* plan.json: what the compiler decided, for tools and for people. */
 static int write_plan(const CgProject *p, const IrModule *m, const CgKernelPlan *kp,
-                      const BufPlan *bp, const CgLeafPlan *lp, char *err, size_t len) {
+                      const int *canon, const BufPlan *bp, const CgLeafPlan *lp, char *err,
+                      size_t len) {
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "parc", p->version);
   cJSON_AddStringToObject(root, "model", m->name);
@@ -145,6 +146,7 @@ static int write_plan(const CgProject *p, const IrModule *m, const CgKernelPlan 
     const CgKernel *k = &kp->kernels[i];
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", k->k->name);
+    if (canon[i] != i) cJSON_AddStringToObject(o, "code", kp->kernels[canon[i]].k->name);
     cJSON_AddNumberToObject(o, "rows", (double)kir_kernel_rows(k->k));
     cJSON *nodes = cJSON_AddArrayToObject(o, "nodes");
     for (int j = 0; j < k->nnodes; j++) cJSON_AddItemToArray(nodes, cJSON_CreateNumber(k->nodes[j]));
@@ -158,6 +160,72 @@ static int write_plan(const CgProject *p, const IrModule *m, const CgKernelPlan 
   if (f) fprintf(f, "%s\n", text);
   free(text);
   return f ? finish(f, path, err, len) : -1;
+}
+
+/* ---- kernels with the same code ------------------------------------------- *
+ * A kernel is its params' kinds and accesses, its rows, its loops and its
+ * nodes; names (of the kernel and its params) are only labels.  Layers of a
+ * model give many kernels that differ in nothing else: each distinct code
+ * is compiled once and every kernel with it calls that one. */
+
+static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 1099511628211ull; }
+
+static uint64_t code_hash(const KirKernel *k) {
+  uint64_t h = mix(1469598103934665603ull, (uint64_t)k->nparams);
+  for (int i = 0; i < k->nparams; i++)
+    h = mix(mix(mix(h, k->params[i].kind), k->params[i].elem), k->params[i].access);
+  for (int i = 0; i < k->nrows; i++) h = mix(h, (uint64_t)k->rows[i]);
+  for (int i = 0; i < k->nnodes; i++) {
+    const KirNode *n = &k->nodes[i];
+    h = mix(mix(mix(h, n->op), (uint64_t)n->imm), (uint64_t)(n->arg[0] + 7 * n->arg[1]));
+  }
+  return mix(mix(h, (uint64_t)k->nnodes), (uint64_t)k->nloops);
+}
+
+static int same_code(const KirKernel *a, const KirKernel *b) {
+  if (a->nparams != b->nparams || a->nrows != b->nrows || a->nnodes != b->nnodes ||
+      a->nloops != b->nloops)
+    return 0;
+  for (int i = 0; i < a->nparams; i++)
+    if (a->params[i].kind != b->params[i].kind || a->params[i].elem != b->params[i].elem ||
+        a->params[i].access != b->params[i].access)
+      return 0;
+  for (int i = 0; i < a->nrows; i++)
+    if (a->rows[i] != b->rows[i]) return 0;
+  for (int i = 0; i < a->nnodes; i++) {
+    const KirNode *x = &a->nodes[i], *y = &b->nodes[i];
+    if (x->op != y->op || x->type != y->type || x->imm != y->imm ||
+        memcmp(&x->fimm, &y->fimm, sizeof x->fimm) || x->scope != y->scope ||
+        x->loop != y->loop || x->avail != y->avail || memcmp(x->arg, y->arg, sizeof x->arg))
+      return 0;
+  }
+  for (int i = 0; i < a->nloops; i++)
+    if (a->loops[i].extent != b->loops[i].extent || a->loops[i].col != b->loops[i].col ||
+        a->loops[i].first != b->loops[i].first || a->loops[i].end != b->loops[i].end)
+      return 0;
+  return 1;
+}
+
+/* canon[i]: the first kernel with kernel i's code; returns how many differ. */
+static int dedup_kernels(const CgKernelPlan *kp, int *canon) {
+  uint64_t *hash = malloc(sizeof(uint64_t) * (size_t)(kp->nkernels + 1));
+  if (!hash) {
+    for (int i = 0; i < kp->nkernels; i++) canon[i] = i;
+    return kp->nkernels;
+  }
+  int distinct = 0;
+  for (int i = 0; i < kp->nkernels; i++) {
+    hash[i] = code_hash(kp->kernels[i].k);
+    canon[i] = i;
+    for (int j = 0; j < i; j++)
+      if (canon[j] == j && hash[j] == hash[i] && same_code(kp->kernels[j].k, kp->kernels[i].k)) {
+        canon[i] = j;
+        break;
+      }
+    distinct += canon[i] == i;
+  }
+  free(hash);
+  return distinct;
 }
 
 int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char *err,
@@ -177,22 +245,29 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
   int rc = -1;
   FILE *f = create(p->dir, "train.c", path, sizeof path, err, len);
   if (!f) goto out;
-  CgHostInfo info = {p->source, p->version, 3 * p->cost->flops_fwd};
+  int *canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(kp.nkernels + 1));
+  KirModule code = *kp.km; /* a view: the distinct kernels only, not owned */
+  code.kernels = arena_alloc(&m->arena, sizeof(KirKernel *) * (size_t)(kp.nkernels + 1));
+  code.nkernels = 0;
+  dedup_kernels(&kp, canon);
+  for (int i = 0; i < kp.nkernels; i++)
+    if (canon[i] == i) code.kernels[code.nkernels++] = kp.kernels[i].k;
+  CgHostInfo info = {p->source, p->version, 3 * p->cost->flops_fwd, canon};
   if (cg_emit_host(f, m, &kp, &bp, &lp, &info, err, len)) {
     fclose(f);
     goto out;
   }
   if (finish(f, path, err, len)) goto out;
   snprintf(path, sizeof path, "%s/kernels.h", p->dir);
-  if (kir_write_header(kp.km, path, err, len)) goto out;
+  if (kir_write_header(&code, path, err, len)) goto out;
   KirLlvmOptions opt;
   kir_llvm_defaults(&opt);
   if (p->generic_cpu) opt.cpu = KIR_CPU_GENERIC;
   snprintf(path, sizeof path, "%s/kernels_cpu.o", p->dir);
   snprintf(ll, sizeof ll, "%s/kernels_cpu.ll", p->dir);
-  if (kir_llvm_emit(kp.km, &opt, path, ll, err, len)) goto out;
+  if (kir_llvm_emit(&code, &opt, path, ll, err, len)) goto out;
   if (write_cmake(p, m, err, len)) goto out;
-  if (write_plan(p, m, &kp, &bp, &lp, err, len)) goto out;
+  if (write_plan(p, m, &kp, canon, &bp, &lp, err, len)) goto out;
   rc = 0;
 out:
   cg_plan_free(&kp);

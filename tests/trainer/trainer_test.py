@@ -130,9 +130,13 @@ elif case == "nofuse":
     for r, s in zip(x, y):
         if rel(r["loss"], s["loss"]) > 1e-5:
             sys.exit(f"FAIL step {r['step']}: fused {r['loss']} unfused {s['loss']}")
-    nf = len(json.load(open(os.path.join(work, "fused", "plan.json")))["kernels"])
+    kf = json.load(open(os.path.join(work, "fused", "plan.json")))["kernels"]
     nu = len(json.load(open(os.path.join(work, "plain", "plan.json")))["kernels"])
-    print(f"fused and unfused agree over 10 steps; kernels {nf} fused, {nu} unfused")
+    distinct = sum("code" not in k for k in kf)
+    if not distinct < len(kf):
+        sys.exit("FAIL: the two layers' kernels were not compiled once (no shared code)")
+    print(f"fused and unfused agree over 10 steps; kernels {len(kf)} fused ({distinct} "
+          f"distinct codes), {nu} unfused")
 elif case == "moe":
     exe = build("moe_tiny", MOE, "project")
     got = train(exe, "--data", data_file(), "--steps", "30")
