@@ -250,16 +250,16 @@ int main(int argc, char **argv) {
   if (o.emit && !strcmp(o.emit, "dot")) ir_print_dot(stdout, m);
   FILE *rep = o.emit || o.dump_after ? stderr : stdout;
   if (o.outdir) {
-    if (make_dir(o.outdir)) {
-      fprintf(stderr, "parc: error: cannot create directory '%s': %s\n", o.outdir,
-              strerror(errno));
-      rc = EXIT_BAD;
-      goto done;
-    }
     if (o.lay.tp * o.lay.pp * o.lay.dp > 1) {
       cg_report(rep, m, &o.lay, &cost);
       fprintf(stderr, "parc: error: -o with several ranks: code generation for tp, pp and dp > 1 "
               "is not implemented yet; the report above is exact (see README)\n");
+      rc = EXIT_BAD;
+      goto done;
+    }
+    if (make_dir(o.outdir)) {
+      fprintf(stderr, "parc: error: cannot create directory '%s': %s\n", o.outdir,
+              strerror(errno));
       rc = EXIT_BAD;
       goto done;
     }
