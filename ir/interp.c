@@ -855,6 +855,19 @@ static int eval_optim_update(Ctx *c) {
   return 0;
 }
 
+/* ---- collectives ------------------------------------------------------------ */
+
+/* all_reduce, group_copy, all_gather, reduce_scatter (semantics in
+ * ir/ops.def).  On one rank -- a group of size 1 -- each is the identity;
+ * larger groups need every member's values: ir_interp_run_mesh. */
+static int eval_collective_one(Ctx *c) {
+  if (c->n->op != IR_OP_GROUP_COPY && c->n->ia[1] != 1)
+    return fail(c, "a group of %lld ranks: run the module with ir_interp_run_mesh",
+                (long long)c->n->ia[1]);
+  memcpy(OUT(c), IN(c, 0), sizeof(double) * (size_t)ir_numel(c->n));
+  return 0;
+}
+
 /* ---- driver ----------------------------------------------------------------- */
 
 static int eval_node(Ctx *c) {
@@ -883,6 +896,9 @@ static int eval_node(Ctx *c) {
   case IR_OP_COMBINE: return eval_combine(c);
   case IR_OP_FILL: return eval_fill(c);
   case IR_OP_BROADCAST: case IR_OP_SUM_TO: return eval_broadcast(c);
+  case IR_OP_ALL_REDUCE: case IR_OP_GROUP_COPY: case IR_OP_ALL_GATHER:
+  case IR_OP_REDUCE_SCATTER:
+    return eval_collective_one(c);
   case IR_OP_MATMUL_TA: return eval_matmul(c, 1);
   case IR_OP_GELU_GRAD: case IR_OP_SILU_GRAD: case IR_OP_RELU_GRAD: return eval_act_grad(c);
   case IR_OP_LAYERNORM_GRAD: case IR_OP_RMSNORM_GRAD: return eval_norm_grad(c);
@@ -935,4 +951,100 @@ void ir_interp_end_step(IrInterp *it) {
     free(tmp[k]);
   }
   free(tmp);
+}
+
+/* ---- lockstep mesh -------------------------------------------------------- */
+
+/* Rank r of a tp x dp mesh has coordinates (r % tp, r / tp).  Members of
+ * rank r's group on axis a, in coordinate order, into g; returns the count
+ * and r's own coordinate in *me. */
+static int group_of(int r, int axis, int tp, int dp, int *g, int *me) {
+  int t = r % tp, d = r / tp;
+  if (axis == 0) {
+    for (int k = 0; k < tp; k++) g[k] = d * tp + k;
+    *me = t;
+    return tp;
+  }
+  for (int k = 0; k < dp; k++) g[k] = k * tp + t;
+  *me = d;
+  return dp;
+}
+
+/* Runs one collective node on every rank: each rank's result is computed
+ * from the members' inputs, summed in coordinate order (so every member
+ * gets bit-identical sums). */
+static int mesh_collective(IrInterp **ranks, int tp, int dp, const IrNode *n, char *why,
+                           size_t len) {
+  int nr = tp * dp, axis = (int)n->ia[0];
+  int size = axis == 0 ? tp : dp;
+  if (n->ia[1] != size) {
+    snprintf(why, len, "node %%%d (%s): group size %lld, but the mesh axis %d has %d ranks",
+             n->id, ir_op_info[n->op].name, (long long)n->ia[1], axis, size);
+    return -1;
+  }
+  if (n->op == IR_OP_GROUP_COPY || size == 1) {
+    for (int r = 0; r < nr; r++) {
+      Ctx c = {ranks[r], n, why, len};
+      if (eval_collective_one(&c)) return -1;
+    }
+    return 0;
+  }
+  const IrNode *x = n->inputs[0];
+  int64_t nin = ir_numel(x);
+  int *g = xcalloc((size_t)size, sizeof *g);
+  for (int r = 0; r < nr; r++) {
+    int me;
+    group_of(r, axis, tp, dp, g, &me);
+    double *out = ranks[r]->f[n->id];
+    if (n->op == IR_OP_ALL_REDUCE) {
+      for (int64_t e = 0; e < nin; e++) {
+        double s = 0;
+        for (int k = 0; k < size; k++) s += ranks[g[k]]->f[x->id][e];
+        out[e] = s;
+      }
+      continue;
+    }
+    /* gather / scatter along dim: outer x [piece] x inner blocks */
+    int dim = (int)n->ia[2];
+    int64_t inner = 1, outer = 1;
+    for (int d = dim + 1; d < x->rank; d++) inner *= x->shape[d];
+    for (int d = 0; d < dim; d++) outer *= x->shape[d];
+    if (n->op == IR_OP_ALL_GATHER) {
+      int64_t piece = x->shape[dim] * inner; /* one member's run per outer index */
+      for (int64_t o = 0; o < outer; o++)
+        for (int k = 0; k < size; k++)
+          memcpy(out + (o * size + k) * piece, ranks[g[k]]->f[x->id] + o * piece,
+                 sizeof(double) * (size_t)piece);
+    } else {
+      int64_t piece = n->shape[dim] * inner, full = x->shape[dim] * inner;
+      for (int64_t o = 0; o < outer; o++)
+        for (int64_t e = 0; e < piece; e++) {
+          double s = 0;
+          for (int k = 0; k < size; k++) s += ranks[g[k]]->f[x->id][o * full + me * piece + e];
+          out[o * piece + e] = s;
+        }
+    }
+  }
+  free(g);
+  return 0;
+}
+
+int ir_interp_run_mesh(IrInterp **ranks, int tp, int dp, int first, int end, char *why,
+                       size_t len) {
+  const IrModule *m = ranks[0]->m;
+  if (first < 0) first = 0;
+  if (end > ranks[0]->nnodes) end = ranks[0]->nnodes;
+  for (int k = first; k < end; k++) {
+    const IrNode *n = m->nodes[k];
+    switch (n->op) {
+    case IR_OP_ALL_REDUCE: case IR_OP_GROUP_COPY: case IR_OP_ALL_GATHER:
+    case IR_OP_REDUCE_SCATTER:
+      if (mesh_collective(ranks, tp, dp, n, why, len)) return -1;
+      break;
+    default:
+      for (int r = 0; r < tp * dp; r++)
+        if (ir_interp_run(ranks[r], k, k + 1, why, len)) return -1;
+    }
+  }
+  return 0;
 }

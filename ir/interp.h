@@ -38,6 +38,15 @@ void ir_interp_free(IrInterp *it);
  * (an index out of range: embedding ids, targets, gather/dispatch choices). */
 int ir_interp_run(IrInterp *it, int first, int end, char *why, size_t len);
 
+/* Lockstep evaluation of one rank-local module on a tp x dp mesh (the
+ * modules pass_shard makes; every rank runs the same nodes): ranks[r],
+ * r = tp coordinate + tp * dp coordinate, are interpreters of one module.
+ * Nodes [first, end) run node by node on every rank; a collective combines
+ * the ranks of its group (ir/ops.def) in coordinate order.  Returns 0, or -1
+ * with a reason in why. */
+int ir_interp_run_mesh(IrInterp **ranks, int tp, int dp, int first, int end, char *why,
+                       size_t len);
+
 /* Ends a training step: copies the value of every update (m->updates) into
  * its leaf, so that the next run sees the new parameters and state.  Every
  * update's value node must have been run. */

@@ -112,7 +112,22 @@ struct IrNode {
   double init_std;         /* PARAM with IR_INIT_NORMAL */
   IrShard shard;           /* PARAM, and STATE (its parameter's) */
   int shard_dim;           /* PARAM: dimension split, -1 if none (pass_intent);
-                              STATE: its parameter's */
+                              STATE: its parameter's; INPUT: 0 once
+                              pass_shard splits its batch over dp */
+  int shard_degree;        /* after pass_shard: ranks shard_dim is split over
+                              (0 or 1: whole on every rank); PARAM: over tp;
+                              INPUT: over dp, shard_dim 0 (the batch) */
+  int shard_blocks;        /* PARAM after pass_shard with shard_degree > 1:
+                              shard_dim is `blocks` equal blocks, each split
+                              over the ranks; the local tensor is the
+                              rank's piece of every block, in block order
+                              (GPT-2's fused q|k|v: 3).  Rank c's local
+                              index j along shard_dim is global index
+                              (j / b) * B + c * b + j % b with B the global
+                              block and b = B / shard_degree */
+  int64_t global_shape[IR_MAX_RANK]; /* PARAM or INPUT after pass_shard with
+                              shard_degree > 1: the unsharded shape (shape
+                              is the local one) */
   int layer;               /* index of the repeat iteration, -1 outside;
                               backward nodes take the layer of the forward
                               node whose rule made them */
@@ -156,6 +171,9 @@ typedef struct {
   const char *schedule;    /* "constant", "warmup", "cosine" */
   IrSetting *sched;   int nsched;
   IrUpdate *updates;  int nupdates, capupdates;  /* after pass_optimizer, in order */
+  int mesh_tp, mesh_dp;    /* after pass_shard: the tp x dp mesh this module is
+                              the rank-local program of (shapes are local);
+                              0 before */
   IrNode *grad_norm;       /* after pass_optimizer: the global gradient norm
                               before clipping (logged); NULL before, or when
                               no parameter has a gradient */

@@ -52,6 +52,8 @@ void ir_print(FILE *out, const IrModule *m) {
     fprintf(out, "schedule %s", m->schedule);
     print_settings(out, "", m->sched, m->nsched);
   }
+  if (m->mesh_tp)
+    fprintf(out, "mesh tp = %d, dp = %d (rank-local shapes)\n", m->mesh_tp, m->mesh_dp);
   for (int i = 0; i < m->nnodes; i++) {
     const IrNode *n = m->nodes[i];
     fprintf(out, "%%%d = %s", n->id, ir_op_info[n->op].name);
@@ -66,7 +68,18 @@ void ir_print(FILE *out, const IrModule *m) {
     if (n->op == IR_OP_PARAM || n->op == IR_OP_STATE) {
       if (n->shard != IR_SHARD_REPLICATED) fprintf(out, " shard %s", ir_shard_name[n->shard]);
       if (n->shard_dim >= 0) fprintf(out, "(%d)", n->shard_dim);
+      if (n->op == IR_OP_PARAM && n->shard_degree > 1) {
+        fprintf(out, " over %d", n->shard_degree);
+        if (n->shard_blocks > 1) fprintf(out, " blocks %d", n->shard_blocks);
+        fprintf(out, " global [");
+        for (int d = 0; d < n->rank; d++)
+          fprintf(out, "%s%lld", d ? ", " : "", (long long)n->global_shape[d]);
+        fprintf(out, "]");
+      }
     }
+    if (n->op == IR_OP_INPUT && n->shard_degree > 1)
+      fprintf(out, " batch over %d global [%lld, ...]", n->shard_degree,
+              (long long)n->global_shape[0]);
     fprintf(out, "  #");
     if (n->phase != IR_PHASE_FWD) fprintf(out, " phase %s,", ir_phase_name[n->phase]);
     if (n->layer >= 0) fprintf(out, " layer %d,", n->layer);

@@ -404,6 +404,29 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     return 1;
   }
 
+  case IR_OP_ALL_REDUCE: case IR_OP_GROUP_COPY:
+  case IR_OP_ALL_GATHER: case IR_OP_REDUCE_SCATTER: {
+    int gather = n->op == IR_OP_ALL_GATHER, scatter = n->op == IR_OP_REDUCE_SCATTER;
+    if (!want(why, len, n, 0, IR_F32)) return 0;
+    if (n->ia[0] < 0 || n->ia[0] > 1)
+      return fail(why, len, n, "mesh axis %lld is not 0 (tp) or 1 (dp)", (long long)n->ia[0]);
+    if (n->ia[1] < 1 || n->ia[1] > 65536)
+      return fail(why, len, n, "group size %lld out of range", (long long)n->ia[1]);
+    memcpy(s, a->shape, sizeof s);
+    if (gather || scatter) {
+      if (!axis_ok(n, n->ia[2], a->rank, why, len)) return 0;
+      int64_t d = a->shape[n->ia[2]];
+      if (scatter && d % n->ia[1])
+        return fail(why, len, n, "dimension %lld of %s is not divisible by %lld ranks",
+                    (long long)n->ia[2], T(0, x), (long long)n->ia[1]);
+      if (gather && d > IR_MAX_DIM / n->ia[1])
+        return fail(why, len, n, "result dimension too large");
+      s[n->ia[2]] = gather ? d * n->ia[1] : d / n->ia[1];
+    }
+    set(n, IR_F32, a->rank, s);
+    return 1;
+  }
+
   case IR_OP_MATMUL_TA:
     if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_F32)) return 0;
     return infer_matmul(n, 1, why, len);

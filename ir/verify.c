@@ -48,6 +48,14 @@ static int verify_nodes(const IrModule *m, Arena *scratch, char *why, size_t len
       return bad(why, len, n, "graph value without a name");
     if (n->op == IR_OP_STATE && n->dtype != IR_F32)
       return bad(why, len, n, "optimizer state is not f32");
+    if ((n->op == IR_OP_PARAM || n->op == IR_OP_INPUT) && n->shard_degree > 1) {
+      int d = n->shard_dim, ok = d >= 0 && d < n->rank && n->shard_blocks >= 1;
+      for (int k = 0; ok && k < n->rank; k++)
+        ok = k == d ? n->global_shape[k] == n->shape[k] * n->shard_degree &&
+                          n->global_shape[k] % ((int64_t)n->shard_blocks * n->shard_degree) == 0
+                    : n->global_shape[k] == n->shape[k];
+      if (!ok) return bad(why, len, n, "sharded parameter's local and global shapes disagree");
+    }
     if (leaf) {
       if (strmap_get(&names, n->name)) return bad(why, len, n, "duplicate name");
       strmap_put(scratch, &names, n->name, (void *)n);

@@ -408,6 +408,28 @@ static void vjp_broadcast(Ad *ad, IrNode *y, IrNode *dy) {
   give(ad, x, y->op == IR_OP_BROADCAST ? sum_to(ad, dy, x) : broadcast_like(ad, dy, x));
 }
 
+/* Collectives (ir/ops.def), in Megatron's convention: a replicated value's
+ * gradient is whole on every rank, a partial-sum value's gradient is that of
+ * the sum.  all_reduce (partial -> replicated, Megatron's "g"): each
+ * member's partial contributes dy itself, so the gradient passes through
+ * unchanged.  group_copy (identity into a sharded region, Megatron's "f"):
+ * the region leaves each member a partial gradient, summed by an
+ * all_reduce.  all_gather <-> reduce_scatter, along the same dim. */
+static void vjp_collective(Ad *ad, IrNode *y, IrNode *dy) {
+  IrNode *x = y->inputs[0];
+  switch (y->op) {
+  case IR_OP_ALL_REDUCE: give(ad, x, dy); break;
+  case IR_OP_GROUP_COPY:
+    give(ad, x, mk(ad, IR_OP_ALL_REDUCE, (IrNode *[]){dy}, y->ia[0], y->ia[1], 0));
+    break;
+  default: {
+    IrOp adj = y->op == IR_OP_ALL_GATHER ? IR_OP_REDUCE_SCATTER : IR_OP_ALL_GATHER;
+    IrNode p = {.op = adj, .inputs = &dy, .ninputs = 1, .ia = {y->ia[0], y->ia[1], y->ia[2]}};
+    give(ad, x, emit(ad, &p));
+  }
+  }
+}
+
 static const Vjp vjp[IR_OP_COUNT] = {
     [IR_OP_MATMUL] = vjp_matmul,
     [IR_OP_ADD] = vjp_binary,         [IR_OP_SUB] = vjp_binary,
@@ -432,6 +454,8 @@ static const Vjp vjp[IR_OP_COUNT] = {
     [IR_OP_DISPATCH] = vjp_dispatch,
     [IR_OP_COMBINE] = vjp_combine,
     [IR_OP_BROADCAST] = vjp_broadcast, [IR_OP_SUM_TO] = vjp_broadcast,
+    [IR_OP_ALL_REDUCE] = vjp_collective, [IR_OP_GROUP_COPY] = vjp_collective,
+    [IR_OP_ALL_GATHER] = vjp_collective, [IR_OP_REDUCE_SCATTER] = vjp_collective,
 };
 
 /* ---- the pass --------------------------------------------------------------- */

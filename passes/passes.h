@@ -59,6 +59,22 @@ int pass_autodiff(IrModule *m);
  * settings, a name taken, a module that already has its optimizer). */
 int pass_optimizer(IrModule *m);
 
+/* passes/shard.c: tensor (Megatron column/row) and data parallelism.
+ * Rewrites the forward module (after intent and dce, before autodiff) into
+ * the rank-local module every rank of a tp x dp mesh runs: local shapes,
+ * sharded PARAMs recording shard_degree, shard_blocks and global_shape,
+ * INPUTs with batch / dp rows, all_reduce (Megatron's g) and group_copy
+ * (Megatron's f) on the tp axis where layouts meet.  Not in the default
+ * pass list.  Returns 0, or -1 with a one-line reason in err for what it
+ * cannot shard yet (the module must then be freed, not used). */
+int pass_shard(IrModule *m, int tp, int dp, char *err, size_t len);
+
+/* passes/shard.c: after pass_autodiff on a module pass_shard made with
+ * dp > 1, before the optimizer: every parameter gradient becomes the mean
+ * over the dp ranks, all_reduce(dp) then scale 1/dp (phase W).  No-op when
+ * dp == 1.  Returns 0, or -1 after printing an internal error. */
+int pass_dp_grads(IrModule *m, int dp);
+
 /* passes/layout.c: checks the degrees against the model; prints one line
  * per problem to err and returns how many there were. */
 int layout_check(const IrModule *m, const Layout *lay, FILE *err);

@@ -294,6 +294,17 @@ static IrNode *c_fanout(Build *b) {
   return add_losses(b, l, 3);
 }
 
+/* collectives over a group of one rank (identities); their VJPs on a real
+ * multi-rank mesh are checked by tests/shard/shard_vjp.c */
+static IrNode *c_collective(Build *b, IrOp op) {
+  IrNode *x = t_param(b, LEAF_NORMAL, 1, 0, S(2, 3, 4));
+  return t_weighted_sum(b, t_op1(b, op, t_op1(b, IR_OP_EXP, x, 0, 0, 0, 0), 0, 1, 1, 0));
+}
+static IrNode *c_all_reduce(Build *b) { return c_collective(b, IR_OP_ALL_REDUCE); }
+static IrNode *c_group_copy(Build *b) { return c_collective(b, IR_OP_GROUP_COPY); }
+static IrNode *c_all_gather(Build *b) { return c_collective(b, IR_OP_ALL_GATHER); }
+static IrNode *c_reduce_scatter(Build *b) { return c_collective(b, IR_OP_REDUCE_SCATTER); }
+
 typedef struct {
   const char *name;
   IrOp op; /* the op under test (coverage) */
@@ -345,6 +356,10 @@ static const Case cases[] = {
     {"sum_to", IR_OP_SUM_TO, c_sum_to},
     {"router", IR_OP_TOPK, c_router},
     {"fanout", IR_OP_ADD, c_fanout},
+    {"all_reduce", IR_OP_ALL_REDUCE, c_all_reduce},
+    {"group_copy", IR_OP_GROUP_COPY, c_group_copy},
+    {"all_gather", IR_OP_ALL_GATHER, c_all_gather},
+    {"reduce_scatter", IR_OP_REDUCE_SCATTER, c_reduce_scatter},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

@@ -1,0 +1,598 @@
+/* passes/shard.c -- tensor- and data-parallel partitioning of the forward
+ * module (Megatron: column- then row-parallel), before autodiff.
+ *
+ * pass_shard rewrites the module in place into the rank-local module that
+ * every rank of a tp x dp mesh runs: the same nodes on every rank, local
+ * shapes, collectives (ir/ops.def) where a consumer needs another layout
+ * than its producer gives.  A rank's coordinates are never baked in: the
+ * runtime gives each rank its parameter slices and its data slice.
+ *
+ * Layouts.  Each value has one layout on the tp axis:
+ *   R        replicated: the whole tensor on every rank;
+ *   S(d, B)  sharded on dimension d, which is B equal blocks each split
+ *            over the tp ranks (B = 1: plain contiguous split); the local
+ *            tensor is the rank's piece of every block, in block order;
+ *   P        partial sum: the tensor is the sum of the ranks' local ones.
+ * On the dp axis every value derived from an INPUT has its leading (batch)
+ * dimension split (local batch = batch / dp; the INPUT records shard_dim 0,
+ * shard_degree dp and its global shape); parameters are replicated.
+ *
+ * Propagation: one rule per op in `rule` below.  Where a P value meets a
+ * consumer that needs R, an all_reduce(tp) is inserted (one per producer,
+ * shared by its consumers): that is Megatron's "g", and with column then
+ * row weights it comes out once per attention and once per MLP.  Where an R
+ * float value enters an op whose result is S (a column-parallel matmul's
+ * input, a bias broadcast over a sharded dimension), each rank's gradient of
+ * that input is only partial; a group_copy(tp) is inserted (one per
+ * producer), Megatron's "f", whose VJP all-reduces the gradient.  The
+ * intents come from parameters (pass_intent): column/row weights are S on
+ * their resolved shard_dim; everything else is R.
+ *
+ * GPT-2's fused q|k|v.  A column weight whose output is cut by slices along
+ * its sharded (last) dimension is sharded blockwise: B is the number of
+ * blocks of width g = gcd(width, every slice start and length downstream)
+ * (3 for c_attn's q|k|v), so each rank holds its heads' q, k and v and the
+ * slices stay local (a slice of whole blocks is S with fewer blocks).  The
+ * global layout of the weight stays Hugging Face's [d, 3d].
+ *
+ * Not yet (rejected with a one-line error, never silently replicated):
+ * sharded -> replicated conversions (all_gather), vocab-parallel embedding
+ * and cross-entropy (vocab intents are kept replicated across tp: the
+ * embedding, head and loss run whole on every tp rank), MoE dispatch under
+ * tp > 1 or dp > 1, reshapes of sharded values, batch-dimension reductions
+ * under dp > 1. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/passes.h"
+
+typedef enum { L_REP, L_SHARD, L_PARTIAL } LKind;
+
+typedef struct {
+  LKind kind;
+  int dim;     /* L_SHARD: the dimension */
+  int blocks;  /* L_SHARD: blocks of dim, each split over tp */
+} Lay;
+
+typedef struct {
+  IrModule *m;
+  int tp, dp;
+  int cap;             /* entries of the per-node arrays (new ids) */
+  Lay *lay;            /* lay[id] */
+  unsigned char *bat;  /* bat[id]: dimension 0 is the dp-split batch */
+  IrNode **ar, **cp;   /* ar[id] / cp[id]: the all_reduce / group_copy of node id */
+  IrNode *at;          /* node being rewritten */
+  char *err;
+  size_t len;
+  int failed;
+} Sh;
+
+static int fail(Sh *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int fail(Sh *s, const char *fmt, ...) {
+  if (s->failed) return -1;
+  s->failed = 1;
+  const IrNode *n = s->at;
+  size_t k = 0;
+  if (n) {
+    k = (size_t)snprintf(s->err, s->len, "shard: %s", ir_op_info[n->op].name);
+    if (k < s->len && n->name) k += (size_t)snprintf(s->err + k, s->len - k, " %s", n->name);
+    if (k < s->len && n->loc.line)
+      k += (size_t)snprintf(s->err + k, s->len - k, " (%s:%d:%d)", n->loc.file ? n->loc.file : "?",
+                            n->loc.line, n->loc.col);
+    if (k < s->len) k += (size_t)snprintf(s->err + k, s->len - k, ": ");
+  }
+  if (k < s->len) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->err + k, s->len - k, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}
+
+static int64_t gcd64(int64_t a, int64_t b) {
+  while (b) {
+    int64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a < 0 ? -a : a;
+}
+
+static Lay R(void) { return (Lay){L_REP, -1, 1}; }
+static Lay S(int d, int b) { return (Lay){L_SHARD, d, b}; }
+static Lay P(void) { return (Lay){L_PARTIAL, -1, 1}; }
+
+static Lay *L(Sh *s, const IrNode *x) { return &s->lay[x->id]; }
+
+/* Appends n (an existing node or a new one) at the end of the new order. */
+static void place(Sh *s, IrNode *n) {
+  IrModule *m = s->m;
+  arena_grow(&m->arena, (void **)&m->nodes, &m->capnodes, m->nnodes + 1, sizeof(IrNode *));
+  n->id = m->nnodes;
+  m->nodes[m->nnodes++] = n;
+}
+
+/* A new collective on x, typed, placed before the node being rewritten. */
+static IrNode *collective(Sh *s, IrOp op, IrNode *x, int axis, int size, Lay lay) {
+  IrNode *n = ir_add(s->m, op, &x, 1); /* appended at the current end: placed */
+  n->ia[0] = axis;
+  n->ia[1] = size;
+  n->shard_dim = -1;
+  n->layer = x->layer >= 0 ? x->layer : s->at->layer;
+  n->loc = x->loc.line ? x->loc : s->at->loc;
+  char why[256];
+  if (!ir_infer(n, why, sizeof why)) {
+    fail(s, "internal error: %s", why);
+    return x;
+  }
+  if (n->id >= s->cap - 1) {
+    fail(s, "internal error: too many inserted nodes");
+    return x;
+  }
+  s->lay[n->id] = lay;
+  s->bat[n->id] = s->bat[x->id];
+  return n;
+}
+
+/* x as a replicated value: a partial sum is all-reduced (once per producer);
+ * a sharded value would need an all_gather, which is not done yet. */
+static IrNode *need_rep(Sh *s, IrNode *x) {
+  Lay *l = L(s, x);
+  if (l->kind == L_REP) return x;
+  if (l->kind == L_SHARD) {
+    fail(s, "operand %%%d is sharded on dimension %d but needed whole: all_gather is not "
+            "supported yet",
+         x->id, l->dim);
+    return x;
+  }
+  if (!s->ar[x->id]) s->ar[x->id] = collective(s, IR_OP_ALL_REDUCE, x, 0, s->tp, R());
+  return s->ar[x->id];
+}
+
+/* x with a partial sum reduced; replicated and sharded values as they are. */
+static IrNode *unpartial(Sh *s, IrNode *x) {
+  return L(s, x)->kind == L_PARTIAL ? need_rep(s, x) : x;
+}
+
+/* x (replicated) entering an op whose result is sharded: Megatron's f. */
+static IrNode *enter(Sh *s, IrNode *x) {
+  if (x->dtype != IR_F32 || s->tp == 1 || L(s, x)->kind != L_REP) return x;
+  if (!s->cp[x->id]) s->cp[x->id] = collective(s, IR_OP_GROUP_COPY, x, 0, s->tp, R());
+  return s->cp[x->id];
+}
+
+/* The output dimension of input x's dimension d under right-aligned
+ * broadcasting to rank r. */
+static int aligned(const IrNode *x, int d, int r) { return d + r - x->rank; }
+
+/* ---- the blocked column layout (GPT-2's q|k|v) ----------------------------- */
+
+/* gw[id]: gcd of the slice boundaries along the last dimension that node id
+ * feeds (0: none), carried back from slices through pointwise ops to the
+ * column weight of a matmul.  Returns, per PARAM, the block count. */
+static void find_blocks(IrModule *m, int64_t *gw) {
+  for (int i = m->nnodes - 1; i >= 0; i--) {
+    IrNode *n = m->nodes[i];
+    int64_t g = gw[n->id];
+    switch (n->op) {
+    case IR_OP_SLICE: {
+      IrNode *x = n->inputs[0];
+      if (n->ia[0] == x->rank - 1)
+        gw[x->id] = gcd64(gw[x->id], gcd64(n->ia[1], n->ia[2]));
+      break;
+    }
+    case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV:
+    case IR_OP_SCALE: case IR_OP_GELU: case IR_OP_SILU: case IR_OP_RELU: case IR_OP_EXP:
+      if (!g) break;
+      for (int j = 0; j < n->ninputs; j++) {
+        IrNode *x = n->inputs[j];
+        if (x->rank >= 1 && x->shape[x->rank - 1] == n->shape[n->rank - 1])
+          gw[x->id] = gcd64(gw[x->id], g);
+      }
+      break;
+    case IR_OP_MATMUL: {
+      IrNode *w = n->inputs[1];
+      if (g) gw[w->id] = gcd64(gw[w->id], g);
+      break;
+    }
+    default: break;
+    }
+  }
+}
+
+/* ---- rules ------------------------------------------------------------------- */
+
+/* Sets a PARAM's local shape and global record. */
+static int shard_param(Sh *s, IrNode *p, int64_t gwid) {
+  if (s->tp == 1 || p->shard_dim < 0 ||
+      (p->shard != IR_SHARD_COLUMN && p->shard != IR_SHARD_ROW)) {
+    *L(s, p) = R();
+    return 0;
+  }
+  int d = p->shard_dim;
+  int64_t w = p->shape[d];
+  int blocks = 1;
+  if (gwid > 0 && d == p->rank - 1 && w % gwid == 0) blocks = (int)(w / gwid);
+  if (w % ((int64_t)blocks * s->tp))
+    return fail(s, "dimension %d (%lld%s) is not divisible by tp = %d", d, (long long)w,
+                blocks > 1 ? ", in blocks" : "", s->tp);
+  memcpy(p->global_shape, p->shape, sizeof p->shape);
+  p->shape[d] = w / s->tp;
+  p->shard_degree = s->tp;
+  p->shard_blocks = blocks;
+  *L(s, p) = S(d, blocks);
+  return 0;
+}
+
+/* Pointwise with broadcasting (also unary ops: one input). */
+static int rule_pointwise(Sh *s, IrNode *n) {
+  int linear_add = n->op == IR_OP_ADD || n->op == IR_OP_SUB;
+  int linear_one = n->op == IR_OP_SCALE;
+  int np = 0, nsh = 0;
+  Lay sh = R();
+  for (int j = 0; j < n->ninputs; j++) {
+    Lay *l = L(s, n->inputs[j]);
+    np += l->kind == L_PARTIAL;
+    if (l->kind == L_SHARD) {
+      Lay t = S(aligned(n->inputs[j], l->dim, n->rank), l->blocks);
+      if (nsh && (t.dim != sh.dim || t.blocks != sh.blocks))
+        return fail(s, "operands sharded on different dimensions");
+      sh = t, nsh++;
+    }
+  }
+  if (np && !nsh && ((linear_add && np == n->ninputs) || linear_one)) {
+    *L(s, n) = P();
+    return 0;
+  }
+  for (int j = 0; j < n->ninputs; j++) n->inputs[j] = unpartial(s, n->inputs[j]);
+  if (!nsh) {
+    *L(s, n) = R();
+    return 0;
+  }
+  /* a replicated operand must be broadcast along the sharded dimension */
+  for (int j = 0; j < n->ninputs; j++) {
+    IrNode *x = n->inputs[j];
+    if (L(s, x)->kind != L_REP) continue;
+    int xd = sh.dim - (n->rank - x->rank);
+    if (xd >= 0 && x->shape[xd] != 1)
+      return fail(s, "a replicated operand %%%d meets one sharded on dimension %d: a local "
+                     "slice is not supported yet",
+                  x->id, sh.dim);
+    n->inputs[j] = enter(s, x);
+  }
+  *L(s, n) = sh;
+  return 0;
+}
+
+static int rule_matmul(Sh *s, IrNode *n) {
+  IrNode *a = n->inputs[0], *b = n->inputs[1];
+  int r = n->rank, tb = n->ia[0] != 0;
+  int bout = tb ? b->rank - 2 : b->rank - 1, bin = tb ? b->rank - 1 : b->rank - 2;
+  if (s->dp > 1 && s->bat[b->id] && !s->bat[a->id])
+    return fail(s, "the batch on the right operand only: not supported under dp = %d", s->dp);
+  if (L(s, a)->kind == L_PARTIAL) a = n->inputs[0] = need_rep(s, a);
+  if (L(s, b)->kind == L_PARTIAL) b = n->inputs[1] = need_rep(s, b);
+  Lay la = *L(s, a), lb = *L(s, b);
+  if (la.kind == L_REP && lb.kind == L_REP) {
+    *L(s, n) = R();
+    return 0;
+  }
+  if (la.kind == L_REP && lb.kind == L_SHARD && lb.dim == bout) { /* column */
+    n->inputs[0] = enter(s, a);
+    *L(s, n) = S(r - 1, lb.blocks);
+    return 0;
+  }
+  if (la.kind == L_SHARD && la.dim == a->rank - 1 && la.blocks == 1 && lb.kind == L_SHARD &&
+      lb.dim == bin && lb.blocks == 1) { /* row */
+    *L(s, n) = P();
+    return 0;
+  }
+  if (la.kind == L_SHARD && la.dim < r - 2 && b->rank == r && lb.kind == L_SHARD &&
+      lb.dim == la.dim) { /* batched, both split on one batch dimension */
+    *L(s, n) = la;
+    return 0;
+  }
+  if (la.kind == L_SHARD && la.dim < r - 1 && lb.kind == L_REP && b->rank == 2) {
+    n->inputs[1] = enter(s, b); /* rows of a split: the weight's gradient is partial */
+    *L(s, n) = la;
+    return 0;
+  }
+  return fail(s, "no rule for a %s-%s matmul (a row-parallel weight needs an input sharded on "
+                 "its last dimension)",
+              la.kind == L_REP ? "replicated" : la.kind == L_SHARD ? "sharded" : "partial",
+              lb.kind == L_REP ? "replicated" : "sharded");
+}
+
+/* Ops that work along their last dimension (norms, softmax) or along fixed
+ * dimensions (rope: positions on 2, features on 3): the operand may be split
+ * only elsewhere; the other operands (weights) must be replicated. */
+static int rule_rowwise(Sh *s, IrNode *n, int bad0, int bad1) {
+  IrNode *x = n->inputs[0] = unpartial(s, n->inputs[0]);
+  for (int j = 1; j < n->ninputs; j++) n->inputs[j] = need_rep(s, n->inputs[j]);
+  Lay lx = *L(s, x);
+  if (lx.kind == L_SHARD && (lx.dim == bad0 || lx.dim == bad1))
+    return fail(s, "operand sharded on dimension %d, which the op works along: all_gather "
+                   "is not supported yet",
+                lx.dim);
+  if (lx.kind == L_SHARD)
+    for (int j = 1; j < n->ninputs; j++) n->inputs[j] = enter(s, n->inputs[j]);
+  *L(s, n) = lx;
+  return 0;
+}
+
+static int rule_attention(Sh *s, IrNode *n) {
+  int nsh = 0;
+  for (int j = 0; j < 3; j++) {
+    n->inputs[j] = unpartial(s, n->inputs[j]);
+    Lay l = *L(s, n->inputs[j]);
+    if (l.kind == L_SHARD && l.dim != 1 && l.dim != 0)
+      return fail(s, "q, k, v may be sharded on heads or batch only, got dimension %d", l.dim);
+    nsh += l.kind == L_SHARD;
+  }
+  if (!nsh) {
+    *L(s, n) = R();
+    return 0;
+  }
+  Lay l0 = *L(s, n->inputs[0]);
+  for (int j = 1; j < 3; j++) {
+    Lay l = *L(s, n->inputs[j]);
+    if (l.kind != L_SHARD || l.dim != l0.dim)
+      return fail(s, "q, k and v must be sharded alike (heads and kv heads over tp)");
+  }
+  *L(s, n) = l0;
+  return 0;
+}
+
+static int rule_heads(Sh *s, IrNode *n) {
+  IrNode *x = n->inputs[0] = unpartial(s, n->inputs[0]);
+  Lay l = *L(s, x);
+  if (l.kind != L_SHARD || l.dim == 0) {
+    *L(s, n) = l;
+    return 0;
+  }
+  if (n->op == IR_OP_SPLIT_HEADS) {
+    if (l.dim != 2 || l.blocks != 1)
+      return fail(s, "width sharded on dimension %d in %d blocks: heads cannot split", l.dim,
+                  l.blocks);
+    if (n->ia[0] % s->tp) return fail(s, "%lld heads are not divisible by tp = %d",
+                                      (long long)n->ia[0], s->tp);
+    n->ia[0] /= s->tp;
+    *L(s, n) = S(1, 1);
+    return 0;
+  }
+  if (l.dim != 1) return fail(s, "merge_heads of a value sharded on dimension %d", l.dim);
+  *L(s, n) = S(2, 1);
+  return 0;
+}
+
+static int rule_slice(Sh *s, IrNode *n) {
+  IrNode *x = n->inputs[0];
+  Lay l = *L(s, x);
+  int axis = (int)n->ia[0];
+  if (l.kind != L_SHARD || l.dim != axis) {
+    if (axis == 0 && s->bat[x->id] && s->dp > 1)
+      return fail(s, "slice of the batch dimension under dp = %d", s->dp);
+    *L(s, n) = l;
+    return 0;
+  }
+  int64_t w = x->shape[axis] * s->tp, blk = w / l.blocks; /* global width, block */
+  if (n->ia[1] % blk || n->ia[2] % blk)
+    return fail(s, "slice [%lld, %lld) cuts the sharded blocks of width %lld",
+                (long long)n->ia[1], (long long)(n->ia[1] + n->ia[2]), (long long)blk);
+  int64_t lblk = blk / s->tp;
+  int nb = (int)(n->ia[2] / blk);
+  n->ia[1] = n->ia[1] / blk * lblk;
+  n->ia[2] = nb * lblk;
+  *L(s, n) = S(axis, nb);
+  return 0;
+}
+
+static int rule_reduce(Sh *s, IrNode *n) {
+  IrNode *x = n->inputs[0];
+  Lay l = *L(s, x);
+  int axis = (int)n->ia[0], keep = n->ia[1] != 0;
+  if (axis == 0 && s->bat[x->id] && s->dp > 1)
+    return fail(s, "reduction over the batch dimension under dp = %d is not supported yet",
+                s->dp);
+  if (l.kind == L_SHARD && l.dim == axis) {
+    if (n->op != IR_OP_SUM) return fail(s, "mean over a sharded dimension");
+    *L(s, n) = P();
+    return 0;
+  }
+  if (l.kind == L_SHARD && !keep && l.dim > axis) l.dim--;
+  *L(s, n) = l;
+  return 0;
+}
+
+static int rule_transpose(Sh *s, IrNode *n) {
+  Lay l = *L(s, n->inputs[0]);
+  int d0 = (int)n->ia[0], d1 = (int)n->ia[1];
+  if (s->bat[n->inputs[0]->id] && s->dp > 1 && (d0 == 0 || d1 == 0) && d0 != d1)
+    return fail(s, "transpose of the batch dimension under dp = %d", s->dp);
+  if (l.kind == L_SHARD) l.dim = l.dim == d0 ? d1 : l.dim == d1 ? d0 : l.dim;
+  *L(s, n) = l;
+  return 0;
+}
+
+/* Every input replicated (partial sums reduced); the result replicated. */
+static int rule_whole(Sh *s, IrNode *n) {
+  for (int j = 0; j < n->ninputs; j++) n->inputs[j] = need_rep(s, n->inputs[j]);
+  *L(s, n) = R();
+  return 0;
+}
+
+/* The node's own shape (reshape, broadcast, sum_to, fill) under dp: a batch
+ * dimension kept in front shrinks with its input's. */
+static int own_shape_dp(Sh *s, IrNode *n) {
+  if (s->dp == 1 || !n->ninputs || !s->bat[n->inputs[0]->id]) return 0;
+  IrNode *x = n->inputs[0];
+  if (n->rank == 0 || (n->op != IR_OP_RESHAPE && n->rank != x->rank) ||
+      n->shape[0] != x->shape[0] * s->dp)
+    return fail(s, "its shape does not keep the batch dimension in front: not supported "
+                   "under dp = %d",
+                s->dp);
+  n->shape[0] = x->shape[0];
+  return 0;
+}
+
+static int rule(Sh *s, IrNode *n, int64_t gwid) {
+  switch (n->op) {
+  case IR_OP_INPUT:
+    *L(s, n) = R();
+    if (s->dp > 1 && n->rank >= 1) {
+      if (n->shape[0] % s->dp)
+        return fail(s, "batch %lld is not divisible by dp = %d", (long long)n->shape[0], s->dp);
+      memcpy(n->global_shape, n->shape, sizeof n->shape);
+      n->shape[0] /= s->dp;
+      n->shard_dim = 0;
+      n->shard_degree = s->dp;
+      n->shard_blocks = 1;
+      s->bat[n->id] = 1;
+    }
+    return 0;
+  case IR_OP_PARAM: return shard_param(s, n, gwid);
+  case IR_OP_FILL: *L(s, n) = R(); return 0;
+  case IR_OP_MATMUL: return rule_matmul(s, n);
+  case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV:
+  case IR_OP_SCALE: case IR_OP_GELU: case IR_OP_SILU: case IR_OP_RELU: case IR_OP_EXP:
+    return rule_pointwise(s, n);
+  case IR_OP_LAYERNORM: case IR_OP_RMSNORM: case IR_OP_SOFTMAX:
+    return rule_rowwise(s, n, n->rank - 1, n->rank - 1);
+  case IR_OP_ROPE: return rule_rowwise(s, n, 2, 3);
+  case IR_OP_ATTENTION: return rule_attention(s, n);
+  case IR_OP_SPLIT_HEADS: case IR_OP_MERGE_HEADS: return rule_heads(s, n);
+  case IR_OP_SLICE: return rule_slice(s, n);
+  case IR_OP_SUM: case IR_OP_MEAN: return rule_reduce(s, n);
+  case IR_OP_TRANSPOSE: return rule_transpose(s, n);
+  case IR_OP_RESHAPE: case IR_OP_BROADCAST: case IR_OP_SUM_TO:
+    n->inputs[0] = need_rep(s, n->inputs[0]);
+    if (L(s, n->inputs[0])->kind != L_REP)
+      return fail(s, "of a sharded value is not supported yet");
+    *L(s, n) = R();
+    return own_shape_dp(s, n);
+  case IR_OP_CONCAT: {
+    rule_whole(s, n);
+    int ok = 1;
+    for (int j = 0; j < n->ninputs; j++) ok &= L(s, n->inputs[j])->kind == L_REP;
+    if (!ok) return fail(s, "of sharded values is not supported yet");
+    if (n->ia[0] == 0 && s->bat[n->inputs[0]->id] && s->dp > 1)
+      return fail(s, "along the batch dimension under dp = %d", s->dp);
+    return 0;
+  }
+  case IR_OP_EMBEDDING: case IR_OP_CROSS_ENTROPY:
+    /* vocab-parallel embedding / cross-entropy: not yet, run whole */
+    if (L(s, n->inputs[n->op == IR_OP_EMBEDDING])->kind == L_SHARD)
+      return fail(s, "vocab-parallel %s is not supported yet",
+                  n->op == IR_OP_EMBEDDING ? "embedding" : "cross-entropy");
+    return rule_whole(s, n);
+  case IR_OP_DISPATCH:
+    if (s->tp > 1 || s->dp > 1)
+      return fail(s, "mixture-of-experts routing under tp = %d, dp = %d is not supported yet "
+                     "(it needs expert parallelism and global routing statistics)",
+                  s->tp, s->dp);
+    return rule_whole(s, n);
+  case IR_OP_TOPK: case IR_OP_GATHER: case IR_OP_ONEHOT: case IR_OP_COMBINE:
+    return rule_whole(s, n);
+  default:
+    return fail(s, "pass_shard takes the forward module (before autodiff and the optimizer)");
+  }
+}
+
+int pass_shard(IrModule *m, int tp, int dp, char *err, size_t len) {
+  if (tp < 1 || dp < 1 || tp > LAYOUT_MAX_DEGREE || dp > LAYOUT_MAX_DEGREE) {
+    snprintf(err, len, "shard: degrees tp = %d, dp = %d out of range", tp, dp);
+    return -1;
+  }
+  int fwd = !m->nupdates && !m->mesh_tp;
+  for (int i = 0; fwd && i < m->nnodes; i++)
+    fwd = m->nodes[i]->phase == IR_PHASE_FWD && m->nodes[i]->op != IR_OP_STATE;
+  if (!fwd) {
+    snprintf(err, len, "shard: takes the forward module once, before autodiff and the "
+                       "optimizer");
+    return -1;
+  }
+  int nold = m->nnodes;
+  Sh s = {.m = m, .tp = tp, .dp = dp, .cap = 3 * nold + 8, .err = err, .len = len};
+  s.lay = calloc((size_t)s.cap, sizeof *s.lay);
+  s.bat = calloc((size_t)s.cap, 1);
+  s.ar = calloc((size_t)s.cap, sizeof *s.ar);
+  s.cp = calloc((size_t)s.cap, sizeof *s.cp);
+  int64_t *gw = calloc((size_t)nold + 1, sizeof *gw);
+  IrNode **old = malloc(sizeof *old * ((size_t)nold + 1));
+  if (!s.lay || !s.bat || !s.ar || !s.cp || !gw || !old) {
+    fprintf(stderr, "parc: out of memory (shard)\n");
+    exit(3);
+  }
+  memcpy(old, m->nodes, sizeof *old * (size_t)nold);
+  find_blocks(m, gw);
+  m->nnodes = 0;
+  for (int i = 0; i < nold && !s.failed; i++) {
+    IrNode *n = old[i];
+    s.at = n;
+    int scratch = s.cap - 1; /* n's slot while its rule inserts collectives */
+    n->id = scratch;
+    s.lay[scratch] = R();
+    s.bat[scratch] = 0;
+    if (rule(&s, n, gw[i]) || s.failed) break;
+    for (int j = 0; j < n->ninputs; j++) s.bat[scratch] |= s.bat[n->inputs[j]->id];
+    if (n->rank == 0) s.bat[scratch] = 0; /* a scalar (the loss): a mean over the local batch */
+    int newid = m->nnodes;
+    s.lay[newid] = s.lay[scratch];
+    s.bat[newid] = s.bat[scratch];
+    place(&s, n);
+    char why[256];
+    if (n->op != IR_OP_INPUT && n->op != IR_OP_PARAM && !ir_infer(n, why, sizeof why)) {
+      fail(&s, "internal error: %s", why);
+      break;
+    }
+  }
+  if (!s.failed && m->loss) {
+    s.at = m->loss;
+    if (L(&s, m->loss)->kind != L_REP) fail(&s, "the loss must end replicated");
+  }
+  if (!s.failed) m->mesh_tp = tp, m->mesh_dp = dp;
+  free(s.lay);
+  free(s.bat);
+  free(s.ar);
+  free(s.cp);
+  free(gw);
+  free(old);
+  return s.failed ? -1 : 0;
+}
+
+int pass_dp_grads(IrModule *m, int dp) {
+  if (m->mesh_dp && dp != m->mesh_dp) {
+    fprintf(stderr, "parc: internal error: dp gradients over %d ranks for a module sharded "
+                    "for dp = %d\n", dp, m->mesh_dp);
+    return -1;
+  }
+  if (dp <= 1) return 0;
+  for (int i = 0, n = m->nnodes; i < n; i++) {
+    IrNode *p = m->nodes[i];
+    if (p->op != IR_OP_PARAM || !p->grad) continue;
+    IrNode *g = p->grad;
+    IrNode *ar = ir_add(m, IR_OP_ALL_REDUCE, &g, 1);
+    ar->ia[0] = 1;
+    ar->ia[1] = dp;
+    IrNode *sc = ir_add(m, IR_OP_SCALE, &ar, 1);
+    sc->fa = 1.0 / dp;
+    IrNode *made[2] = {ar, sc};
+    for (int k = 0; k < 2; k++) {
+      IrNode *x = made[k];
+      char why[256];
+      if (!ir_infer(x, why, sizeof why)) {
+        fprintf(stderr, "parc: internal error: dp gradients: %s\n", why);
+        return -1;
+      }
+      x->shard_dim = -1;
+      x->layer = g->layer;
+      x->loc = g->loc;
+      x->phase = IR_PHASE_W;
+    }
+    p->grad = sc;
+  }
+  return 0;
+}

@@ -1,0 +1,264 @@
+/* tests/shard/shard_models.c -- the partitioner (passes/shard.c) against the
+ * one-rank interpreter, on a lockstep multi-rank interpreter.
+ *
+ *   shard_models MODEL.dsl TP DP AR [NAME=VALUE ...]
+ *       The model is compiled twice to its forward module: once whole
+ *       (autodiff, one interpreter) and once through pass_shard(TP, DP),
+ *       autodiff and pass_dp_grads, run by ir_interp_run_mesh on TP x DP
+ *       rank interpreters.  Every rank gets its slices of the same global
+ *       parameter values (shard_dim, shard_blocks) and its rows of the same
+ *       global batch.  Checks: the sharded forward has exactly AR
+ *       all_reduce nodes; the loss (mean over dp ranks, equal on the tp
+ *       ranks) equals the one-rank loss; every parameter's gradient,
+ *       re-assembled from the tp shards, is equal on every dp rank and
+ *       equals the one-rank gradient, both within 1e-10 relative.
+ *   shard_models --error MODEL.dsl TP DP TEXT [NAME=VALUE ...]
+ *       pass_shard must fail with a message containing TEXT.
+ *   shard_models --ir MODEL.dsl TP DP [NAME=VALUE ...]
+ *       Prints the rank-local forward module pass_shard makes.
+ *   shard_models --twice MODEL.dsl [NAME=VALUE ...]
+ *       pass_shard refuses a module it already sharded. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../autodiff/ad_check.h"
+#include "ir/interp.h"
+#include "passes/passes.h"
+#include "tests/support/load.h"
+
+#define TOL 1e-10
+
+static int fails;
+
+static void expect(int ok, const char *fmt, const char *what, double v) {
+  printf("%s ", ok ? "ok  " : "FAIL");
+  printf(fmt, what, v);
+  printf("\n");
+  fails += !ok;
+}
+
+static IrNode *find_leaf(IrModule *m, IrOp op, const char *name) {
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->op == op && m->nodes[i]->name && !strcmp(m->nodes[i]->name, name))
+      return m->nodes[i];
+  return NULL;
+}
+
+/* Global flat index of local element e of sharded parameter p on tp
+ * coordinate c (see shard_blocks in ir/ir.h). */
+static int64_t global_index(const IrNode *p, int64_t e, int c) {
+  int64_t idx[IR_MAX_RANK];
+  for (int d = p->rank - 1; d >= 0; d--) idx[d] = e % p->shape[d], e /= p->shape[d];
+  if (p->shard_degree > 1) {
+    int d = p->shard_dim;
+    int64_t B = p->global_shape[d] / p->shard_blocks, b = B / p->shard_degree, j = idx[d];
+    idx[d] = (j / b) * B + c * b + j % b;
+  }
+  int64_t g = 0;
+  for (int d = 0; d < p->rank; d++)
+    g = g * (p->shard_degree > 1 ? p->global_shape[d] : p->shape[d]) + idx[d];
+  return g;
+}
+
+static int count_op(const IrModule *m, IrOp op, IrPhase ph) {
+  int k = 0;
+  for (int i = 0; i < m->nnodes; i++) k += m->nodes[i]->op == op && m->nodes[i]->phase == ph;
+  return k;
+}
+
+static int run_check(const char *path, int tp, int dp, int ar, const char *const *defs, int nd) {
+  IrModule *ref = test_load(path, defs, nd), *sh = test_load(path, defs, nd);
+  if (!ref || !sh) return 1;
+  char err[512];
+  if (pass_shard(sh, tp, dp, err, sizeof err)) {
+    printf("FAIL: %s\n", err);
+    return 1;
+  }
+  must_verify(sh, "after pass_shard");
+  /* GPT-2's fused q|k|v: sharded blockwise, 3 blocks, HF's global [d, 3d] */
+  int nqkv = 0, qkv_ok = 1;
+  for (int i = 0; i < sh->nnodes; i++) {
+    const IrNode *p = sh->nodes[i];
+    if (p->op != IR_OP_PARAM || !strstr(p->name, "c_attn.")) continue;
+    nqkv++;
+    qkv_ok &= tp == 1 ? p->shard_degree <= 1
+                      : p->shard_degree == tp && p->shard_blocks == 3 &&
+                            p->global_shape[p->rank - 1] == p->shape[p->rank - 1] * tp &&
+                            p->shard_dim == p->rank - 1;
+  }
+  if (nqkv) expect(qkv_ok, "%s: c_attn weight and bias sharded in 3 blocks (%g tensors)", "qkv",
+                   (double)nqkv);
+  int nar = count_op(sh, IR_OP_ALL_REDUCE, IR_PHASE_FWD);
+  int ncp = count_op(sh, IR_OP_GROUP_COPY, IR_PHASE_FWD);
+  printf("     %s tp=%d dp=%d: forward all_reduce %d, group_copy %d\n", ref->name, tp, dp, nar,
+         ncp);
+  expect(nar == ar, "%s: forward all_reduce count as expected (%g)", "tp", (double)ar);
+  expect(ncp == (tp > 1 ? ar : 0), "%s: one group_copy per region (%g)", "tp",
+         (double)(tp > 1 ? ar : 0));
+  if (pass_autodiff(ref) || pass_autodiff(sh) || pass_dp_grads(sh, dp)) {
+    printf("FAIL: autodiff\n");
+    return 1;
+  }
+  must_verify(ref, "reference after autodiff");
+  must_verify(sh, "after autodiff and pass_dp_grads");
+  int btp = 0, bdp = 0;
+  for (int i = 0; i < sh->nnodes; i++) {
+    const IrNode *n = sh->nodes[i];
+    if (n->op != IR_OP_ALL_REDUCE || n->phase == IR_PHASE_FWD) continue;
+    btp += n->ia[0] == 0, bdp += n->ia[0] == 1;
+  }
+  printf("     backward all_reduce: tp %d, dp %d\n", btp, bdp);
+  expect(btp == (tp > 1 ? ar : 0), "%s: backward all_reduce count, one per group_copy (%g)",
+         "tp", (double)(tp > 1 ? ar : 0));
+
+  /* global values on the reference */
+  Rng rng = {0x5eed0042};
+  IrInterp *it = ir_interp_new(ref);
+  int64_t vocab = 0;
+  for (int i = 0; i < ref->nnodes; i++)
+    if (ref->nodes[i]->op == IR_OP_EMBEDDING) vocab = ref->nodes[i]->inputs[1]->shape[0];
+  for (int k = 0; k < ref->nnodes; k++) {
+    const IrNode *n = ref->nodes[k];
+    for (int64_t e = 0; n->op == IR_OP_INPUT || n->op == IR_OP_PARAM ? e < ir_numel(n) : 0; e++) {
+      if (n->op == IR_OP_INPUT && n->dtype == IR_I32) it->i[k][e] = (int32_t)rng_int(&rng, vocab);
+      else if (n->op == IR_OP_INPUT) it->f[k][e] = rng_normal(&rng);
+      else if (n->init == IR_INIT_ONES) it->f[k][e] = 1 + 0.2 * rng_normal(&rng);
+      else if (n->init == IR_INIT_ZEROS) it->f[k][e] = 0.2 * rng_normal(&rng);
+      else it->f[k][e] = 0.3 * rng_normal(&rng);
+    }
+  }
+  char why[512];
+  if (ir_interp_run(it, 0, ref->nnodes, why, sizeof why)) {
+    printf("FAIL: reference run: %s\n", why);
+    return 1;
+  }
+
+  /* every rank's slices */
+  int nr = tp * dp;
+  IrInterp **rk = calloc((size_t)nr, sizeof *rk);
+  for (int r = 0; r < nr; r++) {
+    int c = r % tp, d = r / tp;
+    rk[r] = ir_interp_new(sh);
+    for (int k = 0; k < sh->nnodes; k++) {
+      const IrNode *n = sh->nodes[k];
+      if (n->op != IR_OP_INPUT && n->op != IR_OP_PARAM) continue;
+      const IrNode *g = find_leaf(ref, n->op, n->name);
+      if (!g) {
+        printf("FAIL: %s has no counterpart\n", n->name);
+        return 1;
+      }
+      int64_t ne = ir_numel(n);
+      for (int64_t e = 0; e < ne; e++) {
+        int64_t src = n->op == IR_OP_PARAM ? global_index(n, e, c) : (int64_t)d * ne + e;
+        if (n->dtype == IR_I32) rk[r]->i[k][e] = it->i[g->id][src];
+        else rk[r]->f[k][e] = it->f[g->id][src];
+      }
+    }
+  }
+  if (ir_interp_run_mesh(rk, tp, dp, 0, sh->nnodes, why, sizeof why)) {
+    printf("FAIL: mesh run: %s\n", why);
+    return 1;
+  }
+
+  /* loss: mean over dp, the same on every tp rank */
+  double loss_ref = it->f[ref->loss->id][0], loss = 0, tp_spread = 0;
+  for (int r = 0; r < nr; r++) {
+    double l = rk[r]->f[sh->loss->id][0];
+    if (r % tp == 0) loss += l / dp;
+    tp_spread = fmax(tp_spread, fabs(l - rk[r - r % tp]->f[sh->loss->id][0]));
+  }
+  double lerr = fabs(loss - loss_ref) / fmax(fabs(loss_ref), 1e-300);
+  printf("     loss %.12f (one rank %.12f), rel err %.2e, tp spread %.2e\n", loss, loss_ref, lerr,
+         tp_spread);
+  expect(lerr <= TOL && tp_spread == 0, "%s: loss equals the one-rank loss (rel %.2e)", "loss",
+         lerr);
+
+  /* gradients */
+  double gmax = 0, dspread = 0;
+  int ngrads = 0, missing = 0;
+  for (int k = 0; k < sh->nnodes; k++) {
+    const IrNode *p = sh->nodes[k];
+    if (p->op != IR_OP_PARAM) continue;
+    const IrNode *q = find_leaf(ref, IR_OP_PARAM, p->name);
+    if (!!p->grad != !!q->grad) {
+      printf("FAIL: %s: gradient present on one side only\n", p->name);
+      missing++;
+      continue;
+    }
+    if (!p->grad) continue;
+    ngrads++;
+    const double *G = it->f[q->grad->id];
+    int64_t gn = ir_numel(q);
+    double scale = 0;
+    for (int64_t e = 0; e < gn; e++) scale = fmax(scale, fabs(G[e]));
+    double *asm_ = calloc((size_t)gn, sizeof *asm_);
+    double perr = 0;
+    for (int d = 0; d < dp; d++) {
+      for (int c = 0; c < tp; c++) {
+        const double *L = rk[d * tp + c]->f[p->grad->id];
+        for (int64_t e = 0; e < ir_numel(p); e++) {
+          int64_t gi = global_index(p, e, c);
+          if (d == 0) asm_[gi] = L[e];
+          else dspread = fmax(dspread, fabs(asm_[gi] - L[e]));
+        }
+      }
+      if (d) continue;
+      for (int64_t e = 0; e < gn; e++) perr = fmax(perr, fabs(asm_[e] - G[e]));
+    }
+    perr /= fmax(scale, 1e-300);
+    if (perr > TOL) printf("     %s: rel err %.2e\n", p->name, perr);
+    gmax = fmax(gmax, perr);
+    free(asm_);
+  }
+  printf("     %d gradients, max rel err %.2e, dp spread %.2e\n", ngrads, gmax, dspread);
+  expect(!missing && ngrads > 0 && gmax <= TOL && dspread == 0,
+         "%s: gathered gradients equal the one-rank gradients (max rel %.2e)", "grads", gmax);
+  for (int r = 0; r < nr; r++) ir_interp_free(rk[r]);
+  free(rk);
+  ir_interp_free(it);
+  ir_module_free(ref);
+  ir_module_free(sh);
+  return fails != 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 6 && !strcmp(argv[1], "--error")) {
+    IrModule *m = test_load(argv[2], (const char *const *)argv + 6, argc - 6);
+    if (!m) return 1;
+    char err[512] = "";
+    int rc = pass_shard(m, atoi(argv[3]), atoi(argv[4]), err, sizeof err);
+    printf("%s\n", err);
+    int ok = rc != 0 && strstr(err, argv[5]) && !strchr(err, '\n');
+    printf("%s pass_shard rejects it with '%s'\n", ok ? "ok  " : "FAIL", argv[5]);
+    ir_module_free(m);
+    return !ok;
+  }
+  if (argc >= 5 && !strcmp(argv[1], "--ir")) {
+    IrModule *m = test_load(argv[2], (const char *const *)argv + 5, argc - 5);
+    char err[512] = "";
+    if (!m || pass_shard(m, atoi(argv[3]), atoi(argv[4]), err, sizeof err)) {
+      printf("FAIL: %s\n", err);
+      return 1;
+    }
+    ir_print(stdout, m);
+    ir_module_free(m);
+    return 0;
+  }
+  if (argc >= 3 && !strcmp(argv[1], "--twice")) {
+    IrModule *m = test_load(argv[2], (const char *const *)argv + 3, argc - 3);
+    if (!m) return 1;
+    char err[512] = "";
+    int ok = pass_shard(m, 1, 2, err, sizeof err) == 0 && pass_shard(m, 1, 2, err, sizeof err);
+    printf("%s\n%s a second pass_shard is refused\n", err, ok ? "ok  " : "FAIL");
+    ir_module_free(m);
+    return !ok;
+  }
+  if (argc < 5) {
+    fprintf(stderr, "usage: shard_models MODEL.dsl TP DP AR [NAME=VALUE ...]\n");
+    return 2;
+  }
+  return run_check(argv[1], atoi(argv[2]), atoi(argv[3]), atoi(argv[4]),
+                   (const char *const *)argv + 5, argc - 5);
+}
