@@ -3,7 +3,7 @@
 # installs what is missing; otherwise it prints the apt-get line and stops.
 set -eu
 PKGS="gcc make cmake flex bison clang libclang-rt-14-dev llvm-14-dev libopenblas-dev
-      libcjson-dev python3 python3-torch"
+      libcjson-dev python3 python3-torch libopenmpi-dev openmpi-bin"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -1,0 +1,209 @@
+/* runtime/rt_shard.c -- blocked tensor-parallel shards: shapes, indices, init, copies
+ * and safetensors reads; see rt_shard.h. */
+#include "runtime/rt_shard.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/rt_err.h"
+#include "runtime/rt_rng.h"
+
+/* A validated shard as outer x G x inner, the shard being, for each of the outer
+ * indices and each of the `blocks` blocks, one run of `run` = b * inner contiguous
+ * global floats starting at global offset (o * G + k * B + coord * b) * inner. An
+ * unsharded tensor is outer = 1, G = numel, inner = 1, blocks = 1, b = B = G. */
+typedef struct {
+  int64_t outer, G, inner;
+  int64_t blocks, B, b, coord;
+  int64_t run;      /* b * inner */
+  int64_t numel;    /* local elements: outer * blocks * run */
+} Geo;
+
+/* "{dim 1, degree 2, blocks 3, coord 0} of shape [8, 24]" for messages. */
+static const char *describe(char *buf, size_t cap, int rank, const int64_t *shape,
+                            const RtShard *sh) {
+  size_t k = (size_t)snprintf(buf, cap, "shard {dim %d, degree %d, blocks %d, coord %d} of "
+                              "shape [", sh->dim, sh->degree, sh->blocks, sh->coord);
+  for (int i = 0; i < rank && k < cap; i++)
+    k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+  if (k < cap) snprintf(buf + k, cap - k, "]");
+  return buf;
+}
+
+/* Validates (rank, shape, sh) and fills g. `what` prefixes messages (may be NULL). */
+static int geometry(int rank, const int64_t *shape, const RtShard *sh, const char *what,
+                    Geo *g) {
+  const char *pre = what ? what : "", *sep = what ? ": " : "";
+  if (rank < 0 || rank > RT_SHARD_MAXRANK)
+    return rt_fail("%s%sshard: rank %d is outside 0..%d; pass the tensor's number of dims",
+                   pre, sep, rank, RT_SHARD_MAXRANK);
+  if (rank > 0 && !shape) return rt_fail("%s%sshard: rank %d but no shape given", pre, sep, rank);
+  int64_t total = 1;
+  for (int i = 0; i < rank; i++) {
+    if (shape[i] < 0)
+      return rt_fail("%s%sshard: dimension %d of the global shape has negative size %lld", pre,
+                     sep, i, (long long)shape[i]);
+    if (shape[i] != 0 && total > INT64_MAX / shape[i])
+      return rt_fail("%s%sshard: tensor of rank %d has more than 2^63 elements", pre, sep,
+                     rank);
+    total *= shape[i];
+  }
+  if (!sh || sh->dim == -1) {
+    *g = (Geo){.outer = 1, .G = total, .inner = 1, .blocks = 1, .B = total, .b = total,
+               .coord = 0, .run = total, .numel = total};
+    return RT_OK;
+  }
+  char d[400];
+  if (sh->dim < 0 || sh->dim >= rank)
+    return rt_fail("%s%s%s: dim %d is not a dimension of a rank-%d tensor (use -1 for an "
+                   "unsharded tensor)", pre, sep, describe(d, sizeof d, rank, shape, sh),
+                   sh->dim, rank);
+  if (sh->degree < 1 || sh->blocks < 1)
+    return rt_fail("%s%s%s: degree and blocks must be at least 1 (use dim -1 for a tensor "
+                   "that is whole on every rank)", pre, sep,
+                   describe(d, sizeof d, rank, shape, sh));
+  if (sh->coord < 0 || sh->coord >= sh->degree)
+    return rt_fail("%s%s%s: coord %d is outside 0..%d; pass the rank's coordinate on the "
+                   "tensor-parallel axis", pre, sep, describe(d, sizeof d, rank, shape, sh),
+                   sh->coord, sh->degree - 1);
+  int64_t G = shape[sh->dim];
+  if (G % sh->blocks != 0)
+    return rt_fail("%s%s%s: size %lld of dim %d is not divisible into %d equal blocks; the "
+                   "layout does not fit this shape", pre, sep,
+                   describe(d, sizeof d, rank, shape, sh), (long long)G, sh->dim, sh->blocks);
+  int64_t B = G / sh->blocks;
+  if (B % sh->degree != 0)
+    return rt_fail("%s%s%s: block width %lld of dim %d is not divisible by degree %d; the "
+                   "layout does not fit this shape", pre, sep,
+                   describe(d, sizeof d, rank, shape, sh), (long long)B, sh->dim, sh->degree);
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < sh->dim; i++) outer *= shape[i];
+  for (int i = sh->dim + 1; i < rank; i++) inner *= shape[i];
+  int64_t b = B / sh->degree;
+  *g = (Geo){.outer = outer, .G = G, .inner = inner, .blocks = sh->blocks, .B = B, .b = b,
+             .coord = sh->coord, .run = b * inner, .numel = outer * sh->blocks * b * inner};
+  return RT_OK;
+}
+
+/* Global offset of run (o, k). */
+static inline int64_t run_start(const Geo *g, int64_t o, int64_t k) {
+  return (o * g->G + k * g->B + g->coord * g->b) * g->inner;
+}
+
+int rt_shard_check(int rank, const int64_t *global_shape, const RtShard *sh) {
+  Geo g;
+  return geometry(rank, global_shape, sh, NULL, &g);
+}
+
+int rt_shard_local_shape(int rank, const int64_t *global_shape, const RtShard *sh,
+                         int64_t *local_shape) {
+  Geo g;
+  if (geometry(rank, global_shape, sh, NULL, &g)) return RT_ERR;
+  for (int i = 0; i < rank; i++) local_shape[i] = global_shape[i];
+  if (sh && sh->dim >= 0) local_shape[sh->dim] = g.blocks * g.b;
+  return RT_OK;
+}
+
+int64_t rt_shard_numel(int rank, const int64_t *global_shape, const RtShard *sh) {
+  Geo g;
+  return geometry(rank, global_shape, sh, NULL, &g) ? -1 : g.numel;
+}
+
+int64_t rt_shard_global_index(int rank, const int64_t *global_shape, const RtShard *sh,
+                              int64_t local_index) {
+  Geo g;
+  if (geometry(rank, global_shape, sh, NULL, &g)) return -1;
+  if (local_index < 0 || local_index >= g.numel) {
+    rt_fail("shard: local index %lld is outside the shard's %lld elements", (long long)local_index,
+            (long long)g.numel);
+    return -1;
+  }
+  int64_t L = g.blocks * g.b;
+  int64_t i = local_index % g.inner, j = local_index / g.inner % L;
+  int64_t o = local_index / (L * g.inner);
+  return (o * g.G + (j / g.b) * g.B + g.coord * g.b + j % g.b) * g.inner + i;
+}
+
+int rt_shard_init_normal(float *dst, uint64_t seed, uint64_t stream, float std, int rank,
+                         const int64_t *global_shape, const RtShard *sh) {
+  Geo g;
+  if (geometry(rank, global_shape, sh, "init", &g)) return RT_ERR;
+  int64_t k = 0;
+  for (int64_t o = 0; o < g.outer; o++)
+    for (int64_t blk = 0; blk < g.blocks; blk++) {
+      uint64_t base = (uint64_t)run_start(&g, o, blk);
+      for (int64_t t = 0; t < g.run; t++)
+        dst[k++] = std * rt_rng_normal(seed, stream, base + (uint64_t)t);
+    }
+  return RT_OK;
+}
+
+/* Copies between the full tensor and the shard: to_local = 1 gathers, 0 scatters. */
+static void copy_runs(const Geo *g, float *global, float *local, int to_local) {
+  if (g->numel == 0) return;
+  /* Pieces of a block that make up the whole block (degree 1) join into one run. */
+  int64_t blocks = g->blocks, run = g->run;
+  if (g->b == g->B) {
+    run *= blocks;
+    blocks = 1;
+  }
+  size_t bytes = sizeof(float) * (size_t)run;
+  int64_t k = 0;
+  for (int64_t o = 0; o < g->outer; o++)
+    for (int64_t blk = 0; blk < blocks; blk++, k += run) {
+      float *gp = global + run_start(g, o, blk);
+      if (to_local) memcpy(local + k, gp, bytes);
+      else memcpy(gp, local + k, bytes);
+    }
+}
+
+int rt_shard_extract(const float *global, float *local, int rank,
+                     const int64_t *global_shape, const RtShard *sh) {
+  Geo g;
+  if (geometry(rank, global_shape, sh, "extract", &g)) return RT_ERR;
+  copy_runs(&g, (float *)global, local, 1);   /* gathers only read from global */
+  return RT_OK;
+}
+
+int rt_shard_insert(float *global, const float *local, int rank,
+                    const int64_t *global_shape, const RtShard *sh) {
+  Geo g;
+  if (geometry(rank, global_shape, sh, "insert", &g)) return RT_ERR;
+  copy_runs(&g, global, (float *)local, 0);   /* scatters only read from local */
+  return RT_OK;
+}
+
+int rt_st_read_shard(const RtSt *st, const char *name, float *dst, int rank,
+                     const int64_t *global_shape, const RtShard *sh) {
+  char what[300];
+  snprintf(what, sizeof what, "tensor '%s'", name ? name : "(null)");
+  Geo g;
+  if (geometry(rank, global_shape, sh, what, &g)) return RT_ERR;
+  if (!sh || sh->dim == -1 || g.b == g.B || g.numel == 0)   /* the whole (or empty) tensor */
+    return rt_st_read(st, name, dst, rank, global_shape);
+  if (g.blocks == 1)
+    return rt_st_read_slice(st, name, dst, rank, global_shape, sh->dim, g.coord * g.b, g.b);
+  if (g.outer == 1) {   /* block k's slice is contiguous in dst */
+    for (int64_t blk = 0; blk < g.blocks; blk++)
+      if (rt_st_read_slice(st, name, dst + blk * g.run, rank, global_shape, sh->dim,
+                           blk * g.B + g.coord * g.b, g.b))
+        return RT_ERR;
+    return RT_OK;
+  }
+  /* One block at a time (outer runs of `run` floats), then spread over dst. */
+  float *scratch = malloc(sizeof(float) * (size_t)(g.outer * g.run));
+  if (!scratch)
+    return rt_fail("tensor '%s': out of memory for a %lld-float shard read buffer", name,
+                   (long long)(g.outer * g.run));
+  int rc = RT_OK;
+  for (int64_t blk = 0; rc == RT_OK && blk < g.blocks; blk++) {
+    rc = rt_st_read_slice(st, name, scratch, rank, global_shape, sh->dim,
+                          blk * g.B + g.coord * g.b, g.b);
+    for (int64_t o = 0; rc == RT_OK && o < g.outer; o++)
+      memcpy(dst + (o * g.blocks + blk) * g.run, scratch + o * g.run,
+             sizeof(float) * (size_t)g.run);
+  }
+  free(scratch);
+  return rc;
+}
