@@ -34,7 +34,29 @@
  *
  * Per-parameter nodes take the parameter's layer and source location, so a
  * pipeline stage updates the parameters it holds; the shared scalars take
- * the loss's location and no layer.  State copies its parameter's sharding. */
+ * the loss's location and no layer.
+ *
+ * The rank-local module (pass_shard, then autodiff and pass_dp_grads).
+ * Parameters with shard_degree > 1 hold a tp slice, the others are whole
+ * and, like their gradients, identical on every tp rank; pass_dp_grads has
+ * already averaged every gradient over dp, so gradients are identical on
+ * the dp ranks too.  The update is elementwise, so each rank updates its
+ * slice with the one-rank formulas; only the global norm needs the group:
+ *
+ *   s_sh   = s_a + s_b + ...   the sumsq of every sharded gradient, added
+ *                              locally (in parameter order),
+ *   s_all  = all_reduce(s_sh) axis=0 size=tp   ONE collective per step,
+ *   norm   = grad_norm(s_all, s_r1, s_r2, ...) with the replicated
+ *                              gradients' sumsq counted once, not reduced;
+ *
+ * no dp reduction (the gradients are already the dp mean).  Every rank gets
+ * the same norm and coefficient (the all_reduce sums in one order).  A
+ * module with no sharded parameter (one rank, or tp = 1) gets exactly the
+ * nodes above, no collective.  State copies its parameter's sharding
+ * (shard, shard_dim, and after pass_shard shard_degree, shard_blocks and
+ * global_shape): local shape, so a runtime can save and load it unsharded
+ * as it does the parameter.  Which tensors decay is decided by rank, which
+ * sharding does not change (a slice has its tensor's rank). */
 #include <stdarg.h>
 #include <string.h>
 
@@ -67,10 +89,11 @@ static IrNode *place(Opt *o, IrNode *n) {
   return n;
 }
 
-/* An op on inputs in[0..nin) with integer attribute ia0 and float
+/* An op on inputs in[0..nin) with integer attributes ia0, ia1 and float
  * attribute fa, its type inferred (NULL after an internal error). */
-static IrNode *op(Opt *o, IrOp code, IrNode **in, int nin, int64_t ia0, double fa) {
-  IrNode p = {.op = code, .inputs = in, .ninputs = nin, .ia = {ia0}, .fa = fa};
+static IrNode *op_ia(Opt *o, IrOp code, IrNode **in, int nin, int64_t ia0, int64_t ia1,
+                     double fa) {
+  IrNode p = {.op = code, .inputs = in, .ninputs = nin, .ia = {ia0, ia1}, .fa = fa};
   char why[512];
   if (o->failed) return NULL;
   if (!ir_infer(&p, why, sizeof why)) {
@@ -83,8 +106,13 @@ static IrNode *op(Opt *o, IrOp code, IrNode **in, int nin, int64_t ia0, double f
   n->rank = p.rank;
   memcpy(n->shape, p.shape, sizeof n->shape);
   n->ia[0] = ia0;
+  n->ia[1] = ia1;
   n->fa = fa;
   return place(o, n);
+}
+
+static IrNode *op(Opt *o, IrOp code, IrNode **in, int nin, int64_t ia0, double fa) {
+  return op_ia(o, code, in, nin, ia0, 0, fa);
 }
 
 static IrNode *op1(Opt *o, IrOp code, IrNode *a, int64_t ia0, double fa) {
@@ -117,6 +145,11 @@ static IrNode *state(Opt *o, IrNode *p, const char *key) {
   n->init = IR_INIT_ZEROS;
   n->shard = p->shard;
   n->shard_dim = p->shard_dim;
+  if (p->shard_degree > 1) {
+    n->shard_degree = p->shard_degree;
+    n->shard_blocks = p->shard_blocks;
+    memcpy(n->global_shape, p->global_shape, sizeof n->global_shape);
+  }
   return n;
 }
 
@@ -203,18 +236,41 @@ int pass_optimizer(IrModule *m) {
   for (int i = 0; i < nfwd; i++) nparams += m->nodes[i]->grad != NULL;
   if (!nparams) return 0; /* nothing to train */
 
+  int nsharded = 0;
+  for (int i = 0; i < nfwd; i++) {
+    const IrNode *p = m->nodes[i];
+    if (!p->grad || p->shard_degree <= 1) continue;
+    if (p->op != IR_OP_PARAM || p->shard_degree != m->mesh_tp) {
+      fprintf(stderr, "parc: internal error: optimizer: %s is split over %d ranks, but the "
+                      "module's tp group has %d\n", p->name, p->shard_degree, m->mesh_tp);
+      return -1;
+    }
+    nsharded++;
+  }
+
   Opt o = {.m = m};
   IrNode *lr = scalar_input(&o, "lr"), *step = scalar_input(&o, "step");
   IrNode **sq = arena_alloc(&m->arena, sizeof(IrNode *) * (size_t)nparams);
-  int k = 0;
+  IrNode *sharded = NULL; /* the local sum of the sharded gradients' sumsq */
+  int k = nsharded ? 1 : 0; /* sq[0]: their all_reduce, filled below */
   for (int i = 0; i < nfwd; i++) {
     IrNode *p = m->nodes[i];
     if (!p->grad) continue;
     o.at = p;
-    sq[k++] = op1(&o, IR_OP_SUMSQ, p->grad, 0, 0);
+    IrNode *s = op1(&o, IR_OP_SUMSQ, p->grad, 0, 0);
+    if (p->shard_degree <= 1) {
+      sq[k++] = s;
+      continue;
+    }
+    o.at = NULL;
+    sharded = sharded ? op2(&o, IR_OP_ADD, sharded, s, 0) : s;
   }
   o.at = NULL;
-  IrNode *norm = m->grad_norm = op(&o, IR_OP_GRAD_NORM, sq, nparams, 0, 0);
+  if (nsharded) {
+    /* axis 0 (tp), the whole group */
+    sq[0] = op_ia(&o, IR_OP_ALL_REDUCE, (IrNode *[]){sharded}, 1, 0, m->mesh_tp, 0);
+  }
+  IrNode *norm = m->grad_norm = op(&o, IR_OP_GRAD_NORM, sq, k, 0, 0);
   IrNode *coef = op1(&o, IR_OP_CLIP_COEF, norm, 0, h.clip);
   IrNode *bc1 = h.adamw ? op1(&o, IR_OP_BIAS_CORRECTION, step, 0, h.beta1) : NULL;
   IrNode *bc2 = h.adamw ? op1(&o, IR_OP_BIAS_CORRECTION, step, 0, h.beta2) : NULL;

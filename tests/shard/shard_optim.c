@@ -1,0 +1,436 @@
+/* tests/shard/shard_optim.c -- the optimizer step (passes/optimizer.c) on the
+ * rank-local module, against the one-rank step, on the lockstep interpreter.
+ *
+ *   shard_optim MODEL.dsl TP DP OPT CLIP [NAME=VALUE ...]
+ *       OPT: adamw (beta1 0.9, beta2 0.95, eps 1e-8, wd 0.1) or sgd
+ *       (momentum 0.9, wd 0.1); CLIP: on (a small max norm: the clipping
+ *       coefficient must be < 1 at every step) or off (a large one: it must
+ *       be exactly 1).  The model is compiled twice: whole (autodiff,
+ *       pass_optimizer; one interpreter) and through pass_shard(TP, DP),
+ *       autodiff, pass_dp_grads and pass_optimizer (TP x DP interpreters run
+ *       by ir_interp_run_mesh).  Every rank gets its slices of the same
+ *       global parameters and its rows of the same global batch.  Then
+ *       NSTEPS optimizer steps, with a new lr each step and step = 1, 2, ...,
+ *       the updates fed back on every interpreter (ir_interp_end_step).
+ *       After each step: every rank's grad_norm equals the one-rank norm;
+ *       every parameter and every optimizer state, re-assembled from the tp
+ *       shards (the state's own shard fields), equals the one-rank value,
+ *       within TOL relative to the tensor's largest value (parameter
+ *       elements whose gradient is zero up to rounding: ZERO_TOL, below);
+ *       and the copies that must agree (dp ranks; tp ranks of a replicated
+ *       tensor) agree bit for bit.  Structure: one all_reduce (tp) in the
+ *       optimizer when tp > 1, none on dp, no other extra node than the
+ *       adds of the sharded sumsqs; grad_norm counts each replicated
+ *       gradient once; sharded state carries its parameter's shard_degree,
+ *       shard_blocks and global_shape; with tp = dp = 1 the IR text is the
+ *       one-rank text but for the mesh line. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../autodiff/ad_check.h"
+#include "ir/interp.h"
+#include "passes/passes.h"
+#include "tests/support/load.h"
+
+#define TOL 1e-12
+#define NSTEPS 3
+/* A gradient element at most ZERO_GRAD times its tensor's largest is zero
+ * up to rounding: both runs hold rounding noise there (~1e-17), which
+ * AdamW's m / (sqrt(v) + eps) turns into steps of up to lr x noise / eps.
+ * Such elements are checked to ZERO_TOL, the rest to TOL. */
+#define ZERO_GRAD 1e-12
+#define ZERO_TOL 1e-8
+
+static int fails;
+
+static void expect(int ok, const char *fmt, const char *what, double v) {
+  printf("%s ", ok ? "ok  " : "FAIL");
+  printf(fmt, what, v);
+  printf("\n");
+  fails += !ok;
+}
+
+static IrNode *find_leaf(IrModule *m, IrOp op, const char *name) {
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->op == op && m->nodes[i]->name && !strcmp(m->nodes[i]->name, name))
+      return m->nodes[i];
+  return NULL;
+}
+
+/* Global flat index of local element e of leaf p (a PARAM or STATE,
+ * sharded or not) on tp coordinate c (see shard_blocks in ir/ir.h). */
+static int64_t global_index(const IrNode *p, int64_t e, int c) {
+  int64_t idx[IR_MAX_RANK];
+  for (int d = p->rank - 1; d >= 0; d--) idx[d] = e % p->shape[d], e /= p->shape[d];
+  if (p->shard_degree > 1) {
+    int d = p->shard_dim;
+    int64_t B = p->global_shape[d] / p->shard_blocks, b = B / p->shard_degree, j = idx[d];
+    idx[d] = (j / b) * B + c * b + j % b;
+  }
+  int64_t g = 0;
+  for (int d = 0; d < p->rank; d++)
+    g = g * (p->shard_degree > 1 ? p->global_shape[d] : p->shape[d]) + idx[d];
+  return g;
+}
+
+static int count_opt(const IrModule *m, IrOp op, int axis) {
+  int k = 0;
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *n = m->nodes[i];
+    k += n->phase == IR_PHASE_OPT && n->op == op && (axis < 0 || n->ia[0] == axis);
+  }
+  return k;
+}
+
+/* A setting list of at most 8 floats. */
+static IrSetting *settings(IrModule *m, const char *const *names, const double *v, int n) {
+  IrSetting *s = arena_alloc(&m->arena, 8 * sizeof *s);
+  for (int i = 0; i < n; i++) s[i] = (IrSetting){.name = names[i], .is_float = 1, .f = v[i]};
+  return s;
+}
+
+/* The test's optimizer and clip, whatever the model's train section says. */
+static void configure(IrModule *m, int adamw, double clip) {
+  m->optimizer = adamw ? "adamw" : "sgd";
+  if (adamw) {
+    m->optim = settings(m, (const char *[]){"beta1", "beta2", "eps", "wd"},
+                        (double[]){0.9, 0.95, 1e-8, 0.1}, 4);
+    m->noptim = 4;
+  } else {
+    m->optim = settings(m, (const char *[]){"momentum", "wd"}, (double[]){0.9, 0.1}, 2);
+    m->noptim = 2;
+  }
+  IrSetting *t = arena_alloc(&m->arena, sizeof *t * (size_t)(m->ntrain + 1));
+  int n = 0, found = 0;
+  for (int i = 0; i < m->ntrain; i++) {
+    t[n] = m->train[i];
+    if (!strcmp(t[n].name, "clip")) t[n] = (IrSetting){.name = "clip", .is_float = 1, .f = clip},
+                                    found = 1;
+    n++;
+  }
+  if (!found) t[n++] = (IrSetting){.name = "clip", .is_float = 1, .f = clip};
+  m->train = t;
+  m->ntrain = n;
+}
+
+/* The module's IR text (ir_print), malloc'd. */
+static char *ir_text(const IrModule *m) {
+  FILE *f = tmpfile();
+  if (!f) {
+    printf("FAIL: tmpfile\n");
+    exit(1);
+  }
+  ir_print(f, m);
+  long len = ftell(f);
+  char *text = calloc((size_t)len + 1, 1);
+  rewind(f);
+  if (!text || fread(text, 1, (size_t)len, f) != (size_t)len) {
+    printf("FAIL: reading the IR text back\n");
+    exit(1);
+  }
+  fclose(f);
+  return text;
+}
+
+static const char *const state_keys[] = {"exp_avg", "exp_avg_sq", "momentum_buffer"};
+
+/* Compares leaf q of the reference (values R) with its rank-local
+ * counterpart p on every rank; returns the max error relative to the
+ * tensor's largest |value| and raises *spread by the largest difference
+ * between copies that must be equal.  Elements flagged in zero (NULL: none)
+ * are left out of the result: their error raises *zero_err instead. */
+static double compare_leaf(const IrNode *q, const double *R, const IrNode *p, IrInterp **rk,
+                           int tp, int dp, const unsigned char *zero, double *zero_err,
+                           double *spread) {
+  int64_t gn = ir_numel(q);
+  double *asm_ = calloc((size_t)gn, sizeof *asm_);
+  unsigned char *seen = calloc((size_t)gn, 1);
+  for (int d = 0; d < dp; d++)
+    for (int c = 0; c < tp; c++) {
+      const double *L = rk[d * tp + c]->f[p->id];
+      for (int64_t e = 0; e < ir_numel(p); e++) {
+        int64_t gi = global_index(p, e, c);
+        if (seen[gi]) *spread = fmax(*spread, fabs(asm_[gi] - L[e]));
+        else asm_[gi] = L[e], seen[gi] = 1;
+      }
+    }
+  double scale = 0, err = 0;
+  int all = 1;
+  for (int64_t e = 0; e < gn; e++) scale = fmax(scale, fabs(R[e]));
+  for (int64_t e = 0; e < gn; e++) {
+    double d = fabs(asm_[e] - R[e]) / fmax(scale, 1e-300);
+    if (zero && zero[e]) *zero_err = fmax(*zero_err, d);
+    else err = fmax(err, d);
+    all &= seen[e];
+  }
+  free(asm_);
+  free(seen);
+  if (!all) {
+    printf("FAIL: %s: the shards do not cover the tensor\n", q->name);
+    fails++;
+  }
+  return err;
+}
+
+static int run_check(const char *path, int tp, int dp, int adamw, int clip_on,
+                     const char *const *defs, int nd) {
+  IrModule *ref = test_load(path, defs, nd), *sh = test_load(path, defs, nd);
+  if (!ref || !sh) return 1;
+  double clip = clip_on ? 0.05 : 1e6;
+  configure(ref, adamw, clip);
+  configure(sh, adamw, clip);
+  char err[512];
+  if (pass_shard(sh, tp, dp, err, sizeof err)) {
+    printf("FAIL: %s\n", err);
+    return 1;
+  }
+  if (pass_autodiff(ref) || pass_optimizer(ref)) {
+    printf("FAIL: the one-rank module does not compile\n");
+    return 1;
+  }
+  if (pass_autodiff(sh) || pass_dp_grads(sh, dp) || pass_optimizer(sh)) {
+    printf("FAIL: the rank-local module does not compile\n");
+    return 1;
+  }
+  must_verify(ref, "reference after pass_optimizer");
+  must_verify(sh, "rank-local module after pass_optimizer");
+  printf("     %s tp=%d dp=%d %s clip %s\n", ref->name, tp, dp, adamw ? "adamw" : "sgd",
+         clip_on ? "on" : "off");
+
+  /* structure */
+  int nsharded = 0, nparams = 0, state_ok = 1, nstate = 0;
+  for (int i = 0; i < sh->nnodes; i++) {
+    const IrNode *p = sh->nodes[i];
+    if (p->op != IR_OP_PARAM || !p->grad) continue;
+    nparams++;
+    nsharded += p->shard_degree > 1;
+    for (int k = 0; k < 3; k++) {
+      char name[256];
+      snprintf(name, sizeof name, "%s.%s", p->name, state_keys[k]);
+      const IrNode *s = find_leaf(sh, IR_OP_STATE, name);
+      if (!s) continue;
+      nstate++;
+      state_ok &= s->rank == p->rank && !memcmp(s->shape, p->shape, sizeof s->shape) &&
+                  s->shard == p->shard && s->shard_dim == p->shard_dim &&
+                  (p->shard_degree > 1
+                       ? s->shard_degree == p->shard_degree &&
+                             s->shard_blocks == p->shard_blocks &&
+                             !memcmp(s->global_shape, p->global_shape, sizeof s->global_shape)
+                       : s->shard_degree <= 1);
+    }
+  }
+  printf("     %d trained parameters, %d sharded over tp, %d state tensors\n", nparams,
+         nsharded, nstate);
+  expect(state_ok && nstate == (adamw ? 2 : 1) * nparams,
+         "%s: state has its parameter's local shape and sharding (%g tensors)", "state",
+         (double)nstate);
+  int ar_tp = count_opt(sh, IR_OP_ALL_REDUCE, 0), ar_dp = count_opt(sh, IR_OP_ALL_REDUCE, 1);
+  int other = count_opt(sh, IR_OP_ALL_GATHER, -1) + count_opt(sh, IR_OP_REDUCE_SCATTER, -1) +
+              count_opt(sh, IR_OP_GROUP_COPY, -1);
+  int want_tp = tp > 1 && nsharded ? 1 : 0;
+  expect(ar_tp == want_tp && ar_dp == 0 && other == 0,
+         "%s: the optimizer has %g all_reduce on tp, none on dp, no other collective", "norm",
+         (double)want_tp);
+  int nopt_ref = 0, nopt_sh = 0;
+  for (int i = 0; i < ref->nnodes; i++) nopt_ref += ref->nodes[i]->phase == IR_PHASE_OPT;
+  for (int i = 0; i < sh->nnodes; i++) nopt_sh += sh->nodes[i]->phase == IR_PHASE_OPT;
+  int extra = want_tp ? nsharded : 0; /* nsharded - 1 adds and the all_reduce */
+  int nadd = count_opt(sh, IR_OP_ADD, -1);
+  expect(nopt_sh == nopt_ref + extra && nadd == (want_tp ? nsharded - 1 : 0),
+         "%s: the one-rank optimizer's nodes plus %g (the sharded sumsqs' adds, all_reduce)",
+         "opt", (double)extra);
+  int nrep = 0;
+  const IrNode *gn = sh->grad_norm;
+  for (int j = 0; j < gn->ninputs; j++) nrep += gn->inputs[j]->op == IR_OP_SUMSQ;
+  const IrNode *g0 = gn->inputs[0];
+  expect(want_tp ? g0->op == IR_OP_ALL_REDUCE && g0->ia[0] == 0 && g0->ia[1] == tp &&
+                       g0->phase == IR_PHASE_OPT && nrep == nparams - nsharded &&
+                       gn->ninputs == nrep + 1
+                 : nrep == nparams && gn->ninputs == nparams,
+         "%s: grad_norm reads each replicated gradient's sumsq once (%g), and the reduced "
+         "sharded sum when tp > 1", "norm",
+         (double)(nparams - (want_tp ? nsharded : 0)));
+  if (tp == 1 && dp == 1) { /* the rank-local module of a 1 x 1 mesh: one rank's IR */
+    char *text[2];
+    IrModule *mods[2] = {ref, sh};
+    for (int j = 0; j < 2; j++) text[j] = ir_text(mods[j]);
+    /* the same text but for the line naming the mesh */
+    const char *mesh = "mesh tp = 1, dp = 1 (rank-local shapes)\n";
+    char *at = strstr(text[1], mesh);
+    if (at) memmove(at, at + strlen(mesh), strlen(at + strlen(mesh)) + 1);
+    expect(at && !strcmp(text[1], text[0]),
+           "%s: tp = dp = 1 prints the one-rank IR, %g optimizer nodes included", "ir",
+           (double)nopt_ref);
+    free(text[0]);
+    free(text[1]);
+  }
+  expect(sh->nupdates == ref->nupdates, "%s: as many updates as one rank (%g)", "updates",
+         (double)ref->nupdates);
+
+  /* global values on the reference, every rank's slices */
+  Rng rng = {0x5eed0042};
+  IrInterp *it = ir_interp_new(ref);
+  int64_t vocab = 0;
+  for (int i = 0; i < ref->nnodes; i++)
+    if (ref->nodes[i]->op == IR_OP_EMBEDDING) vocab = ref->nodes[i]->inputs[1]->shape[0];
+  IrNode *lr = find_leaf(ref, IR_OP_INPUT, "lr"), *step = find_leaf(ref, IR_OP_INPUT, "step");
+  for (int k = 0; k < ref->nnodes; k++) {
+    const IrNode *n = ref->nodes[k];
+    if (n == lr || n == step) continue;
+    for (int64_t e = 0; n->op == IR_OP_INPUT || n->op == IR_OP_PARAM ? e < ir_numel(n) : 0; e++) {
+      if (n->op == IR_OP_INPUT && n->dtype == IR_I32) it->i[k][e] = (int32_t)rng_int(&rng, vocab);
+      else if (n->op == IR_OP_INPUT) it->f[k][e] = rng_normal(&rng);
+      else if (n->init == IR_INIT_ONES) it->f[k][e] = 1 + 0.2 * rng_normal(&rng);
+      else if (n->init == IR_INIT_ZEROS) it->f[k][e] = 0.2 * rng_normal(&rng);
+      else it->f[k][e] = 0.3 * rng_normal(&rng);
+    }
+  }
+  int nr = tp * dp;
+  IrInterp **rk = calloc((size_t)nr, sizeof *rk);
+  IrNode *slr = find_leaf(sh, IR_OP_INPUT, "lr"), *sstep = find_leaf(sh, IR_OP_INPUT, "step");
+  for (int r = 0; r < nr; r++) {
+    int c = r % tp, d = r / tp;
+    rk[r] = ir_interp_new(sh);
+    for (int k = 0; k < sh->nnodes; k++) {
+      const IrNode *n = sh->nodes[k];
+      if ((n->op != IR_OP_INPUT && n->op != IR_OP_PARAM) || n == slr || n == sstep) continue;
+      const IrNode *g = find_leaf(ref, n->op, n->name);
+      if (!g) {
+        printf("FAIL: %s has no counterpart\n", n->name);
+        return 1;
+      }
+      int64_t ne = ir_numel(n);
+      for (int64_t e = 0; e < ne; e++) {
+        int64_t src = n->op == IR_OP_PARAM ? global_index(n, e, c) : (int64_t)d * ne + e;
+        if (n->dtype == IR_I32) rk[r]->i[k][e] = it->i[g->id][src];
+        else rk[r]->f[k][e] = it->f[g->id][src];
+      }
+    }
+  }
+  IrNode *coef = NULL;
+  for (int i = 0; i < ref->nnodes; i++)
+    if (ref->nodes[i]->op == IR_OP_CLIP_COEF) coef = ref->nodes[i];
+  if (!lr || !step || !slr || !sstep || !coef || !ref->grad_norm || !sh->grad_norm) {
+    printf("FAIL: lr, step, clip_coef or grad_norm missing\n");
+    return 1;
+  }
+
+  /* the steps */
+  const double lrs[NSTEPS] = {1e-2, 7e-3, 4e-3};
+  double norm_err = 0, norm_spread = 0, perr = 0, serr = 0, spread = 0;
+  int clip_ok = 1, nstates = 0, ncompared = 0;
+  unsigned char **zero = calloc((size_t)ref->nnodes, sizeof *zero);
+  int64_t nzero = 0;
+  double zerr = 0;
+  char why[512];
+  for (int t = 0; t < NSTEPS; t++) {
+    it->f[lr->id][0] = lrs[t];
+    it->f[step->id][0] = t + 1;
+    for (int r = 0; r < nr; r++) {
+      rk[r]->f[slr->id][0] = lrs[t];
+      rk[r]->f[sstep->id][0] = t + 1;
+    }
+    if (ir_interp_run(it, 0, ref->nnodes, why, sizeof why)) {
+      printf("FAIL: reference run: %s\n", why);
+      return 1;
+    }
+    if (ir_interp_run_mesh(rk, tp, dp, 0, sh->nnodes, why, sizeof why)) {
+      printf("FAIL: mesh run: %s\n", why);
+      return 1;
+    }
+    double nref = it->f[ref->grad_norm->id][0], c = it->f[coef->id][0];
+    clip_ok &= clip_on ? c < 1 : c == 1;
+    double e = 0;
+    for (int r = 0; r < nr; r++) {
+      double v = rk[r]->f[sh->grad_norm->id][0];
+      e = fmax(e, fabs(v - nref) / fmax(fabs(nref), 1e-300));
+      norm_spread = fmax(norm_spread, fabs(v - rk[0]->f[sh->grad_norm->id][0]));
+    }
+    norm_err = fmax(norm_err, e);
+    printf("     step %d: lr %g, grad_norm %.15g (one rank), coef %.6g, rel err %.2e\n", t + 1,
+           lrs[t], nref, c, e);
+    ir_interp_end_step(it);
+    for (int r = 0; r < nr; r++) ir_interp_end_step(rk[r]);
+
+    /* elements whose one-rank gradient is zero up to rounding (GPT-2's key
+     * bias: softmax ignores a shift shared by every key) */
+    for (int k = 0; k < ref->nnodes; k++) {
+      const IrNode *q = ref->nodes[k];
+      if (q->op != IR_OP_PARAM || !q->grad) continue;
+      const double *G = it->f[q->grad->id];
+      double gmax = 0;
+      for (int64_t j = 0; j < ir_numel(q); j++) gmax = fmax(gmax, fabs(G[j]));
+      if (!zero[k]) zero[k] = calloc((size_t)ir_numel(q), 1);
+      for (int64_t j = 0; j < ir_numel(q); j++)
+        if (G[j] != 0 && fabs(G[j]) <= ZERO_GRAD * gmax && !zero[k][j]) zero[k][j] = 1, nzero++;
+    }
+    double pe = 0, se = 0;
+    for (int k = 0; k < sh->nnodes; k++) {
+      const IrNode *p = sh->nodes[k];
+      if (p->op != IR_OP_PARAM && p->op != IR_OP_STATE) continue;
+      const IrNode *q = find_leaf(ref, p->op, p->name);
+      if (!q) {
+        printf("FAIL: %s has no one-rank counterpart\n", p->name);
+        fails++;
+        continue;
+      }
+      if (p->shard_degree > 1 &&
+          memcmp(p->global_shape, q->shape, sizeof(int64_t) * (size_t)q->rank)) {
+        printf("FAIL: %s: global shape differs from the one-rank shape\n", p->name);
+        fails++;
+        continue;
+      }
+      double r = compare_leaf(q, it->f[q->id], p, rk, tp, dp,
+                              p->op == IR_OP_PARAM ? zero[q->id] : NULL, &zerr, &spread);
+      if (r > TOL) printf("     %s: rel err %.2e after step %d\n", p->name, r, t + 1);
+      if (p->op == IR_OP_PARAM) pe = fmax(pe, r);
+      else se = fmax(se, r), nstates += t == 0;
+      ncompared += t == 0;
+    }
+    printf("     after step %d: parameters max rel err %.2e, state %.2e\n", t + 1, pe, se);
+    perr = fmax(perr, pe);
+    serr = fmax(serr, se);
+  }
+  expect(clip_ok,
+         clip_on ? "%s: the coefficient is below 1 at every step (max norm %g)"
+                 : "%s: the coefficient is exactly 1 at every step (max norm %g)",
+         "clip", clip);
+  expect(norm_err <= TOL && norm_spread == 0,
+         "%s: every rank's grad_norm equals the one-rank norm (max rel %.2e)", "norm", norm_err);
+  expect(perr <= TOL, "%s: parameters after each step equal the one-rank ones (max rel %.2e)",
+         "params", perr);
+  expect(serr <= TOL && nstates > 0,
+         "%s: optimizer state after each step equals the one-rank state (max rel %.2e)", "state",
+         serr);
+  printf("     %lld parameter elements with a zero gradient (|g| <= %g max |g|), "
+         "max rel err %.2e\n", (long long)nzero, ZERO_GRAD, zerr);
+  expect(zerr <= ZERO_TOL,
+         "%s: parameters with a zero gradient: AdamW's rounding noise / eps only (max rel %.2e)",
+         "zero", zerr);
+  expect(spread == 0, "%s: copies that must agree are bit-identical (max diff %.2e)", "replicas",
+         spread);
+  printf("     compared %d tensors (%d state) over %d steps\n", ncompared, nstates, NSTEPS);
+  printf("RESULT %s tp=%d dp=%d %s clip=%s norm %.2e params %.2e state %.2e zero-grad %.2e\n",
+         ref->name, tp, dp, adamw ? "adamw" : "sgd", clip_on ? "on" : "off", norm_err, perr,
+         serr, zerr);
+  for (int k = 0; k < ref->nnodes; k++) free(zero[k]);
+  free(zero);
+  for (int r = 0; r < nr; r++) ir_interp_free(rk[r]);
+  free(rk);
+  ir_interp_free(it);
+  ir_module_free(ref);
+  ir_module_free(sh);
+  return fails != 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 6 || (strcmp(argv[4], "adamw") && strcmp(argv[4], "sgd")) ||
+      (strcmp(argv[5], "on") && strcmp(argv[5], "off"))) {
+    fprintf(stderr, "usage: shard_optim MODEL.dsl TP DP adamw|sgd on|off [NAME=VALUE ...]\n");
+    return 2;
+  }
+  return run_check(argv[1], atoi(argv[2]), atoi(argv[3]), !strcmp(argv[4], "adamw"),
+                   !strcmp(argv[5], "on"), (const char *const *)argv + 6, argc - 6);
+}
