@@ -57,6 +57,7 @@ typedef struct {
   const BufPlan *bp;
   const CgLeafPlan *lp;
   int64_t *temp_off;   /* arena offsets of the plan's temporaries */
+  int *param_index;    /* per node id: index in params[] of a PARAM, else -1 */
   char *err;
   size_t errlen;
   int failed;
@@ -226,6 +227,13 @@ static void emit_runtime(Emit *e, const IrNode *n) {
     fprintf(f, "  CHECK(rt_cross_entropy_grad(%s, %s, %s, %s, %" PRId64 ", %" PRId64 "));\n", out,
             x, y, z, lead(in[0], 1), dim(in[0], -1));
     return;
+  case IR_OP_ALL_REDUCE:
+    fprintf(f, "  CHECK(rt_comm_all_reduce(io->%s_group, %s, %s, %" PRId64 "));\n",
+            n->ia[0] ? "dp" : "tp", x, out, ir_numel(n));
+    return;
+  case IR_OP_GROUP_COPY: /* identity forward; its gradient is the all-reduce */
+    fprintf(f, "  memcpy(%s, %s, %" PRId64 " * sizeof(float));\n", out, x, ir_numel(n));
+    return;
   default:
     fail(e, "no runtime routine for %s", ir_op_info[n->op].name);
   }
@@ -273,6 +281,8 @@ static void emit_thunks(Emit *e) {
   if (e->kp->nkernels) fputc('\n', e->out);
 }
 
+static int state_param(const Emit *e, const IrNode *st);
+
 static void emit_tables(Emit *e) {
   const IrModule *m = e->m;
   FILE *f = e->out;
@@ -287,8 +297,14 @@ static void emit_tables(Emit *e) {
     for (int d = 0; d < n->rank; d++) fprintf(f, "%s%" PRId64, d ? ", " : "", n->shape[d]);
     static const char *const init[] = {"RT_INIT_NORMAL", "RT_INIT_ZEROS", "RT_INIT_ONES"};
     char fl[48];
-    fprintf(f, "}, %" PRId64 ", %" PRId64 ", %s, %s},\n", e->lp->offset[i], ir_numel(n),
+    int sharded = n->shard_degree > 1;
+    fprintf(f, "}, %" PRId64 ", %" PRId64 ", %s, %s,\n   {", e->lp->offset[i], ir_numel(n),
             init[n->init], flit(fl, sizeof fl, n->init == IR_INIT_NORMAL ? n->init_std : 0.0));
+    for (int d = 0; d < n->rank; d++)
+      fprintf(f, "%s%" PRId64, d ? ", " : "", sharded ? n->global_shape[d] : n->shape[d]);
+    fprintf(f, "}, %d, %d},\n", sharded ? n->shard_dim : -1,
+            sharded && n->shard_blocks > 1 ? n->shard_blocks : 1);
+    e->param_index[i] = np;
     np++;
   }
   if (!np) fprintf(f, "  {0}\n");
@@ -297,13 +313,28 @@ static void emit_tables(Emit *e) {
   for (int i = 0; i < m->nnodes; i++) {
     const IrNode *n = m->nodes[i];
     if (n->op != IR_OP_STATE) continue;
+    int param = state_param(e, n);
+    if (param < 0) fail(e, "optimizer state '%s' has no parameter", n->name);
     fprintf(f, "  {");
     put_str(f, n->name);
-    fprintf(f, ", %" PRId64 ", %" PRId64 "},\n", e->lp->offset[i], ir_numel(n));
+    fprintf(f, ", %" PRId64 ", %" PRId64 ", %d},\n", e->lp->offset[i], ir_numel(n), param);
     ns++;
   }
   if (!ns) fprintf(f, "  {0}\n");
   fprintf(f, "};\n\n");
+}
+
+/* The parameter a STATE node belongs to: its name is "<param>.<key>". */
+static int state_param(const Emit *e, const IrNode *st) {
+  size_t len = strlen(st->name);
+  for (int i = 0; i < e->m->nnodes; i++) {
+    const IrNode *p = e->m->nodes[i];
+    size_t k = p->op == IR_OP_PARAM ? strlen(p->name) : 0;
+    if (k && k < len && st->name[k] == '.' && !strncmp(st->name, p->name, k) &&
+        !strchr(st->name + k + 1, '.'))
+      return e->param_index[i];
+  }
+  return -1;
 }
 
 static double setting(const IrSetting *s, int n, const char *name, double def) {
@@ -342,8 +373,10 @@ static void emit_desc(Emit *e, const CgHostInfo *info) {
   put_str(f, m->name);
   fprintf(f, ",\n    .source = ");
   put_str(f, base_name(info->source));
-  fprintf(f, ",\n    .vocab = %" PRId64 ", .batch = %" PRId64 ", .seq = %" PRId64 ",\n", vocab, batch,
-          seq);
+  int dp = m->mesh_dp > 1 ? m->mesh_dp : 1;
+  fprintf(f, ",\n    .vocab = %" PRId64 ", .batch = %" PRId64 ", .seq = %" PRId64 ",\n", vocab,
+          batch * dp, seq);
+  fprintf(f, "    .tp = %d, .dp = %d,\n", m->mesh_tp > 1 ? m->mesh_tp : 1, dp);
   fprintf(f, "    .nparams = %d, .params = params, .params_numel = %" PRId64 ",\n", np,
           e->lp->params_numel);
   fprintf(f, "    .nstate = %d, .state = state, .state_numel = %" PRId64 ",\n", ns,
@@ -374,7 +407,13 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
     return -1;
   }
   int64_t arena = cg_arena_bytes(kp, bp, temp_off);
-  Emit e = {out, m, kp, info->canon, bp, lp, temp_off, err, errlen, 0};
+  int *param_index = calloc((size_t)m->nnodes + 1, sizeof(int));
+  if (!param_index) {
+    free(temp_off);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  Emit e = {out, m, kp, info->canon, bp, lp, temp_off, param_index, err, errlen, 0};
   int64_t nparams = 0;
   for (int i = 0; i < m->nnodes; i++)
     if (m->nodes[i]->op == IR_OP_PARAM) nparams += ir_numel(m->nodes[i]);
@@ -388,7 +427,8 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
           " * peak); P is the parameter buffer, S the optimizer state. */\n"
           "#include <stdint.h>\n#include <string.h>\n\n"
           "#include \"kernels.h\"\n"
-          "#include \"runtime/rt_attention.h\"\n#include \"runtime/rt_gemm.h\"\n"
+          "#include \"runtime/rt_attention.h\"\n#include \"runtime/rt_comm.h\"\n"
+          "#include \"runtime/rt_gemm.h\"\n"
           "#include \"runtime/rt_model.h\"\n#include \"runtime/rt_pool.h\"\n"
           "#include \"runtime/rt_route.h\"\n\n"
           "#define ARENA_BYTES %" PRId64 "\n"
@@ -444,5 +484,6 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
   fprintf(out, "  return 0;\n}\n\n");
   emit_desc(&e, info);
   free(temp_off);
+  free(param_index);
   return e.failed ? -1 : 0;
 }

@@ -80,7 +80,10 @@ static int write_cmake(const CgProject *p, const IrModule *m, char *err, size_t 
                "target_compile_options(train PRIVATE %s)\ntarget_link_options(train PRIVATE %s)\n",
             PARC_SANITIZE_FLAGS, PARC_SANITIZE_FLAGS);
   fprintf(f, "target_link_libraries(train PRIVATE ${PARC_RT} ${OPENBLAS_LIB} ${CJSON_LIB}\n"
-             "                      Threads::Threads m)\n");
+             "                      Threads::Threads m)\n"
+             "# libparcrt's communicators use MPI when parc was built with it\n"
+             "find_package(MPI COMPONENTS C QUIET)\n"
+             "if(MPI_C_FOUND)\n  target_link_libraries(train PRIVATE MPI::MPI_C)\nendif()\n");
   return finish(f, path, err, len);
 }
 

@@ -234,29 +234,46 @@ int main(int argc, char **argv) {
     rc = EXIT_BAD;
     goto done;
   }
-  PassOptions popt = {.verify = o.verify, .dump_after = o.dump_after, .dump = stdout};
+  /* The forward module first: the layout is checked and costed on it. */
+  PassOptions popt = {.verify = o.verify, .dump_after = o.dump_after, .dump = stdout,
+                      .stop_after = "dce"};
   if (pass_run_all(m, &popt)) {
     rc = EXIT_INTERNAL;
     goto done;
   }
-  double t3 = now();
   if (layout_check(m, &o.lay, stderr)) {
     rc = EXIT_BAD;
     goto done;
   }
   Cost cost;
   cost_analyze(m, &o.lay, &cost);
-  if (o.emit && !strcmp(o.emit, "ir")) ir_print(stdout, m);
-  if (o.emit && !strcmp(o.emit, "dot")) ir_print_dot(stdout, m);
   FILE *rep = o.emit || o.dump_after ? stderr : stdout;
-  if (o.outdir) {
-    if (o.lay.tp * o.lay.pp * o.lay.dp > 1) {
+  int ranks = o.lay.tp * o.lay.pp * o.lay.dp;
+  if (o.outdir && ranks > 1) {
+    /* a trainer for several ranks runs the rank-local module */
+    char why[512] = "";
+    if (o.lay.pp > 1 || o.lay.ep > 1)
+      snprintf(why, sizeof why, "-o with --pp or --ep above 1: code generation for pipeline "
+               "and expert parallelism is not implemented yet; the report above is exact");
+    else if (pass_shard(m, o.lay.tp, o.lay.dp, why, sizeof why) && !why[0])
+      snprintf(why, sizeof why, "the partitioner failed");
+    if (why[0]) {
       cg_report(rep, m, &o.lay, &cost);
-      fprintf(stderr, "parc: error: -o with several ranks: code generation for tp, pp and dp > 1 "
-              "is not implemented yet; the report above is exact (see README)\n");
+      fprintf(stderr, "parc: error: %s\n", why);
       rc = EXIT_BAD;
       goto done;
     }
+  }
+  popt.stop_after = NULL;
+  popt.start_after = "dce";
+  if (pass_run_all(m, &popt)) {
+    rc = EXIT_INTERNAL;
+    goto done;
+  }
+  double t3 = now();
+  if (o.emit && !strcmp(o.emit, "ir")) ir_print(stdout, m);
+  if (o.emit && !strcmp(o.emit, "dot")) ir_print_dot(stdout, m);
+  if (o.outdir) {
     if (make_dir(o.outdir)) {
       fprintf(stderr, "parc: error: cannot create directory '%s': %s\n", o.outdir,
               strerror(errno));

@@ -24,6 +24,7 @@ typedef struct {
   const char *dump_after; /* print the IR after the pass of this name */
   FILE *dump;             /* where --dump-after writes */
   const char *stop_after; /* NULL: every pass; else stop after this one */
+  const char *start_after; /* NULL: from the first pass; else after this one */
 } PassOptions;
 
 /* Runs every pass in order.  Returns 0, or -1 after printing an internal

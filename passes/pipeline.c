@@ -9,10 +9,16 @@ typedef struct {
   int (*run)(IrModule *m);
 } Pass;
 
+/* Averages the gradients over data-parallel ranks, on a module pass_shard
+ * made for dp > 1 (the driver runs pass_shard between dce and autodiff,
+ * because it needs the degrees and reports the layout's errors itself). */
+static int dp_grads(IrModule *m) { return m->mesh_dp > 1 ? pass_dp_grads(m, m->mesh_dp) : 0; }
+
 static const Pass passes[] = {
     {"intent", pass_intent},       /* sharding intents -> tensor dimensions */
     {"dce", pass_dce},             /* drop what the loss does not need */
     {"autodiff", pass_autodiff},   /* gradients of the loss, B/W phases */
+    {"dp_grads", dp_grads},        /* data-parallel gradient averaging */
     {"optimizer", pass_optimizer}, /* clipping and the update, as IR */
 };
 
@@ -28,9 +34,12 @@ static int verify(IrModule *m, const char *after) {
 }
 
 int pass_run_all(IrModule *m, const PassOptions *opt) {
-  if (opt->verify && verify(m, "lowering")) return -1;
-  if (opt->dump_after && !strcmp(opt->dump_after, "lower")) ir_print(opt->dump, m);
-  for (int i = 0; i < NPASSES; i++) {
+  int first = 0;
+  for (int i = 0; opt->start_after && i < NPASSES; i++)
+    if (!strcmp(opt->start_after, passes[i].name)) first = i + 1;
+  if (!first && opt->verify && verify(m, "lowering")) return -1;
+  if (!first && opt->dump_after && !strcmp(opt->dump_after, "lower")) ir_print(opt->dump, m);
+  for (int i = first; i < NPASSES; i++) {
     if (passes[i].run(m)) {
       fprintf(stderr, "parc: internal error: pass %s failed\n", passes[i].name);
       return -1;

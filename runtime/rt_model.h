@@ -15,7 +15,16 @@
  *   - step reads and writes only params, state, arena (exactly arena_bytes,
  *     64-byte aligned), tokens/targets ([batch, seq] int32) and the scalar
  *     fields of RtStepIO;
- *   - step is deterministic: the same inputs give the same bits. */
+ *   - step is deterministic: the same inputs give the same bits.
+ *
+ * Several ranks (tp * dp of them, tp fastest): every rank runs the same
+ * step on its own buffers.  shape/offset/numel are the rank's LOCAL view;
+ * a parameter with shard_dim >= 0 is cut from its global_shape along
+ * shard_dim over the tp ranks in shard_blocks blocks (runtime/rt_shard.h:
+ * degree = tp, coord = the tp coordinate); shard_dim = -1 means every rank
+ * holds it whole.  Data-parallel ranks hold identical parameters and take
+ * rows [d * batch / dp, (d + 1) * batch / dp) of each global batch.  A
+ * one-rank model sets tp = dp = 1 (0 is read as 1) and shard_dim = -1. */
 #ifndef PARC_RT_MODEL_H
 #define PARC_RT_MODEL_H
 
@@ -28,28 +37,39 @@ typedef enum { RT_INIT_NORMAL, RT_INIT_ZEROS, RT_INIT_ONES } RtInit;
 typedef struct {
   const char *name;          /* Hugging Face style dotted name */
   int rank;
-  int64_t shape[RT_MAX_RANK];
+  int64_t shape[RT_MAX_RANK]; /* this rank's shape */
   int64_t offset, numel;     /* in floats, within the parameter buffer */
   RtInit init;
   float std;                 /* RT_INIT_NORMAL */
+  int64_t global_shape[RT_MAX_RANK]; /* the whole tensor (== shape if unsharded) */
+  int shard_dim;             /* -1: whole on every rank; else split over tp */
+  int shard_blocks;          /* >= 1: blocks of the split dim (GPT-2's qkv: 3) */
 } RtParamDesc;
 
 typedef struct {
   const char *name;          /* e.g. "h.0.ln_1.weight.exp_avg" */
   int64_t offset, numel;     /* in floats, within the state buffer */
+  int param;                 /* index in params[] of its parameter: same shape
+                                and sharding */
 } RtStateDesc;
+
+typedef struct RtComm RtComm;
 
 /* What one call of step reads and writes besides the buffers. */
 typedef struct {
   float *params;             /* params_numel floats */
   float *state;              /* state_numel floats */
   void *arena;               /* arena_bytes bytes */
-  const int32_t *tokens;     /* [batch, seq] */
-  const int32_t *targets;    /* [batch, seq] */
+  const int32_t *tokens;     /* [batch / dp, seq]: this rank's rows */
+  const int32_t *targets;    /* [batch / dp, seq] */
+  RtComm *tp_group;          /* the ranks sharing this dp coordinate (NULL: one rank) */
+  RtComm *dp_group;          /* the ranks sharing this tp coordinate (NULL: one rank) */
+  int tp_rank, dp_rank;      /* this rank's coordinates */
   float lr;                  /* learning rate of this step, already scheduled */
   float step;                /* 1-based step count (for bias correction) */
   /* results */
-  float loss;                /* the objective: what is differentiated */
+  float loss;                /* the objective on this rank's rows; the harness
+                                averages it over dp for the log */
   float ce_loss;             /* cross-entropy alone (equals loss without aux terms) */
   float grad_norm;           /* global L2 norm of the gradients before clipping */
 } RtStepIO;
@@ -57,7 +77,8 @@ typedef struct {
 typedef struct {
   const char *name;          /* model name */
   const char *source;        /* the DSL file it was compiled from */
-  int64_t vocab, batch, seq;
+  int64_t vocab, batch, seq; /* batch: the global batch */
+  int tp, dp;                /* the mesh: tp * dp ranks (0 is read as 1) */
   int nparams;
   const RtParamDesc *params;
   int64_t params_numel;

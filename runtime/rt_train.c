@@ -6,18 +6,26 @@
  * batch t, step, progress and log line, periodic checkpoint; finally the
  * weights file and the checkpoint. Options, files and output directories are all
  * checked before the first step, so a run does not die hours in on its own inputs
- * (except a token >= vocab in an llm.c file, which rt_data finds batch by batch). */
+ * (except a token >= vocab in an llm.c file, which rt_data finds batch by batch).
+ *
+ * Several ranks (tp * dp > 1, rt_train.h): rt_train_main runs `run` once per rank
+ * under rt_comm_run; a Run then carries the rank's mesh. With the thread backend a
+ * failing rank records its message in the shared MeshCtx (the first failure wins)
+ * and the main thread prints that one line; under MPI each failing process prints
+ * its own, prefixed with its rank. */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/rt_train.h"
 
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/rt_comm.h"
 #include "runtime/rt_data.h"
 #include "runtime/rt_err.h"
 #include "runtime/rt_fs.h"
@@ -100,6 +108,51 @@ static int check_state(const RtModelDesc *m, const char **names) {
   return check_unique("state", names, m->nstate);
 }
 
+/* The mesh fields: degrees, the batch split, shard descriptors and the states'
+ * parameters. Only checked for several ranks: a one-rank trainer may leave them. */
+static int check_mesh(const RtModelDesc *m) {
+  int tp = m->tp ? m->tp : 1, dp = m->dp ? m->dp : 1;
+  if (tp < 1 || dp < 1 || (int64_t)tp * dp > RT_COMM_MAX_RANKS)
+    return rt_fail("model description: mesh tp %d x dp %d; each must be >= 1 (0 reads as 1) "
+                   "and tp * dp at most %d", m->tp, m->dp, RT_COMM_MAX_RANKS);
+  if (tp * dp == 1) return RT_OK;
+  if (m->batch % dp)
+    return rt_fail("model description: batch %lld is not divisible by dp %d; every "
+                   "data-parallel rank takes batch / dp rows", (long long)m->batch, dp);
+  if (tp == 1) return RT_OK;
+  for (int i = 0; i < m->nparams; i++) {
+    const RtParamDesc *p = &m->params[i];
+    int64_t local[RT_MAX_RANK];
+    if (p->shard_dim >= 0) {
+      RtShard sh = {p->shard_dim, tp, p->shard_blocks, 0};
+      if (p->shard_dim >= p->rank || p->shard_blocks < 1 ||
+          rt_shard_local_shape(p->rank, p->global_shape, &sh, local)) {
+        char why[RT_ERR_MAX];
+        snprintf(why, sizeof why, "%s", rt_last_error());
+        return rt_fail("model description: parameter '%s' has shard_dim %d, shard_blocks %d "
+                       "for rank %d over tp %d: %s", p->name, p->shard_dim, p->shard_blocks,
+                       p->rank, tp, why);
+      }
+    } else {
+      memcpy(local, p->global_shape, sizeof local);
+    }
+    for (int d = 0; d < p->rank; d++)
+      if (local[d] != p->shape[d])
+        return rt_fail("model description: parameter '%s': local dimension %d is %lld but "
+                       "its global shape and sharding give %lld", p->name, d,
+                       (long long)p->shape[d], (long long)local[d]);
+  }
+  for (int i = 0; i < m->nstate; i++) {
+    const RtStateDesc *st = &m->state[i];
+    if (st->param < 0 || st->param >= m->nparams || st->numel != m->params[st->param].numel)
+      return rt_fail("model description: state '%s' names parameter %d, which %s", st->name,
+                     st->param, st->param < 0 || st->param >= m->nparams
+                                     ? "does not exist"
+                                     : "has another numel");
+  }
+  return RT_OK;
+}
+
 int rt_train_check_model(const RtModelDesc *m) {
   if (!m) return rt_fail("model description: NULL");
   if (!m->name || !m->name[0] || !m->step || !m->optimizer || !m->schedule)
@@ -133,6 +186,7 @@ int rt_train_check_model(const RtModelDesc *m) {
   int rc = check_params(m, names);
   if (rc == RT_OK) rc = check_state(m, names);
   free(names);
+  if (rc == RT_OK) rc = check_mesh(m);
   return rc;
 }
 
@@ -158,14 +212,19 @@ static void *alloc64(size_t bytes) {
   return p;
 }
 
-/* Random init from the seed: each tensor as a whole (global indices). */
-static int init_params(const RtModelDesc *m, float *params, uint64_t seed) {
+/* Random init from the seed: each tensor as a whole (global indices); with tp > 1
+ * the shard of tp coordinate coord, from the same global indices. */
+static int init_params(const RtModelDesc *m, float *params, uint64_t seed, int tp, int coord) {
   for (int i = 0; i < m->nparams; i++) {
     const RtParamDesc *p = &m->params[i];
     float *dst = params + p->offset;
+    RtShard sh;
+    const int64_t *gshape = rt_train_param_shard(p, tp, coord, &sh);
     if (p->init == RT_INIT_NORMAL) {
-      if (rt_init_normal_slice(dst, seed, rt_param_stream(p->name), p->std, p->rank, p->shape,
-                               -1, 0, 0))
+      if (sh.dim >= 0 ? rt_shard_init_normal(dst, seed, rt_param_stream(p->name), p->std,
+                                             p->rank, gshape, &sh)
+                      : rt_init_normal_slice(dst, seed, rt_param_stream(p->name), p->std,
+                                             p->rank, p->shape, -1, 0, 0))
         return RT_ERR;
     } else if (p->init == RT_INIT_ONES) {
       rt_fill_ones(dst, p->numel);
@@ -189,7 +248,7 @@ static int check_out_dir(const char *opt, const char *path) {
 /* The config record: the model's dimensions, then every setting in force. */
 static int log_config(RtLog *log, const RtModelDesc *m, const RtTrainOpts *o, double lr,
                       int lr_const, int64_t nparam, int64_t start, const RtData *data,
-                      double entropy) {
+                      double entropy, int tp, int dp) {
   int rc = RT_OK;
   for (int i = 0; i < m->nconfig && rc == RT_OK; i++)
     rc = rt_log_config_num(log, m->config_names[i], m->config_values[i]);
@@ -219,11 +278,32 @@ static int log_config(RtLog *log, const RtModelDesc *m, const RtTrainOpts *o, do
     rc = o->seed <= (UINT64_C(1) << 53) ? rt_log_config_num(log, "seed", (double)o->seed)
                                         : rt_log_config_str(log, "seed", seed);
   if (rc == RT_OK) rc = rt_log_config_str(log, "data", rt_data_name(data));
+  if (rc == RT_OK && tp * dp > 1) rc = rt_log_config_num(log, "tp", tp);
+  if (rc == RT_OK && tp * dp > 1) rc = rt_log_config_num(log, "dp", dp);
   if (rc == RT_OK) rc = rt_log_write_config(log);
   return rc;
 }
 
 /* ---- the run ---- */
+
+/* Shared by the ranks of a thread-backend mesh: the first failure. */
+typedef struct {
+  pthread_mutex_t mu;
+  int mpi;                   /* MPI backend: each process prints its own failure */
+  int code;                  /* 0 until a rank fails */
+  char msg[RT_ERR_MAX + 512];
+} MeshFail;
+
+/* The whole (unsharded) model that world rank 0 writes when tp > 1: a description
+ * with global shapes and packed offsets, its buffers, and the gather scratch. */
+typedef struct {
+  RtModelDesc m;
+  RtParamDesc *p;
+  RtStateDesc *s;
+  float *params, *state;     /* world rank 0 only */
+  float *scratch;            /* tp * the largest local numel (dp rank 0) */
+  int64_t *counts;
+} Whole;
 
 typedef struct {
   const RtModelDesc *m;
@@ -238,6 +318,12 @@ typedef struct {
   RtSched sched;             /* the model's schedule, unless lr_const */
   int lr_const;              /* a constant lr (from --lr or the resumed checkpoint) */
   double lr;
+  /* the mesh (tp = dp = 1, world NULL for one rank) */
+  int tp, dp, wrank;
+  RtComm *world;
+  RtMesh mesh;
+  MeshFail *shared;          /* thread backend: where failures go */
+  Whole whole;
 } Run;
 
 static void run_free(Run *r) {
@@ -249,15 +335,35 @@ static void run_free(Run *r) {
   free(r->arena);
   free(r->tokens);
   free(r->targets);
+  free(r->whole.p);
+  free(r->whole.s);
+  free(r->whole.params);
+  free(r->whole.state);
+  free(r->whole.scratch);
+  free(r->whole.counts);
 }
 
-/* Prints the pending error as one line; returns code. */
+/* Prints the pending error as one line (thread-backend mesh: records it, and the
+ * first recorded is printed once by rt_train_main); returns code. */
 static int fail(const Run *r, int code, const char *what) {
-  fprintf(stderr, "%s: %s%s\n", r->prog, what, rt_last_error());
+  if (r->shared) {
+    pthread_mutex_lock(&r->shared->mu);
+    if (!r->shared->code) {
+      r->shared->code = code;
+      snprintf(r->shared->msg, sizeof r->shared->msg, "%s: %s%s", r->prog, what,
+               rt_last_error());
+    }
+    pthread_mutex_unlock(&r->shared->mu);
+    if (r->shared->mpi)
+      fprintf(stderr, "%s: rank %d: %s%s\n", r->prog, r->wrank, what, rt_last_error());
+  } else {
+    fprintf(stderr, "%s: %s%s\n", r->prog, what, rt_last_error());
+  }
   return code;
 }
 
-static int save_ckpt(Run *r, int64_t step) {
+static int save_ckpt(Run *r, const RtModelDesc *m, const float *params, const float *state,
+                     int64_t step) {
   RtTrainCkptInfo info;
   memset(&info, 0, sizeof info);
   info.step = step;
@@ -267,7 +373,113 @@ static int save_ckpt(Run *r, int64_t step) {
   info.lr = r->lr;
   info.data_tokens = rt_data_ntokens(r->data);
   snprintf(info.data_name, sizeof info.data_name, "%s", rt_data_name(r->data));
-  return rt_train_save_ckpt(r->o.save, r->m, r->params, r->state, &info);
+  return rt_train_save_ckpt(r->o.save, m, params, state, &info);
+}
+
+/* The whole-model description (global shapes, packed offsets) for tp > 1. */
+static int whole_init(Run *r) {
+  const RtModelDesc *m = r->m;
+  Whole *w = &r->whole;
+  w->p = calloc(m->nparams > 0 ? (size_t)m->nparams : 1, sizeof *w->p);
+  w->s = calloc(m->nstate > 0 ? (size_t)m->nstate : 1, sizeof *w->s);
+  w->counts = calloc((size_t)r->tp, sizeof *w->counts);
+  if (!w->p || !w->s || !w->counts) return rt_fail("out of memory");
+  int64_t off = 0, maxn = 0;
+  for (int i = 0; i < m->nparams; i++) {
+    RtParamDesc *p = &w->p[i];
+    *p = m->params[i];
+    RtShard sh;
+    const int64_t *g = rt_train_param_shard(&m->params[i], r->tp, 0, &sh);
+    p->numel = 1;
+    for (int d = 0; d < p->rank; d++) p->numel *= p->shape[d] = p->global_shape[d] = g[d];
+    p->shard_dim = -1;
+    p->shard_blocks = 1;
+    p->offset = off;
+    off += p->numel;
+    if (m->params[i].numel > maxn) maxn = m->params[i].numel;
+  }
+  w->m = *m;
+  w->m.tp = w->m.dp = 1;
+  w->m.params = w->p;
+  w->m.params_numel = off;
+  off = 0;
+  for (int i = 0; i < m->nstate; i++) {
+    w->s[i] = m->state[i];
+    w->s[i].numel = w->p[m->state[i].param].numel;
+    w->s[i].offset = off;
+    off += w->s[i].numel;
+  }
+  w->m.state = w->s;
+  w->m.state_numel = off;
+  if (r->mesh.dp_rank == 0 && !(w->scratch = malloc((size_t)(maxn * r->tp + 1) * sizeof(float))))
+    return rt_fail("out of memory for the gather buffer (%lld floats)",
+                   (long long)(maxn * r->tp));
+  if (r->wrank == 0 &&
+      (!(w->params = malloc((size_t)(w->m.params_numel + 1) * sizeof(float))) ||
+       !(w->state = malloc((size_t)(w->m.state_numel + 1) * sizeof(float)))))
+    return rt_fail("out of memory for the whole model (%lld + %lld floats)",
+                   (long long)w->m.params_numel, (long long)w->m.state_numel);
+  return RT_OK;
+}
+
+/* Gathers one tensor (local numel n, sharded like p) over tp into dst on tp rank 0. */
+static int gather_one(Run *r, const RtParamDesc *p, const float *local, int64_t n, float *dst) {
+  RtShard sh;
+  const int64_t *g = rt_train_param_shard(p, r->tp, 0, &sh);
+  Whole *w = &r->whole;
+  if (sh.dim < 0) {
+    if (dst) memcpy(dst, local, (size_t)n * sizeof *dst);
+    return RT_OK;
+  }
+  for (int c = 0; c < r->tp; c++) w->counts[c] = n;
+  if (rt_comm_all_gather(r->mesh.tp_comm, local, w->scratch, w->counts)) return RT_ERR;
+  for (int c = 0; dst && c < r->tp; c++) {
+    sh.coord = c;
+    if (rt_shard_insert(dst, w->scratch + (size_t)c * (size_t)n, p->rank, g, &sh)) return RT_ERR;
+  }
+  return RT_OK;
+}
+
+/* Writes the weights (ckpt == 0) or a checkpoint at `step`: with several ranks the
+ * whole tensors are gathered to world rank 0, which writes; every rank then learns
+ * the outcome. Returns an exit code or -1. */
+static int save_out(Run *r, int ckpt, int64_t step) {
+  const RtModelDesc *m = r->m;
+  const char *what = ckpt ? "--save: " : "--save-weights: ";
+  const float *params = r->params, *state = r->state;
+  int rc = RT_OK;
+  if (r->tp > 1) {
+    if (r->mesh.dp_rank == 0) {
+      Whole *w = &r->whole;
+      for (int i = 0; i < m->nparams && rc == RT_OK; i++)
+        rc = gather_one(r, &m->params[i], r->params + m->params[i].offset, m->params[i].numel,
+                        w->params ? w->params + w->p[i].offset : NULL);
+      for (int i = 0; ckpt && i < m->nstate && rc == RT_OK; i++)
+        rc = gather_one(r, &m->params[m->state[i].param], r->state + m->state[i].offset,
+                        m->state[i].numel, w->state ? w->state + w->s[i].offset : NULL);
+      if (rc) return fail(r, 3, "internal error: gathering the weights: ");
+    }
+    m = &r->whole.m;
+    params = r->whole.params;
+    state = r->whole.state;
+  }
+  if (r->wrank == 0) {
+    rc = ckpt ? save_ckpt(r, m, params, state, step)
+              : rt_train_save_weights(m, params, r->o.save_weights);
+    if (rc) fail(r, 1, what);
+  }
+  if (r->world) {
+    float status = rc ? 1.0f : 0.0f;
+    if (rt_comm_broadcast(r->world, &status, 1, 0)) return fail(r, 3, "internal error: ");
+    if (status != 0.0f) {
+      /* rank 0 has said why (and, with threads, recorded it first) */
+      pthread_mutex_lock(&r->shared->mu);
+      if (!r->shared->code) r->shared->code = 1;
+      pthread_mutex_unlock(&r->shared->mu);
+      return 1;
+    }
+  }
+  return rc ? 1 : -1;
 }
 
 /* Weights from --resume, --init or the seed; sets r->start. Returns an exit code or -1. */
@@ -275,15 +487,16 @@ static int load_start(Run *r) {
   const RtModelDesc *m = r->m;
   if (r->o.resume) {
     RtTrainCkptInfo info;
-    if (rt_train_load_ckpt(r->o.resume, m, r->params, r->state, &info))
+    if (rt_train_load_ckpt_tp(r->o.resume, m, r->params, r->state, &info, r->tp,
+                              r->mesh.tp_rank))
       return fail(r, 1, "--resume: ");
     if (info.step > r->o.steps) {
-      fprintf(stderr, "%s: --resume %s: the checkpoint is at step %lld, beyond --steps %lld; "
-              "give --steps %lld or more\n", r->prog, r->o.resume, (long long)info.step,
+      rt_fail("--resume %s: the checkpoint is at step %lld, beyond --steps %lld; give "
+              "--steps %lld or more", r->o.resume, (long long)info.step,
               (long long)r->o.steps, (long long)info.step);
-      return 1;
+      return fail(r, 1, "");
     }
-    if (r->o.seed_set && r->o.seed != info.seed)
+    if (r->o.seed_set && r->o.seed != info.seed && r->wrank == 0)
       fprintf(stderr, "%s: note: --seed %" PRIu64 " is not used: the weights come from the "
               "checkpoint (seed %" PRIu64 ")\n", r->prog, r->o.seed, info.seed);
     r->o.seed = info.seed;
@@ -292,8 +505,9 @@ static int load_start(Run *r) {
       r->lr = info.lr;
     }
     /* (the saved name is cut to the buffer: compare that much) */
-    if (info.data_tokens != rt_data_ntokens(r->data) ||
-        strncmp(info.data_name, rt_data_name(r->data), sizeof info.data_name - 1))
+    if (r->wrank == 0 &&
+        (info.data_tokens != rt_data_ntokens(r->data) ||
+         strncmp(info.data_name, rt_data_name(r->data), sizeof info.data_name - 1)))
       fprintf(stderr, "%s: warning: the checkpoint was trained on %s (%lld tokens); this run "
               "continues on %s (%lld tokens)\n", r->prog, info.data_name,
               (long long)info.data_tokens, rt_data_name(r->data),
@@ -302,10 +516,12 @@ static int load_start(Run *r) {
     return -1;
   }
   if (r->o.init) {
-    if (rt_train_load_weights(m, r->params, r->o.init)) return fail(r, 1, "--init: ");
+    if (rt_train_load_weights_tp(m, r->params, r->o.init, r->tp, r->mesh.tp_rank))
+      return fail(r, 1, "--init: ");
     return -1;
   }
-  if (init_params(m, r->params, r->o.seed)) return fail(r, 3, "internal error: init: ");
+  if (init_params(m, r->params, r->o.seed, r->tp, r->mesh.tp_rank))
+    return fail(r, 3, "internal error: init: ");
   return -1;
 }
 
@@ -319,8 +535,17 @@ static int train_loop(Run *r, double entropy) {
   io.params = r->params;
   io.state = r->state;
   io.arena = r->arena;
-  io.tokens = r->tokens;
-  io.targets = r->targets;
+  /* this rank's rows of the global batch */
+  size_t rows = (size_t)r->mesh.dp_rank * (size_t)(B / r->dp) * (size_t)T;
+  io.tokens = r->tokens + rows;
+  io.targets = r->targets + rows;
+  if (r->world) {
+    io.tp_group = r->mesh.tp_comm;
+    io.dp_group = r->mesh.dp_comm;
+    io.tp_rank = r->mesh.tp_rank;
+    io.dp_rank = r->mesh.dp_rank;
+  }
+  const int show = !r->o.quiet && r->wrank == 0;
   double loss = NAN;
   for (int64_t t = r->start; t < r->o.steps; t++) {
     double t0 = now_ms();
@@ -335,15 +560,30 @@ static int train_loop(Run *r, double entropy) {
     io.loss = io.ce_loss = io.grad_norm = NAN;
     if (m->step(&io)) {
       rt_progress_done(&prog);
-      fprintf(stderr, "%s: internal error: step %lld/%lld (log step %lld) failed: %s\n", r->prog,
-              (long long)(t + 1), (long long)r->o.steps, (long long)t, rt_last_error());
-      return 3;
+      if (!r->world) {
+        fprintf(stderr, "%s: internal error: step %lld/%lld (log step %lld) failed: %s\n",
+                r->prog, (long long)(t + 1), (long long)r->o.steps, (long long)t,
+                rt_last_error());
+        return 3;
+      }
+      char what[128];
+      snprintf(what, sizeof what, "internal error: step %lld/%lld (log step %lld) failed: ",
+               (long long)(t + 1), (long long)r->o.steps, (long long)t);
+      return fail(r, 3, what);
+    }
+    if (r->dp > 1) {
+      /* the log's loss: the mean over the data-parallel ranks */
+      float both[2] = {io.loss, io.ce_loss};
+      if (rt_comm_all_reduce(r->mesh.dp_comm, both, both, 2))
+        return fail(r, 3, "internal error: averaging the loss: ");
+      io.loss = both[0] / (float)r->dp;
+      io.ce_loss = both[1] / (float)r->dp;
     }
     double ms = now_ms() - t0;
     loss = io.loss;
     RtStepStats s = {t, io.loss, lr, io.grad_norm, ms > 0 ? (double)B * T * 1e3 / ms : 0,
                      ms, -1};
-    if (!r->o.quiet) rt_progress_step(&prog, &s);
+    if (show) rt_progress_step(&prog, &s);
     if (r->log) {
       const char *key[1] = {"ce_loss"};
       double val[1] = {io.ce_loss};
@@ -355,14 +595,15 @@ static int train_loop(Run *r, double entropy) {
       }
     }
     if (r->o.save && r->o.save_every && (t + 1) % r->o.save_every == 0 && t + 1 < r->o.steps) {
-      if (save_ckpt(r, t + 1)) {
+      int rc = save_out(r, 1, t + 1);
+      if (rc >= 0) {
         rt_progress_done(&prog);
-        return fail(r, 1, "--save: ");
+        return rc;
       }
     }
   }
   rt_progress_done(&prog);
-  if (!r->o.quiet && r->start < r->o.steps)
+  if (show && r->start < r->o.steps)
     printf("done: step %lld, loss %.4f (unigram entropy %.4f)\n", (long long)r->o.steps, loss,
            entropy);
   return -1;
@@ -370,7 +611,9 @@ static int train_loop(Run *r, double entropy) {
 
 static int run(Run *r) {
   const RtModelDesc *m = r->m;
-  if (rt_pool_init(r->o.threads)) return fail(r, 3, "internal error: --threads: ");
+  if (!r->world && rt_pool_init(r->o.threads))
+    return fail(r, 3, "internal error: --threads: ");
+  if (r->tp > 1 && whole_init(r)) return fail(r, 3, "internal error: ");
 
   size_t ntok = (size_t)m->batch * (size_t)m->seq;
   r->params = alloc64((size_t)m->params_numel * sizeof(float));
@@ -379,10 +622,9 @@ static int run(Run *r) {
   r->tokens = alloc64(ntok * sizeof(int32_t));
   r->targets = alloc64(ntok * sizeof(int32_t));
   if (!r->params || !r->state || !r->arena || !r->tokens || !r->targets) {
-    fprintf(stderr, "%s: internal error: out of memory for %lld parameter, %lld state floats "
-            "and an arena of %lld bytes\n", r->prog, (long long)m->params_numel,
-            (long long)m->state_numel, (long long)m->arena_bytes);
-    return 3;
+    rt_fail("out of memory for %lld parameter, %lld state floats and an arena of %lld bytes",
+            (long long)m->params_numel, (long long)m->state_numel, (long long)m->arena_bytes);
+    return fail(r, 3, "internal error: ");
   }
 
   int rc = r->o.data ? rt_data_open(&r->data, r->o.data, (int)m->vocab, (int)m->seq)
@@ -395,9 +637,9 @@ static int run(Run *r) {
   r->lr = r->o.lr_set ? r->o.lr : m->lr;
   if ((rc = load_start(r)) >= 0) return rc;
 
-  if (r->o.save_weights && check_out_dir("save-weights", r->o.save_weights))
+  if (r->wrank == 0 && r->o.save_weights && check_out_dir("save-weights", r->o.save_weights))
     return fail(r, 1, "");
-  if (r->o.save) {
+  if (r->wrank == 0 && r->o.save) {
     /* The checkpoint's parent is created now (as the first save would) and checked. */
     char parent[4096];
     if (rt_fs_dirname(r->o.save, parent, sizeof parent) || rt_fs_mkdirs(parent) ||
@@ -405,20 +647,27 @@ static int run(Run *r) {
       return fail(r, 1, "--save: ");
   }
   int64_t nparam = 0;
-  for (int i = 0; i < m->nparams; i++) nparam += m->params[i].numel;
+  for (int i = 0; i < m->nparams; i++)
+    nparam += r->tp > 1 ? r->whole.p[i].numel : m->params[i].numel;
   /* A resumed run appends to its log: one file then tells the whole story. */
-  if (r->o.log && (rt_log_open(&r->log, r->o.log, r->o.resume != NULL) ||
-                   log_config(r->log, m, &r->o, r->lr, r->lr_const, nparam, r->start, r->data,
-                              entropy)))
+  if (r->wrank == 0 && r->o.log &&
+      (rt_log_open(&r->log, r->o.log, r->o.resume != NULL) ||
+       log_config(r->log, m, &r->o, r->lr, r->lr_const, nparam, r->start, r->data, entropy,
+                  r->tp, r->dp)))
     return fail(r, 1, "--log: ");
+  /* every rank is set up (world rank 0 has checked the outputs) before the first step */
+  if (r->world && rt_comm_barrier(r->world)) return fail(r, 3, "internal error: ");
 
-  if (!r->o.quiet) {
+  if (!r->o.quiet && r->wrank == 0) {
     printf("%s: %lld parameters, arena %lld bytes | data %s: %lld tokens, unigram entropy "
            "%.4f nats | steps %lld..%lld, batch %lld x seq %lld, %d thread%s\n",
            m->name, (long long)nparam, (long long)m->arena_bytes, rt_data_name(r->data),
            (long long)rt_data_ntokens(r->data), entropy, (long long)r->start,
            (long long)r->o.steps, (long long)m->batch, (long long)m->seq, rt_pool_threads(),
            rt_pool_threads() == 1 ? "" : "s");
+    if (r->world)
+      printf("mesh: tp %d x dp %d = %d ranks (%s)\n", r->tp, r->dp, r->tp * r->dp,
+             rt_comm_backend(r->world));
     if (r->o.resume)
       printf("resumed from %s at step %lld%s\n", r->o.resume, (long long)r->start,
              r->lr_const && !r->o.lr_set ? " with the constant --lr it was saved with" : "");
@@ -428,24 +677,96 @@ static int run(Run *r) {
   if ((rc = train_loop(r, entropy)) >= 0) return rc;
 
   if (r->o.save_weights) {
-    if (rt_train_save_weights(m, r->params, r->o.save_weights)) return fail(r, 1, "--save-weights: ");
-    if (!r->o.quiet) printf("weights: %s\n", r->o.save_weights);
+    if ((rc = save_out(r, 0, 0)) >= 0) return rc;
+    if (!r->o.quiet && r->wrank == 0) printf("weights: %s\n", r->o.save_weights);
   }
   if (r->o.save) {
-    if (save_ckpt(r, r->o.steps)) return fail(r, 1, "--save: ");
-    if (!r->o.quiet) printf("checkpoint: %s (step %lld)\n", r->o.save, (long long)r->o.steps);
+    if ((rc = save_out(r, 1, r->o.steps)) >= 0) return rc;
+    if (!r->o.quiet && r->wrank == 0)
+      printf("checkpoint: %s (step %lld)\n", r->o.save, (long long)r->o.steps);
   }
   return 0;
+}
+
+/* ---- several ranks ---- */
+
+typedef struct {
+  const RtModelDesc *m;
+  const RtTrainOpts *o;
+  const char *prog;
+  MeshFail fail;
+} MeshArg;
+
+static int rank_main(RtComm *world, void *arg) {
+  MeshArg *a = arg;
+  const RtModelDesc *m = a->m;
+  Run r;
+  memset(&r, 0, sizeof r);
+  r.m = m;
+  r.o = *a->o;
+  r.prog = a->prog;
+  r.tp = m->tp ? m->tp : 1;
+  r.dp = m->dp ? m->dp : 1;
+  r.world = world;
+  r.wrank = rt_comm_world_rank(world);
+  r.shared = &a->fail;
+  int rc;
+  if (rt_comm_mesh(world, r.tp, r.dp, 1, 1, &r.mesh)) {
+    rc = fail(&r, 3, "internal error: ");
+  } else {
+    rc = run(&r);
+    if (rc < 0) rc = 0;
+    if (rc == 0) fflush(stdout);
+    rt_comm_mesh_free(&r.mesh);
+  }
+  run_free(&r);
+  return rc;
+}
+
+/* Runs the tp * dp ranks; returns the exit code. */
+static int run_mesh(const RtModelDesc *m, const RtTrainOpts *o, const char *prog) {
+  int tp = m->tp ? m->tp : 1, dp = m->dp ? m->dp : 1, ranks = tp * dp;
+  /* With ranks as threads the ranks are the parallelism: a one-thread pool (and
+   * OpenBLAS) keeps them deterministic without oversubscribing; under MPI every
+   * process gets its share of --threads. */
+  int threads = rt_comm_mpi_launched() ? (o->threads / ranks > 1 ? o->threads / ranks : 1) : 1;
+  if (rt_pool_init(threads)) {
+    fprintf(stderr, "%s: internal error: --threads: %s\n", prog, rt_last_error());
+    return 3;
+  }
+  MeshArg a;
+  memset(&a, 0, sizeof a);
+  a.m = m;
+  a.o = o;
+  a.prog = prog;
+  pthread_mutex_init(&a.fail.mu, NULL);
+  a.fail.mpi = rt_comm_mpi_launched();  /* rt_comm_run's own choice of backend */
+  int rc = rt_comm_run(ranks, rank_main, &a);
+  pthread_mutex_destroy(&a.fail.mu);
+  if (rc == RT_OK) return 0;
+  if (a.fail.code) {
+    if (!a.fail.mpi) fprintf(stderr, "%s\n", a.fail.msg);  /* MPI: printed already */
+    return a.fail.code;
+  }
+  fprintf(stderr, "%s: internal error: %s\n", prog, rt_last_error());
+  return 3;
 }
 
 int rt_train_main(int argc, char **argv, const RtModelDesc *model) {
   Run r;
   memset(&r, 0, sizeof r);
   r.m = model;
+  r.tp = r.dp = 1;
   r.prog = base_name(argc > 0 ? argv[0] : NULL);
   if (rt_train_check_model(model)) return fail(&r, 3, "internal error: ");
   int rc = rt_train_parse_opts(&r.o, argc, argv, model, stderr);
   if (rc >= 0) return rc;
+  if ((model->tp ? model->tp : 1) * (model->dp ? model->dp : 1) > 1) {
+    rc = run_mesh(model, &r.o, r.prog);
+    rt_pool_shutdown();
+    fflush(stdout);
+    return rc;
+  }
   rc = run(&r);
   run_free(&r);
   rt_pool_shutdown();

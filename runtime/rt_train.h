@@ -29,8 +29,22 @@
  *                           "model": {"name", "vocab", "batch", "seq", "optimizer",
  *                                     "nparams", "params_numel", "nstate",
  *                                     "state_numel"}}
- * A resume refuses a checkpoint whose "model" object or tensor names and shapes
- * differ from the running model's. */
+ * A resume refuses a checkpoint whose "model" object (name, vocab, batch, seq,
+ * optimizer, nparams, nstate) or tensor names and shapes differ from the running
+ * model's. params_numel / state_numel are informational (the parameter and state
+ * buffers at tp = 1; with tp > 1 the sums of the global numels).
+ *
+ * Several ranks (RtModelDesc tp * dp > 1): rt_train_main runs the ranks with
+ * rt_comm_run (threads, or MPI processes under mpirun). Every rank sets up its own
+ * buffers (local numels), initialises its shards from the global RNG indices (so
+ * every layout starts from the one-rank model), takes rows [d*B/dp, (d+1)*B/dp) of
+ * the global batch; the logged loss is the mean over dp. Weights files and
+ * checkpoints hold whole tensors (gathered over tp to world rank 0, which writes
+ * them), so they are layout-free: the mesh is not recorded and a resume may use
+ * any (tp, dp). Threads: with ranks as threads the process-wide pool is 1 thread
+ * (each rank computes on its own thread, OpenBLAS single-threaded: deterministic
+ * and no oversubscription); under MPI each process's pool gets
+ * max(1, --threads / ranks). Only world rank 0 prints and writes the log. */
 #ifndef PARC_RT_TRAIN_H
 #define PARC_RT_TRAIN_H
 
@@ -39,6 +53,7 @@
 
 #include "runtime/rt_model.h"
 #include "runtime/rt_pool.h"
+#include "runtime/rt_shard.h"
 
 #define RT_TRAIN_MAX_STEPS INT64_C(1000000000000)  /* --steps, --save-every */
 #define RT_TRAIN_MAX_THREADS RT_POOL_MAX_THREADS
@@ -80,6 +95,13 @@ int rt_train_check_model(const RtModelDesc *m);
 /* Loads every parameter from a safetensors file by name, exact shape; a name may
  * carry a leading "transformer." in the file; other tensors in the file are ignored. */
 int rt_train_load_weights(const RtModelDesc *m, float *params, const char *path);
+/* The same for tp coordinate `coord` of a tp-way mesh: each parameter's shard is read
+ * from the whole tensor in the file (its global shape checked); tp = 1 is the above. */
+int rt_train_load_weights_tp(const RtModelDesc *m, float *params, const char *path, int tp,
+                             int coord);
+/* Parameter p's shard descriptor on coordinate coord of tp (dim -1 when tp == 1 or
+ * shard_dim < 0) and its global shape (p->shape when tp == 1). */
+const int64_t *rt_train_param_shard(const RtParamDesc *p, int tp, int coord, RtShard *sh);
 /* Writes every parameter, by name and shape, to path atomically. */
 int rt_train_save_weights(const RtModelDesc *m, const float *params, const char *path);
 
@@ -101,5 +123,9 @@ int rt_train_save_ckpt(const char *dir, const RtModelDesc *m, const float *param
  * state and info; a different model is refused naming what differs. */
 int rt_train_load_ckpt(const char *dir, const RtModelDesc *m, float *params, float *state,
                        RtTrainCkptInfo *info);
+/* The same for tp coordinate `coord`: each rank reads its shards of the parameters and
+ * of their optimizer state (state i shares the sharding of params[state[i].param]). */
+int rt_train_load_ckpt_tp(const char *dir, const RtModelDesc *m, float *params, float *state,
+                          RtTrainCkptInfo *info, int tp, int coord);
 
 #endif

@@ -18,6 +18,7 @@
 #include "runtime/rt_ckpt.h"
 #include "runtime/rt_err.h"
 #include "runtime/rt_safetensors.h"
+#include "runtime/rt_shard.h"
 
 #define MODEL_FILE "model.safetensors"
 #define OPTIM_FILE "optimizer.safetensors"
@@ -37,7 +38,7 @@ static const char *shape_str(char *buf, size_t cap, int rank, const int64_t *sha
 /* Name under which parameter p is stored in st: its own, else with the prefix;
  * NULL (and an error naming the tensor and its expected shape) if neither. */
 static const char *stored_name(const RtSt *st, const char *path, const RtParamDesc *p,
-                               char **alt) {
+                               const int64_t *gshape, char **alt) {
   *alt = NULL;
   if (rt_st_find(st, p->name) >= 0) return p->name;
   size_t n = strlen(PREFIX) + strlen(p->name) + 1;
@@ -50,23 +51,48 @@ static const char *stored_name(const RtSt *st, const char *path, const RtParamDe
   char want[200];
   rt_fail("weights %s: no tensor '%s' (nor '%s%s'); the model expects it with shape %s, "
           "found none; the file was made for another model", path, p->name, PREFIX, p->name,
-          shape_str(want, sizeof want, p->rank, p->shape));
+          shape_str(want, sizeof want, p->rank, gshape));
   return NULL;
 }
 
-int rt_train_load_weights(const RtModelDesc *m, float *params, const char *path) {
+/* Parameter p's shard on tp coordinate coord, and its global shape.  With tp == 1
+ * (or shard_dim < 0) the parameter is whole: dim -1 and its own shape, whatever
+ * the shard fields hold. */
+const int64_t *rt_train_param_shard(const RtParamDesc *p, int tp, int coord, RtShard *sh) {
+  sh->dim = -1;
+  sh->degree = 1;
+  sh->blocks = 1;
+  sh->coord = 0;
+  if (tp <= 1 || p->shard_dim < 0) return tp <= 1 ? p->shape : p->global_shape;
+  sh->dim = p->shard_dim;
+  sh->degree = tp;
+  sh->blocks = p->shard_blocks >= 1 ? p->shard_blocks : 1;
+  sh->coord = coord;
+  return p->global_shape;
+}
+
+int rt_train_load_weights_tp(const RtModelDesc *m, float *params, const char *path, int tp,
+                             int coord) {
   RtSt *st;
   if (rt_st_open(&st, path)) return RT_ERR;
   int rc = RT_OK;
   for (int i = 0; i < m->nparams && rc == RT_OK; i++) {
     const RtParamDesc *p = &m->params[i];
+    RtShard sh;
+    const int64_t *gshape = rt_train_param_shard(p, tp, coord, &sh);
     char *alt;
-    const char *name = stored_name(st, path, p, &alt);
-    if (!name || rt_st_read(st, name, params + p->offset, p->rank, p->shape)) rc = RT_ERR;
+    const char *name = stored_name(st, path, p, gshape, &alt);
+    if (!name) rc = RT_ERR;
+    else if (sh.dim < 0) rc = rt_st_read(st, name, params + p->offset, p->rank, gshape);
+    else rc = rt_st_read_shard(st, name, params + p->offset, p->rank, gshape, &sh);
     free(alt);
   }
   rt_st_close(st);
   return rc;
+}
+
+int rt_train_load_weights(const RtModelDesc *m, float *params, const char *path) {
+  return rt_train_load_weights_tp(m, params, path, 1, 0);
 }
 
 /* Writes n tensors to path (the parameters, or the state as 1-D tensors). */
@@ -183,8 +209,9 @@ static int check_identity(const char *dir, const cJSON *saved, const RtModelDesc
     int64_t here;
   } nums[] = {{"vocab", m->vocab},         {"batch", m->batch},
               {"seq", m->seq},             {"nparams", m->nparams},
-              {"params_numel", m->params_numel}, {"nstate", m->nstate},
-              {"state_numel", m->state_numel}};
+              {"nstate", m->nstate}};
+  /* params_numel / state_numel depend on the buffer layout (gaps, the tp shards):
+   * they are not compared; every tensor's name and global shape are, on reading. */
   const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(saved, "name"));
   const char *opt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(saved, "optimizer"));
   if (!name || !opt)
@@ -256,9 +283,12 @@ static int parse_trainer(const char *dir, const char *text, const RtModelDesc *m
 }
 
 /* Reads the tensors of one safetensors file of the checkpoint: exactly the
- * parameters (params != NULL) or exactly the state tensors. */
+ * parameters (params != NULL) or exactly the state tensors, each as this tp
+ * coordinate's shard of the whole tensor the file holds. A state tensor is stored
+ * flat ([global numel]) in its parameter's global order: a sharded one is read
+ * whole into a scratch buffer and its shard extracted. */
 static int read_tensors(const RtCkpt *ck, const char *file, const RtModelDesc *m,
-                        float *params, float *state) {
+                        float *params, float *state, int tp, int coord) {
   char path[4096];
   RtSt *st;
   if (rt_ckpt_path(ck, file, path, sizeof path) || rt_st_open(&st, path)) return RT_ERR;
@@ -270,11 +300,29 @@ static int read_tensors(const RtCkpt *ck, const char *file, const RtModelDesc *m
   for (int i = 0; i < n && rc == RT_OK; i++) {
     if (params) {
       const RtParamDesc *p = &m->params[i];
-      rc = rt_st_read(st, p->name, params + p->offset, p->rank, p->shape);
+      RtShard sh;
+      const int64_t *gshape = rt_train_param_shard(p, tp, coord, &sh);
+      if (sh.dim < 0) rc = rt_st_read(st, p->name, params + p->offset, p->rank, gshape);
+      else rc = rt_st_read_shard(st, p->name, params + p->offset, p->rank, gshape, &sh);
     } else {
       const RtStateDesc *s = &m->state[i];
-      int64_t shape[1] = {s->numel};
-      rc = rt_st_read(st, s->name, state + s->offset, 1, shape);
+      RtShard sh = {-1, 1, 1, 0};
+      const int64_t *gshape = NULL;
+      if (tp > 1) gshape = rt_train_param_shard(&m->params[s->param], tp, coord, &sh);
+      if (sh.dim < 0) {
+        int64_t shape[1] = {s->numel};
+        rc = rt_st_read(st, s->name, state + s->offset, 1, shape);
+      } else {
+        const RtParamDesc *p = &m->params[s->param];
+        int64_t gnumel = 1;
+        for (int d = 0; d < p->rank; d++) gnumel *= gshape[d];
+        float *full = malloc((size_t)(gnumel > 0 ? gnumel : 1) * sizeof *full);
+        int64_t shape[1] = {gnumel};
+        if (!full) rc = rt_fail("checkpoint %s: out of memory", rt_ckpt_dir(ck));
+        else if ((rc = rt_st_read(st, s->name, full, 1, shape)) == RT_OK)
+          rc = rt_shard_extract(full, state + s->offset, p->rank, gshape, &sh);
+        free(full);
+      }
     }
   }
   rt_st_close(st);
@@ -283,6 +331,11 @@ static int read_tensors(const RtCkpt *ck, const char *file, const RtModelDesc *m
 
 int rt_train_load_ckpt(const char *dir, const RtModelDesc *m, float *params, float *state,
                        RtTrainCkptInfo *info) {
+  return rt_train_load_ckpt_tp(dir, m, params, state, info, 1, 0);
+}
+
+int rt_train_load_ckpt_tp(const char *dir, const RtModelDesc *m, float *params, float *state,
+                          RtTrainCkptInfo *info, int tp, int coord) {
   RtCkpt *ck;
   if (rt_ckpt_open(&ck, dir)) return RT_ERR;
   void *text = NULL;
@@ -300,8 +353,8 @@ int rt_train_load_ckpt(const char *dir, const RtModelDesc *m, float *params, flo
     }
   }
   free(text);
-  if (rc == RT_OK) rc = read_tensors(ck, MODEL_FILE, m, params, NULL);
-  if (rc == RT_OK) rc = read_tensors(ck, OPTIM_FILE, m, NULL, state);
+  if (rc == RT_OK) rc = read_tensors(ck, MODEL_FILE, m, params, NULL, tp, coord);
+  if (rc == RT_OK) rc = read_tensors(ck, OPTIM_FILE, m, NULL, state, tp, coord);
   rt_ckpt_close(ck);
   return rc;
 }

@@ -28,7 +28,7 @@ IrModule *test_load(const char *path, const char *const *defines, int n) {
   parse_source(&prog, &prelude);
   parse_source(&prog, &user);
   IrModule *m = diag.errors ? NULL : lower_program(&prog, ov, n);
-  PassOptions opt = {1, NULL, stderr, "dce"}; /* the forward module */
+  PassOptions opt = {.verify = 1, .dump = stderr, .stop_after = "dce"}; /* the forward module */
   if (m && pass_run_all(m, &opt)) {
     ir_module_free(m);
     m = NULL;

@@ -1,4 +1,4 @@
-# ARGS: --tp 2 -o parc-out-not-written
+# ARGS: --pp 2 -o parc-out-not-written
 model m {
   config { d = 8  seq = 4 }
   input tokens : i32[batch, seq]
