@@ -1192,13 +1192,15 @@ static int parse_override(const char *s, Value *v) {
   return 1;
 }
 
+/* The last -D of that name wins, as with a compiler's -D; all are used. */
 static const Override *find_override(const Override *ov, int nov, const char *name, int *used) {
+  const Override *found = NULL;
   for (int i = 0; i < nov; i++)
     if (!strcmp(ov[i].name, name)) {
       used[i] = 1;
-      return &ov[i];
+      found = &ov[i];
     }
-  return NULL;
+  return found;
 }
 
 static int setting_from(Lower *L, const char *name, Value v, IrSetting *out) {
