@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Step time of tensor- and data-parallel trainers against one rank, on the
+same total thread count, in one run.
+
+usage: bench/mesh_cpu.py [--build build] [--threads 2] [--steps 6]
+Compiles GPT-2 (d 768, 2 layers, vocab 50257, seq 128, batch 4) for tp x dp in
+1x1, 2x1, 1x2, trains each for STEPS steps with --threads THREADS (ranks run
+as threads; each rank gets THREADS / ranks) and prints the median step time
+after the first and its ratio to one rank."""
+import argparse, json, os, shutil, statistics, subprocess, sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def sh(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"bench: {' '.join(cmd)} failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=6)
+    a = ap.parse_args()
+    work = os.path.join(a.build, "bench-mesh")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    data = os.path.join(work, "data.txt")
+    with open(data, "w") as f:
+        f.write(" ".join("abcdefghij"[i % 10] * (1 + i % 7) for i in range(200000)))
+    base = None
+    print(f"GPT-2 d 768, 2 layers, seq 128, batch 4; --threads {a.threads}; median of "
+          f"{a.steps - 1} steps")
+    for tp, dp in ((1, 1), (2, 1), (1, 2)):
+        out = os.path.join(work, f"r{tp}x{dp}")
+        sh([os.path.join(a.build, "parc"), os.path.join(ROOT, "examples", "gpt2.dsl"), "-o", out,
+            "-D", "layers=2", "-D", "seq=128", "-D", "batch=4", "-D", "microbatches=1",
+            "--tp", str(tp), "--dp", str(dp)])
+        sh(["cmake", "-S", out, "-B", out + "/build"])
+        sh(["cmake", "--build", out + "/build"])
+        log = os.path.join(out, "log.jsonl")
+        sh([out + "/build/train", "--quiet", "--data", data, "--steps", str(a.steps),
+            "--threads", str(a.threads), "--lr", "1e-4", "--log", log])
+        ms = statistics.median(json.loads(l)["ms"] for l in list(open(log))[2:])
+        base = base or ms
+        print(f"  tp {tp} dp {dp}: {ms:8.1f} ms/step   ratio to one rank {ms / base:.2f}")
+
+
+if __name__ == "__main__":
+    main()
