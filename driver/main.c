@@ -42,6 +42,8 @@ static void usage(FILE *out) {
           "                         train.c, kernels_cpu.o/.ll, CMakeLists.txt, plan.json,\n"
           "                         report.txt, model.ir; then: cmake -S DIR -B DIR/build &&\n"
           "                         cmake --build DIR/build && DIR/build/train --help\n"
+          "                         (--tp/--dp: a trainer of tp*dp ranks, threads or mpirun;\n"
+          "                         --pp/--ep above 1 are not generated yet)\n"
           "      --no-fuse          one kernel per operation (for checking fusion)\n"
           "      --cpu host|generic kernels for this machine's CPU (default) or any x86-64\n"
           "      --emit ir|dot      print the IR as text or as a Graphviz graph to stdout\n"
