@@ -25,6 +25,8 @@ int cg_runtime_op(IrOp op) {
   case IR_OP_DISPATCH: case IR_OP_COMBINE: case IR_OP_COMBINE_GRAD_Y: case IR_OP_COMBINE_GRAD_W:
   case IR_OP_EMBEDDING: case IR_OP_EMBEDDING_GRAD: case IR_OP_CROSS_ENTROPY:
   case IR_OP_CROSS_ENTROPY_GRAD:
+  case IR_OP_VOCAB_EMBEDDING: case IR_OP_VOCAB_EMBEDDING_GRAD: case IR_OP_VOCAB_CROSS_ENTROPY:
+  case IR_OP_VOCAB_CROSS_ENTROPY_GRAD: /* collectives inside (rt_route.h) */
   case IR_OP_ALL_REDUCE: case IR_OP_GROUP_COPY: case IR_OP_ALL_GATHER: case IR_OP_REDUCE_SCATTER:
     return 1; /* collectives: communicator calls, not kernels */
   default:

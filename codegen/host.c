@@ -227,6 +227,25 @@ static void emit_runtime(Emit *e, const IrNode *n) {
     fprintf(f, "  CHECK(rt_cross_entropy_grad(%s, %s, %s, %s, %" PRId64 ", %" PRId64 "));\n", out,
             x, y, z, lead(in[0], 1), dim(in[0], -1));
     return;
+  case IR_OP_VOCAB_EMBEDDING: /* the member's rows: its coordinate at run time */
+    fprintf(f, "  CHECK(rt_vocab_embedding(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            ", rt_comm_rank(io->%s_group), %" PRId64 "));\n", out, x, y, ir_numel(in[0]),
+            dim(in[1], 0), dim(in[1], 1), n->ia[0] ? "dp" : "tp", n->ia[1]);
+    return;
+  case IR_OP_VOCAB_EMBEDDING_GRAD:
+    fprintf(f, "  CHECK(rt_vocab_embedding_grad(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            ", rt_comm_rank(io->%s_group), %" PRId64 "));\n", out, x, y, ir_numel(in[0]),
+            n->ia[0], dim(in[1], -1), n->ia[1] ? "dp" : "tp", n->ia[2]);
+    return;
+  case IR_OP_VOCAB_CROSS_ENTROPY:
+    fprintf(f, "  CHECK(rt_vocab_cross_entropy(io->%s_group, %s, %s, %s, %" PRId64 ", %" PRId64
+            "));\n", n->ia[0] ? "dp" : "tp", out, x, y, lead(in[0], 1), dim(in[0], -1));
+    return;
+  case IR_OP_VOCAB_CROSS_ENTROPY_GRAD:
+    fprintf(f, "  CHECK(rt_vocab_cross_entropy_grad(io->%s_group, %s, %s, %s, %s, %" PRId64
+            ", %" PRId64 "));\n", n->ia[0] ? "dp" : "tp", out, x, y, z, lead(in[0], 1),
+            dim(in[0], -1));
+    return;
   case IR_OP_ALL_REDUCE:
     fprintf(f, "  CHECK(rt_comm_all_reduce(io->%s_group, %s, %s, %" PRId64 "));\n",
             n->ia[0] ? "dp" : "tp", x, out, ir_numel(n));
@@ -356,6 +375,8 @@ static void emit_desc(Emit *e, const CgHostInfo *info) {
     if (n->op == IR_OP_INPUT && !strcmp(n->name, "tokens") && n->rank == 2)
       batch = n->shape[0], seq = n->shape[1];
     if (n->op == IR_OP_CROSS_ENTROPY && n->phase == IR_PHASE_FWD) vocab = dim(n->inputs[0], -1);
+    if (n->op == IR_OP_VOCAB_CROSS_ENTROPY && n->phase == IR_PHASE_FWD)
+      vocab = dim(n->inputs[0], -1) * n->ia[1]; /* the whole vocabulary */
   }
   fprintf(f, "static const char *const config_names[] = {");
   for (int i = 0; i < m->nconfig; i++) {

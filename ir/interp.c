@@ -442,6 +442,17 @@ static int eval_rope(Ctx *c) {
 static int eval_embedding(Ctx *c) {
   int64_t np = ir_numel(ARG(c, 0)), V = ARG(c, 1)->shape[0], D = ARG(c, 1)->shape[1];
   const int32_t *ids = IDX(c, 0);
+  if (c->n->op == IR_OP_VOCAB_EMBEDDING) { /* rows [lo, lo + V) of a V x size table */
+    int64_t lo = c->it->coord[c->n->ia[0]] * V;
+    if (check_ids(c, ids, np, V * c->n->ia[1], "id")) return -1;
+    for (int64_t p = 0; p < np; p++) {
+      int64_t r = (int64_t)ids[p] - lo;
+      if (r >= 0 && r < V)
+        memcpy(OUT(c) + p * D, IN(c, 1) + r * D, sizeof(double) * (size_t)D);
+      else memset(OUT(c) + p * D, 0, sizeof(double) * (size_t)D);
+    }
+    return 0;
+  }
   if (check_ids(c, ids, np, V, "id")) return -1;
   for (int64_t p = 0; p < np; p++)
     memcpy(OUT(c) + p * D, IN(c, 1) + (int64_t)ids[p] * D, sizeof(double) * (size_t)D);
@@ -452,13 +463,18 @@ static int eval_embedding(Ctx *c) {
  * with every dy row added into the row its id names:
  * out[v, :] = sum over p with ids[p] == v of dy[p, :]. */
 static int eval_embedding_grad(Ctx *c) {
-  int64_t np = ir_numel(ARG(c, 0)), D = c->n->shape[1];
+  int64_t np = ir_numel(ARG(c, 0)), D = c->n->shape[1], V = c->n->shape[0], lo = 0, nv = V;
   const int32_t *ids = IDX(c, 0);
-  if (check_ids(c, ids, np, c->n->shape[0], "id")) return -1;
+  if (c->n->op == IR_OP_VOCAB_EMBEDDING_GRAD) /* the rows [lo, lo + V) only */
+    lo = c->it->coord[c->n->ia[1]] * V, nv = V * c->n->ia[2];
+  if (check_ids(c, ids, np, nv, "id")) return -1;
   double *out = OUT(c);
   memset(out, 0, sizeof(double) * (size_t)ir_numel(c->n));
-  for (int64_t p = 0; p < np; p++)
-    for (int64_t j = 0; j < D; j++) out[(int64_t)ids[p] * D + j] += IN(c, 1)[p * D + j];
+  for (int64_t p = 0; p < np; p++) {
+    int64_t r = (int64_t)ids[p] - lo;
+    if (r < 0 || r >= V) continue;
+    for (int64_t j = 0; j < D; j++) out[r * D + j] += IN(c, 1)[p * D + j];
+  }
   return 0;
 }
 
@@ -607,7 +623,11 @@ static int eval_cross_entropy(Ctx *c) {
   const double *x = IN(c, 0);
   const int32_t *tg = IDX(c, 1);
   if (check_ids(c, tg, np, V, "target")) return -1;
-  int grad = c->n->op == IR_OP_CROSS_ENTROPY_GRAD;
+  int grad = c->n->op == IR_OP_CROSS_ENTROPY_GRAD || c->n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD;
+  if ((c->n->op == IR_OP_VOCAB_CROSS_ENTROPY || c->n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD) &&
+      c->n->ia[1] != 1)
+    return fail(c, "a group of %lld ranks: run the module with ir_interp_run_mesh",
+                (long long)c->n->ia[1]);
   double total = 0, scale = grad ? IN(c, 2)[0] / (double)np : 0;
   for (int64_t p = 0; p < np; p++) {
     const double *row = x + p * V;
@@ -881,14 +901,14 @@ static int eval_node(Ctx *c) {
   case IR_OP_SOFTMAX: return eval_softmax(c);
   case IR_OP_ATTENTION: return eval_attention(c);
   case IR_OP_ROPE: return eval_rope(c);
-  case IR_OP_EMBEDDING: return eval_embedding(c);
+  case IR_OP_EMBEDDING: case IR_OP_VOCAB_EMBEDDING: return eval_embedding(c);
   case IR_OP_RESHAPE: return eval_reshape(c);
   case IR_OP_SPLIT_HEADS: case IR_OP_MERGE_HEADS: return eval_heads(c);
   case IR_OP_TRANSPOSE: return eval_transpose(c);
   case IR_OP_CONCAT: return eval_concat(c);
   case IR_OP_SLICE: return eval_slice(c);
   case IR_OP_SUM: case IR_OP_MEAN: return eval_reduce(c);
-  case IR_OP_CROSS_ENTROPY: return eval_cross_entropy(c);
+  case IR_OP_CROSS_ENTROPY: case IR_OP_VOCAB_CROSS_ENTROPY: return eval_cross_entropy(c);
   case IR_OP_TOPK: return eval_topk(c);
   case IR_OP_GATHER: return eval_gather(c);
   case IR_OP_ONEHOT: return eval_onehot(c);
@@ -906,8 +926,9 @@ static int eval_node(Ctx *c) {
   case IR_OP_SOFTMAX_GRAD: return eval_softmax_grad(c);
   case IR_OP_ATTENTION_GRAD: return eval_attention_grad(c);
   case IR_OP_ROPE_GRAD: return eval_rope(c);
-  case IR_OP_EMBEDDING_GRAD: return eval_embedding_grad(c);
-  case IR_OP_CROSS_ENTROPY_GRAD: return eval_cross_entropy(c);
+  case IR_OP_EMBEDDING_GRAD: case IR_OP_VOCAB_EMBEDDING_GRAD: return eval_embedding_grad(c);
+  case IR_OP_CROSS_ENTROPY_GRAD: case IR_OP_VOCAB_CROSS_ENTROPY_GRAD:
+    return eval_cross_entropy(c);
   case IR_OP_SCATTER_ADD: return eval_gather(c);
   case IR_OP_COMBINE_GRAD_Y: return eval_combine_grad_y(c);
   case IR_OP_COMBINE_GRAD_W: return eval_combine_grad_w(c);
@@ -1029,6 +1050,61 @@ static int mesh_collective(IrInterp **ranks, int tp, int dp, const IrNode *n, ch
   return 0;
 }
 
+/* vocab_cross_entropy(_grad) on every rank: per position, the group's max,
+ * sum of exp (in coordinate order) and the target logit from the member
+ * that holds its column, as the runtime's all-reduces give them. */
+static int mesh_vocab_ce(IrInterp **ranks, int tp, int dp, const IrNode *n, char *why,
+                         size_t len) {
+  int nr = tp * dp, axis = (int)n->ia[0], size = axis == 0 ? tp : dp;
+  if (n->ia[1] != size) {
+    snprintf(why, len, "node %%%d (%s): group size %lld, but the mesh axis %d has %d ranks",
+             n->id, ir_op_info[n->op].name, (long long)n->ia[1], axis, size);
+    return -1;
+  }
+  const IrNode *lg = n->inputs[0], *tgn = n->inputs[1];
+  int64_t V = lg->shape[lg->rank - 1], np = ir_numel(tgn);
+  int grad = n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD;
+  int *g = xcalloc((size_t)size, sizeof *g);
+  for (int r = 0; r < nr; r++) {
+    int me;
+    group_of(r, axis, tp, dp, g, &me);
+    const int32_t *tg = ranks[r]->i[tgn->id];
+    double total = 0, scale = grad ? ranks[r]->f[n->inputs[2]->id][0] / (double)np : 0;
+    for (int64_t p = 0; p < np; p++) {
+      if (tg[p] < 0 || tg[p] >= V * size) {
+        snprintf(why, len, "node %%%d (%s): target %d out of range [0, %lld)", n->id,
+                 ir_op_info[n->op].name, tg[p], (long long)(V * size));
+        free(g);
+        return -1;
+      }
+      double mx = -INFINITY, s = 0;
+      for (int k = 0; k < size; k++) {
+        const double *row = ranks[g[k]]->f[lg->id] + p * V;
+        for (int64_t v = 0; v < V; v++) mx = fmax(mx, row[v]);
+      }
+      for (int k = 0; k < size; k++) {
+        const double *row = ranks[g[k]]->f[lg->id] + p * V;
+        double sk = 0;
+        for (int64_t v = 0; v < V; v++) sk += exp(row[v] - mx);
+        s += sk;
+      }
+      int owner = (int)(tg[p] / V);
+      double t = ranks[g[owner]]->f[lg->id][p * V + tg[p] - owner * V];
+      if (!grad) {
+        total += mx + log(s) - t;
+        continue;
+      }
+      const double *row = ranks[r]->f[lg->id] + p * V;
+      for (int64_t v = 0; v < V; v++)
+        ranks[r]->f[n->id][p * V + v] =
+            scale * (exp(row[v] - mx) / s - (me * V + v == tg[p] ? 1.0 : 0.0));
+    }
+    if (!grad) ranks[r]->f[n->id][0] = total / (double)np;
+  }
+  free(g);
+  return 0;
+}
+
 int ir_interp_run_mesh(IrInterp **ranks, int tp, int dp, int first, int end, char *why,
                        size_t len) {
   const IrModule *m = ranks[0]->m;
@@ -1041,9 +1117,14 @@ int ir_interp_run_mesh(IrInterp **ranks, int tp, int dp, int first, int end, cha
     case IR_OP_REDUCE_SCATTER:
       if (mesh_collective(ranks, tp, dp, n, why, len)) return -1;
       break;
+    case IR_OP_VOCAB_CROSS_ENTROPY: case IR_OP_VOCAB_CROSS_ENTROPY_GRAD:
+      if (mesh_vocab_ce(ranks, tp, dp, n, why, len)) return -1;
+      break;
     default:
-      for (int r = 0; r < tp * dp; r++)
+      for (int r = 0; r < tp * dp; r++) {
+        ranks[r]->coord[0] = r % tp, ranks[r]->coord[1] = r / tp;
         if (ir_interp_run(ranks[r], k, k + 1, why, len)) return -1;
+      }
     }
   }
   return 0;

@@ -90,6 +90,16 @@ static int infer_matmul(IrNode *n, int ta, char *why, size_t len) {
   return 1;
 }
 
+/* The mesh axis and group size of the vocabulary-parallel ops, in ia[k] and
+ * ia[k + 1]. */
+static int group_ok(IrNode *n, int k, char *why, size_t len) {
+  if (n->ia[k] < 0 || n->ia[k] > 1)
+    return fail(why, len, n, "mesh axis %lld is not 0 (tp) or 1 (dp)", (long long)n->ia[k]);
+  if (n->ia[k + 1] < 1 || n->ia[k + 1] > 65536)
+    return fail(why, len, n, "group size %lld out of range", (long long)n->ia[k + 1]);
+  return 1;
+}
+
 static int axis_ok(IrNode *n, int64_t axis, int rank, char *why, size_t len) {
   if (axis >= 0 && axis < rank) return 1;
   return fail(why, len, n, "axis %lld out of range for rank %d", (long long)axis, rank);
@@ -237,7 +247,8 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     set(n, IR_F32, 4, a->shape);
     return 1;
 
-  case IR_OP_EMBEDDING:
+  case IR_OP_EMBEDDING: case IR_OP_VOCAB_EMBEDDING:
+    if (n->op == IR_OP_VOCAB_EMBEDDING && !group_ok(n, 0, why, len)) return 0;
     if (!want(why, len, n, 0, IR_I32) || !want(why, len, n, 1, IR_F32)) return 0;
     if (b->rank != 2) return fail(why, len, n, "table must be [vocab, dim], got %s", T(1, y));
     if (a->rank + 1 > IR_MAX_RANK) return fail(why, len, n, "result rank too large");
@@ -320,7 +331,8 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     return 1;
   }
 
-  case IR_OP_CROSS_ENTROPY:
+  case IR_OP_CROSS_ENTROPY: case IR_OP_VOCAB_CROSS_ENTROPY:
+    if (n->op == IR_OP_VOCAB_CROSS_ENTROPY && !group_ok(n, 0, why, len)) return 0;
     if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_I32)) return 0;
     if (a->rank != b->rank + 1 || a->rank < 2)
       return fail(why, len, n, "logits %s and targets %s: logits need one more dimension",
@@ -464,7 +476,8 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     set(n, IR_F32, 4, s);
     return 1;
 
-  case IR_OP_EMBEDDING_GRAD:
+  case IR_OP_EMBEDDING_GRAD: case IR_OP_VOCAB_EMBEDDING_GRAD:
+    if (n->op == IR_OP_VOCAB_EMBEDDING_GRAD && !group_ok(n, 1, why, len)) return 0;
     /* (ids [...], dy [..., D]) -> [vocab, D] */
     if (!want(why, len, n, 0, IR_I32) || !want(why, len, n, 1, IR_F32)) return 0;
     if (b->rank != a->rank + 1 || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->rank))
@@ -475,7 +488,8 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     set(n, IR_F32, 2, s);
     return 1;
 
-  case IR_OP_CROSS_ENTROPY_GRAD: {
+  case IR_OP_CROSS_ENTROPY_GRAD: case IR_OP_VOCAB_CROSS_ENTROPY_GRAD: {
+    if (n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD && !group_ok(n, 0, why, len)) return 0;
     /* (logits [..., V], targets [...], dloss []) -> dlogits */
     IrNode *c = n->inputs[2];
     if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_I32) ||

@@ -328,7 +328,13 @@ static void vjp_rope(Ad *ad, IrNode *y, IrNode *dy) {
 /* embedding(ids, table): the table's gradient scatter-adds dy's rows. */
 static void vjp_embedding(Ad *ad, IrNode *y, IrNode *dy) {
   IrNode *ids = y->inputs[0], *table = y->inputs[1];
-  give(ad, table, mk2(ad, IR_OP_EMBEDDING_GRAD, ids, dy, table->shape[0], 0));
+  if (y->op == IR_OP_VOCAB_EMBEDDING) /* the member's rows; dy is the whole sum's gradient */
+  {
+    IrNode p = {.op = IR_OP_VOCAB_EMBEDDING_GRAD, .inputs = (IrNode *[]){ids, dy}, .ninputs = 2,
+                .ia = {table->shape[0], y->ia[0], y->ia[1]}};
+    give(ad, table, emit(ad, &p));
+  }
+  else give(ad, table, mk2(ad, IR_OP_EMBEDDING_GRAD, ids, dy, table->shape[0], 0));
 }
 
 static void vjp_reshape(Ad *ad, IrNode *y, IrNode *dy) {
@@ -378,7 +384,10 @@ static void vjp_reduce(Ad *ad, IrNode *y, IrNode *dy) {
 
 static void vjp_cross_entropy(Ad *ad, IrNode *y, IrNode *dy) {
   IrNode *logits = y->inputs[0], *targets = y->inputs[1];
-  give(ad, logits, mk3(ad, IR_OP_CROSS_ENTROPY_GRAD, logits, targets, dy, 0, 0, 0));
+  if (y->op == IR_OP_VOCAB_CROSS_ENTROPY) /* the member's columns, all local after the op */
+    give(ad, logits, mk3(ad, IR_OP_VOCAB_CROSS_ENTROPY_GRAD, logits, targets, dy, y->ia[0],
+                         y->ia[1], 0));
+  else give(ad, logits, mk3(ad, IR_OP_CROSS_ENTROPY_GRAD, logits, targets, dy, 0, 0, 0));
 }
 
 /* gather along the last axis: scatter dy back into zeros. */
@@ -441,7 +450,7 @@ static const Vjp vjp[IR_OP_COUNT] = {
     [IR_OP_SOFTMAX] = vjp_softmax,
     [IR_OP_ATTENTION] = vjp_attention,
     [IR_OP_ROPE] = vjp_rope,
-    [IR_OP_EMBEDDING] = vjp_embedding,
+    [IR_OP_EMBEDDING] = vjp_embedding, [IR_OP_VOCAB_EMBEDDING] = vjp_embedding,
     [IR_OP_RESHAPE] = vjp_reshape,
     [IR_OP_SPLIT_HEADS] = vjp_split_heads,
     [IR_OP_MERGE_HEADS] = vjp_merge_heads,
@@ -450,6 +459,7 @@ static const Vjp vjp[IR_OP_COUNT] = {
     [IR_OP_SLICE] = vjp_slice,
     [IR_OP_SUM] = vjp_reduce,         [IR_OP_MEAN] = vjp_reduce,
     [IR_OP_CROSS_ENTROPY] = vjp_cross_entropy,
+    [IR_OP_VOCAB_CROSS_ENTROPY] = vjp_cross_entropy,
     [IR_OP_GATHER] = vjp_gather,
     [IR_OP_DISPATCH] = vjp_dispatch,
     [IR_OP_COMBINE] = vjp_combine,

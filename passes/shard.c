@@ -35,10 +35,17 @@
  * slices stay local (a slice of whole blocks is S with fewer blocks).  The
  * global layout of the weight stays Hugging Face's [d, 3d].
  *
+ * Vocabulary parallelism (Megatron).  A `vocab` table [V, D] is split by
+ * rows over tp (V % tp == 0; padding is not done yet): embedding becomes
+ * vocab_embedding (the rank's rows, zero elsewhere: P, all-reduced by its
+ * consumers), a head matmul with the table (tied) or a vocab lm_head is
+ * column-parallel (logits S on the last dimension), and cross_entropy of
+ * such logits becomes vocab_cross_entropy, whose max / sum-of-exp / target
+ * logit reductions happen inside the op: no rank holds [.., V] logits.
+ *
  * Not yet (rejected with a one-line error, never silently replicated):
- * sharded -> replicated conversions (all_gather), vocab-parallel embedding
- * and cross-entropy (vocab intents are kept replicated across tp: the
- * embedding, head and loss run whole on every tp rank), MoE dispatch under
+ * sharded -> replicated conversions (all_gather), vocabularies not
+ * divisible by tp, MoE dispatch under
  * tp > 1 or dp > 1, reshapes of sharded values, batch-dimension reductions
  * under dp > 1. */
 #include <stdarg.h>
@@ -207,6 +214,20 @@ static void find_blocks(IrModule *m, int64_t *gw) {
 
 /* Sets a PARAM's local shape and global record. */
 static int shard_param(Sh *s, IrNode *p, int64_t gwid) {
+  if (s->tp > 1 && p->shard == IR_SHARD_VOCAB && p->rank == 2) {
+    /* vocab-parallel: rows [c V/tp, (c + 1) V/tp) on tp coordinate c */
+    if (p->shape[0] % s->tp)
+      return fail(s, "vocabulary %lld is not divisible by tp = %d (padding is not supported "
+                     "yet)",
+                  (long long)p->shape[0], s->tp);
+    memcpy(p->global_shape, p->shape, sizeof p->shape);
+    p->shard_dim = 0;
+    p->shape[0] /= s->tp;
+    p->shard_degree = s->tp;
+    p->shard_blocks = 1;
+    *L(s, p) = S(0, 1);
+    return 0;
+  }
   if (s->tp == 1 || p->shard_dim < 0 ||
       (p->shard != IR_SHARD_COLUMN && p->shard != IR_SHARD_ROW)) {
     *L(s, p) = R();
@@ -482,12 +503,32 @@ static int rule(Sh *s, IrNode *n, int64_t gwid) {
       return fail(s, "along the batch dimension under dp = %d", s->dp);
     return 0;
   }
-  case IR_OP_EMBEDDING: case IR_OP_CROSS_ENTROPY:
-    /* vocab-parallel embedding / cross-entropy: not yet, run whole */
-    if (L(s, n->inputs[n->op == IR_OP_EMBEDDING])->kind == L_SHARD)
-      return fail(s, "vocab-parallel %s is not supported yet",
-                  n->op == IR_OP_EMBEDDING ? "embedding" : "cross-entropy");
-    return rule_whole(s, n);
+  case IR_OP_EMBEDDING: {
+    Lay lt = *L(s, n->inputs[1]);
+    if (lt.kind != L_SHARD) return rule_whole(s, n);
+    if (lt.dim != 0 || lt.blocks != 1)
+      return fail(s, "a table sharded on dimension %d: only rows (vocab) are supported", lt.dim);
+    /* vocab-parallel: each rank looks up its rows, a partial sum */
+    n->inputs[0] = need_rep(s, n->inputs[0]);
+    n->op = IR_OP_VOCAB_EMBEDDING;
+    n->ia[0] = 0, n->ia[1] = s->tp;
+    *L(s, n) = P();
+    return 0;
+  }
+  case IR_OP_CROSS_ENTROPY: {
+    IrNode *lg = n->inputs[0] = unpartial(s, n->inputs[0]);
+    Lay ll = *L(s, lg);
+    if (ll.kind != L_SHARD) return rule_whole(s, n);
+    if (ll.dim != lg->rank - 1 || ll.blocks != 1)
+      return fail(s, "logits sharded on dimension %d: only the vocabulary (last) is supported",
+                  ll.dim);
+    /* vocab-parallel cross-entropy: max, sum of exp and target logit reduced in the op */
+    n->inputs[1] = need_rep(s, n->inputs[1]);
+    n->op = IR_OP_VOCAB_CROSS_ENTROPY;
+    n->ia[0] = 0, n->ia[1] = s->tp;
+    *L(s, n) = R();
+    return 0;
+  }
   case IR_OP_DISPATCH:
     if (s->tp > 1 || s->dp > 1)
       return fail(s, "mixture-of-experts routing under tp = %d, dp = %d is not supported yet "

@@ -320,12 +320,17 @@ typedef struct {
   const float *src;
   const int32_t *ids;
   int64_t count, V, D;
+  int64_t lo; /* vocabulary parallelism: the table's rows are ids [lo, lo + V) */
 } Embed;
 
 static void embed_range(void *ctx, int64_t begin, int64_t end) {
   Embed *a = ctx;
-  for (int64_t p = begin; p < end; p++)
-    memcpy(a->out + p * a->D, a->src + (int64_t)a->ids[p] * a->D, sizeof(float) * (size_t)a->D);
+  for (int64_t p = begin; p < end; p++) {
+    int64_t r = (int64_t)a->ids[p] - a->lo;
+    if (r >= 0 && r < a->V)
+      memcpy(a->out + p * a->D, a->src + r * a->D, sizeof(float) * (size_t)a->D);
+    else memset(a->out + p * a->D, 0, sizeof(float) * (size_t)a->D);
+  }
 }
 
 int rt_embedding(float *out, const int32_t *ids, const float *table, int64_t count,
@@ -334,7 +339,7 @@ int rt_embedding(float *out, const int32_t *ids, const float *table, int64_t cou
   if (POSITIVE("embedding", "count V D", count, V, D) || fits("embedding", count, D, 1) ||
       fits("embedding", V, D, 1) || ids_ok("embedding", "id", ids, count, V, "the vocabulary "))
     return RT_ERR;
-  Embed a = {out, table, ids, count, V, D};
+  Embed a = {out, table, ids, count, V, D, 0};
   rt_parallel_for(count, row_grain(D), embed_range, &a);
   return RT_OK;
 }
@@ -351,7 +356,9 @@ static void embed_grad_range(void *ctx, int64_t begin, int64_t end) {
   Embed *a = ctx;
   int64_t D = a->D, w = end - begin;
   for (int64_t p = 0; p < a->count; p++) {
-    float *o = a->out + (int64_t)a->ids[p] * D + begin;
+    int64_t r = (int64_t)a->ids[p] - a->lo;
+    if (r < 0 || r >= a->V) continue;
+    float *o = a->out + r * D + begin;
     const float *g = a->src + p * D + begin;
     for (int64_t j = 0; j < w; j++) o[j] += g[j];
   }
@@ -365,7 +372,7 @@ int rt_embedding_grad(float *dtable, const int32_t *ids, const float *dy, int64_
       fits("embedding_grad", count, D, 1) || fits("embedding_grad", V, D, 1) ||
       ids_ok("embedding_grad", "id", ids, count, V, "the vocabulary "))
     return RT_ERR;
-  Embed a = {dtable, dy, ids, count, V, D};
+  Embed a = {dtable, dy, ids, count, V, D, 0};
   rt_parallel_for(V, row_grain(D), zero_rows_range, &a);
   /* 16 columns (one 64-byte line) at least per task, so tasks share no cache line
    * except at unaligned edges. */
@@ -473,4 +480,182 @@ int rt_cross_entropy_grad(float *dlogits, const float *logits, const int32_t *ta
             .scale = (float)((double)*dloss / (double)N)};
   rt_parallel_for(N, row_grain(V), xent_range, &a);
   return RT_OK;
+}
+
+/* ---- vocabulary parallelism ---------------------------------------------------- */
+
+int rt_vocab_embedding(float *out, const int32_t *ids, const float *table, int64_t count,
+                       int64_t Vl, int64_t D, int part, int parts) {
+  if (!out || !ids || !table)
+    return null_arg("vocab_embedding", !out ? "output" : !ids ? "ids" : "table");
+  if (POSITIVE("vocab_embedding", "count Vl D", count, Vl, D)) return RT_ERR;
+  if (parts < 1 || part < 0 || part >= parts)
+    return rt_fail("vocab_embedding: member %d of %d out of range", part, parts);
+  if (fits("vocab_embedding", count, D, 1) || fits("vocab_embedding", Vl, D, parts) ||
+      ids_ok("vocab_embedding", "id", ids, count, Vl * parts, "the vocabulary "))
+    return RT_ERR;
+  Embed a = {out, table, ids, count, Vl, D, (int64_t)part * Vl};
+  rt_parallel_for(count, row_grain(D), embed_range, &a);
+  return RT_OK;
+}
+
+int rt_vocab_embedding_grad(float *dtable, const int32_t *ids, const float *dy, int64_t count,
+                            int64_t Vl, int64_t D, int part, int parts) {
+  if (!dtable || !ids || !dy)
+    return null_arg("vocab_embedding_grad", !dtable ? "output" : !ids ? "ids" : "dy");
+  if (POSITIVE("vocab_embedding_grad", "count Vl D", count, Vl, D)) return RT_ERR;
+  if (parts < 1 || part < 0 || part >= parts)
+    return rt_fail("vocab_embedding_grad: member %d of %d out of range", part, parts);
+  if (fits("vocab_embedding_grad", count, D, 1) || fits("vocab_embedding_grad", Vl, D, parts) ||
+      ids_ok("vocab_embedding_grad", "id", ids, count, Vl * parts, "the vocabulary "))
+    return RT_ERR;
+  Embed a = {dtable, dy, ids, count, Vl, D, (int64_t)part * Vl};
+  rt_parallel_for(Vl, row_grain(D), zero_rows_range, &a);
+  rt_parallel_for(D, 16, embed_grad_range, &a);
+  return RT_OK;
+}
+
+typedef struct {
+  const float *logits;
+  const int32_t *targets;
+  int64_t Vl, lo;
+  const float *mx;   /* [N] the group's row maxima */
+  float *send;       /* stats pass: [N, 3] sum of exp (hi, lo) and target logit */
+  const double *s;   /* grad pass: [N] the group's sums of exp */
+  float *dlogits;
+  float scale;
+} VXent;
+
+static void vxent_stats_range(void *ctx, int64_t begin, int64_t end) {
+  VXent *a = ctx;
+  int64_t Vl = a->Vl;
+  for (int64_t p = begin; p < end; p++) {
+    const float *row = a->logits + p * Vl;
+    float mx = a->mx[p];
+    double s[8] = {0};
+    int64_t v = 0;
+    for (; v + 8 <= Vl; v += 8)
+      for (int l = 0; l < 8; l++) s[l] += (double)rt_exp_nonpos(row[v + l] - mx);
+    for (; v < Vl; v++) s[0] += (double)rt_exp_nonpos(row[v] - mx);
+    double t = 0;
+    for (int l = 0; l < 8; l++) t += s[l];
+    float hi = (float)t;
+    int64_t r = (int64_t)a->targets[p] - a->lo;
+    a->send[3 * p] = hi;
+    a->send[3 * p + 1] = (float)(t - (double)hi);
+    a->send[3 * p + 2] = r >= 0 && r < Vl ? row[r] : 0.0f;
+  }
+}
+
+static void vxent_grad_range(void *ctx, int64_t begin, int64_t end) {
+  VXent *a = ctx;
+  int64_t Vl = a->Vl;
+  for (int64_t p = begin; p < end; p++) {
+    const float *row = a->logits + p * Vl;
+    float *e = a->dlogits + p * Vl, mx = a->mx[p];
+    float f = (float)(1.0 / a->s[p]) * a->scale;
+    for (int64_t v = 0; v < Vl; v++) e[v] = rt_exp_nonpos(row[v] - mx) * f;
+    int64_t r = (int64_t)a->targets[p] - a->lo;
+    if (r >= 0 && r < Vl) e[r] -= a->scale;
+  }
+}
+
+/* The group's row maxima (mx [N]), sums of exp (s [N], double) and target
+ * logits (t [N], double; NULL: not wanted). */
+static int vxent_stats(const char *op, RtComm *g, const float *logits, const int32_t *targets,
+                       int64_t N, int64_t Vl, float *mx, double *s, double *t) {
+  int parts = rt_comm_size(g), part = rt_comm_rank(g);
+  if (fits(op, N, Vl, parts) || ids_ok(op, "target", targets, N, Vl * parts, "")) return RT_ERR;
+  int64_t *counts = malloc(sizeof(int64_t) * (size_t)parts);
+  float *all = malloc(sizeof(float) * (size_t)(3 * N * parts));
+  float *send = malloc(sizeof(float) * (size_t)(3 * N));
+  int rc = RT_OK;
+  if (!counts || !all || !send) {
+    rc = rt_fail("%s: out of memory for %lld rows of statistics", op, (long long)N);
+    goto out;
+  }
+  for (int64_t p = 0; p < N; p++) send[p] = row_max(logits + p * Vl, Vl);
+  for (int k = 0; k < parts; k++) counts[k] = N;
+  if (rt_comm_all_gather(g, send, all, counts)) {
+    rc = RT_ERR;
+    goto out;
+  }
+  for (int64_t p = 0; p < N; p++) {
+    float m = all[p];
+    for (int k = 1; k < parts; k++) m = all[k * N + p] > m ? all[k * N + p] : m;
+    mx[p] = m;
+  }
+  VXent a = {.logits = logits, .targets = targets, .Vl = Vl, .lo = (int64_t)part * Vl,
+             .mx = mx, .send = send};
+  rt_parallel_for(N, row_grain(Vl), vxent_stats_range, &a);
+  for (int k = 0; k < parts; k++) counts[k] = 3 * N;
+  if (rt_comm_all_gather(g, send, all, counts)) {
+    rc = RT_ERR;
+    goto out;
+  }
+  for (int64_t p = 0; p < N; p++) {
+    double sum = 0, tl = 0;
+    for (int k = 0; k < parts; k++) {
+      const float *q = all + (int64_t)k * 3 * N + 3 * p;
+      sum += (double)q[0] + (double)q[1];
+      if (targets[p] / Vl == k) tl = (double)q[2];
+    }
+    s[p] = sum;
+    if (t) t[p] = tl;
+  }
+out:
+  free(counts);
+  free(all);
+  free(send);
+  return rc;
+}
+
+int rt_vocab_cross_entropy(RtComm *g, float *loss, const float *logits, const int32_t *targets,
+                           int64_t N, int64_t Vl) {
+  if (!g || !loss || !logits || !targets)
+    return null_arg("vocab_cross_entropy",
+                    !g ? "group" : !loss ? "output" : !logits ? "logits" : "targets");
+  if (POSITIVE("vocab_cross_entropy", "N Vl", N, Vl)) return RT_ERR;
+  float *mx = malloc(sizeof(float) * (size_t)N);
+  double *s = malloc(sizeof(double) * (size_t)N), *t = malloc(sizeof(double) * (size_t)N);
+  int rc = !mx || !s || !t ? rt_fail("vocab_cross_entropy: out of memory for %lld rows",
+                                     (long long)N)
+                           : vxent_stats("vocab_cross_entropy", g, logits, targets, N, Vl, mx,
+                                         s, t);
+  if (rc == RT_OK) {
+    double total = 0;
+    for (int64_t p = 0; p < N; p++) total += (double)mx[p] + log(s[p]) - t[p];
+    *loss = (float)(total / (double)N);
+  }
+  free(mx);
+  free(s);
+  free(t);
+  return rc;
+}
+
+int rt_vocab_cross_entropy_grad(RtComm *g, float *dlogits, const float *logits,
+                                const int32_t *targets, const float *dloss, int64_t N,
+                                int64_t Vl) {
+  if (!g || !dlogits || !logits || !targets || !dloss)
+    return null_arg("vocab_cross_entropy_grad", !g         ? "group"
+                                                : !dlogits ? "output"
+                                                : !logits  ? "logits"
+                                                : !targets ? "targets"
+                                                           : "dloss");
+  if (POSITIVE("vocab_cross_entropy_grad", "N Vl", N, Vl)) return RT_ERR;
+  float *mx = malloc(sizeof(float) * (size_t)N);
+  double *s = malloc(sizeof(double) * (size_t)N);
+  int rc = !mx || !s ? rt_fail("vocab_cross_entropy_grad: out of memory for %lld rows",
+                               (long long)N)
+                     : vxent_stats("vocab_cross_entropy_grad", g, logits, targets, N, Vl, mx, s,
+                                   NULL);
+  if (rc == RT_OK) {
+    VXent a = {.logits = logits, .targets = targets, .Vl = Vl,
+               .lo = (int64_t)rt_comm_rank(g) * Vl, .mx = mx, .s = s, .dlogits = dlogits,
+               .scale = (float)((double)*dloss / (double)N)};
+    rt_parallel_for(N, row_grain(Vl), vxent_grad_range, &a);
+  }
+  free(mx);
+  free(s);
+  return rc;
 }

@@ -25,6 +25,8 @@
 
 #include <stdint.h>
 
+#include "runtime/rt_comm.h"
+
 /* topk: x [rows, n] -> out i32 [rows, k], 1 <= k <= n: per row, the indices of the
  * k largest values in descending value order, equal values lower index first
  * (exactly the spec's selection, NaN included). */
@@ -85,5 +87,34 @@ int rt_cross_entropy(float *loss, const float *logits, const int32_t *targets, i
  * dlogits [N, V] = *dloss / N * (softmax(logits[p, :]) - onehot(targets[p])). */
 int rt_cross_entropy_grad(float *dlogits, const float *logits, const int32_t *targets,
                           const float *dloss, int64_t N, int64_t V);
+
+/* ---- vocabulary parallelism (Megatron): the table / logits split by rows /
+ * columns over the `parts` members of a group; member `part` holds vocabulary
+ * entries [part Vl, (part + 1) Vl).  Specs: vocab_embedding(_grad) and
+ * vocab_cross_entropy(_grad) in ir/interp.c. */
+
+/* ids in [0, Vl parts): out[p, :] = table[ids[p] - part Vl, :] for the member's
+ * ids, zero rows for the others (a partial sum over the group). */
+int rt_vocab_embedding(float *out, const int32_t *ids, const float *table, int64_t count,
+                       int64_t Vl, int64_t D, int part, int parts);
+
+/* dtable [Vl, D], zeroed, then the dy rows of the member's ids added at
+ * ids[p] - part Vl, p ascending. */
+int rt_vocab_embedding_grad(float *dtable, const int32_t *ids, const float *dy, int64_t count,
+                            int64_t Vl, int64_t D, int part, int parts);
+
+/* cross_entropy of the group's logits [N, Vl parts], each member holding its
+ * columns [N, Vl]; every member of g calls it and gets the same *loss.  Two
+ * all_gathers: the row maxima, then per row the local sum of exp(x - max)
+ * (a double sent as two floats) and the target logit (0 off its owner);
+ * summed in member order in double.  No member holds a whole row. */
+int rt_vocab_cross_entropy(RtComm *g, float *loss, const float *logits, const int32_t *targets,
+                           int64_t N, int64_t Vl);
+
+/* The member's columns of cross_entropy_grad: *dloss / N (softmax - onehot),
+ * with the group's max and sum of exp gathered as in rt_vocab_cross_entropy. */
+int rt_vocab_cross_entropy_grad(RtComm *g, float *dlogits, const float *logits,
+                                const int32_t *targets, const float *dloss, int64_t N,
+                                int64_t Vl);
 
 #endif

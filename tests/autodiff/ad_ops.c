@@ -300,6 +300,19 @@ static IrNode *c_collective(Build *b, IrOp op) {
   IrNode *x = t_param(b, LEAF_NORMAL, 1, 0, S(2, 3, 4));
   return t_weighted_sum(b, t_op1(b, op, t_op1(b, IR_OP_EXP, x, 0, 0, 0, 0), 0, 1, 1, 0));
 }
+/* vocabulary-parallel embedding and cross-entropy over a group of one rank
+ * (the whole vocabulary); on a mesh, tests/shard/shard_models.c */
+static IrNode *c_vocab_embedding(Build *b) {
+  IrNode *ids = t_input(b, LEAF_IDS, 5, 0, S(2, 6));
+  IrNode *table = t_param(b, LEAF_NORMAL, 1, 0, S(5, 3));
+  return t_weighted_sum(b, t_op(b, IR_OP_VOCAB_EMBEDDING, (IrNode *[]){ids, table}, 2, 0, 1, 0, 0));
+}
+static IrNode *c_vocab_cross_entropy(Build *b) {
+  IrNode *logits = t_param(b, LEAF_NORMAL, 2, 0, S(2, 3, 7));
+  IrNode *targets = t_input(b, LEAF_IDS, 7, 0, S(2, 3));
+  return t_weighted_sum(
+      b, t_op(b, IR_OP_VOCAB_CROSS_ENTROPY, (IrNode *[]){logits, targets}, 2, 0, 1, 0, 0));
+}
 static IrNode *c_all_reduce(Build *b) { return c_collective(b, IR_OP_ALL_REDUCE); }
 static IrNode *c_group_copy(Build *b) { return c_collective(b, IR_OP_GROUP_COPY); }
 static IrNode *c_all_gather(Build *b) { return c_collective(b, IR_OP_ALL_GATHER); }
@@ -356,6 +369,8 @@ static const Case cases[] = {
     {"sum_to", IR_OP_SUM_TO, c_sum_to},
     {"router", IR_OP_TOPK, c_router},
     {"fanout", IR_OP_ADD, c_fanout},
+    {"vocab_embedding", IR_OP_VOCAB_EMBEDDING, c_vocab_embedding},
+    {"vocab_cross_entropy", IR_OP_VOCAB_CROSS_ENTROPY, c_vocab_cross_entropy},
     {"all_reduce", IR_OP_ALL_REDUCE, c_all_reduce},
     {"group_copy", IR_OP_GROUP_COPY, c_group_copy},
     {"all_gather", IR_OP_ALL_GATHER, c_all_gather},

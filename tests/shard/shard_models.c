@@ -94,9 +94,22 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
   int ncp = count_op(sh, IR_OP_GROUP_COPY, IR_PHASE_FWD);
   printf("     %s tp=%d dp=%d: forward all_reduce %d, group_copy %d\n", ref->name, tp, dp, nar,
          ncp);
-  expect(nar == ar, "%s: forward all_reduce count as expected (%g)", "tp", (double)ar);
-  expect(ncp == (tp > 1 ? ar : 0), "%s: one group_copy per region (%g)", "tp",
-         (double)(tp > 1 ? ar : 0));
+  /* vocabulary parallelism: one vocab_embedding (its all_reduce) and one
+   * vocab_cross_entropy (the head's group_copy) on top of the layers' */
+  int nve = count_op(sh, IR_OP_VOCAB_EMBEDDING, IR_PHASE_FWD);
+  int nvce = count_op(sh, IR_OP_VOCAB_CROSS_ENTROPY, IR_PHASE_FWD);
+  int64_t vocab = 0;
+  for (int i = 0; i < ref->nnodes; i++)
+    if (ref->nodes[i]->op == IR_OP_EMBEDDING) vocab = ref->nodes[i]->inputs[1]->shape[0];
+  printf("     vocab %lld: vocab_embedding %d, vocab_cross_entropy %d\n", (long long)vocab, nve,
+         nvce);
+  expect(nve == (tp > 1) && nvce == (tp > 1) && count_op(sh, IR_OP_EMBEDDING, IR_PHASE_FWD) ==
+                                                     (tp == 1),
+         "%s: embedding and cross-entropy vocab-parallel iff tp > 1 (%g)", "vocab", (double)tp);
+  expect(nar == ar + nve, "%s: forward all_reduce count as expected (%g)", "tp",
+         (double)(ar + nve));
+  expect(ncp == (tp > 1 ? ar + nvce : 0), "%s: one group_copy per region (%g)", "tp",
+         (double)(tp > 1 ? ar + nvce : 0));
   if (pass_autodiff(ref) || pass_autodiff(sh) || pass_dp_grads(sh, dp)) {
     printf("FAIL: autodiff\n");
     return 1;
@@ -110,15 +123,28 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
     btp += n->ia[0] == 0, bdp += n->ia[0] == 1;
   }
   printf("     backward all_reduce: tp %d, dp %d\n", btp, bdp);
-  expect(btp == (tp > 1 ? ar : 0), "%s: backward all_reduce count, one per group_copy (%g)",
-         "tp", (double)(tp > 1 ? ar : 0));
+  expect(btp == ncp, "%s: backward all_reduce count, one per group_copy (%g)", "tp",
+         (double)ncp);
+  /* no rank materialises anything with the whole vocabulary (logits,
+   * their gradient, the table or its gradient) */
+  if (tp > 1) {
+    int whole = 0;
+    for (int i = 0; i < sh->nnodes; i++) {
+      const IrNode *n = sh->nodes[i];
+      for (int d = 0; d < n->rank; d++)
+        if (n->shape[d] == vocab) {
+          if (!whole) printf("     %%%d %s has the whole vocabulary %lld on dimension %d\n",
+                             n->id, ir_op_info[n->op].name, (long long)vocab, d);
+          whole++;
+        }
+    }
+    expect(!whole, "%s: no node has a dimension of the whole vocabulary (%g found)", "vocab",
+           (double)whole);
+  }
 
   /* global values on the reference */
   Rng rng = {0x5eed0042};
   IrInterp *it = ir_interp_new(ref);
-  int64_t vocab = 0;
-  for (int i = 0; i < ref->nnodes; i++)
-    if (ref->nodes[i]->op == IR_OP_EMBEDDING) vocab = ref->nodes[i]->inputs[1]->shape[0];
   for (int k = 0; k < ref->nnodes; k++) {
     const IrNode *n = ref->nodes[k];
     for (int64_t e = 0; n->op == IR_OP_INPUT || n->op == IR_OP_PARAM ? e < ir_numel(n) : 0; e++) {

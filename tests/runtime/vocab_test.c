@@ -1,0 +1,137 @@
+/* tests/runtime/vocab_test.c -- the vocabulary-parallel routines (rt_route.h):
+ * rt_vocab_embedding(_grad) and rt_vocab_cross_entropy(_grad) on 1, 2, 3 and 4
+ * thread ranks against the whole-vocabulary routines on one rank.
+ *   - embedding: the members' partial rows all-reduced equal rt_embedding bit
+ *     for bit; each member's table gradient equals its rows of rt_embedding_grad
+ *     bit for bit;
+ *   - cross-entropy: every member gets the same loss bits, within 1e-6 of
+ *     rt_cross_entropy (logits up to +-40, so the max matters); each member's
+ *     gradient columns within 1e-6 (relative to the largest) of
+ *     rt_cross_entropy_grad's;
+ *   - a target outside the vocabulary fails on every member with one line. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/rt_comm.h"
+#include "runtime/rt_err.h"
+#include "runtime/rt_route.h"
+#include "tests/runtime/comm_util.h"
+
+#define N 37
+#define VL 50
+#define D 24
+
+typedef struct {
+  int parts;
+  int bad; /* a target out of range */
+} Case;
+
+/* Logits in [-40, 40): the row maximum matters. */
+static float logit(int64_t p, int64_t v) {
+  uint64_t h = cu_mix(cu_mix(7) ^ (uint64_t)(p * 100000 + v));
+  return 80.0f * ((float)(h >> 40) / 16777216.0f - 0.5f);
+}
+
+static int vocab_rank(RtComm *w, void *arg) {
+  const Case *c = arg;
+  int parts = c->parts, me = rt_comm_rank(w);
+  int64_t V = (int64_t)VL * parts;
+  int32_t ids[N], tg[N];
+  for (int p = 0; p < N; p++) {
+    ids[p] = (int32_t)((p * 7919 + 3) % V);
+    tg[p] = (int32_t)((p * 104729 + 11) % V);
+  }
+  if (c->bad) tg[N - 1] = (int32_t)V;
+  float *table = malloc(sizeof(float) * (size_t)(V * D)), *dy = malloc(sizeof(float) * N * D);
+  float *whole = malloc(sizeof(float) * N * D), *part = malloc(sizeof(float) * N * D);
+  float *dtab = malloc(sizeof(float) * (size_t)(V * D)), *dpart = malloc(sizeof(float) * VL * D);
+  float *lg = malloc(sizeof(float) * (size_t)(N * V)), *lp = malloc(sizeof(float) * N * VL);
+  float *dl = malloc(sizeof(float) * (size_t)(N * V)), *dlp = malloc(sizeof(float) * N * VL);
+  float *losses = malloc(sizeof(float) * (size_t)parts);
+  int rc = RT_OK;
+  cu_fill(table, V * D, 1, 0, 0);
+  cu_fill(dy, N * D, 2, 0, 0);
+  for (int64_t p = 0; p < N; p++)
+    for (int64_t v = 0; v < V; v++) lg[p * V + v] = logit(p, v);
+  for (int64_t p = 0; p < N; p++)
+    memcpy(lp + p * VL, lg + p * V + (int64_t)me * VL, sizeof(float) * VL);
+  float loss = 0, lw = 0, dloss = 0.75f;
+  if (c->bad) {
+    int r = rt_vocab_cross_entropy(w, &loss, lp, tg, N, VL);
+    const char *msg = rt_last_error();
+    if (r == RT_OK || !strstr(msg, "target") || strchr(msg, '\n'))
+      rc = rt_fail("rank %d: a bad target was not refused (%s)", me, msg);
+    goto out;
+  }
+  /* embedding */
+  if (rt_embedding(whole, ids, table, N, V, D) ||
+      rt_vocab_embedding(part, ids, table + (int64_t)me * VL * D, N, VL, D, me, parts) ||
+      rt_comm_all_reduce(w, part, part, N * D)) {
+    rc = RT_ERR;
+    goto out;
+  }
+  if (memcmp(whole, part, sizeof(float) * N * D)) {
+    rc = rt_fail("rank %d: vocab_embedding all-reduced differs from embedding", me);
+    goto out;
+  }
+  if (rt_embedding_grad(dtab, ids, dy, N, V, D) ||
+      rt_vocab_embedding_grad(dpart, ids, dy, N, VL, D, me, parts)) {
+    rc = RT_ERR;
+    goto out;
+  }
+  if (memcmp(dtab + (int64_t)me * VL * D, dpart, sizeof(float) * VL * D)) {
+    rc = rt_fail("rank %d: vocab_embedding_grad differs from its rows of embedding_grad", me);
+    goto out;
+  }
+  /* cross-entropy */
+  if (rt_cross_entropy(&lw, lg, tg, N, V) || rt_vocab_cross_entropy(w, &loss, lp, tg, N, VL) ||
+      rt_cross_entropy_grad(dl, lg, tg, &dloss, N, V) ||
+      rt_vocab_cross_entropy_grad(w, dlp, lp, tg, &dloss, N, VL)) {
+    rc = RT_ERR;
+    goto out;
+  }
+  int64_t cnt[64];
+  for (int k = 0; k < parts; k++) cnt[k] = 1;
+  if (rt_comm_all_gather(w, &loss, losses, cnt)) {
+    rc = RT_ERR;
+    goto out;
+  }
+  for (int k = 0; k < parts; k++)
+    if (memcmp(&losses[k], &loss, sizeof loss)) {
+      rc = rt_fail("rank %d: loss %.9g, rank %d has %.9g", me, loss, k, losses[k]);
+      goto out;
+    }
+  double lerr = fabs((double)loss - lw) / fabs((double)lw);
+  double gmax = 0, gerr = 0;
+  for (int64_t p = 0; p < N; p++)
+    for (int64_t v = 0; v < VL; v++) {
+      gmax = fmax(gmax, fabs(dl[p * V + me * VL + v]));
+      gerr = fmax(gerr, fabs((double)dlp[p * VL + v] - dl[p * V + me * VL + v]));
+    }
+  gerr /= gmax;
+  if (me == 0)
+    printf("  %d members: loss %.7f (whole %.7f, rel %.1e), grad max rel %.1e\n", parts, loss,
+           lw, lerr, gerr);
+  if (lerr > 1e-6 || gerr > 1e-6)
+    rc = rt_fail("rank %d: loss rel err %.2e, grad rel err %.2e", me, lerr, gerr);
+out:
+  free(table), free(dy), free(whole), free(part), free(dtab), free(dpart);
+  free(lg), free(lp), free(dl), free(dlp), free(losses);
+  return rc;
+}
+
+int main(void) {
+  int fails = 0;
+  for (int parts = 1; parts <= 4; parts++)
+    for (int bad = 0; bad < 2; bad++) {
+      Case c = {parts, bad};
+      int rc = rt_comm_threads_run(parts, vocab_rank, &c);
+      printf("%s %d members%s%s%s\n", rc ? "FAIL" : "ok  ", parts,
+             bad ? ": a bad target refused on every member" : ": equal the whole vocabulary",
+             rc ? ": " : "", rc ? rt_last_error() : "");
+      fails += rc != 0;
+    }
+  return fails != 0;
+}
