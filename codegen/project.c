@@ -114,6 +114,22 @@ static int write_plan(const CgProject *p, const IrModule *m, const CgKernelPlan 
   cJSON_AddNumberToObject(cost, "state_numel", (double)lp->state_numel);
   cJSON_AddNumberToObject(cost, "arena_bytes", (double)cg_arena_bytes(kp, bp, NULL));
   cJSON_AddNumberToObject(cost, "arena_live_peak_bytes", (double)bp->live_peak);
+  cJSON *comm = cJSON_AddArrayToObject(root, "communication");
+  static const char *const group[] = {"tp", "dp"};
+  static const char *const kind[] = {"all_reduce", "all_gather", "reduce_scatter"};
+  for (int g = 0; p->cost->has_comm && g < 2; g++)
+    for (int k = 0; k < COMM_KINDS; k++) {
+      const CommEntry *e = &p->cost->comm.e[g][k];
+      if (!e->count) continue;
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "group", group[g]);
+      cJSON_AddNumberToObject(o, "ranks", p->cost->comm.group_size[g]);
+      cJSON_AddStringToObject(o, "kind", kind[k]);
+      cJSON_AddNumberToObject(o, "count", e->count);
+      cJSON_AddNumberToObject(o, "payload_bytes", e->payload_bytes);
+      cJSON_AddNumberToObject(o, "sent_bytes_per_rank", e->sent_bytes);
+      cJSON_AddItemToArray(comm, o);
+    }
   cJSON *params = cJSON_AddArrayToObject(root, "params");
   cJSON *state = cJSON_AddArrayToObject(root, "state");
   cJSON *bufs = cJSON_AddArrayToObject(root, "buffers");

@@ -61,6 +61,20 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
     row(out, "fp32", p, 4, 4, 0, 8);
     row(out, "bf16 mixed", p, 2, 2, 4, 8);
   }
+  static const char *const group[] = {"tp", "dp"};
+  static const char *const kind[] = {"all-reduce", "all-gather", "reduce-scatter"};
+  for (int g = 0; c->has_comm && g < 2; g++) {
+    if (!c->comm.group_size[g]) continue;
+    fprintf(out, "communication per step and rank, %s group of %d ranks:\n", group[g],
+            c->comm.group_size[g]);
+    for (int k = 0; k < COMM_KINDS; k++) {
+      const CommEntry *e = &c->comm.e[g][k];
+      char p[32], s[32];
+      if (e->count)
+        fprintf(out, "    %-15s %4d x, payload %10s, sent %10s (ring)\n", kind[k], e->count,
+                bytes(p, sizeof p, e->payload_bytes), bytes(s, sizeof s, e->sent_bytes));
+    }
+  }
   if (c->arena_bytes)
     fprintf(out, "activation arena (planned, fp32): %s (%" PRId64 " bytes), allocated exactly by "
             "the trainer\n", bytes(a, sizeof a, (double)c->arena_bytes), c->arena_bytes);

@@ -272,6 +272,10 @@ int main(int argc, char **argv) {
     rc = EXIT_INTERNAL;
     goto done;
   }
+  if (m->mesh_tp * m->mesh_dp > 1) {
+    comm_analyze(m, &cost.comm);
+    cost.has_comm = 1;
+  }
   double t3 = now();
   if (o.emit && !strcmp(o.emit, "ir")) ir_print(stdout, m);
   if (o.emit && !strcmp(o.emit, "dot")) ir_print_dot(stdout, m);

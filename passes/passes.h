@@ -86,6 +86,21 @@ typedef struct {
   int64_t params;            /* parameters one rank of this stage holds */
 } StageCost;
 
+/* passes/comm_cost.c: collectives per step of a rank-local module, by
+ * group (0 tp, 1 dp) and kind. */
+typedef enum { COMM_ALL_REDUCE, COMM_ALL_GATHER, COMM_REDUCE_SCATTER, COMM_KINDS } CommKind;
+typedef struct {
+  int count;
+  double payload_bytes;      /* the tensors the group combines */
+  double sent_bytes;         /* what one rank sends, ring schedules */
+} CommEntry;
+typedef struct {
+  CommEntry e[2][COMM_KINDS];
+  int group_size[2];         /* 0 where the group does not communicate */
+} CommCost;
+
+void comm_analyze(const IrModule *m, CommCost *out);
+
 typedef struct {
   int64_t params;            /* the model as written */
   int nparam_tensors;
@@ -97,6 +112,8 @@ typedef struct {
   StageCost *stages;         /* nstages entries, in the module's arena */
   int64_t arena_bytes;       /* the trainer's planned activation arena; 0 until
                                 code generation has planned it */
+  int has_comm;              /* comm holds the rank-local module's collectives */
+  CommCost comm;
 } Cost;
 
 int cost_analyze(IrModule *m, const Layout *lay, Cost *out);

@@ -170,6 +170,17 @@ elif case.startswith("mesh_"):
             if rel(g["loss"], r["loss"]) > 1e-4 or rel(g["grad_norm"], r["grad_norm"]) > 1e-3:
                 sys.exit(f"FAIL tp {tp} dp {dp} step {r['step']}: loss {g['loss']} grad_norm "
                          f"{g['grad_norm']}, one rank {r['loss']} {r['grad_norm']}")
+    # the communication plan.json reports for 2x2: per layer one tp all-reduce after
+    # attention and one after the MLP, each way, plus the vocab-parallel embedding
+    # (forward) and head input (backward), plus the optimizer's norm; one dp
+    # all-reduce per parameter gradient
+    plan = json.load(open(os.path.join(work, "r2x2", "plan.json")))
+    comm = {(c["group"], c["kind"]): c["count"] for c in plan["communication"]}
+    layers = int([d.split("=")[1] for d in defines if d.startswith("layers=")][0])
+    want = {("tp", "all_reduce"): 4 * layers + 3, ("dp", "all_reduce"): len(plan["params"])}
+    for key, n in want.items():
+        if comm.get(key) != n:
+            sys.exit(f"FAIL: plan.json communication {key}: {comm.get(key)}, expected {n}")
     # layout-free checkpoints: 10 steps under 2x2, then 10 more under 1x1
     ck = os.path.join(work, "ckpt")
     exe22 = os.path.join(work, "r2x2", "build", "train")
