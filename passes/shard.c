@@ -214,12 +214,10 @@ static void find_blocks(IrModule *m, int64_t *gw) {
 
 /* Sets a PARAM's local shape and global record. */
 static int shard_param(Sh *s, IrNode *p, int64_t gwid) {
-  if (s->tp > 1 && p->shard == IR_SHARD_VOCAB && p->rank == 2) {
-    /* vocab-parallel: rows [c V/tp, (c + 1) V/tp) on tp coordinate c */
-    if (p->shape[0] % s->tp)
-      return fail(s, "vocabulary %lld is not divisible by tp = %d (padding is not supported "
-                     "yet)",
-                  (long long)p->shape[0], s->tp);
+  /* vocab-parallel: rows [c V/tp, (c + 1) V/tp) on tp coordinate c.  When tp
+   * does not divide V the table stays replicated (correct, not memory-
+   * saving) until padding with masked logits exists. */
+  if (s->tp > 1 && p->shard == IR_SHARD_VOCAB && p->rank == 2 && p->shape[0] % s->tp == 0) {
     memcpy(p->global_shape, p->shape, sizeof p->shape);
     p->shard_dim = 0;
     p->shape[0] /= s->tp;

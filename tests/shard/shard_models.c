@@ -103,9 +103,11 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
     if (ref->nodes[i]->op == IR_OP_EMBEDDING) vocab = ref->nodes[i]->inputs[1]->shape[0];
   printf("     vocab %lld: vocab_embedding %d, vocab_cross_entropy %d\n", (long long)vocab, nve,
          nvce);
-  expect(nve == (tp > 1) && nvce == (tp > 1) && count_op(sh, IR_OP_EMBEDDING, IR_PHASE_FWD) ==
-                                                     (tp == 1),
-         "%s: embedding and cross-entropy vocab-parallel iff tp > 1 (%g)", "vocab", (double)tp);
+  /* vocab-parallel when tp > 1 divides the vocabulary; else replicated */
+  int vp = tp > 1 && vocab % tp == 0;
+  expect(nve == vp && nvce == vp && count_op(sh, IR_OP_EMBEDDING, IR_PHASE_FWD) == !vp,
+         "%s: embedding and cross-entropy vocab-parallel iff tp > 1 divides it (%g)", "vocab",
+         (double)tp);
   expect(nar == ar + nve, "%s: forward all_reduce count as expected (%g)", "tp",
          (double)(ar + nve));
   expect(ncp == (tp > 1 ? ar + nvce : 0), "%s: one group_copy per region (%g)", "tp",
@@ -127,7 +129,7 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
          (double)ncp);
   /* no rank materialises anything with the whole vocabulary (logits,
    * their gradient, the table or its gradient) */
-  if (tp > 1) {
+  if (vp) {
     int whole = 0;
     for (int i = 0; i < sh->nnodes; i++) {
       const IrNode *n = sh->nodes[i];
