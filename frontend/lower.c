@@ -222,15 +222,9 @@ static Value emit(Lower *L, Loc loc, IrNode *proto) {
     return verr;
   }
   if (!room(L, loc)) return verr;
-  IrNode *n = ir_add(L->m, proto->op, proto->inputs, proto->ninputs);
-  n->dtype = proto->dtype;
-  n->rank = proto->rank;
-  memcpy(n->shape, proto->shape, sizeof n->shape);
-  memcpy(n->ia, proto->ia, sizeof n->ia);
-  n->fa = proto->fa;
+  IrNode *n = ir_add_like(L->m, proto);
   n->layer = L->layer;
   n->loc = irloc(L, loc);
-  n->shard_dim = -1;
   return vtensor(n, loc);
 }
 
@@ -1073,7 +1067,6 @@ static void exec_input(Lower *L, Frame *f, Stmt *s) {
   memcpy(n->shape, p.shape, sizeof n->shape);
   n->name = arena_strdup(&L->m->arena, s->name);
   n->loc = irloc(L, s->loc);
-  n->shard_dim = -1;
   strmap_put(L->a, &L->inputs, s->name, n);
   bind(L, f, s->name, vtensor(n, s->loc));
 }

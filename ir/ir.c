@@ -34,6 +34,7 @@ IrNode *ir_add(IrModule *m, IrOp op, IrNode **inputs, int ninputs) {
   IrNode *n = arena_alloc(&m->arena, sizeof *n);
   n->op = op;
   n->layer = -1;
+  n->shard_dim = -1;
   n->ninputs = ninputs;
   if (ninputs) {
     n->inputs = arena_alloc(&m->arena, sizeof(IrNode *) * (size_t)ninputs);
@@ -48,6 +49,16 @@ IrNode *ir_add(IrModule *m, IrOp op, IrNode **inputs, int ninputs) {
 void ir_add_update(IrModule *m, IrNode *leaf, IrNode *value) {
   arena_grow(&m->arena, (void **)&m->updates, &m->capupdates, m->nupdates + 1, sizeof(IrUpdate));
   m->updates[m->nupdates++] = (IrUpdate){leaf, value};
+}
+
+IrNode *ir_add_like(IrModule *m, const IrNode *proto) {
+  IrNode *n = ir_add(m, proto->op, proto->inputs, proto->ninputs);
+  n->dtype = proto->dtype;
+  n->rank = proto->rank;
+  memcpy(n->shape, proto->shape, sizeof n->shape);
+  memcpy(n->ia, proto->ia, sizeof n->ia);
+  n->fa = proto->fa;
+  return n;
 }
 
 int64_t ir_numel(const IrNode *n) {

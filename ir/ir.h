@@ -190,6 +190,11 @@ IrNode *ir_add(IrModule *m, IrOp op, IrNode **inputs, int ninputs);
  * ir_verify checks the list. */
 void ir_add_update(IrModule *m, IrNode *leaf, IrNode *value);
 
+/* Appends a copy of proto: its op, inputs, type and attributes.  proto's
+ * type must already be inferred (ir_infer); layer, location and phase are
+ * the caller's to set. */
+IrNode *ir_add_like(IrModule *m, const IrNode *proto);
+
 /* Shape inference.  Fills n->dtype, n->rank and n->shape from the op, its
  * inputs and its attributes.  On failure returns 0 and writes a one-line
  * reason (naming the op and the shapes) into why. */

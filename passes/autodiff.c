@@ -65,15 +65,9 @@ static IrNode *emit(Ad *ad, IrNode *proto) {
     ad->failed = 1;
     return NULL;
   }
-  IrNode *n = ir_add(ad->m, proto->op, proto->inputs, proto->ninputs);
-  n->dtype = proto->dtype;
-  n->rank = proto->rank;
-  memcpy(n->shape, proto->shape, sizeof n->shape);
-  memcpy(n->ia, proto->ia, sizeof n->ia);
-  n->fa = proto->fa;
+  IrNode *n = ir_add_like(ad->m, proto);
   n->layer = ad->at->layer;
   n->loc = ad->at->loc;
-  n->shard_dim = -1;
   n->phase = IR_PHASE_B; /* B or W is decided once the backward graph is whole */
   return n;
 }

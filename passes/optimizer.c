@@ -83,7 +83,6 @@ static int err(const char *fmt, ...) {
 
 static IrNode *place(Opt *o, IrNode *n) {
   n->phase = IR_PHASE_OPT;
-  n->shard_dim = -1;
   n->layer = o->at ? o->at->layer : -1;
   n->loc = o->at ? o->at->loc : o->m->loss ? o->m->loss->loc : (IrLoc){0};
   return n;
@@ -101,14 +100,7 @@ static IrNode *op_ia(Opt *o, IrOp code, IrNode **in, int nin, int64_t ia0, int64
     o->failed = 1;
     return NULL;
   }
-  IrNode *n = ir_add(o->m, code, in, nin);
-  n->dtype = p.dtype;
-  n->rank = p.rank;
-  memcpy(n->shape, p.shape, sizeof n->shape);
-  n->ia[0] = ia0;
-  n->ia[1] = ia1;
-  n->fa = fa;
-  return place(o, n);
+  return place(o, ir_add_like(o->m, &p));
 }
 
 static IrNode *op(Opt *o, IrOp code, IrNode **in, int nin, int64_t ia0, double fa) {

@@ -127,7 +127,6 @@ static IrNode *collective(Sh *s, IrOp op, IrNode *x, int axis, int size, Lay lay
   IrNode *n = ir_add(s->m, op, &x, 1); /* appended at the current end: placed */
   n->ia[0] = axis;
   n->ia[1] = size;
-  n->shard_dim = -1;
   n->layer = x->layer >= 0 ? x->layer : s->at->layer;
   n->loc = x->loc.line ? x->loc : s->at->loc;
   char why[256];

@@ -63,14 +63,7 @@ static IrNode *add_checked(Build *b, IrNode *p) {
     fprintf(stderr, "test module does not type-check: %s\n", why);
     exit(2);
   }
-  IrNode *n = ir_add(b->m, p->op, p->inputs, p->ninputs);
-  n->dtype = p->dtype;
-  n->rank = p->rank;
-  memcpy(n->shape, p->shape, sizeof n->shape);
-  memcpy(n->ia, p->ia, sizeof n->ia);
-  n->fa = p->fa;
-  n->shard_dim = -1;
-  return n;
+  return ir_add_like(b->m, p);
 }
 
 IrNode *t_op(Build *b, IrOp op, IrNode **in, int nin, int64_t ia0, int64_t ia1, int64_t ia2,

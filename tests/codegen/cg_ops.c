@@ -76,14 +76,7 @@ static IrNode *add_checked(B *b, IrNode *p) {
     fprintf(stderr, "test module does not type-check: %s\n", why);
     exit(2);
   }
-  IrNode *n = ir_add(b->m, p->op, p->inputs, p->ninputs);
-  n->dtype = p->dtype;
-  n->rank = p->rank;
-  memcpy(n->shape, p->shape, sizeof n->shape);
-  memcpy(n->ia, p->ia, sizeof n->ia);
-  n->fa = p->fa;
-  n->shard_dim = -1;
-  return n;
+  return ir_add_like(b->m, p);
 }
 
 static IrNode *opn(B *b, IrOp op, IrNode **x, int nx, int64_t i0, int64_t i1, int64_t i2,

@@ -89,13 +89,7 @@ static IrNode *node(IrModule *m, IrOp op, IrNode *a, IrNode *b, int64_t ia0) {
   IrNode p = {.op = op, .inputs = in, .ninputs = b ? 2 : 1, .ia = {ia0}};
   char why[512];
   if (!ir_infer(&p, why, sizeof why)) die("building the test module", why);
-  IrNode *n = ir_add(m, op, in, p.ninputs);
-  n->dtype = p.dtype;
-  n->rank = p.rank;
-  memcpy(n->shape, p.shape, sizeof n->shape);
-  n->ia[0] = ia0;
-  n->shard_dim = -1;
-  return n;
+  return ir_add_like(m, &p);
 }
 
 /* Appends a float setting to a list of at most 8. */

@@ -26,41 +26,13 @@
 #include "../autodiff/ad_check.h"
 #include "ir/interp.h"
 #include "passes/passes.h"
+#include "tests/shard/shard_util.h"
 #include "tests/support/load.h"
 
 #define TOL 1e-10
 
-static int fails;
 
-static void expect(int ok, const char *fmt, const char *what, double v) {
-  printf("%s ", ok ? "ok  " : "FAIL");
-  printf(fmt, what, v);
-  printf("\n");
-  fails += !ok;
-}
 
-static IrNode *find_leaf(IrModule *m, IrOp op, const char *name) {
-  for (int i = 0; i < m->nnodes; i++)
-    if (m->nodes[i]->op == op && m->nodes[i]->name && !strcmp(m->nodes[i]->name, name))
-      return m->nodes[i];
-  return NULL;
-}
-
-/* Global flat index of local element e of sharded parameter p on tp
- * coordinate c (see shard_blocks in ir/ir.h). */
-static int64_t global_index(const IrNode *p, int64_t e, int c) {
-  int64_t idx[IR_MAX_RANK];
-  for (int d = p->rank - 1; d >= 0; d--) idx[d] = e % p->shape[d], e /= p->shape[d];
-  if (p->shard_degree > 1) {
-    int d = p->shard_dim;
-    int64_t B = p->global_shape[d] / p->shard_blocks, b = B / p->shard_degree, j = idx[d];
-    idx[d] = (j / b) * B + c * b + j % b;
-  }
-  int64_t g = 0;
-  for (int d = 0; d < p->rank; d++)
-    g = g * (p->shard_degree > 1 ? p->global_shape[d] : p->shape[d]) + idx[d];
-  return g;
-}
 
 static int count_op(const IrModule *m, IrOp op, IrPhase ph) {
   int k = 0;
@@ -88,7 +60,7 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
                             p->global_shape[p->rank - 1] == p->shape[p->rank - 1] * tp &&
                             p->shard_dim == p->rank - 1;
   }
-  if (nqkv) expect(qkv_ok, "%s: c_attn weight and bias sharded in 3 blocks (%g tensors)", "qkv",
+  if (nqkv) shard_expect(qkv_ok, "%s: c_attn weight and bias sharded in 3 blocks (%g tensors)", "qkv",
                    (double)nqkv);
   int nar = count_op(sh, IR_OP_ALL_REDUCE, IR_PHASE_FWD);
   int ncp = count_op(sh, IR_OP_GROUP_COPY, IR_PHASE_FWD);
@@ -105,12 +77,12 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
          nvce);
   /* vocab-parallel when tp > 1 divides the vocabulary; else replicated */
   int vp = tp > 1 && vocab % tp == 0;
-  expect(nve == vp && nvce == vp && count_op(sh, IR_OP_EMBEDDING, IR_PHASE_FWD) == !vp,
+  shard_expect(nve == vp && nvce == vp && count_op(sh, IR_OP_EMBEDDING, IR_PHASE_FWD) == !vp,
          "%s: embedding and cross-entropy vocab-parallel iff tp > 1 divides it (%g)", "vocab",
          (double)tp);
-  expect(nar == ar + nve, "%s: forward all_reduce count as expected (%g)", "tp",
+  shard_expect(nar == ar + nve, "%s: forward all_reduce count as expected (%g)", "tp",
          (double)(ar + nve));
-  expect(ncp == (tp > 1 ? ar + nvce : 0), "%s: one group_copy per region (%g)", "tp",
+  shard_expect(ncp == (tp > 1 ? ar + nvce : 0), "%s: one group_copy per region (%g)", "tp",
          (double)(tp > 1 ? ar + nvce : 0));
   if (pass_autodiff(ref) || pass_autodiff(sh) || pass_dp_grads(sh, dp)) {
     printf("FAIL: autodiff\n");
@@ -125,7 +97,7 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
     btp += n->ia[0] == 0, bdp += n->ia[0] == 1;
   }
   printf("     backward all_reduce: tp %d, dp %d\n", btp, bdp);
-  expect(btp == ncp, "%s: backward all_reduce count, one per group_copy (%g)", "tp",
+  shard_expect(btp == ncp, "%s: backward all_reduce count, one per group_copy (%g)", "tp",
          (double)ncp);
   /* no rank materialises anything with the whole vocabulary (logits,
    * their gradient, the table or its gradient) */
@@ -140,23 +112,13 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
           whole++;
         }
     }
-    expect(!whole, "%s: no node has a dimension of the whole vocabulary (%g found)", "vocab",
+    shard_expect(!whole, "%s: no node has a dimension of the whole vocabulary (%g found)", "vocab",
            (double)whole);
   }
 
   /* global values on the reference */
-  Rng rng = {0x5eed0042};
   IrInterp *it = ir_interp_new(ref);
-  for (int k = 0; k < ref->nnodes; k++) {
-    const IrNode *n = ref->nodes[k];
-    for (int64_t e = 0; n->op == IR_OP_INPUT || n->op == IR_OP_PARAM ? e < ir_numel(n) : 0; e++) {
-      if (n->op == IR_OP_INPUT && n->dtype == IR_I32) it->i[k][e] = (int32_t)rng_int(&rng, vocab);
-      else if (n->op == IR_OP_INPUT) it->f[k][e] = rng_normal(&rng);
-      else if (n->init == IR_INIT_ONES) it->f[k][e] = 1 + 0.2 * rng_normal(&rng);
-      else if (n->init == IR_INIT_ZEROS) it->f[k][e] = 0.2 * rng_normal(&rng);
-      else it->f[k][e] = 0.3 * rng_normal(&rng);
-    }
-  }
+  shard_fill_reference(ref, it, vocab, NULL, 0);
   char why[512];
   if (ir_interp_run(it, 0, ref->nnodes, why, sizeof why)) {
     printf("FAIL: reference run: %s\n", why);
@@ -166,25 +128,7 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
   /* every rank's slices */
   int nr = tp * dp;
   IrInterp **rk = calloc((size_t)nr, sizeof *rk);
-  for (int r = 0; r < nr; r++) {
-    int c = r % tp, d = r / tp;
-    rk[r] = ir_interp_new(sh);
-    for (int k = 0; k < sh->nnodes; k++) {
-      const IrNode *n = sh->nodes[k];
-      if (n->op != IR_OP_INPUT && n->op != IR_OP_PARAM) continue;
-      const IrNode *g = find_leaf(ref, n->op, n->name);
-      if (!g) {
-        printf("FAIL: %s has no counterpart\n", n->name);
-        return 1;
-      }
-      int64_t ne = ir_numel(n);
-      for (int64_t e = 0; e < ne; e++) {
-        int64_t src = n->op == IR_OP_PARAM ? global_index(n, e, c) : (int64_t)d * ne + e;
-        if (n->dtype == IR_I32) rk[r]->i[k][e] = it->i[g->id][src];
-        else rk[r]->f[k][e] = it->f[g->id][src];
-      }
-    }
-  }
+  if (shard_fill_ranks(ref, it, sh, rk, tp, dp, NULL, 0)) return 1;
   if (ir_interp_run_mesh(rk, tp, dp, 0, sh->nnodes, why, sizeof why)) {
     printf("FAIL: mesh run: %s\n", why);
     return 1;
@@ -200,7 +144,7 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
   double lerr = fabs(loss - loss_ref) / fmax(fabs(loss_ref), 1e-300);
   printf("     loss %.12f (one rank %.12f), rel err %.2e, tp spread %.2e\n", loss, loss_ref, lerr,
          tp_spread);
-  expect(lerr <= TOL && tp_spread == 0, "%s: loss equals the one-rank loss (rel %.2e)", "loss",
+  shard_expect(lerr <= TOL && tp_spread == 0, "%s: loss equals the one-rank loss (rel %.2e)", "loss",
          lerr);
 
   /* gradients */
@@ -209,7 +153,7 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
   for (int k = 0; k < sh->nnodes; k++) {
     const IrNode *p = sh->nodes[k];
     if (p->op != IR_OP_PARAM) continue;
-    const IrNode *q = find_leaf(ref, IR_OP_PARAM, p->name);
+    const IrNode *q = shard_find_leaf(ref, IR_OP_PARAM, p->name);
     if (!!p->grad != !!q->grad) {
       printf("FAIL: %s: gradient present on one side only\n", p->name);
       missing++;
@@ -227,7 +171,7 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
       for (int c = 0; c < tp; c++) {
         const double *L = rk[d * tp + c]->f[p->grad->id];
         for (int64_t e = 0; e < ir_numel(p); e++) {
-          int64_t gi = global_index(p, e, c);
+          int64_t gi = shard_global_index(p, e, c);
           if (d == 0) asm_[gi] = L[e];
           else dspread = fmax(dspread, fabs(asm_[gi] - L[e]));
         }
@@ -241,14 +185,14 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
     free(asm_);
   }
   printf("     %d gradients, max rel err %.2e, dp spread %.2e\n", ngrads, gmax, dspread);
-  expect(!missing && ngrads > 0 && gmax <= TOL && dspread == 0,
+  shard_expect(!missing && ngrads > 0 && gmax <= TOL && dspread == 0,
          "%s: gathered gradients equal the one-rank gradients (max rel %.2e)", "grads", gmax);
   for (int r = 0; r < nr; r++) ir_interp_free(rk[r]);
   free(rk);
   ir_interp_free(it);
   ir_module_free(ref);
   ir_module_free(sh);
-  return fails != 0;
+  return shard_fails != 0;
 }
 
 int main(int argc, char **argv) {

@@ -32,6 +32,7 @@
 #include "../autodiff/ad_check.h"
 #include "ir/interp.h"
 #include "passes/passes.h"
+#include "tests/shard/shard_util.h"
 #include "tests/support/load.h"
 
 #define TOL 1e-12
@@ -43,37 +44,8 @@
 #define ZERO_GRAD 1e-12
 #define ZERO_TOL 1e-8
 
-static int fails;
 
-static void expect(int ok, const char *fmt, const char *what, double v) {
-  printf("%s ", ok ? "ok  " : "FAIL");
-  printf(fmt, what, v);
-  printf("\n");
-  fails += !ok;
-}
 
-static IrNode *find_leaf(IrModule *m, IrOp op, const char *name) {
-  for (int i = 0; i < m->nnodes; i++)
-    if (m->nodes[i]->op == op && m->nodes[i]->name && !strcmp(m->nodes[i]->name, name))
-      return m->nodes[i];
-  return NULL;
-}
-
-/* Global flat index of local element e of leaf p (a PARAM or STATE,
- * sharded or not) on tp coordinate c (see shard_blocks in ir/ir.h). */
-static int64_t global_index(const IrNode *p, int64_t e, int c) {
-  int64_t idx[IR_MAX_RANK];
-  for (int d = p->rank - 1; d >= 0; d--) idx[d] = e % p->shape[d], e /= p->shape[d];
-  if (p->shard_degree > 1) {
-    int d = p->shard_dim;
-    int64_t B = p->global_shape[d] / p->shard_blocks, b = B / p->shard_degree, j = idx[d];
-    idx[d] = (j / b) * B + c * b + j % b;
-  }
-  int64_t g = 0;
-  for (int d = 0; d < p->rank; d++)
-    g = g * (p->shard_degree > 1 ? p->global_shape[d] : p->shape[d]) + idx[d];
-  return g;
-}
 
 static int count_opt(const IrModule *m, IrOp op, int axis) {
   int k = 0;
@@ -151,7 +123,7 @@ static double compare_leaf(const IrNode *q, const double *R, const IrNode *p, Ir
     for (int c = 0; c < tp; c++) {
       const double *L = rk[d * tp + c]->f[p->id];
       for (int64_t e = 0; e < ir_numel(p); e++) {
-        int64_t gi = global_index(p, e, c);
+        int64_t gi = shard_global_index(p, e, c);
         if (seen[gi]) *spread = fmax(*spread, fabs(asm_[gi] - L[e]));
         else asm_[gi] = L[e], seen[gi] = 1;
       }
@@ -169,7 +141,7 @@ static double compare_leaf(const IrNode *q, const double *R, const IrNode *p, Ir
   free(seen);
   if (!all) {
     printf("FAIL: %s: the shards do not cover the tensor\n", q->name);
-    fails++;
+    shard_fails++;
   }
   return err;
 }
@@ -209,7 +181,7 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on,
     for (int k = 0; k < 3; k++) {
       char name[256];
       snprintf(name, sizeof name, "%s.%s", p->name, state_keys[k]);
-      const IrNode *s = find_leaf(sh, IR_OP_STATE, name);
+      const IrNode *s = shard_find_leaf(sh, IR_OP_STATE, name);
       if (!s) continue;
       nstate++;
       state_ok &= s->rank == p->rank && !memcmp(s->shape, p->shape, sizeof s->shape) &&
@@ -223,14 +195,14 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on,
   }
   printf("     %d trained parameters, %d sharded over tp, %d state tensors\n", nparams,
          nsharded, nstate);
-  expect(state_ok && nstate == (adamw ? 2 : 1) * nparams,
+  shard_expect(state_ok && nstate == (adamw ? 2 : 1) * nparams,
          "%s: state has its parameter's local shape and sharding (%g tensors)", "state",
          (double)nstate);
   int ar_tp = count_opt(sh, IR_OP_ALL_REDUCE, 0), ar_dp = count_opt(sh, IR_OP_ALL_REDUCE, 1);
   int other = count_opt(sh, IR_OP_ALL_GATHER, -1) + count_opt(sh, IR_OP_REDUCE_SCATTER, -1) +
               count_opt(sh, IR_OP_GROUP_COPY, -1);
   int want_tp = tp > 1 && nsharded ? 1 : 0;
-  expect(ar_tp == want_tp && ar_dp == 0 && other == 0,
+  shard_expect(ar_tp == want_tp && ar_dp == 0 && other == 0,
          "%s: the optimizer has %g all_reduce on tp, none on dp, no other collective", "norm",
          (double)want_tp);
   int nopt_ref = 0, nopt_sh = 0;
@@ -238,14 +210,14 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on,
   for (int i = 0; i < sh->nnodes; i++) nopt_sh += sh->nodes[i]->phase == IR_PHASE_OPT;
   int extra = want_tp ? nsharded : 0; /* nsharded - 1 adds and the all_reduce */
   int nadd = count_opt(sh, IR_OP_ADD, -1);
-  expect(nopt_sh == nopt_ref + extra && nadd == (want_tp ? nsharded - 1 : 0),
+  shard_expect(nopt_sh == nopt_ref + extra && nadd == (want_tp ? nsharded - 1 : 0),
          "%s: the one-rank optimizer's nodes plus %g (the sharded sumsqs' adds, all_reduce)",
          "opt", (double)extra);
   int nrep = 0;
   const IrNode *gn = sh->grad_norm;
   for (int j = 0; j < gn->ninputs; j++) nrep += gn->inputs[j]->op == IR_OP_SUMSQ;
   const IrNode *g0 = gn->inputs[0];
-  expect(want_tp ? g0->op == IR_OP_ALL_REDUCE && g0->ia[0] == 0 && g0->ia[1] == tp &&
+  shard_expect(want_tp ? g0->op == IR_OP_ALL_REDUCE && g0->ia[0] == 0 && g0->ia[1] == tp &&
                        g0->phase == IR_PHASE_OPT && nrep == nparams - nsharded &&
                        gn->ninputs == nrep + 1
                  : nrep == nparams && gn->ninputs == nparams,
@@ -260,55 +232,28 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on,
     const char *mesh = "mesh tp = 1, dp = 1 (rank-local shapes)\n";
     char *at = strstr(text[1], mesh);
     if (at) memmove(at, at + strlen(mesh), strlen(at + strlen(mesh)) + 1);
-    expect(at && !strcmp(text[1], text[0]),
+    shard_expect(at && !strcmp(text[1], text[0]),
            "%s: tp = dp = 1 prints the one-rank IR, %g optimizer nodes included", "ir",
            (double)nopt_ref);
     free(text[0]);
     free(text[1]);
   }
-  expect(sh->nupdates == ref->nupdates, "%s: as many updates as one rank (%g)", "updates",
+  shard_expect(sh->nupdates == ref->nupdates, "%s: as many updates as one rank (%g)", "updates",
          (double)ref->nupdates);
 
   /* global values on the reference, every rank's slices */
-  Rng rng = {0x5eed0042};
   IrInterp *it = ir_interp_new(ref);
   int64_t vocab = 0;
   for (int i = 0; i < ref->nnodes; i++)
     if (ref->nodes[i]->op == IR_OP_EMBEDDING) vocab = ref->nodes[i]->inputs[1]->shape[0];
-  IrNode *lr = find_leaf(ref, IR_OP_INPUT, "lr"), *step = find_leaf(ref, IR_OP_INPUT, "step");
-  for (int k = 0; k < ref->nnodes; k++) {
-    const IrNode *n = ref->nodes[k];
-    if (n == lr || n == step) continue;
-    for (int64_t e = 0; n->op == IR_OP_INPUT || n->op == IR_OP_PARAM ? e < ir_numel(n) : 0; e++) {
-      if (n->op == IR_OP_INPUT && n->dtype == IR_I32) it->i[k][e] = (int32_t)rng_int(&rng, vocab);
-      else if (n->op == IR_OP_INPUT) it->f[k][e] = rng_normal(&rng);
-      else if (n->init == IR_INIT_ONES) it->f[k][e] = 1 + 0.2 * rng_normal(&rng);
-      else if (n->init == IR_INIT_ZEROS) it->f[k][e] = 0.2 * rng_normal(&rng);
-      else it->f[k][e] = 0.3 * rng_normal(&rng);
-    }
-  }
+  IrNode *lr = shard_find_leaf(ref, IR_OP_INPUT, "lr");
+  IrNode *step = shard_find_leaf(ref, IR_OP_INPUT, "step");
+  shard_fill_reference(ref, it, vocab, (IrNode *[]){lr, step}, 2);
   int nr = tp * dp;
   IrInterp **rk = calloc((size_t)nr, sizeof *rk);
-  IrNode *slr = find_leaf(sh, IR_OP_INPUT, "lr"), *sstep = find_leaf(sh, IR_OP_INPUT, "step");
-  for (int r = 0; r < nr; r++) {
-    int c = r % tp, d = r / tp;
-    rk[r] = ir_interp_new(sh);
-    for (int k = 0; k < sh->nnodes; k++) {
-      const IrNode *n = sh->nodes[k];
-      if ((n->op != IR_OP_INPUT && n->op != IR_OP_PARAM) || n == slr || n == sstep) continue;
-      const IrNode *g = find_leaf(ref, n->op, n->name);
-      if (!g) {
-        printf("FAIL: %s has no counterpart\n", n->name);
-        return 1;
-      }
-      int64_t ne = ir_numel(n);
-      for (int64_t e = 0; e < ne; e++) {
-        int64_t src = n->op == IR_OP_PARAM ? global_index(n, e, c) : (int64_t)d * ne + e;
-        if (n->dtype == IR_I32) rk[r]->i[k][e] = it->i[g->id][src];
-        else rk[r]->f[k][e] = it->f[g->id][src];
-      }
-    }
-  }
+  IrNode *slr = shard_find_leaf(sh, IR_OP_INPUT, "lr");
+  IrNode *sstep = shard_find_leaf(sh, IR_OP_INPUT, "step");
+  if (shard_fill_ranks(ref, it, sh, rk, tp, dp, (IrNode *[]){slr, sstep}, 2)) return 1;
   IrNode *coef = NULL;
   for (int i = 0; i < ref->nnodes; i++)
     if (ref->nodes[i]->op == IR_OP_CLIP_COEF) coef = ref->nodes[i];
@@ -370,16 +315,16 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on,
     for (int k = 0; k < sh->nnodes; k++) {
       const IrNode *p = sh->nodes[k];
       if (p->op != IR_OP_PARAM && p->op != IR_OP_STATE) continue;
-      const IrNode *q = find_leaf(ref, p->op, p->name);
+      const IrNode *q = shard_find_leaf(ref, p->op, p->name);
       if (!q) {
         printf("FAIL: %s has no one-rank counterpart\n", p->name);
-        fails++;
+        shard_fails++;
         continue;
       }
       if (p->shard_degree > 1 &&
           memcmp(p->global_shape, q->shape, sizeof(int64_t) * (size_t)q->rank)) {
         printf("FAIL: %s: global shape differs from the one-rank shape\n", p->name);
-        fails++;
+        shard_fails++;
         continue;
       }
       double r = compare_leaf(q, it->f[q->id], p, rk, tp, dp,
@@ -393,23 +338,23 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on,
     perr = fmax(perr, pe);
     serr = fmax(serr, se);
   }
-  expect(clip_ok,
+  shard_expect(clip_ok,
          clip_on ? "%s: the coefficient is below 1 at every step (max norm %g)"
                  : "%s: the coefficient is exactly 1 at every step (max norm %g)",
          "clip", clip);
-  expect(norm_err <= TOL && norm_spread == 0,
+  shard_expect(norm_err <= TOL && norm_spread == 0,
          "%s: every rank's grad_norm equals the one-rank norm (max rel %.2e)", "norm", norm_err);
-  expect(perr <= TOL, "%s: parameters after each step equal the one-rank ones (max rel %.2e)",
+  shard_expect(perr <= TOL, "%s: parameters after each step equal the one-rank ones (max rel %.2e)",
          "params", perr);
-  expect(serr <= TOL && nstates > 0,
+  shard_expect(serr <= TOL && nstates > 0,
          "%s: optimizer state after each step equals the one-rank state (max rel %.2e)", "state",
          serr);
   printf("     %lld parameter elements with a zero gradient (|g| <= %g max |g|), "
          "max rel err %.2e\n", (long long)nzero, ZERO_GRAD, zerr);
-  expect(zerr <= ZERO_TOL,
+  shard_expect(zerr <= ZERO_TOL,
          "%s: parameters with a zero gradient: AdamW's rounding noise / eps only (max rel %.2e)",
          "zero", zerr);
-  expect(spread == 0, "%s: copies that must agree are bit-identical (max diff %.2e)", "replicas",
+  shard_expect(spread == 0, "%s: copies that must agree are bit-identical (max diff %.2e)", "replicas",
          spread);
   printf("     compared %d tensors (%d state) over %d steps\n", ncompared, nstates, NSTEPS);
   printf("RESULT %s tp=%d dp=%d %s clip=%s norm %.2e params %.2e state %.2e zero-grad %.2e\n",
@@ -422,7 +367,7 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on,
   ir_interp_free(it);
   ir_module_free(ref);
   ir_module_free(sh);
-  return fails != 0;
+  return shard_fails != 0;
 }
 
 int main(int argc, char **argv) {
