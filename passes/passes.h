@@ -70,7 +70,7 @@ int pass_optimizer(IrModule *m);
  * cannot shard yet (the module must then be freed, not used). */
 int pass_shard(IrModule *m, int tp, int dp, char *err, size_t len);
 
-/* passes/shard.c: after pass_autodiff on a module pass_shard made with
+/* passes/dp_grads.c: after pass_autodiff on a module pass_shard made with
  * dp > 1, before the optimizer: every parameter gradient becomes the mean
  * over the dp ranks, all_reduce(dp) then scale 1/dp (phase W).  No-op when
  * dp == 1.  Returns 0, or -1 after printing an internal error. */
