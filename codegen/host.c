@@ -61,6 +61,7 @@ typedef struct {
   char *err;
   size_t errlen;
   int failed;
+  int *grad_of;        /* per node id: the node id of the PARAM whose p->grad it is, else -1 */
 } Emit;
 
 static void fail(Emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -420,6 +421,17 @@ static void emit_desc(Emit *e, const CgHostInfo *info) {
   fprintf(f, "int main(int argc, char **argv) { return rt_train_main(argc, argv, &model); }\n");
 }
 
+/* After the call that computes n: if n is a parameter's gradient as the
+ * optimizer reads it (p->grad, materialised by the kernel plan), its copy for
+ * --save-grads. */
+static void emit_save_grad(Emit *e, const IrNode *n) {
+  int i = e->grad_of[n->id];
+  if (i < 0) return;
+  char b[96];
+  fprintf(e->out, "  SAVE_GRAD(%" PRId64 ", %s, %" PRId64 "); /* %s */\n", e->lp->offset[i],
+          buf(e, n, b, sizeof b), ir_numel(n), e->m->nodes[i]->name);
+}
+
 int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                  const CgLeafPlan *lp, const CgHostInfo *info, char *err, size_t errlen) {
   int64_t *temp_off = calloc((size_t)kp->ntemps + 1, sizeof(int64_t));
@@ -434,7 +446,18 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
     snprintf(err, errlen, "out of memory");
     return -1;
   }
-  Emit e = {out, m, kp, info->canon, bp, lp, temp_off, param_index, err, errlen, 0};
+  int *grad_of = malloc(sizeof(int) * ((size_t)m->nnodes + 1));
+  if (!grad_of) {
+    free(temp_off);
+    free(param_index);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  for (int i = 0; i < m->nnodes; i++) grad_of[i] = -1;
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad)
+      grad_of[m->nodes[i]->grad->id] = i;
+  Emit e = {out, m, kp, info->canon, bp, lp, temp_off, param_index, err, errlen, 0, grad_of};
   int64_t nparams = 0;
   for (int i = 0; i < m->nnodes; i++)
     if (m->nodes[i]->op == IR_OP_PARAM) nparams += ir_numel(m->nodes[i]);
@@ -455,7 +478,11 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
           "#define ARENA_BYTES %" PRId64 "\n"
           "#define CHECK(call) do { if ((call) != 0) return -1; } while (0)\n"
           "#define F(offset) ((float *)(A + (offset)))   /* a value in the arena */\n"
-          "#define I(offset) ((int32_t *)(A + (offset)))\n\n",
+          "#define I(offset) ((int32_t *)(A + (offset)))\n"
+          "/* --save-grads: parameter gradient g (n floats) to offset off of io->grads */\n"
+          "#define SAVE_GRAD(off, g, n) \\\n"
+          "  do { if (io->grads) memcpy(io->grads + (off), (g), (size_t)(n) * sizeof(float)); "
+          "} while (0)\n\n",
           info->version, base_name(info->source), m->name, nparams, m->nnodes, kp->nkernels,
           m->optimizer ? m->optimizer : "optimizer", arena);
   emit_tables(&e);
@@ -480,12 +507,14 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
     if (runtime) {
       comment(&e, n, "  ");
       emit_runtime(&e, n);
+      emit_save_grad(&e, n);
     }
     for (; next < kp->nkernels && kp->kernels[next].root == i; next++) {
       const CgKernel *kk = &kp->kernels[next];
       for (int j = 0; j < kk->nnodes; j++) comment(&e, m->nodes[kk->nodes[j]], "  ");
       if (!kk->nnodes) fprintf(out, "  /* statistics for a later weight gradient */\n");
       emit_kernel_call(&e, next);
+      for (int j = 0; j < kk->nnodes; j++) emit_save_grad(&e, m->nodes[kk->nodes[j]]);
     }
   }
   if (next != kp->nkernels) fail(&e, "kernel %d runs out of node order", next);
@@ -506,5 +535,6 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
   emit_desc(&e, info);
   free(temp_off);
   free(param_index);
+  free(grad_of);
   return e.failed ? -1 : 0;
 }

@@ -67,6 +67,10 @@ typedef struct {
   int tp_rank, dp_rank;      /* this rank's coordinates */
   float lr;                  /* learning rate of this step, already scheduled */
   float step;                /* 1-based step count (for bias correction) */
+  float *grads;              /* NULL, or params_numel floats: step stores every
+                                parameter's gradient there (at the parameter's
+                                offset, as the optimizer reads it: averaged
+                                over dp, before clipping) */
   /* results */
   float loss;                /* the objective on this rank's rows; the harness
                                 averages it over dp for the log */

@@ -310,6 +310,7 @@ typedef struct {
   RtTrainOpts o;
   const char *prog;
   float *params, *state;
+  float *grads;              /* --save-grads: the first step's gradients */
   void *arena;
   int32_t *tokens, *targets;
   RtData *data;
@@ -331,6 +332,7 @@ static void run_free(Run *r) {
     fprintf(stderr, "%s: %s\n", r->prog, rt_last_error());
   rt_data_close(r->data);
   free(r->params);
+  free(r->grads);
   free(r->state);
   free(r->arena);
   free(r->tokens);
@@ -440,19 +442,21 @@ static int gather_one(Run *r, const RtParamDesc *p, const float *local, int64_t 
   return RT_OK;
 }
 
-/* Writes the weights (ckpt == 0) or a checkpoint at `step`: with several ranks the
- * whole tensors are gathered to world rank 0, which writes; every rank then learns
- * the outcome. Returns an exit code or -1. */
-static int save_out(Run *r, int ckpt, int64_t step) {
+/* Writes a checkpoint at `step` (ckpt == 1), or (ckpt == 0) the tensors `src`
+ * (laid out like the parameters: the weights, or the gradients) as safetensors to
+ * `path`: with several ranks the whole tensors are gathered to world rank 0, which
+ * writes; every rank then learns the outcome. Returns an exit code or -1. */
+static int save_out(Run *r, int ckpt, int64_t step, const float *src, const char *path) {
   const RtModelDesc *m = r->m;
-  const char *what = ckpt ? "--save: " : "--save-weights: ";
-  const float *params = r->params, *state = r->state;
+  const char *what = ckpt ? "--save: " : path == r->o.save_grads ? "--save-grads: "
+                                                                  : "--save-weights: ";
+  const float *params = ckpt ? r->params : src, *state = r->state;
   int rc = RT_OK;
   if (r->tp > 1) {
     if (r->mesh.dp_rank == 0) {
       Whole *w = &r->whole;
       for (int i = 0; i < m->nparams && rc == RT_OK; i++)
-        rc = gather_one(r, &m->params[i], r->params + m->params[i].offset, m->params[i].numel,
+        rc = gather_one(r, &m->params[i], params + m->params[i].offset, m->params[i].numel,
                         w->params ? w->params + w->p[i].offset : NULL);
       for (int i = 0; ckpt && i < m->nstate && rc == RT_OK; i++)
         rc = gather_one(r, &m->params[m->state[i].param], r->state + m->state[i].offset,
@@ -465,7 +469,7 @@ static int save_out(Run *r, int ckpt, int64_t step) {
   }
   if (r->wrank == 0) {
     rc = ckpt ? save_ckpt(r, m, params, state, step)
-              : rt_train_save_weights(m, params, r->o.save_weights);
+              : rt_train_save_weights(m, params, path);
     if (rc) fail(r, 1, what);
   }
   if (r->world) {
@@ -558,6 +562,7 @@ static int train_loop(Run *r, double entropy) {
     io.lr = (float)lr;
     io.step = (float)(t + 1);
     io.loss = io.ce_loss = io.grad_norm = NAN;
+    io.grads = t == r->start ? r->grads : NULL;
     if (m->step(&io)) {
       rt_progress_done(&prog);
       if (!r->world) {
@@ -581,6 +586,13 @@ static int train_loop(Run *r, double entropy) {
     }
     double ms = now_ms() - t0;
     loss = io.loss;
+    if (io.grads) {
+      int rc = save_out(r, 0, 0, r->grads, r->o.save_grads);
+      if (rc >= 0) {
+        rt_progress_done(&prog);
+        return rc;
+      }
+    }
     RtStepStats s = {t, io.loss, lr, io.grad_norm, ms > 0 ? (double)B * T * 1e3 / ms : 0,
                      ms, -1};
     if (show) rt_progress_step(&prog, &s);
@@ -595,7 +607,7 @@ static int train_loop(Run *r, double entropy) {
       }
     }
     if (r->o.save && r->o.save_every && (t + 1) % r->o.save_every == 0 && t + 1 < r->o.steps) {
-      int rc = save_out(r, 1, t + 1);
+      int rc = save_out(r, 1, t + 1, NULL, NULL);
       if (rc >= 0) {
         rt_progress_done(&prog);
         return rc;
@@ -621,7 +633,9 @@ static int run(Run *r) {
   r->arena = alloc64((size_t)m->arena_bytes);
   r->tokens = alloc64(ntok * sizeof(int32_t));
   r->targets = alloc64(ntok * sizeof(int32_t));
-  if (!r->params || !r->state || !r->arena || !r->tokens || !r->targets) {
+  if (r->o.save_grads) r->grads = alloc64((size_t)m->params_numel * sizeof(float));
+  if (!r->params || !r->state || !r->arena || !r->tokens || !r->targets ||
+      (r->o.save_grads && !r->grads)) {
     rt_fail("out of memory for %lld parameter, %lld state floats and an arena of %lld bytes",
             (long long)m->params_numel, (long long)m->state_numel, (long long)m->arena_bytes);
     return fail(r, 3, "internal error: ");
@@ -638,6 +652,8 @@ static int run(Run *r) {
   if ((rc = load_start(r)) >= 0) return rc;
 
   if (r->wrank == 0 && r->o.save_weights && check_out_dir("save-weights", r->o.save_weights))
+    return fail(r, 1, "");
+  if (r->wrank == 0 && r->o.save_grads && check_out_dir("save-grads", r->o.save_grads))
     return fail(r, 1, "");
   if (r->wrank == 0 && r->o.save) {
     /* The checkpoint's parent is created now (as the first save would) and checked. */
@@ -677,11 +693,11 @@ static int run(Run *r) {
   if ((rc = train_loop(r, entropy)) >= 0) return rc;
 
   if (r->o.save_weights) {
-    if ((rc = save_out(r, 0, 0)) >= 0) return rc;
+    if ((rc = save_out(r, 0, 0, r->params, r->o.save_weights)) >= 0) return rc;
     if (!r->o.quiet && r->wrank == 0) printf("weights: %s\n", r->o.save_weights);
   }
   if (r->o.save) {
-    if ((rc = save_out(r, 1, r->o.steps)) >= 0) return rc;
+    if ((rc = save_out(r, 1, r->o.steps, NULL, NULL)) >= 0) return rc;
     if (!r->o.quiet && r->wrank == 0)
       printf("checkpoint: %s (step %lld)\n", r->o.save, (long long)r->o.steps);
   }

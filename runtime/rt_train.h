@@ -68,6 +68,7 @@ typedef struct {
   const char *data;          /* NULL: the built-in corpus */
   const char *init;          /* --init weights */
   const char *save_weights;
+  const char *save_grads;    /* the first step's gradients */
   const char *log;
   const char *save;          /* checkpoint directory */
   const char *resume;

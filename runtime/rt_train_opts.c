@@ -16,7 +16,7 @@
 
 enum {
   OPT_STEPS = 1000, OPT_DATA, OPT_INIT, OPT_SAVE_WEIGHTS, OPT_LR, OPT_SEED, OPT_LOG,
-  OPT_SAVE, OPT_SAVE_EVERY, OPT_RESUME, OPT_THREADS, OPT_QUIET, OPT_HELP
+  OPT_SAVE, OPT_SAVE_EVERY, OPT_RESUME, OPT_THREADS, OPT_QUIET, OPT_HELP, OPT_SAVE_GRADS
 };
 
 static const struct option long_opts[] = {
@@ -24,6 +24,7 @@ static const struct option long_opts[] = {
     {"data", required_argument, NULL, OPT_DATA},
     {"init", required_argument, NULL, OPT_INIT},
     {"save-weights", required_argument, NULL, OPT_SAVE_WEIGHTS},
+    {"save-grads", required_argument, NULL, OPT_SAVE_GRADS},
     {"lr", required_argument, NULL, OPT_LR},
     {"seed", required_argument, NULL, OPT_SEED},
     {"log", required_argument, NULL, OPT_LOG},
@@ -211,6 +212,7 @@ int rt_train_parse_opts(RtTrainOpts *o, int argc, char **argv, const RtModelDesc
     case OPT_DATA:
     case OPT_INIT:
     case OPT_SAVE_WEIGHTS:
+    case OPT_SAVE_GRADS:
     case OPT_LOG:
     case OPT_SAVE:
     case OPT_RESUME:
@@ -218,6 +220,7 @@ int rt_train_parse_opts(RtTrainOpts *o, int argc, char **argv, const RtModelDesc
       if (c == OPT_DATA) o->data = v;
       else if (c == OPT_INIT) o->init = v;
       else if (c == OPT_SAVE_WEIGHTS) o->save_weights = v;
+      else if (c == OPT_SAVE_GRADS) o->save_grads = v;
       else if (c == OPT_LOG) o->log = v;
       else if (c == OPT_SAVE) o->save = v;
       else o->resume = v;

@@ -214,6 +214,12 @@ static int bigram_step(RtStepIO *io) {
     }
   }
 
+  /* --save-grads: the gradients as the optimizer reads them, before clipping */
+  if (io->grads) {
+    memcpy(io->grads + OFF_W, gw, sizeof(float) * (size_t)V * VL);
+    memcpy(io->grads + OFF_B, gb, sizeof(float) * V);
+  }
+
   /* global-norm clipping */
   double sq;
   if (grad_sq(io, gw, gb, &sq)) return RT_ERR;

@@ -271,6 +271,22 @@ def case_weights():
     std = math.sqrt(sum(x * x for x in vals) / len(vals))
     if abs(std - 0.02) > 0.0005 or any(floats(s1["bias"][1])):
         fail(f"init: wte std {std} (want 0.02), bias must be zeros")
+    # --save-grads: the first step's gradients, named and shaped like the weights; the
+    # bias gradient of softmax cross-entropy (mean of p - onehot) sums to zero
+    run("--steps", "3", "--save-grads", path("g1.st"))
+    run("--steps", "1", "--save-grads", path("g2.st"))
+    same_file(path("g1.st"), path("g2.st"), "--save-grads is the first step's")
+    g, _ = read_st(path("g1.st"))
+    if {k: v[0] for k, v in g.items()} != {"wte.weight": [V, V], "bias": [V]}:
+        fail(f"gradients file tensors {[(k, v[0]) for k, v in g.items()]}")
+    gb = floats(g["bias"][1])
+    if not any(gb) or abs(sum(gb)) > 1e-5 * sum(abs(x) for x in gb):
+        fail(f"bias gradient sums to {sum(gb)} (want 0, not all zero)")
+    # from a checkpoint: the gradient of the step the run starts with
+    run("--steps", "1", "--save", path("g.ckpt"))
+    run("--steps", "2", "--resume", path("g.ckpt"), "--save-grads", path("g3.st"))
+    if read_bytes(path("g3.st")) == read_bytes(path("g1.st")):
+        fail("--save-grads after --resume wrote the first step's gradients, not step 2's")
 
 
 def check_error(args, want, needles, env=None, usage=False):
@@ -298,6 +314,7 @@ def case_errors():
     cases = [
         (["--data", path("nope.bin")], 1, ["nope.bin", "cannot open"]),
         (["--data", path("short.bin")], 1, ["short.bin", "5 tokens"]),
+        (["--save-grads", path("nodir/g.st")], 1, ["--save-grads", "nodir"]),
         (["--init", path("shape.st")], 1, ["'wte.weight'", "[256, 255]", "[256, 256]"]),
         (["--init", path("missing.st")], 1, ["'bias'", "[256]"]),
         (["--init", path("nope.st")], 1, ["nope.st"]),

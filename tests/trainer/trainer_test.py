@@ -15,7 +15,9 @@ CASE is one of:
   moe                        the MoE model trains: loss falls over 30 steps
   mesh_gpt2, mesh_llama      trainers for every tp x dp with tp, dp in {1, 2, 4} and
                              tp*dp <= 8 train the same model as one rank from the
-                             same seed: 20 steps, losses within 1e-4 relative; a
+                             same seed: 20 steps, losses within 1e-4 relative,
+                             step-1 gradients (--save-grads, gathered) within
+                             1e-5 relative L2 per tensor; a
                              checkpoint saved under 2x2 resumes under 1x1 like the
                              one-rank run; under mpirun, 4 processes equal 4 threads
 The generated project is built with TRAIN_WERROR=ON: it must compile without
@@ -68,6 +70,39 @@ def train(exe, *args):
     run([exe, "--quiet", "--threads", "2", "--log", log, *args])
     rows = [json.loads(l) for l in open(log)]
     return [r for r in rows if "step" in r]
+
+def load_safetensors(path):
+    """{name: tuple of floats} of an F32 safetensors file (no torch needed)."""
+    import struct
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head, base, out = json.loads(raw[8:8 + n]), 8 + n, {}
+    for name, t in head.items():
+        if name == "__metadata__":
+            continue
+        if t["dtype"] != "F32":
+            sys.exit(f"FAIL: {path}: {name} is {t['dtype']}, expected F32")
+        s, e = t["data_offsets"]
+        out[name] = struct.unpack(f"<{(e - s) // 4}f", raw[base + s:base + e])
+    return out
+
+def grads_rel_l2(ref_path, got_path):
+    """The largest relative L2 difference over the tensors of two gradient files
+    (same names and sizes required), and its tensor."""
+    ref, got = load_safetensors(ref_path), load_safetensors(got_path)
+    if ref.keys() != got.keys():
+        sys.exit(f"FAIL: {got_path} holds {sorted(got)} , {ref_path} {sorted(ref)}")
+    worst, where = 0.0, None
+    for name, r in ref.items():
+        g = got[name]
+        if len(g) != len(r):
+            sys.exit(f"FAIL: {got_path}: {name} has {len(g)} values, expected {len(r)}")
+        den = sum(x * x for x in r) ** 0.5
+        num = sum((x - y) ** 2 for x, y in zip(r, g)) ** 0.5
+        e = num / den if den > 0 else num
+        if e > worst or where is None:
+            worst, where = e, name
+    return worst, where
 
 def torch_ok():
     return os.path.exists(ORACLE_PY) and subprocess.run(
@@ -158,13 +193,21 @@ elif case.startswith("mesh_"):
     data = data_file()
     const = ["--data", data, "--lr", "3e-3", "--steps", "20"]
     one = build(model, defines, "r1")
-    ref = train(one, *const)
-    worst = 0.0
+    grads1 = os.path.join(work, "grads_r1.safetensors")
+    ref = train(one, *const, "--save-grads", grads1)
+    worst = worst_grad = 0.0
     for tp, dp in ((2, 1), (4, 1), (1, 2), (2, 2), (4, 2), (1, 4), (2, 4)):
         exe = build(model, defines, f"r{tp}x{dp}", ["--tp", str(tp), "--dp", str(dp)])
-        got = train(exe, *const)
+        grads = os.path.join(work, f"grads_r{tp}x{dp}.safetensors")
+        got = train(exe, *const, "--save-grads", grads)
         if len(got) != len(ref):
             sys.exit(f"FAIL tp {tp} dp {dp}: {len(got)} steps logged")
+        # step-1 gradients, gathered to whole tensors, against the one-rank trainer's
+        e, name = grads_rel_l2(grads1, grads)
+        worst_grad = max(worst_grad, e)
+        if e > 1e-5:
+            sys.exit(f"FAIL tp {tp} dp {dp}: step-1 gradient of {name} differs by {e:.2e} "
+                     f"(relative L2) from one rank's")
         for r, g in zip(ref, got):
             worst = max(worst, rel(g["loss"], r["loss"]))
             if rel(g["loss"], r["loss"]) > 1e-4 or rel(g["grad_norm"], r["grad_norm"]) > 1e-3:
@@ -207,7 +250,8 @@ elif case.startswith("mesh_"):
                      f"threads backend's {[r['loss'] for r in threads]}")
         note = "mpirun -np 4 equals 4 threads bit for bit"
     print(f"{model}: tp x dp in 2x1 4x1 1x2 2x2 4x2 1x4 2x4 equal one rank over 20 steps "
-          f"(worst loss difference {worst:.1e}); 2x2 -> 1x1 resume; {note}")
+          f"(worst loss difference {worst:.1e}, step-1 gradients {worst_grad:.1e} relative "
+          f"L2); 2x2 -> 1x1 resume; {note}")
 else:
     sys.exit("unknown case " + case)
 print("1 passed, 0 failed")
