@@ -778,6 +778,8 @@ int rt_train_main(int argc, char **argv, const RtModelDesc *model) {
   int rc = rt_train_parse_opts(&r.o, argc, argv, model, stderr);
   if (rc >= 0) return rc;
   if ((model->tp ? model->tp : 1) * (model->dp ? model->dp : 1) > 1) {
+    if (r.o.comm_timeout > 0 && rt_comm_set_timeout(r.o.comm_timeout))
+      return fail(&r, 3, "internal error: --comm-timeout: ");
     rc = run_mesh(model, &r.o, r.prog);
     rt_pool_shutdown();
     fflush(stdout);

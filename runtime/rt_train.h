@@ -58,6 +58,7 @@
 #define RT_TRAIN_MAX_STEPS INT64_C(1000000000000)  /* --steps, --save-every */
 #define RT_TRAIN_MAX_THREADS RT_POOL_MAX_THREADS
 #define RT_TRAIN_MAX_LR 1000.0
+#define RT_TRAIN_MAX_COMM_TIMEOUT 1e6  /* seconds, as rt_comm_set_timeout allows */
 
 #define RT_TRAIN_STATE_FORMAT "parc-train-state"
 #define RT_TRAIN_STATE_VERSION 1
@@ -79,6 +80,7 @@ typedef struct {
   int seed_set;
   int threads;
   int quiet;
+  double comm_timeout;       /* seconds; 0: the communicator's default */
 } RtTrainOpts;
 
 /* Parses argv into o (defaults from the model). Returns -1 to go on training, or the

@@ -6,6 +6,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/rt_train.h"
 
+#include "runtime/rt_comm.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -16,7 +18,8 @@
 
 enum {
   OPT_STEPS = 1000, OPT_DATA, OPT_INIT, OPT_SAVE_WEIGHTS, OPT_LR, OPT_SEED, OPT_LOG,
-  OPT_SAVE, OPT_SAVE_EVERY, OPT_RESUME, OPT_THREADS, OPT_QUIET, OPT_HELP, OPT_SAVE_GRADS
+  OPT_SAVE, OPT_SAVE_EVERY, OPT_RESUME, OPT_THREADS, OPT_QUIET, OPT_HELP, OPT_SAVE_GRADS,
+  OPT_COMM_TIMEOUT
 };
 
 static const struct option long_opts[] = {
@@ -32,6 +35,7 @@ static const struct option long_opts[] = {
     {"save-every", required_argument, NULL, OPT_SAVE_EVERY},
     {"resume", required_argument, NULL, OPT_RESUME},
     {"threads", required_argument, NULL, OPT_THREADS},
+    {"comm-timeout", required_argument, NULL, OPT_COMM_TIMEOUT},
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0}};
@@ -117,6 +121,9 @@ void rt_train_usage(FILE *out, const char *prog, const RtModelDesc *m) {
           "  --resume DIR       continue a --save checkpoint exactly (default: start at step "
           "0)\n"
           "  --threads N        worker threads, 1..%d (default %d: the online CPUs)\n"
+          "  --comm-timeout S   several ranks: a collective or receive waiting longer than S\n"
+          "                     seconds aborts every rank, naming rank, group, op and sizes\n"
+          "                     (default %g, or PARC_COMM_TIMEOUT from the environment)\n"
           "  --quiet            no start line, progress or summary; errors only\n"
           "  --help             this text\n"
           "Exit status: 0 done, 1 bad option value or input file, 2 bad command line, "
@@ -125,7 +132,7 @@ void rt_train_usage(FILE *out, const char *prog, const RtModelDesc *m) {
           m->source ? m->source : "", m->source ? ")" : "", (long long)m->batch,
           (long long)m->seq, (long long)m->vocab, m->optimizer ? m->optimizer : "?",
           (long long)m->steps, RT_TRAIN_MAX_LR, sched, (unsigned long long)m->seed,
-          RT_TRAIN_MAX_THREADS, cpus);
+          RT_TRAIN_MAX_THREADS, cpus, rt_comm_timeout());
 }
 
 /* A malformed command line: the complaint, then the usage; exit 2. */
@@ -195,6 +202,12 @@ int rt_train_parse_opts(RtTrainOpts *o, int argc, char **argv, const RtModelDesc
       o->threads = (int)t;
       break;
     }
+    case OPT_COMM_TIMEOUT:
+      if (parse_f64(v, 0.0, RT_TRAIN_MAX_COMM_TIMEOUT, &o->comm_timeout) || !(o->comm_timeout > 0)) {
+        snprintf(range, sizeof range, "want seconds in (0, %g]", RT_TRAIN_MAX_COMM_TIMEOUT);
+        return bad_value(err, prog, name, v, range);
+      }
+      break;
     case OPT_LR:
       if (parse_f64(v, 0.0, RT_TRAIN_MAX_LR, &o->lr)) {
         snprintf(range, sizeof range, "want a finite learning rate in 0..%g",

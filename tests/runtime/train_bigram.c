@@ -11,6 +11,8 @@
  *   TRAIN_SCHEDULE=s   the DSL schedule (constant / warmup / cosine; default cosine)
  *   TRAIN_AUX=1        adds an auxiliary loss 1e-3 * sum((bias + 1)^2), so loss != ce_loss
  *   TRAIN_FAIL_AT=n    step n (1-based) fails, as a broken kernel would
+ *   TRAIN_STALL=r      on a mesh, world rank r sleeps 5 s before step 2, as a stuck
+ *                      peer would (the others' collectives time out)
  *   TRAIN_BREAK=what   breaks the description: overlap, numel, dup, state
  *   TRAIN_TP=n, TRAIN_DP=m  a tp x dp mesh (default 1 x 1)
  *
@@ -27,6 +29,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/rt_comm.h"
 #include "runtime/rt_err.h"
@@ -79,6 +82,7 @@ static const char *const config_names[] = {"vocab", "d"};
 static const double config_values[] = {V, V};
 
 static long fail_at = -1;
+static long stall_rank = -1;
 static int aux;
 static RtModelDesc model;
 
@@ -174,6 +178,8 @@ static int mesh_fwd_bwd(RtStepIO *io, const float *w, const float *bias, float *
 static int bigram_step(RtStepIO *io) {
   if (fail_at > 0 && io->step == (float)fail_at)
     return rt_fail("bigram step %ld: injected failure (TRAIN_FAIL_AT)", fail_at);
+  if (stall_rank >= 0 && io->step == 2.0f && io->dp_rank * tp + io->tp_rank == stall_rank)
+    nanosleep(&(struct timespec){5, 0}, NULL);
   float *w = io->params + OFF_W, *bias = io->params + OFF_B;
   float *arena = io->arena, *gw = arena + A_GRAD + OFF_W, *gb = arena + A_GRAD + OFF_B;
   float *prob = arena + A_PROB;
@@ -246,6 +252,7 @@ int main(int argc, char **argv) {
   const char *brk = getenv("TRAIN_BREAK");
   aux = getenv("TRAIN_AUX") && !strcmp(getenv("TRAIN_AUX"), "1");
   if (fail) fail_at = strtol(fail, NULL, 10);
+  if (getenv("TRAIN_STALL")) stall_rank = strtol(getenv("TRAIN_STALL"), NULL, 10);
   if (getenv("TRAIN_TP")) tp = (int)strtol(getenv("TRAIN_TP"), NULL, 10);
   if (getenv("TRAIN_DP")) dp = (int)strtol(getenv("TRAIN_DP"), NULL, 10);
   if (tp < 1 || tp > 16 || V % tp || dp < 1 || dp > 16) return 3;

@@ -30,7 +30,7 @@ def path(name):
 def run(mesh, *args, env=None, want=0):
     """Runs the trainer on a tp x dp mesh; checks its exit code; returns (stdout, stderr)."""
     e = dict(os.environ)
-    for k in ("TRAIN_SCHEDULE", "TRAIN_AUX", "TRAIN_FAIL_AT", "TRAIN_BREAK", "TRAIN_TP",
+    for k in ("TRAIN_SCHEDULE", "TRAIN_AUX", "TRAIN_FAIL_AT", "TRAIN_STALL", "TRAIN_BREAK", "TRAIN_TP",
               "TRAIN_DP"):
         e.pop(k, None)
     e.update(env or {})
@@ -186,6 +186,11 @@ def case_errors():
     one_line((2, 1), ["--log", path("no/dir/l.jsonl")], 1, ["--log", "no/dir"])
     run((1, 1), "--steps", "2", "--save", path("good.ckpt"))
     one_line((2, 2), ["--resume", path("good.ckpt"), "--steps", "1"], 1, ["step 2", "--steps 1"])
+    # a stuck rank: the others' collectives give up after --comm-timeout and the run
+    # ends with one line naming the waiting rank, its group and op
+    one_line((2, 2), ["--steps", "3", "--comm-timeout", "0.5"], 3,
+             ["timed out", "rank"], env={"TRAIN_STALL": "3"})
+    one_line((2, 1), ["--comm-timeout", "0"], 1, ["--comm-timeout", "(0, 1e+06]"])
     # a failure after a periodic checkpoint leaves the checkpoint of the last good step
     run((2, 2), "--steps", "9", "--save", path("every.ckpt"), "--save-every", "3",
         env={"TRAIN_FAIL_AT": "8"}, want=3)

@@ -1,0 +1,20 @@
+/* codegen/arena_plan.c -- see arena_plan.h. */
+#include "codegen/arena_plan.h"
+
+#include "codegen/cg_kernels.h"
+#include "codegen/host.h"
+#include "passes/bufplan.h"
+
+int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, char *err, size_t len) {
+  CgKernelPlan kp;
+  if (cg_plan_kernels(m, fuse, &kp, err, len)) return -1;
+  /* as in cg_write_project: a kernel's nodes live from where its root runs */
+  int *pos = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));
+  for (int i = 0; i < m->nnodes; i++)
+    pos[i] = kp.kernel_of[i] >= 0 ? kp.kernels[kp.kernel_of[i]].root : i;
+  BufPlan bp;
+  bufplan_build(m, kp.materialize, cg_results(m), pos, &bp);
+  *arena_bytes = cg_arena_bytes(&kp, &bp, NULL);
+  cg_plan_free(&kp);
+  return 0;
+}
