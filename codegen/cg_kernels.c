@@ -28,6 +28,8 @@ int cg_runtime_op(IrOp op) {
   case IR_OP_VOCAB_EMBEDDING: case IR_OP_VOCAB_EMBEDDING_GRAD: case IR_OP_VOCAB_CROSS_ENTROPY:
   case IR_OP_VOCAB_CROSS_ENTROPY_GRAD: /* collectives inside (rt_route.h) */
   case IR_OP_ALL_REDUCE: case IR_OP_GROUP_COPY: case IR_OP_ALL_GATHER: case IR_OP_REDUCE_SCATTER:
+  case IR_OP_LOCAL_SLICE: case IR_OP_REPLICATE: /* rt_route.h, the rank's coordinate */
+  case IR_OP_FLAT_SHARD: /* reads the rank's coordinate */
     return 1; /* collectives: communicator calls, not kernels */
   default:
     return 0;

@@ -142,6 +142,27 @@ static int64_t lead(const IrNode *x, int keep) {
 
 static int64_t dim(const IrNode *x, int i) { return x->shape[i < 0 ? x->rank + i : i]; }
 
+/* all_gather, replicate, reduce_scatter or local_slice along dimension
+ * ia[2] of [outer, n, inner] (n the whole size): the strided forms in
+ * rt_route.h; local_slice takes the rank's coordinate at run time. */
+static void emit_dim_collective(Emit *e, const IrNode *n, const char *x, const char *out) {
+  int cut = n->op == IR_OP_REDUCE_SCATTER || n->op == IR_OP_LOCAL_SLICE;
+  const IrNode *whole = cut ? n->inputs[0] : n;
+  int d = (int)n->ia[2];
+  int64_t outer = 1, inner = 1;
+  for (int k = 0; k < d; k++) outer *= whole->shape[k];
+  for (int k = d + 1; k < whole->rank; k++) inner *= whole->shape[k];
+  const char *grp = n->ia[0] ? "dp" : "tp";
+  if (n->op == IR_OP_LOCAL_SLICE)
+    fprintf(e->out, "  CHECK(rt_local_slice(%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            ", rt_comm_rank(io->%s_group), %" PRId64 "));\n", out, x, outer, whole->shape[d],
+            inner, grp, n->ia[1]);
+  else
+    fprintf(e->out, "  CHECK(%s(io->%s_group, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n",
+            n->op == IR_OP_REDUCE_SCATTER ? "rt_reduce_scatter_dim" : "rt_all_gather_dim", grp,
+            x, out, outer, whole->shape[d], inner);
+}
+
 /* One runtime call for a node the kernels do not compute. */
 static void emit_runtime(Emit *e, const IrNode *n) {
   char o[96], a0[96], a1[96], a2[96], a3[96], fl[48];
@@ -240,16 +261,39 @@ static void emit_runtime(Emit *e, const IrNode *n) {
     return;
   case IR_OP_VOCAB_CROSS_ENTROPY:
     fprintf(f, "  CHECK(rt_vocab_cross_entropy(io->%s_group, %s, %s, %s, %" PRId64 ", %" PRId64
-            "));\n", n->ia[0] ? "dp" : "tp", out, x, y, lead(in[0], 1), dim(in[0], -1));
+            ", %" PRId64 "));\n", n->ia[0] ? "dp" : "tp", out, x, y, lead(in[0], 1),
+            dim(in[0], -1), n->ia[2]);
     return;
   case IR_OP_VOCAB_CROSS_ENTROPY_GRAD:
     fprintf(f, "  CHECK(rt_vocab_cross_entropy_grad(io->%s_group, %s, %s, %s, %s, %" PRId64
-            ", %" PRId64 "));\n", n->ia[0] ? "dp" : "tp", out, x, y, z, lead(in[0], 1),
-            dim(in[0], -1));
+            ", %" PRId64 ", %" PRId64 "));\n", n->ia[0] ? "dp" : "tp", out, x, y, z,
+            lead(in[0], 1), dim(in[0], -1), n->ia[2]);
     return;
   case IR_OP_ALL_REDUCE:
     fprintf(f, "  CHECK(rt_comm_all_reduce(io->%s_group, %s, %s, %" PRId64 "));\n",
             n->ia[0] ? "dp" : "tp", x, out, ir_numel(n));
+    return;
+  case IR_OP_ALL_GATHER:
+  case IR_OP_REDUCE_SCATTER: { /* the communicator's blocks are contiguous: dim 0 only */
+    int gather = n->op == IR_OP_ALL_GATHER;
+    const IrNode *whole = gather ? n : in[0], *piece = gather ? in[0] : n;
+    if (lead(whole, whole->rank - (int)n->ia[2]) != 1) { /* not contiguous per rank */
+      emit_dim_collective(e, n, x, out);
+      return;
+    }
+    fprintf(f, "  CHECK(rt_comm_%s(io->%s_group, %s, %s, (const int64_t[]){", ir_op_info[n->op].name,
+            n->ia[0] ? "dp" : "tp", x, out);
+    for (int64_t r = 0; r < n->ia[1]; r++)
+      fprintf(f, "%s%" PRId64, r ? ", " : "", ir_numel(piece));
+    fprintf(f, "}));\n");
+    return;
+  }
+  case IR_OP_FLAT_SHARD: /* ZeRO-1: this rank's piece, zero-padded */
+    fprintf(f, "  CHECK(rt_comm_flat_piece(io->%s_group, %s, %" PRId64 ", %s, %" PRId64 "));\n",
+            n->ia[0] ? "dp" : "tp", x, ir_numel(in[0]), out, ir_numel(n));
+    return;
+  case IR_OP_REPLICATE: case IR_OP_LOCAL_SLICE:
+    emit_dim_collective(e, n, x, out);
     return;
   case IR_OP_GROUP_COPY: /* identity forward; its gradient is the all-reduce */
     fprintf(f, "  memcpy(%s, %s, %" PRId64 " * sizeof(float));\n", out, x, ir_numel(n));
@@ -377,7 +421,7 @@ static void emit_desc(Emit *e, const CgHostInfo *info) {
       batch = n->shape[0], seq = n->shape[1];
     if (n->op == IR_OP_CROSS_ENTROPY && n->phase == IR_PHASE_FWD) vocab = dim(n->inputs[0], -1);
     if (n->op == IR_OP_VOCAB_CROSS_ENTROPY && n->phase == IR_PHASE_FWD)
-      vocab = dim(n->inputs[0], -1) * n->ia[1]; /* the whole vocabulary */
+      vocab = n->ia[2]; /* the whole vocabulary, padding left out */
   }
   fprintf(f, "static const char *const config_names[] = {");
   for (int i = 0; i < m->nconfig; i++) {
@@ -398,7 +442,8 @@ static void emit_desc(Emit *e, const CgHostInfo *info) {
   int dp = m->mesh_dp > 1 ? m->mesh_dp : 1;
   fprintf(f, ",\n    .vocab = %" PRId64 ", .batch = %" PRId64 ", .seq = %" PRId64 ",\n", vocab,
           batch * dp, seq);
-  fprintf(f, "    .tp = %d, .dp = %d,\n", m->mesh_tp > 1 ? m->mesh_tp : 1, dp);
+  fprintf(f, "    .tp = %d, .dp = %d, .zero = %d,\n", m->mesh_tp > 1 ? m->mesh_tp : 1, dp,
+          m->mesh_zero > 1 ? m->mesh_zero : 0);
   fprintf(f, "    .nparams = %d, .params = params, .params_numel = %" PRId64 ",\n", np,
           e->lp->params_numel);
   fprintf(f, "    .nstate = %d, .state = state, .state_numel = %" PRId64 ",\n", ns,

@@ -6,6 +6,11 @@
  *   DIR/kernels_cpu.o    the fused kernels, native code through LLVM
  *   DIR/kernels_cpu.ll   the same, as optimized LLVM IR to read
  *   DIR/plan.json        everything the compiler decided
+ *   DIR/kernels.cu       with CG_TARGET_CUDA: the kernels as CUDA C (codegen/kir_cuda.h),
+ *   DIR/kernels_cuda.h   their launchers' prototypes, DIR/nvcc_report.cmake (saves
+ *                        ptxas -v to build/ptxas_report.txt); CMakeLists.txt builds
+ *                        them into parc_kernels_cuda when configured -DPARC_CUDA=ON
+ *   (train.c, kernels.h and kernels_cpu.* are written only with CG_TARGET_CPU)
  *
  * The module must have been through autodiff and the optimizer pass. */
 #ifndef PARC_CG_PROJECT_H
@@ -24,7 +29,11 @@ typedef struct {
   int generic_cpu;         /* 1: baseline x86-64 kernels, portable */
   const Cost *cost;
   const Layout *layout;
+  int targets;             /* CG_TARGET_* bits; 0 means CG_TARGET_CPU */
+  const char *cuda_arch;   /* CMake CUDA architectures, "80;90" when NULL */
 } CgProject;
+
+enum { CG_TARGET_CPU = 1, CG_TARGET_CUDA = 2 };
 
 /* Returns 0 and the trainer's arena size in *arena_bytes, or -1 with a
  * one-line reason in err. */

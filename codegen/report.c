@@ -32,6 +32,47 @@ static void row(FILE *out, const char *what, double p, double w, double g, doubl
           bytes(d, sizeof d, p * opt), bytes(e, sizeof e, p * (w + g + master + opt)));
 }
 
+/* The pipeline section (--pp above 1): per stage its chunks' layers, FLOPs
+ * and activations of one microbatch, the simulated peak of stashed
+ * activations, and the bubble simulated next to the analytic value. */
+static void pipeline(FILE *out, const PpPlan *p, int tp) {
+  const PpStages *st = &p->st;
+  const PpSim *sim = &p->sim;
+  int P = st->nstages, V = st->nvirtual;
+  char a[32], b[32], c[32], d[32], e[32];
+  fprintf(out, "pipeline: %s, %d stages", pp_schedule_name[p->req.schedule], P);
+  if (V > 1) fprintf(out, " x %d virtual (%d chunks, chunk c on stage c %% %d)", V, st->nchunks, P);
+  fprintf(out, ", %d microbatches\n", st->microbatches);
+  fprintf(out, "  simulated at %.0f TFLOP/s per rank, %.0f GB/s and %.0f us a transfer between "
+          "stages\n", PP_SIM_FLOPS_PER_S / 1e12, PP_SIM_LINK_BYTES_PER_S / 1e9,
+          PP_SIM_LINK_LATENCY_S * 1e6);
+  if (tp > 1)
+    fprintf(out, "  (FLOPs are per tp rank; stashed activations are whole over the tp group, an "
+            "upper bound)\n");
+  for (int s = 0; s < P; s++) {
+    fprintf(out, "  stage %d:%s", s, V > 1 ? "\n" : "");
+    for (int k = s; k < st->nchunks; k += P) {
+      const PpChunk *ch = &st->chunks[k];
+      if (V > 1) fprintf(out, "    chunk %d:", k);
+      fprintf(out, " layers %d-%d%s%s, %" PRId64 " parameters\n", ch->first_layer,
+              ch->first_layer + ch->nlayers - 1, ch->embedding ? " + embedding" : "",
+              ch->head ? " + head and loss" : "", ch->params);
+      fprintf(out, "    %sper microbatch: F %s, B %s, W %s; stash %s, sends %s\n",
+              V > 1 ? "  " : "", flops(a, sizeof a, ch->flops_f), flops(b, sizeof b, ch->flops_b),
+              flops(c, sizeof c, ch->flops_w), bytes(d, sizeof d, (double)ch->stash_bytes),
+              bytes(e, sizeof e, (double)ch->boundary_bytes));
+    }
+    fprintf(out, "    peak %d microbatch%s in flight: %s of activations; busy %.4g of %.4g ms\n",
+            sim->peak_inflight[s], V > 1 ? "-chunk(s)" : sim->peak_inflight[s] == 1 ? "" : "es",
+            bytes(a, sizeof a, (double)sim->peak_stash_bytes[s]), sim->busy[s] * 1e3,
+            sim->makespan * 1e3);
+  }
+  static const char *const formula[PP_NSCHEDULES] = {"(P-1)/M", "(P-1)/M", "(P-1)/(V M)",
+                                                     "(P-1)(F+B-W)/(M(F+B+W))"};
+  fprintf(out, "  bubble (idle / busy): simulated %.4f, analytic %.4f = %s\n", sim->bubble,
+          p->analytic_bubble, formula[p->req.schedule]);
+}
+
 void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
   char a[64], b[64];
   int ranks = lay->tp * lay->pp * lay->dp;
@@ -58,8 +99,11 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
     if (st->nlayers) fprintf(out, "layers %d-%d, ", st->first_layer, st->first_layer + st->nlayers - 1);
     else fprintf(out, "no layers, ");
     fprintf(out, "per rank: %" PRId64 " parameters\n", st->params);
-    row(out, "fp32", p, 4, 4, 0, 8);
-    row(out, "bf16 mixed", p, 2, 2, 4, 8);
+    /* ZeRO-1: each dp rank keeps 1/dp of the optimizer state (and master) */
+    double z = lay->zero >= 1 && lay->dp > 1 ? lay->dp : 1;
+    row(out, "fp32", p, 4, 4, 0, 8 / z);
+    row(out, "bf16 mixed", p, 2, 2, 4 / z, 8 / z);
+    if (z > 1) fprintf(out, "    (--zero 1: optimizer state sharded over the %d dp ranks)\n", lay->dp);
   }
   static const char *const group[] = {"tp", "dp"};
   static const char *const kind[] = {"all-reduce", "all-gather", "reduce-scatter"};
@@ -78,4 +122,5 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
   if (c->arena_bytes)
     fprintf(out, "activation arena (planned, fp32): %s (%" PRId64 " bytes), allocated exactly by "
             "the trainer\n", bytes(a, sizeof a, (double)c->arena_bytes), c->arena_bytes);
+  if (c->pipe) pipeline(out, c->pipe, lay->tp);
 }

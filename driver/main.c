@@ -14,9 +14,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "codegen/arena_plan.h"
 #include "codegen/project.h"
 #include "codegen/report.h"
+#include "codegen/timeline.h"
 #include "frontend/build.h"
 #include "frontend/lower.h"
 #include "passes/passes.h"
@@ -46,12 +49,39 @@ static void usage(FILE *out) {
           "                         --pp/--ep above 1 are not generated yet)\n"
           "      --no-fuse          one kernel per operation (for checking fusion)\n"
           "      --cpu host|generic kernels for this machine's CPU (default) or any x86-64\n"
+          "      --target cpu|cuda|all  what -o generates: cpu: the CPU trainer (train.c,\n"
+          "                         kernels_cpu.o); cuda: the kernels as CUDA C (kernels.cu,\n"
+          "                         kernels_cuda.h; the GPU trainer is not generated yet);\n"
+          "                         all: both.  Default: all when nvcc is found ($CUDACXX,\n"
+          "                         PATH, /usr/local/cuda/bin), else cpu.  The generated\n"
+          "                         CMakeLists builds kernels.cu only with -DPARC_CUDA=ON\n"
+          "      --cuda-arch LIST   GPU architectures for kernels.cu, e.g. 80,90 (default 80;90)\n"
           "      --emit ir|dot      print the IR as text or as a Graphviz graph to stdout\n"
+          "      --emit timeline|trace  with --pp above 1: print the simulated pipeline\n"
+          "                         schedule to stdout as an SVG picture (a row per stage,\n"
+          "                         F/B/W boxes per microbatch) or as Chrome trace JSON\n"
+          "                         (open in Perfetto or chrome://tracing)\n"
           "  -D NAME=VALUE          override a config or train value (-D layers=2 -D batch=4)\n"
           "      --tp N             tensor-parallel degree (default 1)\n"
           "      --pp N             pipeline-parallel degree (default 1)\n"
+          "      --schedule S       pipeline schedule: gpipe, 1f1b (default), interleaved\n"
+          "                         (1F1B over virtual stages) or zb (ZB-H1, zero bubble)\n"
+          "      --microbatches M   microbatches a step through the pipeline (default: the\n"
+          "                         train section's microbatches if above 1, else --pp);\n"
+          "                         must divide the batch per dp rank\n"
+          "      --virtual-stages V chunks of layers per stage, interleaved only (default 2)\n"
+          "      --stage-layers L   layers per stage (per chunk with interleaved), e.g.\n"
+          "                         3,5,4 (default: balanced by the cost model's FLOPs)\n"
           "      --dp N             data-parallel degree (default 1)\n"
+          "      --sp               sequence parallelism over the tp group (the sequence\n"
+          "                         must divide by tp; no effect with --tp 1)\n"
           "      --ep N             expert-parallel degree, carved from dp (default 1)\n"
+          "      --zero 0|1         ZeRO stage: 1 shards the optimizer state over the dp ranks\n"
+          "                         (reduce-scatter gradients, update the rank's piece,\n"
+          "                         all-gather parameters); a no-op with dp 1 (default 0)\n"
+          "      --bucket-mb X      MiB of gradient per bucket of the dp reduction, each\n"
+          "                         bucket one collective issued as soon as it is complete in\n"
+          "                         the backward pass (default 25)\n"
           "      --dump-after PASS  print the IR after PASS (lower");
   for (int i = 0; pass_name(i); i++) fprintf(out, ", %s", pass_name(i));
   fprintf(out,
@@ -74,6 +104,46 @@ static int parse_degree(const char *flag, const char *s, int *out) {
     return 0;
   }
   *out = (int)v;
+  return 1;
+}
+
+static int parse_schedule(const char *s, PpRequest *req) {
+  for (int k = 0; k < PP_NSCHEDULES; k++)
+    if (!strcmp(s, pp_schedule_name[k])) {
+      req->schedule = (PpScheduleKind)k;
+      req->schedule_given = 1;
+      return 1;
+    }
+  fprintf(stderr, "parc: error: --schedule '%s': expected gpipe, 1f1b, interleaved or zb\n", s);
+  return 0;
+}
+
+/* --stage-layers 3,5,4: a malloc'd list (freed at exit), each at least 1. */
+static int parse_stage_layers(const char *s, PpRequest *req) {
+  int n = 1;
+  for (const char *p = s; *p; p++) n += *p == ',';
+  int *v = n <= LAYOUT_MAX_DEGREE ? calloc((size_t)n, sizeof *v) : NULL;
+  const char *p = s;
+  for (int i = 0; v && i < n; i++) {
+    char *end;
+    errno = 0;
+    long x = strtol(p, &end, 10);
+    if (end == p || (*end && *end != ',') || errno || x < 1 || x > LAYOUT_MAX_DEGREE) {
+      free(v);
+      v = NULL;
+      break;
+    }
+    v[i] = (int)x;
+    p = *end ? end + 1 : end;
+  }
+  if (!v) {
+    fprintf(stderr, "parc: error: --stage-layers '%s': expected layer counts like 3,5,4, each "
+            "at least 1\n", s);
+    return 0;
+  }
+  free((void *)req->stage_layers);
+  req->stage_layers = v;
+  req->nstage_layers = n;
   return 1;
 }
 
@@ -111,12 +181,63 @@ typedef struct {
   Layout lay;
   Override *ov;
   int nov;
-  int verify, timing, no_fuse, generic_cpu;
+  int targets;               /* CG_TARGET_* bits; 0 until chosen (see default_targets) */
+  const char *cuda_arch;     /* CMake CUDA_ARCHITECTURES list, ';'-separated */
+  int verify, timing, no_fuse, generic_cpu, sp;
+  int64_t bucket_bytes;      /* --bucket-mb in bytes; 0: the default */
+  PpRequest pipe;            /* --schedule, --microbatches, --virtual-stages, --stage-layers */
 } Options;
+
+/* 1 if an nvcc is found: $CUDACXX (as CMake takes it), PATH, /usr/local/cuda. */
+static int have_nvcc(void) {
+  const char *cx = getenv("CUDACXX");
+  if (cx && *cx) return access(cx, X_OK) == 0;
+  const char *path = getenv("PATH");
+  char buf[PATH_MAX];
+  while (path && *path) {
+    size_t n = strcspn(path, ":");
+    if (n > 0 && n + 6 < sizeof buf) {
+      snprintf(buf, sizeof buf, "%.*s/nvcc", (int)n, path);
+      if (access(buf, X_OK) == 0) return 1;
+    }
+    path += n + (path[n] == ':');
+  }
+  return access("/usr/local/cuda/bin/nvcc", X_OK) == 0;
+}
+
+/* --cuda-arch: entries like 80, 90a, 90-real, or native / all / all-major,
+ * separated by ',' or ';'; returned ';'-separated (a CMake list), or NULL
+ * after an error message. */
+static const char *cuda_arch_list(const char *s) {
+  static char out[256];
+  size_t n = strlen(s);
+  int ok = n > 0 && n < sizeof out;
+  for (size_t i = 0; ok && i <= n;) {
+    size_t t = strcspn(s + i, ",;");
+    const char *e = s + i;
+    size_t d = 0;
+    while (d < t && e[d] >= '0' && e[d] <= '9') d++;
+    int word = (t == 6 && !strncmp(e, "native", 6)) || (t == 3 && !strncmp(e, "all", 3)) ||
+               (t == 9 && !strncmp(e, "all-major", 9));
+    const char *rest = e + d;
+    size_t r = t - d;
+    if (r && rest[0] >= 'a' && rest[0] <= 'z') rest++, r--;  /* 90a */
+    int num = d >= 2 && (r == 0 || (r == 5 && !strncmp(rest, "-real", 5)) ||
+                         (r == 8 && !strncmp(rest, "-virtual", 8)));
+    ok = word || num;
+    i += t + 1;
+  }
+  if (!ok) {
+    fprintf(stderr, "parc: error: --cuda-arch '%s': expected a list like 80,90 (or native)\n", s);
+    return NULL;
+  }
+  for (size_t i = 0; i <= n; i++) out[i] = s[i] == ',' ? ';' : s[i];
+  return out;
+}
 
 static int parse_args(int argc, char **argv, Options *o) {
   enum { O_EMIT = 256, O_TP, O_PP, O_DP, O_EP, O_DUMP, O_NOVERIFY, O_TIME, O_VERSION, O_NOFUSE,
-         O_CPU };
+         O_CPU, O_SP, O_ZERO, O_BUCKET };
   static const struct option longs[] = {
       {"output", required_argument, 0, 'o'},  {"emit", required_argument, 0, O_EMIT},
       {"tp", required_argument, 0, O_TP},     {"pp", required_argument, 0, O_PP},
@@ -125,8 +246,13 @@ static int parse_args(int argc, char **argv, Options *o) {
       {"no-verify", no_argument, 0, O_NOVERIFY}, {"time", no_argument, 0, O_TIME},
       {"help", no_argument, 0, 'h'},          {"version", no_argument, 0, O_VERSION},
       {"no-fuse", no_argument, 0, O_NOFUSE},  {"cpu", required_argument, 0, O_CPU},
+      {"sp", no_argument, 0, O_SP},
+      {"zero", required_argument, 0, O_ZERO}, {"bucket-mb", required_argument, 0, O_BUCKET},
+      {"target", required_argument, 0, 512}, {"cuda-arch", required_argument, 0, 513},
+      {"schedule", required_argument, 0, 600}, {"microbatches", required_argument, 0, 601},
+      {"virtual-stages", required_argument, 0, 602}, {"stage-layers", required_argument, 0, 603},
       {0, 0, 0, 0}};
-  o->lay = (Layout){1, 1, 1, 1};
+  o->lay = (Layout){1, 1, 1, 1, 0};
   o->verify = 1;
   o->ov = calloc((size_t)argc + 1, sizeof *o->ov);
   if (!o->ov) return EXIT_INTERNAL;
@@ -136,8 +262,9 @@ static int parse_args(int argc, char **argv, Options *o) {
     switch (c) {
     case 'o': o->outdir = optarg; break;
     case O_EMIT:
-      if (strcmp(optarg, "ir") && strcmp(optarg, "dot")) {
-        fprintf(stderr, "parc: error: --emit '%s': expected ir or dot\n", optarg);
+      if (strcmp(optarg, "ir") && strcmp(optarg, "dot") && strcmp(optarg, "timeline") &&
+          strcmp(optarg, "trace")) {
+        fprintf(stderr, "parc: error: --emit '%s': expected ir, dot, timeline or trace\n", optarg);
         return EXIT_BAD;
       }
       o->emit = optarg;
@@ -156,6 +283,26 @@ static int parse_args(int argc, char **argv, Options *o) {
     case O_PP: if (!parse_degree("--pp", optarg, &o->lay.pp)) return EXIT_BAD; break;
     case O_DP: if (!parse_degree("--dp", optarg, &o->lay.dp)) return EXIT_BAD; break;
     case O_EP: if (!parse_degree("--ep", optarg, &o->lay.ep)) return EXIT_BAD; break;
+    case O_ZERO:
+      if (strcmp(optarg, "0") && strcmp(optarg, "1")) {
+        fprintf(stderr, "parc: error: --zero '%s': must be 0 or 1\n", optarg);
+        return EXIT_BAD;
+      }
+      o->lay.zero = optarg[0] - '0';
+      break;
+    case O_BUCKET: {
+      char *end;
+      errno = 0;
+      double mb = strtod(optarg, &end);
+      if (!*optarg || *end || errno || !(mb > 0 && mb <= 1048576)) {
+        fprintf(stderr, "parc: error: --bucket-mb '%s': must be a number in (0, 1048576]\n",
+                optarg);
+        return EXIT_BAD;
+      }
+      o->bucket_bytes = (int64_t)(mb * 1048576.0);
+      if (o->bucket_bytes < 4) o->bucket_bytes = 4;
+      break;
+    }
     case O_DUMP: {
       int ok = !strcmp(optarg, "lower");
       for (int i = 0; pass_name(i); i++) ok |= !strcmp(optarg, pass_name(i));
@@ -168,6 +315,7 @@ static int parse_args(int argc, char **argv, Options *o) {
     }
     case O_NOVERIFY: o->verify = 0; break;
     case O_NOFUSE: o->no_fuse = 1; break;
+    case O_SP: o->sp = 1; break;
     case O_CPU:
       if (strcmp(optarg, "host") && strcmp(optarg, "generic")) {
         fprintf(stderr, "parc: error: --cpu '%s': expected host or generic\n", optarg);
@@ -176,6 +324,30 @@ static int parse_args(int argc, char **argv, Options *o) {
       o->generic_cpu = !strcmp(optarg, "generic");
       break;
     case O_TIME: o->timing = 1; break;
+    case 512: /* --target */
+      if (!strcmp(optarg, "cpu")) o->targets = CG_TARGET_CPU;
+      else if (!strcmp(optarg, "cuda")) o->targets = CG_TARGET_CUDA;
+      else if (!strcmp(optarg, "all")) o->targets = CG_TARGET_CPU | CG_TARGET_CUDA;
+      else {
+        fprintf(stderr, "parc: error: --target '%s': expected cpu, cuda or all\n", optarg);
+        return EXIT_BAD;
+      }
+      break;
+    case 513: /* --cuda-arch */
+      if (!(o->cuda_arch = cuda_arch_list(optarg))) return EXIT_BAD;
+      break;
+    case 600: /* --schedule */
+      if (!parse_schedule(optarg, &o->pipe)) return EXIT_BAD;
+      break;
+    case 601: /* --microbatches */
+      if (!parse_degree("--microbatches", optarg, &o->pipe.microbatches)) return EXIT_BAD;
+      break;
+    case 602: /* --virtual-stages */
+      if (!parse_degree("--virtual-stages", optarg, &o->pipe.virtual_stages)) return EXIT_BAD;
+      break;
+    case 603: /* --stage-layers */
+      if (!parse_stage_layers(optarg, &o->pipe)) return EXIT_BAD;
+      break;
     case 'h': usage(stdout); exit(0);
     case O_VERSION: printf("parc %s\n", PARC_VERSION); exit(0);
     case ':':
@@ -204,8 +376,42 @@ static int parse_args(int argc, char **argv, Options *o) {
   return 0;
 }
 
+/* The per-rank plan for a report without -o (pp = ep = 1): the rank-local
+ * module's activation arena and, with several ranks, its communication, into
+ * cost.  The module m has been through every pass unsharded; a sharded copy
+ * is lowered afresh.  Returns 0, or -1 with the reason in why (the report
+ * then says what it could not plan; the compile itself is fine). */
+static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, char *why,
+                      size_t len) {
+  if (o->lay.tp * o->lay.dp == 1) return cg_plan_arena(m, !o->no_fuse, &cost->arena_bytes, why, len);
+  IrModule *r = lower_program(prog, o->ov, o->nov);
+  if (!r) {
+    snprintf(why, len, "internal error: the model did not lower a second time");
+    return -1;
+  }
+  PassOptions popt = {.verify = o->verify, .stop_after = "dce", .zero = o->lay.zero,
+                      .bucket_bytes = o->bucket_bytes};
+  int rc = pass_run_all(r, &popt) ? -1 : 0;
+  if (rc) snprintf(why, len, "internal error: passes");
+  if (!rc && pass_shard(r, o->lay.tp, o->lay.dp, o->sp, why, len)) rc = -1;
+  popt.stop_after = NULL;
+  popt.start_after = "dce";
+  if (!rc && pass_run_all(r, &popt)) {
+    snprintf(why, len, "internal error: passes after sharding");
+    rc = -1;
+  }
+  if (!rc) {
+    comm_analyze(r, &cost->comm);
+    cost->has_comm = 1;
+    rc = cg_plan_arena(r, !o->no_fuse, &cost->arena_bytes, why, len);
+  }
+  ir_module_free(r);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   Options o = {0};
+  PpPlan pipe = {0}; /* --pp above 1: stages, schedule, simulated timeline */
   int rc = parse_args(argc, argv, &o);
   if (rc) {
     free(o.ov);
@@ -238,7 +444,7 @@ int main(int argc, char **argv) {
   }
   /* The forward module first: the layout is checked and costed on it. */
   PassOptions popt = {.verify = o.verify, .dump_after = o.dump_after, .dump = stdout,
-                      .stop_after = "dce"};
+                      .stop_after = "dce", .zero = o.lay.zero, .bucket_bytes = o.bucket_bytes};
   if (pass_run_all(m, &popt)) {
     rc = EXIT_INTERNAL;
     goto done;
@@ -247,17 +453,22 @@ int main(int argc, char **argv) {
     rc = EXIT_BAD;
     goto done;
   }
+  o.pipe.emit = o.emit;
+  if (pp_request_check(m, &o.lay, &o.pipe, stderr)) {
+    rc = EXIT_BAD;
+    goto done;
+  }
   Cost cost;
   cost_analyze(m, &o.lay, &cost);
   FILE *rep = o.emit || o.dump_after ? stderr : stdout;
   int ranks = o.lay.tp * o.lay.pp * o.lay.dp;
-  if (o.outdir && ranks > 1) {
+  if (o.outdir && ranks > 1 && o.lay.pp == 1) { /* pipelines: refused after their plan */
     /* a trainer for several ranks runs the rank-local module */
     char why[512] = "";
     if (o.lay.pp > 1 || o.lay.ep > 1)
       snprintf(why, sizeof why, "-o with --pp or --ep above 1: code generation for pipeline "
                "and expert parallelism is not implemented yet; the report above is exact");
-    else if (pass_shard(m, o.lay.tp, o.lay.dp, why, sizeof why) && !why[0])
+    else if (pass_shard(m, o.lay.tp, o.lay.dp, o.sp, why, sizeof why) && !why[0])
       snprintf(why, sizeof why, "the partitioner failed");
     if (why[0]) {
       cg_report(rep, m, &o.lay, &cost);
@@ -276,9 +487,29 @@ int main(int argc, char **argv) {
     comm_analyze(m, &cost.comm);
     cost.has_comm = 1;
   }
+  if (o.lay.pp > 1) {
+    /* the pipeline plan on the differentiated module; the report's stages follow it */
+    char why[512];
+    if (pp_plan(m, &o.lay, &o.pipe, &pipe, why, sizeof why)) {
+      fprintf(stderr, "parc: internal error: %s\n", why);
+      rc = EXIT_INTERNAL;
+      goto done;
+    }
+    cost_analyze_split(m, &o.lay, pipe.st.chunk_layers, pipe.st.nchunks, &cost);
+    cost.pipe = &pipe;
+  }
   double t3 = now();
   if (o.emit && !strcmp(o.emit, "ir")) ir_print(stdout, m);
   if (o.emit && !strcmp(o.emit, "dot")) ir_print_dot(stdout, m);
+  if (o.emit && !strcmp(o.emit, "timeline")) cg_timeline_svg(stdout, m->name, &pipe);
+  if (o.emit && !strcmp(o.emit, "trace")) cg_timeline_trace(stdout, m->name, &pipe);
+  if (o.outdir && o.lay.pp > 1) {
+    cg_report(rep, m, &o.lay, &cost);
+    fprintf(stderr, "parc: error: -o with --pp or --ep above 1: code generation for pipeline "
+            "and expert parallelism is not implemented yet; the report above is exact\n");
+    rc = EXIT_BAD;
+    goto done;
+  }
   if (o.outdir) {
     if (make_dir(o.outdir)) {
       fprintf(stderr, "parc: error: cannot create directory '%s': %s\n", o.outdir,
@@ -286,7 +517,10 @@ int main(int argc, char **argv) {
       rc = EXIT_BAD;
       goto done;
     }
-    CgProject proj = {o.outdir, o.model, PARC_VERSION, !o.no_fuse, o.generic_cpu, &cost, &o.lay};
+    int targets = o.targets ? o.targets
+                            : have_nvcc() ? CG_TARGET_CPU | CG_TARGET_CUDA : CG_TARGET_CPU;
+    CgProject proj = {o.outdir, o.model, PARC_VERSION, !o.no_fuse, o.generic_cpu, &cost, &o.lay,
+                      targets, o.cuda_arch};
     char why[512];
     if (cg_write_project(m, &proj, &cost.arena_bytes, why, sizeof why)) {
       fprintf(stderr, "parc: error: %s\n", why);
@@ -294,7 +528,15 @@ int main(int argc, char **argv) {
       goto done;
     }
   }
+  char unplanned[512] = "";
+  double t4 = now();
+  if (!o.outdir && !o.emit && !o.dump_after && o.lay.pp == 1 && o.lay.ep == 1 &&
+      plan_ranks(&prog, &o, m, &cost, unplanned, sizeof unplanned) && !unplanned[0])
+    snprintf(unplanned, sizeof unplanned, "unknown reason");
+  double t5 = now();
   cg_report(rep, m, &o.lay, &cost);
+  if (unplanned[0])
+    fprintf(rep, "per-rank activation arena and communication: not planned (%s)\n", unplanned);
   if (o.outdir) {
     FILE *f = open_out(o.outdir, "report.txt");
     if (f) {
@@ -312,9 +554,13 @@ int main(int argc, char **argv) {
              o.outdir, o.outdir, o.outdir, o.outdir);
   }
   if (o.timing)
-    fprintf(stderr, "time: parse %.2f ms, lower %.2f ms, passes %.2f ms, total %.2f ms\n",
-            (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3, (now() - t0) * 1e3);
+    fprintf(stderr, "time: parse %.2f ms, lower %.2f ms, passes %.2f ms, total %.2f ms "
+            "(of it: report's per-rank plan %.2f ms, -o project %.2f ms)\n",
+            (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3, (now() - t0) * 1e3,
+            (t5 - t4) * 1e3, (t4 - t3) * 1e3);
 done:
+  pp_plan_free(&pipe);
+  free((void *)o.pipe.stage_layers);
   ir_module_free(m);
   arena_free(&parse_arena);
   source_free(&user);

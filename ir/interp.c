@@ -624,22 +624,27 @@ static int eval_cross_entropy(Ctx *c) {
   const int32_t *tg = IDX(c, 1);
   if (check_ids(c, tg, np, V, "target")) return -1;
   int grad = c->n->op == IR_OP_CROSS_ENTROPY_GRAD || c->n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD;
-  if ((c->n->op == IR_OP_VOCAB_CROSS_ENTROPY || c->n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD) &&
-      c->n->ia[1] != 1)
-    return fail(c, "a group of %lld ranks: run the module with ir_interp_run_mesh",
-                (long long)c->n->ia[1]);
+  int64_t nv = V; /* columns [nv, V) are padding: masked, zero gradient */
+  if (c->n->op == IR_OP_VOCAB_CROSS_ENTROPY || c->n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD) {
+    if (c->n->ia[1] != 1)
+      return fail(c, "a group of %lld ranks: run the module with ir_interp_run_mesh",
+                  (long long)c->n->ia[1]);
+    nv = c->n->ia[2];
+    if (check_ids(c, tg, np, nv, "target")) return -1;
+  }
   double total = 0, scale = grad ? IN(c, 2)[0] / (double)np : 0;
   for (int64_t p = 0; p < np; p++) {
     const double *row = x + p * V;
     double mx = -INFINITY, s = 0;
-    for (int64_t v = 0; v < V; v++) mx = fmax(mx, row[v]);
-    for (int64_t v = 0; v < V; v++) s += exp(row[v] - mx);
+    for (int64_t v = 0; v < nv; v++) mx = fmax(mx, row[v]);
+    for (int64_t v = 0; v < nv; v++) s += exp(row[v] - mx);
     if (!grad) {
       total += mx + log(s) - row[tg[p]];
       continue;
     }
     for (int64_t v = 0; v < V; v++)
-      OUT(c)[p * V + v] = scale * (exp(row[v] - mx) / s - (v == tg[p] ? 1.0 : 0.0));
+      OUT(c)[p * V + v] =
+          v < nv ? scale * (exp(row[v] - mx) / s - (v == tg[p] ? 1.0 : 0.0)) : 0.0;
   }
   if (!grad) OUT(c)[0] = total / (double)np;
   return 0;
@@ -877,14 +882,46 @@ static int eval_optim_update(Ctx *c) {
 
 /* ---- collectives ------------------------------------------------------------ */
 
+/* local_slice(x) axis size dim: the rank's piece, c-th of size along dim,
+ * c its coordinate on the axis (set by ir_interp_run_mesh; 0 otherwise):
+ * out[o, j, i] = x[o, c n + j, i] with n = out's dim. */
+static int eval_local_slice(Ctx *c) {
+  const IrNode *x = ARG(c, 0);
+  int dim = (int)c->n->ia[2];
+  int64_t inner = 1, outer = 1, part = c->it->coord[c->n->ia[0]];
+  for (int d = dim + 1; d < x->rank; d++) inner *= x->shape[d];
+  for (int d = 0; d < dim; d++) outer *= x->shape[d];
+  if (part < 0 || part >= c->n->ia[1])
+    return fail(c, "coordinate %lld outside a group of %lld", (long long)part,
+                (long long)c->n->ia[1]);
+  int64_t piece = c->n->shape[dim] * inner, full = x->shape[dim] * inner;
+  for (int64_t o = 0; o < outer; o++)
+    memcpy(OUT(c) + o * piece, IN(c, 0) + o * full + part * piece,
+           sizeof(double) * (size_t)piece);
+  return 0;
+}
+
 /* all_reduce, group_copy, all_gather, reduce_scatter (semantics in
  * ir/ops.def).  On one rank -- a group of size 1 -- each is the identity;
  * larger groups need every member's values: ir_interp_run_mesh. */
 static int eval_collective_one(Ctx *c) {
+  if (c->n->op == IR_OP_LOCAL_SLICE) return eval_local_slice(c);
   if (c->n->op != IR_OP_GROUP_COPY && c->n->ia[1] != 1)
     return fail(c, "a group of %lld ranks: run the module with ir_interp_run_mesh",
                 (long long)c->n->ia[1]);
   memcpy(OUT(c), IN(c, 0), sizeof(double) * (size_t)ir_numel(c->n));
+  return 0;
+}
+
+/* flat_shard: the member's piece of x flattened and zero-padded (ops.def);
+ * its coordinate from ir_interp_run_mesh (0 on one rank, where size must
+ * be 1). */
+static int eval_flat_shard(Ctx *c) {
+  int64_t n = ir_numel(c->n->inputs[0]), s = ir_numel(c->n);
+  int64_t size = c->n->ia[1], me = c->it->coord[c->n->ia[0]];
+  if (me >= size) return fail(c, "coordinate %lld outside a group of %lld", (long long)me,
+                              (long long)size);
+  for (int64_t e = 0; e < s; e++) OUT(c)[e] = me * s + e < n ? IN(c, 0)[me * s + e] : 0.0;
   return 0;
 }
 
@@ -917,8 +954,9 @@ static int eval_node(Ctx *c) {
   case IR_OP_FILL: return eval_fill(c);
   case IR_OP_BROADCAST: case IR_OP_SUM_TO: return eval_broadcast(c);
   case IR_OP_ALL_REDUCE: case IR_OP_GROUP_COPY: case IR_OP_ALL_GATHER:
-  case IR_OP_REDUCE_SCATTER:
+  case IR_OP_REDUCE_SCATTER: case IR_OP_LOCAL_SLICE: case IR_OP_REPLICATE:
     return eval_collective_one(c);
+  case IR_OP_FLAT_SHARD: return eval_flat_shard(c);
   case IR_OP_MATMUL_TA: return eval_matmul(c, 1);
   case IR_OP_GELU_GRAD: case IR_OP_SILU_GRAD: case IR_OP_RELU_GRAD: return eval_act_grad(c);
   case IR_OP_LAYERNORM_GRAD: case IR_OP_RMSNORM_GRAD: return eval_norm_grad(c);
@@ -1030,7 +1068,7 @@ static int mesh_collective(IrInterp **ranks, int tp, int dp, const IrNode *n, ch
     int64_t inner = 1, outer = 1;
     for (int d = dim + 1; d < x->rank; d++) inner *= x->shape[d];
     for (int d = 0; d < dim; d++) outer *= x->shape[d];
-    if (n->op == IR_OP_ALL_GATHER) {
+    if (n->op == IR_OP_ALL_GATHER || n->op == IR_OP_REPLICATE) {
       int64_t piece = x->shape[dim] * inner; /* one member's run per outer index */
       for (int64_t o = 0; o < outer; o++)
         for (int k = 0; k < size; k++)
@@ -1062,7 +1100,7 @@ static int mesh_vocab_ce(IrInterp **ranks, int tp, int dp, const IrNode *n, char
     return -1;
   }
   const IrNode *lg = n->inputs[0], *tgn = n->inputs[1];
-  int64_t V = lg->shape[lg->rank - 1], np = ir_numel(tgn);
+  int64_t V = lg->shape[lg->rank - 1], np = ir_numel(tgn), nv = n->ia[2];
   int grad = n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD;
   int *g = xcalloc((size_t)size, sizeof *g);
   for (int r = 0; r < nr; r++) {
@@ -1071,21 +1109,22 @@ static int mesh_vocab_ce(IrInterp **ranks, int tp, int dp, const IrNode *n, char
     const int32_t *tg = ranks[r]->i[tgn->id];
     double total = 0, scale = grad ? ranks[r]->f[n->inputs[2]->id][0] / (double)np : 0;
     for (int64_t p = 0; p < np; p++) {
-      if (tg[p] < 0 || tg[p] >= V * size) {
+      if (tg[p] < 0 || tg[p] >= nv) {
         snprintf(why, len, "node %%%d (%s): target %d out of range [0, %lld)", n->id,
-                 ir_op_info[n->op].name, tg[p], (long long)(V * size));
+                 ir_op_info[n->op].name, tg[p], (long long)nv);
         free(g);
         return -1;
       }
+      /* member k's real columns: global k V + v < nv (the rest is padding) */
       double mx = -INFINITY, s = 0;
       for (int k = 0; k < size; k++) {
         const double *row = ranks[g[k]]->f[lg->id] + p * V;
-        for (int64_t v = 0; v < V; v++) mx = fmax(mx, row[v]);
+        for (int64_t v = 0; v < V && k * V + v < nv; v++) mx = fmax(mx, row[v]);
       }
       for (int k = 0; k < size; k++) {
         const double *row = ranks[g[k]]->f[lg->id] + p * V;
         double sk = 0;
-        for (int64_t v = 0; v < V; v++) sk += exp(row[v] - mx);
+        for (int64_t v = 0; v < V && k * V + v < nv; v++) sk += exp(row[v] - mx);
         s += sk;
       }
       int owner = (int)(tg[p] / V);
@@ -1097,7 +1136,8 @@ static int mesh_vocab_ce(IrInterp **ranks, int tp, int dp, const IrNode *n, char
       const double *row = ranks[r]->f[lg->id] + p * V;
       for (int64_t v = 0; v < V; v++)
         ranks[r]->f[n->id][p * V + v] =
-            scale * (exp(row[v] - mx) / s - (me * V + v == tg[p] ? 1.0 : 0.0));
+            me * V + v < nv ? scale * (exp(row[v] - mx) / s - (me * V + v == tg[p] ? 1.0 : 0.0))
+                            : 0.0;
     }
     if (!grad) ranks[r]->f[n->id][0] = total / (double)np;
   }
@@ -1114,7 +1154,7 @@ int ir_interp_run_mesh(IrInterp **ranks, int tp, int dp, int first, int end, cha
     const IrNode *n = m->nodes[k];
     switch (n->op) {
     case IR_OP_ALL_REDUCE: case IR_OP_GROUP_COPY: case IR_OP_ALL_GATHER:
-    case IR_OP_REDUCE_SCATTER:
+    case IR_OP_REDUCE_SCATTER: case IR_OP_REPLICATE:
       if (mesh_collective(ranks, tp, dp, n, why, len)) return -1;
       break;
     case IR_OP_VOCAB_CROSS_ENTROPY: case IR_OP_VOCAB_CROSS_ENTROPY_GRAD:

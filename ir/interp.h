@@ -27,7 +27,8 @@ typedef struct {
   double **f;      /* f[id]: the values of f32 node id; NULL for i32 nodes */
   int32_t **i;     /* i[id]: the values of i32 node id; NULL for f32 nodes */
   int coord[2];    /* the rank's (tp, dp) mesh coordinates: 0 unless
-                      ir_interp_run_mesh runs it; read by vocab_embedding(_grad) */
+                      ir_interp_run_mesh runs it; read by vocab_embedding(_grad)
+                      and local_slice */
 } IrInterp;
 
 /* Storage for every node of m, zeroed.  Allocation failure aborts. */

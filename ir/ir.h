@@ -15,7 +15,12 @@
  *     node reads only forward and B nodes (so W work can be deferred); no
  *     backward node reads an optimizer node; optimizer nodes read anything;
  *   - grad is NULL except on PARAM nodes, where it is NULL or an f32 node of
- *     this module with the parameter's shape;
+ *     this module with the parameter's shape; under ZeRO-1 (mesh_zero > 1)
+ *     instead f32[ceil(numel / mesh_zero)]: the rank's piece of the
+ *     flattened, dp-averaged gradient (see flat_shards);
+ *   - a STATE node with flat_shards > 1 has shape [ceil(n / flat_shards)],
+ *     n the numel of its parameter (PARAM named by the state's name without
+ *     its last ".key"), and flat_shards == mesh_zero;
  *   - updates: each leaf is a PARAM or STATE node of this module, updated at
  *     most once, by a node of this module with the leaf's dtype and shape;
  *   - grad_norm is NULL or a scalar f32 node of this module.
@@ -127,7 +132,20 @@ struct IrNode {
                               block and b = B / shard_degree */
   int64_t global_shape[IR_MAX_RANK]; /* PARAM or INPUT after pass_shard with
                               shard_degree > 1: the unsharded shape (shape
-                              is the local one) */
+                              is the local one).  Vocabulary padding: a
+                              PARAM with shard_blocks 1 may have
+                              shape[d] * shard_degree (the padded size, d =
+                              shard_dim) above global_shape[d] (the true
+                              one) by less than shard_degree; the rows at
+                              padded indices >= global_shape[d] are padding,
+                              exactly 0, never in files */
+  int flat_shards;         /* STATE (and PARAM gradients) under ZeRO-1: the
+                              (tp-local) tensor, flattened and padded with
+                              zeros to flat_shards * s elements, is cut into
+                              flat_shards pieces of s; the node is the piece
+                              of the rank's dp coordinate d: elements
+                              [d s, (d + 1) s) of the flattened tensor.
+                              0 or 1: whole */
   int layer;               /* index of the repeat iteration, -1 outside;
                               backward nodes take the layer of the forward
                               node whose rule made them */
@@ -174,6 +192,13 @@ typedef struct {
   int mesh_tp, mesh_dp;    /* after pass_shard: the tp x dp mesh this module is
                               the rank-local program of (shapes are local);
                               0 before */
+  int mesh_zero;           /* ZeRO-1: the dp degree the optimizer state (and
+                              each rank's update) is sharded over, as
+                              flat_shards; 0 (or 1): not sharded.  Set right
+                              before pass_dp_grads (pass_run_all does, from
+                              PassOptions.zero), which makes the pieces */
+  int64_t dp_bucket_bytes; /* pass_dp_grads: gradient bytes per bucket of the
+                              dp reduction; 0: DP_BUCKET_BYTES_DEFAULT */
   IrNode *grad_norm;       /* after pass_optimizer: the global gradient norm
                               before clipping (logged); NULL before, or when
                               no parameter has a gradient */

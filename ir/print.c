@@ -53,7 +53,8 @@ void ir_print(FILE *out, const IrModule *m) {
     print_settings(out, "", m->sched, m->nsched);
   }
   if (m->mesh_tp)
-    fprintf(out, "mesh tp = %d, dp = %d (rank-local shapes)\n", m->mesh_tp, m->mesh_dp);
+    fprintf(out, "mesh tp = %d, dp = %d%s (rank-local shapes)\n", m->mesh_tp, m->mesh_dp,
+            m->mesh_zero > 1 ? ", zero 1" : "");
   for (int i = 0; i < m->nnodes; i++) {
     const IrNode *n = m->nodes[i];
     fprintf(out, "%%%d = %s", n->id, ir_op_info[n->op].name);
@@ -76,6 +77,7 @@ void ir_print(FILE *out, const IrModule *m) {
           fprintf(out, "%s%lld", d ? ", " : "", (long long)n->global_shape[d]);
         fprintf(out, "]");
       }
+      if (n->flat_shards > 1) fprintf(out, " zero piece of %d", n->flat_shards);
     }
     if (n->op == IR_OP_INPUT && n->shard_degree > 1)
       fprintf(out, " batch over %d global [%lld, ...]", n->shard_degree,

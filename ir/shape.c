@@ -100,6 +100,16 @@ static int group_ok(IrNode *n, int k, char *why, size_t len) {
   return 1;
 }
 
+/* vocab_cross_entropy(_grad)'s true vocabulary (ia[2]) against the group's
+ * columns: 1 <= vocab <= Vl * size (the rest are padding). */
+static int vocab_ok(IrNode *n, const IrNode *logits, char *why, size_t len) {
+  int64_t cols = logits->rank ? logits->shape[logits->rank - 1] * n->ia[1] : 0;
+  if (n->ia[2] < 1 || n->ia[2] > cols)
+    return fail(why, len, n, "vocab %lld outside [1, %lld], the group's columns",
+                (long long)n->ia[2], (long long)cols);
+  return 1;
+}
+
 static int axis_ok(IrNode *n, int64_t axis, int rank, char *why, size_t len) {
   if (axis >= 0 && axis < rank) return 1;
   return fail(why, len, n, "axis %lld out of range for rank %d", (long long)axis, rank);
@@ -332,7 +342,9 @@ int ir_infer(IrNode *n, char *why, size_t len) {
   }
 
   case IR_OP_CROSS_ENTROPY: case IR_OP_VOCAB_CROSS_ENTROPY:
-    if (n->op == IR_OP_VOCAB_CROSS_ENTROPY && !group_ok(n, 0, why, len)) return 0;
+    if (n->op == IR_OP_VOCAB_CROSS_ENTROPY &&
+        (!group_ok(n, 0, why, len) || !vocab_ok(n, a, why, len)))
+      return 0;
     if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_I32)) return 0;
     if (a->rank != b->rank + 1 || a->rank < 2)
       return fail(why, len, n, "logits %s and targets %s: logits need one more dimension",
@@ -417,8 +429,10 @@ int ir_infer(IrNode *n, char *why, size_t len) {
   }
 
   case IR_OP_ALL_REDUCE: case IR_OP_GROUP_COPY:
-  case IR_OP_ALL_GATHER: case IR_OP_REDUCE_SCATTER: {
-    int gather = n->op == IR_OP_ALL_GATHER, scatter = n->op == IR_OP_REDUCE_SCATTER;
+  case IR_OP_ALL_GATHER: case IR_OP_REDUCE_SCATTER:
+  case IR_OP_LOCAL_SLICE: case IR_OP_REPLICATE: {
+    int gather = n->op == IR_OP_ALL_GATHER || n->op == IR_OP_REPLICATE;
+    int scatter = n->op == IR_OP_REDUCE_SCATTER || n->op == IR_OP_LOCAL_SLICE;
     if (!want(why, len, n, 0, IR_F32)) return 0;
     if (n->ia[0] < 0 || n->ia[0] > 1)
       return fail(why, len, n, "mesh axis %lld is not 0 (tp) or 1 (dp)", (long long)n->ia[0]);
@@ -436,6 +450,17 @@ int ir_infer(IrNode *n, char *why, size_t len) {
       s[n->ia[2]] = gather ? d * n->ia[1] : d / n->ia[1];
     }
     set(n, IR_F32, a->rank, s);
+    return 1;
+  }
+
+  case IR_OP_FLAT_SHARD: {
+    if (!want(why, len, n, 0, IR_F32)) return 0;
+    if (n->ia[0] < 0 || n->ia[0] > 1)
+      return fail(why, len, n, "mesh axis %lld is not 0 (tp) or 1 (dp)", (long long)n->ia[0]);
+    if (n->ia[1] < 1 || n->ia[1] > 65536)
+      return fail(why, len, n, "group size %lld out of range", (long long)n->ia[1]);
+    s[0] = (ir_numel(a) + n->ia[1] - 1) / n->ia[1];
+    set(n, IR_F32, 1, s);
     return 1;
   }
 
@@ -489,7 +514,9 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     return 1;
 
   case IR_OP_CROSS_ENTROPY_GRAD: case IR_OP_VOCAB_CROSS_ENTROPY_GRAD: {
-    if (n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD && !group_ok(n, 0, why, len)) return 0;
+    if (n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD &&
+        (!group_ok(n, 0, why, len) || !vocab_ok(n, a, why, len)))
+      return 0;
     /* (logits [..., V], targets [...], dloss []) -> dlogits */
     IrNode *c = n->inputs[2];
     if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_I32) ||

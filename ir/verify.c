@@ -40,9 +40,16 @@ static int verify_nodes(const IrModule *m, Arena *scratch, char *why, size_t len
     if (n->grad && (n->op != IR_OP_PARAM || n->grad->id < 0 || n->grad->id >= m->nnodes ||
                     m->nodes[n->grad->id] != n->grad))
       return bad(why, len, n, "gradient is not a node of this module, or not of a parameter");
-    if (n->grad && (n->grad->dtype != IR_F32 || n->grad->rank != n->rank ||
+    if (n->grad && m->mesh_zero > 1) {
+      int64_t s = (numel + m->mesh_zero - 1) / m->mesh_zero;
+      if (n->grad->dtype != IR_F32 || n->grad->rank != 1 || n->grad->shape[0] != s)
+        return bad(why, len, n, "gradient is not the parameter's ZeRO-1 piece");
+    } else if (n->grad && (n->grad->dtype != IR_F32 || n->grad->rank != n->rank ||
                     memcmp(n->grad->shape, n->shape, sizeof(int64_t) * (size_t)n->rank) != 0))
       return bad(why, len, n, "gradient differs from the parameter in type");
+    if (n->flat_shards > 1 && (n->op != IR_OP_STATE || n->flat_shards != m->mesh_zero ||
+                               n->rank != 1))
+      return bad(why, len, n, "flat_shards on a node that is not ZeRO-1 optimizer state");
     int leaf = ir_op_info[n->op].flags & IR_F_LEAF;
     if (leaf && (!n->name || !n->name[0]))
       return bad(why, len, n, "graph value without a name");
@@ -51,8 +58,11 @@ static int verify_nodes(const IrModule *m, Arena *scratch, char *why, size_t len
     if ((n->op == IR_OP_PARAM || n->op == IR_OP_INPUT) && n->shard_degree > 1) {
       int d = n->shard_dim, ok = d >= 0 && d < n->rank && n->shard_blocks >= 1;
       for (int k = 0; ok && k < n->rank; k++)
-        ok = k == d ? n->global_shape[k] == n->shape[k] * n->shard_degree &&
-                          n->global_shape[k] % ((int64_t)n->shard_blocks * n->shard_degree) == 0
+        ok = k == d ? (n->global_shape[k] == n->shape[k] * n->shard_degree &&
+                       n->global_shape[k] % ((int64_t)n->shard_blocks * n->shard_degree) == 0) ||
+                          (n->op == IR_OP_PARAM && n->shard_blocks == 1 && /* padded */
+                           n->global_shape[k] < n->shape[k] * n->shard_degree &&
+                           n->shape[k] * n->shard_degree - n->global_shape[k] < n->shard_degree)
                     : n->global_shape[k] == n->shape[k];
       if (!ok) return bad(why, len, n, "sharded parameter's local and global shapes disagree");
     }

@@ -378,10 +378,11 @@ static void vjp_reduce(Ad *ad, IrNode *y, IrNode *dy) {
 
 static void vjp_cross_entropy(Ad *ad, IrNode *y, IrNode *dy) {
   IrNode *logits = y->inputs[0], *targets = y->inputs[1];
-  if (y->op == IR_OP_VOCAB_CROSS_ENTROPY) /* the member's columns, all local after the op */
-    give(ad, logits, mk3(ad, IR_OP_VOCAB_CROSS_ENTROPY_GRAD, logits, targets, dy, y->ia[0],
-                         y->ia[1], 0));
-  else give(ad, logits, mk3(ad, IR_OP_CROSS_ENTROPY_GRAD, logits, targets, dy, 0, 0, 0));
+  if (y->op == IR_OP_VOCAB_CROSS_ENTROPY) { /* the member's columns, all local after the op */
+    IrNode p = {.op = IR_OP_VOCAB_CROSS_ENTROPY_GRAD, .inputs = (IrNode *[]){logits, targets, dy},
+                .ninputs = 3, .ia = {y->ia[0], y->ia[1], y->ia[2]}};
+    give(ad, logits, emit(ad, &p));
+  } else give(ad, logits, mk3(ad, IR_OP_CROSS_ENTROPY_GRAD, logits, targets, dy, 0, 0, 0));
 }
 
 /* gather along the last axis: scatter dy back into zeros. */
@@ -417,7 +418,10 @@ static void vjp_broadcast(Ad *ad, IrNode *y, IrNode *dy) {
  * member's partial contributes dy itself, so the gradient passes through
  * unchanged.  group_copy (identity into a sharded region, Megatron's "f"):
  * the region leaves each member a partial gradient, summed by an
- * all_reduce.  all_gather <-> reduce_scatter, along the same dim. */
+ * all_reduce.  all_gather <-> reduce_scatter, along the same dim.  Outside
+ * a sharded region (the consumers' gradients whole on every member):
+ * local_slice -> all_gather (the members' pieces make the whole gradient),
+ * replicate -> local_slice (the member's piece of the whole gradient). */
 static void vjp_collective(Ad *ad, IrNode *y, IrNode *dy) {
   IrNode *x = y->inputs[0];
   switch (y->op) {
@@ -426,7 +430,9 @@ static void vjp_collective(Ad *ad, IrNode *y, IrNode *dy) {
     give(ad, x, mk(ad, IR_OP_ALL_REDUCE, (IrNode *[]){dy}, y->ia[0], y->ia[1], 0));
     break;
   default: {
-    IrOp adj = y->op == IR_OP_ALL_GATHER ? IR_OP_REDUCE_SCATTER : IR_OP_ALL_GATHER;
+    IrOp adj = y->op == IR_OP_ALL_GATHER      ? IR_OP_REDUCE_SCATTER
+               : y->op == IR_OP_REPLICATE     ? IR_OP_LOCAL_SLICE
+                                              : IR_OP_ALL_GATHER; /* reduce_scatter, local_slice */
     IrNode p = {.op = adj, .inputs = &dy, .ninputs = 1, .ia = {y->ia[0], y->ia[1], y->ia[2]}};
     give(ad, x, emit(ad, &p));
   }
@@ -460,6 +466,7 @@ static const Vjp vjp[IR_OP_COUNT] = {
     [IR_OP_BROADCAST] = vjp_broadcast, [IR_OP_SUM_TO] = vjp_broadcast,
     [IR_OP_ALL_REDUCE] = vjp_collective, [IR_OP_GROUP_COPY] = vjp_collective,
     [IR_OP_ALL_GATHER] = vjp_collective, [IR_OP_REDUCE_SCATTER] = vjp_collective,
+    [IR_OP_LOCAL_SLICE] = vjp_collective, [IR_OP_REPLICATE] = vjp_collective,
 };
 
 /* ---- the pass --------------------------------------------------------------- */

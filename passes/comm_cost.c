@@ -4,7 +4,7 @@
  * 1 dp) with its payload (the full tensor the group combines) and the bytes
  * each rank sends under ring schedules: an all-reduce sends 2 (n-1)/n of
  * the payload, an all-gather or a reduce-scatter (n-1)/n.  group_copy moves
- * nothing.  The vocab-parallel loss gathers per-row statistics (a max, then
+ * nothing, nor does local_slice; replicate is an all-gather.  The vocab-parallel loss gathers per-row statistics (a max, then
  * a sum of exponentials kept as two floats and the target logit), forward
  * and backward: counted as all-gathers of 4 floats per row.  The vocab-
  * parallel embedding's result is all-reduced by an all_reduce node. */
@@ -31,7 +31,7 @@ void comm_analyze(const IrModule *m, CommCost *c) {
     case IR_OP_ALL_REDUCE:
       add(c, axis, COMM_ALL_REDUCE, size, 4.0 * (double)ir_numel(n));
       break;
-    case IR_OP_ALL_GATHER:
+    case IR_OP_ALL_GATHER: case IR_OP_REPLICATE:
       add(c, axis, COMM_ALL_GATHER, size, 4.0 * (double)ir_numel(n));
       break;
     case IR_OP_REDUCE_SCATTER:

@@ -5,7 +5,8 @@
  * for attention's two products (q k^T and p v, not halved for the causal
  * mask, as in PaLM's MFU convention); backward is twice forward.
  * Layers go to pipeline stages in contiguous runs, the first stages taking
- * one extra layer when pp does not divide them; parameters outside the
+ * one extra layer when pp does not divide them (cost_analyze_split takes
+ * the pipeline planner's split instead); parameters outside the
  * repeat live on every stage that reads them (the embedding on the first,
  * the head on the last, a tied table on both).  FLOPs are counted on the
  * forward nodes only: the backward's are defined as twice those, whatever
@@ -37,12 +38,17 @@ static int64_t per_rank(const IrNode *n, const Layout *lay, int64_t padded_vocab
 }
 
 int cost_analyze(IrModule *m, const Layout *lay, Cost *c) {
+  return cost_analyze_split(m, lay, NULL, lay->pp, c);
+}
+
+int cost_analyze_split(IrModule *m, const Layout *lay, const int *stage_layers, int nstages,
+                       Cost *c) {
   memset(c, 0, sizeof *c);
-  int pp = lay->pp < 1 ? 1 : lay->pp;
+  int pp = nstages < 1 ? 1 : nstages;
   c->nstages = pp;
   c->stages = arena_alloc(&m->arena, sizeof(StageCost) * (size_t)pp);
   for (int s = 0, first = 0; s < pp; s++) {
-    int n = m->nlayers / pp + (s < m->nlayers % pp);
+    int n = stage_layers ? stage_layers[s] : m->nlayers / pp + (s < m->nlayers % pp);
     c->stages[s] = (StageCost){first, n, 0};
     first += n;
   }

@@ -56,7 +56,28 @@
  * (shard, shard_dim, and after pass_shard shard_degree, shard_blocks and
  * global_shape): local shape, so a runtime can save and load it unsharded
  * as it does the parameter.  Which tensors decay is decided by rank, which
- * sharding does not change (a slice has its tensor's rank). */
+ * sharding does not change (a slice has its tensor's rank).
+ *
+ * ZeRO-1 (m->mesh_zero == dp > 1; pass_dp_grads has left in p->grad the
+ * rank's piece g of the flattened mean gradient, s = ceil(numel / dp)
+ * elements, zero-padded).  The state is sharded the same way (STATE of
+ * shape [s], flat_shards = dp: dp times less state per rank), and the rank
+ * updates only its piece of each parameter:
+ *
+ *   x      = flat_shard(p) axis=1 size=dp     the rank's piece of p, [s]
+ *   x'     = the update above on (x, g, state pieces): elementwise, so the
+ *            pieces together are the one-rank update; decay still by p's
+ *            rank; the padding stays zero (zero g, state and x);
+ *   p'     = the pieces of a bucket of parameters (about dp_bucket_bytes,
+ *            in parameter order) gathered with ONE all_gather axis=1 over
+ *            [1, S] -> [dp, S], then per parameter its column block, read
+ *            row by row without the padding (slice, reshape); each bucket's
+ *            all_gather issued right after its last update.
+ *   norm   the sumsq of every piece (padding adds 0) is one partial sum:
+ *            u = all_reduce_tp(sharded sum) + the replicated ones (equal
+ *            on the tp ranks of a dp coordinate), norm = grad_norm(
+ *            all_reduce(u) axis=1 size=dp): every gradient element counted
+ *            once, every rank the same bits. */
 #include <stdarg.h>
 #include <string.h>
 
@@ -90,9 +111,9 @@ static IrNode *place(Opt *o, IrNode *n) {
 
 /* An op on inputs in[0..nin) with integer attributes ia0, ia1 and float
  * attribute fa, its type inferred (NULL after an internal error). */
-static IrNode *op_ia(Opt *o, IrOp code, IrNode **in, int nin, int64_t ia0, int64_t ia1,
-                     double fa) {
-  IrNode p = {.op = code, .inputs = in, .ninputs = nin, .ia = {ia0, ia1}, .fa = fa};
+static IrNode *op_ia3(Opt *o, IrOp code, IrNode **in, int nin, int64_t ia0, int64_t ia1,
+                      int64_t ia2, double fa) {
+  IrNode p = {.op = code, .inputs = in, .ninputs = nin, .ia = {ia0, ia1, ia2}, .fa = fa};
   char why[512];
   if (o->failed) return NULL;
   if (!ir_infer(&p, why, sizeof why)) {
@@ -101,6 +122,11 @@ static IrNode *op_ia(Opt *o, IrOp code, IrNode **in, int nin, int64_t ia0, int64
     return NULL;
   }
   return place(o, ir_add_like(o->m, &p));
+}
+
+static IrNode *op_ia(Opt *o, IrOp code, IrNode **in, int nin, int64_t ia0, int64_t ia1,
+                     double fa) {
+  return op_ia3(o, code, in, nin, ia0, ia1, 0, fa);
 }
 
 static IrNode *op(Opt *o, IrOp code, IrNode **in, int nin, int64_t ia0, double fa) {
@@ -127,12 +153,18 @@ static IrNode *scalar_input(Opt *o, const char *name) {
   return n;
 }
 
-/* Zero-initialised optimizer state of parameter p, named p.<key>. */
+/* Zero-initialised optimizer state of parameter p, named p.<key>; under
+ * ZeRO-1 the rank's piece of it, shaped like p's gradient piece. */
 static IrNode *state(Opt *o, IrNode *p, const char *key) {
   IrNode *n = place(o, ir_add(o->m, IR_OP_STATE, NULL, 0));
   n->dtype = IR_F32;
   n->rank = p->rank;
   memcpy(n->shape, p->shape, sizeof n->shape);
+  if (o->m->mesh_zero > 1) {
+    n->rank = 1;
+    n->shape[0] = ir_numel(p->grad);
+    n->flat_shards = o->m->mesh_zero;
+  }
   n->name = arena_printf(&o->m->arena, "%s.%s", p->name, key);
   n->init = IR_INIT_ZEROS;
   n->shard = p->shard;
@@ -147,6 +179,70 @@ static IrNode *state(Opt *o, IrNode *p, const char *key) {
 
 static void update(Opt *o, IrNode *leaf, IrNode *value) {
   if (value) ir_add_update(o->m, leaf, value);
+}
+
+static IrNode *reshape(Opt *o, IrNode *x, int rank, const int64_t *shape) {
+  if (!x || (x->rank == rank && !memcmp(x->shape, shape, sizeof(int64_t) * (size_t)rank)))
+    return x;
+  IrNode p = {.op = IR_OP_RESHAPE, .inputs = &x, .ninputs = 1, .rank = rank};
+  memcpy(p.shape, shape, sizeof(int64_t) * (size_t)rank);
+  char why[512];
+  if (!ir_infer(&p, why, sizeof why)) {
+    fprintf(stderr, "parc: internal error: optimizer: %s\n", why);
+    o->failed = 1;
+    return NULL;
+  }
+  return place(o, ir_add_like(o->m, &p));
+}
+
+static IrNode *slice(Opt *o, IrNode *x, int axis, int64_t start, int64_t len) {
+  if (!x || (start == 0 && len == x->shape[axis])) return x;
+  return op_ia3(o, IR_OP_SLICE, (IrNode *[]){x}, 1, axis, start, len, 0);
+}
+
+/* ZeRO-1: the updated pieces gathered back into whole parameters, in
+ * buckets of about cap bytes (like the gradients'), each bucket's
+ * all_gather issued as soon as its last piece is updated. */
+typedef struct {
+  IrModule *m;
+  int dp;
+  int64_t cap, bytes;
+  IrNode **ps;        /* the bucket: parameter, new piece, ... */
+  int n;
+} Gather;
+
+/* One all_gather over the bucket's pieces laid side by side, [1, S] ->
+ * [dp, S]: column block i of row r is rank r's piece of parameter i, so
+ * parameter i is its block read row by row, less the padding. */
+static void gather_flush(Opt *o, Gather *g) {
+  if (!g->n || o->failed) return;
+  IrNode **rows = arena_alloc(&g->m->arena, sizeof(IrNode *) * (size_t)g->n);
+  for (int i = 0; i < g->n; i++) {
+    o->at = g->ps[2 * i];
+    rows[i] = reshape(o, g->ps[2 * i + 1], 2, (int64_t[]){1, ir_numel(g->ps[2 * i + 1])});
+  }
+  IrNode *flat = g->n == 1 ? rows[0] : op_ia(o, IR_OP_CONCAT, rows, g->n, 1, 0, 0);
+  IrNode *all = op_ia(o, IR_OP_ALL_GATHER, (IrNode *[]){flat}, 1, 1, g->dp, 0);
+  int64_t off = 0;
+  for (int i = 0; i < g->n && !o->failed; i++) {
+    IrNode *p = g->ps[2 * i];
+    int64_t s = ir_numel(g->ps[2 * i + 1]), n = ir_numel(p), ds = s * g->dp;
+    o->at = p;
+    IrNode *v = reshape(o, slice(o, all, 1, off, s), 1, &ds);
+    update(o, p, reshape(o, slice(o, v, 0, 0, n), p->rank, p->shape));
+    off += s;
+  }
+  g->n = 0;
+  g->bytes = 0;
+}
+
+static void gather_add(Opt *o, Gather *g, IrNode *p, IrNode *piece) {
+  if (!piece) return;
+  g->ps[2 * g->n] = p;
+  g->ps[2 * g->n + 1] = piece;
+  g->n++;
+  g->bytes += 4 * ir_numel(piece) * g->dp;
+  if (g->bytes >= g->cap) gather_flush(o, g);
 }
 
 /* The hyper-parameters, read and checked once. */
@@ -222,7 +318,7 @@ int pass_optimizer(IrModule *m) {
     fprintf(stderr, "parc: internal error: optimizer: the module already has updates\n");
     return -1;
   }
-  Hyper h;
+  Hyper h = {0};
   if (read_hyper(m, &h) || check_names(m, &h)) return -1;
   int nfwd = m->nnodes, nparams = 0;
   for (int i = 0; i < nfwd; i++) nparams += m->nodes[i]->grad != NULL;
@@ -240,6 +336,12 @@ int pass_optimizer(IrModule *m) {
     nsharded++;
   }
 
+  int zero = m->mesh_zero > 1, dp = m->mesh_zero;
+  if (zero && m->mesh_dp != dp) {
+    fprintf(stderr, "parc: internal error: optimizer: ZeRO-1 over %d ranks, but the module's "
+                    "dp group has %d\n", dp, m->mesh_dp);
+    return -1;
+  }
   Opt o = {.m = m};
   IrNode *lr = scalar_input(&o, "lr"), *step = scalar_input(&o, "step");
   IrNode **sq = arena_alloc(&m->arena, sizeof(IrNode *) * (size_t)nparams);
@@ -262,34 +364,49 @@ int pass_optimizer(IrModule *m) {
     /* axis 0 (tp), the whole group */
     sq[0] = op_ia(&o, IR_OP_ALL_REDUCE, (IrNode *[]){sharded}, 1, 0, m->mesh_tp, 0);
   }
+  if (zero) {
+    /* every rank holds a piece of every gradient: its local sum, the same on
+     * the tp ranks of a dp coordinate, is added over dp (axis 1) */
+    IrNode *local = sq[0];
+    for (int j = 1; j < k; j++) local = op2(&o, IR_OP_ADD, local, sq[j], 0);
+    sq[0] = op_ia(&o, IR_OP_ALL_REDUCE, (IrNode *[]){local}, 1, 1, dp, 0);
+    k = 1;
+  }
   IrNode *norm = m->grad_norm = op(&o, IR_OP_GRAD_NORM, sq, k, 0, 0);
   IrNode *coef = op1(&o, IR_OP_CLIP_COEF, norm, 0, h.clip);
   IrNode *bc1 = h.adamw ? op1(&o, IR_OP_BIAS_CORRECTION, step, 0, h.beta1) : NULL;
   IrNode *bc2 = h.adamw ? op1(&o, IR_OP_BIAS_CORRECTION, step, 0, h.beta2) : NULL;
 
+  Gather ag = {.m = m, .dp = dp, .cap = m->dp_bucket_bytes > 0 ? m->dp_bucket_bytes
+                                                              : DP_BUCKET_BYTES_DEFAULT};
+  if (zero) ag.ps = arena_alloc(&m->arena, sizeof(IrNode *) * 2 * (size_t)nparams);
   for (int i = 0; i < nfwd && !o.failed; i++) {
     IrNode *p = m->nodes[i], *g = p->grad;
     if (!g) continue;
     o.at = p;
     double wd = p->rank >= 2 ? h.wd : 0;
+    /* under ZeRO-1 the rank updates its piece of p, shaped like g */
+    IrNode *x = zero ? op_ia(&o, IR_OP_FLAT_SHARD, (IrNode *[]){p}, 1, 1, dp, 0) : p, *x1;
     if (h.adamw) {
       IrNode *ms = state(&o, p, "exp_avg"), *vs = state(&o, p, "exp_avg_sq");
       IrNode *m1 = op3(&o, IR_OP_ADAM_MOMENT, ms, g, coef, 0, h.beta1);
       IrNode *v1 = op3(&o, IR_OP_ADAM_MOMENT, vs, g, coef, 1, h.beta2);
-      IrNode *p1 = wd != 0 ? op2(&o, IR_OP_WEIGHT_DECAY, p, lr, wd) : p;
-      IrNode *p2 = op(&o, IR_OP_ADAM_UPDATE, (IrNode *[]){p1, m1, v1, lr, bc1, bc2}, 6, 0, h.eps);
+      IrNode *p1 = wd != 0 ? op2(&o, IR_OP_WEIGHT_DECAY, x, lr, wd) : x;
+      x1 = op(&o, IR_OP_ADAM_UPDATE, (IrNode *[]){p1, m1, v1, lr, bc1, bc2}, 6, 0, h.eps);
       update(&o, ms, m1);
       update(&o, vs, v1);
-      update(&o, p, p2);
     } else {
-      IrNode *d = op3(&o, IR_OP_SGD_GRAD, g, coef, p, 0, wd);
+      IrNode *d = op3(&o, IR_OP_SGD_GRAD, g, coef, x, 0, wd);
       if (h.momentum != 0) {
         IrNode *buf = state(&o, p, "momentum_buffer");
         d = op2(&o, IR_OP_SGD_MOMENTUM, buf, d, h.momentum);
         update(&o, buf, d);
       }
-      update(&o, p, op3(&o, IR_OP_SGD_UPDATE, p, d, lr, 0, 0));
+      x1 = op3(&o, IR_OP_SGD_UPDATE, x, d, lr, 0, 0);
     }
+    if (!zero) update(&o, p, x1);
+    else gather_add(&o, &ag, p, x1);
   }
+  if (zero) gather_flush(&o, &ag);
   return o.failed ? -1 : 0;
 }

@@ -13,6 +13,7 @@
  * (ep carved from it), then pp. */
 typedef struct {
   int tp, pp, dp, ep;
+  int zero;                /* ZeRO stage: 1 shards the optimizer state over dp */
 } Layout;
 
 #define LAYOUT_MAX_DEGREE 65536
@@ -25,6 +26,9 @@ typedef struct {
   FILE *dump;             /* where --dump-after writes */
   const char *stop_after; /* NULL: every pass; else stop after this one */
   const char *start_after; /* NULL: from the first pass; else after this one */
+  int zero;               /* ZeRO stage (0 or 1): 1 sets m->mesh_zero = mesh_dp on a
+                             module sharded for dp > 1, before dp_grads */
+  int64_t bucket_bytes;   /* dp gradient bucket bytes (m->dp_bucket_bytes); 0: default */
 } PassOptions;
 
 /* Runs every pass in order.  Returns 0, or -1 after printing an internal
@@ -60,20 +64,28 @@ int pass_autodiff(IrModule *m);
  * settings, a name taken, a module that already has its optimizer). */
 int pass_optimizer(IrModule *m);
 
-/* passes/shard.c: tensor (Megatron column/row) and data parallelism.
+/* passes/shard.c: tensor (Megatron column/row), sequence (sp != 0, with
+ * tp > 1; a no-op with tp == 1) and data parallelism.
  * Rewrites the forward module (after intent and dce, before autodiff) into
  * the rank-local module every rank of a tp x dp mesh runs: local shapes,
- * sharded PARAMs recording shard_degree, shard_blocks and global_shape,
- * INPUTs with batch / dp rows, all_reduce (Megatron's g) and group_copy
- * (Megatron's f) on the tp axis where layouts meet.  Not in the default
- * pass list.  Returns 0, or -1 with a one-line reason in err for what it
- * cannot shard yet (the module must then be freed, not used). */
-int pass_shard(IrModule *m, int tp, int dp, char *err, size_t len);
+ * sharded PARAMs recording shard_degree, shard_blocks and global_shape
+ * (vocabulary tables padded), INPUTs with batch / dp rows, all_reduce
+ * (Megatron's g), group_copy (Megatron's f), and under sp reduce_scatter /
+ * all_gather on the sequence, on the tp axis where layouts meet.  Not in
+ * the default pass list.  Returns 0, or -1 with a one-line reason in err
+ * for what it cannot shard yet (the module must then be freed, not used). */
+int pass_shard(IrModule *m, int tp, int dp, int sp, char *err, size_t len);
 
 /* passes/dp_grads.c: after pass_autodiff on a module pass_shard made with
  * dp > 1, before the optimizer: every parameter gradient becomes the mean
- * over the dp ranks, all_reduce(dp) then scale 1/dp (phase W).  No-op when
- * dp == 1.  Returns 0, or -1 after printing an internal error. */
+ * over the dp ranks, reduced in buckets of about m->dp_bucket_bytes (one
+ * all_reduce(dp) per bucket over a flat buffer, placed right after the
+ * bucket's last gradient in node order; the scale 1/dp and per-parameter
+ * views after the backward pass; phase W).  Under ZeRO-1 (m->mesh_zero ==
+ * dp) each bucket is reduce_scattered instead and p->grad becomes the
+ * rank's piece of the flattened mean gradient (ir/ir.h flat_shards).  No-op
+ * when dp == 1.  Returns 0, or -1 after printing an internal error. */
+#define DP_BUCKET_BYTES_DEFAULT ((int64_t)25 << 20) /* PyTorch DDP's 25 MiB */
 int pass_dp_grads(IrModule *m, int dp);
 
 /* passes/layout.c: checks the degrees against the model; prints one line
@@ -114,8 +126,164 @@ typedef struct {
                                 code generation has planned it */
   int has_comm;              /* comm holds the rank-local module's collectives */
   CommCost comm;
+  const struct PpPlan *pipe; /* --pp > 1: the pipeline plan (report section), else NULL */
 } Cost;
 
 int cost_analyze(IrModule *m, const Layout *lay, Cost *out);
+/* As cost_analyze, with the layers split into nstages contiguous stages of
+ * stage_layers[s] layers each (NULL: the even split over lay->pp). */
+int cost_analyze_split(IrModule *m, const Layout *lay, const int *stage_layers, int nstages,
+                       Cost *out);
+
+/* ---- pipeline parallelism: compile-time plan --------------------------------
+ * passes/pp_plan.c checks the request and glues the three steps together;
+ * passes/stages.c splits the layers into stages, passes/schedule.c writes
+ * each stage's action list, passes/schedule_check.c simulates and checks it.
+ * A chunk is a contiguous run of layers; with V virtual stages (interleaved)
+ * there are P*V chunks and chunk c runs on stage (rank) c % P, else chunk c
+ * is stage c. */
+typedef enum { PP_GPIPE, PP_1F1B, PP_INTERLEAVED, PP_ZB_H1, PP_NSCHEDULES } PpScheduleKind;
+extern const char *const pp_schedule_name[PP_NSCHEDULES]; /* "gpipe", "1f1b", ... */
+
+/* What the user asked for; 0 / NULL means "the default" until
+ * pp_request_check fills it in. */
+typedef struct {
+  PpScheduleKind schedule;
+  int schedule_given;        /* --schedule was on the command line */
+  int microbatches;          /* M */
+  int virtual_stages;        /* V: chunks per stage, 1 but for interleaved */
+  const int *stage_layers;   /* layer counts per chunk, or NULL: balanced */
+  int nstage_layers;
+  const char *emit;          /* --emit value, for "timeline"/"trace" needing a pipeline */
+} PpRequest;
+
+typedef struct {
+  int stage;                 /* rank that runs it: c % P */
+  int first_layer, nlayers;  /* layers [first, first + n) */
+  int embedding, head;       /* holds the nodes before the first layer / after the last */
+  /* one microbatch on one rank of the stage (batch / (dp M), matmuls / tp) */
+  double flops_f, flops_b, flops_w; /* forward, input-gradient (B), weight-gradient (W) */
+  int64_t params;            /* parameters its forward reads (all tp ranks together) */
+  int64_t param_bytes;       /* fp32 bytes of those */
+  int64_t stash_bytes;       /* forward values its backward reads, one microbatch */
+  int64_t boundary_bytes;    /* activations it sends to chunk c + 1, one microbatch
+                                (its gradients come back the same size); 0 on the last */
+} PpChunk;
+
+typedef struct {
+  int nstages, nvirtual, nchunks; /* P, V, P * V */
+  int microbatches;
+  PpChunk *chunks;           /* nchunks, in the module's arena */
+  int *chunk_layers;         /* nchunks layer counts (for cost_analyze_split) */
+} PpStages;
+
+/* Splits the layers of a differentiated module (after pass_autodiff) into
+ * req->virtual_stages * lay->pp chunks: req->stage_layers when given, equal
+ * chunks for interleaved, else the split minimising the largest chunk's
+ * forward+backward FLOPs (the embedding's cost on chunk 0, the head's and
+ * loss's on the last; among those the most even, earlier chunks taking
+ * more layers on ties).  req must have passed pp_request_check.  Returns 0, or -1 with an internal error in err. */
+int pass_stages(IrModule *m, const Layout *lay, const PpRequest *req, PpStages *out,
+                char *err, size_t len);
+
+/* One step of a stage's action list.  Sends are asynchronous (posted, then
+ * the stage goes on); a receive waits until its data has arrived.
+ *   F(mb, c)          forward of microbatch mb through chunk c (needs
+ *                     RECV_ACT(mb, c) earlier on the stage unless c == 0)
+ *   B(mb, c)          backward: input gradients, and weight gradients too
+ *                     unless the schedule splits W (needs F(mb, c), and
+ *                     RECV_GRAD(mb, c) unless c is the last chunk)
+ *   W(mb, c)          weight gradients (split schedules only; needs B(mb, c))
+ *   SEND_ACT(mb, c)   chunk c's output to chunk c + 1 (needs F(mb, c))
+ *   RECV_ACT(mb, c)   chunk c's input from chunk c - 1
+ *   SEND_GRAD(mb, c)  chunk c's input gradient to chunk c - 1 (needs B(mb, c))
+ *   RECV_GRAD(mb, c)  chunk c's output gradient from chunk c + 1 */
+typedef enum {
+  PP_F, PP_B, PP_W, PP_SEND_ACT, PP_RECV_ACT, PP_SEND_GRAD, PP_RECV_GRAD, PP_NKINDS
+} PpKind;
+extern const char *const pp_kind_name[PP_NKINDS];
+
+typedef struct {
+  PpKind kind;
+  int mb, chunk;
+} PpAction;
+
+typedef struct {
+  PpScheduleKind kind;
+  int nstages, nvirtual, nchunks, microbatches;
+  int split_w;               /* B and W are separate actions (ZB-H1) */
+  int *nactions;             /* per stage */
+  PpAction **actions;        /* per stage, nactions[s] each */
+} PpSchedule;
+
+/* Writes every stage's action list (malloc'd; pp_schedule_free).  Needs
+ * P >= 2, M >= 1, V >= 1 (V > 1 for interleaved only, with M % P == 0).
+ * Returns 0, or -1 when out of memory. */
+int pp_schedule_build(PpScheduleKind kind, int P, int V, int M, PpSchedule *out);
+void pp_schedule_free(PpSchedule *s);
+
+/* Per-chunk durations of one microbatch, in seconds. */
+typedef struct {
+  double f, b, w;            /* compute; a non-split schedule's B takes b + w */
+  double send;               /* one boundary transfer to the next chunk (either way) */
+  int64_t stash_bytes;       /* held from F until B (W when split) */
+} PpTiming;
+
+/* One executed action: where and when. */
+typedef struct {
+  int stage, index;          /* actions[stage][index] */
+  double start, end;         /* seconds; a RECV's span is its wait */
+} PpEvent;
+
+typedef struct {
+  PpEvent *events;           /* every action, in the order each stage ran them */
+  int nevents;
+  double makespan;           /* seconds from the first start to the last end */
+  double *busy;              /* per stage: seconds of F/B/W */
+  int *peak_inflight;        /* per stage: most microbatch-chunks stashed at once */
+  int64_t *peak_stash_bytes; /* per stage: most stash bytes held at once */
+  double bubble;             /* idle / busy over all stages: sum(makespan - busy) / sum(busy) */
+} PpSim;
+
+/* The schedule checker: runs every stage's list against the others with the
+ * given per-chunk timing and checks that each action's dependences hold
+ * when it runs, every send has its receive and every receive its send, no
+ * stage waits forever (deadlock), every microbatch runs F, B (and W) once
+ * on every chunk, and, when stash_limit > 0, no stage holds more stash
+ * bytes than that.  Returns 0 with the timeline in out (pp_sim_free), or -1
+ * with err naming the stage, the action's index and the action. */
+int pp_simulate(const PpSchedule *s, const PpTiming *timing, int64_t stash_limit, PpSim *out,
+                char *err, size_t len);
+void pp_sim_free(PpSim *sim);
+
+/* "F(mb 3, chunk 1)" into buf. */
+const char *pp_action_str(const PpAction *a, char *buf, size_t len);
+
+/* Assumed rates for the simulation (the report states them). */
+#define PP_SIM_FLOPS_PER_S   100e12 /* sustained compute per rank */
+#define PP_SIM_LINK_BYTES_PER_S 50e9 /* point-to-point bandwidth between stages */
+#define PP_SIM_LINK_LATENCY_S 5e-6   /* per transfer */
+
+/* Everything the compiler decided about a pipeline. */
+typedef struct PpPlan {
+  PpRequest req;             /* as checked, defaults filled in */
+  PpStages st;
+  PpSchedule sched;
+  PpTiming *timing;          /* nchunks, malloc'd */
+  PpSim sim;
+  double analytic_bubble;    /* (P-1)/M, (P-1)/(V M), or ZB-H1's (P-1)(F+B-W)/(M(F+B+W)) */
+} PpPlan;
+
+/* Checks the pipeline options against the model and fills in defaults:
+ * schedule 1f1b; M = the train section's microbatches when above 1, else
+ * P; V = 2 for interleaved.  Prints one line per problem to err and returns
+ * how many there were.  With lay->pp == 1, any pipeline option is one. */
+int pp_request_check(const IrModule *m, const Layout *lay, PpRequest *req, FILE *err);
+
+/* Stages, schedule, simulation for a differentiated module.  Returns 0, or
+ * -1 with an internal error in err (a schedule the checker refused). */
+int pp_plan(IrModule *m, const Layout *lay, const PpRequest *req, PpPlan *out, char *err,
+            size_t len);
+void pp_plan_free(PpPlan *p);
 
 #endif

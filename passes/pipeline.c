@@ -40,6 +40,10 @@ int pass_run_all(IrModule *m, const PassOptions *opt) {
   if (!first && opt->verify && verify(m, "lowering")) return -1;
   if (!first && opt->dump_after && !strcmp(opt->dump_after, "lower")) ir_print(opt->dump, m);
   for (int i = first; i < NPASSES; i++) {
+    if (passes[i].run == dp_grads) { /* the dp options, as dp_grads reads them */
+      m->mesh_zero = opt->zero >= 1 && m->mesh_dp > 1 ? m->mesh_dp : 0;
+      m->dp_bucket_bytes = opt->bucket_bytes;
+    }
     if (passes[i].run(m)) {
       fprintf(stderr, "parc: internal error: pass %s failed\n", passes[i].name);
       return -1;

@@ -1,5 +1,6 @@
-/* passes/shard.c -- tensor- and data-parallel partitioning of the forward
- * module (Megatron: column- then row-parallel), before autodiff.
+/* passes/shard.c -- tensor-, sequence- and data-parallel partitioning of
+ * the forward module (Megatron: column- then row-parallel, optionally with
+ * sequence parallelism), before autodiff.
  *
  * pass_shard rewrites the module in place into the rank-local module that
  * every rank of a tp x dp mesh runs: the same nodes on every rank, local
@@ -12,6 +13,7 @@
  *   S(d, B)  sharded on dimension d, which is B equal blocks each split
  *            over the tp ranks (B = 1: plain contiguous split); the local
  *            tensor is the rank's piece of every block, in block order;
+ *            a padded vocabulary (below) is S(d, 1) with its true size;
  *   P        partial sum: the tensor is the sum of the ranks' local ones.
  * On the dp axis every value derived from an INPUT has its leading (batch)
  * dimension split (local batch = batch / dp; the INPUT records shard_dim 0,
@@ -28,6 +30,27 @@
  * intents come from parameters (pass_intent): column/row weights are S on
  * their resolved shard_dim; everything else is R.
  *
+ * Other conversions (each once per producer): an S value (one block, no
+ * padding) needed whole is replicated (an all_gather whose VJP takes the
+ * rank's piece of the whole gradient); an R value broadcast against an S
+ * one along the sharded dimension is cut to the rank's piece by local_slice
+ * (no communication; its VJP all-gathers the gradient); a mean over a
+ * sharded dimension replicates its operand first.
+ *
+ * Sequence parallelism (Megatron, --sp, tp > 1).  [batch, seq, width]
+ * activations outside the column/row regions live on sequence shards,
+ * S(1): where a P value of that kind meets a pointwise op or a norm, it is
+ * reduce_scattered onto S(1) instead of all-reduced (a sum of P values
+ * there is reduced too, so the residual stream is S(1), never P); norms
+ * and pointwise work run on the shards, their replicated weights entering
+ * through group_copy (gradients summed over the shards); a column-parallel
+ * matmul's S(1) input is all_gathered on dimension 1 (standing where
+ * group_copy would: its VJP reduce_scatters).  The same count of
+ * collectives as all-reduce TP, each moving half the bytes of an
+ * all-reduce.  GPT-2's learned positions [seq, d] reach the shards through
+ * local_slice.  The sequence must split evenly: seq % tp == 0, else a
+ * one-line error.  With tp == 1, --sp changes nothing.
+ *
  * GPT-2's fused q|k|v.  A column weight whose output is cut by slices along
  * its sharded (last) dimension is sharded blockwise: B is the number of
  * blocks of width g = gcd(width, every slice start and length downstream)
@@ -36,18 +59,25 @@
  * global layout of the weight stays Hugging Face's [d, 3d].
  *
  * Vocabulary parallelism (Megatron).  A `vocab` table [V, D] is split by
- * rows over tp (V % tp == 0; padding is not done yet): embedding becomes
- * vocab_embedding (the rank's rows, zero elsewhere: P, all-reduced by its
- * consumers), a head matmul with the table (tied) or a vocab lm_head is
- * column-parallel (logits S on the last dimension), and cross_entropy of
- * such logits becomes vocab_cross_entropy, whose max / sum-of-exp / target
- * logit reductions happen inside the op: no rank holds [.., V] logits.
+ * rows over tp, padded to Vp = ceil(V / tp) tp rows: rank c holds rows
+ * [c Vp/tp, (c + 1) Vp/tp), and the rows >= V are padding, exactly 0 (the
+ * runtime initialises them so and never reads or writes them in files; the
+ * PARAM keeps global_shape [V, D], its local shape says Vp / tp).
+ * Embedding becomes vocab_embedding (the rank's rows, zero elsewhere: P,
+ * reduced by its consumers), a head matmul with the table (tied) or a
+ * vocab lm_head is column-parallel (logits S on the last dimension, padded
+ * columns included), and cross_entropy of such logits becomes
+ * vocab_cross_entropy with the true V, whose max / sum-of-exp / target
+ * logit reductions happen inside the op with the padded columns masked
+ * (zero gradient there): no rank holds [.., V] logits.  Padded rows then
+ * get zero gradients, so AdamW keeps them 0.  Slices and reductions over a
+ * padded dimension are refused.
  *
  * Not yet (rejected with a one-line error, never silently replicated):
- * sharded -> replicated conversions (all_gather), vocabularies not
- * divisible by tp, MoE dispatch under
- * tp > 1 or dp > 1, reshapes of sharded values, batch-dimension reductions
- * under dp > 1. */
+ * gathering a value sharded in blocks or with padding, MoE dispatch under
+ * tp > 1 or dp > 1, reshapes of sharded values (they are replicated
+ * first), batch-dimension reductions under dp > 1, sequence parallelism
+ * with seq % tp != 0. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,15 +90,22 @@ typedef struct {
   LKind kind;
   int dim;     /* L_SHARD: the dimension */
   int blocks;  /* L_SHARD: blocks of dim, each split over tp */
+  int64_t vocab; /* L_SHARD of a padded vocabulary: the true global size of
+                    dim (0: local size * tp exactly, no padding) */
 } Lay;
 
 typedef struct {
   IrModule *m;
   int tp, dp;
+  int sp;              /* sequence parallelism (tp > 1 only) */
   int cap;             /* entries of the per-node arrays (new ids) */
   Lay *lay;            /* lay[id] */
   unsigned char *bat;  /* bat[id]: dimension 0 is the dp-split batch */
   IrNode **ar, **cp;   /* ar[id] / cp[id]: the all_reduce / group_copy of node id */
+  IrNode **rs, **ag;   /* rs[id]: node id reduce_scattered onto sequence shards;
+                          ag[id]: its all_gather into a sharded region */
+  IrNode **rp, **ls;   /* rp[id]: node id replicated (sharded -> replicated);
+                          ls[id]: its local_slice (replicated -> sharded) */
   IrNode *at;          /* node being rewritten */
   char *err;
   size_t len;
@@ -108,9 +145,9 @@ static int64_t gcd64(int64_t a, int64_t b) {
   return a < 0 ? -a : a;
 }
 
-static Lay R(void) { return (Lay){L_REP, -1, 1}; }
-static Lay S(int d, int b) { return (Lay){L_SHARD, d, b}; }
-static Lay P(void) { return (Lay){L_PARTIAL, -1, 1}; }
+static Lay R(void) { return (Lay){L_REP, -1, 1, 0}; }
+static Lay S(int d, int b) { return (Lay){L_SHARD, d, b, 0}; }
+static Lay P(void) { return (Lay){L_PARTIAL, -1, 1, 0}; }
 
 static Lay *L(Sh *s, const IrNode *x) { return &s->lay[x->id]; }
 
@@ -122,11 +159,13 @@ static void place(Sh *s, IrNode *n) {
   m->nodes[m->nnodes++] = n;
 }
 
-/* A new collective on x, typed, placed before the node being rewritten. */
-static IrNode *collective(Sh *s, IrOp op, IrNode *x, int axis, int size, Lay lay) {
+/* A new collective on x over tp (dim: all_gather, reduce_scatter,
+ * local_slice, replicate), typed, placed before the node being rewritten. */
+static IrNode *collective(Sh *s, IrOp op, IrNode *x, int dim, Lay lay) {
   IrNode *n = ir_add(s->m, op, &x, 1); /* appended at the current end: placed */
-  n->ia[0] = axis;
-  n->ia[1] = size;
+  n->ia[0] = 0;
+  n->ia[1] = s->tp;
+  n->ia[2] = dim;
   n->layer = x->layer >= 0 ? x->layer : s->at->layer;
   n->loc = x->loc.line ? x->loc : s->at->loc;
   char why[256];
@@ -143,19 +182,50 @@ static IrNode *collective(Sh *s, IrOp op, IrNode *x, int axis, int size, Lay lay
   return n;
 }
 
-/* x as a replicated value: a partial sum is all-reduced (once per producer);
- * a sharded value would need an all_gather, which is not done yet. */
+/* x as a replicated value (once per producer): a partial sum all-reduced, a
+ * sharded value (one block, no padding) replicated, an all_gather whose
+ * consumers' gradients are whole. */
 static IrNode *need_rep(Sh *s, IrNode *x) {
   Lay *l = L(s, x);
   if (l->kind == L_REP) return x;
   if (l->kind == L_SHARD) {
-    fail(s, "operand %%%d is sharded on dimension %d but needed whole: all_gather is not "
-            "supported yet",
-         x->id, l->dim);
-    return x;
+    if (l->blocks != 1 || l->vocab) {
+      fail(s, "operand %%%d is sharded on dimension %d %s but needed whole: only a plain "
+              "split can be gathered",
+           x->id, l->dim, l->vocab ? "with vocabulary padding" : "in blocks");
+      return x;
+    }
+    if (!s->rp[x->id]) s->rp[x->id] = collective(s, IR_OP_REPLICATE, x, l->dim, R());
+    return s->rp[x->id];
   }
-  if (!s->ar[x->id]) s->ar[x->id] = collective(s, IR_OP_ALL_REDUCE, x, 0, s->tp, R());
+  if (!s->ar[x->id]) s->ar[x->id] = collective(s, IR_OP_ALL_REDUCE, x, 0, R());
   return s->ar[x->id];
+}
+
+/* Sequence parallelism applies to x: a [batch, seq, width] activation under
+ * --sp with tp > 1.  Its sequence must split evenly over tp. */
+static int seq_value(Sh *s, const IrNode *x) {
+  if (!s->sp || s->tp == 1 || x->rank != 3 || x->dtype != IR_F32) return 0;
+  if (x->shape[1] % s->tp) {
+    fail(s, "--sp: the sequence dimension (%lld) is not divisible by tp = %d",
+         (long long)x->shape[1], s->tp);
+    return 0;
+  }
+  return 1;
+}
+
+/* x (a partial sum) reduce_scattered onto its sequence shards, S(1), once
+ * per producer: sequence parallelism's reduction in place of all_reduce. */
+static IrNode *seq_scatter(Sh *s, IrNode *x) {
+  if (!s->rs[x->id]) s->rs[x->id] = collective(s, IR_OP_REDUCE_SCATTER, x, 1, S(1, 1));
+  return s->rs[x->id];
+}
+
+/* x with a partial sum reduced: onto sequence shards where sequence
+ * parallelism applies and the consumer allows (seq_ok), else whole. */
+static IrNode *reduce_for(Sh *s, IrNode *x, int seq_ok) {
+  if (L(s, x)->kind != L_PARTIAL) return x;
+  return seq_ok && seq_value(s, x) ? seq_scatter(s, x) : need_rep(s, x);
 }
 
 /* x with a partial sum reduced; replicated and sharded values as they are. */
@@ -166,8 +236,37 @@ static IrNode *unpartial(Sh *s, IrNode *x) {
 /* x (replicated) entering an op whose result is sharded: Megatron's f. */
 static IrNode *enter(Sh *s, IrNode *x) {
   if (x->dtype != IR_F32 || s->tp == 1 || L(s, x)->kind != L_REP) return x;
-  if (!s->cp[x->id]) s->cp[x->id] = collective(s, IR_OP_GROUP_COPY, x, 0, s->tp, R());
+  if (!s->cp[x->id]) s->cp[x->id] = collective(s, IR_OP_GROUP_COPY, x, 0, R());
   return s->cp[x->id];
+}
+
+/* x (sharded, one block) entering an op whose result is sharded on another
+ * dimension (a column-parallel matmul's input on sequence shards): all_gather,
+ * which stands where group_copy would (its VJP reduce_scatters the
+ * region's partial gradients).  Once per producer. */
+static IrNode *enter_gathered(Sh *s, IrNode *x) {
+  Lay l = *L(s, x);
+  if (l.blocks != 1 || l.vocab) {
+    fail(s, "operand %%%d sharded on dimension %d %s cannot be gathered", x->id, l.dim,
+         l.vocab ? "with vocabulary padding" : "in blocks");
+    return x;
+  }
+  if (!s->ag[x->id]) s->ag[x->id] = collective(s, IR_OP_ALL_GATHER, x, l.dim, R());
+  return s->ag[x->id];
+}
+
+/* x (replicated) as the rank's piece along its dimension xd, which a
+ * sharded operand splits: local_slice, no communication (once per producer
+ * and dimension). */
+static IrNode *local_piece(Sh *s, IrNode *x, int xd) {
+  if (x->shape[xd] % s->tp) {
+    fail(s, "replicated operand %%%d has dimension %d of %lld, not divisible by tp = %d", x->id,
+         xd, (long long)x->shape[xd], s->tp);
+    return x;
+  }
+  if (!s->ls[x->id] || s->ls[x->id]->ia[2] != xd)
+    s->ls[x->id] = collective(s, IR_OP_LOCAL_SLICE, x, xd, S(xd, 1));
+  return s->ls[x->id];
 }
 
 /* The output dimension of input x's dimension d under right-aligned
@@ -213,16 +312,18 @@ static void find_blocks(IrModule *m, int64_t *gw) {
 
 /* Sets a PARAM's local shape and global record. */
 static int shard_param(Sh *s, IrNode *p, int64_t gwid) {
-  /* vocab-parallel: rows [c V/tp, (c + 1) V/tp) on tp coordinate c.  When tp
-   * does not divide V the table stays replicated (correct, not memory-
-   * saving) until padding with masked logits exists. */
-  if (s->tp > 1 && p->shard == IR_SHARD_VOCAB && p->rank == 2 && p->shape[0] % s->tp == 0) {
+  /* vocab-parallel: padded to Vp = ceil(V / tp) tp rows, rows
+   * [c Vp/tp, (c + 1) Vp/tp) on tp coordinate c; the rows >= V are padding
+   * (global_shape keeps V: see ir/ir.h) */
+  if (s->tp > 1 && p->shard == IR_SHARD_VOCAB && p->rank == 2) {
+    int64_t V = p->shape[0];
     memcpy(p->global_shape, p->shape, sizeof p->shape);
     p->shard_dim = 0;
-    p->shape[0] /= s->tp;
+    p->shape[0] = (V + s->tp - 1) / s->tp;
     p->shard_degree = s->tp;
     p->shard_blocks = 1;
     *L(s, p) = S(0, 1);
+    if (p->shape[0] * s->tp != V) L(s, p)->vocab = V;
     return 0;
   }
   if (s->tp == 1 || p->shard_dim < 0 ||
@@ -249,36 +350,53 @@ static int shard_param(Sh *s, IrNode *p, int64_t gwid) {
 static int rule_pointwise(Sh *s, IrNode *n) {
   int linear_add = n->op == IR_OP_ADD || n->op == IR_OP_SUB;
   int linear_one = n->op == IR_OP_SCALE;
-  int np = 0, nsh = 0;
-  Lay sh = R();
+  int np = 0, nsh = 0, seq = n->rank == 3; /* partial sums may go to sequence shards */
   for (int j = 0; j < n->ninputs; j++) {
     Lay *l = L(s, n->inputs[j]);
     np += l->kind == L_PARTIAL;
-    if (l->kind == L_SHARD) {
-      Lay t = S(aligned(n->inputs[j], l->dim, n->rank), l->blocks);
-      if (nsh && (t.dim != sh.dim || t.blocks != sh.blocks))
-        return fail(s, "operands sharded on different dimensions");
-      sh = t, nsh++;
-    }
+    nsh += l->kind == L_SHARD;
+    if (l->kind == L_SHARD && aligned(n->inputs[j], l->dim, n->rank) != 1) seq = 0;
+    if (l->kind == L_PARTIAL && n->inputs[j]->rank != 3) seq = 0;
   }
-  if (np && !nsh && ((linear_add && np == n->ninputs) || linear_one)) {
+  /* a sum of partial sums stays partial, except on the residual stream
+   * under sequence parallelism, which lives on sequence shards */
+  if (np && !nsh && ((linear_add && np == n->ninputs) || linear_one) &&
+      !(seq && s->sp && s->tp > 1)) {
     *L(s, n) = P();
     return 0;
   }
-  for (int j = 0; j < n->ninputs; j++) n->inputs[j] = unpartial(s, n->inputs[j]);
+  for (int j = 0; j < n->ninputs; j++) n->inputs[j] = reduce_for(s, n->inputs[j], seq);
+  Lay sh = R();
+  const IrNode *shx = NULL; /* a sharded operand */
+  nsh = 0;
+  for (int j = 0; j < n->ninputs; j++) {
+    Lay *l = L(s, n->inputs[j]);
+    if (l->kind != L_SHARD) continue;
+    Lay t = *l;
+    t.dim = aligned(n->inputs[j], l->dim, n->rank);
+    if (nsh && (t.dim != sh.dim || t.blocks != sh.blocks || t.vocab != sh.vocab))
+      return fail(s, "operands sharded on different dimensions");
+    sh = t, shx = n->inputs[j], nsh++;
+  }
   if (!nsh) {
     *L(s, n) = R();
     return 0;
   }
-  /* a replicated operand must be broadcast along the sharded dimension */
+  /* a replicated operand broadcast along the sharded dimension is cut to
+   * the rank's piece (local_slice); one broadcast over it enters the region */
   for (int j = 0; j < n->ninputs; j++) {
     IrNode *x = n->inputs[j];
     if (L(s, x)->kind != L_REP) continue;
     int xd = sh.dim - (n->rank - x->rank);
-    if (xd >= 0 && x->shape[xd] != 1)
-      return fail(s, "a replicated operand %%%d meets one sharded on dimension %d: a local "
-                     "slice is not supported yet",
-                  x->id, sh.dim);
+    if (xd >= 0 && x->shape[xd] != 1) {
+      int64_t whole = shx->shape[sh.dim - (n->rank - shx->rank)] * s->tp; /* global size */
+      if (sh.blocks != 1 || sh.vocab || x->shape[xd] != whole)
+        return fail(s, "a replicated operand %%%d meets one sharded on dimension %d%s: only a "
+                       "plain split can be cut locally",
+                    x->id, sh.dim, sh.blocks != 1 ? " in blocks" : sh.vocab ? " with padding" : "");
+      n->inputs[j] = local_piece(s, x, xd);
+      continue;
+    }
     n->inputs[j] = enter(s, x);
   }
   *L(s, n) = sh;
@@ -298,13 +416,21 @@ static int rule_matmul(Sh *s, IrNode *n) {
     *L(s, n) = R();
     return 0;
   }
+  int gathered = 0;
+  if (la.kind == L_SHARD && la.dim != a->rank - 1 && lb.kind == L_SHARD && lb.dim == bout) {
+    /* column-parallel with its input on (sequence) shards: gathered first */
+    a = n->inputs[0] = enter_gathered(s, a);
+    la = *L(s, a);
+    gathered = 1;
+  }
   if (la.kind == L_REP && lb.kind == L_SHARD && lb.dim == bout) { /* column */
-    n->inputs[0] = enter(s, a);
+    if (!gathered) n->inputs[0] = enter(s, a); /* the all_gather stands for group_copy */
     *L(s, n) = S(r - 1, lb.blocks);
+    L(s, n)->vocab = lb.vocab;
     return 0;
   }
   if (la.kind == L_SHARD && la.dim == a->rank - 1 && la.blocks == 1 && lb.kind == L_SHARD &&
-      lb.dim == bin && lb.blocks == 1) { /* row */
+      lb.dim == bin && lb.blocks == 1 && !la.vocab && !lb.vocab) { /* row */
     *L(s, n) = P();
     return 0;
   }
@@ -328,13 +454,13 @@ static int rule_matmul(Sh *s, IrNode *n) {
  * dimensions (rope: positions on 2, features on 3): the operand may be split
  * only elsewhere; the other operands (weights) must be replicated. */
 static int rule_rowwise(Sh *s, IrNode *n, int bad0, int bad1) {
-  IrNode *x = n->inputs[0] = unpartial(s, n->inputs[0]);
+  IrNode *x = n->inputs[0] = reduce_for(s, n->inputs[0], bad0 != 1 && bad1 != 1);
   for (int j = 1; j < n->ninputs; j++) n->inputs[j] = need_rep(s, n->inputs[j]);
   Lay lx = *L(s, x);
-  if (lx.kind == L_SHARD && (lx.dim == bad0 || lx.dim == bad1))
-    return fail(s, "operand sharded on dimension %d, which the op works along: all_gather "
-                   "is not supported yet",
-                lx.dim);
+  if (lx.kind == L_SHARD && (lx.dim == bad0 || lx.dim == bad1)) {
+    x = n->inputs[0] = need_rep(s, x); /* whole along the dimension it works on */
+    lx = *L(s, x);
+  }
   if (lx.kind == L_SHARD)
     for (int j = 1; j < n->ninputs; j++) n->inputs[j] = enter(s, n->inputs[j]);
   *L(s, n) = lx;
@@ -396,6 +522,7 @@ static int rule_slice(Sh *s, IrNode *n) {
     *L(s, n) = l;
     return 0;
   }
+  if (l.vocab) return fail(s, "slice of a padded vocabulary dimension");
   int64_t w = x->shape[axis] * s->tp, blk = w / l.blocks; /* global width, block */
   if (n->ia[1] % blk || n->ia[2] % blk)
     return fail(s, "slice [%lld, %lld) cuts the sharded blocks of width %lld",
@@ -415,8 +542,13 @@ static int rule_reduce(Sh *s, IrNode *n) {
   if (axis == 0 && s->bat[x->id] && s->dp > 1)
     return fail(s, "reduction over the batch dimension under dp = %d is not supported yet",
                 s->dp);
+  if (l.kind == L_SHARD && l.dim == axis && l.vocab)
+    return fail(s, "reduction over a padded vocabulary dimension");
+  if (l.kind == L_SHARD && l.dim == axis && n->op == IR_OP_MEAN) {
+    x = n->inputs[0] = need_rep(s, x); /* a mean needs the whole dimension */
+    l = *L(s, x);
+  }
   if (l.kind == L_SHARD && l.dim == axis) {
-    if (n->op != IR_OP_SUM) return fail(s, "mean over a sharded dimension");
     *L(s, n) = P();
     return 0;
   }
@@ -515,14 +647,15 @@ static int rule(Sh *s, IrNode *n, int64_t gwid) {
   case IR_OP_CROSS_ENTROPY: {
     IrNode *lg = n->inputs[0] = unpartial(s, n->inputs[0]);
     Lay ll = *L(s, lg);
-    if (ll.kind != L_SHARD) return rule_whole(s, n);
-    if (ll.dim != lg->rank - 1 || ll.blocks != 1)
-      return fail(s, "logits sharded on dimension %d: only the vocabulary (last) is supported",
-                  ll.dim);
-    /* vocab-parallel cross-entropy: max, sum of exp and target logit reduced in the op */
+    if (ll.kind != L_SHARD || ll.dim != lg->rank - 1) return rule_whole(s, n);
+    if (ll.blocks != 1)
+      return fail(s, "logits sharded on the vocabulary in %d blocks", ll.blocks);
+    /* vocab-parallel cross-entropy: max, sum of exp and target logit reduced
+     * in the op; padded columns (>= the true vocabulary) masked */
     n->inputs[1] = need_rep(s, n->inputs[1]);
     n->op = IR_OP_VOCAB_CROSS_ENTROPY;
     n->ia[0] = 0, n->ia[1] = s->tp;
+    n->ia[2] = ll.vocab ? ll.vocab : lg->shape[lg->rank - 1] * s->tp;
     *L(s, n) = R();
     return 0;
   }
@@ -539,7 +672,7 @@ static int rule(Sh *s, IrNode *n, int64_t gwid) {
   }
 }
 
-int pass_shard(IrModule *m, int tp, int dp, char *err, size_t len) {
+int pass_shard(IrModule *m, int tp, int dp, int sp, char *err, size_t len) {
   if (tp < 1 || dp < 1 || tp > LAYOUT_MAX_DEGREE || dp > LAYOUT_MAX_DEGREE) {
     snprintf(err, len, "shard: degrees tp = %d, dp = %d out of range", tp, dp);
     return -1;
@@ -553,14 +686,19 @@ int pass_shard(IrModule *m, int tp, int dp, char *err, size_t len) {
     return -1;
   }
   int nold = m->nnodes;
-  Sh s = {.m = m, .tp = tp, .dp = dp, .cap = 3 * nold + 8, .err = err, .len = len};
+  /* at most 4 collectives per input of a node (need_rep, enter_gathered,
+   * local_piece, reduce_for each once per producer) */
+  Sh s = {.m = m, .tp = tp, .dp = dp, .sp = sp && tp > 1, .cap = 6 * nold + 8, .err = err,
+          .len = len};
   s.lay = calloc((size_t)s.cap, sizeof *s.lay);
   s.bat = calloc((size_t)s.cap, 1);
-  s.ar = calloc((size_t)s.cap, sizeof *s.ar);
-  s.cp = calloc((size_t)s.cap, sizeof *s.cp);
+  IrNode ***caches[] = {&s.ar, &s.cp, &s.rs, &s.ag, &s.rp, &s.ls};
+  int ok = 1;
+  for (size_t k = 0; k < sizeof caches / sizeof *caches; k++)
+    ok &= (*caches[k] = calloc((size_t)s.cap, sizeof(IrNode *))) != NULL;
   int64_t *gw = calloc((size_t)nold + 1, sizeof *gw);
   IrNode **old = malloc(sizeof *old * ((size_t)nold + 1));
-  if (!s.lay || !s.bat || !s.ar || !s.cp || !gw || !old) {
+  if (!s.lay || !s.bat || !ok || !gw || !old) {
     fprintf(stderr, "parc: out of memory (shard)\n");
     exit(3);
   }
@@ -594,8 +732,7 @@ int pass_shard(IrModule *m, int tp, int dp, char *err, size_t len) {
   if (!s.failed) m->mesh_tp = tp, m->mesh_dp = dp;
   free(s.lay);
   free(s.bat);
-  free(s.ar);
-  free(s.cp);
+  for (size_t k = 0; k < sizeof caches / sizeof *caches; k++) free(*caches[k]);
   free(gw);
   free(old);
   return s.failed ? -1 : 0;

@@ -397,6 +397,17 @@ int rt_comm_recv(RtComm *c, float *buf, int64_t count, int peer, int tag) {
   return c->ops->recv(c, &call);
 }
 
+int rt_comm_flat_piece(const RtComm *c, const float *x, int64_t n, float *out, int64_t s) {
+  int64_t r = c ? c->rank : 0;
+  if (n < 0 || s < 0 || (s > 0 && r > INT64_MAX / 16 / s) || (n > 0 && !x) || (s > 0 && !out))
+    return rt_fail("rt_comm_flat_piece: piece %lld of %lld floats of a %lld-float tensor",
+                   (long long)r, (long long)s, (long long)n);
+  int64_t b = r * s, k = n - b < s ? (n - b > 0 ? n - b : 0) : s;
+  if (k > 0) memcpy(out, x + b, (size_t)k * sizeof(float));
+  if (s > k) memset(out + k, 0, (size_t)(s - k) * sizeof(float));
+  return RT_OK;
+}
+
 /* ---- launching ---- */
 
 int rt_comm_run(int nranks, int (*rank_main)(RtComm *world, void *arg), void *arg) {

@@ -143,6 +143,10 @@ void rt_comm_mesh_free(RtMesh *mesh);
  * times unit. */
 void rt_comm_block_counts(int64_t total, int parts, int64_t unit, int64_t *counts);
 
+/* ZeRO-1's local shard, no communication: out[0..s) = elements [r s, (r + 1) s) of
+ * x (n floats), zeros past n, r = rt_comm_rank(c) (0 when c is NULL). */
+int rt_comm_flat_piece(const RtComm *c, const float *x, int64_t n, float *out, int64_t s);
+
 /* ---- collectives (every member of c calls them, in the same order) ---- */
 
 /* recv[i] = sum over ranks r in order of send_r[i], i < count, on every rank.

@@ -22,7 +22,10 @@
  * a parameter with shard_dim >= 0 is cut from its global_shape along
  * shard_dim over the tp ranks in shard_blocks blocks (runtime/rt_shard.h:
  * degree = tp, coord = the tp coordinate); shard_dim = -1 means every rank
- * holds it whole.  Data-parallel ranks hold identical parameters and take
+ * holds it whole.  Vocabulary padding: when shape[shard_dim] * tp exceeds
+ * global_shape[shard_dim] (shard_blocks 1), the dimension is padded to
+ * shape[shard_dim] * tp and the entries past the global size are padding:
+ * zero, never in weight or checkpoint files (rt_param_padded).  Data-parallel ranks hold identical parameters and take
  * rows [d * batch / dp, (d + 1) * batch / dp) of each global batch.  A
  * one-rank model sets tp = dp = 1 (0 is read as 1) and shard_dim = -1. */
 #ifndef PARC_RT_MODEL_H
@@ -45,6 +48,14 @@ typedef struct {
   int shard_dim;             /* -1: whole on every rank; else split over tp */
   int shard_blocks;          /* >= 1: blocks of the split dim (GPT-2's qkv: 3) */
 } RtParamDesc;
+
+/* The padded size of p's split dimension over tp ranks (vocabulary padding:
+ * shape[shard_dim] * tp), or 0 where p is whole or splits evenly. */
+static inline int64_t rt_param_padded(const RtParamDesc *p, int tp) {
+  if (tp <= 1 || p->shard_dim < 0 || p->shard_dim >= p->rank) return 0;
+  int64_t n = p->shape[p->shard_dim] * tp;
+  return n != p->global_shape[p->shard_dim] ? n : 0;
+}
 
 typedef struct {
   const char *name;          /* e.g. "h.0.ln_1.weight.exp_avg" */
@@ -70,7 +81,8 @@ typedef struct {
   float *grads;              /* NULL, or params_numel floats: step stores every
                                 parameter's gradient there (at the parameter's
                                 offset, as the optimizer reads it: averaged
-                                over dp, before clipping) */
+                                over dp, before clipping; under zero, the
+                                rank's piece of it, laid out as a state piece) */
   /* results */
   float loss;                /* the objective on this rank's rows; the harness
                                 averages it over dp for the log */
@@ -83,6 +95,13 @@ typedef struct {
   const char *source;        /* the DSL file it was compiled from */
   int64_t vocab, batch, seq; /* batch: the global batch */
   int tp, dp;                /* the mesh: tp * dp ranks (0 is read as 1) */
+  int zero;                  /* ZeRO-1: the dp degree (> 1) the optimizer state
+                                is sharded over; 0 or 1: whole on every dp rank.
+                                Then state[i] is the rank's piece of the state of
+                                params[state[i].param] (local numel n): of that
+                                tensor flattened and zero-padded to zero * s
+                                floats, s = ceil(n / zero), the floats
+                                [d s, (d + 1) s) for dp coordinate d; numel = s */
   int nparams;
   const RtParamDesc *params;
   int64_t params_numel;

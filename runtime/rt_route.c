@@ -519,6 +519,7 @@ typedef struct {
   const float *logits;
   const int32_t *targets;
   int64_t Vl, lo;
+  int64_t nv;        /* the member's real columns [0, nv): the rest is padding */
   const float *mx;   /* [N] the group's row maxima */
   float *send;       /* stats pass: [N, 3] sum of exp (hi, lo) and target logit */
   const double *s;   /* grad pass: [N] the group's sums of exp */
@@ -528,15 +529,15 @@ typedef struct {
 
 static void vxent_stats_range(void *ctx, int64_t begin, int64_t end) {
   VXent *a = ctx;
-  int64_t Vl = a->Vl;
+  int64_t Vl = a->Vl, nv = a->nv;
   for (int64_t p = begin; p < end; p++) {
     const float *row = a->logits + p * Vl;
     float mx = a->mx[p];
     double s[8] = {0};
     int64_t v = 0;
-    for (; v + 8 <= Vl; v += 8)
+    for (; v + 8 <= nv; v += 8)
       for (int l = 0; l < 8; l++) s[l] += (double)rt_exp_nonpos(row[v + l] - mx);
-    for (; v < Vl; v++) s[0] += (double)rt_exp_nonpos(row[v] - mx);
+    for (; v < nv; v++) s[0] += (double)rt_exp_nonpos(row[v] - mx);
     double t = 0;
     for (int l = 0; l < 8; l++) t += s[l];
     float hi = (float)t;
@@ -554,18 +555,30 @@ static void vxent_grad_range(void *ctx, int64_t begin, int64_t end) {
     const float *row = a->logits + p * Vl;
     float *e = a->dlogits + p * Vl, mx = a->mx[p];
     float f = (float)(1.0 / a->s[p]) * a->scale;
-    for (int64_t v = 0; v < Vl; v++) e[v] = rt_exp_nonpos(row[v] - mx) * f;
+    for (int64_t v = 0; v < a->nv; v++) e[v] = rt_exp_nonpos(row[v] - mx) * f;
+    for (int64_t v = a->nv; v < Vl; v++) e[v] = 0.0f; /* padding: no gradient */
     int64_t r = (int64_t)a->targets[p] - a->lo;
     if (r >= 0 && r < Vl) e[r] -= a->scale;
   }
 }
 
+/* The member's real columns: those of global index below V. */
+static int64_t real_columns(int64_t V, int64_t Vl, int part) {
+  int64_t nv = V - (int64_t)part * Vl;
+  return nv < 0 ? 0 : nv > Vl ? Vl : nv;
+}
+
 /* The group's row maxima (mx [N]), sums of exp (s [N], double) and target
- * logits (t [N], double; NULL: not wanted). */
+ * logits (t [N], double; NULL: not wanted), over the first V columns. */
 static int vxent_stats(const char *op, RtComm *g, const float *logits, const int32_t *targets,
-                       int64_t N, int64_t Vl, float *mx, double *s, double *t) {
+                       int64_t N, int64_t Vl, int64_t V, float *mx, double *s, double *t) {
   int parts = rt_comm_size(g), part = rt_comm_rank(g);
-  if (fits(op, N, Vl, parts) || ids_ok(op, "target", targets, N, Vl * parts, "")) return RT_ERR;
+  if (fits(op, N, Vl, parts)) return RT_ERR;
+  if (V < 1 || V > Vl * parts)
+    return rt_fail("%s: vocabulary %lld outside [1, %lld], the group's columns", op,
+                   (long long)V, (long long)(Vl * parts));
+  if (ids_ok(op, "target", targets, N, V, "")) return RT_ERR;
+  int64_t nv = real_columns(V, Vl, part);
   int64_t *counts = malloc(sizeof(int64_t) * (size_t)parts);
   float *all = malloc(sizeof(float) * (size_t)(3 * N * parts));
   float *send = malloc(sizeof(float) * (size_t)(3 * N));
@@ -574,7 +587,7 @@ static int vxent_stats(const char *op, RtComm *g, const float *logits, const int
     rc = rt_fail("%s: out of memory for %lld rows of statistics", op, (long long)N);
     goto out;
   }
-  for (int64_t p = 0; p < N; p++) send[p] = row_max(logits + p * Vl, Vl);
+  for (int64_t p = 0; p < N; p++) send[p] = row_max(logits + p * Vl, nv);
   for (int k = 0; k < parts; k++) counts[k] = N;
   if (rt_comm_all_gather(g, send, all, counts)) {
     rc = RT_ERR;
@@ -586,7 +599,7 @@ static int vxent_stats(const char *op, RtComm *g, const float *logits, const int
     mx[p] = m;
   }
   VXent a = {.logits = logits, .targets = targets, .Vl = Vl, .lo = (int64_t)part * Vl,
-             .mx = mx, .send = send};
+             .nv = nv, .mx = mx, .send = send};
   rt_parallel_for(N, row_grain(Vl), vxent_stats_range, &a);
   for (int k = 0; k < parts; k++) counts[k] = 3 * N;
   if (rt_comm_all_gather(g, send, all, counts)) {
@@ -611,7 +624,7 @@ out:
 }
 
 int rt_vocab_cross_entropy(RtComm *g, float *loss, const float *logits, const int32_t *targets,
-                           int64_t N, int64_t Vl) {
+                           int64_t N, int64_t Vl, int64_t V) {
   if (!g || !loss || !logits || !targets)
     return null_arg("vocab_cross_entropy",
                     !g ? "group" : !loss ? "output" : !logits ? "logits" : "targets");
@@ -620,8 +633,8 @@ int rt_vocab_cross_entropy(RtComm *g, float *loss, const float *logits, const in
   double *s = malloc(sizeof(double) * (size_t)N), *t = malloc(sizeof(double) * (size_t)N);
   int rc = !mx || !s || !t ? rt_fail("vocab_cross_entropy: out of memory for %lld rows",
                                      (long long)N)
-                           : vxent_stats("vocab_cross_entropy", g, logits, targets, N, Vl, mx,
-                                         s, t);
+                           : vxent_stats("vocab_cross_entropy", g, logits, targets, N, Vl, V,
+                                         mx, s, t);
   if (rc == RT_OK) {
     double total = 0;
     for (int64_t p = 0; p < N; p++) total += (double)mx[p] + log(s[p]) - t[p];
@@ -635,7 +648,7 @@ int rt_vocab_cross_entropy(RtComm *g, float *loss, const float *logits, const in
 
 int rt_vocab_cross_entropy_grad(RtComm *g, float *dlogits, const float *logits,
                                 const int32_t *targets, const float *dloss, int64_t N,
-                                int64_t Vl) {
+                                int64_t Vl, int64_t V) {
   if (!g || !dlogits || !logits || !targets || !dloss)
     return null_arg("vocab_cross_entropy_grad", !g         ? "group"
                                                 : !dlogits ? "output"
@@ -647,15 +660,100 @@ int rt_vocab_cross_entropy_grad(RtComm *g, float *dlogits, const float *logits,
   double *s = malloc(sizeof(double) * (size_t)N);
   int rc = !mx || !s ? rt_fail("vocab_cross_entropy_grad: out of memory for %lld rows",
                                (long long)N)
-                     : vxent_stats("vocab_cross_entropy_grad", g, logits, targets, N, Vl, mx, s,
-                                   NULL);
+                     : vxent_stats("vocab_cross_entropy_grad", g, logits, targets, N, Vl, V, mx,
+                                   s, NULL);
   if (rc == RT_OK) {
     VXent a = {.logits = logits, .targets = targets, .Vl = Vl,
-               .lo = (int64_t)rt_comm_rank(g) * Vl, .mx = mx, .s = s, .dlogits = dlogits,
+               .lo = (int64_t)rt_comm_rank(g) * Vl, .nv = real_columns(V, Vl, rt_comm_rank(g)),
+               .mx = mx, .s = s, .dlogits = dlogits,
                .scale = (float)((double)*dloss / (double)N)};
     rt_parallel_for(N, row_grain(Vl), vxent_grad_range, &a);
   }
   free(mx);
   free(s);
   return rc;
+}
+
+/* ---- sequence parallelism: collectives along one dimension ---------------- */
+
+/* The pieces of [outer, n, inner] over g: piece floats per outer index (q) and
+ * per member (outer q), checked. */
+static int dim_pieces(const char *op, RtComm *g, int64_t outer, int64_t n, int64_t inner,
+                      int64_t *q) {
+  int parts = rt_comm_size(g);
+  if (POSITIVE(op, "outer n inner", outer, n, inner) || fits(op, outer, n, inner)) return RT_ERR;
+  if (n % parts)
+    return rt_fail("%s: dimension %lld is not divisible by the group's %d members", op,
+                   (long long)n, parts);
+  *q = n / parts * inner;
+  return RT_OK;
+}
+
+int rt_all_gather_dim(RtComm *g, const float *x, float *out, int64_t outer, int64_t n,
+                      int64_t inner) {
+  if (!g || !x || !out) return null_arg("all_gather_dim", !g ? "group" : !x ? "input" : "output");
+  int64_t q;
+  if (dim_pieces("all_gather_dim", g, outer, n, inner, &q)) return RT_ERR;
+  int parts = rt_comm_size(g);
+  int64_t *counts = malloc(sizeof(int64_t) * (size_t)parts);
+  /* member-major: block k of tmp is member k's x, [outer, q] */
+  float *tmp = outer > 1 ? malloc(sizeof(float) * (size_t)(outer * q * parts)) : out;
+  int rc = RT_OK;
+  if (!counts || !tmp) {
+    rc = rt_fail("all_gather_dim: out of memory for %lld floats", (long long)(outer * q * parts));
+    goto out;
+  }
+  for (int k = 0; k < parts; k++) counts[k] = outer * q;
+  if ((rc = rt_comm_all_gather(g, x, tmp, counts)) != RT_OK || tmp == out) goto out;
+  for (int64_t o = 0; o < outer; o++) /* to [outer, parts, q] */
+    for (int k = 0; k < parts; k++)
+      memcpy(out + (o * parts + k) * q, tmp + ((int64_t)k * outer + o) * q,
+             sizeof(float) * (size_t)q);
+out:
+  free(counts);
+  if (tmp != out) free(tmp);
+  return rc;
+}
+
+int rt_reduce_scatter_dim(RtComm *g, const float *x, float *out, int64_t outer, int64_t n,
+                          int64_t inner) {
+  if (!g || !x || !out)
+    return null_arg("reduce_scatter_dim", !g ? "group" : !x ? "input" : "output");
+  int64_t q;
+  if (dim_pieces("reduce_scatter_dim", g, outer, n, inner, &q)) return RT_ERR;
+  int parts = rt_comm_size(g);
+  int64_t *counts = malloc(sizeof(int64_t) * (size_t)parts);
+  /* member-major: block k of tmp is x's piece for member k, [outer, q] */
+  float *tmp = outer > 1 ? malloc(sizeof(float) * (size_t)(outer * q * parts)) : NULL;
+  int rc = RT_OK;
+  if (!counts || (outer > 1 && !tmp)) {
+    rc = rt_fail("reduce_scatter_dim: out of memory for %lld floats",
+                 (long long)(outer * q * parts));
+    goto out;
+  }
+  for (int k = 0; k < parts; k++) counts[k] = outer * q;
+  for (int64_t o = 0; tmp && o < outer; o++)
+    for (int k = 0; k < parts; k++)
+      memcpy(tmp + ((int64_t)k * outer + o) * q, x + (o * parts + k) * q,
+             sizeof(float) * (size_t)q);
+  rc = rt_comm_reduce_scatter(g, tmp ? tmp : x, out, counts);
+out:
+  free(counts);
+  free(tmp);
+  return rc;
+}
+
+int rt_local_slice(float *out, const float *x, int64_t outer, int64_t n, int64_t inner, int part,
+                   int parts) {
+  if (!out || !x) return null_arg("local_slice", !out ? "output" : "input");
+  if (POSITIVE("local_slice", "outer n inner", outer, n, inner) ||
+      fits("local_slice", outer, n, inner))
+    return RT_ERR;
+  if (parts < 1 || part < 0 || part >= parts || n % parts)
+    return rt_fail("local_slice: member %d of %d, dimension %lld: out of range or not divisible",
+                   part, parts, (long long)n);
+  int64_t q = n / parts * inner;
+  for (int64_t o = 0; o < outer; o++)
+    memcpy(out + o * q, x + (o * parts + part) * q, sizeof(float) * (size_t)q);
+  return RT_OK;
 }

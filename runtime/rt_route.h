@@ -103,18 +103,46 @@ int rt_vocab_embedding(float *out, const int32_t *ids, const float *table, int64
 int rt_vocab_embedding_grad(float *dtable, const int32_t *ids, const float *dy, int64_t count,
                             int64_t Vl, int64_t D, int part, int parts);
 
-/* cross_entropy of the group's logits [N, Vl parts], each member holding its
- * columns [N, Vl]; every member of g calls it and gets the same *loss.  Two
- * all_gathers: the row maxima, then per row the local sum of exp(x - max)
- * (a double sent as two floats) and the target logit (0 off its owner);
- * summed in member order in double.  No member holds a whole row. */
+/* cross_entropy of the group's logits [N, Vl parts] cut to their first V
+ * columns (V <= Vl parts; the columns >= V are vocabulary padding, masked as
+ * if -inf: out of the max and the sum of exp), each member holding its
+ * columns [N, Vl]; targets in [0, V); every member of g calls it and gets
+ * the same *loss.  Two all_gathers: the row maxima, then per row the local
+ * sum of exp(x - max) (a double sent as two floats) and the target logit
+ * (0 off its owner); summed in member order in double.  No member holds a
+ * whole row. */
 int rt_vocab_cross_entropy(RtComm *g, float *loss, const float *logits, const int32_t *targets,
-                           int64_t N, int64_t Vl);
+                           int64_t N, int64_t Vl, int64_t V);
 
 /* The member's columns of cross_entropy_grad: *dloss / N (softmax - onehot),
- * with the group's max and sum of exp gathered as in rt_vocab_cross_entropy. */
+ * with the group's max and sum of exp gathered as in rt_vocab_cross_entropy;
+ * exactly 0 in the padding columns (global index >= V). */
 int rt_vocab_cross_entropy_grad(RtComm *g, float *dlogits, const float *logits,
                                 const int32_t *targets, const float *dloss, int64_t N,
-                                int64_t Vl);
+                                int64_t Vl, int64_t V);
+
+/* ---- sequence parallelism: collectives along one dimension ----------------
+ * x viewed as [outer, n, inner] (n the cut dimension): each member of g holds
+ * its piece [outer, n / parts, inner] of the whole [outer, n, inner], member
+ * c the c-th; the pieces are not contiguous when outer > 1, so these go
+ * through a scratch buffer (malloc'd per call) of the whole tensor.  Every
+ * member of g calls them with the same sizes; n % parts == 0 is required
+ * (else a one-line error). */
+
+/* out [outer, n, inner] = the members' pieces x [outer, n / parts, inner]
+ * concatenated along the dimension (all_gather). */
+int rt_all_gather_dim(RtComm *g, const float *x, float *out, int64_t outer, int64_t n,
+                      int64_t inner);
+
+/* out [outer, n / parts, inner] = the member's piece of the sum over the
+ * members of x [outer, n, inner] (reduce_scatter; sums as the communicator
+ * makes them, in member order). */
+int rt_reduce_scatter_dim(RtComm *g, const float *x, float *out, int64_t outer, int64_t n,
+                          int64_t inner);
+
+/* out [outer, n / parts, inner] = piece `part` of x [outer, n, inner] (no
+ * communication: a replicated value cut to the member's piece). */
+int rt_local_slice(float *out, const float *x, int64_t outer, int64_t n, int64_t inner, int part,
+                   int parts);
 
 #endif

@@ -10,14 +10,18 @@
 #include "runtime/rt_rng.h"
 
 /* A validated shard as outer x G x inner, the shard being, for each of the outer
- * indices and each of the `blocks` blocks, one run of `run` = b * inner contiguous
- * global floats starting at global offset (o * G + k * B + coord * b) * inner. An
+ * indices and each of the `blocks` blocks, one run of `run` = real * inner contiguous
+ * global floats starting at global offset (o * G + k * B + coord * b) * inner, at
+ * local offset (o * blocks + k) * lrun. Without padding real = b and run = lrun; with
+ * padding (blocks 1) the last lrun - run floats of each local run are padding. An
  * unsharded tensor is outer = 1, G = numel, inner = 1, blocks = 1, b = B = G. */
 typedef struct {
   int64_t outer, G, inner;
   int64_t blocks, B, b, coord;
-  int64_t run;      /* b * inner */
-  int64_t numel;    /* local elements: outer * blocks * run */
+  int64_t real;     /* entries of the piece inside the global tensor (<= b) */
+  int64_t run;      /* real * inner: global floats per run */
+  int64_t lrun;     /* b * inner: local floats per run */
+  int64_t numel;    /* local elements: outer * blocks * lrun */
 } Geo;
 
 /* "{dim 1, degree 2, blocks 3, coord 0} of shape [8, 24]" for messages. */
@@ -51,7 +55,7 @@ static int geometry(int rank, const int64_t *shape, const RtShard *sh, const cha
   }
   if (!sh || sh->dim == -1) {
     *g = (Geo){.outer = 1, .G = total, .inner = 1, .blocks = 1, .B = total, .b = total,
-               .coord = 0, .run = total, .numel = total};
+               .coord = 0, .real = total, .run = total, .lrun = total, .numel = total};
     return RT_OK;
   }
   char d[400];
@@ -68,6 +72,23 @@ static int geometry(int rank, const int64_t *shape, const RtShard *sh, const cha
                    "tensor-parallel axis", pre, sep, describe(d, sizeof d, rank, shape, sh),
                    sh->coord, sh->degree - 1);
   int64_t G = shape[sh->dim];
+  if (sh->padded && (sh->padded <= G || sh->padded % sh->degree || sh->padded - G >= sh->degree ||
+                     sh->blocks != 1))
+    return rt_fail("%s%s%s: padded size %lld of dim %d must be a multiple of the degree "
+                   "above %lld by less than the degree, in one block", pre, sep,
+                   describe(d, sizeof d, rank, shape, sh), (long long)sh->padded, sh->dim,
+                   (long long)G);
+  if (sh->padded) { /* cut as if the dimension had `padded` entries */
+    int64_t outer = 1, inner = 1, b = sh->padded / sh->degree;
+    for (int i = 0; i < sh->dim; i++) outer *= shape[i];
+    for (int i = sh->dim + 1; i < rank; i++) inner *= shape[i];
+    int64_t real = G - sh->coord * b;
+    real = real < 0 ? 0 : real > b ? b : real;
+    *g = (Geo){.outer = outer, .G = G, .inner = inner, .blocks = 1, .B = G, .b = b,
+               .coord = sh->coord, .real = real, .run = real * inner, .lrun = b * inner,
+               .numel = outer * b * inner};
+    return RT_OK;
+  }
   if (G % sh->blocks != 0)
     return rt_fail("%s%s%s: size %lld of dim %d is not divisible into %d equal blocks; the "
                    "layout does not fit this shape", pre, sep,
@@ -82,7 +103,8 @@ static int geometry(int rank, const int64_t *shape, const RtShard *sh, const cha
   for (int i = sh->dim + 1; i < rank; i++) inner *= shape[i];
   int64_t b = B / sh->degree;
   *g = (Geo){.outer = outer, .G = G, .inner = inner, .blocks = sh->blocks, .B = B, .b = b,
-             .coord = sh->coord, .run = b * inner, .numel = outer * sh->blocks * b * inner};
+             .coord = sh->coord, .real = b, .run = b * inner, .lrun = b * inner,
+             .numel = outer * sh->blocks * b * inner};
   return RT_OK;
 }
 
@@ -122,6 +144,7 @@ int64_t rt_shard_global_index(int rank, const int64_t *global_shape, const RtSha
   int64_t L = g.blocks * g.b;
   int64_t i = local_index % g.inner, j = local_index / g.inner % L;
   int64_t o = local_index / (L * g.inner);
+  if (j % g.b >= g.real) return -2; /* padding */
   return (o * g.G + (j / g.b) * g.B + g.coord * g.b + j % g.b) * g.inner + i;
 }
 
@@ -135,6 +158,7 @@ int rt_shard_init_normal(float *dst, uint64_t seed, uint64_t stream, float std, 
       uint64_t base = (uint64_t)run_start(&g, o, blk);
       for (int64_t t = 0; t < g.run; t++)
         dst[k++] = std * rt_rng_normal(seed, stream, base + (uint64_t)t);
+      for (int64_t t = g.run; t < g.lrun; t++) dst[k++] = 0.0f; /* padding */
     }
   return RT_OK;
 }
@@ -143,18 +167,23 @@ int rt_shard_init_normal(float *dst, uint64_t seed, uint64_t stream, float std, 
 static void copy_runs(const Geo *g, float *global, float *local, int to_local) {
   if (g->numel == 0) return;
   /* Pieces of a block that make up the whole block (degree 1) join into one run. */
-  int64_t blocks = g->blocks, run = g->run;
-  if (g->b == g->B) {
+  int64_t blocks = g->blocks, run = g->run, lrun = g->lrun;
+  if (g->b == g->B && run == lrun) {
     run *= blocks;
+    lrun = run;
     blocks = 1;
   }
   size_t bytes = sizeof(float) * (size_t)run;
   int64_t k = 0;
   for (int64_t o = 0; o < g->outer; o++)
-    for (int64_t blk = 0; blk < blocks; blk++, k += run) {
+    for (int64_t blk = 0; blk < blocks; blk++, k += lrun) {
       float *gp = global + run_start(g, o, blk);
-      if (to_local) memcpy(local + k, gp, bytes);
-      else memcpy(gp, local + k, bytes);
+      if (to_local) {
+        if (run) memcpy(local + k, gp, bytes);
+        if (lrun > run) memset(local + k + run, 0, sizeof(float) * (size_t)(lrun - run));
+      } else if (run) {
+        memcpy(gp, local + k, bytes); /* padding stays out of the global tensor */
+      }
     }
 }
 
@@ -180,6 +209,22 @@ int rt_st_read_shard(const RtSt *st, const char *name, float *dst, int rank,
   snprintf(what, sizeof what, "tensor '%s'", name ? name : "(null)");
   Geo g;
   if (geometry(rank, global_shape, sh, what, &g)) return RT_ERR;
+  if (g.run < g.lrun) { /* padded: the real rows of each run, then zeros */
+    memset(dst, 0, sizeof(float) * (size_t)g.numel);
+    /* a piece of padding only still checks the file's tensor (an empty slice at G) */
+    int64_t start = g.real ? g.coord * g.b : g.G;
+    if (g.outer == 1)
+      return rt_st_read_slice(st, name, dst, rank, global_shape, sh->dim, start, g.real);
+    float *tmp = malloc(sizeof(float) * (size_t)(g.outer * g.run + 1));
+    if (!tmp)
+      return rt_fail("tensor '%s': out of memory for a %lld-float shard read buffer", name,
+                     (long long)(g.outer * g.run));
+    int rc = rt_st_read_slice(st, name, tmp, rank, global_shape, sh->dim, start, g.real);
+    for (int64_t o = 0; rc == RT_OK && o < g.outer; o++)
+      memcpy(dst + o * g.lrun, tmp + o * g.run, sizeof(float) * (size_t)g.run);
+    free(tmp);
+    return rc;
+  }
   if (!sh || sh->dim == -1 || g.b == g.B || g.numel == 0)   /* the whole (or empty) tensor */
     return rt_st_read(st, name, dst, rank, global_shape);
   if (g.blocks == 1)

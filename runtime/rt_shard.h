@@ -12,17 +12,24 @@
  * GPT-2's fused q|k|v weight [d, 3d] uses dim 1, blocks 3: each rank gets its own
  * heads' q, k and v columns. All other dimensions are whole.
  *
+ * Padding (a vocabulary table split over more ranks than divide it): padded = Gp > G,
+ * a multiple of degree below G + degree, blocks 1. The dimension is cut as if it had
+ * Gp entries: b = Gp / degree, local index j <-> global index coord * b + j, and the
+ * local entries whose global index would be >= G are padding: not part of the global
+ * tensor, zero after init, extract and reads, skipped by insert.
+ *
  * Invariants:
  *  - Tensors are row-major, local ones over the local shape (the global shape with
- *    dimension dim replaced by G / degree).
+ *    dimension dim replaced by G / degree, or Gp / degree when padded).
  *  - dim = -1 (or a NULL descriptor) means not sharded: the local tensor is the
  *    global one and degree, blocks and coord are ignored. For dim >= 0 the
  *    descriptor must be valid: 0 <= dim < rank, degree >= 1, blocks >= 1,
- *    0 <= coord < degree, blocks divides G and degree divides G / blocks;
+ *    0 <= coord < degree, blocks divides G and degree divides G / blocks (or, padded,
+ *    blocks 1, degree divides padded, G < padded < G + degree);
  *    otherwise every function fails (RT_ERR or -1) with a one-line message
  *    naming the descriptor and shape, and writes nothing.
  *  - The shards of coordinates 0..degree-1 partition the global tensor: every
- *    global element is in exactly one of them.
+ *    global element is in exactly one of them (padding elements in none).
  *  - rt_shard_init_normal gives each element std * rt_rng_normal(seed, stream,
  *    GLOBAL linear index), so the shards of all coordinates together are bit for
  *    bit the unsharded init (rt_init_normal_slice with dim -1), whatever the mesh.
@@ -42,6 +49,7 @@ typedef struct {
   int degree;   /* ranks the dimension is split over */
   int blocks;   /* equal blocks of the dimension, each split over the ranks */
   int coord;    /* this rank's coordinate, 0..degree-1 */
+  int64_t padded; /* 0: none; else the padded size of dim (see Padding above) */
 } RtShard;
 
 /* Checks the descriptor against the global shape (rank dims). RT_OK or RT_ERR. */
@@ -60,16 +68,17 @@ int64_t rt_shard_numel(int rank, const int64_t *global_shape, const RtShard *sh)
  *   o = local_index / (L * inner), j = local_index / inner % L, i = local_index % inner,
  *   global = (o * G + (j / b) * B + coord * b + j % b) * inner + i.
  * Returns -1 (with a message) on an invalid descriptor or local_index outside
- * [0, rt_shard_numel). O(rank); for whole tensors use the functions below. */
+ * [0, rt_shard_numel), and -2 (no message) for an element of padding. O(rank); for
+ * whole tensors use the functions below. */
 int64_t rt_shard_global_index(int rank, const int64_t *global_shape, const RtShard *sh,
                               int64_t local_index);
 
 /* Fills dst (rt_shard_numel floats, local row-major order) with
- * std * rt_rng_normal(seed, stream, global linear index) for each element. */
+ * std * rt_rng_normal(seed, stream, global linear index) for each element; padding 0. */
 int rt_shard_init_normal(float *dst, uint64_t seed, uint64_t stream, float std, int rank,
                          const int64_t *global_shape, const RtShard *sh);
 
-/* Gathers this shard's elements of the full tensor `global` into `local`. */
+/* Gathers this shard's elements of the full tensor `global` into `local` (padding 0). */
 int rt_shard_extract(const float *global, float *local, int rank,
                      const int64_t *global_shape, const RtShard *sh);
 
@@ -80,7 +89,7 @@ int rt_shard_insert(float *global, const float *local, int rank,
 
 /* Reads exactly this shard's elements of tensor `name`, which the file holds whole
  * with shape global_shape (a mismatch fails naming file, tensor and both shapes),
- * into dst in local order. Strided reads out of the mapped file, no full-tensor
+ * into dst in local order (padding 0). Strided reads out of the mapped file, no full-tensor
  * buffer: when the shard is one contiguous slice per outer index (blocks == 1,
  * degree == 1, or dim with no dims before it) it is read straight into dst;
  * otherwise block by block through a scratch buffer of rt_shard_numel / blocks

@@ -124,7 +124,8 @@ static int check_mesh(const RtModelDesc *m) {
     const RtParamDesc *p = &m->params[i];
     int64_t local[RT_MAX_RANK];
     if (p->shard_dim >= 0) {
-      RtShard sh = {p->shard_dim, tp, p->shard_blocks, 0};
+      RtShard sh = {p->shard_dim, tp, p->shard_blocks, 0, 0};
+      if (p->shard_dim < p->rank) sh.padded = rt_param_padded(p, tp);
       if (p->shard_dim >= p->rank || p->shard_blocks < 1 ||
           rt_shard_local_shape(p->rank, p->global_shape, &sh, local)) {
         char why[RT_ERR_MAX];
@@ -144,7 +145,9 @@ static int check_mesh(const RtModelDesc *m) {
   }
   for (int i = 0; i < m->nstate; i++) {
     const RtStateDesc *st = &m->state[i];
-    if (st->param < 0 || st->param >= m->nparams || st->numel != m->params[st->param].numel)
+    int64_t n = st->param < 0 || st->param >= m->nparams ? -1 : m->params[st->param].numel;
+    if (n >= 0 && m->zero > 1) n = (n + m->zero - 1) / m->zero;  /* ZeRO-1: a piece */
+    if (n < 0 || st->numel != n)
       return rt_fail("model description: state '%s' names parameter %d, which %s", st->name,
                      st->param, st->param < 0 || st->param >= m->nparams
                                      ? "does not exist"
@@ -325,6 +328,7 @@ typedef struct {
   RtMesh mesh;
   MeshFail *shared;          /* thread backend: where failures go */
   Whole whole;
+  RtZeroView zview;          /* ZeRO-1: the whole local state, for checkpoints */
 } Run;
 
 static void run_free(Run *r) {
@@ -343,6 +347,7 @@ static void run_free(Run *r) {
   free(r->whole.state);
   free(r->whole.scratch);
   free(r->whole.counts);
+  rt_train_zero_free(&r->zview);
 }
 
 /* Prints the pending error as one line (thread-backend mesh: records it, and the
@@ -452,6 +457,12 @@ static int save_out(Run *r, int ckpt, int64_t step, const float *src, const char
                                                                   : "--save-weights: ";
   const float *params = ckpt ? r->params : src, *state = r->state;
   int rc = RT_OK;
+  if (ckpt && m->zero > 1) { /* ZeRO-1: every dp rank's pieces first */
+    if (rt_train_zero_gather(m, r->mesh.dp_comm, r->state, &r->zview))
+      return fail(r, 3, "internal error: gathering the optimizer state: ");
+    m = &r->zview.m;
+    state = r->zview.state;
+  }
   if (r->tp > 1) {
     if (r->mesh.dp_rank == 0) {
       Whole *w = &r->whole;
@@ -459,7 +470,7 @@ static int save_out(Run *r, int ckpt, int64_t step, const float *src, const char
         rc = gather_one(r, &m->params[i], params + m->params[i].offset, m->params[i].numel,
                         w->params ? w->params + w->p[i].offset : NULL);
       for (int i = 0; ckpt && i < m->nstate && rc == RT_OK; i++)
-        rc = gather_one(r, &m->params[m->state[i].param], r->state + m->state[i].offset,
+        rc = gather_one(r, &m->params[m->state[i].param], state + m->state[i].offset,
                         m->state[i].numel, w->state ? w->state + w->s[i].offset : NULL);
       if (rc) return fail(r, 3, "internal error: gathering the weights: ");
     }
@@ -486,13 +497,38 @@ static int save_out(Run *r, int ckpt, int64_t step, const float *src, const char
   return rc ? 1 : -1;
 }
 
+/* ZeRO-1: the step stored, at each parameter's offset of r->grads, the rank's piece
+ * of that parameter's averaged gradient (rt_model.h); assembles the whole local
+ * gradients there from every dp rank's pieces (a collective over dp). */
+static int zero_whole_grads(Run *r) {
+  const RtModelDesc *m = r->m;
+  RtStateDesc *s = calloc(m->nparams > 0 ? (size_t)m->nparams : 1, sizeof *s);
+  if (!s) return rt_fail("out of memory");
+  for (int i = 0; i < m->nparams; i++) /* the pieces, described as if they were state */
+    s[i] = (RtStateDesc){m->params[i].name, m->params[i].offset,
+                         (m->params[i].numel + m->zero - 1) / m->zero, i};
+  RtModelDesc g = *m;
+  g.nstate = m->nparams;
+  g.state = s;
+  g.state_numel = m->params_numel;
+  RtZeroView v;
+  memset(&v, 0, sizeof v);
+  int rc = rt_train_zero_gather(&g, r->mesh.dp_comm, r->grads, &v);
+  for (int i = 0; rc == RT_OK && i < m->nparams; i++)
+    memcpy(r->grads + m->params[i].offset, v.state + v.s[i].offset,
+           (size_t)m->params[i].numel * sizeof(float));
+  rt_train_zero_free(&v);
+  free(s);
+  return rc;
+}
+
 /* Weights from --resume, --init or the seed; sets r->start. Returns an exit code or -1. */
 static int load_start(Run *r) {
   const RtModelDesc *m = r->m;
   if (r->o.resume) {
     RtTrainCkptInfo info;
-    if (rt_train_load_ckpt_tp(r->o.resume, m, r->params, r->state, &info, r->tp,
-                              r->mesh.tp_rank))
+    if (rt_train_load_ckpt_mesh(r->o.resume, m, r->params, r->state, &info, r->tp,
+                                r->mesh.tp_rank, r->mesh.dp_rank))
       return fail(r, 1, "--resume: ");
     if (info.step > r->o.steps) {
       rt_fail("--resume %s: the checkpoint is at step %lld, beyond --steps %lld; give "
@@ -587,6 +623,10 @@ static int train_loop(Run *r, double entropy) {
     double ms = now_ms() - t0;
     loss = io.loss;
     if (io.grads) {
+      if (m->zero > 1 && zero_whole_grads(r)) {
+        rt_progress_done(&prog);
+        return fail(r, 3, "internal error: --save-grads: gathering the gradient pieces: ");
+      }
       int rc = save_out(r, 0, 0, r->grads, r->o.save_grads);
       if (rc >= 0) {
         rt_progress_done(&prog);

@@ -119,6 +119,21 @@ typedef struct {
   char data_name[256];       /* (cut to fit) */
 } RtTrainCkptInfo;
 
+/* ZeRO-1 (m->zero > 1): the rank-local model with its optimizer state whole on the
+ * rank (each state tensor its parameter's local numel, packed in order), made by
+ * rt_train_zero_gather from the dp ranks' pieces; checkpoints are written from it. */
+typedef struct {
+  RtModelDesc m;             /* m with state[i].numel = its parameter's local numel */
+  RtStateDesc *s;
+  float *state;              /* m.state_numel floats */
+  float *scratch;            /* dp * the largest piece */
+} RtZeroView;
+/* Collective over the dp group `dp` (every dp rank calls it): fills v (allocated on
+ * the first call, reused after) with the whole local state of m assembled from every
+ * rank's pieces `state`.  RT_ERR on out of memory or a failed all_gather. */
+int rt_train_zero_gather(const RtModelDesc *m, RtComm *dp, const float *state, RtZeroView *v);
+void rt_train_zero_free(RtZeroView *v);
+
 /* Writes the full training state to checkpoint directory dir atomically. */
 int rt_train_save_ckpt(const char *dir, const RtModelDesc *m, const float *params,
                        const float *state, const RtTrainCkptInfo *info);
@@ -130,5 +145,9 @@ int rt_train_load_ckpt(const char *dir, const RtModelDesc *m, float *params, flo
  * of their optimizer state (state i shares the sharding of params[state[i].param]). */
 int rt_train_load_ckpt_tp(const char *dir, const RtModelDesc *m, float *params, float *state,
                           RtTrainCkptInfo *info, int tp, int coord);
+/* The same on a tp x dp mesh: with m->zero > 1 each rank keeps only the pieces of
+ * dp coordinate dp_coord of its state (rt_model.h); otherwise as above. */
+int rt_train_load_ckpt_mesh(const char *dir, const RtModelDesc *m, float *params, float *state,
+                            RtTrainCkptInfo *info, int tp, int tp_coord, int dp_coord);
 
 #endif

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "runtime/rt_ckpt.h"
+#include "runtime/rt_comm.h"
 #include "runtime/rt_err.h"
 #include "runtime/rt_safetensors.h"
 #include "runtime/rt_shard.h"
@@ -68,6 +69,7 @@ const int64_t *rt_train_param_shard(const RtParamDesc *p, int tp, int coord, RtS
   sh->degree = tp;
   sh->blocks = p->shard_blocks >= 1 ? p->shard_blocks : 1;
   sh->coord = coord;
+  sh->padded = rt_param_padded(p, tp);
   return p->global_shape;
 }
 
@@ -282,13 +284,67 @@ static int parse_trainer(const char *dir, const char *text, const RtModelDesc *m
   return rc;
 }
 
+/* ---- ZeRO-1: the state's pieces <-> whole state ---- */
+
+static int64_t piece_of(int64_t n, int zero) { return (n + zero - 1) / zero; }
+
+int rt_train_zero_gather(const RtModelDesc *m, RtComm *dp, const float *state, RtZeroView *v) {
+  int zero = m->zero;
+  if (zero <= 1 || rt_comm_size(dp) != zero)
+    return rt_fail("zero gather: the dp group has %d ranks, the state is cut in %d pieces",
+                   rt_comm_size(dp), zero);
+  if (!v->s) {
+    int64_t off = 0, most = 0;
+    v->s = calloc(m->nstate > 0 ? (size_t)m->nstate : 1, sizeof *v->s);
+    if (!v->s) return rt_fail("zero gather: out of memory");
+    for (int i = 0; i < m->nstate; i++) {
+      v->s[i] = m->state[i];
+      v->s[i].numel = m->params[m->state[i].param].numel;
+      v->s[i].offset = off;
+      off += v->s[i].numel;
+      if (m->state[i].numel > most) most = m->state[i].numel;
+    }
+    v->m = *m;
+    v->m.zero = 0;
+    v->m.state = v->s;
+    v->m.state_numel = off;
+    v->state = malloc((size_t)(off + 1) * sizeof *v->state);
+    v->scratch = malloc((size_t)(most * zero + 1) * sizeof *v->scratch);
+    if (!v->state || !v->scratch)
+      return rt_fail("zero gather: out of memory for %lld + %lld floats", (long long)off,
+                     (long long)(most * zero));
+  }
+  int64_t *cnt = malloc((size_t)zero * sizeof *cnt);
+  if (!cnt) return rt_fail("zero gather: out of memory");
+  int rc = RT_OK;
+  for (int i = 0; i < m->nstate && rc == RT_OK; i++) {
+    int64_t s = m->state[i].numel;
+    for (int r = 0; r < zero; r++) cnt[r] = s;
+    rc = rt_comm_all_gather(dp, state + m->state[i].offset, v->scratch, cnt);
+    /* the pieces in rank order are the flattened tensor, then its padding */
+    if (rc == RT_OK)
+      memcpy(v->state + v->s[i].offset, v->scratch, (size_t)v->s[i].numel * sizeof(float));
+  }
+  free(cnt);
+  return rc;
+}
+
+void rt_train_zero_free(RtZeroView *v) {
+  free(v->s);
+  free(v->state);
+  free(v->scratch);
+  memset(v, 0, sizeof *v);
+}
+
 /* Reads the tensors of one safetensors file of the checkpoint: exactly the
  * parameters (params != NULL) or exactly the state tensors, each as this tp
  * coordinate's shard of the whole tensor the file holds. A state tensor is stored
  * flat ([global numel]) in its parameter's global order: a sharded one is read
- * whole into a scratch buffer and its shard extracted. */
+ * whole into a scratch buffer and its shard extracted.  Under ZeRO-1 (m->zero > 1)
+ * the rank's tp-local state tensor is assembled in a scratch buffer and only the
+ * piece of dp coordinate dp_coord is kept (zeros past the tensor's end). */
 static int read_tensors(const RtCkpt *ck, const char *file, const RtModelDesc *m,
-                        float *params, float *state, int tp, int coord) {
+                        float *params, float *state, int tp, int coord, int dp_coord) {
   char path[4096];
   RtSt *st;
   if (rt_ckpt_path(ck, file, path, sizeof path) || rt_st_open(&st, path)) return RT_ERR;
@@ -306,12 +362,19 @@ static int read_tensors(const RtCkpt *ck, const char *file, const RtModelDesc *m
       else rc = rt_st_read_shard(st, p->name, params + p->offset, p->rank, gshape, &sh);
     } else {
       const RtStateDesc *s = &m->state[i];
-      RtShard sh = {-1, 1, 1, 0};
+      RtShard sh = {-1, 1, 1, 0, 0};
       const int64_t *gshape = NULL;
+      int zero = m->zero > 1;
+      int64_t nl = zero ? m->params[s->param].numel : s->numel;  /* the tp-local tensor */
+      float *local = zero ? malloc((size_t)(nl + 1) * sizeof *local) : state + s->offset;
+      if (!local) {
+        rc = rt_fail("checkpoint %s: out of memory", rt_ckpt_dir(ck));
+        break;
+      }
       if (tp > 1) gshape = rt_train_param_shard(&m->params[s->param], tp, coord, &sh);
       if (sh.dim < 0) {
-        int64_t shape[1] = {s->numel};
-        rc = rt_st_read(st, s->name, state + s->offset, 1, shape);
+        int64_t shape[1] = {nl};
+        rc = rt_st_read(st, s->name, local, 1, shape);
       } else {
         const RtParamDesc *p = &m->params[s->param];
         int64_t gnumel = 1;
@@ -320,8 +383,20 @@ static int read_tensors(const RtCkpt *ck, const char *file, const RtModelDesc *m
         int64_t shape[1] = {gnumel};
         if (!full) rc = rt_fail("checkpoint %s: out of memory", rt_ckpt_dir(ck));
         else if ((rc = rt_st_read(st, s->name, full, 1, shape)) == RT_OK)
-          rc = rt_shard_extract(full, state + s->offset, p->rank, gshape, &sh);
+          rc = rt_shard_extract(full, local, p->rank, gshape, &sh);
         free(full);
+      }
+      if (zero) {
+        int64_t k = s->numel, b = (int64_t)dp_coord * k;
+        int64_t have = nl - b < 0 ? 0 : nl - b < k ? nl - b : k;
+        if (rc == RT_OK && k != piece_of(nl, m->zero))
+          rc = rt_fail("checkpoint %s: state '%s' has a piece of %lld floats, not %lld",
+                       rt_ckpt_dir(ck), s->name, (long long)k, (long long)piece_of(nl, m->zero));
+        if (rc == RT_OK) {
+          if (have > 0) memcpy(state + s->offset, local + b, (size_t)have * sizeof(float));
+          memset(state + s->offset + have, 0, (size_t)(k - have) * sizeof(float));
+        }
+        free(local);
       }
     }
   }
@@ -336,6 +411,11 @@ int rt_train_load_ckpt(const char *dir, const RtModelDesc *m, float *params, flo
 
 int rt_train_load_ckpt_tp(const char *dir, const RtModelDesc *m, float *params, float *state,
                           RtTrainCkptInfo *info, int tp, int coord) {
+  return rt_train_load_ckpt_mesh(dir, m, params, state, info, tp, coord, 0);
+}
+
+int rt_train_load_ckpt_mesh(const char *dir, const RtModelDesc *m, float *params, float *state,
+                            RtTrainCkptInfo *info, int tp, int coord, int dp_coord) {
   RtCkpt *ck;
   if (rt_ckpt_open(&ck, dir)) return RT_ERR;
   void *text = NULL;
@@ -353,8 +433,8 @@ int rt_train_load_ckpt_tp(const char *dir, const RtModelDesc *m, float *params, 
     }
   }
   free(text);
-  if (rc == RT_OK) rc = read_tensors(ck, MODEL_FILE, m, params, NULL, tp, coord);
-  if (rc == RT_OK) rc = read_tensors(ck, OPTIM_FILE, m, NULL, state, tp, coord);
+  if (rc == RT_OK) rc = read_tensors(ck, MODEL_FILE, m, params, NULL, tp, coord, dp_coord);
+  if (rc == RT_OK) rc = read_tensors(ck, OPTIM_FILE, m, NULL, state, tp, coord, dp_coord);
   rt_ckpt_close(ck);
   return rc;
 }

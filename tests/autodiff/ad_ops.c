@@ -311,12 +311,22 @@ static IrNode *c_vocab_cross_entropy(Build *b) {
   IrNode *logits = t_param(b, LEAF_NORMAL, 2, 0, S(2, 3, 7));
   IrNode *targets = t_input(b, LEAF_IDS, 7, 0, S(2, 3));
   return t_weighted_sum(
-      b, t_op(b, IR_OP_VOCAB_CROSS_ENTROPY, (IrNode *[]){logits, targets}, 2, 0, 1, 0, 0));
+      b, t_op(b, IR_OP_VOCAB_CROSS_ENTROPY, (IrNode *[]){logits, targets}, 2, 0, 1, 7, 0));
+}
+/* a padded vocabulary: 5 of the 7 columns are real; the padding columns
+ * are masked (the loss does not depend on them: zero gradient) */
+static IrNode *c_vocab_cross_entropy_padded(Build *b) {
+  IrNode *logits = t_param(b, LEAF_NORMAL, 2, 0, S(2, 3, 7));
+  IrNode *targets = t_input(b, LEAF_IDS, 5, 0, S(2, 3));
+  return t_weighted_sum(
+      b, t_op(b, IR_OP_VOCAB_CROSS_ENTROPY, (IrNode *[]){logits, targets}, 2, 0, 1, 5, 0));
 }
 static IrNode *c_all_reduce(Build *b) { return c_collective(b, IR_OP_ALL_REDUCE); }
 static IrNode *c_group_copy(Build *b) { return c_collective(b, IR_OP_GROUP_COPY); }
 static IrNode *c_all_gather(Build *b) { return c_collective(b, IR_OP_ALL_GATHER); }
 static IrNode *c_reduce_scatter(Build *b) { return c_collective(b, IR_OP_REDUCE_SCATTER); }
+static IrNode *c_local_slice(Build *b) { return c_collective(b, IR_OP_LOCAL_SLICE); }
+static IrNode *c_replicate(Build *b) { return c_collective(b, IR_OP_REPLICATE); }
 
 typedef struct {
   const char *name;
@@ -371,10 +381,13 @@ static const Case cases[] = {
     {"fanout", IR_OP_ADD, c_fanout},
     {"vocab_embedding", IR_OP_VOCAB_EMBEDDING, c_vocab_embedding},
     {"vocab_cross_entropy", IR_OP_VOCAB_CROSS_ENTROPY, c_vocab_cross_entropy},
+    {"vocab_cross_entropy_padded", IR_OP_VOCAB_CROSS_ENTROPY, c_vocab_cross_entropy_padded},
     {"all_reduce", IR_OP_ALL_REDUCE, c_all_reduce},
     {"group_copy", IR_OP_GROUP_COPY, c_group_copy},
     {"all_gather", IR_OP_ALL_GATHER, c_all_gather},
     {"reduce_scatter", IR_OP_REDUCE_SCATTER, c_reduce_scatter},
+    {"local_slice", IR_OP_LOCAL_SLICE, c_local_slice},
+    {"replicate", IR_OP_REPLICATE, c_replicate},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

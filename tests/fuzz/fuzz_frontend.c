@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (m) {
     PassOptions opt = {.verify = 1, .dump = sink};
     if (pass_run_all(m, &opt)) abort(); /* the verifier rejected a pass's output */
-    Layout lay = {1 + (int)(size % 4), 1 + (int)(size % 3), 2, 1 + (int)(size % 2)};
+    Layout lay = {1 + (int)(size % 4), 1 + (int)(size % 3), 2, 1 + (int)(size % 2), 0};
     layout_check(m, &lay, sink);
     Cost cost;
     cost_analyze(m, &lay, &cost);

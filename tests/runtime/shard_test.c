@@ -95,7 +95,7 @@ static long sweep(ConfigFn fn, void *ctx) {
       for (int degree = 1; degree <= 4; degree++)
         for (int blocks = 1; blocks <= 3; blocks++)
           for (int coord = 0; coord < degree; coord++) {
-            RtShard sh = {dim, degree, blocks, coord};
+            RtShard sh = {dim, degree, blocks, coord, 0};
             if (!fits(s, dim, degree, blocks)) {
               CHECK(rt_shard_check(s->rank, s->shape, &sh) == RT_ERR);
               CHECK(rt_shard_numel(s->rank, s->shape, &sh) == -1);
@@ -144,7 +144,7 @@ static void test_partition(void) {
           if (!fits(s, dim, degree, blocks)) continue;
           memset(owners, 0, sizeof *owners * (size_t)(n + 1));
           for (int c = 0; c < degree; c++) {
-            RtShard sh = {dim, degree, blocks, c};
+            RtShard sh = {dim, degree, blocks, c, 0};
             int64_t ln = rt_shard_numel(s->rank, s->shape, &sh);
             for (int64_t L = 0; L < ln; L++) {
               int64_t gi = rt_shard_global_index(s->rank, s->shape, &sh, L);
@@ -155,7 +155,7 @@ static void test_partition(void) {
           for (int64_t gi = 0; gi < n; gi++) CHECK(owners[gi] == 1);
         }
     /* Not sharded: the identity. */
-    RtShard none = {-1, 0, 0, 0};
+    RtShard none = {-1, 0, 0, 0, 0};
     CHECK(rt_shard_numel(s->rank, s->shape, &none) == n);
     CHECK(rt_shard_numel(s->rank, s->shape, NULL) == n);
     for (int64_t gi = 0; gi < n; gi++)
@@ -170,7 +170,7 @@ static void test_index(void) {
   CHECK(valid > 300);
   test_partition();
   /* A scalar is its own (unsharded) shard. */
-  RtShard none = {-1, 1, 1, 0};
+  RtShard none = {-1, 1, 1, 0, 0};
   CHECK(rt_shard_numel(0, NULL, &none) == 1 && rt_shard_global_index(0, NULL, &none, 0) == 0);
 }
 
@@ -234,7 +234,7 @@ static void test_init(void) {
   const Shape *s = &shapes[9];
   int64_t n = numel_of(s);
   float *a = alloc_floats(n), *b = alloc_floats(n);
-  RtShard none = {-1, 4, 3, 2};   /* the other fields are ignored */
+  RtShard none = {-1, 4, 3, 2, 0};   /* the other fields are ignored */
   CHECK_OK(rt_shard_init_normal(a, ctx.seed, ctx.stream, ctx.std, s->rank, s->shape, &none));
   CHECK_OK(rt_init_normal_slice(b, ctx.seed, ctx.stream, ctx.std, s->rank, s->shape, -1, 0, 0));
   CHECK(memcmp(a, b, sizeof(float) * (size_t)n) == 0);
@@ -281,7 +281,7 @@ static void test_gpt2(void) {
   static const int cols[2][12] = {{0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19},
                                   {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23}};
   for (int c = 0; c < 2; c++) {
-    RtShard sh = {1, 2, 3, c};
+    RtShard sh = {1, 2, 3, c, 0};
     int64_t lshape[2];
     CHECK_OK(rt_shard_local_shape(2, shape, &sh, lshape));
     CHECK(lshape[0] == 8 && lshape[1] == 12);
@@ -301,7 +301,7 @@ static void test_gpt2(void) {
   for (int degree = 2; degree <= 4; degree += 2) {
     fill_sentinel(assembled, n);
     for (int c = 0; c < degree; c++) {
-      RtShard sh = {1, degree, 3, c};
+      RtShard sh = {1, degree, 3, c, 0};
       CHECK_OK(rt_shard_init_normal(part, seed, stream, 0.02f, 2, big, &sh));
       CHECK(part[0] == 0.02f * rt_rng_normal(seed, stream, (uint64_t)(c * 768 / degree)));
       CHECK_OK(rt_shard_insert(assembled, part, 2, big, &sh));
@@ -366,13 +366,13 @@ static void test_safetensors(void) {
     CHECK(memcmp(got, data[9], sizeof(float) * (size_t)n) == 0);
     /* A file made for another shape, or without the tensor, says so; dst untouched. */
     const int64_t wrong[2] = {12, 24};
-    RtShard sh = {1, 2, 3, 0};
+    RtShard sh = {1, 2, 3, 0, 0};
     fill_sentinel(got, n);
     CHECK_FAILS(rt_st_read_shard(st, "t3", got, 2, wrong, &sh),
                 "tensor 't3' has shape [8, 24] but the model expects [12, 24]");
     CHECK_FAILS(rt_st_read_shard(st, "wte.weight", got, 2, shapes[3].shape, &sh),
                 "has no tensor 'wte.weight'");
-    RtShard bad = {1, 5, 3, 0};
+    RtShard bad = {1, 5, 3, 0, 0};
     CHECK_FAILS(rt_st_read_shard(st, "t3", got, 2, shapes[3].shape, &bad),
                 "tensor 't3': shard {dim 1, degree 5, blocks 3, coord 0} of shape [8, 24]: "
                 "block width 8 of dim 1 is not divisible by degree 5");
@@ -381,6 +381,66 @@ static void test_safetensors(void) {
     rt_st_close(st);
   }
   for (int si = 0; si < NSHAPES; si++) free(data[si]);
+  remove(ST_PATH);
+}
+
+/* ---- padded: a vocabulary of 7 rows over 2, 3 and 4 ranks ---- */
+
+/* For [7, 3] (dim 0) and [2, 7] (dim 1), degrees 2..4 (padded 8, 9, 8): each
+ * coordinate holds padded / degree entries of dim, coord * b + j global, the
+ * ones >= 7 padding; init, extract and safetensors reads give the global
+ * values there and exactly 0 on padding; global_index says -2 on padding;
+ * inserting every coordinate's shard rebuilds the tensor and writes nothing
+ * past it (a sentinel just after the buffer stays). */
+static void test_padded(void) {
+  static const Shape sh[2] = {{2, {7, 3}}, {2, {2, 7}}};
+  float glob[21], back[22], loc[24], ini[24], rd[24];
+  RtStTensor t[2];
+  float data[2][21];
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 21; i++) data[k][i] = (float)(k * 100 + i) + 0.5f;
+    t[k] = (RtStTensor){.name = k ? "b" : "a", .rank = 2, .data = data[k]};
+    memcpy(t[k].shape, sh[k].shape, sizeof sh[k].shape);
+  }
+  CHECK_OK(rt_st_write(ST_PATH, t, 2, NULL, 0));
+  RtSt *st = NULL;
+  CHECK_OK(rt_st_open(&st, ST_PATH));
+  for (int k = 0; k < 2 && st; k++) {
+    const Shape *s = &sh[k];
+    int dim = k;
+    memcpy(glob, data[k], sizeof glob);
+    for (int degree = 2; degree <= 4; degree++) {
+      int64_t padded = (7 + degree - 1) / degree * degree, b = padded / degree;
+      fill_sentinel(back, 22);
+      for (int c = 0; c < degree; c++) {
+        RtShard r = {dim, degree, 1, c, padded};
+        int64_t ls[2];
+        CHECK_OK(rt_shard_local_shape(2, s->shape, &r, ls));
+        CHECK(ls[dim] == b && ls[1 - dim] == s->shape[1 - dim]);
+        int64_t n = rt_shard_numel(2, s->shape, &r);
+        CHECK(n == s->shape[1 - dim] * b);
+        CHECK_OK(rt_shard_extract(glob, loc, 2, s->shape, &r));
+        CHECK_OK(rt_shard_init_normal(ini, 9, 4, 0.5f, 2, s->shape, &r));
+        fill_sentinel(rd, 24);
+        CHECK_OK(rt_st_read_shard(st, t[k].name, rd, 2, s->shape, &r));
+        for (int64_t e = 0; e < n; e++) {
+          int64_t j = dim ? e % b : e / 3, other = dim ? e / b : e % 3;
+          int64_t gj = c * b + j, gi = dim ? other * 7 + gj : gj * 3 + other;
+          int64_t idx = rt_shard_global_index(2, s->shape, &r, e);
+          if (gj >= 7) {
+            CHECK(idx == -2 && loc[e] == 0.0f && ini[e] == 0.0f && rd[e] == 0.0f);
+          } else {
+            CHECK(idx == gi && loc[e] == glob[gi] && rd[e] == glob[gi]);
+            CHECK(ini[e] == 0.5f * rt_rng_normal(9, 4, (uint64_t)gi));
+          }
+        }
+        CHECK_OK(rt_shard_insert(back, loc, 2, s->shape, &r));
+      }
+      int64_t ng = s->shape[0] * s->shape[1];
+      CHECK(memcmp(back, glob, sizeof(float) * (size_t)ng) == 0 && is_sentinel(back[ng]));
+    }
+  }
+  rt_st_close(st);
   remove(ST_PATH);
 }
 
@@ -396,16 +456,20 @@ static void test_errors(void) {
     RtShard sh;
     const char *needle;
   } bad[] = {
-    {{1, 5, 1, 0}, "block width 24 of dim 1 is not divisible by degree 5"},
-    {{1, 3, 3, 0}, "block width 8 of dim 1 is not divisible by degree 3"},
-    {{0, 2, 3, 0}, "size 8 of dim 0 is not divisible into 3 equal blocks"},
-    {{1, 1, 5, 0}, "size 24 of dim 1 is not divisible into 5 equal blocks"},
-    {{2, 2, 1, 0}, "dim 2 is not a dimension of a rank-2 tensor"},
-    {{-2, 2, 1, 0}, "dim -2 is not a dimension of a rank-2 tensor"},
-    {{1, 2, 1, 2}, "coord 2 is outside 0..1"},
-    {{1, 2, 1, -1}, "coord -1 is outside 0..1"},
-    {{1, 0, 1, 0}, "degree and blocks must be at least 1"},
-    {{1, 2, 0, 0}, "degree and blocks must be at least 1"},
+    {{1, 5, 1, 0, 0}, "block width 24 of dim 1 is not divisible by degree 5"},
+    {{1, 3, 3, 0, 0}, "block width 8 of dim 1 is not divisible by degree 3"},
+    {{0, 2, 3, 0, 0}, "size 8 of dim 0 is not divisible into 3 equal blocks"},
+    {{1, 1, 5, 0, 0}, "size 24 of dim 1 is not divisible into 5 equal blocks"},
+    {{2, 2, 1, 0, 0}, "dim 2 is not a dimension of a rank-2 tensor"},
+    {{-2, 2, 1, 0, 0}, "dim -2 is not a dimension of a rank-2 tensor"},
+    {{1, 2, 1, 2, 0}, "coord 2 is outside 0..1"},
+    {{1, 2, 1, -1, 0}, "coord -1 is outside 0..1"},
+    {{1, 0, 1, 0, 0}, "degree and blocks must be at least 1"},
+    {{1, 2, 0, 0, 0}, "degree and blocks must be at least 1"},
+    {{1, 5, 1, 0, 24}, "padded size 24 of dim 1 must be a multiple"},
+    {{1, 5, 1, 0, 30}, "padded size 30 of dim 1 must be a multiple"},
+    {{1, 5, 3, 0, 25}, "padded size 25 of dim 1 must be a multiple"},
+    {{1, 5, 1, 0, 26}, "padded size 26 of dim 1 must be a multiple"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     const RtShard *s = &bad[i].sh;
@@ -423,7 +487,7 @@ static void test_errors(void) {
   CHECK(lshape[0] == -7 && lshape[1] == -7);
   for (int i = 0; i < 8 * 24; i++) CHECK(is_sentinel(global[i]) && is_sentinel(local[i]));
   /* The message names the operation, the descriptor and the shape. */
-  RtShard five = {1, 5, 1, 0};
+  RtShard five = {1, 5, 1, 0, 0};
   CHECK_FAILS(rt_shard_init_normal(local, 1, 2, 1.0f, 2, sh2, &five),
               "init: shard {dim 1, degree 5, blocks 1, coord 0} of shape [8, 24]: block width "
               "24 of dim 1 is not divisible by degree 5; the layout does not fit this shape");
@@ -431,7 +495,7 @@ static void test_errors(void) {
   CHECK_FAILS(rt_shard_insert(global, local, 2, sh2, &five), "insert: shard {dim 1");
   /* Shapes and indices. */
   const int64_t neg[2] = {8, -24};
-  RtShard ok = {1, 2, 3, 1};
+  RtShard ok = {1, 2, 3, 1, 0};
   CHECK_FAILS(rt_shard_check(2, neg, &ok), "dimension 1 of the global shape has negative size");
   CHECK_FAILS(rt_shard_check(17, sh2, &ok), "rank 17 is outside 0..16");
   CHECK_FAILS(rt_shard_check(2, NULL, &ok), "rank 2 but no shape given");
@@ -450,7 +514,8 @@ int main(int argc, char **argv) {
     void (*fn)(void);
   } cases[] = {{"index", test_index},       {"init", test_init},
                {"roundtrip", test_roundtrip}, {"gpt2", test_gpt2},
-               {"safetensors", test_safetensors}, {"errors", test_errors}};
+               {"safetensors", test_safetensors}, {"errors", test_errors},
+               {"padded", test_padded}};
   const int ncases = (int)(sizeof cases / sizeof cases[0]);
   int ran = 0;
   for (int i = 0; i < ncases; i++)

@@ -8,7 +8,11 @@
  *     rt_cross_entropy (logits up to +-40, so the max matters); each member's
  *     gradient columns within 1e-6 (relative to the largest) of
  *     rt_cross_entropy_grad's;
- *   - a target outside the vocabulary fails on every member with one line. */
+ *   - a target outside the vocabulary fails on every member with one line;
+ *   - padding: a true vocabulary of VL parts - (parts - 1) columns, the
+ *     padded columns holding 1000 (they would dominate if not masked): loss
+ *     and real gradient columns as against the whole true vocabulary, the
+ *     padded gradient columns exactly 0. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +30,7 @@
 typedef struct {
   int parts;
   int bad; /* a target out of range */
+  int pad; /* padding columns at the end of the last members */
 } Case;
 
 /* Logits in [-40, 40): the row maximum matters. */
@@ -37,13 +42,13 @@ static float logit(int64_t p, int64_t v) {
 static int vocab_rank(RtComm *w, void *arg) {
   const Case *c = arg;
   int parts = c->parts, me = rt_comm_rank(w);
-  int64_t V = (int64_t)VL * parts;
+  int64_t V = (int64_t)VL * parts, Vr = V - c->pad; /* Vr: the true vocabulary */
   int32_t ids[N], tg[N];
   for (int p = 0; p < N; p++) {
-    ids[p] = (int32_t)((p * 7919 + 3) % V);
-    tg[p] = (int32_t)((p * 104729 + 11) % V);
+    ids[p] = (int32_t)((p * 7919 + 3) % Vr);
+    tg[p] = (int32_t)((p * 104729 + 11) % Vr);
   }
-  if (c->bad) tg[N - 1] = (int32_t)V;
+  if (c->bad) tg[N - 1] = (int32_t)Vr;
   float *table = malloc(sizeof(float) * (size_t)(V * D)), *dy = malloc(sizeof(float) * N * D);
   float *whole = malloc(sizeof(float) * N * D), *part = malloc(sizeof(float) * N * D);
   float *dtab = malloc(sizeof(float) * (size_t)(V * D)), *dpart = malloc(sizeof(float) * VL * D);
@@ -56,10 +61,13 @@ static int vocab_rank(RtComm *w, void *arg) {
   for (int64_t p = 0; p < N; p++)
     for (int64_t v = 0; v < V; v++) lg[p * V + v] = logit(p, v);
   for (int64_t p = 0; p < N; p++)
-    memcpy(lp + p * VL, lg + p * V + (int64_t)me * VL, sizeof(float) * VL);
+    for (int64_t v = 0; v < VL; v++)
+      lp[p * VL + v] = me * VL + v < Vr ? lg[p * V + me * VL + v] : 1000.0f;
+  for (int64_t p = 0; p < N; p++) /* lg as [N, Vr]: the true vocabulary only */
+    memmove(lg + p * Vr, lg + p * V, sizeof(float) * (size_t)Vr);
   float loss = 0, lw = 0, dloss = 0.75f;
   if (c->bad) {
-    int r = rt_vocab_cross_entropy(w, &loss, lp, tg, N, VL);
+    int r = rt_vocab_cross_entropy(w, &loss, lp, tg, N, VL, Vr);
     const char *msg = rt_last_error();
     if (r == RT_OK || !strstr(msg, "target") || strchr(msg, '\n'))
       rc = rt_fail("rank %d: a bad target was not refused (%s)", me, msg);
@@ -86,9 +94,9 @@ static int vocab_rank(RtComm *w, void *arg) {
     goto out;
   }
   /* cross-entropy */
-  if (rt_cross_entropy(&lw, lg, tg, N, V) || rt_vocab_cross_entropy(w, &loss, lp, tg, N, VL) ||
-      rt_cross_entropy_grad(dl, lg, tg, &dloss, N, V) ||
-      rt_vocab_cross_entropy_grad(w, dlp, lp, tg, &dloss, N, VL)) {
+  if (rt_cross_entropy(&lw, lg, tg, N, Vr) || rt_vocab_cross_entropy(w, &loss, lp, tg, N, VL, Vr) ||
+      rt_cross_entropy_grad(dl, lg, tg, &dloss, N, Vr) ||
+      rt_vocab_cross_entropy_grad(w, dlp, lp, tg, &dloss, N, VL, Vr)) {
     rc = RT_ERR;
     goto out;
   }
@@ -104,13 +112,22 @@ static int vocab_rank(RtComm *w, void *arg) {
       goto out;
     }
   double lerr = fabs((double)loss - lw) / fabs((double)lw);
-  double gmax = 0, gerr = 0;
+  double gmax = 0, gerr = 0, padg = 0;
   for (int64_t p = 0; p < N; p++)
     for (int64_t v = 0; v < VL; v++) {
-      gmax = fmax(gmax, fabs(dl[p * V + me * VL + v]));
-      gerr = fmax(gerr, fabs((double)dlp[p * VL + v] - dl[p * V + me * VL + v]));
+      int64_t col = me * VL + v;
+      if (col >= Vr) {
+        padg = fmax(padg, fabs((double)dlp[p * VL + v]));
+        continue;
+      }
+      gmax = fmax(gmax, fabs(dl[p * Vr + col]));
+      gerr = fmax(gerr, fabs((double)dlp[p * VL + v] - dl[p * Vr + col]));
     }
   gerr /= gmax;
+  if (padg != 0) {
+    rc = rt_fail("rank %d: gradient %g in a padding column", me, padg);
+    goto out;
+  }
   if (me == 0)
     printf("  %d members: loss %.7f (whole %.7f, rel %.1e), grad max rel %.1e\n", parts, loss,
            lw, lerr, gerr);
@@ -125,13 +142,14 @@ out:
 int main(void) {
   int fails = 0;
   for (int parts = 1; parts <= 4; parts++)
-    for (int bad = 0; bad < 2; bad++) {
-      Case c = {parts, bad};
-      int rc = rt_comm_threads_run(parts, vocab_rank, &c);
-      printf("%s %d members%s%s%s\n", rc ? "FAIL" : "ok  ", parts,
-             bad ? ": a bad target refused on every member" : ": equal the whole vocabulary",
-             rc ? ": " : "", rc ? rt_last_error() : "");
-      fails += rc != 0;
-    }
+    for (int bad = 0; bad < 2; bad++)
+      for (int pad = 0; pad < (parts > 1 ? 2 : 1); pad++) {
+        Case c = {parts, bad, pad ? parts - 1 : 0};
+        int rc = rt_comm_threads_run(parts, vocab_rank, &c);
+        printf("%s %d members%s%s%s%s\n", rc ? "FAIL" : "ok  ", parts,
+               bad ? ": a bad target refused on every member" : ": equal the whole vocabulary",
+               pad ? " (padded, masked)" : "", rc ? ": " : "", rc ? rt_last_error() : "");
+        fails += rc != 0;
+      }
   return fails != 0;
 }

@@ -1,18 +1,24 @@
 /* tests/shard/shard_models.c -- the partitioner (passes/shard.c) against the
  * one-rank interpreter, on a lockstep multi-rank interpreter.
  *
- *   shard_models MODEL.dsl TP DP AR [NAME=VALUE ...]
+ *   shard_models [--sp] MODEL.dsl TP DP AR [NAME=VALUE ...]
  *       The model is compiled twice to its forward module: once whole
- *       (autodiff, one interpreter) and once through pass_shard(TP, DP),
+ *       (autodiff, one interpreter) and once through pass_shard(TP, DP, SP),
  *       autodiff and pass_dp_grads, run by ir_interp_run_mesh on TP x DP
  *       rank interpreters.  Every rank gets its slices of the same global
  *       parameter values (shard_dim, shard_blocks) and its rows of the same
  *       global batch.  Checks: the sharded forward has exactly AR
- *       all_reduce nodes; the loss (mean over dp ranks, equal on the tp
- *       ranks) equals the one-rank loss; every parameter's gradient,
+ *       all_reduce nodes besides the vocab-parallel embedding's (with
+ *       --sp and TP > 1: no all_reduce, and AR reduce_scatters and AR
+ *       all_gathers besides the embedding's and the head's, every norm on
+ *       seq / TP positions, and the backward has the adjoint collectives);
+ *       the vocabulary is always vocab-parallel under TP > 1, padded when
+ *       TP does not divide it; the loss (mean over dp ranks, equal on the
+ *       tp ranks) equals the one-rank loss; every parameter's gradient,
  *       re-assembled from the tp shards, is equal on every dp rank and
- *       equals the one-rank gradient, both within 1e-10 relative.
- *   shard_models --error MODEL.dsl TP DP TEXT [NAME=VALUE ...]
+ *       equals the one-rank gradient, both within 1e-10 relative, and is
+ *       exactly 0 on vocabulary padding.
+ *   shard_models [--sp] --error MODEL.dsl TP DP TEXT [NAME=VALUE ...]
  *       pass_shard must fail with a message containing TEXT.
  *   shard_models --ir MODEL.dsl TP DP [NAME=VALUE ...]
  *       Prints the rank-local forward module pass_shard makes.
@@ -30,6 +36,7 @@
 #include "tests/support/load.h"
 
 #define TOL 1e-10
+static int use_sp; /* --sp: sequence parallelism */
 
 
 
@@ -44,11 +51,12 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
   IrModule *ref = test_load(path, defs, nd), *sh = test_load(path, defs, nd);
   if (!ref || !sh) return 1;
   char err[512];
-  if (pass_shard(sh, tp, dp, err, sizeof err)) {
+  if (pass_shard(sh, tp, dp, use_sp, err, sizeof err)) {
     printf("FAIL: %s\n", err);
     return 1;
   }
   must_verify(sh, "after pass_shard");
+  int sp = use_sp && tp > 1;
   /* GPT-2's fused q|k|v: sharded blockwise, 3 blocks, HF's global [d, 3d] */
   int nqkv = 0, qkv_ok = 1;
   for (int i = 0; i < sh->nnodes; i++) {
@@ -75,17 +83,65 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
     if (ref->nodes[i]->op == IR_OP_EMBEDDING) vocab = ref->nodes[i]->inputs[1]->shape[0];
   printf("     vocab %lld: vocab_embedding %d, vocab_cross_entropy %d\n", (long long)vocab, nve,
          nvce);
-  /* vocab-parallel when tp > 1 divides the vocabulary; else replicated */
-  int vp = tp > 1 && vocab % tp == 0;
+  /* vocab-parallel whenever tp > 1: padded to a multiple of tp */
+  int vp = tp > 1;
   shard_expect(nve == vp && nvce == vp && count_op(sh, IR_OP_EMBEDDING, IR_PHASE_FWD) == !vp,
-         "%s: embedding and cross-entropy vocab-parallel iff tp > 1 divides it (%g)", "vocab",
+         "%s: embedding and cross-entropy vocab-parallel iff tp > 1 (%g)", "vocab",
          (double)tp);
-  shard_expect(nar == ar + nve, "%s: forward all_reduce count as expected (%g)", "tp",
-         (double)(ar + nve));
-  shard_expect(ncp == (tp > 1 ? ar + nvce : 0), "%s: one group_copy per region (%g)", "tp",
-         (double)(tp > 1 ? ar + nvce : 0));
-  if (pass_autodiff(ref) || pass_autodiff(sh) || pass_dp_grads(sh, dp)) {
+  int padded = 0;
+  for (int i = 0; i < sh->nnodes; i++) {
+    const IrNode *n = sh->nodes[i];
+    if (n->op == IR_OP_PARAM && n->shard == IR_SHARD_VOCAB && vp) {
+      int64_t rows = (vocab + tp - 1) / tp;
+      padded += rows * tp != vocab;
+      shard_expect(n->shape[0] == rows && n->global_shape[0] == vocab,
+                   "%s: vocabulary table holds ceil(V / tp) rows per rank, global V (%g)",
+                   n->name, (double)rows);
+    }
+    if (n->op == IR_OP_VOCAB_CROSS_ENTROPY)
+      shard_expect(n->ia[2] == vocab, "%s: vocab_cross_entropy masks past the true vocabulary %g",
+                   "vocab", (double)vocab);
+  }
+  if (padded) printf("     vocabulary %lld padded to %lld\n", (long long)vocab,
+                     (long long)((vocab + tp - 1) / tp * tp));
+  int nrs = count_op(sh, IR_OP_REDUCE_SCATTER, IR_PHASE_FWD);
+  int nag = count_op(sh, IR_OP_ALL_GATHER, IR_PHASE_FWD);
+  int nls = count_op(sh, IR_OP_LOCAL_SLICE, IR_PHASE_FWD);
+  int nrep = count_op(sh, IR_OP_REPLICATE, IR_PHASE_FWD); /* each ends a region */
+  if (!sp) {
+    shard_expect(nar == ar + nve, "%s: forward all_reduce count as expected (%g)", "tp",
+           (double)(ar + nve));
+    shard_expect(ncp == (tp > 1 ? ar + nvce + nrep : 0), "%s: one group_copy per region (%g)",
+           "tp", (double)(tp > 1 ? ar + nvce + nrep : 0));
+    shard_expect(nrs + nag + nls == 0, "%s: no sequence collectives without --sp (%g)", "tp",
+                 (double)(nrs + nag + nls));
+  } else {
+    printf("     sp: forward reduce_scatter %d, all_gather %d, local_slice %d\n", nrs, nag, nls);
+    shard_expect(nar == 0, "%s: no forward all_reduce under --sp (%g)", "sp", (double)nar);
+    shard_expect(nrs == ar + nve, "%s: a reduce_scatter where all_reduce was (%g)", "sp",
+                 (double)(ar + nve));
+    shard_expect(nag == ar + nvce, "%s: an all_gather before each column region (%g)", "sp",
+                 (double)(ar + nvce));
+    int64_t T = 0;
+    for (int i = 0; i < sh->nnodes; i++)
+      if (sh->nodes[i]->op == IR_OP_INPUT && sh->nodes[i]->rank == 2) T = sh->nodes[i]->shape[1];
+    int nnorm = 0, onshards = 0;
+    for (int i = 0; i < sh->nnodes; i++) {
+      const IrNode *n = sh->nodes[i];
+      if (n->op != IR_OP_LAYERNORM && n->op != IR_OP_RMSNORM) continue;
+      nnorm++;
+      onshards += n->rank == 3 && n->shape[1] * tp == T;
+    }
+    shard_expect(nnorm > 0 && onshards == nnorm,
+                 "%s: every norm runs on seq / tp positions (%g norms)", "sp", (double)nnorm);
+  }
+  if (pass_autodiff(ref) || pass_autodiff(sh)) {
     printf("FAIL: autodiff\n");
+    return 1;
+  }
+  int nmodel = sh->nnodes; /* the model's nodes, before the dp reduction's */
+  if (pass_dp_grads(sh, dp)) {
+    printf("FAIL: pass_dp_grads\n");
     return 1;
   }
   must_verify(ref, "reference after autodiff");
@@ -99,11 +155,23 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
   printf("     backward all_reduce: tp %d, dp %d\n", btp, bdp);
   shard_expect(btp == ncp, "%s: backward all_reduce count, one per group_copy (%g)", "tp",
          (double)ncp);
+  if (sp) {
+    int brs = 0, bag = 0; /* on tp */
+    for (int i = 0; i < sh->nnodes; i++) {
+      const IrNode *n = sh->nodes[i];
+      if (n->phase == IR_PHASE_FWD || n->ia[0] != 0) continue;
+      brs += n->op == IR_OP_REDUCE_SCATTER, bag += n->op == IR_OP_ALL_GATHER;
+    }
+    printf("     sp backward: reduce_scatter %d, all_gather %d\n", brs, bag);
+    shard_expect(brs == nag && bag == nrs + nls,
+                 "%s: backward reduce_scatter per all_gather and all_gather per reduce_scatter "
+                 "and local_slice (%g)", "sp", (double)(brs + bag));
+  }
   /* no rank materialises anything with the whole vocabulary (logits,
    * their gradient, the table or its gradient) */
   if (vp) {
     int whole = 0;
-    for (int i = 0; i < sh->nnodes; i++) {
+    for (int i = 0; i < nmodel; i++) {
       const IrNode *n = sh->nodes[i];
       for (int d = 0; d < n->rank; d++)
         if (n->shape[d] == vocab) {
@@ -148,7 +216,7 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
          lerr);
 
   /* gradients */
-  double gmax = 0, dspread = 0;
+  double gmax = 0, dspread = 0, padmax = 0;
   int ngrads = 0, missing = 0;
   for (int k = 0; k < sh->nnodes; k++) {
     const IrNode *p = sh->nodes[k];
@@ -172,6 +240,10 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
         const double *L = rk[d * tp + c]->f[p->grad->id];
         for (int64_t e = 0; e < ir_numel(p); e++) {
           int64_t gi = shard_global_index(p, e, c);
+          if (gi < 0) { /* vocabulary padding: no gradient */
+            padmax = fmax(padmax, fabs(L[e]));
+            continue;
+          }
           if (d == 0) asm_[gi] = L[e];
           else dspread = fmax(dspread, fabs(asm_[gi] - L[e]));
         }
@@ -185,6 +257,8 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
     free(asm_);
   }
   printf("     %d gradients, max rel err %.2e, dp spread %.2e\n", ngrads, gmax, dspread);
+  shard_expect(padmax == 0, "%s: gradients of vocabulary padding are exactly 0 (max %g)",
+               "padding", padmax);
   shard_expect(!missing && ngrads > 0 && gmax <= TOL && dspread == 0,
          "%s: gathered gradients equal the one-rank gradients (max rel %.2e)", "grads", gmax);
   for (int r = 0; r < nr; r++) ir_interp_free(rk[r]);
@@ -196,11 +270,12 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
 }
 
 int main(int argc, char **argv) {
+  use_sp = shard_take_flag(&argc, argv, "--sp");
   if (argc >= 6 && !strcmp(argv[1], "--error")) {
     IrModule *m = test_load(argv[2], (const char *const *)argv + 6, argc - 6);
     if (!m) return 1;
     char err[512] = "";
-    int rc = pass_shard(m, atoi(argv[3]), atoi(argv[4]), err, sizeof err);
+    int rc = pass_shard(m, atoi(argv[3]), atoi(argv[4]), use_sp, err, sizeof err);
     printf("%s\n", err);
     int ok = rc != 0 && strstr(err, argv[5]) && !strchr(err, '\n');
     printf("%s pass_shard rejects it with '%s'\n", ok ? "ok  " : "FAIL", argv[5]);
@@ -210,7 +285,7 @@ int main(int argc, char **argv) {
   if (argc >= 5 && !strcmp(argv[1], "--ir")) {
     IrModule *m = test_load(argv[2], (const char *const *)argv + 5, argc - 5);
     char err[512] = "";
-    if (!m || pass_shard(m, atoi(argv[3]), atoi(argv[4]), err, sizeof err)) {
+    if (!m || pass_shard(m, atoi(argv[3]), atoi(argv[4]), use_sp, err, sizeof err)) {
       printf("FAIL: %s\n", err);
       return 1;
     }
@@ -222,7 +297,7 @@ int main(int argc, char **argv) {
     IrModule *m = test_load(argv[2], (const char *const *)argv + 3, argc - 3);
     if (!m) return 1;
     char err[512] = "";
-    int ok = pass_shard(m, 1, 2, err, sizeof err) == 0 && pass_shard(m, 1, 2, err, sizeof err);
+    int ok = pass_shard(m, 1, 2, 0, err, sizeof err) == 0 && pass_shard(m, 1, 2, 0, err, sizeof err);
     printf("%s\n%s a second pass_shard is refused\n", err, ok ? "ok  " : "FAIL");
     ir_module_free(m);
     return !ok;

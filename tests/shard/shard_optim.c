@@ -1,7 +1,7 @@
 /* tests/shard/shard_optim.c -- the optimizer step (passes/optimizer.c) on the
  * rank-local module, against the one-rank step, on the lockstep interpreter.
  *
- *   shard_optim MODEL.dsl TP DP OPT CLIP [NAME=VALUE ...]
+ *   shard_optim [--sp] MODEL.dsl TP DP OPT CLIP [NAME=VALUE ...]
  *       OPT: adamw (beta1 0.9, beta2 0.95, eps 1e-8, wd 0.1) or sgd
  *       (momentum 0.9, wd 0.1); CLIP: on (a small max norm: the clipping
  *       coefficient must be < 1 at every step) or off (a large one: it must
@@ -23,7 +23,21 @@
  *       adds of the sharded sumsqs; grad_norm counts each replicated
  *       gradient once; sharded state carries its parameter's shard_degree,
  *       shard_blocks and global_shape; with tp = dp = 1 the IR text is the
- *       one-rank text but for the mesh line. */
+ *       one-rank text but for the mesh line.
+ *
+ *   shard_optim [--zero] [--bucket BYTES] MODEL.dsl TP DP OPT CLIP ...
+ *       --bucket: pass_dp_grads' bucket size (m->dp_bucket_bytes), so that
+ *       small models get several buckets.  The dp reduction is checked to
+ *       be bucketed: as many dp collectives in the backward pass as the
+ *       buckets the rule gives (computed here from the gradients' positions
+ *       before the pass), each right after its bucket's last gradient with
+ *       only its flat buffer's nodes in between, its result first read after
+ *       every other backward node.  --zero (ZeRO-1, m->mesh_zero = DP): the
+ *       buckets are reduce_scattered; the optimizer has one flat_shard per
+ *       parameter, all_gathers on dp, one all_reduce on dp (the norm); every
+ *       state is the rank's piece [ceil(n / DP)], flat_shards = DP; the
+ *       pieces, re-assembled over dp (and tp), equal the one-rank state, and
+ *       their padding stays exactly zero. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +50,7 @@
 #include "tests/support/load.h"
 
 #define TOL 1e-12
+static int use_sp; /* --sp: sequence parallelism */
 #define NSTEPS 3
 /* A gradient element at most ZERO_GRAD times its tensor's largest is zero
  * up to rounding: both runs hold rounding noise there (~1e-17), which
@@ -108,14 +123,38 @@ static char *ir_text(const IrModule *m) {
 
 static const char *const state_keys[] = {"exp_avg", "exp_avg_sq", "momentum_buffer"};
 
+/* The PARAM a STATE belongs to: its name less the last ".key". */
+static const IrNode *param_of(IrModule *m, const IrNode *st) {
+  const char *dot = strrchr(st->name, '.');
+  char name[256];
+  snprintf(name, sizeof name, "%.*s", dot ? (int)(dot - st->name) : 0, st->name);
+  return shard_find_leaf(m, IR_OP_PARAM, name);
+}
+
+/* Global flat index of element e of leaf p on the rank at (tp c, dp d), or
+ * -1: vocabulary padding, or (*pad set) ZeRO-1 padding.  A ZeRO-1 state
+ * holds elements [d s, (d + 1) s) of its parameter's tp-local tensor,
+ * flattened. */
+static int64_t leaf_index(IrModule *m, const IrNode *p, int64_t e, int c, int d, int *pad) {
+  *pad = 0;
+  if (p->flat_shards <= 1) return shard_global_index(p, e, c);
+  const IrNode *q = param_of(m, p);
+  int64_t j = d * ir_numel(p) + e;
+  if (!q || j >= ir_numel(q)) {
+    *pad = 1;
+    return -1;
+  }
+  return shard_global_index(q, j, c);
+}
+
 /* Compares leaf q of the reference (values R) with its rank-local
  * counterpart p on every rank; returns the max error relative to the
  * tensor's largest |value| and raises *spread by the largest difference
  * between copies that must be equal.  Elements flagged in zero (NULL: none)
  * are left out of the result: their error raises *zero_err instead. */
-static double compare_leaf(const IrNode *q, const double *R, const IrNode *p, IrInterp **rk,
-                           int tp, int dp, const unsigned char *zero, double *zero_err,
-                           double *spread) {
+static double compare_leaf(IrModule *sh, const IrNode *q, const double *R, const IrNode *p,
+                           IrInterp **rk, int tp, int dp, const unsigned char *zero,
+                           double *zero_err, double *spread) {
   int64_t gn = ir_numel(q);
   double *asm_ = calloc((size_t)gn, sizeof *asm_);
   unsigned char *seen = calloc((size_t)gn, 1);
@@ -123,7 +162,12 @@ static double compare_leaf(const IrNode *q, const double *R, const IrNode *p, Ir
     for (int c = 0; c < tp; c++) {
       const double *L = rk[d * tp + c]->f[p->id];
       for (int64_t e = 0; e < ir_numel(p); e++) {
-        int64_t gi = shard_global_index(p, e, c);
+        int pad;
+        int64_t gi = leaf_index(sh, p, e, c, d, &pad);
+        if (gi < 0) { /* vocabulary or ZeRO-1 padding: must stay exactly 0 */
+          *spread = fmax(*spread, fabs(L[e]));
+          continue;
+        }
         if (seen[gi]) *spread = fmax(*spread, fabs(asm_[gi] - L[e]));
         else asm_[gi] = L[e], seen[gi] = 1;
       }
@@ -146,15 +190,81 @@ static double compare_leaf(const IrNode *q, const double *R, const IrNode *p, Ir
   return err;
 }
 
-static int run_check(const char *path, int tp, int dp, int adamw, int clip_on,
-                     const char *const *defs, int nd) {
+/* What pass_dp_grads should make: buckets of the gradients in the order of
+ * their positions (before the pass), each closed once it holds cap bytes;
+ * returns their count, each bucket's last gradient in anchor[]. */
+static int expect_buckets(IrModule *m, int dp, int zero, int64_t cap, IrNode **anchor) {
+  int n = 0, nb = 0;
+  IrNode **g = calloc((size_t)m->nnodes, sizeof *g);
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad) g[n++] = m->nodes[i];
+  for (int i = 1; i < n; i++) /* insertion sort by gradient position */
+    for (int j = i; j > 0 && g[j - 1]->grad->id > g[j]->grad->id; j--) {
+      IrNode *t = g[j];
+      g[j] = g[j - 1];
+      g[j - 1] = t;
+    }
+  int64_t bytes = 0;
+  for (int i = 0; i < n; i++) {
+    int64_t k = ir_numel(g[i]);
+    bytes += 4 * (zero ? (k + dp - 1) / dp * dp : k);
+    if (bytes >= cap || i == n - 1) anchor[nb++] = g[i]->grad, bytes = 0;
+  }
+  free(g);
+  return nb;
+}
+
+/* The bucketed dp reduction's structure (see the header). */
+static void check_buckets(IrModule *sh, int dp, int zero, int nb, IrNode **anchor) {
+  IrOp kind = zero ? IR_OP_REDUCE_SCATTER : IR_OP_ALL_REDUCE;
+  int ncoll = 0, other = 0, placed = 1, late = 1, last_bw = -1;
+  /* the last backward node that is not part of a bucket's finish (scale, views) */
+  for (int i = 0; i < sh->nnodes; i++) {
+    const IrNode *n = sh->nodes[i];
+    if ((n->phase == IR_PHASE_B || n->phase == IR_PHASE_W) && n->op != IR_OP_SCALE &&
+        n->op != IR_OP_SLICE && n->op != IR_OP_RESHAPE)
+      last_bw = i;
+  }
+  for (int i = 0; i < sh->nnodes; i++) {
+    const IrNode *n = sh->nodes[i];
+    int coll = n->op == IR_OP_ALL_REDUCE || n->op == IR_OP_REDUCE_SCATTER ||
+               n->op == IR_OP_ALL_GATHER;
+    if (n->phase == IR_PHASE_OPT || !coll || n->ia[0] != 1) continue;
+    if (n->op != kind || ncoll >= nb) {
+      other++;
+      continue;
+    }
+    /* right after the anchor: only the bucket's flat-buffer nodes between */
+    placed &= n->id > anchor[ncoll]->id;
+    for (int k = anchor[ncoll]->id + 1; k < n->id; k++) {
+      IrOp op = sh->nodes[k]->op;
+      placed &= sh->nodes[k]->phase == IR_PHASE_W &&
+                (op == IR_OP_RESHAPE || op == IR_OP_CONCAT || op == IR_OP_FILL);
+    }
+    for (int k = n->id + 1; k < sh->nnodes; k++)
+      for (int j = 0; j < sh->nodes[k]->ninputs; j++)
+        if (sh->nodes[k]->inputs[j] == n) late &= k > last_bw;
+    ncoll++;
+  }
+  shard_expect(ncoll == nb && other == 0,
+               zero ? "%s: one dp reduce_scatter per bucket, nothing else on dp (%g buckets)"
+                    : "%s: one dp all_reduce per bucket, nothing else on dp (%g buckets)",
+               "buckets", (double)nb);
+  shard_expect(placed, "%s: each bucket's collective follows its last gradient, only its flat "
+               "buffer in between (%g)", "issue", (double)ncoll);
+  shard_expect(late, "%s: each collective's result is first read after the backward pass (%g)",
+               "finish", (double)ncoll);
+}
+
+static int run_check(const char *path, int tp, int dp, int adamw, int clip_on, int zero,
+                     int64_t bucket, const char *const *defs, int nd) {
   IrModule *ref = test_load(path, defs, nd), *sh = test_load(path, defs, nd);
   if (!ref || !sh) return 1;
   double clip = clip_on ? 0.05 : 1e6;
   configure(ref, adamw, clip);
   configure(sh, adamw, clip);
   char err[512];
-  if (pass_shard(sh, tp, dp, err, sizeof err)) {
+  if (pass_shard(sh, tp, dp, use_sp, err, sizeof err)) {
     printf("FAIL: %s\n", err);
     return 1;
   }
@@ -162,14 +272,28 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on,
     printf("FAIL: the one-rank module does not compile\n");
     return 1;
   }
-  if (pass_autodiff(sh) || pass_dp_grads(sh, dp) || pass_optimizer(sh)) {
+  if (pass_autodiff(sh)) {
+    printf("FAIL: the rank-local module does not differentiate\n");
+    return 1;
+  }
+  zero = zero && dp > 1; /* ZeRO-1 over one dp rank: no-op */
+  sh->mesh_zero = zero ? dp : 0;
+  sh->dp_bucket_bytes = bucket;
+  IrNode **anchor = calloc((size_t)sh->nnodes, sizeof *anchor);
+  int nb = dp > 1 ? expect_buckets(sh, dp, zero, bucket > 0 ? bucket : DP_BUCKET_BYTES_DEFAULT,
+                                   anchor)
+                  : 0;
+  if (pass_dp_grads(sh, dp) || pass_optimizer(sh)) {
     printf("FAIL: the rank-local module does not compile\n");
     return 1;
   }
   must_verify(ref, "reference after pass_optimizer");
   must_verify(sh, "rank-local module after pass_optimizer");
-  printf("     %s tp=%d dp=%d %s clip %s\n", ref->name, tp, dp, adamw ? "adamw" : "sgd",
-         clip_on ? "on" : "off");
+  printf("     %s tp=%d dp=%d %s clip %s%s, bucket %lld bytes\n", ref->name, tp, dp,
+         adamw ? "adamw" : "sgd", clip_on ? "on" : "off", zero ? ", zero 1" : "",
+         (long long)bucket);
+  if (dp > 1) check_buckets(sh, dp, zero, nb, anchor);
+  free(anchor);
 
   /* structure */
   int nsharded = 0, nparams = 0, state_ok = 1, nstate = 0;
@@ -184,7 +308,10 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on,
       const IrNode *s = shard_find_leaf(sh, IR_OP_STATE, name);
       if (!s) continue;
       nstate++;
-      state_ok &= s->rank == p->rank && !memcmp(s->shape, p->shape, sizeof s->shape) &&
+      int64_t piece = (ir_numel(p) + dp - 1) / dp;
+      state_ok &= (zero ? s->rank == 1 && s->shape[0] == piece && s->flat_shards == dp
+                        : s->rank == p->rank && !memcmp(s->shape, p->shape, sizeof s->shape) &&
+                              s->flat_shards <= 1) &&
                   s->shard == p->shard && s->shard_dim == p->shard_dim &&
                   (p->shard_degree > 1
                        ? s->shard_degree == p->shard_degree &&
@@ -196,8 +323,27 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on,
   printf("     %d trained parameters, %d sharded over tp, %d state tensors\n", nparams,
          nsharded, nstate);
   shard_expect(state_ok && nstate == (adamw ? 2 : 1) * nparams,
-         "%s: state has its parameter's local shape and sharding (%g tensors)", "state",
+         zero ? "%s: state is the rank's ZeRO-1 piece of its parameter, with its sharding (%g "
+                "tensors)"
+              : "%s: state has its parameter's local shape and sharding (%g tensors)", "state",
          (double)nstate);
+  if (zero) {
+    int ar_tp = count_opt(sh, IR_OP_ALL_REDUCE, 0), ar_dp = count_opt(sh, IR_OP_ALL_REDUCE, 1);
+    int ag_dp = count_opt(sh, IR_OP_ALL_GATHER, 1), nflat = count_opt(sh, IR_OP_FLAT_SHARD, 1);
+    int other = count_opt(sh, IR_OP_ALL_GATHER, 0) + count_opt(sh, IR_OP_REDUCE_SCATTER, -1) +
+                count_opt(sh, IR_OP_GROUP_COPY, -1);
+    int want_tp = tp > 1 && nsharded ? 1 : 0;
+    shard_expect(ar_tp == want_tp && ar_dp == 1 && ag_dp >= 1 && ag_dp <= nparams &&
+                     other == 0 && nflat == nparams,
+                 "%s: the optimizer: %g tp all_reduce, one dp all_reduce (the norm), bucketed "
+                 "dp all_gathers, a flat_shard per parameter", "zero", (double)want_tp);
+    const IrNode *gn = sh->grad_norm;
+    shard_expect(gn->ninputs == 1 && gn->inputs[0]->op == IR_OP_ALL_REDUCE &&
+                     gn->inputs[0]->ia[0] == 1 && gn->inputs[0]->ia[1] == dp,
+                 "%s: grad_norm reads one sum of squares, all-reduced over the %g dp ranks",
+                 "norm", (double)dp);
+    printf("     %d dp all_gather buckets in the optimizer\n", ag_dp);
+  } else {
   int ar_tp = count_opt(sh, IR_OP_ALL_REDUCE, 0), ar_dp = count_opt(sh, IR_OP_ALL_REDUCE, 1);
   int other = count_opt(sh, IR_OP_ALL_GATHER, -1) + count_opt(sh, IR_OP_REDUCE_SCATTER, -1) +
               count_opt(sh, IR_OP_GROUP_COPY, -1);
@@ -224,6 +370,7 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on,
          "%s: grad_norm reads each replicated gradient's sumsq once (%g), and the reduced "
          "sharded sum when tp > 1", "norm",
          (double)(nparams - (want_tp ? nsharded : 0)));
+  }
   if (tp == 1 && dp == 1) { /* the rank-local module of a 1 x 1 mesh: one rank's IR */
     char *text[2];
     IrModule *mods[2] = {ref, sh};
@@ -233,8 +380,8 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on,
     char *at = strstr(text[1], mesh);
     if (at) memmove(at, at + strlen(mesh), strlen(at + strlen(mesh)) + 1);
     shard_expect(at && !strcmp(text[1], text[0]),
-           "%s: tp = dp = 1 prints the one-rank IR, %g optimizer nodes included", "ir",
-           (double)nopt_ref);
+           "%s: tp = dp = 1 prints the one-rank IR, %g updates included", "ir",
+           (double)ref->nupdates);
     free(text[0]);
     free(text[1]);
   }
@@ -266,7 +413,7 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on,
   const double lrs[NSTEPS] = {1e-2, 7e-3, 4e-3};
   double norm_err = 0, norm_spread = 0, perr = 0, serr = 0, spread = 0;
   int clip_ok = 1, nstates = 0, ncompared = 0;
-  unsigned char **zero = calloc((size_t)ref->nnodes, sizeof *zero);
+  unsigned char **zgrad = calloc((size_t)ref->nnodes, sizeof *zgrad);
   int64_t nzero = 0;
   double zerr = 0;
   char why[512];
@@ -307,9 +454,9 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on,
       const double *G = it->f[q->grad->id];
       double gmax = 0;
       for (int64_t j = 0; j < ir_numel(q); j++) gmax = fmax(gmax, fabs(G[j]));
-      if (!zero[k]) zero[k] = calloc((size_t)ir_numel(q), 1);
+      if (!zgrad[k]) zgrad[k] = calloc((size_t)ir_numel(q), 1);
       for (int64_t j = 0; j < ir_numel(q); j++)
-        if (G[j] != 0 && fabs(G[j]) <= ZERO_GRAD * gmax && !zero[k][j]) zero[k][j] = 1, nzero++;
+        if (G[j] != 0 && fabs(G[j]) <= ZERO_GRAD * gmax && !zgrad[k][j]) zgrad[k][j] = 1, nzero++;
     }
     double pe = 0, se = 0;
     for (int k = 0; k < sh->nnodes; k++) {
@@ -327,8 +474,8 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on,
         shard_fails++;
         continue;
       }
-      double r = compare_leaf(q, it->f[q->id], p, rk, tp, dp,
-                              p->op == IR_OP_PARAM ? zero[q->id] : NULL, &zerr, &spread);
+      double r = compare_leaf(sh, q, it->f[q->id], p, rk, tp, dp,
+                              p->op == IR_OP_PARAM ? zgrad[q->id] : NULL, &zerr, &spread);
       if (r > TOL) printf("     %s: rel err %.2e after step %d\n", p->name, r, t + 1);
       if (p->op == IR_OP_PARAM) pe = fmax(pe, r);
       else se = fmax(se, r), nstates += t == 0;
@@ -360,8 +507,8 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on,
   printf("RESULT %s tp=%d dp=%d %s clip=%s norm %.2e params %.2e state %.2e zero-grad %.2e\n",
          ref->name, tp, dp, adamw ? "adamw" : "sgd", clip_on ? "on" : "off", norm_err, perr,
          serr, zerr);
-  for (int k = 0; k < ref->nnodes; k++) free(zero[k]);
-  free(zero);
+  for (int k = 0; k < ref->nnodes; k++) free(zgrad[k]);
+  free(zgrad);
   for (int r = 0; r < nr; r++) ir_interp_free(rk[r]);
   free(rk);
   ir_interp_free(it);
@@ -371,11 +518,20 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on,
 }
 
 int main(int argc, char **argv) {
+  use_sp = shard_take_flag(&argc, argv, "--sp");
+  int zero = shard_take_flag(&argc, argv, "--zero");
+  int64_t bucket = 0;
+  if (argc > 2 && !strcmp(argv[1], "--bucket")) {
+    bucket = atoll(argv[2]);
+    memmove(argv + 1, argv + 3, sizeof *argv * (size_t)(argc - 2)); /* with the NULL */
+    argc -= 2;
+  }
   if (argc < 6 || (strcmp(argv[4], "adamw") && strcmp(argv[4], "sgd")) ||
       (strcmp(argv[5], "on") && strcmp(argv[5], "off"))) {
     fprintf(stderr, "usage: shard_optim MODEL.dsl TP DP adamw|sgd on|off [NAME=VALUE ...]\n");
     return 2;
   }
   return run_check(argv[1], atoi(argv[2]), atoi(argv[3]), !strcmp(argv[4], "adamw"),
-                   !strcmp(argv[5], "on"), (const char *const *)argv + 6, argc - 6);
+                   !strcmp(argv[5], "on"), zero, bucket, (const char *const *)argv + 6,
+                   argc - 6);
 }

@@ -26,14 +26,28 @@ int64_t shard_global_index(const IrNode *p, int64_t e, int c) {
   int64_t idx[IR_MAX_RANK];
   for (int d = p->rank - 1; d >= 0; d--) idx[d] = e % p->shape[d], e /= p->shape[d];
   if (p->shard_degree > 1) {
+    /* b: the local piece of a block; a padded vocabulary (one block) has
+     * pieces of ceil(V / degree) and no global index past V */
     int d = p->shard_dim;
-    int64_t B = p->global_shape[d] / p->shard_blocks, b = B / p->shard_degree, j = idx[d];
+    int64_t B = p->global_shape[d] / p->shard_blocks, b = p->shape[d] / p->shard_blocks;
+    int64_t j = idx[d];
     idx[d] = (j / b) * B + c * b + j % b;
+    if (idx[d] >= p->global_shape[d]) return -1;
   }
   int64_t g = 0;
   for (int d = 0; d < p->rank; d++)
     g = g * (p->shard_degree > 1 ? p->global_shape[d] : p->shape[d]) + idx[d];
   return g;
+}
+
+int shard_take_flag(int *argc, char **argv, const char *flag) {
+  int k = 1, found = 0;
+  for (int i = 1; i < *argc; i++) {
+    if (!strcmp(argv[i], flag)) found = 1;
+    else argv[k++] = argv[i];
+  }
+  *argc = k;
+  return found;
 }
 
 static int skipped(const IrNode *n, IrNode *const *skip, int nskip) {
@@ -74,7 +88,8 @@ int shard_fill_ranks(IrModule *ref, const IrInterp *it, IrModule *sh, IrInterp *
       int64_t ne = ir_numel(n);
       for (int64_t e = 0; e < ne; e++) {
         int64_t src = n->op == IR_OP_PARAM ? shard_global_index(n, e, c) : (int64_t)d * ne + e;
-        if (n->dtype == IR_I32) rk[r]->i[k][e] = it->i[g->id][src];
+        if (src < 0) rk[r]->f[k][e] = 0; /* padding: 0, as the runtime initialises it */
+        else if (n->dtype == IR_I32) rk[r]->i[k][e] = it->i[g->id][src];
         else rk[r]->f[k][e] = it->f[g->id][src];
       }
     }

@@ -16,9 +16,14 @@ void shard_expect(int ok, const char *fmt, const char *what, double v);
 
 IrNode *shard_find_leaf(IrModule *m, IrOp op, const char *name);
 
+/* Removes every argv entry equal to flag (argv[0] kept); returns 1 if there
+ * was one.  *argc is updated. */
+int shard_take_flag(int *argc, char **argv, const char *flag);
+
 /* Global flat index of local element e of leaf p (a PARAM or STATE, sharded
- * or not) on tp coordinate c (see shard_blocks in ir/ir.h); written here
- * independently of the runtime's rt_shard_global_index. */
+ * or not) on tp coordinate c (see shard_blocks in ir/ir.h), or -1 for an
+ * element of vocabulary padding; written here independently of the
+ * runtime's rt_shard_global_index. */
 int64_t shard_global_index(const IrNode *p, int64_t e, int c);
 
 /* Random global values for every INPUT and PARAM of the reference except
@@ -26,8 +31,8 @@ int64_t shard_global_index(const IrNode *p, int64_t e, int c);
 void shard_fill_reference(const IrModule *ref, IrInterp *it, int64_t vocab,
                           IrNode *const *skip, int nskip);
 
-/* Each rank's slice of those values: parameters by shard, inputs by dp rows
- * (rank r has tp coordinate r % tp, dp coordinate r / tp).  rk[r] are new
+/* Each rank's slice of those values: parameters by shard (padding 0), inputs
+ * by dp rows (rank r has tp coordinate r % tp, dp coordinate r / tp).  rk[r] are new
  * interpreters of sh.  Returns 0, or -1 after printing a leaf with no
  * counterpart. */
 int shard_fill_ranks(IrModule *ref, const IrInterp *it, IrModule *sh, IrInterp **rk, int tp,

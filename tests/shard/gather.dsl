@@ -1,5 +1,6 @@
-# A column-parallel output normalised whole: needs an all_gather (not yet).
-model bad_gather {
+# A column-parallel output normalised whole: the partitioner replicates it
+# (an all_gather whose gradient is the rank's piece of the whole one).
+model gather {
   config { vocab = 32  seq = 4  d = 8 }
   input tokens : i32[batch, seq]
   input targets : i32[batch, seq]

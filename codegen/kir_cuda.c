@@ -1,0 +1,1171 @@
+/* codegen/kir_cuda.c -- lowering the kernel IR to CUDA C source.
+ *
+ * Per kernel: an analysis (which loads and stores are affine in the column,
+ * which loops are parallel-safe and which may take float4 accesses), a
+ * mapping (kir_cuda.h), then the text: a comment with the shapes, the
+ * mapping and the kernel IR; the `__global__` function; its launcher.
+ *
+ * The body is emitted in the order the CPU lowering (kir_llvm.c) executes
+ * it: row-level values and row-level stores between loops where they were
+ * built, a loop's row-level values just before it, then its body in build
+ * order.  Every emitted value is a `const` local named after its node
+ * (v12_: node 12); constants and scalar params appear inline.  Generated
+ * locals end in '_' and params never do (unsafe names are renamed p_NAME_),
+ * so the two cannot clash.
+ *
+ * Invariant of the ROW_GROUP barrier placement: at every point of the row
+ * body, loaded[] / stored_all[] / stored_lead[] hold the buffers some thread
+ * of the group may have loaded / stored in a column loop / stored as the
+ * group's first thread since the last group barrier.  A barrier is emitted
+ * before any access that could then read what another thread wrote, or
+ * overwrite what another thread read or wrote, and clears the sets. */
+#define _POSIX_C_SOURCE 200809L
+#include "codegen/kir_cuda.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const kir_cuda_mapping_name[] = {"flat", "row_group", "thread_row"};
+
+enum {
+  KC_FLAT_BLOCK = 256,    /* threads per block, FLAT */
+  KC_THREAD_BLOCK = 128,  /* threads per block, THREAD_ROW */
+  KC_WARP_BLOCK = 256,    /* threads per block, ROW_GROUP of one warp (8 rows) */
+  KC_MAX_GROUP = 256,     /* largest ROW_GROUP (one block per row) */
+};
+
+typedef struct {
+  const KirKernel *k;
+  KirCudaLaunch L;
+  unsigned char *live;      /* kir_fill_live */
+  unsigned char *need;      /* emitted: live, less index math only float4 accesses use */
+  unsigned char *aff;       /* index node: affine in its loop's column, constant stride */
+  int64_t *stride;          /* that stride (0 for row-level nodes) */
+  unsigned char *al4;       /* index node: a multiple of 4 whenever the column is */
+  unsigned char *vacc;      /* load/store: a float4 access in the VEC instantiation */
+  unsigned char *loop_vec;  /* per loop: steps 4 columns per thread when VEC */
+  unsigned char *vbuf;      /* per param: has a float4 access (alignment checked) */
+  char **pname;             /* per param: its identifier in the CUDA source */
+  int nsum, nkey;           /* reductions: sums; max/min (order keys) */
+  /* emission state (ROW_GROUP barriers; see the invariant above) */
+  unsigned char *loaded, *stored_all, *stored_lead;
+  int nsync;
+} Kc;
+
+static void *xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) {
+    fprintf(stderr, "parc: out of memory\n");
+    exit(3);
+  }
+  return p;
+}
+
+static char *xstrdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  return memcpy(xcalloc(n, 1), s, n);
+}
+
+/* ---- names ---------------------------------------------------------------- */
+
+/* C++ keywords and the identifiers kernels.cu uses unqualified: a param of
+ * that name would not compile or would shadow them. */
+static const char *const reserved[] = {
+    "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break",
+    "case", "catch", "char", "char8_t", "char16_t", "char32_t", "class", "compl", "concept",
+    "const", "consteval", "constexpr", "constinit", "const_cast", "continue", "co_await",
+    "co_return", "co_yield", "decltype", "default", "delete", "do", "double", "dynamic_cast",
+    "else", "enum", "explicit", "export", "extern", "false", "float", "for", "friend", "goto",
+    "if", "inline", "int", "long", "mutable", "namespace", "new", "noexcept", "not", "not_eq",
+    "nullptr", "operator", "or", "or_eq", "private", "protected", "public", "register",
+    "reinterpret_cast", "requires", "return", "short", "signed", "sizeof", "static",
+    "static_assert", "static_cast", "struct", "switch", "template", "this", "thread_local",
+    "throw", "true", "try", "typedef", "typeid", "typename", "union", "unsigned", "using",
+    "virtual", "void", "volatile", "wchar_t", "while", "xor", "xor_eq",
+    /* CUDA and the C library names the source uses */
+    "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "dim3", "float4",
+    "make_float4", "cudaStream_t", "int64_t", "int32_t", "uintptr_t", "fabsf", "fmaf",
+    "copysignf", "stream", "main", "std"};
+
+static int is_reserved(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || s[n - 1] == '_' || !strncmp(s, "kcu_", 4) || !strncmp(s, "KCU_", 4) ||
+      !strncmp(s, "__", 2))
+    return 1;
+  for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++)
+    if (!strcmp(s, reserved[i])) return 1;
+  return 0;
+}
+
+/* Param identifiers: the KIR name, or p_NAME_ when that is reserved; kept
+ * names never end in '_' and renamed ones always do, so all are distinct. */
+static void name_params(Kc *c) {
+  const KirKernel *k = c->k;
+  c->pname = xcalloc((size_t)k->nparams + 1, sizeof *c->pname);
+  for (int i = 0; i < k->nparams; i++) {
+    const char *n = k->params[i].name;
+    if (!is_reserved(n)) {
+      c->pname[i] = xstrdup(n);
+    } else {
+      size_t len = strlen(n) + 4;
+      c->pname[i] = xcalloc(len, 1);
+      snprintf(c->pname[i], len, "p_%s_", n);
+    }
+  }
+}
+
+/* ---- analysis --------------------------------------------------------------- */
+
+static int is_iconst(const KirKernel *k, KirVal v) { return k->nodes[v].op == KIR_OP_ICONST; }
+
+/* Index nodes: affine form in the column of their loop, and alignment. */
+static void affine(Kc *c) {
+  const KirKernel *k = c->k;
+  for (KirVal v = 0; v < k->nnodes; v++) {
+    const KirNode *d = &k->nodes[v];
+    if (d->type != KIR_TY_INDEX) continue;
+    KirVal a = d->arg[0], b = d->arg[1];
+    switch (d->op) {
+    case KIR_OP_ICONST: c->al4[v] = d->imm % 4 == 0; break;
+    case KIR_OP_COL: c->al4[v] = 1; break;  /* the column base of a float4 step */
+    case KIR_OP_IADD:
+    case KIR_OP_ISUB: c->al4[v] = c->al4[a] && c->al4[b]; break;
+    case KIR_OP_IMUL: c->al4[v] = c->al4[a] || c->al4[b]; break;
+    default: c->al4[v] = 0; break;
+    }
+    if (d->loop < 0) {
+      c->aff[v] = 1;
+      c->stride[v] = 0;
+      continue;
+    }
+    int64_t s = 0;
+    int ok = 0;
+    switch (d->op) {
+    case KIR_OP_COL: s = 1, ok = 1; break;
+    case KIR_OP_IADD:
+      ok = c->aff[a] && c->aff[b] && !__builtin_add_overflow(c->stride[a], c->stride[b], &s);
+      break;
+    case KIR_OP_ISUB:
+      ok = c->aff[a] && c->aff[b] && !__builtin_sub_overflow(c->stride[a], c->stride[b], &s);
+      break;
+    case KIR_OP_IMUL:
+      if (c->aff[a] && c->aff[b] && is_iconst(k, b))
+        ok = !__builtin_mul_overflow(c->stride[a], k->nodes[b].imm, &s);
+      else if (c->aff[a] && c->aff[b] && is_iconst(k, a))
+        ok = !__builtin_mul_overflow(c->stride[b], k->nodes[a].imm, &s);
+      break;
+    default: break;
+    }
+    c->aff[v] = (unsigned char)ok;
+    c->stride[v] = ok ? s : 0;
+  }
+}
+
+/* Per loop: is it parallel-safe (kir_cuda.h), and which accesses take
+ * float4.  Returns 1 if every loop is parallel-safe. */
+static int loops(Kc *c) {
+  const KirKernel *k = c->k;
+  int np = k->nparams, safe = 1;
+  int *nst = xcalloc((size_t)np + 1, sizeof *nst), *nld = xcalloc((size_t)np + 1, sizeof *nld);
+  KirVal *idx = xcalloc((size_t)np + 1, sizeof *idx);
+  KirVal *last_load = xcalloc((size_t)np + 1, sizeof *last_load);
+  KirVal *first_store = xcalloc((size_t)np + 1, sizeof *first_store);
+  unsigned char *mixed = xcalloc((size_t)np + 1, 1);
+  for (int l = 0; l < k->nloops; l++) {
+    const KirLoop *lp = &k->loops[l];
+    for (int b = 0; b < np; b++)
+      nst[b] = nld[b] = 0, idx[b] = last_load[b] = first_store[b] = KIR_NONE, mixed[b] = 0;
+    for (KirVal v = lp->first; v < lp->end; v++) {
+      const KirNode *d = &k->nodes[v];
+      int st = d->op == KIR_OP_STORE, ld = d->op == KIR_OP_LOAD && d->loop == l;
+      if (!c->live[v] || (!st && !ld)) continue;
+      int b = (int)d->imm;
+      if (st && k->nodes[d->arg[0]].loop != l) safe = 0;  /* every iteration, one element */
+      (st ? nst : nld)[b]++;
+      if (st && first_store[b] == KIR_NONE) first_store[b] = v;
+      if (ld) last_load[b] = v;
+      if (idx[b] == KIR_NONE) idx[b] = d->arg[0];
+      else if (idx[b] != d->arg[0]) mixed[b] = 1;
+    }
+    for (int b = 0; b < np; b++)
+      if (nst[b] && nld[b] && mixed[b]) safe = 0;
+    const KirNode *e = &k->nodes[lp->extent];
+    if (e->op != KIR_OP_ICONST || e->imm <= 0 || e->imm % 4) continue;
+    for (KirVal v = lp->first; v < lp->end; v++) {
+      const KirNode *d = &k->nodes[v];
+      if (!c->live[v] || (d->op != KIR_OP_LOAD && d->op != KIR_OP_STORE) || d->loop != l) continue;
+      int b = (int)d->imm;
+      KirVal i = d->arg[0];
+      if (k->params[b].elem != KIR_F32 || !c->aff[i] || c->stride[i] != 1 || !c->al4[i]) continue;
+      /* a buffer the loop stores: one store, loads of that element only and
+       * all before it (read-modify-write), so the float4 load may come first */
+      int rmw = nst[b] == 1 && !mixed[b] && (nld[b] == 0 || last_load[b] < first_store[b]);
+      if (d->op == KIR_OP_LOAD ? nst[b] == 0 || rmw : rmw) {
+        c->vacc[v] = 1;
+        c->loop_vec[l] = 1;
+        c->vbuf[b] = 1;
+      }
+    }
+  }
+  free(nst);
+  free(nld);
+  free(idx);
+  free(last_load);
+  free(first_store);
+  free(mixed);
+  return safe;
+}
+
+/* Marks the row-level nodes a float4 access's index needs (it is printed
+ * inline at the column base, see index_at). */
+static void need_index_at(Kc *c, KirVal v) {
+  const KirNode *d = &c->k->nodes[v];
+  if (d->loop < 0) {
+    c->need[v] = 1;
+    return;
+  }
+  for (int i = 0; i < kir_op_nargs[d->op]; i++) need_index_at(c, d->arg[i]);
+}
+
+static void plan(Kc *c) {
+  const KirKernel *k = c->k;
+  size_t n = (size_t)k->nnodes + 1, np = (size_t)k->nparams + 1;
+  c->live = xcalloc(n, 1);
+  c->need = xcalloc(n, 1);
+  c->aff = xcalloc(n, 1);
+  c->stride = xcalloc(n, sizeof *c->stride);
+  c->al4 = xcalloc(n, 1);
+  c->vacc = xcalloc(n, 1);
+  c->loop_vec = xcalloc((size_t)k->nloops + 1, 1);
+  c->vbuf = xcalloc(np, 1);
+  c->loaded = xcalloc(np, 1);
+  c->stored_all = xcalloc(np, 1);
+  c->stored_lead = xcalloc(np, 1);
+  kir_fill_live(k, c->live);
+  affine(c);
+  int safe = loops(c);
+
+  int row_store = 0, row_load_conflict = 0;
+  c->nsum = c->nkey = 0;
+  for (KirVal v = 0; v < k->nnodes; v++) {
+    const KirNode *d = &k->nodes[v];
+    if (!c->live[v]) continue;
+    if (d->op == KIR_OP_REDUCE) *(d->imm == KIR_SUM ? &c->nsum : &c->nkey) += 1;
+    if (d->op == KIR_OP_STORE && d->loop < 0) row_store = 1;
+    /* a row-level load of a buffer loop 0 stores: ordered before the loop */
+    if (d->op == KIR_OP_LOAD && d->loop < 0 && k->nloops == 1)
+      for (KirVal s = k->loops[0].first; s < k->loops[0].end; s++)
+        if (k->nodes[s].op == KIR_OP_STORE && k->nodes[s].imm == d->imm && c->live[s])
+          row_load_conflict = 1;
+  }
+  KirCudaLaunch *L = &c->L;
+  L->row_threads = 1;
+  if (k->nloops == 0 || !safe) {
+    L->mapping = KIR_CUDA_THREAD_ROW;
+    L->block_threads = KC_THREAD_BLOCK;
+  } else if (k->nloops == 1 && !c->nsum && !c->nkey && !row_store && !row_load_conflict &&
+             is_iconst(k, k->loops[0].extent)) {
+    L->mapping = KIR_CUDA_FLAT;
+    L->block_threads = KC_FLAT_BLOCK;
+  } else {
+    L->mapping = KIR_CUDA_ROW_GROUP;
+    int64_t items = 1;
+    for (int l = 0; l < k->nloops; l++) {
+      const KirNode *e = &k->nodes[k->loops[l].extent];
+      int64_t w = c->loop_vec[l] ? 4 : 1;
+      int64_t it = e->op == KIR_OP_ICONST ? (e->imm + w - 1) / w : KC_MAX_GROUP;
+      if (it > items) items = it;
+    }
+    int t = 32;
+    while (t < items && t < KC_MAX_GROUP) t *= 2;
+    L->row_threads = t;
+    L->block_threads = t == 32 ? KC_WARP_BLOCK : t;
+  }
+  if (L->mapping == KIR_CUDA_THREAD_ROW) {  /* sequential rows: no float4 */
+    memset(c->vacc, 0, n);
+    memset(c->loop_vec, 0, (size_t)k->nloops + 1);
+    memset(c->vbuf, 0, np);
+  }
+  L->vector = 0;
+  for (int l = 0; l < k->nloops; l++) L->vector |= c->loop_vec[l];
+
+  /* need: liveness where a float4 access does not use its index node (it
+   * is printed inline at the column base) */
+  for (int l = 0; l < k->nloops; l++) c->need[k->loops[l].extent] = 1;
+  for (KirVal v = k->nnodes - 1; v >= 0; v--) {
+    const KirNode *d = &k->nodes[v];
+    if (d->op == KIR_OP_STORE || d->op == KIR_OP_REDUCE) c->need[v] = c->live[v];
+    if (!c->need[v]) continue;
+    for (int i = 0; i < kir_op_nargs[d->op]; i++) {
+      if (c->vacc[v] && i == 0) {  /* the index of a float4 load or store */
+        need_index_at(c, d->arg[0]);
+        continue;
+      }
+      c->need[d->arg[i]] = 1;
+    }
+  }
+}
+
+static void unplan(Kc *c) {
+  free(c->live);
+  free(c->need);
+  free(c->aff);
+  free(c->stride);
+  free(c->al4);
+  free(c->vacc);
+  free(c->loop_vec);
+  free(c->vbuf);
+  free(c->loaded);
+  free(c->stored_all);
+  free(c->stored_lead);
+  if (c->pname)
+    for (int i = 0; i < c->k->nparams; i++) free(c->pname[i]);
+  free(c->pname);
+}
+
+void kir_cuda_plan(const KirKernel *k, KirCudaLaunch *out) {
+  Kc c;
+  memset(&c, 0, sizeof c);
+  c.k = k;
+  plan(&c);
+  *out = c.L;
+  unplan(&c);
+}
+
+/* ---- text ------------------------------------------------------------------ */
+
+/* An f32 literal that reads back as exactly f (9 significant digits); the
+ * bits themselves for NaN, infinities and denormals. */
+static void fmt_f32(char *buf, size_t n, float f) {
+  if (isnan(f) || isinf(f) || fpclassify(f) == FP_SUBNORMAL) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    snprintf(buf, n, "__int_as_float(0x%08" PRIx32 ")", u);
+    return;
+  }
+  char t[40];
+  snprintf(t, sizeof t, "%.9g", (double)f);
+  int neg = signbit(f) != 0;  /* parenthesised: safe after any operator */
+  snprintf(buf, n, "%s%s%sf%s", neg ? "(" : "", t, strpbrk(t, ".e") ? "" : ".0", neg ? ")" : "");
+}
+
+static void fmt_i64(char *buf, size_t n, int64_t v) {
+  if (v == INT64_MIN) snprintf(buf, n, "(-9223372036854775807LL - 1)");
+  else if (v < INT32_MIN) snprintf(buf, n, "(%" PRId64 "LL)", v);
+  else if (v < 0) snprintf(buf, n, "(%" PRId64 ")", v);
+  else if (v > INT32_MAX) snprintf(buf, n, "%" PRId64 "LL", v);
+  else snprintf(buf, n, "%" PRId64, v);
+}
+
+/* Prints node v as an operand: a literal, a param, a column, or its local. */
+static void opnd(const Kc *c, FILE *f, KirVal v) {
+  const KirNode *d = &c->k->nodes[v];
+  char buf[64];
+  switch (d->op) {
+  case KIR_OP_ICONST: fmt_i64(buf, sizeof buf, d->imm); fputs(buf, f); break;
+  case KIR_OP_FCONST: fmt_f32(buf, sizeof buf, d->fimm); fputs(buf, f); break;
+  case KIR_OP_PARAM: fputs(c->pname[d->imm], f); break;
+  case KIR_OP_COL: fprintf(f, "c%d_", d->loop); break;
+  default: fprintf(f, "v%d_", v); break;
+  }
+}
+
+/* Nodes printed inline (no local of their own). */
+static int is_inline(const KirNode *d) {
+  return d->op == KIR_OP_ICONST || d->op == KIR_OP_FCONST || d->op == KIR_OP_PARAM ||
+         d->op == KIR_OP_COL;
+}
+
+/* An affine index with the column replaced by the float4 step's base cb_. */
+static void index_at(const Kc *c, FILE *f, KirVal v) {
+  const KirNode *d = &c->k->nodes[v];
+  if (d->loop < 0) {
+    opnd(c, f, v);
+    return;
+  }
+  if (d->op == KIR_OP_COL) {
+    fputs("cb_", f);
+    return;
+  }
+  /* IADD, ISUB or IMUL by a constant (aff[v] holds) */
+  fputc('(', f);
+  index_at(c, f, d->arg[0]);
+  fputs(d->op == KIR_OP_IADD ? " + " : d->op == KIR_OP_ISUB ? " - " : " * ", f);
+  index_at(c, f, d->arg[1]);
+  fputc(')', f);
+}
+
+static const char *ctype(KirType t) {
+  return t == KIR_TY_INDEX ? "int64_t" : t == KIR_TY_F32 ? "float" : "bool";
+}
+
+/* `const T vN_ = expr;` for a value node (not a statement, not inline). */
+static void emit_value(const Kc *c, FILE *f, KirVal v, const char *ind) {
+  const KirKernel *k = c->k;
+  const KirNode *d = &k->nodes[v];
+  KirVal a = d->arg[0], b = d->arg[1];
+  fprintf(f, "%sconst %s v%d_ = ", ind, ctype(d->type), v);
+  static const char *const fbin[] = {"__fadd_rn", "__fsub_rn", "__fmul_rn", "__fdiv_rn"};
+  static const char *const cmp[] = {" < ", " <= ", " > ", " >= ", " == ", " != "};  /* ORDER KirCmp */
+  switch (d->op) {
+  case KIR_OP_ROW: {
+    int64_t inner = 1;
+    for (int r = (int)d->imm + 1; r < k->nrows; r++) inner *= k->rows[r];
+    fputs(inner > 1 && d->imm > 0 ? "(r_" : "r_", f);
+    if (inner > 1) fprintf(f, " / %" PRId64 "%s", inner, d->imm > 0 ? ")" : "");
+    if (d->imm > 0) fprintf(f, " %% %" PRId64, k->rows[d->imm]);
+    break;
+  }
+  case KIR_OP_IADD:
+  case KIR_OP_ISUB:
+  case KIR_OP_IMUL:
+    opnd(c, f, a);
+    fputs(d->op == KIR_OP_IADD ? " + " : d->op == KIR_OP_ISUB ? " - " : " * ", f);
+    opnd(c, f, b);
+    break;
+  case KIR_OP_IDIV:
+  case KIR_OP_IMOD:
+    opnd(c, f, a);
+    fprintf(f, " %c %" PRId64 "%s", d->op == KIR_OP_IDIV ? '/' : '%', d->imm,
+            d->imm > INT32_MAX ? "LL" : "");
+    break;
+  case KIR_OP_IMIN:
+  case KIR_OP_IMAX:
+    opnd(c, f, a);
+    fputs(d->op == KIR_OP_IMIN ? " < " : " > ", f);
+    opnd(c, f, b);
+    fputs(" ? ", f);
+    opnd(c, f, a);
+    fputs(" : ", f);
+    opnd(c, f, b);
+    break;
+  case KIR_OP_LOAD:
+    if (k->params[d->imm].elem == KIR_I32) fputs("(int64_t)", f);
+    fprintf(f, "%s[", c->pname[d->imm]);
+    opnd(c, f, a);
+    fputc(']', f);
+    break;
+  case KIR_OP_FADD:
+  case KIR_OP_FSUB:
+  case KIR_OP_FMUL:
+  case KIR_OP_FDIV:
+  case KIR_OP_FMAX:
+  case KIR_OP_FMIN:
+    fputs(d->op == KIR_OP_FMAX   ? "kcu_fmax("
+          : d->op == KIR_OP_FMIN ? "kcu_fmin("
+                                 : fbin[d->op - KIR_OP_FADD],
+          f);
+    if (d->op != KIR_OP_FMAX && d->op != KIR_OP_FMIN) fputc('(', f);
+    opnd(c, f, a);
+    fputs(", ", f);
+    opnd(c, f, b);
+    fputc(')', f);
+    break;
+  case KIR_OP_FNEG:
+    fputs("-(", f);
+    opnd(c, f, a);
+    fputc(')', f);
+    break;
+  case KIR_OP_FABS:
+  case KIR_OP_EXP:
+  case KIR_OP_LOG:
+  case KIR_OP_TANH:
+  case KIR_OP_SQRT:
+  case KIR_OP_RSQRT:
+  case KIR_OP_ITOF: {
+    static const char *const fn[] = {"fabsf", "kcu_exp", "kcu_log", "kcu_tanh",
+                                     "__fsqrt_rn", "kcu_rsqrt", "__ll2float_rn"};
+    fprintf(f, "%s(", fn[d->op - KIR_OP_FABS]);
+    opnd(c, f, a);
+    fputc(')', f);
+    break;
+  }
+  case KIR_OP_CMP:
+    opnd(c, f, a);
+    fputs(cmp[d->imm], f);
+    opnd(c, f, b);
+    break;
+  case KIR_OP_SELECT:
+    opnd(c, f, a);
+    fputs(" ? ", f);
+    opnd(c, f, b);
+    fputs(" : ", f);
+    opnd(c, f, d->arg[2]);
+    break;
+  default: break;  /* inline nodes and statements never get here */
+  }
+  fputs(";\n", f);
+}
+
+static void emit_store_to(const Kc *c, FILE *f, const KirNode *d) {
+  fprintf(f, "%s[", c->pname[d->imm]);
+  opnd(c, f, d->arg[0]);
+  fputs("] = ", f);
+  if (c->k->params[d->imm].elem == KIR_I32) fputs("(int32_t)", f);
+  opnd(c, f, d->arg[1]);
+  fputs(";\n", f);
+}
+
+/* ---- ROW_GROUP barriers ------------------------------------------------------ */
+
+static int grouped(const Kc *c) { return c->L.mapping == KIR_CUDA_ROW_GROUP; }
+
+static void sync_group(Kc *c, FILE *f, const char *ind) {
+  size_t np = (size_t)c->k->nparams + 1;
+  fprintf(f, "%s%s\n", ind, c->L.row_threads == 32 ? "__syncwarp();" : "__syncthreads();");
+  memset(c->loaded, 0, np);
+  memset(c->stored_all, 0, np);
+  memset(c->stored_lead, 0, np);
+  c->nsync++;
+}
+
+/* Before a row-level load of b (every thread): after others' stores. */
+static void before_row_load(Kc *c, FILE *f, int b, const char *ind) {
+  if (!grouped(c)) return;
+  if (c->stored_all[b] || c->stored_lead[b]) sync_group(c, f, ind);
+  c->loaded[b] = 1;
+}
+
+/* Before a row-level store to b (the first thread only). */
+static void before_row_store(Kc *c, FILE *f, int b, const char *ind) {
+  if (!grouped(c)) return;
+  if (c->loaded[b] || c->stored_all[b]) sync_group(c, f, ind);
+  c->stored_lead[b] = 1;
+}
+
+/* Before column loop l (all threads, any element of the row). */
+static void before_loop(Kc *c, FILE *f, int l, const char *ind) {
+  if (!grouped(c)) return;
+  const KirKernel *k = c->k;
+  const KirLoop *lp = &k->loops[l];
+  int need = 0;
+  for (KirVal v = lp->first; v < lp->end; v++) {
+    const KirNode *d = &k->nodes[v];
+    if (!c->live[v]) continue;
+    int b = (int)d->imm;
+    if (d->op == KIR_OP_LOAD && d->loop == l && (c->stored_all[b] || c->stored_lead[b])) need = 1;
+    if (d->op == KIR_OP_STORE && (c->loaded[b] || c->stored_all[b] || c->stored_lead[b]))
+      need = 1;
+  }
+  if (need) sync_group(c, f, ind);
+  for (KirVal v = lp->first; v < lp->end; v++) {
+    const KirNode *d = &k->nodes[v];
+    if (!c->live[v]) continue;
+    if (d->op == KIR_OP_LOAD && d->loop == l) c->loaded[d->imm] = 1;
+    if (d->op == KIR_OP_STORE) c->stored_all[d->imm] = 1;
+  }
+}
+
+/* ---- the body ----------------------------------------------------------------- */
+
+/* A row-level node at a row point: a value, or a row-level store. */
+static void emit_row_point(Kc *c, FILE *f, KirVal v, const char *ind) {
+  const KirNode *d = &c->k->nodes[v];
+  if (d->op == KIR_OP_STORE) {
+    before_row_store(c, f, (int)d->imm, ind);
+    fputs(ind, f);
+    if (grouped(c)) fputs("if (lane_ == 0) ", f);
+    emit_store_to(c, f, d);
+    return;
+  }
+  if (!c->need[v] || d->loop >= 0 || d->op == KIR_OP_REDUCE || is_inline(d)) return;
+  if (d->op == KIR_OP_LOAD) before_row_load(c, f, (int)d->imm, ind);
+  emit_value(c, f, v, ind);
+}
+
+/* The statements and loop-varying values of loop l, for one column. */
+static void emit_column(Kc *c, FILE *f, int l, int vec, const char *ind) {
+  const KirKernel *k = c->k;
+  const KirLoop *lp = &k->loops[l];
+  for (KirVal v = lp->first; v < lp->end; v++) {
+    const KirNode *d = &k->nodes[v];
+    if (d->op == KIR_OP_STORE) {
+      if (vec && c->vacc[v]) {
+        fprintf(f, "%ss%d_[j_] = ", ind, v);
+        opnd(c, f, d->arg[1]);
+        fputs(";\n", f);
+      } else {
+        fputs(ind, f);
+        emit_store_to(c, f, d);
+      }
+    } else if (d->op == KIR_OP_REDUCE) {
+      fprintf(f, "%sa%d_ = ", ind, v);
+      fprintf(f, d->imm == KIR_SUM ? "__fadd_rn(a%d_, " : d->imm == KIR_MAX ? "kcu_key_max(a%d_, "
+                                                                               : "kcu_key_min(a%d_, ",
+              v);
+      opnd(c, f, d->arg[0]);
+      fputs(");\n", f);
+    } else if (c->need[v] && d->loop == l && !is_inline(d)) {
+      if (vec && c->vacc[v]) fprintf(f, "%sconst float v%d_ = l%d_[j_];\n", ind, v, v);
+      else emit_value(c, f, v, ind);
+    }
+  }
+}
+
+/* A float4-capable loop body at column base cb_: vector loads, the columns
+ * cb_ .. cb_ + W_ - 1, vector stores. */
+static void emit_lanes(Kc *c, FILE *f, int l, const char *ind) {
+  const KirKernel *k = c->k;
+  const KirLoop *lp = &k->loops[l];
+  for (KirVal v = lp->first; v < lp->end; v++) {
+    const KirNode *d = &k->nodes[v];
+    if (!c->vacc[v]) continue;
+    if (d->op == KIR_OP_LOAD) {
+      fprintf(f, "%sfloat l%d_[W_];\n%s%s<W_>(l%d_, %s + ", ind, v, ind,
+              k->params[d->imm].access == KIR_IN ? "kcu_ldg" : "kcu_ld", v, c->pname[d->imm]);
+      index_at(c, f, d->arg[0]);
+      fputs(");\n", f);
+    } else {
+      fprintf(f, "%sfloat s%d_[W_];\n", ind, v);
+    }
+  }
+  char in2[64];
+  snprintf(in2, sizeof in2, "%s  ", ind);
+  fprintf(f, "#pragma unroll\n%sfor (int j_ = 0; j_ < W_; j_++) {\n", ind);
+  if (lp->col != KIR_NONE && c->need[lp->col]) fprintf(f, "%sconst int64_t c%d_ = cb_ + j_;\n", in2, l);
+  emit_column(c, f, l, 1, in2);
+  fprintf(f, "%s}\n", ind);
+  for (KirVal v = lp->first; v < lp->end; v++) {
+    const KirNode *d = &k->nodes[v];
+    if (!c->vacc[v] || d->op != KIR_OP_STORE) continue;
+    fprintf(f, "%skcu_st<W_>(%s + ", ind, c->pname[d->imm]);
+    index_at(c, f, d->arg[0]);
+    fprintf(f, ", s%d_);\n", v);
+  }
+}
+
+static void emit_loop(Kc *c, FILE *f, int l, const char *ind) {
+  const KirKernel *k = c->k;
+  const KirLoop *lp = &k->loops[l];
+  int T = c->L.row_threads;
+  /* the preheader: row-level values built while the loop was open */
+  for (KirVal v = lp->first; v < lp->end; v++) {
+    const KirNode *d = &k->nodes[v];
+    if (d->op != KIR_OP_STORE && d->loop < 0) emit_row_point(c, f, v, ind);
+  }
+  for (KirVal v = lp->first; v < lp->end; v++) {
+    const KirNode *d = &k->nodes[v];
+    if (d->op != KIR_OP_REDUCE) continue;
+    if (d->imm == KIR_SUM) fprintf(f, "%sfloat a%d_ = 0.0f;\n", ind, v);
+    else fprintf(f, "%sint a%d_ = %s;\n", ind, v, d->imm == KIR_MAX ? "KCU_KEY_NEG_INF" : "KCU_KEY_POS_INF");
+  }
+  before_loop(c, f, l, ind);
+  char in2[64], in3[64];
+  snprintf(in2, sizeof in2, "%s  ", ind);
+  snprintf(in3, sizeof in3, "%s    ", ind);
+  if (c->L.mapping == KIR_CUDA_FLAT) {  /* the kernel frame steps over columns */
+    if (c->loop_vec[l]) emit_lanes(c, f, l, ind);
+    else emit_column(c, f, l, 0, ind);
+    return;
+  }
+  if (c->L.mapping == KIR_CUDA_THREAD_ROW) {
+    fprintf(f, "%sfor (int64_t c%d_ = 0; c%d_ < ", ind, l, l);
+    opnd(c, f, lp->extent);
+    fprintf(f, "; c%d_++) {\n", l);
+    emit_column(c, f, l, 0, in2);
+    fprintf(f, "%s}\n", ind);
+  } else if (c->loop_vec[l]) {
+    fprintf(f, "%s{\n%sconstexpr int W_ = VEC ? 4 : 1;\n", ind, in2);
+    fprintf(f, "%sfor (int64_t cb_ = (int64_t)W_ * lane_; cb_ < ", in2);
+    opnd(c, f, lp->extent);
+    fprintf(f, "; cb_ += (int64_t)W_ * %d) {\n", T);
+    emit_lanes(c, f, l, in3);
+    fprintf(f, "%s}\n%s}\n", in2, ind);
+  } else {
+    fprintf(f, "%sfor (int64_t c%d_ = lane_; c%d_ < ", ind, l, l);
+    opnd(c, f, lp->extent);
+    fprintf(f, "; c%d_ += %d) {\n", l, T);
+    emit_column(c, f, l, 0, in2);
+    fprintf(f, "%s}\n", ind);
+  }
+  /* reductions: row-level values from here on */
+  int reduced = 0;
+  for (KirVal v = lp->first; v < lp->end; v++) {
+    const KirNode *d = &k->nodes[v];
+    if (d->op != KIR_OP_REDUCE) continue;
+    reduced = 1;
+    if (!grouped(c))
+      fprintf(f, d->imm == KIR_SUM ? "%sconst float v%d_ = a%d_;\n"
+                                   : "%sconst float v%d_ = kcu_unkey(a%d_);\n",
+              ind, v, v);
+    else if (d->imm == KIR_SUM)
+      fprintf(f, "%sconst float v%d_ = kcu_row_sum<%d>(a%d_, %s);\n", ind, v, T, v,
+              T > 32 ? "red_f_" : "nullptr");
+    else
+      fprintf(f, "%sconst float v%d_ = kcu_unkey(kcu_row_key<%d, %s>(a%d_, %s));\n", ind, v, T,
+              d->imm == KIR_MAX ? "true" : "false", v, T > 32 ? "red_k_" : "nullptr");
+  }
+  /* above one warp, a reduction is a block barrier (kcu_row_sum) */
+  if (grouped(c) && reduced && T > 32) {
+    size_t np = (size_t)k->nparams + 1;
+    memset(c->loaded, 0, np);
+    memset(c->stored_all, 0, np);
+    memset(c->stored_lead, 0, np);
+  }
+}
+
+/* The row body, in the CPU lowering's order. */
+static void emit_row(Kc *c, FILE *f, const char *ind) {
+  const KirKernel *k = c->k;
+  KirVal v = 0;
+  for (int l = 0; l <= k->nloops; l++) {
+    KirVal stop = l < k->nloops ? k->loops[l].first : k->nnodes;
+    for (; v < stop; v++) emit_row_point(c, f, v, ind);
+    if (l == k->nloops) break;
+    emit_loop(c, f, l, ind);
+    v = k->loops[l].end;
+  }
+}
+
+/* ---- kernels, launchers, the file ------------------------------------------------- */
+
+static void params(const Kc *c, FILE *f, int with_restrict) {
+  const KirKernel *k = c->k;
+  for (int i = 0; i < k->nparams; i++) {
+    const KirParam *p = &k->params[i];
+    if (p->kind == KIR_PARAM_BUF)
+      fprintf(f, "%s%s *%s%s, ", p->access == KIR_IN ? "const " : "",
+              p->elem == KIR_F32 ? "float" : "int32_t", with_restrict ? "__restrict__ " : "",
+              c->pname[i]);
+    else
+      fprintf(f, "%s %s, ", p->kind == KIR_PARAM_I64 ? "int64_t" : "float", c->pname[i]);
+  }
+}
+
+static int has_row_node(const Kc *c) {
+  for (KirVal v = 0; v < c->k->nnodes; v++)
+    if (c->need[v] && c->k->nodes[v].op == KIR_OP_ROW) return 1;
+  return 0;
+}
+
+/* The comment above a kernel: shapes, mapping, the kernel IR. */
+static void comment(const Kc *c, FILE *f) {
+  const KirKernel *k = c->k;
+  const KirCudaLaunch *L = &c->L;
+  fprintf(f, "\n/* ---- %s: rows [", k->name);
+  for (int d = 0; d < k->nrows; d++) fprintf(f, "%s%" PRId64, d ? ", " : "", k->rows[d]);
+  fprintf(f, "] = %" PRId64 ", %d loop%s", kir_kernel_rows(k), k->nloops, k->nloops == 1 ? "" : "s");
+  for (int l = 0; l < k->nloops; l++) {
+    const KirNode *e = &k->nodes[k->loops[l].extent];
+    if (e->op == KIR_OP_ICONST) fprintf(f, "%s%" PRId64, l ? ", " : " of ", e->imm);
+    else fprintf(f, "%srow-dependent", l ? ", " : " of ");
+  }
+  fputs("\n * mapping: ", f);
+  if (L->mapping == KIR_CUDA_FLAT)
+    fprintf(f, "flat, one thread per %s, %d-thread blocks",
+            L->vector ? "4 columns (1 when unaligned)" : "element",
+            L->block_threads);
+  else if (L->mapping == KIR_CUDA_THREAD_ROW)
+    fprintf(f, "one thread per row (sequential loops), %d-thread blocks", L->block_threads);
+  else if (L->row_threads == 32)
+    fprintf(f, "one warp per row, %d rows per %d-thread block", L->block_threads / 32, L->block_threads);
+  else
+    fprintf(f, "one %d-thread block per row", L->row_threads);
+  if (L->vector) {
+    fputs("\n * float4 when these are 16-byte aligned:", f);
+    for (int i = 0; i < k->nparams; i++)
+      if (c->vbuf[i]) fprintf(f, " %s", c->pname[i]);
+  }
+  if (c->nsync) fprintf(f, "\n * %d group barrier%s for memory order", c->nsync, c->nsync == 1 ? "" : "s");
+  fputs("\n *\n", f);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream(&text, &len);
+  if (m) {
+    kir_print_kernel(m, k);
+    fclose(m);
+  }
+  for (char *p = text, *nl; p && *p; p = nl + 1) {
+    nl = strchr(p, '\n');
+    if (!nl) nl = p + strlen(p) - 1;
+    fprintf(f, " *   %.*s\n", (int)(nl - p), p);
+  }
+  free(text);
+  fputs(" */\n", f);
+}
+
+static void emit_kernel(Kc *c, FILE *f) {
+  const KirKernel *k = c->k;
+  const KirCudaLaunch *L = &c->L;
+  int T = L->row_threads, B = L->block_threads;
+  /* the body first (into memory): the comment reports its barriers */
+  char *body = NULL;
+  size_t blen = 0;
+  FILE *bf = open_memstream(&body, &blen);
+  if (!bf) {
+    fprintf(stderr, "parc: out of memory\n");
+    exit(3);
+  }
+  c->nsync = 0;
+  if (L->mapping == KIR_CUDA_FLAT) {
+    const KirNode *e = &k->nodes[k->loops[0].extent];
+    if (L->vector) fputs("  constexpr int W_ = VEC ? 4 : 1;\n", bf);
+    fprintf(bf, "  constexpr int64_t per_row_ = %" PRId64 "%s;  /* steps per row */\n", e->imm,
+            L->vector ? " / W_" : "");
+    fputs("  const int64_t end_ = row_end * per_row_;\n"
+          "  for (int64_t u_ = row_begin * per_row_ + (int64_t)blockIdx.x * blockDim.x + "
+          "threadIdx.x; u_ < end_;\n"
+          "       u_ += (int64_t)gridDim.x * blockDim.x) {\n",
+          bf);
+    if (has_row_node(c)) fputs("    const int64_t r_ = u_ / per_row_;\n", bf);
+    const KirLoop *lp = &k->loops[0];
+    if (L->vector) fputs("    const int64_t cb_ = u_ % per_row_ * W_;\n", bf);
+    else if (lp->col != KIR_NONE && c->need[lp->col]) fputs("    const int64_t c0_ = u_ % per_row_;\n", bf);
+    emit_row(c, bf, "    ");
+    fputs("  }\n", bf);
+  } else if (L->mapping == KIR_CUDA_THREAD_ROW) {
+    fputs("  for (int64_t r_ = row_begin + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; "
+          "r_ < row_end;\n"
+          "       r_ += (int64_t)gridDim.x * blockDim.x) {\n",
+          bf);
+    emit_row(c, bf, "    ");
+    fputs("  }\n", bf);
+  } else if (T == 32) {
+    fprintf(bf,
+            "  const int lane_ = (int)(threadIdx.x %% 32);\n"
+            "  for (int64_t r_ = row_begin + (int64_t)blockIdx.x * %d + threadIdx.x / 32; "
+            "r_ < row_end;\n"
+            "       r_ += (int64_t)gridDim.x * %d) {\n",
+            B / 32, B / 32);
+    emit_row(c, bf, "    ");
+    fputs("  }\n", bf);
+  } else {
+    if (c->nsum) fprintf(bf, "  __shared__ float red_f_[%d];  /* kcu_row_sum */\n", T / 32);
+    if (c->nkey) fprintf(bf, "  __shared__ int red_k_[%d];    /* kcu_row_key */\n", T / 32);
+    fputs("  const int lane_ = (int)threadIdx.x;\n"
+          "  for (int64_t r_ = row_begin + blockIdx.x; r_ < row_end; r_ += gridDim.x) {\n",
+          bf);
+    emit_row(c, bf, "    ");
+    fputs("  }\n", bf);
+  }
+  fclose(bf);
+
+  comment(c, f);
+  if (L->vector) fputs("template <bool VEC>\n", f);
+  fprintf(f, "__global__ void __launch_bounds__(%d) %s(", B, k->name);
+  params(c, f, 1);
+  fputs("int64_t row_begin, int64_t row_end) {\n", f);
+  fputs(body, f);
+  fputs("}\n", f);
+  free(body);
+
+  /* the launcher */
+  fprintf(f, "\nextern \"C\" void %s_launch(", k->name);
+  params(c, f, 0);
+  fputs("int64_t row_begin, int64_t row_end, cudaStream_t stream) {\n"
+        "  if (row_begin >= row_end) return;\n",
+        f);
+  if (L->vector) {
+    fputs("  const bool vec_ =", f);
+    const char *sep = " ";
+    for (int i = 0; i < k->nparams; i++)
+      if (c->vbuf[i]) fprintf(f, "%skcu_aligned16(%s)", sep, c->pname[i]), sep = " && ";
+    fputs(";\n", f);
+  }
+  if (L->mapping == KIR_CUDA_FLAT) {
+    int64_t e = k->nodes[k->loops[0].extent].imm;
+    if (L->vector)
+      fprintf(f, "  const unsigned grid_ = kcu_grid((row_end - row_begin) * (vec_ ? %" PRId64
+                 " : %" PRId64 "), %d);\n", e / 4, e, B);
+    else
+      fprintf(f, "  const unsigned grid_ = kcu_grid((row_end - row_begin) * %" PRId64 ", %d);\n", e, B);
+  } else {
+    fprintf(f, "  const unsigned grid_ = kcu_grid(row_end - row_begin, %d);\n",
+            L->mapping == KIR_CUDA_ROW_GROUP ? B / T : B);
+  }
+  char args[4096];
+  size_t at = 0;
+  for (int i = 0; i < k->nparams && at < sizeof args; i++) {
+    int w = snprintf(args + at, sizeof args - at, "%s, ", c->pname[i]);
+    if (w > 0) at += (size_t)w;
+  }
+  if (at >= sizeof args) at = sizeof args - 1;
+  args[at] = 0;
+  if (L->vector) {
+    fprintf(f, "  if (vec_)\n    %s<true><<<grid_, %d, 0, stream>>>(%srow_begin, row_end);\n", k->name, B, args);
+    fprintf(f, "  else\n    %s<false><<<grid_, %d, 0, stream>>>(%srow_begin, row_end);\n", k->name, B, args);
+  } else {
+    fprintf(f, "  %s<<<grid_, %d, 0, stream>>>(%srow_begin, row_end);\n", k->name, B, args);
+  }
+  fputs("}\n", f);
+}
+
+/* Device helpers: the numerics of kir_math.c and kir_llvm.c (kir_cuda.h,
+ * "Numerics"); constants are written as double literals cast to float,
+ * the same rounding as LLVMConstReal on the CPU side. */
+static const char prelude[] =
+    "#include <cstdint>\n"
+    "#include <cuda_runtime.h>\n"
+    "\n"
+    "/* ---- helpers: the numerics of parc's CPU kernels (codegen/kir_math.c) ---- */\n"
+    "\n"
+    "#define KCU_KEY_NEG_INF (-2139095041) /* kcu_key(-inf) */\n"
+    "#define KCU_KEY_POS_INF 2139095040    /* kcu_key(+inf) */\n"
+    "#define KCU_GRID_MAX 1048576          /* blocks per launch; kernels grid-stride */\n"
+    "\n"
+    "/* Order key: signed int order is float order, -0 just below +0; an involution. */\n"
+    "__device__ __forceinline__ int kcu_key(float x) {\n"
+    "  const int u = __float_as_int(x);\n"
+    "  return u ^ ((u >> 31) & 0x7fffffff);\n"
+    "}\n"
+    "__device__ __forceinline__ float kcu_unkey(int k) {\n"
+    "  return __int_as_float(k ^ ((k >> 31) & 0x7fffffff));\n"
+    "}\n"
+    "/* NaN takes the key that wins, so it propagates through max and min. */\n"
+    "__device__ __forceinline__ int kcu_key_max(int acc, float x) {\n"
+    "  const int k = x != x ? 2147483647 : kcu_key(x);\n"
+    "  return k > acc ? k : acc;\n"
+    "}\n"
+    "__device__ __forceinline__ int kcu_key_min(int acc, float x) {\n"
+    "  const int k = x != x ? -2147483647 - 1 : kcu_key(x);\n"
+    "  return k < acc ? k : acc;\n"
+    "}\n"
+    "/* a if it wins or is NaN, else b */\n"
+    "__device__ __forceinline__ float kcu_fmax(float a, float b) { return a > b || a != a ? a : b; }\n"
+    "__device__ __forceinline__ float kcu_fmin(float a, float b) { return a < b || a != a ? a : b; }\n"
+    "__device__ __forceinline__ float kcu_rsqrt(float x) { return __fdiv_rn(1.0f, __fsqrt_rn(x)); }\n"
+    "\n"
+    "/* 2^k for k in [-126, 127] */\n"
+    "__device__ __forceinline__ float kcu_pow2(int k) { return __int_as_float((k + 127) << 23); }\n"
+    "\n"
+    "/* k = round(x / ln2), returns x - k ln2 (Cody-Waite); |x| < 2^22 ln2 */\n"
+    "__device__ __forceinline__ float kcu_reduce_ln2(float x, int *k) {\n"
+    "  const float t = fmaf(x, (float)1.44269504088896340736, 12582912.0f);\n"
+    "  const float kf = __fsub_rn(t, 12582912.0f);\n"
+    "  *k = (int)kf;\n"
+    "  const float r = fmaf(kf, (float)-0.693145751953125, x);\n"
+    "  return fmaf(kf, (float)-1.42860682030941723212e-6, r);\n"
+    "}\n"
+    "\n"
+    "__device__ __forceinline__ float kcu_exp(float x) {\n"
+    "  float xc = x < -104.0f || x != x ? -104.0f : x; /* NaN is put back last */\n"
+    "  xc = xc > (float)88.8 ? (float)88.8 : xc;\n"
+    "  int k;\n"
+    "  const float r = kcu_reduce_ln2(xc, &k);\n"
+    "  float p = (float)(1 / 5040.0);\n"
+    "  p = fmaf(p, r, (float)(1 / 720.0));\n"
+    "  p = fmaf(p, r, (float)(1 / 120.0));\n"
+    "  p = fmaf(p, r, (float)(1 / 24.0));\n"
+    "  p = fmaf(p, r, (float)(1 / 6.0));\n"
+    "  p = fmaf(p, r, 0.5f);\n"
+    "  p = fmaf(p, r, 1.0f);\n"
+    "  p = fmaf(p, r, 1.0f);\n"
+    "  const int k1 = k >> 1, k2 = k - k1; /* k in [-150, 128]: two normal factors */\n"
+    "  const float y = __fmul_rn(__fmul_rn(p, kcu_pow2(k1)), kcu_pow2(k2));\n"
+    "  return x != x ? x : y;\n"
+    "}\n"
+    "\n"
+    "__device__ __forceinline__ float kcu_log(float x) {\n"
+    "  const bool tiny = x < __int_as_float(0x00800000); /* denormals: scale up first */\n"
+    "  const float xs = tiny ? __fmul_rn(x, 8388608.0f) : x;\n"
+    "  const int bits = __float_as_int(xs);\n"
+    "  int e = (int)((unsigned)bits >> 23) - 127 + (tiny ? -23 : 0);\n"
+    "  float m = __int_as_float((bits & 0x7fffff) | 0x3f800000); /* [1, 2) */\n"
+    "  const bool big = m > (float)1.41421356237309504880;\n"
+    "  m = big ? __fmul_rn(m, 0.5f) : m;\n"
+    "  e = big ? e + 1 : e;\n"
+    "  const float f = __fsub_rn(m, 1.0f);\n"
+    "  const float s = __fdiv_rn(f, __fadd_rn(f, 2.0f));\n"
+    "  const float z = __fmul_rn(s, s);\n"
+    "  float R = (float)(2 / 9.0);\n"
+    "  R = fmaf(R, z, (float)(2 / 7.0));\n"
+    "  R = fmaf(R, z, (float)(2 / 5.0));\n"
+    "  R = fmaf(R, z, (float)(2 / 3.0));\n"
+    "  R = __fmul_rn(z, R);\n"
+    "  const float l1p = __fsub_rn(f, __fmul_rn(s, __fsub_rn(f, R)));\n"
+    "  const float ef = __int2float_rn(e);\n"
+    "  float y = fmaf(ef, (float)0.693145751953125, fmaf(ef, (float)1.42860682030941723212e-6, l1p));\n"
+    "  y = x == __int_as_float(0x7f800000) ? x : y;\n"
+    "  y = x == 0.0f ? __int_as_float(0xff800000) : y;\n"
+    "  return x < 0.0f || x != x ? __int_as_float(0x7fc00000) : y;\n"
+    "}\n"
+    "\n"
+    "__device__ __forceinline__ float kcu_tanh(float x) {\n"
+    "  float y = __fmul_rn(fabsf(x), 2.0f);\n"
+    "  y = y > 20.0f || y != y ? 20.0f : y; /* tanh(10) rounds to 1 */\n"
+    "  int k;\n"
+    "  const float r = kcu_reduce_ln2(y, &k);\n"
+    "  float q = (float)(1 / 40320.0);\n"
+    "  q = fmaf(q, r, (float)(1 / 5040.0));\n"
+    "  q = fmaf(q, r, (float)(1 / 720.0));\n"
+    "  q = fmaf(q, r, (float)(1 / 120.0));\n"
+    "  q = fmaf(q, r, (float)(1 / 24.0));\n"
+    "  q = fmaf(q, r, (float)(1 / 6.0));\n"
+    "  q = fmaf(q, r, 0.5f);\n"
+    "  q = fmaf(__fmul_rn(r, r), q, r); /* expm1(r) */\n"
+    "  const float s = kcu_pow2(k);    /* k in [0, 29] */\n"
+    "  const float m = fmaf(s, q, __fsub_rn(s, 1.0f)); /* expm1(2|x|) */\n"
+    "  const float t = __fdiv_rn(m, __fadd_rn(m, 2.0f));\n"
+    "  return x != x ? x : copysignf(t, x);\n"
+    "}\n"
+    "\n"
+    "/* W consecutive floats; W = 4 needs p 16-byte aligned.  ldg: read-only\n"
+    "   for the whole kernel (a KIR_IN buffer). */\n"
+    "template <int W> __device__ __forceinline__ void kcu_ld(float (&v)[W], const float *p);\n"
+    "template <> __device__ __forceinline__ void kcu_ld<1>(float (&v)[1], const float *p) { v[0] = *p; }\n"
+    "template <> __device__ __forceinline__ void kcu_ld<4>(float (&v)[4], const float *p) {\n"
+    "  const float4 t = *reinterpret_cast<const float4 *>(p);\n"
+    "  v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;\n"
+    "}\n"
+    "template <int W> __device__ __forceinline__ void kcu_ldg(float (&v)[W], const float *p);\n"
+    "template <> __device__ __forceinline__ void kcu_ldg<1>(float (&v)[1], const float *p) { v[0] = __ldg(p); }\n"
+    "template <> __device__ __forceinline__ void kcu_ldg<4>(float (&v)[4], const float *p) {\n"
+    "  const float4 t = __ldg(reinterpret_cast<const float4 *>(p));\n"
+    "  v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;\n"
+    "}\n"
+    "template <int W> __device__ __forceinline__ void kcu_st(float *p, const float (&v)[W]);\n"
+    "template <> __device__ __forceinline__ void kcu_st<1>(float *p, const float (&v)[1]) { *p = v[0]; }\n"
+    "template <> __device__ __forceinline__ void kcu_st<4>(float *p, const float (&v)[4]) {\n"
+    "  *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);\n"
+    "}\n"
+    "\n"
+    "/* Row reductions over a group of T threads (one warp, or a block of T):\n"
+    "   an xor butterfly (every lane ends with the same bits), then, above one\n"
+    "   warp, the warps' partials through sh in a fixed order.  The leading\n"
+    "   barrier keeps a previous reduction's readers ahead of the writes. */\n"
+    "template <int T> __device__ __forceinline__ float kcu_row_sum(float v, float *sh) {\n"
+    "#pragma unroll\n"
+    "  for (int m = 16; m > 0; m >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, m));\n"
+    "  if constexpr (T > 32) {\n"
+    "    __syncthreads();\n"
+    "    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;\n"
+    "    __syncthreads();\n"
+    "    v = sh[0];\n"
+    "#pragma unroll\n"
+    "    for (int w = 1; w < T / 32; w++) v = __fadd_rn(v, sh[w]);\n"
+    "  }\n"
+    "  return v;\n"
+    "}\n"
+    "template <int T, bool MAX> __device__ __forceinline__ int kcu_row_key(int v, int *sh) {\n"
+    "#pragma unroll\n"
+    "  for (int m = 16; m > 0; m >>= 1) {\n"
+    "    const int o = __shfl_xor_sync(0xffffffffu, v, m);\n"
+    "    v = MAX ? (o > v ? o : v) : (o < v ? o : v);\n"
+    "  }\n"
+    "  if constexpr (T > 32) {\n"
+    "    __syncthreads();\n"
+    "    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;\n"
+    "    __syncthreads();\n"
+    "    v = sh[0];\n"
+    "#pragma unroll\n"
+    "    for (int w = 1; w < T / 32; w++) v = MAX ? (sh[w] > v ? sh[w] : v) : (sh[w] < v ? sh[w] : v);\n"
+    "  }\n"
+    "  return v;\n"
+    "}\n"
+    "\n"
+    "inline unsigned kcu_grid(int64_t units, int64_t per_block) {\n"
+    "  const int64_t g = (units + per_block - 1) / per_block;\n"
+    "  return (unsigned)(g < KCU_GRID_MAX ? g : KCU_GRID_MAX);\n"
+    "}\n"
+    "inline bool kcu_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }\n";
+
+static int fail(char *err, size_t errlen, const char *name, const char *msg) {
+  snprintf(err, errlen, "kernel '%s': %s", name, msg);
+  return -1;
+}
+
+/* Names at file scope: a kernel, its launcher. */
+static int check_names(const KirModule *m, char *err, size_t errlen) {
+  for (int i = 0; i < m->nkernels; i++) {
+    const char *n = m->kernels[i]->name;
+    if (is_reserved(n))
+      return fail(err, errlen, n, "name is reserved in kernels.cu (C++/CUDA, kcu_*, or ends in '_')");
+    size_t len = strlen(n);
+    for (int j = 0; j < m->nkernels; j++) {
+      const char *o = m->kernels[j]->name;
+      if (!strncmp(o, n, len) && !strcmp(o + len, "_launch"))
+        return fail(err, errlen, n, "its launcher's name is another kernel's");
+    }
+  }
+  return 0;
+}
+
+static const char *base_name(const char *path) {
+  const char *s = strrchr(path, '/');
+  return s ? s + 1 : path;
+}
+
+static int write_header(const KirModule *m, Kc *cs, const char *path, char *err, size_t errlen) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    snprintf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+    return -1;
+  }
+  fputs("/* Generated by parc from its kernel IR; do not edit.\n"
+        " * Launchers of the CUDA kernels in kernels.cu: each enqueues rows\n"
+        " * [row_begin, row_end) of its kernel on stream (a cudaStream_t), with the\n"
+        " * contract of the CPU kernels (kernels.h); errors are the caller's to check. */\n"
+        "#ifndef KERNELS_CUDA_H\n#define KERNELS_CUDA_H\n\n#include <stdint.h>\n\n"
+        "struct CUstream_st;\n\n#ifdef __cplusplus\nextern \"C\" {\n#endif\n",
+        f);
+  for (int i = 0; i < m->nkernels; i++) {
+    const KirKernel *k = m->kernels[i];
+    fprintf(f, "\n/* rows [");
+    for (int d = 0; d < k->nrows; d++) fprintf(f, "%s%" PRId64, d ? ", " : "", k->rows[d]);
+    fprintf(f, "] = %" PRId64 "; %s */\nvoid %s_launch(", kir_kernel_rows(k),
+            kir_cuda_mapping_name[cs[i].L.mapping], k->name);
+    params(&cs[i], f, 0);
+    fputs("int64_t row_begin, int64_t row_end, struct CUstream_st *stream);\n", f);
+  }
+  fputs("\n#ifdef __cplusplus\n}\n#endif\n#endif\n", f);
+  if (fclose(f)) {
+    snprintf(err, errlen, "cannot write '%s': %s", path, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+int kir_cuda_write(const KirModule *m, const char *cu_path, const char *h_path, char *err,
+                   size_t errlen) {
+  if (kir_verify(m, err, errlen) || check_names(m, err, errlen)) return -1;
+  Kc *cs = xcalloc((size_t)m->nkernels + 1, sizeof *cs);
+  for (int i = 0; i < m->nkernels; i++) {
+    cs[i].k = m->kernels[i];
+    plan(&cs[i]);
+    name_params(&cs[i]);
+  }
+  int rc = -1;
+  if (h_path && write_header(m, cs, h_path, err, errlen)) goto out;
+  FILE *f = fopen(cu_path, "w");
+  if (!f) {
+    snprintf(err, errlen, "cannot write '%s': %s", cu_path, strerror(errno));
+    goto out;
+  }
+  int nflat = 0, ngroup = 0, nthread = 0, nvec = 0;
+  for (int i = 0; i < m->nkernels; i++) {
+    nflat += cs[i].L.mapping == KIR_CUDA_FLAT;
+    ngroup += cs[i].L.mapping == KIR_CUDA_ROW_GROUP;
+    nthread += cs[i].L.mapping == KIR_CUDA_THREAD_ROW;
+    nvec += cs[i].L.vector;
+  }
+  fprintf(f,
+          "/* Generated by parc from its kernel IR (codegen/kir_cuda.c); do not edit.\n"
+          " *\n"
+          " * %d kernels (%d flat, %d row-group, %d thread-per-row; %d with float4 accesses).\n"
+          " * Each NAME_launch(params..., row_begin, row_end, stream) computes rows\n"
+          " * [row_begin, row_end) of kernel NAME with the contract of the CPU kernels\n"
+          " * (kernels.h): rows are independent; a buffer the kernel writes overlaps no\n"
+          " * other argument.  f32 arithmetic is IEEE round-to-nearest, never contracted\n"
+          " * (__fadd_rn etc.), exp/log/tanh are the CPU kernels' algorithms.\n"
+          " *\n"
+          " * Build: nvcc -std=c++17 -c kernels.cu (CMake: -DPARC_CUDA=ON). */\n",
+          m->nkernels, nflat, ngroup, nthread, nvec);
+  fputs(prelude, f);
+  if (h_path) fprintf(f, "\n#include \"%s\" /* the launchers' prototypes, checked here */\n", base_name(h_path));
+  for (int i = 0; i < m->nkernels; i++) emit_kernel(&cs[i], f);
+  int bad = ferror(f);
+  if (fclose(f) || bad) {
+    snprintf(err, errlen, "cannot write '%s'", cu_path);
+    goto out;
+  }
+  rc = 0;
+out:
+  for (int i = 0; i < m->nkernels; i++) unplan(&cs[i]);
+  free(cs);
+  return rc;
+}

@@ -1,0 +1,95 @@
+/* codegen/kir_cuda.h -- the kernel IR as CUDA C source (kernels.cu).
+ *
+ * kir_cuda_write lowers every kernel of a module to one `__global__`
+ * function plus a host-callable launcher
+ *
+ *   extern "C" void NAME_launch(params in declaration order,
+ *                               int64_t row_begin, int64_t row_end, cudaStream_t stream);
+ *
+ * with the caller contract of kir.h (same params, same row range, same
+ * meaning), and writes the launchers' C prototypes to a header.  Launchers
+ * only enqueue work on `stream` (nothing when row_begin == row_end); they
+ * do not check errors: the caller checks cudaGetLastError / the stream.
+ *
+ * THREAD MAPPINGS (chosen per kernel by kir_cuda_plan)
+ *
+ *   FLAT        one loop, no reductions, no row-level stores, constant
+ *               extent: a grid-stride loop over the elements of
+ *               [row_begin, row_end) x [0, extent), one thread per element
+ *               (or per 4 consecutive elements of a row, see VECTOR).
+ *   ROW_GROUP   everything else with parallel-safe loops: a group of
+ *               row_threads threads per row (32: one warp per row, 8 rows
+ *               per 256-thread block; 64..256: one block per row), grid-
+ *               stride over rows.  Column loops are strided over the group;
+ *               reductions are per-thread partials combined by warp
+ *               shuffles (xor butterfly) and, above one warp, through shared
+ *               memory; row-level values are computed by every thread of the
+ *               group, row-level stores by its first thread.  Group barriers
+ *               (__syncwarp / __syncthreads) are placed wherever one thread
+ *               may read or overwrite what another wrote or read, so the
+ *               result is that of the sequential loop nest.
+ *   THREAD_ROW  one thread per row, loops run sequentially exactly as the CPU
+ *               lowering does: kernels without loops, and the fallback for a
+ *               loop that is not parallel-safe (below).
+ *
+ *   A column loop is parallel-safe when every store in it has an index that
+ *   varies with the column, and every buffer it both loads and stores is
+ *   accessed at one and the same index node (read-modify-write of one
+ *   element).  What the lowering assumes and cannot check: distinct
+ *   iterations of a column loop store distinct elements (every store of
+ *   codegen/cg_kernels.c writes one element of its shape per iteration).
+ *
+ * VECTOR (float4)
+ *
+ *   In a loop with a constant extent divisible by 4, f32 loads and stores
+ *   whose index is `column + c`, c a row-level value provably divisible by
+ *   4, use 16-byte accesses (each thread takes 4 consecutive columns) when
+ *   the loop does not store the buffer, or stores it once at that same index
+ *   after every load of it (read-modify-write: loads first, store last).  Such kernels are a
+ *   template on VEC; the launcher takes VEC = true when every buffer with a
+ *   vector access is 16-byte aligned, else the scalar instantiation.
+ *
+ * NUMERICS (fp32, to match the CPU lowering of kir_llvm.h)
+ *
+ *   + - * / and sqrt are written as __fadd_rn, __fsub_rn, __fmul_rn,
+ *   __fdiv_rn, __fsqrt_rn: IEEE round-to-nearest whatever the nvcc flags
+ *   (never contracted to FMA, not changed by --use_fast_math), so pointwise
+ *   chains of them agree bitwise with the CPU; rsqrt is 1/sqrt as on the CPU;
+ *   exp, log, tanh are the algorithms of kir_math.c (same reduction, same
+ *   polynomials, fmaf where the CPU has fmuladd), so they agree bitwise with
+ *   CPU objects built for FMA hosts; max/min (values and reductions) use the
+ *   same NaN-propagating order-key scheme.  Sum reductions differ from the
+ *   CPU only in their (unspecified) order of accumulation, which is fixed
+ *   for a given mapping and VEC instantiation: results are reproducible run
+ *   to run.
+ *
+ * The output is deterministic: the same module gives the same bytes. */
+#ifndef PARC_KIR_CUDA_H
+#define PARC_KIR_CUDA_H
+
+#include <stddef.h>
+
+#include "codegen/kir.h"
+
+typedef enum { KIR_CUDA_FLAT, KIR_CUDA_ROW_GROUP, KIR_CUDA_THREAD_ROW } KirCudaMapping;
+
+typedef struct {
+  KirCudaMapping mapping;
+  int row_threads;    /* ROW_GROUP: threads per row (32, 64, 128 or 256); else 1 */
+  int block_threads;  /* blockDim.x of every launch (the __launch_bounds__) */
+  int vector;         /* 1: a float4 instantiation exists (template on VEC) */
+} KirCudaLaunch;
+
+extern const char *const kir_cuda_mapping_name[];   /* by KirCudaMapping */
+
+/* The mapping kir_cuda_write uses for k (k must be valid: kir_verify). */
+void kir_cuda_plan(const KirKernel *k, KirCudaLaunch *out);
+
+/* Writes the CUDA source of every kernel of m to cu_path and, when h_path
+ * is not NULL, the launchers' C prototypes to h_path (includable from C:
+ * the stream is `struct CUstream_st *`, which is cudaStream_t).  0, or -1
+ * with a one-line message in err. */
+int kir_cuda_write(const KirModule *m, const char *cu_path, const char *h_path, char *err,
+                   size_t errlen);
+
+#endif

@@ -1,0 +1,130 @@
+/* tests/cuda/cu_structure.c -- a generated project's CUDA source against its
+ * plan: kernels.cu has exactly one __global__ per distinct kernel of
+ * plan.json (the kernels without a "code" field), each with one launcher
+ * NAME_launch declared in kernels_cuda.h; a launcher launches its own kernel
+ * with the block size of its __launch_bounds__ (both instantiations when the
+ * kernel is a template on VEC); every kernel carries its kernel IR comment.
+ *
+ *   cu_structure DIR       (DIR holds plan.json, kernels.cu, kernels_cuda.h) */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+static void fail(const char *name, const char *what) {
+  fprintf(stderr, "cu_structure: %s: %s\n", name, what);
+  failures++;
+}
+
+static char *slurp(const char *dir, const char *file) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "cu_structure: cannot read %s\n", path);
+    exit(1);
+  }
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)n + 1);
+  if (!s || fread(s, 1, (size_t)n, f) != (size_t)n) exit(1);
+  s[n] = 0;
+  fclose(f);
+  return s;
+}
+
+static int count(const char *s, const char *what) {
+  int n = 0;
+  for (const char *p = strstr(s, what); p; p = strstr(p + 1, what)) n++;
+  return n;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: cu_structure DIR\n");
+    return 2;
+  }
+  char *plan = slurp(argv[1], "plan.json"), *cu = slurp(argv[1], "kernels.cu");
+  char *hdr = slurp(argv[1], "kernels_cuda.h");
+  cJSON *root = cJSON_Parse(plan);
+  cJSON *ks = root ? cJSON_GetObjectItem(root, "kernels") : NULL;
+  if (!cJSON_IsArray(ks)) {
+    fprintf(stderr, "cu_structure: plan.json has no kernels array\n");
+    return 1;
+  }
+  int distinct = 0, total = 0;
+  cJSON *k;
+  cJSON_ArrayForEach(k, ks) {
+    total++;
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(k, "name"));
+    cJSON *code = cJSON_GetObjectItem(k, "code");
+    char want[512];
+    if (!name) {
+      fail("?", "a kernel without a name");
+      continue;
+    }
+    if (code) {  /* shares the code of an earlier kernel: no CUDA kernel of its own */
+      snprintf(want, sizeof want, ") %s(", name);
+      if (strstr(cu, want)) fail(name, "a deduplicated kernel has its own __global__");
+      const char *canon = cJSON_GetStringValue(code);
+      snprintf(want, sizeof want, "void %s_launch(", canon ? canon : "?");
+      if (!canon || count(hdr, want) != 1) fail(name, "the kernel it shares code with has no launcher");
+      continue;
+    }
+    distinct++;
+    snprintf(want, sizeof want, ") %s(", name);
+    if (count(cu, want) != 1) fail(name, "not exactly one __global__ definition");
+    const char *def = strstr(cu, want);
+    snprintf(want, sizeof want, "/* ---- %s: rows [", name);
+    const char *head = strstr(cu, want);
+    if (!head) fail(name, "no comment");
+    else if (!strstr(head, " *   kernel ") || strstr(head, " *   kernel ") > def)
+      fail(name, "the comment lacks the kernel IR");
+    /* the __launch_bounds__ of the definition, the block of the launches */
+    int bounds = 0;
+    if (def) {
+      const char *lb = def;
+      while (lb > cu && strncmp(lb, "__launch_bounds__(", 18)) lb--;
+      bounds = atoi(lb + 18);
+    }
+    snprintf(want, sizeof want, "extern \"C\" void %s_launch(", name);
+    if (count(cu, want) != 1) fail(name, "not exactly one launcher");
+    const char *launch = strstr(cu, want);
+    snprintf(want, sizeof want, "void %s_launch(", name);
+    if (count(hdr, want) != 1) fail(name, "not declared in kernels_cuda.h");
+    if (launch) {
+      const char *end = strstr(launch, "\n}\n");
+      char call[512];
+      int vec = 0, plain = 0;
+      snprintf(call, sizeof call, "%s<true><<<grid_, %d, 0, stream>>>(", name, bounds);
+      const char *c = strstr(launch, call);
+      vec = c && c < end;
+      snprintf(call, sizeof call, "%s<false><<<grid_, %d, 0, stream>>>(", name, bounds);
+      c = strstr(launch, call);
+      vec += c && c < end;
+      snprintf(call, sizeof call, "%s<<<grid_, %d, 0, stream>>>(", name, bounds);
+      c = strstr(launch, call);
+      plain = c && c < end;
+      if (!(bounds > 0 && (vec == 2) != (plain == 1)))
+        fail(name, "the launcher does not launch its kernel with the __launch_bounds__ block");
+    }
+  }
+  int globals = count(cu, "\n__global__ void __launch_bounds__(");
+  int templates = count(cu, "\ntemplate <bool VEC>\n__global__");
+  if (globals != distinct) {  /* templates included: their __global__ follows the template line */
+    char msg[128];
+    snprintf(msg, sizeof msg, "%d __global__ functions for %d distinct kernels", globals, distinct);
+    fail("kernels.cu", msg);
+  }
+  cJSON_Delete(root);
+  free(plan);
+  free(cu);
+  free(hdr);
+  if (!failures)
+    printf("cu_structure: %d kernels, %d distinct, %d __global__ (%d templates on VEC): ok\n", total,
+           distinct, globals, templates);
+  return failures ? 1 : 0;
+}
