@@ -73,6 +73,40 @@ static void pipeline(FILE *out, const PpPlan *p, int tp) {
           p->analytic_bubble, formula[p->req.schedule]);
 }
 
+/* A predicted step time for one pipeline stage's ranks (pp = 1): the forward +
+ * backward FLOPs split evenly over the tp x dp ranks at the simulator's
+ * sustained rate, plus every collective of the rank-local plan at its ring
+ * bytes over the simulator's link bandwidth and latency, without overlap.  A
+ * model to compare layouts by, not a measurement. */
+static const char *duration(char *buf, size_t len, double s) {
+  static const char *const unit[] = {"s", "ms", "us", "ns"};
+  int u = 0;
+  while (s < 1 && s > 0 && u < 3) s *= 1000, u++;
+  snprintf(buf, len, "%.4g %s", s, unit[u]);
+  return buf;
+}
+
+static void predicted_step(FILE *out, const Layout *lay, const Cost *c) {
+  double compute = 3 * c->flops_fwd / (lay->tp * lay->dp) / PP_SIM_FLOPS_PER_S, comm = 0;
+  int n = 0;
+  for (size_t g = 0; c->has_comm && g < sizeof c->comm.e / sizeof c->comm.e[0]; g++)
+    for (int k = 0; k < COMM_KINDS; k++) {
+      comm += c->comm.e[g][k].sent_bytes / PP_SIM_LINK_BYTES_PER_S +
+              c->comm.e[g][k].count * PP_SIM_LINK_LATENCY_S;
+      n += c->comm.e[g][k].count;
+    }
+  char a[32], b[32], d[32];
+  if (!n) {
+    fprintf(out, "predicted step time: %s (compute at %.0f TFLOP/s a rank; no communication)\n",
+            duration(a, sizeof a, compute), PP_SIM_FLOPS_PER_S / 1e12);
+    return;
+  }
+  fprintf(out, "predicted step time: %s = compute %s (%.0f TFLOP/s a rank) + %d collectives %s "
+          "(%.0f GB/s, %.0f us each, not overlapped)\n", duration(a, sizeof a, compute + comm),
+          duration(b, sizeof b, compute), PP_SIM_FLOPS_PER_S / 1e12, n,
+          duration(d, sizeof d, comm), PP_SIM_LINK_BYTES_PER_S / 1e9, PP_SIM_LINK_LATENCY_S * 1e6);
+}
+
 void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
   char a[64], b[64];
   int ranks = lay->tp * lay->pp * lay->dp;
@@ -123,4 +157,5 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
     fprintf(out, "activation arena (planned, fp32): %s (%" PRId64 " bytes), allocated exactly by "
             "the trainer\n", bytes(a, sizeof a, (double)c->arena_bytes), c->arena_bytes);
   if (c->pipe) pipeline(out, c->pipe, lay->tp);
+  else if (c->tokens && (c->has_comm || lay->tp * lay->dp == 1)) predicted_step(out, lay, c);
 }
