@@ -6,7 +6,11 @@ usage: bench/mesh_cpu.py [--build build] [--threads 2] [--steps 6]
 Compiles GPT-2 (d 768, 2 layers, vocab 50257, seq 128, batch 4) for tp x dp in
 1x1, 2x1, 1x2, trains each for STEPS steps with --threads THREADS (ranks run
 as threads; each rank gets THREADS / ranks) and prints the median step time
-after the first and its ratio to one rank."""
+after the first and its ratio to one rank.  dp 2 is built twice: with the
+gradient buckets' collectives asynchronous (the default: each started when its
+bucket is complete, overlapping the rest of the backward pass) and with
+--no-overlap (blocking calls); their step-time ratio async / blocking is printed
+last (below 1: the overlap pays)."""
 import argparse, json, os, shutil, statistics, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,11 +37,12 @@ def main():
     base = None
     print(f"GPT-2 d 768, 2 layers, seq 128, batch 4; --threads {a.threads}; median of "
           f"{a.steps - 1} steps")
-    for tp, dp in ((1, 1), (2, 1), (1, 2)):
-        out = os.path.join(work, f"r{tp}x{dp}")
+    times = {}
+    for tp, dp, extra in ((1, 1, []), (2, 1, []), (1, 2, []), (1, 2, ["--no-overlap"])):
+        out = os.path.join(work, f"r{tp}x{dp}" + ("_blocking" if extra else ""))
         sh([os.path.join(a.build, "parc"), os.path.join(ROOT, "examples", "gpt2.dsl"), "-o", out,
             "-D", "layers=2", "-D", "seq=128", "-D", "batch=4", "-D", "microbatches=1",
-            "--tp", str(tp), "--dp", str(dp)])
+            "--tp", str(tp), "--dp", str(dp), *extra])
         sh(["cmake", "-S", out, "-B", out + "/build"])
         sh(["cmake", "--build", out + "/build"])
         log = os.path.join(out, "log.jsonl")
@@ -45,7 +50,11 @@ def main():
             "--threads", str(a.threads), "--lr", "1e-4", "--log", log])
         ms = statistics.median(json.loads(l)["ms"] for l in list(open(log))[2:])
         base = base or ms
-        print(f"  tp {tp} dp {dp}: {ms:8.1f} ms/step   ratio to one rank {ms / base:.2f}")
+        times[(tp, dp, bool(extra))] = ms
+        what = " --no-overlap" if extra else ""
+        print(f"  tp {tp} dp {dp}{what:13s}: {ms:8.1f} ms/step   ratio to one rank {ms / base:.2f}")
+    print(f"  dp 2 asynchronous / blocking bucket collectives: "
+          f"{times[(1, 2, False)] / times[(1, 2, True)]:.3f}")
 
 
 if __name__ == "__main__":

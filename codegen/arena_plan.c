@@ -1,6 +1,8 @@
 /* codegen/arena_plan.c -- see arena_plan.h. */
 #include "codegen/arena_plan.h"
 
+#include <stdlib.h>
+
 #include "codegen/cg_kernels.h"
 #include "codegen/host.h"
 #include "passes/bufplan.h"
@@ -13,7 +15,9 @@ int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, char *err, size_t
   for (int i = 0; i < m->nnodes; i++)
     pos[i] = kp.kernel_of[i] >= 0 ? kp.kernels[kp.kernel_of[i]].root : i;
   BufPlan bp;
-  bufplan_build(m, kp.materialize, cg_results(m), pos, &bp);
+  int *held = cg_async_waits(m, &kp); /* as cg_write_project: async dp buckets */
+  bufplan_build_held(m, kp.materialize, cg_results(m), pos, held, &bp);
+  free(held);
   *arena_bytes = cg_arena_bytes(&kp, &bp, NULL);
   cg_plan_free(&kp);
   return 0;

@@ -9,6 +9,7 @@
 #include "codegen/host.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +63,18 @@ typedef struct {
   size_t errlen;
   int failed;
   int *grad_of;        /* per node id: the node id of the PARAM whose p->grad it is, else -1 */
+  const PpProgram *pipe; /* CgHostInfo's */
+  /* asynchronous dp bucket collectives (straight-line step only; else NULL) */
+  const int *wait_at;  /* per node id: cg_async_waits, -1 for a blocking node */
+  int *slot;           /* per node id: its request, dp_req[slot] */
+  int *async_ids;      /* the asynchronous nodes in order, nasync of them */
+  int nasync, nslots, nwaited;
 } Emit;
+
+/* 1 if the step runs kernel i (a pipelined trainer skips the gradient sums). */
+static int kernel_runs(const Emit *e, int i) {
+  return !e->pipe || e->pipe->chunk[e->kp->kernels[i].root] != PP_NODE_SKIP;
+}
 
 static void fail(Emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void fail(Emit *e, const char *fmt, ...) {
@@ -100,6 +112,9 @@ static const char *flit(char *s, size_t len, double v) {
 
 /* The C expression for node n's buffer. */
 static const char *buf(Emit *e, const IrNode *n, char *s, size_t len) {
+  if ((n->op == IR_OP_PARAM || n->op == IR_OP_STATE) && e->lp->offset[n->id] < 0)
+    fail(e, "%s is not in this rank's buffers (a pipeline stage reads a parameter of another)",
+         n->name);
   switch (n->op) {
   case IR_OP_PARAM:
     snprintf(s, len, "P + %" PRId64, e->lp->offset[n->id]);
@@ -142,6 +157,12 @@ static int64_t lead(const IrNode *x, int keep) {
 
 static int64_t dim(const IrNode *x, int i) { return x->shape[i < 0 ? x->rank + i : i]; }
 
+/* The RtStepIO group of mesh axis `axis` (ir/ops.def): io->tp_group, ... */
+static const char *group_of(int64_t axis) {
+  static const char *const name[] = {"tp", "dp", "ep", "ep_dp"};
+  return axis >= 0 && axis < 4 ? name[axis] : "tp";
+}
+
 /* all_gather, replicate, reduce_scatter or local_slice along dimension
  * ia[2] of [outer, n, inner] (n the whole size): the strided forms in
  * rt_route.h; local_slice takes the rank's coordinate at run time. */
@@ -161,6 +182,120 @@ static void emit_dim_collective(Emit *e, const IrNode *n, const char *x, const c
     fprintf(e->out, "  CHECK(%s(io->%s_group, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n",
             n->op == IR_OP_REDUCE_SCATTER ? "rt_reduce_scatter_dim" : "rt_all_gather_dim", grp,
             x, out, outer, whole->shape[d], inner);
+}
+
+/* ---- asynchronous dp bucket collectives ------------------------------------ */
+
+/* 1 if the step starts n and waits for it later: a dp bucket's collective
+ * (passes/dp_grads.c), unless --no-overlap, in the communicator's contiguous
+ * form (emit_runtime's; the strided rt_route.h forms stay blocking). */
+static int async_form(const IrModule *m, const IrNode *n) {
+  if (m->dp_blocking || !dp_grads_is_bucket(n)) return 0;
+  if (n->op == IR_OP_REDUCE_SCATTER)
+    return lead(n->inputs[0], n->inputs[0]->rank - (int)n->ia[2]) == 1;
+  return 1;
+}
+
+int *cg_async_waits(const IrModule *m, const CgKernelPlan *kp) {
+  int n = m->nnodes, any = 0;
+  for (int i = 0; i < n && !any; i++) any = kp->kernel_of[i] < 0 && async_form(m, m->nodes[i]);
+  if (!any) return NULL;
+  int *pos = malloc(sizeof(int) * ((size_t)n + 1)), *wait = malloc(sizeof(int) * ((size_t)n + 1));
+  if (!pos || !wait) {
+    fprintf(stderr, "parc: out of memory\n");
+    exit(3);
+  }
+  int end = 0;
+  for (int i = 0; i < n; i++) {
+    pos[i] = kp->kernel_of[i] >= 0 ? kp->kernels[kp->kernel_of[i]].root : i;
+    if (pos[i] + 1 > end) end = pos[i] + 1;
+  }
+  for (int i = 0; i < n; i++)
+    wait[i] = kp->kernel_of[i] < 0 && async_form(m, m->nodes[i]) ? end : -1;
+  /* the first position that reads the result (a kernel reads where its root runs) */
+  for (int j = 0; j < n; j++)
+    for (int k = 0; k < m->nodes[j]->ninputs; k++) {
+      int c = m->nodes[j]->inputs[k]->id;
+      if (wait[c] >= 0 && pos[j] < wait[c]) wait[c] = pos[j];
+    }
+  free(pos);
+  return wait;
+}
+
+/* Request slots: a collective takes the lowest slot free at its start; slots
+ * come free at their waits (which run before anything else at a position). */
+static int plan_async(Emit *e) {
+  const IrModule *m = e->m;
+  int n = m->nnodes;
+  e->slot = malloc(sizeof(int) * ((size_t)n + 1));
+  e->async_ids = malloc(sizeof(int) * ((size_t)n + 1));
+  unsigned char *busy = calloc((size_t)n + 1, 1);
+  if (!e->slot || !e->async_ids || !busy) {
+    free(busy);
+    return -1;
+  }
+  for (int i = 0; i < n; i++) {
+    e->slot[i] = -1;
+    for (int k = 0; k < e->nasync; k++) {
+      int c = e->async_ids[k];
+      if (e->wait_at[c] == i) busy[e->slot[c]] = 0;
+    }
+    if (e->wait_at[i] < 0) continue;
+    int s = 0;
+    while (busy[s]) s++;
+    busy[s] = 1;
+    e->slot[i] = s;
+    if (s + 1 > e->nslots) e->nslots = s + 1;
+    e->async_ids[e->nasync++] = i;
+  }
+  free(busy);
+  return 0;
+}
+
+static void emit_async_decl(Emit *e) {
+  if (!e->nasync) return;
+  fprintf(e->out,
+          "  /* The dp gradient buckets' collectives run asynchronously: each is started\n"
+          "   * as soon as its bucket is complete and overlaps the rest of the backward\n"
+          "   * pass; its wait comes right before the first use of its result.  One\n"
+          "   * request per collective in flight (%d buckets). */\n"
+          "  RtCommReq dp_req[%d] = {{0}};\n", e->nasync, e->nslots);
+}
+
+/* The waits due before position i (INT_MAX: every one left). */
+static void emit_waits(Emit *e, int i) {
+  for (int k = e->nwaited; k < e->nasync; k++) {
+    int c = e->async_ids[k];
+    if (e->wait_at[c] > i) continue;
+    if (e->slot[c] < 0) continue;  /* waited for already */
+    fprintf(e->out, "  CHECK(rt_comm_wait(&dp_req[%d])); /* dp bucket %d (%%%d) complete */\n",
+            e->slot[c], k, c);
+    e->slot[c] = -1 - e->slot[c];    /* marks it waited, keeps the slot readable */
+  }
+  while (e->nwaited < e->nasync && e->slot[e->async_ids[e->nwaited]] < 0) e->nwaited++;
+}
+
+/* The start form of n's collective, if the step runs it asynchronously. */
+static int emit_async_start(Emit *e, const IrNode *n, const char *x, const char *out) {
+  if (!e->wait_at || e->wait_at[n->id] < 0) return 0;
+  int k = 0;
+  while (k < e->nasync && e->async_ids[k] != n->id) k++;
+  int w = e->wait_at[n->id];
+  char when[64];
+  if (w < e->m->nnodes) snprintf(when, sizeof when, "before %%%d", w);
+  else snprintf(when, sizeof when, "at the end of the step");
+  fprintf(e->out, "  /* dp bucket %d: started now, it runs while the backward pass goes on; "
+                  "waited for %s */\n", k, when);
+  if (n->op == IR_OP_ALL_REDUCE) {
+    fprintf(e->out, "  CHECK(rt_comm_all_reduce_start(io->%s_group, %s, %s, %" PRId64
+            ", &dp_req[%d]));\n", group_of(n->ia[0]), x, out, ir_numel(n), e->slot[n->id]);
+    return 1;
+  }
+  fprintf(e->out, "  CHECK(rt_comm_reduce_scatter_start(io->%s_group, %s, %s, (const int64_t[]){",
+          group_of(n->ia[0]), x, out);
+  for (int64_t r = 0; r < n->ia[1]; r++) fprintf(e->out, "%s%" PRId64, r ? ", " : "", ir_numel(n));
+  fprintf(e->out, "}, &dp_req[%d]));\n", e->slot[n->id]);
+  return 1;
 }
 
 /* One runtime call for a node the kernels do not compute. */
@@ -218,6 +353,18 @@ static void emit_runtime(Emit *e, const IrNode *n) {
             ", %" PRId64 "));\n", out, x, y, dim(in[0], 0), dim(in[1], 1), dim(in[0], 1), n->ia[0],
             n->ia[1]);
     return;
+  case IR_OP_CAPACITY_DROP: /* drops decided in global token order over dp */
+    fprintf(f, "  CHECK(rt_capacity_drop(io->dp_group, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            ", %" PRId64 "));\n", out, x, dim(in[0], 0), dim(in[0], 1), n->ia[0], n->ia[1]);
+    return;
+  case IR_OP_EXPERT_ALL_TO_ALL: { /* slots to the ranks holding their experts, or back */
+    const IrNode *slots = n->ia[2] ? n : in[0]; /* [E, C, ...] */
+    int64_t inner = ir_numel(slots) / (dim(slots, 0) * dim(slots, 1));
+    fprintf(f, "  CHECK(rt_expert_all_to_all(io->%s_group, %s, %s, %s, %" PRId64 ", %" PRId64
+            ", %" PRId64 ", %" PRId64 ", %d));\n", group_of(n->ia[0]), out, x, y,
+            ir_numel(in[1]), dim(slots, 0), dim(slots, 1), inner, n->ia[2] != 0);
+    return;
+  }
   case IR_OP_COMBINE:
     fprintf(f, "  CHECK(rt_combine(%s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
             ", %" PRId64 "));\n", out, x, y, z, dim(in[1], 0), dim(in[1], 1), dim(in[0], 2),
@@ -270,8 +417,9 @@ static void emit_runtime(Emit *e, const IrNode *n) {
             lead(in[0], 1), dim(in[0], -1), n->ia[2]);
     return;
   case IR_OP_ALL_REDUCE:
+    if (emit_async_start(e, n, x, out)) return;
     fprintf(f, "  CHECK(rt_comm_all_reduce(io->%s_group, %s, %s, %" PRId64 "));\n",
-            n->ia[0] ? "dp" : "tp", x, out, ir_numel(n));
+            group_of(n->ia[0]), x, out, ir_numel(n));
     return;
   case IR_OP_ALL_GATHER:
   case IR_OP_REDUCE_SCATTER: { /* the communicator's blocks are contiguous: dim 0 only */
@@ -281,6 +429,7 @@ static void emit_runtime(Emit *e, const IrNode *n) {
       emit_dim_collective(e, n, x, out);
       return;
     }
+    if (emit_async_start(e, n, x, out)) return;
     fprintf(f, "  CHECK(rt_comm_%s(io->%s_group, %s, %s, (const int64_t[]){", ir_op_info[n->op].name,
             n->ia[0] ? "dp" : "tp", x, out);
     for (int64_t r = 0; r < n->ia[1]; r++)
@@ -337,6 +486,10 @@ static void emit_thunks(Emit *e) {
   for (int i = 0; i < e->kp->nkernels; i++) {
     const CgKernel *k = &e->kp->kernels[i];
     if (e->canon && e->canon[i] != i) continue; /* runs another kernel's code */
+    int used = 0;
+    for (int j = i; j < e->kp->nkernels && !used; j++)
+      used = (e->canon ? e->canon[j] : j) == i && kernel_runs(e, j);
+    if (!used) continue;
     fprintf(e->out, "static void run_%s(void *c, int64_t b, int64_t e) {\n  void **a = c;\n  %s(",
             k->k->name, k->k->name);
     for (int j = 0; j < k->nargs; j++) fprintf(e->out, "a[%d], ", j);
@@ -366,8 +519,11 @@ static void emit_tables(Emit *e) {
             init[n->init], flit(fl, sizeof fl, n->init == IR_INIT_NORMAL ? n->init_std : 0.0));
     for (int d = 0; d < n->rank; d++)
       fprintf(f, "%s%" PRId64, d ? ", " : "", sharded ? n->global_shape[d] : n->shape[d]);
-    fprintf(f, "}, %d, %d},\n", sharded ? n->shard_dim : -1,
-            sharded && n->shard_blocks > 1 ? n->shard_blocks : 1);
+    /* ep: the experts split over the ep group (0: not expert-parallel) */
+    int ep = sharded && n->shard == IR_SHARD_EXPERT ? n->shard_degree : 0;
+    fprintf(f, "}, %d, %d, %d},%s\n", sharded ? n->shard_dim : -1,
+            sharded && n->shard_blocks > 1 ? n->shard_blocks : 1, ep,
+            ep ? " /* experts over the ep group */" : "");
     e->param_index[i] = np;
     np++;
   }
@@ -440,10 +596,17 @@ static void emit_desc(Emit *e, const CgHostInfo *info) {
   fprintf(f, ",\n    .source = ");
   put_str(f, base_name(info->source));
   int dp = m->mesh_dp > 1 ? m->mesh_dp : 1;
+  int mbs = info->pipe ? info->pipe->microbatches : 1; /* the module is one microbatch */
   fprintf(f, ",\n    .vocab = %" PRId64 ", .batch = %" PRId64 ", .seq = %" PRId64 ",\n", vocab,
-          batch * dp, seq);
+          batch * dp * mbs, seq);
+  if (m->mesh_ep > 1) fprintf(f, "    .ep = %d, /* experts over ep of the dp ranks */\n", m->mesh_ep);
   fprintf(f, "    .tp = %d, .dp = %d, .zero = %d,\n", m->mesh_tp > 1 ? m->mesh_tp : 1, dp,
           m->mesh_zero > 1 ? m->mesh_zero : 0);
+  if (info->pipe)
+    fprintf(f, "    .pp = %d, /* each stage holds its own parameters and state */\n"
+               "    .pp_param_offset = pp_param_offset, .pp_params_numel = pp_param_numel,\n"
+               "    .pp_state_offset = pp_state_offset, .pp_state_numel = pp_state_numel,\n",
+            info->pipe->nstages);
   fprintf(f, "    .nparams = %d, .params = params, .params_numel = %" PRId64 ",\n", np,
           e->lp->params_numel);
   fprintf(f, "    .nstate = %d, .state = state, .state_numel = %" PRId64 ",\n", ns,
@@ -462,6 +625,7 @@ static void emit_desc(Emit *e, const CgHostInfo *info) {
   fprintf(f, "    .seed = %" PRIu64 "u,\n", (uint64_t)setting(tr, ntr, "seed", 1337));
   fprintf(f, "    .nconfig = %d, .config_names = config_names, .config_values = config_values,\n",
           m->nconfig);
+  if (info->desc_extra) fputs(info->desc_extra, f); /* host_cuda.c's fields */
   fprintf(f, "    .step = step,\n};\n\n");
   fprintf(f, "int main(int argc, char **argv) { return rt_train_main(argc, argv, &model); }\n");
 }
@@ -477,6 +641,282 @@ static void emit_save_grad(Emit *e, const IrNode *n) {
           buf(e, n, b, sizeof b), ir_numel(n), e->m->nodes[i]->name);
 }
 
+/* ---- pipelined trainers (info->pipe): stage programs and their tables ---- */
+
+#define ROUND64(x) (((x) + 63) / 64 * 64)
+
+int64_t cg_pipe_arena_bytes(const PpProgram *pp, int64_t slot_bytes, int64_t params_numel) {
+  (void)params_numel; /* the stages' own buffers, not the whole one, size the accumulator */
+  int64_t most = 0;
+  for (int s = 0; s < pp->nstages; s++)
+    if (pp->stage_params_numel[s] > most) most = pp->stage_params_numel[s];
+  return (int64_t)pp->slots * ROUND64(slot_bytes) + ROUND64(most * 4) +
+         2 * ROUND64(pp->shared_numel_max * 4);
+}
+
+/* The nodes of chunk c in phase ph, in node order, each followed by the
+ * accumulation of a parameter-gradient term it computes.  stage >= 0 (the
+ * optimizer, c == PP_NODE_OPT): stage's part of it (pp_split.c's head
+ * comment): an owned node where the stage holds its parameter, a shared one
+ * always; an opt_pub node on its parameter's lowest holder (1: set to zero
+ * on the others; 2: skipped there), and the opt_pub 1 values not yet summed
+ * over pp summed (one all-reduce) right before the first shared node that
+ * reads one of them. */
+static void emit_group(Emit *e, const PpProgram *pp, int c, IrPhase ph, int stage) {
+  const IrModule *m = e->m;
+  const CgKernelPlan *kp = e->kp;
+  int next = 0, npend = 0;
+  int *pend = stage >= 0 ? malloc(sizeof(int) * ((size_t)m->nnodes + 1)) : NULL;
+  if (stage >= 0 && !pend) fail(e, "out of memory");
+  for (int i = 0; i < m->nnodes && !e->failed; i++) {
+    const IrNode *n = m->nodes[i];
+    int mine = pp->chunk[i] == c && n->phase == ph;
+    int runtime = !(ir_op_info[n->op].flags & IR_F_LEAF) && kp->kernel_of[i] < 0;
+    for (; next < kp->nkernels && kp->kernels[next].root < i; next++) {}
+    if (!mine) continue;
+    if (stage >= 0) {
+      int p = pp->opt_owner[i];
+      uint64_t h = p >= 0 ? pp->holders[p] : 0;
+      char b[96];
+      int held = p >= 0 && (h >> stage & 1);
+      int lowest = held && !(h & ((UINT64_C(1) << stage) - 1));
+      if (pp->opt_pub[i] == 2 && !lowest) continue; /* feeds a value counted elsewhere */
+      if (pp->opt_pub[i] == 1 && !lowest) {
+        comment(e, n, "  ");
+        fprintf(e->out, "  *%s = 0.0f; /* %s counts %s */\n", buf(e, n, b, sizeof b),
+                held ? "a lower stage" : "the stage holding", m->nodes[p]->name);
+        pend[npend++] = i;
+        continue;
+      }
+      if (p >= 0 && !held) continue; /* another stage's parameter */
+      int reads = 0;
+      for (int k = 0; p < 0 && k < n->ninputs; k++)
+        reads |= pp->opt_pub[n->inputs[k]->id] == 1;
+      if (reads && npend) { /* every stage reaches this point with the same list */
+        fprintf(e->out, "  { /* the per-parameter values above, summed over the stages */\n"
+                        "    float v_[%d];\n", npend);
+        for (int k = 0; k < npend; k++)
+          fprintf(e->out, "    v_[%d] = *%s;\n", k, buf(e, m->nodes[pend[k]], b, sizeof b));
+        fprintf(e->out, "    if (io->pp_group) CHECK(rt_comm_all_reduce(io->pp_group, v_, v_, "
+                        "%d));\n", npend);
+        for (int k = 0; k < npend; k++)
+          fprintf(e->out, "    *%s = v_[%d];\n", buf(e, m->nodes[pend[k]], b, sizeof b), k);
+        fprintf(e->out, "  }\n");
+        npend = 0;
+      }
+      if (pp->opt_pub[i] == 1) pend[npend++] = i;
+    }
+    if (runtime) {
+      comment(e, n, "  ");
+      emit_runtime(e, n);
+    }
+    for (; next < kp->nkernels && kp->kernels[next].root == i; next++) {
+      const CgKernel *kk = &kp->kernels[next];
+      for (int j = 0; j < kk->nnodes; j++) {
+        const IrNode *x = m->nodes[kk->nodes[j]];
+        if (pp->chunk[x->id] != c || x->phase != ph)
+          fail(e, "kernel %d mixes pipeline chunks or phases", next);
+        comment(e, x, "  ");
+      }
+      if (!kk->nnodes) fprintf(e->out, "  /* statistics for a later weight gradient */\n");
+      emit_kernel_call(e, next);
+    }
+    int p = pp->grad_param[i]; /* the node is a term of p's gradient */
+    char b[96];
+    if (p >= 0 && stage < 0)
+      fprintf(e->out, "  ACC_GRAD(%" PRId64 ", %s, %" PRId64 "); /* %s */\n", e->lp->offset[p],
+              buf(e, n, b, sizeof b), ir_numel(n), m->nodes[p]->name);
+  }
+  if (npend) fail(e, "optimizer values summed over the stages but read by nothing shared");
+  free(pend);
+}
+
+static void emit_fn_head(Emit *e, const char *name, const char *what) {
+  fprintf(e->out, "/* %s */\nstatic int %s(RtStepIO *io) {\n"
+                  "  char *A = io->arena;\n  float *P = io->params, *S = io->state, *G = io->gacc;\n"
+                  "  float lr = io->lr, t = io->step;\n"
+                  "  (void)A, (void)P, (void)S, (void)G, (void)lr, (void)t;\n", what, name);
+}
+
+static void emit_values(Emit *e, const char *name, int c, const int *ids, int n) {
+  fprintf(e->out, "static const RtPipeValue %s_%d[] = {", name, c);
+  for (int i = 0; i < n; i++) {
+    const IrNode *v = e->m->nodes[ids[i]];
+    char ty[160];
+    fprintf(e->out, "\n    {%" PRId64 ", %" PRId64 "}, /* %%%d : %s */", e->bp->offset[v->id],
+            ir_numel(v), v->id, ir_type_str(v, ty, sizeof ty));
+    if (e->bp->offset[v->id] < 0) fail(e, "boundary value %%%d has no buffer", v->id);
+  }
+  fprintf(e->out, "%s};\n", n ? "\n" : "{0, 0}");
+}
+
+static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
+  const PpProgram *pp = info->pipe;
+  const IrModule *m = e->m;
+  FILE *f = e->out;
+  int C = pp->nchunks, P = pp->nstages;
+  static const char *const title[] = {"forward", "backward: input gradients",
+                                      "backward: weight gradients"};
+  static const char *const fn[] = {"fwd", "bwd", "wgt"};
+  fprintf(f, "#define ACC_GRAD(off, g, n) \\\n"
+             "  do { for (int64_t i_ = 0; i_ < (n); i_++) G[(off) + i_] += (g)[i_]; } while (0)\n\n");
+  /* Stage s's functions address its own buffers (P, S, G): its leaf plan. */
+  CgLeafPlan *slp = malloc(sizeof *slp * (size_t)P);
+  if (!slp) {
+    fail(e, "out of memory");
+    return;
+  }
+  for (int s = 0; s < P; s++)
+    slp[s] = (CgLeafPlan){pp->stage_offset[s], pp->stage_params_numel[s],
+                          pp->stage_state_numel[s]};
+  const CgLeafPlan *whole = e->lp;
+  for (int c = 0; c < C; c++)
+    for (int ph = IR_PHASE_FWD; ph <= IR_PHASE_W; ph++) {
+      char name[32], what[160];
+      snprintf(name, sizeof name, "%s_%d", fn[ph], c);
+      snprintf(what, sizeof what, "chunk %d (stage %d): %s of one microbatch", c, c % P, title[ph]);
+      emit_fn_head(e, name, what);
+      e->lp = &slp[c % P];
+      emit_group(e, pp, c, (IrPhase)ph, -1);
+      char b[96];
+      if (ph == IR_PHASE_FWD && c == C - 1) {
+        fprintf(f, "  io->loss = *%s;\n", buf(e, m->loss, b, sizeof b));
+        if (m->ce_loss) fprintf(f, "  io->ce_loss = *%s;\n", buf(e, m->ce_loss, b, sizeof b));
+        else fprintf(f, "  io->ce_loss = io->loss;\n");
+      }
+      fprintf(f, "  return 0;\n}\n\n");
+    }
+  for (int s = 0; s < P; s++) {
+    char name[32], what[320];
+    snprintf(name, sizeof name, "optimizer_%d", s);
+    snprintf(what, sizeof what, "stage %d, after the microbatches: the summed gradients (G) of "
+             "its parameters into the buffers the optimizer reads, then clipping (the global "
+             "norm over every stage) and the update of its parameters", s);
+    emit_fn_head(e, name, what);
+    e->lp = &slp[s];
+    for (int i = 0; i < m->nnodes; i++) {
+      const IrNode *p = m->nodes[i];
+      char b[96];
+      if (p->op == IR_OP_PARAM && p->grad && (pp->holders[i] >> s & 1))
+        fprintf(f, "  memcpy(%s, G + %" PRId64 ", %" PRId64 " * sizeof(float)); /* %s */\n",
+                buf(e, p->grad, b, sizeof b), e->lp->offset[i], ir_numel(p), p->name);
+    }
+    emit_group(e, pp, PP_NODE_OPT, IR_PHASE_OPT, s);
+    char b[96];
+    fprintf(f, "  io->grad_norm = %s%s;\n", m->grad_norm ? "*" : "0",
+            m->grad_norm ? buf(e, m->grad_norm, b, sizeof b) : "");
+    for (int i = 0; i < m->nupdates; i++) {
+      const IrUpdate *u = &m->updates[i];
+      char dst[96];
+      if (!(pp->holders[u->leaf->id] >> s & 1)) continue;
+      fprintf(f, "  memcpy(%s, %s, %" PRId64 " * sizeof(float)); /* %s */\n",
+              buf(e, u->leaf, dst, sizeof dst), buf(e, u->value, b, sizeof b),
+              ir_numel(u->leaf), u->leaf->name);
+    }
+    fprintf(f, "  return 0;\n}\n\n");
+  }
+  e->lp = whole;
+
+  /* the stages' buffers, for the harness (RtModelDesc.pp_*) and the step */
+  int np = 0, ns = 0, nshared = 0;
+  for (int i = 0; i < m->nnodes; i++) {
+    np += m->nodes[i]->op == IR_OP_PARAM;
+    ns += m->nodes[i]->op == IR_OP_STATE;
+  }
+  static const char *const what[2] = {"param", "state"};
+  for (int k = 0; k < 2; k++) {
+    IrOp op = k ? IR_OP_STATE : IR_OP_PARAM;
+    fprintf(f, "/* Stage s's %s buffer: entry [s * n%s + i] is %s[i]'s offset there, -1 "
+               "where the stage does not hold it. */\nstatic const int64_t pp_%s_offset[] = {",
+            what[k], what[k], k ? "state" : "params", what[k]);
+    int any = 0;
+    for (int s = 0; s < P; s++) {
+      fprintf(f, "\n   ");
+      for (int i = 0; i < m->nnodes; i++)
+        if (m->nodes[i]->op == op)
+          fprintf(f, " %" PRId64 ",", pp->stage_offset[s][i]), any = 1;
+    }
+    fprintf(f, "%s};\nstatic const int64_t pp_%s_numel[] = {", any ? "" : "0", what[k]);
+    for (int s = 0; s < P; s++)
+      fprintf(f, "%s%" PRId64, s ? ", " : "",
+              k ? pp->stage_state_numel[s] : pp->stage_params_numel[s]);
+    fprintf(f, "};\n");
+  }
+  (void)np, (void)ns;
+  fprintf(f, "/* Parameters held by several stages (the tied embedding): numel, then per "
+             "stage its offset in that stage's accumulator, -1 where not held. */\n"
+             "static const int64_t pp_shared[] = {");
+  for (int i = 0; i < m->nnodes; i++) {
+    uint64_t h = pp->holders[i];
+    if (m->nodes[i]->op != IR_OP_PARAM || !(h & (h - 1))) continue;
+    fprintf(f, "\n    %" PRId64 ",", ir_numel(m->nodes[i]));
+    for (int s = 0; s < P; s++) fprintf(f, " %" PRId64 ",", pp->stage_offset[s][i]);
+    fprintf(f, " /* %s */", m->nodes[i]->name);
+    nshared++;
+  }
+  fprintf(f, "%s};\n\n", nshared ? "\n" : "0");
+
+  /* the schedule: one action list per stage */
+  static const char *const kind[] = {"RT_PIPE_F", "RT_PIPE_B", "RT_PIPE_W", "RT_PIPE_SEND_ACT",
+                                     "RT_PIPE_RECV_ACT", "RT_PIPE_SEND_GRAD", "RT_PIPE_RECV_GRAD"};
+  const PpSchedule *sc = pp->sched;
+  fprintf(f, "/* The %s schedule, %d microbatches: each stage's actions {kind, chunk, "
+             "microbatch}. */\n", pp_schedule_name[sc->kind], sc->microbatches);
+  for (int s = 0; s < P; s++) {
+    fprintf(f, "static const RtPipeAction actions_%d[] = {", s);
+    for (int i = 0; i < sc->nactions[s]; i++) {
+      const PpAction *a = &sc->actions[s][i];
+      fprintf(f, "%s{%s, %d, %d}", !i ? "\n    " : i % 4 ? ", " : ",\n    ", kind[a->kind],
+              a->chunk, a->mb);
+    }
+    fprintf(f, "\n};\n");
+  }
+  fprintf(f, "static const RtPipeAction *const actions[] = {");
+  for (int s = 0; s < P; s++) fprintf(f, "%sactions_%d", s ? ", " : "", s);
+  fprintf(f, "};\nstatic const int nactions[] = {");
+  for (int s = 0; s < P; s++) fprintf(f, "%s%d", s ? ", " : "", sc->nactions[s]);
+  fprintf(f, "};\n\n/* Boundary c: what chunk c sends to chunk c + 1 (act) and chunk c + 1 "
+             "back to c (grad), {arena offset, elements}. */\n");
+  for (int c = 0; c + 1 < C; c++) {
+    emit_values(e, "act", c, pp->act[c], pp->nact[c]);
+    emit_values(e, "grad", c, pp->grad[c], pp->ngrad[c]);
+  }
+  const char *lists[] = {"act", "grad"};
+  for (int l = 0; l < 2; l++) {
+    fprintf(f, "static const RtPipeValue *const %s[] = {", lists[l]);
+    for (int c = 0; c + 1 < C; c++) fprintf(f, "%s%s_%d", c ? ", " : "", lists[l], c);
+    fprintf(f, "%s};\nstatic const int n%s[] = {", C > 1 ? "" : "NULL", lists[l]);
+    for (int c = 0; c + 1 < C; c++)
+      fprintf(f, "%s%d", c ? ", " : "", l ? pp->ngrad[c] : pp->nact[c]);
+    fprintf(f, "%s};\n", C > 1 ? "" : "0");
+  }
+  for (int ph = 0; ph < 3; ph++) {
+    fprintf(f, "static const RtPipeFn %s[] = {", fn[ph]);
+    for (int c = 0; c < C; c++) fprintf(f, "%s%s_%d", c ? ", " : "", fn[ph], c);
+    fprintf(f, "};\n");
+  }
+  fprintf(f, "static const RtPipeFn optimizer[] = {");
+  for (int s = 0; s < P; s++) fprintf(f, "%soptimizer_%d", s ? ", " : "", s);
+  fprintf(f, "};\n");
+  int64_t mb_tokens = 0;
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->op == IR_OP_INPUT && !strcmp(m->nodes[i]->name, "tokens"))
+      mb_tokens = ir_numel(m->nodes[i]);
+  fprintf(f, "\nstatic const RtPipeDesc pipe = {\n"
+             "    .schedule = \"%s\",\n"
+             "    .stages = %d, .chunks = %d, .microbatches = %d, .slots = %d, .split_w = %d,\n"
+             "    .slot_bytes = %" PRId64 ", .grad_numel = pp_param_numel, .mb_tokens = %" PRId64
+             ",\n"
+             "    .nshared = %d, .shared = pp_shared, .shared_max = %" PRId64 ",\n"
+             "    .nactions = nactions, .actions = actions, .nact = nact, .act = act,\n"
+             "    .ngrad = ngrad, .grad = grad, .fwd = fwd, .bwd = bwd, .wgt = wgt,\n"
+             "    .optimizer = optimizer,\n};\n\n"
+             "static int step(RtStepIO *io) { return rt_pipe_step(io, &pipe); }\n\n",
+          pp_schedule_name[sc->kind], P, C, pp->microbatches, pp->slots, pp->split_w,
+          ROUND64(slot_bytes), mb_tokens, nshared, pp->shared_numel_max);
+  free(slp);
+}
+
 int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                  const CgLeafPlan *lp, const CgHostInfo *info, char *err, size_t errlen) {
   int64_t *temp_off = calloc((size_t)kp->ntemps + 1, sizeof(int64_t));
@@ -484,7 +924,8 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
     snprintf(err, errlen, "out of memory");
     return -1;
   }
-  int64_t arena = cg_arena_bytes(kp, bp, temp_off);
+  int64_t arena = cg_arena_bytes(kp, bp, temp_off), slot = arena;
+  if (info->pipe) arena = cg_pipe_arena_bytes(info->pipe, slot, lp->params_numel);
   int *param_index = calloc((size_t)m->nnodes + 1, sizeof(int));
   if (!param_index) {
     free(temp_off);
@@ -502,7 +943,8 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
   for (int i = 0; i < m->nnodes; i++)
     if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad)
       grad_of[m->nodes[i]->grad->id] = i;
-  Emit e = {out, m, kp, info->canon, bp, lp, temp_off, param_index, err, errlen, 0, grad_of};
+  Emit e = {out, m, kp, info->canon, bp, lp, temp_off, param_index, err, errlen, 0, grad_of,
+            info->pipe, NULL, NULL, NULL, 0, 0, 0};
   int64_t nparams = 0;
   for (int i = 0; i < m->nnodes; i++)
     if (m->nodes[i]->op == IR_OP_PARAM) nparams += ir_numel(m->nodes[i]);
@@ -518,8 +960,11 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
           "#include \"kernels.h\"\n"
           "#include \"runtime/rt_attention.h\"\n#include \"runtime/rt_comm.h\"\n"
           "#include \"runtime/rt_gemm.h\"\n"
-          "#include \"runtime/rt_model.h\"\n#include \"runtime/rt_pool.h\"\n"
-          "#include \"runtime/rt_route.h\"\n\n"
+          "#include \"runtime/rt_model.h\"\n#include \"runtime/rt_pipe.h\"\n"
+          "#include \"runtime/rt_pool.h\"\n"
+          "#include \"runtime/rt_route.h\"\n"
+          "%s"
+          "\n"
           "#define ARENA_BYTES %" PRId64 "\n"
           "#define CHECK(call) do { if ((call) != 0) return -1; } while (0)\n"
           "#define F(offset) ((float *)(A + (offset)))   /* a value in the arena */\n"
@@ -529,12 +974,25 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
           "  do { if (io->grads) memcpy(io->grads + (off), (g), (size_t)(n) * sizeof(float)); "
           "} while (0)\n\n",
           info->version, base_name(info->source), m->name, nparams, m->nnodes, kp->nkernels,
-          m->optimizer ? m->optimizer : "optimizer", arena);
+          m->optimizer ? m->optimizer : "optimizer",
+          m->mesh_ep > 1 ? "#include \"runtime/rt_expert.h\"\n" : "", arena);
   emit_tables(&e);
   emit_thunks(&e);
+  if (info->pipe) { /* stage programs instead of one straight-line step */
+    emit_pipe(&e, info, slot);
+    emit_desc(&e, info);
+    free(temp_off);
+    free(param_index);
+    free(grad_of);
+    return e.failed ? -1 : 0;
+  }
   fprintf(out, "static int step(RtStepIO *io) {\n"
                "  char *A = io->arena;\n  float *P = io->params, *S = io->state;\n"
                "  float lr = io->lr, t = io->step;\n  (void)A, (void)P, (void)S, (void)lr, (void)t;\n");
+  int *wait_at = cg_async_waits(m, kp); /* the same as the buffer plan's (project.c) */
+  e.wait_at = wait_at;
+  if (wait_at && plan_async(&e)) fail(&e, "out of memory");
+  emit_async_decl(&e);
   IrPhase phase = IR_PHASE_COUNT;
   static const char *const phase_title[] = {"forward", "backward: input gradients",
                                             "backward: weight gradients", "optimizer"};
@@ -549,6 +1007,7 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
       phase = n->phase;
       fprintf(out, "\n  /* ---- %s ---- */\n", phase_title[phase]);
     }
+    if (e.nasync) emit_waits(&e, i);
     if (runtime) {
       comment(&e, n, "  ");
       emit_runtime(&e, n);
@@ -564,6 +1023,7 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
   }
   if (next != kp->nkernels) fail(&e, "kernel %d runs out of node order", next);
   char b[96];
+  if (e.nasync) emit_waits(&e, INT_MAX);
   fprintf(out, "\n  /* ---- results ---- */\n");
   if (m->loss) fprintf(out, "  io->loss = *%s;\n", buf(&e, m->loss, b, sizeof b));
   if (m->ce_loss) fprintf(out, "  io->ce_loss = *%s;\n", buf(&e, m->ce_loss, b, sizeof b));
@@ -578,8 +1038,36 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
   }
   fprintf(out, "  return 0;\n}\n\n");
   emit_desc(&e, info);
+  free(wait_at);
+  free(e.slot);
+  free(e.async_ids);
   free(temp_off);
   free(param_index);
   free(grad_of);
+  return e.failed ? -1 : 0;
+}
+
+/* ---- shared with codegen/host_cuda.c (the GPU trainer) -------------------- */
+
+void cg_host_comment(FILE *out, const IrNode *n, const char *indent) {
+  Emit e;
+  memset(&e, 0, sizeof e);
+  e.out = out;
+  comment(&e, n, indent);
+}
+
+int cg_emit_host_desc(FILE *out, const IrModule *m, const CgLeafPlan *lp,
+                      const CgHostInfo *info, char *err, size_t errlen) {
+  int *param_index = calloc((size_t)m->nnodes + 1, sizeof(int));
+  if (!param_index) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  Emit e;
+  memset(&e, 0, sizeof e);
+  e.out = out, e.m = m, e.lp = lp, e.param_index = param_index, e.err = err, e.errlen = errlen;
+  emit_tables(&e);
+  emit_desc(&e, info);
+  free(param_index);
   return e.failed ? -1 : 0;
 }

@@ -21,7 +21,18 @@ typedef struct {
   double flops_per_step;     /* forward + backward */
   const int *canon;          /* per kernel: the kernel whose code it runs (the
                                 same code compiled once); NULL: itself */
+  const PpProgram *pipe;     /* NULL, or the stage programs (passes/pp_split.c) of a
+                                module of one microbatch: train.c then has per chunk
+                                fwd_c, bwd_c, wgt_c, an optimizer, the schedule's
+                                action tables, and step = rt_pipe_step
+                                (runtime/rt_pipe.h); arena = slots * slot + the
+                                gradient accumulator */
+  const char *desc_extra;    /* NULL, or RtModelDesc field initialisers (".x = y,\n"
+                                lines) written before .step (codegen/host_cuda.c) */
 } CgHostInfo;
+
+/* The whole arena of a pipelined trainer whose one slot is slot_bytes. */
+int64_t cg_pipe_arena_bytes(const PpProgram *pp, int64_t slot_bytes, int64_t params_numel);
 
 /* Offsets (in floats) of every PARAM and STATE leaf in their buffers, in
  * node order, each 16-float aligned; -1 for other nodes. */
@@ -39,6 +50,25 @@ unsigned char *cg_results(IrModule *m);
 /* Places the plan's temporaries after the planned peak (temp_off[t], bytes,
  * 64-byte aligned; temp_off may be NULL) and returns the whole arena size. */
 int64_t cg_arena_bytes(const CgKernelPlan *kp, const BufPlan *bp, int64_t *temp_off);
+
+/* For codegen/host_cuda.c: the IR comment above a call ("%12 = gelu %11 :
+ * f32[..]  (file:line)"), and everything after the step function -- the
+ * parameter and state tables, the config, the RtModelDesc `model` (whose
+ * .step is `step` and .arena_bytes ARENA_BYTES, plus info->desc_extra) and
+ * main -- exactly as train.c has them.  0, or -1 with err. */
+void cg_host_comment(FILE *out, const IrNode *n, const char *indent);
+int cg_emit_host_desc(FILE *out, const IrModule *m, const CgLeafPlan *lp,
+                      const CgHostInfo *info, char *err, size_t errlen);
+
+/* The dp bucket collectives (passes/dp_grads.c) the straight-line step runs
+ * asynchronously: started where the node stands, waited for right before the
+ * first position that reads the result (a kernel reads where its root runs;
+ * the end of the step, nnodes or more, when nothing reads it).  Returns, per
+ * node id, that wait position, -1 for every other node; NULL when there is
+ * none (no buckets, or m->dp_blocking).  malloc'd: the caller frees it.  The
+ * buffer plan takes it as bufplan_build_held's held (the collective's input
+ * must survive until the wait); cg_emit_host emits the same waits. */
+int *cg_async_waits(const IrModule *m, const CgKernelPlan *kp);
 
 /* Writes train.c.  Returns 0, or -1 with a one-line reason in err (an op
  * or an input the trainer cannot feed). */

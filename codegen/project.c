@@ -10,6 +10,7 @@
 
 #include "codegen/cg_kernels.h"
 #include "codegen/host.h"
+#include "codegen/host_cuda.h"
 #include "codegen/kir_cuda.h"
 #include "codegen/kir_llvm.h"
 #include "passes/bufplan.h"
@@ -76,11 +77,34 @@ static void cmake_cuda(FILE *f, const CgProject *p) {
           "  target_compile_options(parc_kernels_cuda PRIVATE --Werror=all-warnings --ptxas-options=-v)\n"
           "  target_include_directories(parc_kernels_cuda PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})\n"
           "  target_link_libraries(parc_kernels_cuda PUBLIC CUDA::cudart)\n"
+          "  # the GPU trainer (codegen/host_cuda.h), against parc's libparcrt_cuda\n"
+          "  if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/train_cuda.c)\n"
+          "    include(${PARC_BUILD_DIR}/runtime/cuda/parcrt_cuda.cmake OPTIONAL\n"
+          "            RESULT_VARIABLE PARC_RT_CUDA_FOUND)\n"
+          "    if(NOT PARC_RT_CUDA_FOUND OR NOT EXISTS \"${PARC_RT_CUDA_LIB}\")\n"
+          "      message(FATAL_ERROR \"libparcrt_cuda is not built in ${PARC_BUILD_DIR}: build parc \"\n"
+          "                          \"where the CUDA toolkit is found\")\n"
+          "    endif()\n"
+          "    add_executable(train_cuda train_cuda.c)\n"
+          "    set_target_properties(train_cuda PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON\n"
+          "                          RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})\n"
+          "    target_include_directories(train_cuda PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${PARC_SOURCE_DIR})\n"
+          "    target_compile_options(train_cuda PRIVATE -Wall -Wextra $<$<BOOL:${TRAIN_WERROR}>:-Werror>)\n"
+          "    target_link_libraries(train_cuda PRIVATE parc_kernels_cuda ${PARC_RT_CUDA_LIB} ${PARC_RT}\n"
+          "                          CUDA::cublasLt CUDA::cudart ${PARC_RT_CUDA_NCCL} ${OPENBLAS_LIB}\n"
+          "                          ${CJSON_LIB} Threads::Threads stdc++ m)\n"
+          "    if(MPI_C_FOUND)\n"
+          "      target_link_libraries(train_cuda PRIVATE MPI::MPI_C)\n"
+          "    endif()\n"
+          "%s"
+          "  endif()\n"
           "elseif(PARC_CUDA)\n"
           "  message(WARNING \"PARC_CUDA is ON but no CUDA compiler was found: \"\n"
           "                  \"parc_kernels_cuda is not built\")\n"
           "endif()\n",
-          target_cpu(p) ? "OFF" : "ON", p->cuda_arch ? p->cuda_arch : "80;90");
+          target_cpu(p) ? "OFF" : "ON", p->cuda_arch ? p->cuda_arch : "80;90",
+          PARC_SANITIZE_FLAGS[0] ? "    target_link_options(train_cuda PRIVATE "
+                                   PARC_SANITIZE_FLAGS ")\n" : "");
 }
 
 /* The compiler launcher of kernels.cu: runs the command after "--" and
@@ -108,6 +132,24 @@ static int write_nvcc_report(const CgProject *p, char *err, size_t len) {
         "  message(FATAL_ERROR \"${log}\")\n"
         "endif()\n",
         f);
+  return finish(f, path, err, len);
+}
+
+/* train_cuda.c (codegen/host_cuda.h) beside train.c.  A module the GPU
+ * trainer cannot run yet (a pipeline schedule, an op without a GPU routine)
+ * gets none, with a note: the CPU trainer is still written. */
+static int write_host_cuda(const CgProject *p, IrModule *m, const CgKernelPlan *kp,
+                           const BufPlan *bp, const CgLeafPlan *lp, const CgHostInfo *info,
+                           char *err, size_t len) {
+  char path[4096], why[512];
+  FILE *f = create(p->dir, "train_cuda.c", path, sizeof path, err, len);
+  if (!f) return -1;
+  if (cg_emit_host_cuda(f, m, kp, bp, lp, info, why, sizeof why)) {
+    fclose(f);
+    remove(path);
+    fprintf(stderr, "parc: note: no GPU trainer (train_cuda): %s\n", why);
+    return 0;
+  }
   return finish(f, path, err, len);
 }
 
@@ -206,6 +248,12 @@ static int write_plan(const CgProject *p, const IrModule *m, const CgKernelPlan 
       cJSON_AddNumberToObject(o, "sent_bytes_per_rank", e->sent_bytes);
       cJSON_AddItemToArray(comm, o);
     }
+  /* dp bucket collectives started in the backward pass and waited for after it
+   * (they overlap the rest of it); 0 with --no-overlap or without dp buckets */
+  int *async = p->pipe ? NULL : cg_async_waits(m, kp), nasync = 0;
+  for (int i = 0; async && i < m->nnodes; i++) nasync += async[i] >= 0;
+  free(async);
+  cJSON_AddNumberToObject(root, "dp_overlapped_collectives", nasync);
   cJSON *params = cJSON_AddArrayToObject(root, "params");
   cJSON *state = cJSON_AddArrayToObject(root, "state");
   cJSON *bufs = cJSON_AddArrayToObject(root, "buffers");
@@ -326,16 +374,22 @@ static int dedup_kernels(const CgKernelPlan *kp, int *canon) {
 int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char *err,
                      size_t len) {
   CgKernelPlan kp;
-  if (cg_plan_kernels(m, p->fuse, &kp, err, len)) return -1;
+  /* stage programs run a chunk's nodes apart from the others': one kernel a
+   * node there, until fusion learns to keep to one chunk and phase */
+  if (cg_plan_kernels(m, p->pipe ? 0 : p->fuse, &kp, err, len)) return -1;
   /* a kernel's nodes are written, and its inputs read, where its root runs */
   int *pos = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));
   for (int i = 0; i < m->nnodes; i++)
     pos[i] = kp.kernel_of[i] >= 0 ? kp.kernels[kp.kernel_of[i]].root : i;
   BufPlan bp;
-  bufplan_build(m, kp.materialize, cg_results(m), pos, &bp);
+  /* an asynchronous dp bucket collective reads its input until its wait */
+  int *held = p->pipe ? NULL : cg_async_waits(m, &kp);
+  bufplan_build_held(m, kp.materialize, cg_results(m), pos, held, &bp);
+  free(held);
   CgLeafPlan lp;
   cg_plan_leaves(m, &lp);
   *arena_bytes = cg_arena_bytes(&kp, &bp, NULL);
+  if (p->pipe) *arena_bytes = cg_pipe_arena_bytes(p->pipe, *arena_bytes, lp.params_numel);
   char path[4096], ll[4096];
   int rc = -1;
   FILE *f = target_cpu(p) ? create(p->dir, "train.c", path, sizeof path, err, len) : NULL;
@@ -347,7 +401,7 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
   dedup_kernels(&kp, canon);
   for (int i = 0; i < kp.nkernels; i++)
     if (canon[i] == i) code.kernels[code.nkernels++] = kp.kernels[i].k;
-  CgHostInfo info = {p->source, p->version, 3 * p->cost->flops_fwd, canon};
+  CgHostInfo info = {p->source, p->version, 3 * p->cost->flops_fwd, canon, p->pipe, NULL};
   if (p->targets & CG_TARGET_CUDA) {  /* path still names train.c (finish) */
     char cu[4096], cuh[4096];
     snprintf(cu, sizeof cu, "%s/kernels.cu", p->dir);
@@ -358,6 +412,10 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
     }
   }
   if (!f) goto cuda_only;
+  if (p->targets & CG_TARGET_CUDA && write_host_cuda(p, m, &kp, &bp, &lp, &info, err, len)) {
+    fclose(f);
+    goto out;
+  }
   if (cg_emit_host(f, m, &kp, &bp, &lp, &info, err, len)) {
     fclose(f);
     goto out;

@@ -31,6 +31,8 @@ typedef struct {
   const Layout *layout;
   int targets;             /* CG_TARGET_* bits; 0 means CG_TARGET_CPU */
   const char *cuda_arch;   /* CMake CUDA architectures, "80;90" when NULL */
+  const PpProgram *pipe;   /* NULL, or the module is one microbatch of a pipelined
+                              (or gradient-accumulating) trainer: codegen/host.h */
 } CgProject;
 
 enum { CG_TARGET_CPU = 1, CG_TARGET_CUDA = 2 };

@@ -153,6 +153,13 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
                 bytes(p, sizeof p, e->payload_bytes), bytes(s, sizeof s, e->sent_bytes));
     }
   }
+  if (c->has_comm && c->comm.a2a_count) {
+    char p[32], s[32];
+    fprintf(out, "communication per step and rank, ep group of %d ranks:\n", c->comm.a2a_group);
+    fprintf(out, "    %-15s %4d x, payload %10s, sent %10s (at most: filled slots only)\n",
+            "all-to-all", c->comm.a2a_count, bytes(p, sizeof p, c->comm.a2a_payload_bytes),
+            bytes(s, sizeof s, c->comm.a2a_sent_bytes));
+  }
   if (c->arena_bytes)
     fprintf(out, "activation arena (planned, fp32): %s (%" PRId64 " bytes), allocated exactly by "
             "the trainer\n", bytes(a, sizeof a, (double)c->arena_bytes), c->arena_bytes);

@@ -45,16 +45,18 @@ static void usage(FILE *out) {
           "                         train.c, kernels_cpu.o/.ll, CMakeLists.txt, plan.json,\n"
           "                         report.txt, model.ir; then: cmake -S DIR -B DIR/build &&\n"
           "                         cmake --build DIR/build && DIR/build/train --help\n"
-          "                         (--tp/--dp: a trainer of tp*dp ranks, threads or mpirun;\n"
-          "                         --pp/--ep above 1 are not generated yet)\n"
+          "                         (--tp/--dp/--pp: a trainer of tp*dp*pp ranks, threads or\n"
+          "                         mpirun; --ep: experts over ep of the dp ranks, not with\n"
+          "                         --pp above 1 yet)\n"
           "      --no-fuse          one kernel per operation (for checking fusion)\n"
           "      --cpu host|generic kernels for this machine's CPU (default) or any x86-64\n"
           "      --target cpu|cuda|all  what -o generates: cpu: the CPU trainer (train.c,\n"
           "                         kernels_cpu.o); cuda: the kernels as CUDA C (kernels.cu,\n"
-          "                         kernels_cuda.h; the GPU trainer is not generated yet);\n"
-          "                         all: both.  Default: all when nvcc is found ($CUDACXX,\n"
+          "                         kernels_cuda.h); all: both, and the GPU trainer\n"
+          "                         train_cuda.c.  Default: all when nvcc is found ($CUDACXX,\n"
           "                         PATH, /usr/local/cuda/bin), else cpu.  The generated\n"
-          "                         CMakeLists builds kernels.cu only with -DPARC_CUDA=ON\n"
+          "                         CMakeLists builds kernels.cu and build/train_cuda only\n"
+          "                         with -DPARC_CUDA=ON\n"
           "      --cuda-arch LIST   GPU architectures for kernels.cu, e.g. 80,90 (default 80;90)\n"
           "      --emit ir|dot      print the IR as text or as a Graphviz graph to stdout\n"
           "      --emit timeline|trace  with --pp above 1: print the simulated pipeline\n"
@@ -82,6 +84,10 @@ static void usage(FILE *out) {
           "      --bucket-mb X      MiB of gradient per bucket of the dp reduction, each\n"
           "                         bucket one collective issued as soon as it is complete in\n"
           "                         the backward pass (default 25)\n"
+          "      --no-overlap       run the dp buckets' collectives as blocking calls\n"
+          "                         (default: each is started when its bucket is complete\n"
+          "                         and waited for after the backward pass, so it overlaps\n"
+          "                         the rest of the backward pass)\n"
           "      --dump-after PASS  print the IR after PASS (lower");
   for (int i = 0; pass_name(i); i++) fprintf(out, ", %s", pass_name(i));
   fprintf(out,
@@ -185,6 +191,7 @@ typedef struct {
   const char *cuda_arch;     /* CMake CUDA_ARCHITECTURES list, ';'-separated */
   int verify, timing, no_fuse, generic_cpu, sp;
   int64_t bucket_bytes;      /* --bucket-mb in bytes; 0: the default */
+  int no_overlap;            /* --no-overlap: blocking dp bucket collectives */
   PpRequest pipe;            /* --schedule, --microbatches, --virtual-stages, --stage-layers */
 } Options;
 
@@ -237,7 +244,7 @@ static const char *cuda_arch_list(const char *s) {
 
 static int parse_args(int argc, char **argv, Options *o) {
   enum { O_EMIT = 256, O_TP, O_PP, O_DP, O_EP, O_DUMP, O_NOVERIFY, O_TIME, O_VERSION, O_NOFUSE,
-         O_CPU, O_SP, O_ZERO, O_BUCKET };
+         O_CPU, O_SP, O_ZERO, O_BUCKET, O_NO_OVERLAP };
   static const struct option longs[] = {
       {"output", required_argument, 0, 'o'},  {"emit", required_argument, 0, O_EMIT},
       {"tp", required_argument, 0, O_TP},     {"pp", required_argument, 0, O_PP},
@@ -248,6 +255,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       {"no-fuse", no_argument, 0, O_NOFUSE},  {"cpu", required_argument, 0, O_CPU},
       {"sp", no_argument, 0, O_SP},
       {"zero", required_argument, 0, O_ZERO}, {"bucket-mb", required_argument, 0, O_BUCKET},
+      {"no-overlap", no_argument, 0, O_NO_OVERLAP},
       {"target", required_argument, 0, 512}, {"cuda-arch", required_argument, 0, 513},
       {"schedule", required_argument, 0, 600}, {"microbatches", required_argument, 0, 601},
       {"virtual-stages", required_argument, 0, 602}, {"stage-layers", required_argument, 0, 603},
@@ -290,6 +298,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       }
       o->lay.zero = optarg[0] - '0';
       break;
+    case O_NO_OVERLAP: o->no_overlap = 1; break;
     case O_BUCKET: {
       char *end;
       errno = 0;
@@ -390,9 +399,10 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
     return -1;
   }
   PassOptions popt = {.verify = o->verify, .stop_after = "dce", .zero = o->lay.zero,
-                      .bucket_bytes = o->bucket_bytes};
+                      .bucket_bytes = o->bucket_bytes, .no_overlap = o->no_overlap};
   int rc = pass_run_all(r, &popt) ? -1 : 0;
   if (rc) snprintf(why, len, "internal error: passes");
+  r->mesh_ep = o->lay.ep; /* experts split over ep of the dp ranks */
   if (!rc && pass_shard(r, o->lay.tp, o->lay.dp, o->sp, why, len)) rc = -1;
   popt.stop_after = NULL;
   popt.start_after = "dce";
@@ -409,8 +419,63 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
   return rc;
 }
 
+/* The module a pipelined trainer runs (passes/pp_split.c): the model lowered
+ * again for one microbatch (batch / M sequences; batch / (dp M) a rank),
+ * sharded for tp x dp, differentiated, with its optimizer but without
+ * dp_grads (the trainer sums the gradients over microbatches and reduces
+ * them over dp and pp once per step), split into the plan's chunks.  NULL
+ * with the reason in why. */
+static IrModule *pipe_module(Program *prog, const Options *o, const IrModule *m,
+                             const PpPlan *plan, PpProgram *pp, char *why, size_t len) {
+  const IrSetting *b = ir_setting(m->train, m->ntrain, "batch");
+  int M = plan->st.microbatches;
+  if (!b || b->is_float || b->i % M) {
+    snprintf(why, len, "the train section's batch does not divide into %d microbatches", M);
+    return NULL;
+  }
+  char value[32];
+  snprintf(value, sizeof value, "%lld", (long long)(b->i / M));
+  Override *ov = calloc((size_t)o->nov + 1, sizeof *ov);
+  if (!ov) {
+    snprintf(why, len, "out of memory");
+    return NULL;
+  }
+  memcpy(ov, o->ov, sizeof *ov * (size_t)o->nov);
+  ov[o->nov] = (Override){"batch", value}; /* the last override of a name wins */
+  IrModule *r = lower_program(prog, ov, o->nov + 1);
+  free(ov);
+  if (!r) {
+    snprintf(why, len, "internal error: the model did not lower for one microbatch");
+    return NULL;
+  }
+  PassOptions popt = {.verify = o->verify, .stop_after = "dce"};
+  int rc = pass_run_all(r, &popt) ? -1 : 0;
+  if (!rc && o->lay.tp * o->lay.dp > 1 && pass_shard(r, o->lay.tp, o->lay.dp, o->sp, why, len))
+    rc = -1;
+  popt.start_after = "dce"; /* autodiff; then, past dp_grads, the optimizer */
+  popt.stop_after = "autodiff";
+  if (!rc && pass_run_all(r, &popt)) rc = -1;
+  popt.start_after = "dp_grads";
+  popt.stop_after = NULL;
+  if (!rc && pass_run_all(r, &popt)) rc = -1;
+  if (!rc && pass_pp_split(r, plan, pp, why, len)) rc = -1;
+  char vwhy[384];
+  if (!rc && ir_verify(r, vwhy, sizeof vwhy)) {
+    snprintf(why, len, "internal error: IR invalid after the pipeline split: %.380s", vwhy);
+    rc = -1;
+  }
+  if (rc && !why[0]) snprintf(why, len, "internal error: passes for the pipeline trainer");
+  if (rc) {
+    ir_module_free(r);
+    return NULL;
+  }
+  return r;
+}
+
 int main(int argc, char **argv) {
   Options o = {0};
+  IrModule *tm = NULL; /* a pipelined trainer's module (pipe_module) */
+  PpProgram stage_prog = {0};
   PpPlan pipe = {0}; /* --pp above 1: stages, schedule, simulated timeline */
   int rc = parse_args(argc, argv, &o);
   if (rc) {
@@ -444,7 +509,8 @@ int main(int argc, char **argv) {
   }
   /* The forward module first: the layout is checked and costed on it. */
   PassOptions popt = {.verify = o.verify, .dump_after = o.dump_after, .dump = stdout,
-                      .stop_after = "dce", .zero = o.lay.zero, .bucket_bytes = o.bucket_bytes};
+                      .stop_after = "dce", .zero = o.lay.zero, .bucket_bytes = o.bucket_bytes,
+                      .no_overlap = o.no_overlap};
   if (pass_run_all(m, &popt)) {
     rc = EXIT_INTERNAL;
     goto done;
@@ -465,10 +531,8 @@ int main(int argc, char **argv) {
   if (o.outdir && ranks > 1 && o.lay.pp == 1) { /* pipelines: refused after their plan */
     /* a trainer for several ranks runs the rank-local module */
     char why[512] = "";
-    if (o.lay.pp > 1 || o.lay.ep > 1)
-      snprintf(why, sizeof why, "-o with --pp or --ep above 1: code generation for pipeline "
-               "and expert parallelism is not implemented yet; the report above is exact");
-    else if (pass_shard(m, o.lay.tp, o.lay.dp, o.sp, why, sizeof why) && !why[0])
+    m->mesh_ep = o.lay.ep; /* experts split over ep of the dp ranks (ep divides dp) */
+    if (pass_shard(m, o.lay.tp, o.lay.dp, o.sp, why, sizeof why) && !why[0])
       snprintf(why, sizeof why, "the partitioner failed");
     if (why[0]) {
       cg_report(rep, m, &o.lay, &cost);
@@ -504,11 +568,21 @@ int main(int argc, char **argv) {
   if (o.emit && !strcmp(o.emit, "timeline")) cg_timeline_svg(stdout, m->name, &pipe);
   if (o.emit && !strcmp(o.emit, "trace")) cg_timeline_trace(stdout, m->name, &pipe);
   if (o.outdir && o.lay.pp > 1) {
-    cg_report(rep, m, &o.lay, &cost);
-    fprintf(stderr, "parc: error: -o with --pp or --ep above 1: code generation for pipeline "
-            "and expert parallelism is not implemented yet; the report above is exact\n");
-    rc = EXIT_BAD;
-    goto done;
+    char why[512] = "";
+    if (o.lay.ep > 1)
+      snprintf(why, sizeof why, "-o with --ep above 1: code generation for expert "
+               "parallelism is not implemented yet; the report above is exact");
+    else if (o.lay.zero >= 1 && o.lay.dp > 1)
+      snprintf(why, sizeof why, "-o with --pp above 1 and --zero 1: the pipelined trainer "
+               "does not shard the optimizer state yet; use --zero 0");
+    else if (!(tm = pipe_module(&prog, &o, m, &pipe, &stage_prog, why, sizeof why)) && !why[0])
+      snprintf(why, sizeof why, "internal error: the pipelined trainer");
+    if (why[0]) {
+      cg_report(rep, m, &o.lay, &cost);
+      fprintf(stderr, "parc: error: %s\n", why);
+      rc = strstr(why, "internal error") ? EXIT_INTERNAL : EXIT_BAD;
+      goto done;
+    }
   }
   if (o.outdir) {
     if (make_dir(o.outdir)) {
@@ -520,9 +594,9 @@ int main(int argc, char **argv) {
     int targets = o.targets ? o.targets
                             : have_nvcc() ? CG_TARGET_CPU | CG_TARGET_CUDA : CG_TARGET_CPU;
     CgProject proj = {o.outdir, o.model, PARC_VERSION, !o.no_fuse, o.generic_cpu, &cost, &o.lay,
-                      targets, o.cuda_arch};
+                      targets, o.cuda_arch, tm ? &stage_prog : NULL};
     char why[512];
-    if (cg_write_project(m, &proj, &cost.arena_bytes, why, sizeof why)) {
+    if (cg_write_project(tm ? tm : m, &proj, &cost.arena_bytes, why, sizeof why)) {
       fprintf(stderr, "parc: error: %s\n", why);
       rc = EXIT_INTERNAL;
       goto done;
@@ -530,7 +604,7 @@ int main(int argc, char **argv) {
   }
   char unplanned[512] = "";
   double t4 = now();
-  if (!o.outdir && !o.emit && !o.dump_after && o.lay.pp == 1 && o.lay.ep == 1 &&
+  if (!o.outdir && !o.emit && !o.dump_after && o.lay.pp == 1 &&
       plan_ranks(&prog, &o, m, &cost, unplanned, sizeof unplanned) && !unplanned[0])
     snprintf(unplanned, sizeof unplanned, "unknown reason");
   double t5 = now();
@@ -545,7 +619,7 @@ int main(int argc, char **argv) {
     }
     FILE *g = open_out(o.outdir, "model.ir");
     if (g) {
-      ir_print(g, m);
+      ir_print(g, tm ? tm : m); /* what train.c runs */
       if (fclose(g)) rc = EXIT_BAD;
     }
     if (!f || !g) rc = EXIT_BAD;
@@ -559,6 +633,7 @@ int main(int argc, char **argv) {
             (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3, (now() - t0) * 1e3,
             (t5 - t4) * 1e3, (t4 - t3) * 1e3);
 done:
+  ir_module_free(tm);
   pp_plan_free(&pipe);
   free((void *)o.pipe.stage_layers);
   ir_module_free(m);

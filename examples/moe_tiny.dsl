@@ -14,6 +14,7 @@ model moe_tiny {
     theta = 10000.0
     eps = 1e-5
     aux_loss = 0.02
+    capacity = 0.0   # capacity factor: 0 is dropless
   }
   input tokens : i32[batch, seq]
   input targets : i32[batch, seq]
@@ -21,7 +22,8 @@ model moe_tiny {
   x = embed(tokens, vocab, d) as model.embed_tokens
   repeat layers as model.layers {
     x = x + gqa_attention(rmsnorm(x, eps) as input_layernorm, heads, kv_heads, theta) as self_attn
-    x = x + moe(rmsnorm(x, eps) as post_attention_layernorm, experts, top_k, ffn, aux_loss) as block_sparse_moe
+    x = x + moe(rmsnorm(x, eps) as post_attention_layernorm, experts, top_k, ffn, aux_loss,
+                capacity) as block_sparse_moe
   }
   logits = lm_head(rmsnorm(x, eps) as model.norm, vocab) as lm_head
   loss = cross_entropy(logits, targets)

@@ -710,9 +710,12 @@ static int eval_onehot(Ctx *c) {
  * choices are dropped.  slot[n*k + j] is the slot, or -1 when dropped. */
 static int route(Ctx *c, const int32_t *idx, int64_t N, int64_t K, int64_t E, int64_t C,
                  int64_t *slot) {
-  if (check_ids(c, idx, N * K, E, "expert")) return -1;
+  /* -1: a choice capacity_drop dropped (no slot); any other index must be an expert */
+  for (int64_t p = 0; p < N * K; p++)
+    if (idx[p] != -1 && check_ids(c, idx + p, 1, E, "expert")) return -1;
   int64_t *fill = xcalloc((size_t)E, sizeof *fill);
-  for (int64_t p = 0; p < N * K; p++) slot[p] = fill[idx[p]] < C ? fill[idx[p]]++ : -1;
+  for (int64_t p = 0; p < N * K; p++)
+    slot[p] = idx[p] >= 0 && fill[idx[p]] < C ? fill[idx[p]]++ : -1;
   free(fill);
   return 0;
 }
@@ -925,6 +928,83 @@ static int eval_flat_shard(Ctx *c) {
   return 0;
 }
 
+/* ---- expert routing across ranks (capacity_drop, expert_all_to_all) --------- */
+
+/* cnt[e] += the choices of expert e in idx[0..nk) (dropped ones, -1, skipped). */
+static void expert_counts(const int32_t *idx, int64_t nk, int64_t E, int64_t *cnt) {
+  for (int64_t p = 0; p < nk; p++)
+    if (idx[p] >= 0 && idx[p] < E) cnt[idx[p]]++;
+}
+
+/* capacity_drop on member `me` of a dp group whose members' interpreters are
+ * mem[0..size): the earlier members' choices count first (ops.def). */
+static int drop_member(IrInterp *const *mem, int size, int me, const IrNode *n, char *why,
+                       size_t len) {
+  const IrNode *x = n->inputs[0];
+  int64_t nk = ir_numel(x), E = n->ia[0], C = n->ia[1];
+  int64_t *fill = xcalloc((size_t)E, sizeof *fill);
+  for (int k = 0; k < size; k++) {
+    const int32_t *idx = mem[k]->i[x->id];
+    for (int64_t p = 0; p < nk; p++)
+      if (idx[p] < 0 || idx[p] >= E) {
+        snprintf(why, len, "node %%%d (capacity_drop): expert %d at %lld outside [0, %lld)",
+                 n->id, idx[p], (long long)p, (long long)E);
+        free(fill);
+        return -1;
+      }
+    if (k < me) expert_counts(idx, nk, E, fill);
+  }
+  const int32_t *idx = mem[me]->i[x->id];
+  int32_t *out = mem[me]->i[n->id];
+  for (int64_t p = 0; p < nk; p++) out[p] = fill[idx[p]]++ < C ? idx[p] : -1;
+  free(fill);
+  return 0;
+}
+
+/* expert_all_to_all on member `me` of an ep group mem[0..size) (ops.def). */
+static void a2a_member(IrInterp *const *mem, int size, int me, const IrNode *n) {
+  const IrNode *x = n->inputs[0], *ix = n->inputs[1];
+  int back = n->ia[2] != 0;
+  int64_t E = back ? n->shape[0] : x->shape[0], C = back ? n->shape[1] : x->shape[1];
+  int64_t El = E / size, inner = ir_numel(x) / (x->shape[0] * x->shape[1]);
+  int64_t nk = ir_numel(ix);
+  int64_t *cnt = xcalloc((size_t)(size * E), sizeof *cnt); /* cnt[i E + e] */
+  for (int i = 0; i < size; i++) expert_counts(mem[i]->i[ix->id], nk, E, cnt + i * E);
+  double *out = mem[me]->f[n->id];
+  memset(out, 0, sizeof(double) * (size_t)ir_numel(n));
+  size_t row = sizeof(double) * (size_t)inner;
+  if (!back) {
+    for (int64_t l = 0; l < El; l++)
+      for (int i = 0; i < size; i++) {
+        int64_t e = me * El + l;
+        for (int64_t c = 0; c < cnt[i * E + e] && c < C; c++)
+          memcpy(out + (l * size * C + i * C + c) * inner,
+                 mem[i]->f[x->id] + (e * C + c) * inner, row);
+      }
+  } else {
+    for (int64_t e = 0; e < E; e++) {
+      int o = (int)(e / El);
+      int64_t l = e % El;
+      for (int64_t c = 0; c < cnt[me * E + e] && c < C; c++)
+        memcpy(out + (e * C + c) * inner, mem[o]->f[x->id] + (l * size * C + me * C + c) * inner,
+               row);
+    }
+  }
+  free(cnt);
+}
+
+/* On one rank (a group of size 1). */
+static int eval_expert_route(Ctx *c) {
+  int64_t size = c->n->op == IR_OP_CAPACITY_DROP ? c->n->ia[2] : c->n->ia[1];
+  if (size != 1)
+    return fail(c, "a group of %lld ranks: run the module with ir_interp_run_mesh",
+                (long long)size);
+  IrInterp *self = c->it;
+  if (c->n->op == IR_OP_CAPACITY_DROP) return drop_member(&self, 1, 0, c->n, c->why, c->len);
+  a2a_member(&self, 1, 0, c->n);
+  return 0;
+}
+
 /* ---- driver ----------------------------------------------------------------- */
 
 static int eval_node(Ctx *c) {
@@ -951,6 +1031,7 @@ static int eval_node(Ctx *c) {
   case IR_OP_ONEHOT: return eval_onehot(c);
   case IR_OP_DISPATCH: return eval_dispatch(c);
   case IR_OP_COMBINE: return eval_combine(c);
+  case IR_OP_CAPACITY_DROP: case IR_OP_EXPERT_ALL_TO_ALL: return eval_expert_route(c);
   case IR_OP_FILL: return eval_fill(c);
   case IR_OP_BROADCAST: case IR_OP_SUM_TO: return eval_broadcast(c);
   case IR_OP_ALL_REDUCE: case IR_OP_GROUP_COPY: case IR_OP_ALL_GATHER:
@@ -1014,19 +1095,64 @@ void ir_interp_end_step(IrInterp *it) {
 
 /* ---- lockstep mesh -------------------------------------------------------- */
 
-/* Rank r of a tp x dp mesh has coordinates (r % tp, r / tp).  Members of
- * rank r's group on axis a, in coordinate order, into g; returns the count
- * and r's own coordinate in *me. */
+/* Rank r of a tp x dp mesh has coordinates (r % tp, r / tp); expert
+ * parallelism (ep dividing dp) groups ep consecutive dp coordinates (axis 2,
+ * coordinate d % ep) and the dp coordinates of one ep coordinate (axis 3,
+ * coordinate d / ep), as rt_comm_mesh does.  Members of rank r's group on
+ * axis a, in coordinate order, into g; returns the count and r's own
+ * coordinate in *me. */
+static int mesh_ep = 1; /* the ep degree of the running ir_interp_run_mesh_ep */
+
+static int axis_size(int axis, int tp, int dp) {
+  return axis == 0 ? tp : axis == 1 ? dp : axis == 2 ? mesh_ep : dp / mesh_ep;
+}
+
 static int group_of(int r, int axis, int tp, int dp, int *g, int *me) {
-  int t = r % tp, d = r / tp;
+  int t = r % tp, d = r / tp, ep = mesh_ep;
   if (axis == 0) {
     for (int k = 0; k < tp; k++) g[k] = d * tp + k;
     *me = t;
     return tp;
   }
+  if (axis == 2) {
+    for (int k = 0; k < ep; k++) g[k] = (d / ep * ep + k) * tp + t;
+    *me = d % ep;
+    return ep;
+  }
+  if (axis == 3) {
+    for (int k = 0; k < dp / ep; k++) g[k] = (d % ep + k * ep) * tp + t;
+    *me = d / ep;
+    return dp / ep;
+  }
   for (int k = 0; k < dp; k++) g[k] = k * tp + t;
   *me = d;
   return dp;
+}
+
+/* capacity_drop (dp group) or expert_all_to_all (its axis) on every rank. */
+static int mesh_expert_route(IrInterp **ranks, int tp, int dp, const IrNode *n, char *why,
+                             size_t len) {
+  int drop = n->op == IR_OP_CAPACITY_DROP, axis = drop ? 1 : (int)n->ia[0];
+  int64_t want = drop ? n->ia[2] : n->ia[1];
+  int size = axis_size(axis, tp, dp);
+  if (want != size) {
+    snprintf(why, len, "node %%%d (%s): group size %lld, but the mesh axis %d has %d ranks",
+             n->id, ir_op_info[n->op].name, (long long)want, axis, size);
+    return -1;
+  }
+  int *g = xcalloc((size_t)size, sizeof *g);
+  IrInterp **mem = xcalloc((size_t)size, sizeof *mem);
+  int rc = 0;
+  for (int r = 0; r < tp * dp && !rc; r++) {
+    int me;
+    group_of(r, axis, tp, dp, g, &me);
+    for (int k = 0; k < size; k++) mem[k] = ranks[g[k]];
+    if (drop) rc = drop_member(mem, size, me, n, why, len);
+    else a2a_member(mem, size, me, n);
+  }
+  free(g);
+  free(mem);
+  return rc;
 }
 
 /* Runs one collective node on every rank: each rank's result is computed
@@ -1035,7 +1161,7 @@ static int group_of(int r, int axis, int tp, int dp, int *g, int *me) {
 static int mesh_collective(IrInterp **ranks, int tp, int dp, const IrNode *n, char *why,
                            size_t len) {
   int nr = tp * dp, axis = (int)n->ia[0];
-  int size = axis == 0 ? tp : dp;
+  int size = axis_size(axis, tp, dp);
   if (n->ia[1] != size) {
     snprintf(why, len, "node %%%d (%s): group size %lld, but the mesh axis %d has %d ranks",
              n->id, ir_op_info[n->op].name, (long long)n->ia[1], axis, size);
@@ -1147,6 +1273,16 @@ static int mesh_vocab_ce(IrInterp **ranks, int tp, int dp, const IrNode *n, char
 
 int ir_interp_run_mesh(IrInterp **ranks, int tp, int dp, int first, int end, char *why,
                        size_t len) {
+  return ir_interp_run_mesh_ep(ranks, tp, dp, 1, first, end, why, len);
+}
+
+int ir_interp_run_mesh_ep(IrInterp **ranks, int tp, int dp, int ep, int first, int end,
+                          char *why, size_t len) {
+  if (ep < 1 || dp % ep) {
+    snprintf(why, len, "ep = %d does not divide dp = %d", ep, dp);
+    return -1;
+  }
+  mesh_ep = ep;
   const IrModule *m = ranks[0]->m;
   if (first < 0) first = 0;
   if (end > ranks[0]->nnodes) end = ranks[0]->nnodes;
@@ -1159,6 +1295,9 @@ int ir_interp_run_mesh(IrInterp **ranks, int tp, int dp, int first, int end, cha
       break;
     case IR_OP_VOCAB_CROSS_ENTROPY: case IR_OP_VOCAB_CROSS_ENTROPY_GRAD:
       if (mesh_vocab_ce(ranks, tp, dp, n, why, len)) return -1;
+      break;
+    case IR_OP_CAPACITY_DROP: case IR_OP_EXPERT_ALL_TO_ALL:
+      if (mesh_expert_route(ranks, tp, dp, n, why, len)) return -1;
       break;
     default:
       for (int r = 0; r < tp * dp; r++) {

@@ -50,6 +50,12 @@ int ir_interp_run(IrInterp *it, int first, int end, char *why, size_t len);
 int ir_interp_run_mesh(IrInterp **ranks, int tp, int dp, int first, int end, char *why,
                        size_t len);
 
+/* The same with expert parallelism: ep (dividing dp) consecutive dp
+ * coordinates form an ep group (axis 2), the dp coordinates with one ep
+ * coordinate an ep_dp group (axis 3).  ir_interp_run_mesh is ep = 1. */
+int ir_interp_run_mesh_ep(IrInterp **ranks, int tp, int dp, int ep, int first, int end,
+                          char *why, size_t len);
+
 /* Ends a training step: copies the value of every update (m->updates) into
  * its leaf, so that the next run sees the new parameters and state.  Every
  * update's value node must have been run. */

@@ -192,6 +192,11 @@ typedef struct {
   int mesh_tp, mesh_dp;    /* after pass_shard: the tp x dp mesh this module is
                               the rank-local program of (shapes are local);
                               0 before */
+  int mesh_ep;             /* expert parallelism: set before pass_shard (0 or
+                              1: none); ep divides dp, and PARAMs with shard
+                              IR_SHARD_EXPERT and shard_degree > 1 hold
+                              experts / ep experts (dimension 0), split over
+                              the ep group (not tp) */
   int mesh_zero;           /* ZeRO-1: the dp degree the optimizer state (and
                               each rank's update) is sharded over, as
                               flat_shards; 0 (or 1): not sharded.  Set right
@@ -199,6 +204,10 @@ typedef struct {
                               PassOptions.zero), which makes the pieces */
   int64_t dp_bucket_bytes; /* pass_dp_grads: gradient bytes per bucket of the
                               dp reduction; 0: DP_BUCKET_BYTES_DEFAULT */
+  int dp_blocking;         /* parc --no-overlap: codegen emits the dp bucket
+                              collectives as blocking calls; 0: started where
+                              they stand and waited for where their result is
+                              first read (codegen/host.h cg_async_waits) */
   IrNode *grad_norm;       /* after pass_optimizer: the global gradient norm
                               before clipping (logged); NULL before, or when
                               no parameter has a gradient */

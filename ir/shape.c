@@ -407,6 +407,34 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     return 1;
   }
 
+  case IR_OP_CAPACITY_DROP:
+    if (!want(why, len, n, 0, IR_I32)) return 0;
+    if (a->rank != 2 || !experts_ok(n, why, len) || n->ia[2] < 1 || n->ia[2] > 65536)
+      return fail(why, len, n, "needs choices [n, k], experts, capacity and a group size, got %s",
+                  T(0, x));
+    set(n, IR_I32, 2, a->shape);
+    return 1;
+
+  case IR_OP_EXPERT_ALL_TO_ALL: {
+    /* (x [E, C, ...], idx [N, k]) -> [E / size, size C, ...]; back: the inverse */
+    if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_I32)) return 0;
+    int64_t g = n->ia[1];
+    if (a->rank < 2 || b->rank != 2 || n->ia[0] != 2 || g < 1 || g > 65536)
+      return fail(why, len, n, "needs slots [e, c, ...], choices [n, k], axis 2 and a group "
+                  "size, got %s and %s", T(0, x), T(1, y));
+    memcpy(s, a->shape, sizeof s);
+    if (!n->ia[2] && (a->shape[0] % g || a->shape[1] > IR_MAX_DIM / g))
+      return fail(why, len, n, "%lld experts do not split over %lld ranks",
+                  (long long)a->shape[0], (long long)g);
+    if (n->ia[2] && (a->shape[1] % g || a->shape[0] > IR_MAX_DIM / g))
+      return fail(why, len, n, "%lld slots do not split over %lld ranks", (long long)a->shape[1],
+                  (long long)g);
+    s[0] = n->ia[2] ? a->shape[0] * g : a->shape[0] / g;
+    s[1] = n->ia[2] ? a->shape[1] / g : a->shape[1] * g;
+    set(n, IR_F32, a->rank, s);
+    return 1;
+  }
+
   case IR_OP_FILL:
     if (!own_shape_ok(n, why, len)) return 0;
     n->dtype = IR_F32;
@@ -434,7 +462,8 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     int gather = n->op == IR_OP_ALL_GATHER || n->op == IR_OP_REPLICATE;
     int scatter = n->op == IR_OP_REDUCE_SCATTER || n->op == IR_OP_LOCAL_SLICE;
     if (!want(why, len, n, 0, IR_F32)) return 0;
-    if (n->ia[0] < 0 || n->ia[0] > 1)
+    /* all_reduce also runs over ep (2) and ep_dp (3): expert gradients and norms */
+    if (n->ia[0] < 0 || n->ia[0] > (n->op == IR_OP_ALL_REDUCE ? 3 : 1))
       return fail(why, len, n, "mesh axis %lld is not 0 (tp) or 1 (dp)", (long long)n->ia[0]);
     if (n->ia[1] < 1 || n->ia[1] > 65536)
       return fail(why, len, n, "group size %lld out of range", (long long)n->ia[1]);

@@ -406,6 +406,15 @@ static void vjp_combine(Ad *ad, IrNode *y, IrNode *dy) {
   if (wants(ad, w)) give(ad, w, mk3(ad, IR_OP_COMBINE_GRAD_W, dy, e, idx, 0, 0, 0));
 }
 
+/* expert_all_to_all moves rows between ranks (a permutation, with the
+ * unfilled slots zero both ways): its adjoint is the other direction with
+ * the same choices. */
+static void vjp_expert_all_to_all(Ad *ad, IrNode *y, IrNode *dy) {
+  IrNode p = {.op = IR_OP_EXPERT_ALL_TO_ALL, .inputs = (IrNode *[]){dy, y->inputs[1]},
+              .ninputs = 2, .ia = {y->ia[0], y->ia[1], !y->ia[2]}};
+  give(ad, y->inputs[0], emit(ad, &p));
+}
+
 /* broadcast and sum_to are each other's adjoints. */
 static void vjp_broadcast(Ad *ad, IrNode *y, IrNode *dy) {
   IrNode *x = y->inputs[0];
@@ -425,7 +434,13 @@ static void vjp_broadcast(Ad *ad, IrNode *y, IrNode *dy) {
 static void vjp_collective(Ad *ad, IrNode *y, IrNode *dy) {
   IrNode *x = y->inputs[0];
   switch (y->op) {
-  case IR_OP_ALL_REDUCE: give(ad, x, dy); break;
+  case IR_OP_ALL_REDUCE:
+    /* over dp (a global-batch statistic, made before autodiff): every
+     * member's objective reads the sum, so its gradient is the sum of the
+     * members' (dp gradients are averaged afterwards) */
+    if (y->ia[0] == 1) give(ad, x, mk(ad, IR_OP_ALL_REDUCE, (IrNode *[]){dy}, 1, y->ia[1], 0));
+    else give(ad, x, dy);
+    break;
   case IR_OP_GROUP_COPY:
     give(ad, x, mk(ad, IR_OP_ALL_REDUCE, (IrNode *[]){dy}, y->ia[0], y->ia[1], 0));
     break;
@@ -463,6 +478,7 @@ static const Vjp vjp[IR_OP_COUNT] = {
     [IR_OP_GATHER] = vjp_gather,
     [IR_OP_DISPATCH] = vjp_dispatch,
     [IR_OP_COMBINE] = vjp_combine,
+    [IR_OP_EXPERT_ALL_TO_ALL] = vjp_expert_all_to_all,
     [IR_OP_BROADCAST] = vjp_broadcast, [IR_OP_SUM_TO] = vjp_broadcast,
     [IR_OP_ALL_REDUCE] = vjp_collective, [IR_OP_GROUP_COPY] = vjp_collective,
     [IR_OP_ALL_GATHER] = vjp_collective, [IR_OP_REDUCE_SCATTER] = vjp_collective,

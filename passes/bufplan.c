@@ -72,6 +72,11 @@ static int at(const int *pos, int i) { return pos ? pos[i] : i; }
 
 int bufplan_build(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                   const int *pos, BufPlan *p) {
+  return bufplan_build_held(m, materialize, keep, pos, NULL, p);
+}
+
+int bufplan_build_held(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
+                       const int *pos, const int *held, BufPlan *p) {
   int n = m->nnodes;
   Arena *a = &m->arena;
   memset(p, 0, sizeof *p);
@@ -88,6 +93,9 @@ int bufplan_build(IrModule *m, const unsigned char *materialize, const unsigned 
     for (int k = 0; k < m->nodes[i]->ninputs; k++) {
       int j = m->nodes[i]->inputs[k]->id;
       if (at(pos, i) > p->last_use[j]) p->last_use[j] = at(pos, i);
+      /* an asynchronous reader: its input until its wait (bufplan_check then
+       * keeps every later write off it, as for any live buffer) */
+      if (held && held[i] > p->last_use[j]) p->last_use[j] = held[i] < end ? held[i] : end;
     }
   for (int i = 0; i < n; i++)
     if ((keep && keep[i]) || m->nodes[i] == m->loss) p->last_use[i] = end;

@@ -34,6 +34,15 @@ typedef struct {
 int bufplan_build(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                   const int *pos, BufPlan *out);
 
+/* bufplan_build for a step with asynchronous operations: held[id] >= 0 says
+ * node id keeps reading its inputs after it starts at pos[id], up to position
+ * held[id] (an asynchronous collective and its wait): each input stays live
+ * through held[id].  Its output is live from pos[id] as always (the operation
+ * writes it in the background), to its last reader, which comes at or after
+ * the wait.  held NULL, or every entry -1: bufplan_build. */
+int bufplan_build_held(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
+                       const int *pos, const int *held, BufPlan *out);
+
 /* Checks the invariant above (with the same pos); 0 or -1 with a reason. */
 int bufplan_check(const IrModule *m, const BufPlan *p, const int *pos, char *why, size_t len);
 

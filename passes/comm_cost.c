@@ -7,7 +7,9 @@
  * nothing, nor does local_slice; replicate is an all-gather.  The vocab-parallel loss gathers per-row statistics (a max, then
  * a sum of exponentials kept as two floats and the target logit), forward
  * and backward: counted as all-gathers of 4 floats per row.  The vocab-
- * parallel embedding's result is all-reduced by an all_reduce node. */
+ * parallel embedding's result is all-reduced by an all_reduce node.  An
+ * expert_all_to_all (expert parallelism) is counted apart (a2a_*): every
+ * slot's row at most, the rank's own experts' share staying local. */
 #include <string.h>
 
 #include "passes/passes.h"
@@ -42,6 +44,15 @@ void comm_analyze(const IrModule *m, CommCost *c) {
       const IrNode *logits = n->inputs[0];
       double rows = (double)ir_numel(logits) / (double)logits->shape[logits->rank - 1];
       add(c, axis, COMM_ALL_GATHER, size, 4.0 * 4.0 * rows * size);
+      break;
+    }
+    case IR_OP_EXPERT_ALL_TO_ALL: {
+      /* the slots of every expert; a rank keeps its own experts' 1/size */
+      double payload = 4.0 * (double)ir_numel(n->inputs[0]);
+      c->a2a_count++;
+      c->a2a_group = size;
+      c->a2a_payload_bytes += payload;
+      c->a2a_sent_bytes += payload * (size - 1) / size;
       break;
     }
     default:

@@ -126,6 +126,11 @@ static void place(IrModule *m, int nold, int nb, const int *anchor, const int *f
   free(order);
 }
 
+int dp_grads_is_bucket(const IrNode *n) {
+  return (n->op == IR_OP_ALL_REDUCE || n->op == IR_OP_REDUCE_SCATTER) && n->ia[0] == 1 &&
+         n->phase == IR_PHASE_W;
+}
+
 int pass_dp_grads(IrModule *m, int dp) {
   if (m->mesh_dp && dp != m->mesh_dp) {
     fprintf(stderr, "parc: internal error: dp gradients over %d ranks for a module sharded "
@@ -139,13 +144,16 @@ int pass_dp_grads(IrModule *m, int dp) {
     return -1;
   }
   if (dp <= 1) return 0;
+  if (pass_ep_grads(m, dp)) return -1; /* expert-parallel weights: passes/ep_grads.c */
   int nold = m->nnodes, np = 0;
-  for (int i = 0; i < nold; i++) np += m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad;
+  for (int i = 0; i < nold; i++)
+    np += m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad && !ep_sharded(m->nodes[i]);
   if (!np) return 0;
   IrNode **ps = arena_alloc(&m->arena, sizeof *ps * (size_t)np);
   np = 0;
   for (int i = 0; i < nold; i++)
-    if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad) ps[np++] = m->nodes[i];
+    if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad && !ep_sharded(m->nodes[i]))
+      ps[np++] = m->nodes[i];
   qsort(ps, (size_t)np, sizeof *ps, by_grad_position);
 
   /* buckets: [bstart[b], bstart[b + 1]) of ps */

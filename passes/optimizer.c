@@ -327,7 +327,7 @@ int pass_optimizer(IrModule *m) {
   int nsharded = 0;
   for (int i = 0; i < nfwd; i++) {
     const IrNode *p = m->nodes[i];
-    if (!p->grad || p->shard_degree <= 1) continue;
+    if (!p->grad || p->shard_degree <= 1 || ep_sharded(p)) continue; /* ep: below */
     if (p->op != IR_OP_PARAM || p->shard_degree != m->mesh_tp) {
       fprintf(stderr, "parc: internal error: optimizer: %s is split over %d ranks, but the "
                       "module's tp group has %d\n", p->name, p->shard_degree, m->mesh_tp);
@@ -352,6 +352,11 @@ int pass_optimizer(IrModule *m) {
     if (!p->grad) continue;
     o.at = p;
     IrNode *s = op1(&o, IR_OP_SUMSQ, p->grad, 0, 0);
+    if (ep_sharded(p)) { /* the rank's experts: summed over the ep group (axis 2) */
+      o.at = NULL;
+      sq[k++] = op_ia(&o, IR_OP_ALL_REDUCE, (IrNode *[]){s}, 1, 2, p->shard_degree, 0);
+      continue;
+    }
     if (p->shard_degree <= 1) {
       sq[k++] = s;
       continue;

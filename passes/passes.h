@@ -29,6 +29,7 @@ typedef struct {
   int zero;               /* ZeRO stage (0 or 1): 1 sets m->mesh_zero = mesh_dp on a
                              module sharded for dp > 1, before dp_grads */
   int64_t bucket_bytes;   /* dp gradient bucket bytes (m->dp_bucket_bytes); 0: default */
+  int no_overlap;         /* 1 sets m->dp_blocking (blocking dp bucket collectives) */
 } PassOptions;
 
 /* Runs every pass in order.  Returns 0, or -1 after printing an internal
@@ -76,6 +77,13 @@ int pass_optimizer(IrModule *m);
  * for what it cannot shard yet (the module must then be freed, not used). */
 int pass_shard(IrModule *m, int tp, int dp, int sp, char *err, size_t len);
 
+/* passes/ep_grads.c: expert-parallel weights' gradients (ep_sharded: shard
+ * IR_SHARD_EXPERT split over ep > 1) summed over the ranks holding the same
+ * experts (axis 3) and divided by dp.  pass_dp_grads calls it and leaves
+ * those weights out of its buckets.  0, or -1 after a message. */
+int ep_sharded(const IrNode *p);
+int pass_ep_grads(IrModule *m, int dp);
+
 /* passes/dp_grads.c: after pass_autodiff on a module pass_shard made with
  * dp > 1, before the optimizer: every parameter gradient becomes the mean
  * over the dp ranks, reduced in buckets of about m->dp_bucket_bytes (one
@@ -87,6 +95,11 @@ int pass_shard(IrModule *m, int tp, int dp, int sp, char *err, size_t len);
  * when dp == 1.  Returns 0, or -1 after printing an internal error. */
 #define DP_BUCKET_BYTES_DEFAULT ((int64_t)25 << 20) /* PyTorch DDP's 25 MiB */
 int pass_dp_grads(IrModule *m, int dp);
+/* 1 if n is the collective of a bucket pass_dp_grads made (all_reduce, or
+ * reduce_scatter under ZeRO-1, over the dp axis, in the backward pass), whose
+ * result nothing reads before the backward pass ends: codegen may run it
+ * asynchronously. */
+int dp_grads_is_bucket(const IrNode *n);
 
 /* passes/layout.c: checks the degrees against the model; prints one line
  * per problem to err and returns how many there were. */
@@ -109,6 +122,10 @@ typedef struct {
 typedef struct {
   CommEntry e[2][COMM_KINDS];
   int group_size[2];         /* 0 where the group does not communicate */
+  /* expert parallelism: expert_all_to_all per step over the ep group (only
+   * filled slots travel, so the bytes are an upper bound: every slot full) */
+  int a2a_count, a2a_group;
+  double a2a_payload_bytes, a2a_sent_bytes;
 } CommCost;
 
 void comm_analyze(const IrModule *m, CommCost *out);
@@ -280,10 +297,54 @@ typedef struct PpPlan {
  * how many there were.  With lay->pp == 1, any pipeline option is one. */
 int pp_request_check(const IrModule *m, const Layout *lay, PpRequest *req, FILE *err);
 
+/* Every node's chunk under the split st (chunk[id], m->nnodes entries):
+ * forward nodes by their layer, backward nodes with the forward node whose
+ * rule made them (autodiff gives them its layer), layer-less nodes on the
+ * first chunk (embedding) or the last (head, loss), as pass_stages costs
+ * them.  Optimizer nodes get a chunk too, which means nothing.  m need not
+ * be the module st was planned on, only have the same layers.  0, or -1
+ * when out of memory. */
+int pp_node_chunks(const IrModule *m, const PpStages *st, int *chunk);
+
 /* Stages, schedule, simulation for a differentiated module.  Returns 0, or
  * -1 with an internal error in err (a schedule the checker refused). */
 int pp_plan(IrModule *m, const Layout *lay, const PpRequest *req, PpPlan *out, char *err,
             size_t len);
 void pp_plan_free(PpPlan *p);
+
+/* passes/pp_split.c: the program each pipeline stage runs, from the
+ * rank-local module of ONE microbatch (after autodiff and the optimizer;
+ * without dp_grads: the trainer sums gradients over microbatches and
+ * reduces them over dp and pp itself).  See pp_split.c's head comment. */
+enum { PP_NODE_LEAF = -1, PP_NODE_OPT = -2, PP_NODE_SKIP = -3 };
+typedef struct {
+  int nstages, nchunks, microbatches, split_w;
+  int slots;                 /* arenas: microbatch mb uses slot mb % slots */
+  int *chunk;                /* per node id: chunk that computes it, or PP_NODE_* */
+  int *grad_param;           /* per node id: the PARAM whose gradient it is a term
+                                of (added to the accumulator where it is computed),
+                                else -1 */
+  int *nact, **act;          /* per boundary c (chunk c -> c + 1): node ids sent forward */
+  int *ngrad, **grad;        /* per boundary c: node ids sent back (chunk c + 1 -> c) */
+  const PpSchedule *sched;   /* the plan's */
+  /* Stage-local parameters (pp_split.c's head comment). */
+  uint64_t *holders;         /* per node id: a PARAM's or STATE's stages, bit s for
+                                stage s (at most 64 stages); 0 for other nodes */
+  int64_t **stage_offset;    /* [stage][node id]: a held PARAM's / STATE's offset in
+                                floats in that stage's buffer, else -1 */
+  int64_t *stage_params_numel, *stage_state_numel; /* per stage */
+  int64_t shared_numel_max;  /* the largest parameter held by several stages, 0: none */
+  int *opt_owner;            /* per node id: an optimizer node's parameter (node id)
+                                when it computes for that one alone, else -1 */
+  unsigned char *opt_pub;    /* per node id: 1 for an owned optimizer node a shared one
+                                reads (the sums of squares of the global norm), 2 for
+                                an owned one those read; else 0 */
+} PpProgram;
+
+/* Reorders m's nodes (forward by chunk, then per chunk from the last: B, then
+ * W; the optimizer last), assigns them to chunks and finds the boundaries.
+ * Returns 0, or -1 with a one-line internal error in err (a value crossing
+ * chunks against the pipeline's direction). */
+int pass_pp_split(IrModule *m, const PpPlan *plan, PpProgram *out, char *err, size_t len);
 
 #endif

@@ -43,6 +43,7 @@ int pass_run_all(IrModule *m, const PassOptions *opt) {
     if (passes[i].run == dp_grads) { /* the dp options, as dp_grads reads them */
       m->mesh_zero = opt->zero >= 1 && m->mesh_dp > 1 ? m->mesh_dp : 0;
       m->dp_bucket_bytes = opt->bucket_bytes;
+      m->dp_blocking = opt->no_overlap;
     }
     if (passes[i].run(m)) {
       fprintf(stderr, "parc: internal error: pass %s failed\n", passes[i].name);

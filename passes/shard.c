@@ -73,11 +73,20 @@
  * get zero gradients, so AdamW keeps them 0.  Slices and reductions over a
  * padded dimension are refused.
  *
+ * Statistics of the global batch under dp: a sum or mean over the
+ * dp-split batch dimension is the rank's share (dpk), made whole where it
+ * is read by an all_reduce over dp (and 1/dp for a mean): the MoE
+ * load-balancing loss's routed fractions and mean router probabilities are
+ * those of the whole batch on every rank.  That all_reduce's VJP is an
+ * all_reduce over dp (ir/ops.def).  A reshape of a dp-split value splits
+ * dimension 0 again when dp divides it (row-major order is kept).
+ * Mixture of experts and expert parallelism: see rule_dispatch.
+ *
  * Not yet (rejected with a one-line error, never silently replicated):
- * gathering a value sharded in blocks or with padding, MoE dispatch under
- * tp > 1 or dp > 1, reshapes of sharded values (they are replicated
- * first), batch-dimension reductions under dp > 1, sequence parallelism
- * with seq % tp != 0. */
+ * gathering a value sharded in blocks or with padding, reshapes of sharded
+ * values (they are replicated first), sequence parallelism with seq % tp
+ * != 0, anything but matmuls, pointwise ops and combine on expert-parallel
+ * values. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +115,16 @@ typedef struct {
                           ag[id]: its all_gather into a sharded region */
   IrNode **rp, **ls;   /* rp[id]: node id replicated (sharded -> replicated);
                           ls[id]: its local_slice (replicated -> sharded) */
+  int ep;              /* expert parallelism (m->mesh_ep; divides dp) */
+  unsigned char *dpk;  /* dpk[id]: node id is a rank's share of a reduction over
+                          the dp-split batch: 1 a sum, 2 a mean; consumers read
+                          it through dp_whole (all_reduce over dp) */
+  unsigned char *exr;  /* exr[id]: dimension 0 of node id is the rank's experts
+                          (experts / ep of them), under ep > 1 */
+  IrNode **dw;         /* dw[id]: the dp-whole value of a dpk node */
+  IrNode **drop;       /* drop[id]: capacity_drop of the choices node id */
+  IrNode **a2a;        /* a2a[id]: a dispatch's slots sent to the experts' ranks */
+  int no_batch;        /* set by a rule: the result has no dp-split batch */
   IrNode *at;          /* node being rewritten */
   char *err;
   size_t len;
@@ -200,6 +219,44 @@ static IrNode *need_rep(Sh *s, IrNode *x) {
   }
   if (!s->ar[x->id]) s->ar[x->id] = collective(s, IR_OP_ALL_REDUCE, x, 0, R());
   return s->ar[x->id];
+}
+
+/* A new node op(in) with attributes ia (shape from ir_infer), laid out as
+ * its first input, placed before the node being rewritten. */
+static IrNode *node_after(Sh *s, IrOp op, IrNode **in, int nin, int64_t ia0, int64_t ia1,
+                          int64_t ia2, double fa) {
+  IrNode *x = in[0];
+  IrNode *n = ir_add(s->m, op, in, nin);
+  n->ia[0] = ia0, n->ia[1] = ia1, n->ia[2] = ia2, n->fa = fa;
+  n->layer = x->layer >= 0 ? x->layer : s->at->layer;
+  n->loc = x->loc.line ? x->loc : s->at->loc;
+  char why[256];
+  if (!ir_infer(n, why, sizeof why)) {
+    fail(s, "internal error: %s", why);
+    return x;
+  }
+  if (n->id >= s->cap - 1) {
+    fail(s, "internal error: too many inserted nodes");
+    return x;
+  }
+  s->lay[n->id] = *L(s, x);
+  s->bat[n->id] = s->bat[x->id];
+  s->exr[n->id] = s->exr[x->id];
+  return n;
+}
+
+/* x (a rank's share of a reduction over the dp-split batch) made whole:
+ * all_reduce over dp, then 1/dp for a mean of equal shares (every rank
+ * holds batch / dp rows).  Once per producer. */
+static IrNode *dp_whole(Sh *s, IrNode *x) {
+  if (!s->dpk[x->id]) return x;
+  if (!s->dw[x->id]) {
+    IrNode *r = node_after(s, IR_OP_ALL_REDUCE, &x, 1, 1, s->dp, 0, 0);
+    s->bat[r->id] = 0;
+    if (s->dpk[x->id] == 2) r = node_after(s, IR_OP_SCALE, &r, 1, 0, 0, 0, 1.0 / s->dp);
+    s->dw[x->id] = r;
+  }
+  return s->dw[x->id];
 }
 
 /* Sequence parallelism applies to x: a [batch, seq, width] activation under
@@ -324,6 +381,21 @@ static int shard_param(Sh *s, IrNode *p, int64_t gwid) {
     p->shard_blocks = 1;
     *L(s, p) = S(0, 1);
     if (p->shape[0] * s->tp != V) L(s, p)->vocab = V;
+    return 0;
+  }
+  /* expert-parallel: dimension 0 (experts) split over the ep group, rank
+   * e holding experts [e E/ep, (e + 1) E/ep); replicated over tp */
+  if (p->shard == IR_SHARD_EXPERT && s->ep > 1) {
+    if (p->rank < 1 || p->shape[0] % s->ep)
+      return fail(s, "%lld experts are not divisible by ep = %d",
+                  (long long)(p->rank ? p->shape[0] : 0), s->ep);
+    memcpy(p->global_shape, p->shape, sizeof p->shape);
+    p->shard_dim = 0;
+    p->shape[0] /= s->ep;
+    p->shard_degree = s->ep;
+    p->shard_blocks = 1;
+    s->exr[p->id] = 1;
+    *L(s, p) = R();
     return 0;
   }
   if (s->tp == 1 || p->shard_dim < 0 ||
@@ -539,9 +611,14 @@ static int rule_reduce(Sh *s, IrNode *n) {
   IrNode *x = n->inputs[0];
   Lay l = *L(s, x);
   int axis = (int)n->ia[0], keep = n->ia[1] != 0;
-  if (axis == 0 && s->bat[x->id] && s->dp > 1)
-    return fail(s, "reduction over the batch dimension under dp = %d is not supported yet",
-                s->dp);
+  if (s->exr[x->id] && axis == 0)
+    return fail(s, "reduction over the experts of an expert-parallel value");
+  if (axis == 0 && s->bat[x->id] && s->dp > 1) {
+    /* the rank's share of a statistic of the global batch: made whole
+     * (all_reduce over dp) where it is read; no batch dimension remains */
+    s->dpk[s->at->id] = n->op == IR_OP_MEAN ? 2 : 1;
+    s->no_batch = 1;
+  }
   if (l.kind == L_SHARD && l.dim == axis && l.vocab)
     return fail(s, "reduction over a padded vocabulary dimension");
   if (l.kind == L_SHARD && l.dim == axis && n->op == IR_OP_MEAN) {
@@ -577,8 +654,17 @@ static int rule_whole(Sh *s, IrNode *n) {
 /* The node's own shape (reshape, broadcast, sum_to, fill) under dp: a batch
  * dimension kept in front shrinks with its input's. */
 static int own_shape_dp(Sh *s, IrNode *n) {
+  if (n->ninputs && s->exr[n->inputs[0]->id])
+    return fail(s, "of an expert-parallel value is not supported");
   if (s->dp == 1 || !n->ninputs || !s->bat[n->inputs[0]->id]) return 0;
   IrNode *x = n->inputs[0];
+  /* a reshape keeps the row-major order: the rank's contiguous 1/dp of the
+   * elements is again a split of dimension 0 when dp divides it (batch and
+   * sequence merged into tokens, or split back) */
+  if (n->op == IR_OP_RESHAPE && n->rank >= 1 && n->shape[0] % s->dp == 0) {
+    n->shape[0] /= s->dp;
+    return 0;
+  }
   if (n->rank == 0 || (n->op != IR_OP_RESHAPE && n->rank != x->rank) ||
       n->shape[0] != x->shape[0] * s->dp)
     return fail(s, "its shape does not keep the batch dimension in front: not supported "
@@ -586,6 +672,76 @@ static int own_shape_dp(Sh *s, IrNode *n) {
                 s->dp);
   n->shape[0] = x->shape[0];
   return 0;
+}
+
+/* ---- mixture of experts ---------------------------------------------------
+ *
+ * Routing is per token, so it shards with the batch: under dp each rank
+ * routes its own tokens (batch / dp sequences).  The router, top-k and the
+ * routing ops run replicated over tp (their operands made whole); the
+ * experts' weights are replicated over tp too (each tp rank computes the
+ * whole expert MLP: no tp collective in the MoE block).
+ *
+ * Dropless (capacity >= the global token count): each rank's dispatch has
+ * its local token count as capacity; no token is dropped anywhere.  With a
+ * capacity factor, capacity is that of the global batch on one rank, and
+ * which choices are dropped is decided in global token order by
+ * capacity_drop (the dp members' per-expert counts gathered); the routing
+ * ops then skip dropped choices (-1), and the rank's dispatch holds
+ * min(capacity, local tokens) slots per expert, enough for every choice it
+ * keeps.  So the kept choices, and each token's result, are the one-rank
+ * module's on every layout.
+ *
+ * Expert parallelism (ep > 1, ep consecutive dp ranks): the expert weights
+ * hold experts / ep experts each (shard_param); the dispatch's slots go to
+ * the rank holding their expert and the expert outputs come back through
+ * expert_all_to_all (variable counts: filled slots only), both directions
+ * each other's adjoints.  Values between the two have the rank's experts
+ * on dimension 0 (exr). */
+static int rule_dispatch(Sh *s, IrNode *n) {
+  rule_whole(s, n);
+  IrNode *x = n->inputs[0], *idx = n->inputs[1];
+  s->no_batch = 1;
+  if (s->dp == 1) return 0;
+  if (!s->bat[x->id] || !s->bat[idx->id])
+    return fail(s, "tokens not split over the batch under dp = %d", s->dp);
+  int64_t nl = x->shape[0], ng = nl * s->dp, cap = n->ia[1];
+  if (cap < ng) { /* dropping: decided in global order */
+    if (!s->drop[idx->id]) {
+      IrNode *d = node_after(s, IR_OP_CAPACITY_DROP, &idx, 1, n->ia[0], cap, s->dp, 0);
+      s->drop[idx->id] = d;
+    }
+    n->inputs[1] = s->drop[idx->id];
+  }
+  n->ia[1] = cap < nl ? cap : nl;
+  return 0;
+}
+
+static int rule_combine(Sh *s, IrNode *n) {
+  rule_whole(s, n);
+  IrNode *idx = n->inputs[1];
+  if (s->drop[idx->id]) n->inputs[1] = idx = s->drop[idx->id];
+  if (s->exr[n->inputs[0]->id]) {
+    n->inputs[0] = node_after(s, IR_OP_EXPERT_ALL_TO_ALL, (IrNode *[]){n->inputs[0], idx}, 2, 2,
+                              s->ep, 1, 0);
+    s->exr[n->inputs[0]->id] = 0;
+    s->bat[n->inputs[0]->id] = 0;
+  }
+  return 0;
+}
+
+/* Under ep, a dispatch's slots as its consumers read them: on the ranks
+ * holding their experts (once per dispatch). */
+static IrNode *to_experts(Sh *s, IrNode *x) {
+  if (s->ep <= 1 || x->op != IR_OP_DISPATCH) return x;
+  if (!s->a2a[x->id]) {
+    IrNode *a = node_after(s, IR_OP_EXPERT_ALL_TO_ALL, (IrNode *[]){x, x->inputs[1]}, 2, 2,
+                           s->ep, 0, 0);
+    s->exr[a->id] = 1;
+    s->bat[a->id] = 0;
+    s->a2a[x->id] = a;
+  }
+  return s->a2a[x->id];
 }
 
 static int rule(Sh *s, IrNode *n, int64_t gwid) {
@@ -659,13 +815,9 @@ static int rule(Sh *s, IrNode *n, int64_t gwid) {
     *L(s, n) = R();
     return 0;
   }
-  case IR_OP_DISPATCH:
-    if (s->tp > 1 || s->dp > 1)
-      return fail(s, "mixture-of-experts routing under tp = %d, dp = %d is not supported yet "
-                     "(it needs expert parallelism and global routing statistics)",
-                  s->tp, s->dp);
-    return rule_whole(s, n);
-  case IR_OP_TOPK: case IR_OP_GATHER: case IR_OP_ONEHOT: case IR_OP_COMBINE:
+  case IR_OP_DISPATCH: return rule_dispatch(s, n);
+  case IR_OP_COMBINE: return rule_combine(s, n);
+  case IR_OP_TOPK: case IR_OP_GATHER: case IR_OP_ONEHOT:
     return rule_whole(s, n);
   default:
     return fail(s, "pass_shard takes the forward module (before autodiff and the optimizer)");
@@ -688,17 +840,24 @@ int pass_shard(IrModule *m, int tp, int dp, int sp, char *err, size_t len) {
   int nold = m->nnodes;
   /* at most 4 collectives per input of a node (need_rep, enter_gathered,
    * local_piece, reduce_for each once per producer) */
-  Sh s = {.m = m, .tp = tp, .dp = dp, .sp = sp && tp > 1, .cap = 6 * nold + 8, .err = err,
-          .len = len};
+  int ep = m->mesh_ep > 1 ? m->mesh_ep : 1;
+  if (dp % ep) {
+    snprintf(err, len, "shard: ep = %d does not divide dp = %d", ep, dp);
+    return -1;
+  }
+  Sh s = {.m = m, .tp = tp, .dp = dp, .ep = ep, .sp = sp && tp > 1, .cap = 8 * nold + 8,
+          .err = err, .len = len};
   s.lay = calloc((size_t)s.cap, sizeof *s.lay);
   s.bat = calloc((size_t)s.cap, 1);
-  IrNode ***caches[] = {&s.ar, &s.cp, &s.rs, &s.ag, &s.rp, &s.ls};
+  s.dpk = calloc((size_t)s.cap, 1);
+  s.exr = calloc((size_t)s.cap, 1);
+  IrNode ***caches[] = {&s.ar, &s.cp, &s.rs, &s.ag, &s.rp, &s.ls, &s.dw, &s.drop, &s.a2a};
   int ok = 1;
   for (size_t k = 0; k < sizeof caches / sizeof *caches; k++)
     ok &= (*caches[k] = calloc((size_t)s.cap, sizeof(IrNode *))) != NULL;
   int64_t *gw = calloc((size_t)nold + 1, sizeof *gw);
   IrNode **old = malloc(sizeof *old * ((size_t)nold + 1));
-  if (!s.lay || !s.bat || !ok || !gw || !old) {
+  if (!s.lay || !s.bat || !s.dpk || !s.exr || !ok || !gw || !old) {
     fprintf(stderr, "parc: out of memory (shard)\n");
     exit(3);
   }
@@ -712,12 +871,34 @@ int pass_shard(IrModule *m, int tp, int dp, int sp, char *err, size_t len) {
     n->id = scratch;
     s.lay[scratch] = R();
     s.bat[scratch] = 0;
-    if (rule(&s, n, gw[i]) || s.failed) break;
-    for (int j = 0; j < n->ninputs; j++) s.bat[scratch] |= s.bat[n->inputs[j]->id];
-    if (n->rank == 0) s.bat[scratch] = 0; /* a scalar (the loss): a mean over the local batch */
+    s.dpk[scratch] = 0;
+    s.exr[scratch] = 0;
+    s.no_batch = 0;
+    /* statistics of the global batch made whole, dispatched slots on their
+     * experts' ranks, before any rule reads them */
+    for (int j = 0; j < n->ninputs; j++)
+      n->inputs[j] = to_experts(&s, dp_whole(&s, n->inputs[j]));
+    if (s.failed || rule(&s, n, gw[i]) || s.failed) break;
+    s.exr[scratch] = n->op == IR_OP_PARAM ? s.exr[scratch] : 0;
+    for (int j = 0; j < n->ninputs; j++) {
+      s.bat[scratch] |= s.bat[n->inputs[j]->id];
+      s.exr[scratch] |= s.exr[n->inputs[j]->id];
+    }
+    if (s.exr[scratch] && n->op != IR_OP_MATMUL && !(ir_op_info[n->op].flags & IR_F_POINTWISE))
+      if (n->op != IR_OP_COMBINE && n->op != IR_OP_PARAM) {
+        fail(&s, "an expert-parallel value (the rank's experts on dimension 0) may only meet "
+                 "matmuls, pointwise ops and combine");
+        break;
+      }
+    if (s.exr[scratch] && n->op == IR_OP_COMBINE) s.exr[scratch] = 0;
+    /* a scalar (the loss): a mean over the local batch; a batch reduction or
+     * a dispatch: no batch dimension left */
+    if (n->rank == 0 || s.no_batch) s.bat[scratch] = 0;
     int newid = m->nnodes;
     s.lay[newid] = s.lay[scratch];
     s.bat[newid] = s.bat[scratch];
+    s.dpk[newid] = s.dpk[scratch];
+    s.exr[newid] = s.exr[scratch];
     place(&s, n);
     char why[256];
     if (n->op != IR_OP_INPUT && n->op != IR_OP_PARAM && !ir_infer(n, why, sizeof why)) {
@@ -728,10 +909,13 @@ int pass_shard(IrModule *m, int tp, int dp, int sp, char *err, size_t len) {
   if (!s.failed && m->loss) {
     s.at = m->loss;
     if (L(&s, m->loss)->kind != L_REP) fail(&s, "the loss must end replicated");
+    if (s.dpk[m->loss->id]) fail(&s, "the loss must not be a sum over the dp-split batch");
   }
   if (!s.failed) m->mesh_tp = tp, m->mesh_dp = dp;
   free(s.lay);
   free(s.bat);
+  free(s.dpk);
+  free(s.exr);
   for (size_t k = 0; k < sizeof caches / sizeof *caches; k++) free(*caches[k]);
   free(gw);
   free(old);

@@ -122,18 +122,10 @@ static void balance(const double *prefix, int L, int n, double pre, double post,
   greedy(prefix, L, n, pre, post, best, counts);
 }
 
-int pass_stages(IrModule *m, const Layout *lay, const PpRequest *req, PpStages *out, char *err,
-                size_t len) {
-  int P = lay->pp, V = req->virtual_stages < 1 ? 1 : req->virtual_stages, n = P * V;
+/* Every node's position (see the head comment): its layer, -1 before the
+ * layers, L = m->nlayers after them. */
+static void node_positions(const IrModule *m, int *pos) {
   int L = m->nlayers, N = m->nnodes;
-  memset(out, 0, sizeof *out);
-  if (L < n || P < 2) {
-    snprintf(err, len, "stages: %d layers cannot fill %d chunks", L, n);
-    return -1;
-  }
-  /* positions: -1 before the layers, L after them */
-  int *pos = arena_alloc(&m->arena, sizeof(int) * (size_t)N);
-  double *fill = arena_alloc(&m->arena, sizeof(double) * (size_t)N);
   int first_layer_node = N, seen_layer_bwd = 0;
   for (int i = 0; i < N; i++) {
     const IrNode *x = m->nodes[i];
@@ -150,6 +142,40 @@ int pass_stages(IrModule *m, const Layout *lay, const PpRequest *req, PpStages *
     } else {
       pos[i] = seen_layer_bwd ? -1 : L;
     }
+  }
+}
+
+int pp_node_chunks(const IrModule *m, const PpStages *st, int *chunk) {
+  int L = m->nlayers, n = st->nchunks;
+  int *pos = malloc(sizeof(int) * (size_t)(m->nnodes + 1));
+  if (!pos) return -1;
+  node_positions(m, pos);
+  for (int i = 0; i < m->nnodes; i++) {
+    int c = 0;
+    if (pos[i] >= L) c = n - 1;
+    else if (pos[i] >= 0)
+      while (c < n - 1 && pos[i] >= st->chunks[c].first_layer + st->chunks[c].nlayers) c++;
+    chunk[i] = c;
+  }
+  free(pos);
+  return 0;
+}
+
+int pass_stages(IrModule *m, const Layout *lay, const PpRequest *req, PpStages *out, char *err,
+                size_t len) {
+  int P = lay->pp, V = req->virtual_stages < 1 ? 1 : req->virtual_stages, n = P * V;
+  int L = m->nlayers, N = m->nnodes;
+  memset(out, 0, sizeof *out);
+  if (L < n || P < 2) {
+    snprintf(err, len, "stages: %d layers cannot fill %d chunks", L, n);
+    return -1;
+  }
+  /* positions: -1 before the layers, L after them */
+  int *pos = arena_alloc(&m->arena, sizeof(int) * (size_t)N);
+  double *fill = arena_alloc(&m->arena, sizeof(double) * (size_t)N);
+  node_positions(m, pos);
+  for (int i = 0; i < N; i++) {
+    const IrNode *x = m->nodes[i];
     /* expected filled fraction of the rows, as passes/cost.c */
     fill[i] = 1;
     for (int k = 0; k < x->ninputs; k++)

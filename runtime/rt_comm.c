@@ -155,6 +155,7 @@ void rt_comm_reduce_ordered(float *out, const float *const *src, int n, int64_t 
 int rt_comm_init_base(RtComm *c, const RtCommOps *ops, int rank, int size,
                       const int *members, const char *name) {
   c->ops = ops;
+  c->pending = NULL;
   c->rank = rank;
   c->size = size;
   snprintf(c->name, sizeof c->name, "%s", name && *name ? name : "unnamed");
@@ -171,7 +172,19 @@ int rt_comm_init_base(RtComm *c, const RtCommOps *ops, int rank, int size,
   return RT_OK;
 }
 
+/* Drops c's requests never waited for; they are complete (or the world is being
+ * torn down with nothing left running). */
+static void discard_pending(RtComm *c) {
+  while (c->pending) {
+    RtCommPending *p = c->pending;
+    c->pending = p->next;
+    if (c->ops->release) c->ops->release(c, p);
+    free(p);
+  }
+}
+
 void rt_comm_free_base(RtComm *c) {
+  discard_pending(c);
   free(c->members);
   free(c->scratch);
   c->members = NULL;
@@ -227,8 +240,21 @@ static int is_block(const float *p, const float *base, int64_t off) {
 /* Largest count accepted: the byte size of any buffer fits in int64. */
 #define MAX_FLOATS (INT64_MAX / 16)
 
+void rt_comm_complete(RtComm *c) {
+  for (RtCommPending *p = c->pending; p; p = p->next)
+    if (!p->finished) {
+      c->ops->finish(c, p);
+      p->finished = 1;
+    }
+}
+
+/* Every call begins here.  A collective first completes the requests in flight on
+ * c, so that the backend never runs two of c's collectives at once and every
+ * member meets them in the same order. */
 static int start(RtComm *c, RtCommCall *call, const char *fn) {
   if (!c) return rt_fail("%s: NULL communicator", fn);
+  if (c->pending && call->kind != RT_COMM_SEND && call->kind != RT_COMM_RECV)
+    rt_comm_complete(c);
   call->deadline = rt_comm_now() + rt_comm_timeout();
   return RT_OK;
 }
@@ -262,43 +288,153 @@ static int check_counts(RtComm *c, RtCommCall *call, const int64_t *counts, int6
   return RT_OK;
 }
 
+/* The checks of all_reduce, all_gather and reduce_scatter, shared by the blocking
+ * calls and their starts. */
+static int check_all_reduce(RtComm *c, RtCommCall *call) {
+  const float *send = call->send, *recv = call->recv;
+  int64_t count = call->count;
+  if (count < 0 || count > MAX_FLOATS)
+    return rt_comm_fail(c, call, "failed: the count is negative or too large");
+  if (count > 0 && (!send || !recv))
+    return bad(c, call, "failed: the %s buffer is NULL", !send ? "send" : "receive");
+  if (send != recv && overlap(send, count, recv, count))
+    return bad(c, call, "failed: %s", "send and receive buffers overlap without being equal");
+  return RT_OK;
+}
+
+static int check_all_gather(RtComm *c, RtCommCall *call, const int64_t *counts) {
+  if (check_counts(c, call, counts, c->scratch, "counts")) return RT_ERR;
+  const float *send = call->send, *recv = call->recv;
+  int64_t mine = counts[c->rank];
+  if ((mine > 0 && !send) || (call->count > 0 && !recv))
+    return bad(c, call, "failed: the %s buffer is NULL", mine > 0 && !send ? "send" : "receive");
+  if (!is_block(send, recv, call->offsets[c->rank]) && overlap(send, mine, recv, call->count))
+    return bad(c, call, "failed: %s",
+               "the send buffer overlaps the receive buffer without being this rank's block");
+  return RT_OK;
+}
+
+static int check_reduce_scatter(RtComm *c, RtCommCall *call, const int64_t *counts) {
+  if (check_counts(c, call, counts, c->scratch, "counts")) return RT_ERR;
+  const float *send = call->send, *recv = call->recv;
+  int64_t mine = counts[c->rank];
+  if ((call->count > 0 && !send) || (mine > 0 && !recv))
+    return bad(c, call, "failed: the %s buffer is NULL",
+               call->count > 0 && !send ? "send" : "receive");
+  if (!is_block(recv, send, call->offsets[c->rank]) && overlap(send, call->count, recv, mine))
+    return bad(c, call, "failed: %s",
+               "the receive buffer overlaps the send buffer without being this rank's block");
+  return RT_OK;
+}
+
 int rt_comm_all_reduce(RtComm *c, const float *send, float *recv, int64_t count) {
   RtCommCall call = {.kind = RT_COMM_ALL_REDUCE, .send = send, .recv = recv, .count = count};
-  if (start(c, &call, "rt_comm_all_reduce")) return RT_ERR;
-  if (count < 0 || count > MAX_FLOATS)
-    return rt_comm_fail(c, &call, "failed: the count is negative or too large");
-  if (count > 0 && (!send || !recv))
-    return bad(c, &call, "failed: the %s buffer is NULL", !send ? "send" : "receive");
-  if (send != recv && overlap(send, count, recv, count))
-    return bad(c, &call, "failed: %s", "send and receive buffers overlap without being equal");
+  if (start(c, &call, "rt_comm_all_reduce") || check_all_reduce(c, &call)) return RT_ERR;
   return c->ops->all_reduce(c, &call);
 }
 
 int rt_comm_all_gather(RtComm *c, const float *send, float *recv, const int64_t *counts) {
   RtCommCall call = {.kind = RT_COMM_ALL_GATHER, .send = send, .recv = recv};
-  if (start(c, &call, "rt_comm_all_gather")) return RT_ERR;
-  if (check_counts(c, &call, counts, c->scratch, "counts")) return RT_ERR;
-  int64_t mine = counts[c->rank];
-  if ((mine > 0 && !send) || (call.count > 0 && !recv))
-    return bad(c, &call, "failed: the %s buffer is NULL", mine > 0 && !send ? "send" : "receive");
-  if (!is_block(send, recv, call.offsets[c->rank]) && overlap(send, mine, recv, call.count))
-    return bad(c, &call, "failed: %s",
-               "the send buffer overlaps the receive buffer without being this rank's block");
+  if (start(c, &call, "rt_comm_all_gather") || check_all_gather(c, &call, counts)) return RT_ERR;
   return c->ops->all_gather(c, &call);
 }
 
 int rt_comm_reduce_scatter(RtComm *c, const float *send, float *recv, const int64_t *counts) {
   RtCommCall call = {.kind = RT_COMM_REDUCE_SCATTER, .send = send, .recv = recv};
-  if (start(c, &call, "rt_comm_reduce_scatter")) return RT_ERR;
-  if (check_counts(c, &call, counts, c->scratch, "counts")) return RT_ERR;
-  int64_t mine = counts[c->rank];
-  if ((call.count > 0 && !send) || (mine > 0 && !recv))
-    return bad(c, &call, "failed: the %s buffer is NULL",
-               call.count > 0 && !send ? "send" : "receive");
-  if (!is_block(recv, send, call.offsets[c->rank]) && overlap(send, call.count, recv, mine))
-    return bad(c, &call, "failed: %s",
-               "the receive buffer overlaps the send buffer without being this rank's block");
+  if (start(c, &call, "rt_comm_reduce_scatter") || check_reduce_scatter(c, &call, counts))
+    return RT_ERR;
   return c->ops->reduce_scatter(c, &call);
+}
+
+/* ---- non-blocking collectives ---- */
+
+/* Queues the validated call as a request of c.  The request owns copies of the
+ * counts and offsets (the caller's arrays, and c->scratch, may change before the
+ * backend reads them). */
+static int post(RtComm *c, const RtCommCall *call, RtCommReq *req) {
+  int arrays = call->kind == RT_COMM_ALL_GATHER || call->kind == RT_COMM_REDUCE_SCATTER;
+  size_t n = arrays ? 2 * (size_t)c->size : 0;
+  RtCommPending *p = calloc(1, sizeof *p + n * sizeof(int64_t));
+  if (!p) return rt_comm_fail(c, call, "failed: out of memory for the request");
+  p->c = c;
+  p->call = *call;
+  if (arrays) {
+    memcpy(p->arrays, call->counts, (size_t)c->size * sizeof(int64_t));
+    memcpy(p->arrays + c->size, call->offsets, (size_t)c->size * sizeof(int64_t));
+    p->call.counts = p->arrays;
+    p->call.offsets = p->arrays + c->size;
+  }
+  if (c->ops->start(c, p)) {
+    if (c->ops->release) c->ops->release(c, p);
+    free(p);
+    return RT_ERR;
+  }
+  RtCommPending **tail = &c->pending;
+  while (*tail) tail = &(*tail)->next;
+  *tail = p;
+  req->p = p;
+  return RT_OK;
+}
+
+static int check_req(RtComm *c, RtCommReq *req, const char *fn) {
+  if (!c) return rt_fail("%s: NULL communicator", fn);
+  if (!req) return rt_fail("%s: NULL request", fn);
+  req->p = NULL;
+  return RT_OK;
+}
+
+/* The deadline of a start, like a blocking call's (without completing c's
+ * requests: this one joins them). */
+static void start_async(RtCommCall *call) {
+  call->deadline = rt_comm_now() + rt_comm_timeout();
+}
+
+int rt_comm_all_reduce_start(RtComm *c, const float *send, float *recv, int64_t count,
+                             RtCommReq *req) {
+  RtCommCall call = {.kind = RT_COMM_ALL_REDUCE, .send = send, .recv = recv, .count = count};
+  if (check_req(c, req, "rt_comm_all_reduce_start")) return RT_ERR;
+  start_async(&call);
+  if (check_all_reduce(c, &call)) return RT_ERR;
+  return post(c, &call, req);
+}
+
+int rt_comm_all_gather_start(RtComm *c, const float *send, float *recv, const int64_t *counts,
+                             RtCommReq *req) {
+  RtCommCall call = {.kind = RT_COMM_ALL_GATHER, .send = send, .recv = recv};
+  if (check_req(c, req, "rt_comm_all_gather_start")) return RT_ERR;
+  start_async(&call);
+  if (check_all_gather(c, &call, counts)) return RT_ERR;
+  return post(c, &call, req);
+}
+
+int rt_comm_reduce_scatter_start(RtComm *c, const float *send, float *recv,
+                                 const int64_t *counts, RtCommReq *req) {
+  RtCommCall call = {.kind = RT_COMM_REDUCE_SCATTER, .send = send, .recv = recv};
+  if (check_req(c, req, "rt_comm_reduce_scatter_start")) return RT_ERR;
+  start_async(&call);
+  if (check_reduce_scatter(c, &call, counts)) return RT_ERR;
+  return post(c, &call, req);
+}
+
+int rt_comm_wait(RtCommReq *req) {
+  if (!req || !req->p) return RT_OK;
+  RtCommPending *p = req->p;
+  RtComm *c = p->c;
+  req->p = NULL;
+  if (!p->finished) {
+    c->ops->finish(c, p);
+    p->finished = 1;
+  }
+  for (RtCommPending **q = &c->pending; *q; q = &(*q)->next)
+    if (*q == p) {
+      *q = p->next;
+      break;
+    }
+  int rc = p->rc;
+  if (rc != RT_OK) rt_fail("%s", p->err[0] ? p->err : "a request failed (no message)");
+  if (c->ops->release) c->ops->release(c, p);
+  free(p);
+  return rc;
 }
 
 int rt_comm_broadcast(RtComm *c, float *buf, int64_t count, int root) {
@@ -371,7 +507,10 @@ int rt_comm_split(RtComm *c, int color, int key, const char *name, RtComm **grou
 }
 
 void rt_comm_free(RtComm *c) {
-  if (c) c->ops->free(c);
+  if (!c) return;
+  rt_comm_complete(c);       /* nothing of c may run after it is gone */
+  discard_pending(c);
+  c->ops->free(c);
 }
 
 static int check_p2p(RtComm *c, RtCommCall *call, const void *buf) {

@@ -177,6 +177,51 @@ int rt_comm_all_to_all(RtComm *c, const float *send, const int64_t *send_counts,
 /* Returns once every member has entered it. */
 int rt_comm_barrier(RtComm *c);
 
+/* ---- non-blocking collectives ----
+ *
+ * rt_comm_*_start begins the collective its blocking twin performs, with the same
+ * arguments, checks and results (bit for bit: the same rank-ordered sums), and
+ * returns without waiting for the other members; rt_comm_wait(req) returns once it
+ * is complete.  Between the two, the caller must not write `send` nor read or write
+ * `recv` (the counts arrays are copied: they may go at once).
+ *  - Order: the requests of a communicator run one after another in the order they
+ *    were started, and every member starts them in the same order (as for blocking
+ *    calls).  Any number may be in flight; they may be waited for in any order.
+ *  - A blocking collective (or split, barrier) on c first completes c's requests in
+ *    flight (their results stay for their waits).  send / recv do not.  Calls on
+ *    other communicators run concurrently with them.
+ *  - Deadline: rt_comm_timeout() seconds from the start, as a blocking call's from
+ *    its entry.  A request that misses it, disagrees with the other members or is
+ *    abandoned after another failure fails with the blocking call's one-line
+ *    message ("rank 3 (group dp, 2 ranks): all_reduce of 1024 floats timed out
+ *    after 5 s waiting for rank 1"), returned by its rt_comm_wait; a start itself
+ *    fails only for bad arguments or an already failed world.  Either failure
+ *    aborts the world as a blocking call's does.
+ *  - Threads backend: a progress thread per handle runs the requests (started on
+ *    the first request); a rank returning from rank_main completes its requests
+ *    first.  MPI backend: MPI's own non-blocking operations, advanced at every
+ *    start and wait on the communicator; the sums are added at the wait's or a
+ *    later start's progress, in rank order.
+ *  - rt_comm_free (and rt_comm_mesh_free, rt_comm_mpi_finalize) completes the
+ *    handle's requests and discards them: wait for them first.  The buffers of a
+ *    request must stay valid until it is complete, also when its rank leaves
+ *    rank_main without waiting for it.
+ * A zero RtCommReq ({0}, RT_COMM_REQ_NONE) is no request: rt_comm_wait returns
+ * RT_OK at once; rt_comm_wait leaves *req zero again. */
+typedef struct RtCommPending RtCommPending;
+typedef struct {
+  RtCommPending *p;          /* opaque; NULL: no request */
+} RtCommReq;
+#define RT_COMM_REQ_NONE ((RtCommReq){0})
+
+int rt_comm_all_reduce_start(RtComm *c, const float *send, float *recv, int64_t count,
+                             RtCommReq *req);
+int rt_comm_all_gather_start(RtComm *c, const float *send, float *recv, const int64_t *counts,
+                             RtCommReq *req);
+int rt_comm_reduce_scatter_start(RtComm *c, const float *send, float *recv,
+                                 const int64_t *counts, RtCommReq *req);
+int rt_comm_wait(RtCommReq *req);
+
 /* ---- point to point (ranks of c; tags >= 0, under MPI up to its MPI_TAG_UB,
  *      at least 32767) ---- */
 

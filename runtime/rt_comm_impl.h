@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "runtime/rt_comm.h"
+#include "runtime/rt_err.h"
 
 /* grep RtCommKind if you change this enum: rt_comm_op_name lists the names. */
 typedef enum {
@@ -60,10 +61,34 @@ typedef struct {
   int (*split)(RtComm *c, const RtCommCall *call);
   int (*send)(RtComm *c, const RtCommCall *call);
   int (*recv)(RtComm *c, const RtCommCall *call);
+  /* Non-blocking collectives (rt_comm.h).  start queues p (all_reduce, all_gather
+   * or reduce_scatter; p->call validated, deadline set) behind c's earlier requests
+   * and returns at once; RT_ERR (message set) only when it could not queue it.
+   * finish blocks until p is complete and sets p->rc and, on failure, p->err; it
+   * is called once per request, from c's owner thread.  release frees p->bdata
+   * (NULL: nothing to free); p itself is the front end's. */
+  int (*start)(RtComm *c, RtCommPending *p);
+  void (*finish)(RtComm *c, RtCommPending *p);
+  void (*release)(RtComm *c, RtCommPending *p);
   void (*free)(RtComm *c);
   /* A call on c failed with `msg` (already in rt_last_error()). */
   void (*failed)(RtComm *c, const char *msg);
 } RtCommOps;
+
+/* A non-blocking collective from its start to its wait (rt_comm.h RtCommReq). */
+struct RtCommPending {
+  RtComm *c;
+  RtCommCall call;           /* counts / offsets point into arrays[] */
+  RtCommPending *next;       /* c's requests not yet waited for, in start order
+                                (front end; owner thread only) */
+  RtCommPending *qnext;      /* the backend's queue */
+  int finished;              /* front end: ops->finish has returned */
+  int rc;                    /* backend: RT_OK or RT_ERR once complete */
+  char err[RT_ERR_MAX];      /* backend: the one-line message when rc != RT_OK */
+  int bstate;                /* backend: progress (0 at start) */
+  void *bdata;               /* backend: its state (ops->release frees it) */
+  int64_t arrays[];          /* all_gather, reduce_scatter: counts then offsets */
+};
 
 /* The part of every handle the front end reads.  Backends embed it first. */
 struct RtComm {
@@ -72,7 +97,12 @@ struct RtComm {
   int *members;              /* world rank of each group rank (size entries) */
   char name[RT_COMM_NAME_MAX];
   int64_t *scratch;          /* 4 * size int64 for the front end's offsets */
+  RtCommPending *pending;    /* requests started, not yet waited for (issue order) */
 };
+
+/* Completes (ops->finish) every request of c not yet complete, in start order;
+ * their results stay for their waits.  Owner thread only. */
+void rt_comm_complete(RtComm *c);
 
 /* "all_reduce", ... */
 const char *rt_comm_op_name(RtCommKind kind);
@@ -94,6 +124,8 @@ void rt_comm_reduce_ordered(float *out, const float *const *src, int n, int64_t 
 /* Fills c's common fields (members copied); RT_ERR on out of memory. */
 int rt_comm_init_base(RtComm *c, const RtCommOps *ops, int rank, int size,
                       const int *members, const char *name);
+/* Frees the common fields and discards c's requests never waited for (after
+ * rt_comm_complete, or when the world is torn down). */
 void rt_comm_free_base(RtComm *c);
 
 /* Group ranks of a split: the ranks of c (size n) whose colors[r] == colors[me],

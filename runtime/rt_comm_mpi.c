@@ -19,7 +19,21 @@
  *   all_reduce: that reduce_scatter over the standard blocks of the buffer, then
  *     MPI_Iallgatherv in place (a copy, so exact).
  * Both backends therefore give the same bits for the same inputs.
- * Counts per message and displacements must fit in an int (2^31 - 1 floats). */
+ * Counts per message and displacements must fit in an int (2^31 - 1 floats).
+ *
+ * Non-blocking collectives run the same steps as a state machine per request
+ * (MReq), advanced by progress() at every start and wait on the handle:
+ *   M_P2P        the reduce_scatter messages in flight (posted at the start);
+ *                once all arrived, the rank-ordered sum, as above;
+ *   M_NEED_COLL  all_reduce after its sum, all_gather from the start: the
+ *                MPI_Iallgatherv is not posted yet;
+ *   M_COLL       posted; M_DONE once it completed.
+ * MPI requires every rank to post its collectives on `coll` in the same order:
+ * a request posts its MPI_Iallgatherv only once every earlier request of the
+ * handle that has one posted it (they were started in the same order
+ * everywhere).  The point-to-point messages of several requests match in start
+ * order too (MPI keeps the order of messages between two ranks with one tag).
+ * The front end runs no blocking collective while requests are in flight. */
 #define _POSIX_C_SOURCE 200809L
 #include "runtime/rt_comm.h"
 
@@ -96,7 +110,21 @@ typedef struct {
   int64_t *blk;              /* 3 * size */
   const float **srcs;        /* size */
   MPending *pending;
+  RtCommPending *qhead, *qtail; /* non-blocking requests not complete, start order */
 } MComm;
+
+enum { M_P2P, M_NEED_COLL, M_COLL, M_DONE };
+
+typedef struct {             /* a non-blocking request's MPI state (RtCommPending.bdata) */
+  int nreq;
+  MPI_Request *reqs;         /* nreq point-to-point requests (M_P2P) */
+  int *peers;                /* the group rank each waits on */
+  MPI_Request coll;          /* M_COLL */
+  float *tmp;                /* the other ranks' blocks, (n - 1) * counts[me] floats */
+  int64_t *counts, *offsets; /* all_reduce: the standard blocks of the buffer */
+  int *ic, *io;              /* MPI_Iallgatherv's counts and displacements */
+  float dummy;               /* a valid address for empty buffers */
+} MReq;
 
 static const RtCommOps mpi_ops;
 
@@ -306,6 +334,7 @@ int rt_comm_mpi_init(RtComm **world) {
 int rt_comm_mpi_finalize(RtComm *world) {
   if (!world || world->ops != &mpi_ops || !((MComm *)world)->is_world)
     return rt_fail("rt_comm_mpi_finalize: not the MPI world communicator");
+  rt_comm_complete(world);   /* requests never waited for */
   if (mworld.failed)
     return rt_fail("rt_comm_mpi_finalize: not finalising MPI after a failed call (%s); exit "
                    "with a nonzero status and mpirun stops every rank", mworld.first_err);
@@ -565,6 +594,237 @@ static int m_recv(RtComm *c, const RtCommCall *call) {
   return RT_OK;
 }
 
+/* ---- non-blocking collectives ---- */
+
+static void mreq_free(MReq *q) {
+  if (!q) return;
+  free(q->reqs);
+  free(q->peers);
+  free(q->tmp);
+  free(q->counts);
+  free(q->ic);
+  free(q);
+}
+
+/* Completes p with the current error (rt_comm_fail wrote it). */
+static void m_req_failed(RtCommPending *p) {
+  p->rc = RT_ERR;
+  snprintf(p->err, sizeof p->err, "%s", rt_last_error());
+  p->bstate = M_DONE;
+}
+
+/* Posts this rank's reduce_scatter messages of p's blocks (counts / offsets). */
+static int post_blocks(MComm *m, RtCommPending *p, MReq *q, const int64_t *counts,
+                       const int64_t *offsets) {
+  const RtCommCall *call = &p->call;
+  int n = m->base.size, me = m->base.rank;
+  int64_t k = counts[me];
+  for (int j = 0; j < n; j++)
+    if (fits_int(m, call, counts[j], "a block")) return RT_ERR;
+  if ((n - 1) * k > 0 && !(q->tmp = malloc((size_t)((n - 1) * k) * sizeof(float))))
+    return rt_comm_fail(&m->base, call, "failed: out of memory for %lld floats of scratch",
+                        (long long)((n - 1) * k));
+  for (int j = 0; j < n; j++) {
+    if (j == me || k == 0) continue;
+    q->peers[q->nreq] = j;
+    MPI_TRY(m, call, "MPI_Irecv", MPI_Irecv(q->tmp + (int64_t)(j < me ? j : j - 1) * k, (int)k,
+                                              MPI_FLOAT, j, TAG_RS, m->coll, &q->reqs[q->nreq++]));
+  }
+  for (int j = 0; j < n; j++) {
+    if (j == me || counts[j] == 0) continue;
+    q->peers[q->nreq] = j;
+    MPI_TRY(m, call, "MPI_Isend", MPI_Isend(call->send + offsets[j], (int)counts[j], MPI_FLOAT,
+                                              j, TAG_RS, m->coll, &q->reqs[q->nreq++]));
+  }
+  return RT_OK;
+}
+
+static void progress(MComm *m);
+
+static int m_start(RtComm *c, RtCommPending *p) {
+  MComm *m = (MComm *)c;
+  const RtCommCall *call = &p->call;
+  if (entry(m, call) || progress_sends(m, call)) return RT_ERR;
+  int n = c->size;
+  MReq *q = calloc(1, sizeof *q);
+  if (q) p->bdata = q;       /* release frees it, whatever happens next */
+  if (!q || !(q->reqs = malloc((size_t)n * 2 * sizeof *q->reqs)) ||
+      !(q->peers = malloc((size_t)n * 2 * sizeof *q->peers)) ||
+      !(q->counts = malloc((size_t)n * 2 * sizeof *q->counts)) ||
+      !(q->ic = malloc((size_t)n * 2 * sizeof *q->ic)))
+    return rt_comm_fail(c, call, "failed: out of memory for the request");
+  q->offsets = q->counts + n;
+  q->coll = MPI_REQUEST_NULL;
+  p->bstate = M_NEED_COLL;
+  if (call->kind == RT_COMM_ALL_REDUCE) {
+    for (int j = 0; j < n; j++) {
+      int64_t b, e;
+      rt_parallel_chunk(call->count, n, j, &b, &e);
+      q->counts[j] = e - b;
+      q->offsets[j] = b;
+    }
+    if (to_ints(m, call, q->counts, q->offsets, q->ic, q->ic + n) ||
+        post_blocks(m, p, q, q->counts, q->offsets))
+      return RT_ERR;
+    p->bstate = M_P2P;
+  } else if (call->kind == RT_COMM_REDUCE_SCATTER) {
+    if (post_blocks(m, p, q, call->counts, call->offsets)) return RT_ERR;
+    p->bstate = M_P2P;
+  } else if (call->kind == RT_COMM_ALL_GATHER) {
+    if (to_ints(m, call, call->counts, call->offsets, q->ic, q->ic + n) ||
+        fits_int(m, call, call->count, "the gathered buffer"))
+      return RT_ERR;
+  } else {
+    return rt_comm_fail(c, call, "failed: no non-blocking form");
+  }
+  p->qnext = NULL;
+  if (m->qtail) m->qtail->qnext = p;
+  else m->qhead = p;
+  m->qtail = p;
+  progress(m);               /* the earlier requests move on too */
+  return RT_OK;
+}
+
+/* Posts p's MPI_Iallgatherv (its turn has come). */
+static int post_coll(MComm *m, RtCommPending *p, MReq *q) {
+  const RtCommCall *call = &p->call;
+  int n = m->base.size, me = m->base.rank;
+  if (call->kind == RT_COMM_ALL_REDUCE) {
+    float *recv = call->count > 0 ? call->recv : &q->dummy;
+    MPI_TRY(m, call, "MPI_Iallgatherv", MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL,
+                                                         recv, q->ic, q->ic + n, MPI_FLOAT,
+                                                         m->coll, &q->coll));
+    return RT_OK;
+  }
+  float *recv = call->count > 0 ? call->recv : &q->dummy;
+  int64_t mine = call->counts[me];
+  const void *send = mine > 0 && call->send == recv + call->offsets[me] ? MPI_IN_PLACE
+                     : mine > 0                                       ? (const void *)call->send
+                                                                      : (const void *)&q->dummy;
+  MPI_TRY(m, call, "MPI_Iallgatherv", MPI_Iallgatherv(send, (int)mine, MPI_FLOAT, recv, q->ic,
+                                                       q->ic + n, MPI_FLOAT, m->coll, &q->coll));
+  return RT_OK;
+}
+
+/* Advances p as far as it goes without waiting; coll_turn: every earlier request
+ * has posted its collective (or has none).  RT_ERR after completing p with a
+ * failure. */
+static int advance(MComm *m, RtCommPending *p, int coll_turn) {
+  MReq *q = p->bdata;
+  const RtCommCall *call = &p->call;
+  int n = m->base.size, me = m->base.rank;
+  if (p->bstate == M_P2P) {
+    int done = 1;            /* one by one: finished ones become MPI_REQUEST_NULL, so
+                                that a timeout names a rank still missing */
+    for (int i = 0; i < q->nreq; i++) {
+      if (q->reqs[i] == MPI_REQUEST_NULL) continue;
+      int ok = 0, rc = MPI_Test(&q->reqs[i], &ok, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) {
+        mpi_fail(m, call, "MPI_Test", rc);
+        m_req_failed(p);
+        return RT_ERR;
+      }
+      done &= ok;
+    }
+    if (!done) return RT_OK;
+    /* Every block arrived: the rank-ordered sum, as reduce_blocks adds it. */
+    int all = call->kind == RT_COMM_ALL_REDUCE;
+    const int64_t *counts = all ? q->counts : call->counts;
+    const int64_t *offsets = all ? q->offsets : call->offsets;
+    int64_t k = counts[me];
+    if (k > 0) {
+      float *out = all ? call->recv + offsets[me] : call->recv;
+      for (int j = 0; j < n; j++)
+        m->srcs[j] = j == me ? call->send + offsets[me] : q->tmp + (int64_t)(j < me ? j : j - 1) * k;
+      rt_comm_reduce_ordered(out, m->srcs, n, k);
+    }
+    p->bstate = all && n > 1 ? M_NEED_COLL : M_DONE;
+  }
+  if (p->bstate == M_NEED_COLL && coll_turn) {
+    if (post_coll(m, p, q)) {
+      m_req_failed(p);
+      return RT_ERR;
+    }
+    p->bstate = M_COLL;
+  }
+  if (p->bstate == M_COLL) {
+    int done = 0;
+    int rc = MPI_Test(&q->coll, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      mpi_fail(m, call, "MPI_Test", rc);
+      m_req_failed(p);
+      return RT_ERR;
+    }
+    if (done) p->bstate = M_DONE;
+  }
+  return RT_OK;
+}
+
+/* Advances every request of m in start order; complete ones leave the queue
+ * (p->rc set).  After a failure of the world the rest fail at once. */
+static void progress(MComm *m) {
+  int coll_turn = 1;
+  for (RtCommPending **pp = &m->qhead; *pp;) {
+    RtCommPending *p = *pp;
+    if (p->bstate != M_DONE) {
+      if (mworld.failed) {
+        rt_comm_fail(&m->base, &p->call, "was abandoned because of an earlier failure: %s",
+                     mworld.first_err);
+        m_req_failed(p);
+      } else {
+        advance(m, p, coll_turn);
+      }
+    }
+    if (p->bstate == M_DONE) {
+      *pp = p->qnext;        /* p->rc is RT_OK unless m_req_failed set it */
+      p->qnext = NULL;
+      continue;
+    }
+    if (p->bstate == M_P2P ? p->call.kind == RT_COMM_ALL_REDUCE : p->bstate == M_NEED_COLL)
+      coll_turn = 0;         /* it will post a collective later: the rest wait for it */
+    pp = &p->qnext;
+  }
+  m->qtail = NULL;
+  for (RtCommPending *p = m->qhead; p; p = p->qnext) m->qtail = p;
+}
+
+static int m_in_queue(const MComm *m, const RtCommPending *p) {
+  for (const RtCommPending *x = m->qhead; x; x = x->qnext)
+    if (x == p) return 1;
+  return 0;
+}
+
+static void m_finish(RtComm *c, RtCommPending *p) {
+  MComm *m = (MComm *)c;
+  for (long polls = 0;; polls++) {
+    progress(m);
+    if (!m_in_queue(m, p)) return;
+    if (rt_comm_now() > p->call.deadline) {
+      MReq *q = p->bdata;
+      int open = -1;
+      for (int i = 0; p->bstate == M_P2P && i < q->nreq && open < 0; i++)
+        if (q->reqs[i] != MPI_REQUEST_NULL) open = q->peers[i];
+      if (open >= 0)
+        rt_comm_fail(c, &p->call, "timed out after %g s waiting for rank %d", rt_comm_timeout(),
+                     c->members[open]);
+      else
+        rt_comm_fail(c, &p->call, "timed out after %g s waiting for the other ranks",
+                     rt_comm_timeout());
+      m_req_failed(p);
+      progress(m);           /* fails the rest and takes p out of the queue */
+      return;
+    }
+    if (polls > BUSY_POLLS) nap(20000);
+  }
+}
+
+/* A request's buffers go only when MPI can no longer write to them. */
+static void m_release(RtComm *c, RtCommPending *p) {
+  (void)c;
+  if (p->rc == RT_OK && p->bstate == M_DONE) mreq_free(p->bdata);
+  p->bdata = NULL;
+}
+
 static const RtCommOps mpi_ops = {
     .backend = "mpi",
     .all_reduce = m_all_reduce,
@@ -576,6 +836,9 @@ static const RtCommOps mpi_ops = {
     .split = m_split,
     .send = m_send,
     .recv = m_recv,
+    .start = m_start,
+    .finish = m_finish,
+    .release = m_release,
     .free = m_free,
     .failed = mpi_failed,
 };

@@ -32,7 +32,17 @@
  * Every byte moves once, by the rank that needs it; no staging copies.  Sums run
  * through rt_comm_reduce_ordered (rank order), like the MPI backend.
  * Point to point: a send finding its receive posted copies straight into it;
- * otherwise it copies into a queued message that the receive copies out. */
+ * otherwise it copies into a queued message that the receive copies out.
+ *
+ * Non-blocking collectives: each handle that starts one gets a progress thread
+ * (THandle.worker) that runs the handle's requests one at a time, in start order,
+ * through the same t_* functions a blocking call runs, so the sums and every
+ * message are the blocking call's.  The front end never runs a blocking
+ * collective of the handle while its queue is non-empty (it completes the
+ * requests first), so the handle's call state (calls, phase, srcs) has one user
+ * at a time.  A rank's thread, once its rank_main returned, waits until its
+ * progress threads have nothing left before it counts as exited: until then its
+ * requests still take part in their collectives. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <pthread.h>
@@ -96,6 +106,14 @@ typedef struct {
   uint64_t calls;            /* collectives entered: the slot parity */
   uint64_t phase;            /* barriers entered */
   const float **srcs;        /* size entries */
+  /* non-blocking collectives (owner thread: worker_on, qready; the rest under qmu) */
+  int worker_on;             /* the progress thread runs */
+  int qready;                /* qmu and qcv initialised */
+  int stop;                  /* the progress thread ends once the queue is empty */
+  pthread_t worker;
+  pthread_mutex_t qmu;
+  pthread_cond_t qcv;        /* a request queued or completed, or stop set */
+  RtCommPending *qhead, *qtail; /* queued requests; the head is running */
 } THandle;
 
 struct TGroup {
@@ -195,9 +213,28 @@ static void thread_failed(RtComm *c, const char *msg) { world_fail(((THandle *)c
 
 /* ---- groups ---- */
 
+/* Ends h's progress thread (its queue must be empty, or about to be). */
+static void stop_worker(THandle *h) {
+  if (!h->worker_on) return;
+  pthread_mutex_lock(&h->qmu);
+  h->stop = 1;
+  pthread_cond_broadcast(&h->qcv);
+  pthread_mutex_unlock(&h->qmu);
+  pthread_join(h->worker, NULL);
+  h->worker_on = 0;
+  h->stop = 0;
+}
+
 static void group_destroy(TGroup *g) {
   if (!g) return;
   for (int i = 0; g->handles && i < g->size; i++) {
+    THandle *h = &g->handles[i];
+    stop_worker(h);
+    if (h->qready) {
+      pthread_mutex_destroy(&h->qmu);
+      pthread_cond_destroy(&h->qcv);
+      h->qready = 0;
+    }
     rt_comm_free_base(&g->handles[i].base);
     free(g->handles[i].srcs);
   }
@@ -582,6 +619,7 @@ static int t_split(RtComm *c, const RtCommCall *call) {
 static void t_free(RtComm *c) {
   THandle *h = (THandle *)c;
   if (h->is_world) return;
+  stop_worker(h);            /* the front end completed its requests */
   TGroup *g = h->g;
   TWorld *w = g->w;
   pthread_mutex_lock(&w->mu);
@@ -696,6 +734,103 @@ static int t_recv(RtComm *c, const RtCommCall *call) {
   return RT_ERR;
 }
 
+/* ---- non-blocking collectives ---- */
+
+static int run_call(RtComm *c, const RtCommCall *call) {
+  switch (call->kind) {
+  case RT_COMM_ALL_REDUCE: return t_all_reduce(c, call);
+  case RT_COMM_ALL_GATHER: return t_all_gather(c, call);
+  case RT_COMM_REDUCE_SCATTER: return t_reduce_scatter(c, call);
+  default: return rt_comm_fail(c, call, "failed: no non-blocking form");
+  }
+}
+
+/* The progress thread: runs the queue's head, marks it complete, and so on, in
+ * start order; ends when stopped with an empty queue. */
+static void *progress_main(void *arg) {
+  THandle *h = arg;
+  pthread_mutex_lock(&h->qmu);
+  for (;;) {
+    while (!h->qhead && !h->stop) pthread_cond_wait(&h->qcv, &h->qmu);
+    RtCommPending *p = h->qhead;
+    if (!p) break;
+    pthread_mutex_unlock(&h->qmu);
+    rt_clear_error();
+    int rc = run_call(&h->base, &p->call);
+    pthread_mutex_lock(&h->qmu);
+    p->rc = rc;
+    if (rc != RT_OK) snprintf(p->err, sizeof p->err, "%s", rt_last_error());
+    p->bstate = 1;           /* complete: finish may return */
+    h->qhead = p->qnext;
+    if (!h->qhead) h->qtail = NULL;
+    pthread_cond_broadcast(&h->qcv);
+  }
+  pthread_mutex_unlock(&h->qmu);
+  return NULL;
+}
+
+static int t_start(RtComm *c, RtCommPending *p) {
+  THandle *h = (THandle *)c;
+  if (world_aborted_check(h, &p->call)) return RT_ERR;
+  if (!h->qready) {
+    if (pthread_mutex_init(&h->qmu, NULL))
+      return rt_comm_fail(c, &p->call, "failed: cannot make the request queue's mutex");
+    if (pthread_cond_init(&h->qcv, NULL)) {
+      pthread_mutex_destroy(&h->qmu);
+      return rt_comm_fail(c, &p->call, "failed: cannot make the request queue's condition");
+    }
+    h->qready = 1;
+  }
+  if (!h->worker_on) {
+    int e = pthread_create(&h->worker, NULL, progress_main, h);
+    if (e)
+      return rt_comm_fail(c, &p->call, "failed: cannot start the progress thread: %s",
+                          strerror(e));
+    h->worker_on = 1;
+  }
+  p->bstate = 0;
+  p->qnext = NULL;
+  pthread_mutex_lock(&h->qmu);
+  if (h->qtail) h->qtail->qnext = p;
+  else h->qhead = p;
+  h->qtail = p;
+  pthread_cond_broadcast(&h->qcv);
+  pthread_mutex_unlock(&h->qmu);
+  return RT_OK;
+}
+
+/* Returns once the progress thread completed p (it always does: a request waits
+ * at most until its deadline at entry, and past entry only copies). */
+static void t_finish(RtComm *c, RtCommPending *p) {
+  THandle *h = (THandle *)c;
+  pthread_mutex_lock(&h->qmu);
+  while (p->bstate == 0) pthread_cond_wait(&h->qcv, &h->qmu);
+  pthread_mutex_unlock(&h->qmu);
+}
+
+/* After rank_main of world rank `rank` returned: waits until the progress threads
+ * of its handles have run every request it started. */
+static void drain_rank(TWorld *w, int rank) {
+  for (;;) {
+    THandle *busy = NULL;
+    pthread_mutex_lock(&w->mu);
+    for (TGroup *g = w->groups; g && !busy; g = g->next)
+      for (int i = 0; i < g->size && !busy; i++) {
+        THandle *h = &g->handles[i];
+        if (h->base.members[i] != rank || !h->worker_on) continue;
+        pthread_mutex_lock(&h->qmu);
+        if (h->qhead) busy = h;
+        pthread_mutex_unlock(&h->qmu);
+      }
+    pthread_mutex_unlock(&w->mu);
+    if (!busy) return;
+    /* Our handle holds a reference: its group outlives this wait. */
+    pthread_mutex_lock(&busy->qmu);
+    while (busy->qhead) pthread_cond_wait(&busy->qcv, &busy->qmu);
+    pthread_mutex_unlock(&busy->qmu);
+  }
+}
+
 static const RtCommOps thread_ops = {
     .backend = "threads",
     .all_reduce = t_all_reduce,
@@ -707,6 +842,9 @@ static const RtCommOps thread_ops = {
     .split = t_split,
     .send = t_send,
     .recv = t_recv,
+    .start = t_start,
+    .finish = t_finish,
+    .release = NULL,
     .free = t_free,
     .failed = thread_failed,
 };
@@ -734,6 +872,7 @@ static void *rank_thread(void *p) {
     else snprintf(msg, sizeof msg, "rank %d: %s", t->rank, e);
     world_fail(w, msg);
   }
+  drain_rank(w, t->rank);
   pthread_mutex_lock(&w->mu);
   atomic_store(&w->exited[t->rank], 1);
   wake_all_locked(w);

@@ -17,10 +17,11 @@
  *     fields of RtStepIO;
  *   - step is deterministic: the same inputs give the same bits.
  *
- * Several ranks (tp * dp of them, tp fastest): every rank runs the same
+ * Several ranks (tp * dp * pp of them, tp fastest, pp slowest): every rank runs the same
  * step on its own buffers.  shape/offset/numel are the rank's LOCAL view;
  * a parameter with shard_dim >= 0 is cut from its global_shape along
- * shard_dim over the tp ranks in shard_blocks blocks (runtime/rt_shard.h:
+ * shard_dim over the tp ranks (an expert-parallel one, RtParamDesc.ep > 1,
+ * over the ep group instead) in shard_blocks blocks (runtime/rt_shard.h:
  * degree = tp, coord = the tp coordinate); shard_dim = -1 means every rank
  * holds it whole.  Vocabulary padding: when shape[shard_dim] * tp exceeds
  * global_shape[shard_dim] (shard_blocks 1), the dimension is padded to
@@ -47,12 +48,17 @@ typedef struct {
   int64_t global_shape[RT_MAX_RANK]; /* the whole tensor (== shape if unsharded) */
   int shard_dim;             /* -1: whole on every rank; else split over tp */
   int shard_blocks;          /* >= 1: blocks of the split dim (GPT-2's qkv: 3) */
+  int ep;                    /* > 1: an expert-parallel parameter: shard_dim (the
+                                experts, dimension 0) is split over the ep group
+                                instead (degree ep == RtModelDesc.ep, coord the ep
+                                rank, shard_blocks 1, no padding) and the tensor is
+                                whole over tp; 0 or 1: shard_dim is over tp */
 } RtParamDesc;
 
 /* The padded size of p's split dimension over tp ranks (vocabulary padding:
  * shape[shard_dim] * tp), or 0 where p is whole or splits evenly. */
 static inline int64_t rt_param_padded(const RtParamDesc *p, int tp) {
-  if (tp <= 1 || p->shard_dim < 0 || p->shard_dim >= p->rank) return 0;
+  if (tp <= 1 || p->shard_dim < 0 || p->shard_dim >= p->rank || p->ep > 1) return 0;
   int64_t n = p->shape[p->shard_dim] * tp;
   return n != p->global_shape[p->shard_dim] ? n : 0;
 }
@@ -75,9 +81,19 @@ typedef struct {
   const int32_t *targets;    /* [batch / dp, seq] */
   RtComm *tp_group;          /* the ranks sharing this dp coordinate (NULL: one rank) */
   RtComm *dp_group;          /* the ranks sharing this tp coordinate (NULL: one rank) */
-  int tp_rank, dp_rank;      /* this rank's coordinates */
+  RtComm *pp_group;          /* the ranks sharing tp and dp coordinates: the stages
+                                (NULL: one stage) */
+  int tp_rank, dp_rank, pp_rank; /* this rank's coordinates */
+  RtComm *ep_group;          /* expert parallelism (RtModelDesc.ep > 1): the ep
+                                consecutive dp ranks of this one's block, same tp
+                                coordinate (rt_comm_mesh's "ep"); else NULL */
+  RtComm *ep_dp_group;       /* the dp ranks holding the same experts (same ep
+                                rank, "ep_dp"); NULL without ep */
+  int ep_rank;               /* dp_rank % ep: which experts this rank holds */
   float lr;                  /* learning rate of this step, already scheduled */
   float step;                /* 1-based step count (for bias correction) */
+  float *gacc;               /* pipelined trainers (runtime/rt_pipe.h): the gradient
+                                accumulator, params_numel floats; else NULL */
   float *grads;              /* NULL, or params_numel floats: step stores every
                                 parameter's gradient there (at the parameter's
                                 offset, as the optimizer reads it: averaged
@@ -88,13 +104,31 @@ typedef struct {
                                 averages it over dp for the log */
   float ce_loss;             /* cross-entropy alone (equals loss without aux terms) */
   float grad_norm;           /* global L2 norm of the gradients before clipping */
+  struct RtTrace *trace;     /* NULL, or `train --trace`: this rank's recorder
+                                (runtime/rt_trace.h); a pipelined step records its
+                                actions there, the harness a whole step otherwise */
 } RtStepIO;
 
 typedef struct {
   const char *name;          /* model name */
   const char *source;        /* the DSL file it was compiled from */
   int64_t vocab, batch, seq; /* batch: the global batch */
-  int tp, dp;                /* the mesh: tp * dp ranks (0 is read as 1) */
+  int tp, dp;                /* the mesh: tp * dp * pp ranks (0 is read as 1) */
+  int pp;                    /* pipeline stages (0 is read as 1); with pp > 1 the
+                                fields here describe the whole (tp-local) model and
+                                each stage holds only its own parameters and state
+                                (pp_* below) */
+  const int64_t *pp_param_offset; /* pp > 1: [s * nparams + i] params[i]'s offset in
+                                stage s's parameter buffer, -1 where s does not hold
+                                it (a tensor held by several stages is identical on
+                                each); NULL: every stage holds everything */
+  const int64_t *pp_params_numel; /* pp > 1: per stage, its parameter buffer's floats */
+  const int64_t *pp_state_offset; /* [s * nstate + i], likewise for state[i] (held
+                                where its parameter is) */
+  const int64_t *pp_state_numel;
+  int ep;                    /* expert parallelism (0 is read as 1): ep divides dp;
+                                the parameters with ep > 1 (RtParamDesc) are split
+                                over the ep group (rank order: rt_comm_mesh) */
   int zero;                  /* ZeRO-1: the dp degree (> 1) the optimizer state
                                 is sharded over; 0 or 1: whole on every dp rank.
                                 Then state[i] is the rank's piece of the state of
@@ -128,6 +162,15 @@ typedef struct {
 
   /* runs one step; returns 0, or -1 with rt_fail() called */
   int (*step)(RtStepIO *io);
+
+  /* NULL, or (a GPU trainer, train_cuda) copies this rank's current parameters
+   * and optimizer state from the device into the host buffers params / state
+   * (the ones RtStepIO gives step); the harness calls it, on every rank, before
+   * it reads them (weights out, checkpoints); a no-op before the first step.
+   * Such a step uploads the host buffers on its first call, so whatever the
+   * harness initialised or loaded before it is what trains.  0, or -1 with
+   * rt_fail() called. */
+  int (*to_host)(float *params, float *state);
 } RtModelDesc;
 
 /* The generated main calls this.  Returns the process exit code:

@@ -172,7 +172,7 @@ int rt_onehot(float *out, const int32_t *idx, int64_t count, int64_t n) {
 static int route(const char *op, const int32_t *idx, int64_t N, int64_t K, int64_t E,
                  int64_t C, int64_t **slot, int64_t **src) {
   for (int64_t p = 0; p < N * K; p++)
-    if (idx[p] < 0 || idx[p] >= E)
+    if (idx[p] != -1 && (idx[p] < 0 || idx[p] >= E)) /* -1: dropped by capacity_drop */
       return rt_fail("%s: expert %d at position %lld (token %lld, choice %lld) is outside "
                      "[0, %lld)", op, idx[p], (long long)p, (long long)(p / K),
                      (long long)(p % K), (long long)E);
@@ -186,7 +186,7 @@ static int route(const char *op, const int32_t *idx, int64_t N, int64_t K, int64
   }
   for (int64_t q = 0; f && q < E * C; q++) f[q] = -1;
   for (int64_t p = 0; p < N * K; p++) {
-    int64_t e = idx[p], c = fill[e] < C ? fill[e]++ : -1;
+    int64_t e = idx[p], c = e >= 0 && fill[e] < C ? fill[e]++ : -1;
     if (s) s[p] = c;
     if (f && c >= 0) f[e * C + c] = p;
   }
@@ -756,4 +756,36 @@ int rt_local_slice(float *out, const float *x, int64_t outer, int64_t n, int64_t
   for (int64_t o = 0; o < outer; o++)
     memcpy(out + o * q, x + (o * parts + part) * q, sizeof(float) * (size_t)q);
   return RT_OK;
+}
+
+/* ---- capacity across data-parallel ranks ------------------------------------ */
+
+int rt_capacity_drop(RtComm *g, int32_t *out, const int32_t *idx, int64_t N, int64_t K,
+                     int64_t E, int64_t C) {
+  if (!out || !idx) return null_arg("capacity_drop", !out ? "output" : "idx");
+  if (POSITIVE("capacity_drop", "N K E C", N, K, E, C) || fits("capacity_drop", N, K, 1) ||
+      ids_ok("capacity_drop", "expert", idx, N * K, E, ""))
+    return RT_ERR;
+  if (N * K > (1 << 24))
+    return rt_fail("capacity_drop: %lld choices a rank: counts must stay exact in float",
+                   (long long)(N * K));
+  int parts = g ? rt_comm_size(g) : 1, me = g ? rt_comm_rank(g) : 0;
+  float *cnt = calloc((size_t)E, sizeof *cnt), *all = malloc(sizeof *all * (size_t)(E * parts));
+  int64_t *counts = malloc(sizeof *counts * (size_t)parts), *fill = calloc((size_t)E, sizeof *fill);
+  int rc = RT_OK;
+  if (!cnt || !all || !counts || !fill) {
+    rc = rt_fail("capacity_drop: out of memory for %lld expert counts", (long long)(E * parts));
+    goto out;
+  }
+  /* the members' per-expert counts (exact in float: below 2^24) */
+  for (int64_t p = 0; p < N * K; p++) cnt[idx[p]] += 1.0f;
+  for (int k = 0; k < parts; k++) counts[k] = E;
+  if (g && parts > 1 && (rc = rt_comm_all_gather(g, cnt, all, counts)) != RT_OK) goto out;
+  /* the earlier members' choices come first in global order */
+  for (int k = 0; g && parts > 1 && k < me; k++)
+    for (int64_t e = 0; e < E; e++) fill[e] += (int64_t)all[k * E + e];
+  for (int64_t p = 0; p < N * K; p++) out[p] = fill[idx[p]]++ < C ? idx[p] : -1;
+out:
+  free(cnt), free(all), free(counts), free(fill);
+  return rc;
 }

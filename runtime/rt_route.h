@@ -16,7 +16,8 @@
  *    results are bit-identical for any rt_pool size.
  *  - Routing slots (dispatch, combine and their gradients): choices (token n,
  *    choice j) in ascending order, n major, take the next free slot of expert
- *    idx[n, j]; once an expert holds C tokens its later choices are dropped.  Each
+ *    idx[n, j]; once an expert holds C tokens its later choices are dropped.
+ *    A choice of -1 was dropped before (rt_capacity_drop): it takes no slot.  Each
  *    routing call recomputes them serially into a transient N*K (or E*C) array.
  *  - Functions return RT_OK, or RT_ERR (NULL pointer, dimension < 1, index out of
  *    range, out of memory for the routing scratch). */
@@ -87,6 +88,15 @@ int rt_cross_entropy(float *loss, const float *logits, const int32_t *targets, i
  * dlogits [N, V] = *dloss / N * (softmax(logits[p, :]) - onehot(targets[p])). */
 int rt_cross_entropy_grad(float *dlogits, const float *logits, const int32_t *targets,
                           const float *dloss, int64_t N, int64_t V);
+
+/* capacity_drop (ir/ops.def): idx i32 [N, K], this member's choices; out i32
+ * [N, K] = idx with the choices the capacity C drops set to -1, deciding in
+ * global order: the members of g (the dp group; NULL: one rank) in rank
+ * order, each holding its tokens, then (n, j) ascending.  The members'
+ * per-expert counts are all-gathered (E floats each, exact: N K <= 2^24).
+ * Routing ops (dispatch, combine and their gradients) skip -1 choices. */
+int rt_capacity_drop(RtComm *g, int32_t *out, const int32_t *idx, int64_t N, int64_t K,
+                     int64_t E, int64_t C);
 
 /* ---- vocabulary parallelism (Megatron): the table / logits split by rows /
  * columns over the `parts` members of a group; member `part` holds vocabulary

@@ -8,7 +8,7 @@
  * checked before the first step, so a run does not die hours in on its own inputs
  * (except a token >= vocab in an llm.c file, which rt_data finds batch by batch).
  *
- * Several ranks (tp * dp > 1, rt_train.h): rt_train_main runs `run` once per rank
+ * Several ranks (tp * dp * pp > 1, rt_train.h): rt_train_main runs `run` once per rank
  * under rt_comm_run; a Run then carries the rank's mesh. With the thread backend a
  * failing rank records its message in the shared MeshCtx (the first failure wins)
  * and the main thread prints that one line; under MPI each failing process prints
@@ -30,9 +30,11 @@
 #include "runtime/rt_err.h"
 #include "runtime/rt_fs.h"
 #include "runtime/rt_log.h"
+#include "runtime/rt_pipe.h"
 #include "runtime/rt_pool.h"
 #include "runtime/rt_rng.h"
 #include "runtime/rt_sched.h"
+#include "runtime/rt_trace.h"
 
 /* ---- the model description's invariants ---- */
 
@@ -111,20 +113,26 @@ static int check_state(const RtModelDesc *m, const char **names) {
 /* The mesh fields: degrees, the batch split, shard descriptors and the states'
  * parameters. Only checked for several ranks: a one-rank trainer may leave them. */
 static int check_mesh(const RtModelDesc *m) {
-  int tp = m->tp ? m->tp : 1, dp = m->dp ? m->dp : 1;
-  if (tp < 1 || dp < 1 || (int64_t)tp * dp > RT_COMM_MAX_RANKS)
-    return rt_fail("model description: mesh tp %d x dp %d; each must be >= 1 (0 reads as 1) "
-                   "and tp * dp at most %d", m->tp, m->dp, RT_COMM_MAX_RANKS);
+  int tp = m->tp ? m->tp : 1, dp = m->dp ? m->dp : 1, pp = m->pp ? m->pp : 1;
+  if (tp < 1 || dp < 1 || pp < 1 || (int64_t)tp * dp * pp > RT_COMM_MAX_RANKS)
+    return rt_fail("model description: mesh tp %d x dp %d x pp %d; each must be >= 1 (0 reads "
+                   "as 1) and tp * dp * pp at most %d", m->tp, m->dp, m->pp, RT_COMM_MAX_RANKS);
   if (tp * dp == 1) return RT_OK;
   if (m->batch % dp)
     return rt_fail("model description: batch %lld is not divisible by dp %d; every "
                    "data-parallel rank takes batch / dp rows", (long long)m->batch, dp);
-  if (tp == 1) return RT_OK;
+  int ep = m->ep ? m->ep : 1; /* expert parallelism: carved from dp */
+  if (ep < 1 || dp % ep)
+    return rt_fail("model description: ep %d does not divide dp %d", m->ep, dp);
+  if (tp == 1 && ep == 1) return RT_OK;
   for (int i = 0; i < m->nparams; i++) {
     const RtParamDesc *p = &m->params[i];
     int64_t local[RT_MAX_RANK];
-    if (p->shard_dim >= 0) {
-      RtShard sh = {p->shard_dim, tp, p->shard_blocks, 0, 0};
+    if (p->ep > 1 && p->ep != ep)
+      return rt_fail("model description: parameter '%s' is split over ep %d, the mesh's ep "
+                     "is %d", p->name, p->ep, ep);
+    if (p->shard_dim >= 0 && (tp > 1 || p->ep > 1)) {
+      RtShard sh = {p->shard_dim, p->ep > 1 ? p->ep : tp, p->shard_blocks, 0, 0};
       if (p->shard_dim < p->rank) sh.padded = rt_param_padded(p, tp);
       if (p->shard_dim >= p->rank || p->shard_blocks < 1 ||
           rt_shard_local_shape(p->rank, p->global_shape, &sh, local)) {
@@ -216,13 +224,15 @@ static void *alloc64(size_t bytes) {
 }
 
 /* Random init from the seed: each tensor as a whole (global indices); with tp > 1
- * the shard of tp coordinate coord, from the same global indices. */
-static int init_params(const RtModelDesc *m, float *params, uint64_t seed, int tp, int coord) {
+ * the shard of tp coordinate coord (an expert-parallel one's of ep coordinate
+ * ep_coord), from the same global indices. */
+static int init_params(const RtModelDesc *m, float *params, uint64_t seed, int tp, int coord,
+                       int ep_coord) {
   for (int i = 0; i < m->nparams; i++) {
     const RtParamDesc *p = &m->params[i];
     float *dst = params + p->offset;
     RtShard sh;
-    const int64_t *gshape = rt_train_param_shard(p, tp, coord, &sh);
+    const int64_t *gshape = rt_train_param_shard(p, tp, coord, ep_coord, &sh);
     if (p->init == RT_INIT_NORMAL) {
       if (sh.dim >= 0 ? rt_shard_init_normal(dst, seed, rt_param_stream(p->name), p->std,
                                              p->rank, gshape, &sh)
@@ -251,7 +261,7 @@ static int check_out_dir(const char *opt, const char *path) {
 /* The config record: the model's dimensions, then every setting in force. */
 static int log_config(RtLog *log, const RtModelDesc *m, const RtTrainOpts *o, double lr,
                       int lr_const, int64_t nparam, int64_t start, const RtData *data,
-                      double entropy, int tp, int dp) {
+                      double entropy, int tp, int dp, int pp) {
   int rc = RT_OK;
   for (int i = 0; i < m->nconfig && rc == RT_OK; i++)
     rc = rt_log_config_num(log, m->config_names[i], m->config_values[i]);
@@ -283,6 +293,8 @@ static int log_config(RtLog *log, const RtModelDesc *m, const RtTrainOpts *o, do
   if (rc == RT_OK) rc = rt_log_config_str(log, "data", rt_data_name(data));
   if (rc == RT_OK && tp * dp > 1) rc = rt_log_config_num(log, "tp", tp);
   if (rc == RT_OK && tp * dp > 1) rc = rt_log_config_num(log, "dp", dp);
+  if (rc == RT_OK && pp > 1) rc = rt_log_config_num(log, "pp", pp);
+  if (rc == RT_OK && m->ep > 1) rc = rt_log_config_num(log, "ep", m->ep);
   if (rc == RT_OK) rc = rt_log_write_config(log);
   return rc;
 }
@@ -297,14 +309,16 @@ typedef struct {
   char msg[RT_ERR_MAX + 512];
 } MeshFail;
 
-/* The whole (unsharded) model that world rank 0 writes when tp > 1: a description
- * with global shapes and packed offsets, its buffers, and the gather scratch. */
+/* The whole (unsharded) model that world rank 0 writes when tp > 1 or ep > 1: a
+ * description with global shapes and packed offsets, its buffers, and the gather
+ * scratch. */
 typedef struct {
   RtModelDesc m;
   RtParamDesc *p;
   RtStateDesc *s;
   float *params, *state;     /* world rank 0 only */
-  float *scratch;            /* tp * the largest local numel (dp rank 0) */
+  float *scratch;            /* max(tp, ep) * the largest local numel (the ranks
+                                that gather: dp rank < ep) */
   int64_t *counts;
 } Whole;
 
@@ -322,13 +336,21 @@ typedef struct {
   RtSched sched;             /* the model's schedule, unless lr_const */
   int lr_const;              /* a constant lr (from --lr or the resumed checkpoint) */
   double lr;
-  /* the mesh (tp = dp = 1, world NULL for one rank) */
-  int tp, dp, wrank;
+  /* the mesh (tp = dp = pp = ep = 1, world NULL for one rank) */
+  int tp, dp, pp, wrank;
+  int ep;                    /* expert parallelism: ep consecutive dp ranks */
   RtComm *world;
   RtMesh mesh;
   MeshFail *shared;          /* thread backend: where failures go */
   Whole whole;
   RtZeroView zview;          /* ZeRO-1: the whole local state, for checkpoints */
+  RtTrace *trace;            /* --trace: this rank's recorder, else NULL */
+  /* a pipeline whose stages hold their own tensors (RtModelDesc.pp_param_offset):
+   * m is this stage's description (stage.m), pp_whole the model's; ppw_* the whole
+   * (tp-local) buffers, only while saving or resuming (else NULL) */
+  RtPipeStageDesc stage;
+  const RtModelDesc *pp_whole;
+  float *ppw_params, *ppw_state;
 } Run;
 
 static void run_free(Run *r) {
@@ -348,6 +370,10 @@ static void run_free(Run *r) {
   free(r->whole.scratch);
   free(r->whole.counts);
   rt_train_zero_free(&r->zview);
+  rt_trace_free(r->trace);
+  rt_pipe_stage_desc_free(&r->stage);
+  free(r->ppw_params);
+  free(r->ppw_state);
 }
 
 /* Prints the pending error as one line (thread-backend mesh: records it, and the
@@ -383,30 +409,32 @@ static int save_ckpt(Run *r, const RtModelDesc *m, const float *params, const fl
   return rt_train_save_ckpt(r->o.save, m, params, state, &info);
 }
 
-/* The whole-model description (global shapes, packed offsets) for tp > 1. */
+/* The whole-model description (global shapes, packed offsets) for tp > 1 or ep > 1. */
 static int whole_init(Run *r) {
-  const RtModelDesc *m = r->m;
+  const RtModelDesc *m = r->pp_whole ? r->pp_whole : r->m;
   Whole *w = &r->whole;
   w->p = calloc(m->nparams > 0 ? (size_t)m->nparams : 1, sizeof *w->p);
   w->s = calloc(m->nstate > 0 ? (size_t)m->nstate : 1, sizeof *w->s);
-  w->counts = calloc((size_t)r->tp, sizeof *w->counts);
+  int parts = r->tp > r->ep ? r->tp : r->ep; /* the largest gather group */
+  w->counts = calloc((size_t)parts, sizeof *w->counts);
   if (!w->p || !w->s || !w->counts) return rt_fail("out of memory");
   int64_t off = 0, maxn = 0;
   for (int i = 0; i < m->nparams; i++) {
     RtParamDesc *p = &w->p[i];
     *p = m->params[i];
     RtShard sh;
-    const int64_t *g = rt_train_param_shard(&m->params[i], r->tp, 0, &sh);
+    const int64_t *g = rt_train_param_shard(&m->params[i], r->tp, 0, 0, &sh);
     p->numel = 1;
     for (int d = 0; d < p->rank; d++) p->numel *= p->shape[d] = p->global_shape[d] = g[d];
     p->shard_dim = -1;
     p->shard_blocks = 1;
+    p->ep = 0;
     p->offset = off;
     off += p->numel;
     if (m->params[i].numel > maxn) maxn = m->params[i].numel;
   }
   w->m = *m;
-  w->m.tp = w->m.dp = 1;
+  w->m.tp = w->m.dp = w->m.ep = 1;
   w->m.params = w->p;
   w->m.params_numel = off;
   off = 0;
@@ -418,9 +446,10 @@ static int whole_init(Run *r) {
   }
   w->m.state = w->s;
   w->m.state_numel = off;
-  if (r->mesh.dp_rank == 0 && !(w->scratch = malloc((size_t)(maxn * r->tp + 1) * sizeof(float))))
+  if (r->mesh.dp_rank < r->ep &&
+      !(w->scratch = malloc((size_t)(maxn * parts + 1) * sizeof(float))))
     return rt_fail("out of memory for the gather buffer (%lld floats)",
-                   (long long)(maxn * r->tp));
+                   (long long)(maxn * parts));
   if (r->wrank == 0 &&
       (!(w->params = malloc((size_t)(w->m.params_numel + 1) * sizeof(float))) ||
        !(w->state = malloc((size_t)(w->m.state_numel + 1) * sizeof(float)))))
@@ -429,22 +458,47 @@ static int whole_init(Run *r) {
   return RT_OK;
 }
 
-/* Gathers one tensor (local numel n, sharded like p) over tp into dst on tp rank 0. */
+/* Gathers one tensor (local numel n, sharded like p) into dst: over tp, on the dp
+ * rank 0 ranks; an expert-parallel one over ep, on the dp ranks < ep (the ep group
+ * of world rank 0's tp coordinate and the same for the others').  The caller is
+ * every rank with dp rank < ep; those with dp rank > 0 skip all but the ep ones. */
 static int gather_one(Run *r, const RtParamDesc *p, const float *local, int64_t n, float *dst) {
   RtShard sh;
-  const int64_t *g = rt_train_param_shard(p, r->tp, 0, &sh);
+  const int64_t *g = rt_train_param_shard(p, r->tp, 0, 0, &sh);
   Whole *w = &r->whole;
+  int expert = p->ep > 1;
+  if (!expert && r->mesh.dp_rank != 0) return RT_OK;
   if (sh.dim < 0) {
     if (dst) memcpy(dst, local, (size_t)n * sizeof *dst);
     return RT_OK;
   }
-  for (int c = 0; c < r->tp; c++) w->counts[c] = n;
-  if (rt_comm_all_gather(r->mesh.tp_comm, local, w->scratch, w->counts)) return RT_ERR;
-  for (int c = 0; dst && c < r->tp; c++) {
+  for (int c = 0; c < sh.degree; c++) w->counts[c] = n;
+  if (rt_comm_all_gather(expert ? r->mesh.ep_comm : r->mesh.tp_comm, local, w->scratch,
+                         w->counts))
+    return RT_ERR;
+  for (int c = 0; dst && c < sh.degree; c++) {
     sh.coord = c;
     if (rt_shard_insert(dst, w->scratch + (size_t)c * (size_t)n, p->rank, g, &sh)) return RT_ERR;
   }
   return RT_OK;
+}
+
+/* The whole (tp-local) buffers of a pipeline with stage-local tensors. */
+static int ppw_alloc(Run *r) {
+  if (r->ppw_params) return RT_OK;
+  r->ppw_params = alloc64((size_t)r->pp_whole->params_numel * sizeof(float));
+  r->ppw_state = alloc64((size_t)r->pp_whole->state_numel * sizeof(float));
+  if (!r->ppw_params || !r->ppw_state)
+    return rt_fail("out of memory for the whole model (%lld + %lld floats)",
+                   (long long)r->pp_whole->params_numel, (long long)r->pp_whole->state_numel);
+  return RT_OK;
+}
+
+/* Between saves a stage keeps only its own tensors. */
+static void ppw_free(Run *r) {
+  free(r->ppw_params);
+  free(r->ppw_state);
+  r->ppw_params = r->ppw_state = NULL;
 }
 
 /* Writes a checkpoint at `step` (ckpt == 1), or (ckpt == 0) the tensors `src`
@@ -457,14 +511,25 @@ static int save_out(Run *r, int ckpt, int64_t step, const float *src, const char
                                                                   : "--save-weights: ";
   const float *params = ckpt ? r->params : src, *state = r->state;
   int rc = RT_OK;
+  if (m->to_host && m->to_host(r->params, r->state)) /* a GPU trainer: the device's copy */
+    return fail(r, 3, "internal error: copying from the device: ");
+  if (r->pp_whole) { /* every stage's own tensors into the whole (tp-local) layout */
+    if (ppw_alloc(r) || rt_pipe_gather(r->mesh.pp_comm, r->mesh.pp_rank, r->pp_whole, params,
+                                       ckpt ? state : NULL, r->ppw_params,
+                                       ckpt ? r->ppw_state : NULL))
+      return fail(r, 3, "internal error: gathering the pipeline stages' tensors: ");
+    m = r->pp_whole;
+    params = r->ppw_params;
+    state = r->ppw_state;
+  }
   if (ckpt && m->zero > 1) { /* ZeRO-1: every dp rank's pieces first */
     if (rt_train_zero_gather(m, r->mesh.dp_comm, r->state, &r->zview))
       return fail(r, 3, "internal error: gathering the optimizer state: ");
     m = &r->zview.m;
     state = r->zview.state;
   }
-  if (r->tp > 1) {
-    if (r->mesh.dp_rank == 0) {
+  if (r->tp > 1 || r->ep > 1) {
+    if (r->mesh.dp_rank < r->ep) { /* gather_one: tp on dp rank 0, ep on dp ranks < ep */
       Whole *w = &r->whole;
       for (int i = 0; i < m->nparams && rc == RT_OK; i++)
         rc = gather_one(r, &m->params[i], params + m->params[i].offset, m->params[i].numel,
@@ -494,6 +559,7 @@ static int save_out(Run *r, int ckpt, int64_t step, const float *src, const char
       return 1;
     }
   }
+  ppw_free(r);
   return rc ? 1 : -1;
 }
 
@@ -527,9 +593,17 @@ static int load_start(Run *r) {
   const RtModelDesc *m = r->m;
   if (r->o.resume) {
     RtTrainCkptInfo info;
-    if (rt_train_load_ckpt_mesh(r->o.resume, m, r->params, r->state, &info, r->tp,
-                                r->mesh.tp_rank, r->mesh.dp_rank))
+    if (r->pp_whole && ppw_alloc(r)) return fail(r, 3, "internal error: ");
+    /* a pipeline stage loads the whole model, then keeps its own tensors */
+    if (rt_train_load_ckpt_mesh(r->o.resume, r->pp_whole ? r->pp_whole : m,
+                                r->pp_whole ? r->ppw_params : r->params,
+                                r->pp_whole ? r->ppw_state : r->state, &info, r->tp,
+                                r->mesh.tp_rank, r->mesh.dp_rank, r->mesh.ep_rank))
       return fail(r, 1, "--resume: ");
+    if (r->pp_whole)
+      rt_pipe_extract(r->pp_whole, r->mesh.pp_rank, r->ppw_params, r->ppw_state, r->params,
+                      r->state);
+    ppw_free(r);
     if (info.step > r->o.steps) {
       rt_fail("--resume %s: the checkpoint is at step %lld, beyond --steps %lld; give "
               "--steps %lld or more", r->o.resume, (long long)info.step,
@@ -556,11 +630,12 @@ static int load_start(Run *r) {
     return -1;
   }
   if (r->o.init) {
-    if (rt_train_load_weights_tp(m, r->params, r->o.init, r->tp, r->mesh.tp_rank))
+    if (rt_train_load_weights_tp(m, r->params, r->o.init, r->tp, r->mesh.tp_rank,
+                                 r->mesh.ep_rank))
       return fail(r, 1, "--init: ");
     return -1;
   }
-  if (init_params(m, r->params, r->o.seed, r->tp, r->mesh.tp_rank))
+  if (init_params(m, r->params, r->o.seed, r->tp, r->mesh.tp_rank, r->mesh.ep_rank))
     return fail(r, 3, "internal error: init: ");
   return -1;
 }
@@ -582,8 +657,13 @@ static int train_loop(Run *r, double entropy) {
   if (r->world) {
     io.tp_group = r->mesh.tp_comm;
     io.dp_group = r->mesh.dp_comm;
+    io.pp_group = r->pp > 1 ? r->mesh.pp_comm : NULL;
     io.tp_rank = r->mesh.tp_rank;
     io.dp_rank = r->mesh.dp_rank;
+    io.pp_rank = r->mesh.pp_rank;
+    io.ep_group = r->ep > 1 ? r->mesh.ep_comm : NULL;
+    io.ep_dp_group = r->ep > 1 ? r->mesh.ep_dp_comm : NULL;
+    io.ep_rank = r->mesh.ep_rank;
   }
   const int show = !r->o.quiet && r->wrank == 0;
   double loss = NAN;
@@ -599,7 +679,19 @@ static int train_loop(Run *r, double entropy) {
     io.step = (float)(t + 1);
     io.loss = io.ce_loss = io.grad_norm = NAN;
     io.grads = t == r->start ? r->grads : NULL;
-    if (m->step(&io)) {
+    io.trace = r->trace;
+    int64_t traced = 0;
+    double tt0 = 0;
+    if (r->trace) {
+      rt_trace_step(r->trace, t);
+      traced = rt_trace_count(r->trace);
+      tt0 = rt_trace_clock();
+    }
+    int failed = m->step(&io);
+    /* a step that recorded nothing itself (no pipeline) is one compute event */
+    if (r->trace && !failed && rt_trace_count(r->trace) == traced)
+      rt_trace_add(r->trace, RT_TRACE_STEP, 0, 0, tt0, rt_trace_clock(), 0);
+    if (failed) {
       rt_progress_done(&prog);
       if (!r->world) {
         fprintf(stderr, "%s: internal error: step %lld/%lld (log step %lld) failed: %s\n",
@@ -665,7 +757,7 @@ static int run(Run *r) {
   const RtModelDesc *m = r->m;
   if (!r->world && rt_pool_init(r->o.threads))
     return fail(r, 3, "internal error: --threads: ");
-  if (r->tp > 1 && whole_init(r)) return fail(r, 3, "internal error: ");
+  if ((r->tp > 1 || r->ep > 1) && whole_init(r)) return fail(r, 3, "internal error: ");
 
   size_t ntok = (size_t)m->batch * (size_t)m->seq;
   r->params = alloc64((size_t)m->params_numel * sizeof(float));
@@ -695,6 +787,7 @@ static int run(Run *r) {
     return fail(r, 1, "");
   if (r->wrank == 0 && r->o.save_grads && check_out_dir("save-grads", r->o.save_grads))
     return fail(r, 1, "");
+  if (r->wrank == 0 && r->o.trace && check_out_dir("trace", r->o.trace)) return fail(r, 1, "");
   if (r->wrank == 0 && r->o.save) {
     /* The checkpoint's parent is created now (as the first save would) and checked. */
     char parent[4096];
@@ -703,16 +796,21 @@ static int run(Run *r) {
       return fail(r, 1, "--save: ");
   }
   int64_t nparam = 0;
-  for (int i = 0; i < m->nparams; i++)
-    nparam += r->tp > 1 ? r->whole.p[i].numel : m->params[i].numel;
+  const RtModelDesc *wm = r->pp_whole ? r->pp_whole : m; /* the whole model's count */
+  for (int i = 0; i < wm->nparams; i++)
+    nparam += r->tp > 1 || r->ep > 1 ? r->whole.p[i].numel : wm->params[i].numel;
   /* A resumed run appends to its log: one file then tells the whole story. */
   if (r->wrank == 0 && r->o.log &&
       (rt_log_open(&r->log, r->o.log, r->o.resume != NULL) ||
        log_config(r->log, m, &r->o, r->lr, r->lr_const, nparam, r->start, r->data, entropy,
-                  r->tp, r->dp)))
+                  r->tp, r->dp, r->pp)))
     return fail(r, 1, "--log: ");
   /* every rank is set up (world rank 0 has checked the outputs) before the first step */
   if (r->world && rt_comm_barrier(r->world)) return fail(r, 3, "internal error: ");
+  /* --trace: every rank's clock origin is the end of that barrier */
+  if (r->o.trace && !(r->trace = rt_trace_open(r->wrank, r->mesh.tp_rank, r->mesh.dp_rank,
+                                               r->pp > 1 ? r->mesh.pp_rank : 0)))
+    return fail(r, 3, "internal error: ");
 
   if (!r->o.quiet && r->wrank == 0) {
     printf("%s: %lld parameters, arena %lld bytes | data %s: %lld tokens, unigram entropy "
@@ -721,9 +819,18 @@ static int run(Run *r) {
            (long long)rt_data_ntokens(r->data), entropy, (long long)r->start,
            (long long)r->o.steps, (long long)m->batch, (long long)m->seq, rt_pool_threads(),
            rt_pool_threads() == 1 ? "" : "s");
-    if (r->world)
+    if (r->world && r->pp > 1)
+      printf("mesh: tp %d x dp %d x pp %d = %d ranks (%s)\n", r->tp, r->dp, r->pp,
+             r->tp * r->dp * r->pp, rt_comm_backend(r->world));
+    else if (r->world && r->ep > 1)
+      printf("mesh: tp %d x dp %d (experts over ep %d) = %d ranks (%s)\n", r->tp, r->dp,
+             r->ep, r->tp * r->dp, rt_comm_backend(r->world));
+    else if (r->world)
       printf("mesh: tp %d x dp %d = %d ranks (%s)\n", r->tp, r->dp, r->tp * r->dp,
              rt_comm_backend(r->world));
+    for (int s = 0; r->pp_whole && s < r->pp; s++)
+      printf("%s%lld%s", s ? ", " : "stage parameter buffers (floats per rank): ",
+             (long long)r->pp_whole->pp_params_numel[s], s + 1 < r->pp ? "" : "\n");
     if (r->o.resume)
       printf("resumed from %s at step %lld%s\n", r->o.resume, (long long)r->start,
              r->lr_const && !r->o.lr_set ? " with the constant --lr it was saved with" : "");
@@ -731,6 +838,11 @@ static int run(Run *r) {
   }
 
   if ((rc = train_loop(r, entropy)) >= 0) return rc;
+  if (r->trace) {
+    if (rt_trace_write(r->trace, r->world, r->o.trace, r->tp, r->dp, r->pp))
+      return fail(r, 1, "");
+    if (!r->o.quiet && r->wrank == 0) printf("trace: %s\n", r->o.trace);
+  }
 
   if (r->o.save_weights) {
     if ((rc = save_out(r, 0, 0, r->params, r->o.save_weights)) >= 0) return rc;
@@ -763,13 +875,19 @@ static int rank_main(RtComm *world, void *arg) {
   r.prog = a->prog;
   r.tp = m->tp ? m->tp : 1;
   r.dp = m->dp ? m->dp : 1;
+  r.pp = m->pp ? m->pp : 1;
+  r.ep = m->ep ? m->ep : 1;
   r.world = world;
   r.wrank = rt_comm_world_rank(world);
   r.shared = &a->fail;
   int rc;
-  if (rt_comm_mesh(world, r.tp, r.dp, 1, 1, &r.mesh)) {
+  if (rt_comm_mesh(world, r.tp, r.dp, r.pp, r.ep, &r.mesh)) {
     rc = fail(&r, 3, "internal error: ");
+  } else if (r.pp > 1 && m->pp_param_offset && rt_pipe_stage_desc(m, r.mesh.pp_rank, &r.stage)) {
+    rc = fail(&r, 3, "internal error: ");
+    rt_comm_mesh_free(&r.mesh);
   } else {
+    if (r.stage.p) r.pp_whole = m, r.m = &r.stage.m; /* this stage's own tensors */
     rc = run(&r);
     if (rc < 0) rc = 0;
     if (rc == 0) fflush(stdout);
@@ -779,9 +897,9 @@ static int rank_main(RtComm *world, void *arg) {
   return rc;
 }
 
-/* Runs the tp * dp ranks; returns the exit code. */
+/* Runs the tp * dp * pp ranks; returns the exit code. */
 static int run_mesh(const RtModelDesc *m, const RtTrainOpts *o, const char *prog) {
-  int tp = m->tp ? m->tp : 1, dp = m->dp ? m->dp : 1, ranks = tp * dp;
+  int tp = m->tp ? m->tp : 1, dp = m->dp ? m->dp : 1, ranks = tp * dp * (m->pp ? m->pp : 1);
   /* With ranks as threads the ranks are the parallelism: a one-thread pool (and
    * OpenBLAS) keeps them deterministic without oversubscribing; under MPI every
    * process gets its share of --threads. */
@@ -812,12 +930,12 @@ int rt_train_main(int argc, char **argv, const RtModelDesc *model) {
   Run r;
   memset(&r, 0, sizeof r);
   r.m = model;
-  r.tp = r.dp = 1;
+  r.tp = r.dp = r.pp = r.ep = 1;
   r.prog = base_name(argc > 0 ? argv[0] : NULL);
   if (rt_train_check_model(model)) return fail(&r, 3, "internal error: ");
   int rc = rt_train_parse_opts(&r.o, argc, argv, model, stderr);
   if (rc >= 0) return rc;
-  if ((model->tp ? model->tp : 1) * (model->dp ? model->dp : 1) > 1) {
+  if ((model->tp ? model->tp : 1) * (model->dp ? model->dp : 1) * (model->pp ? model->pp : 1) > 1) {
     if (r.o.comm_timeout > 0 && rt_comm_set_timeout(r.o.comm_timeout))
       return fail(&r, 3, "internal error: --comm-timeout: ");
     rc = run_mesh(model, &r.o, r.prog);

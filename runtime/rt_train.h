@@ -39,12 +39,24 @@
  * buffers (local numels), initialises its shards from the global RNG indices (so
  * every layout starts from the one-rank model), takes rows [d*B/dp, (d+1)*B/dp) of
  * the global batch; the logged loss is the mean over dp. Weights files and
- * checkpoints hold whole tensors (gathered over tp to world rank 0, which writes
- * them), so they are layout-free: the mesh is not recorded and a resume may use
- * any (tp, dp). Threads: with ranks as threads the process-wide pool is 1 thread
+ * checkpoints hold whole tensors (gathered over tp, and the expert-parallel ones
+ * over ep, to world rank 0, which writes them), so they are layout-free: the mesh
+ * is not recorded and a resume may use any (tp, dp, ep). Threads: with ranks as threads the process-wide pool is 1 thread
  * (each rank computes on its own thread, OpenBLAS single-threaded: deterministic
  * and no oversubscription); under MPI each process's pool gets
- * max(1, --threads / ranks). Only world rank 0 prints and writes the log. */
+ * max(1, --threads / ranks). Only world rank 0 prints and writes the log.
+ *
+ * Pipelines (RtModelDesc pp > 1): tp * dp * pp ranks (rt_comm_mesh's order); with
+ * RtModelDesc.pp_param_offset each stage's rank trains with its stage's own
+ * description (rt_pipe_stage_desc: its parameters and state, its offsets) and
+ * allocates, initialises (by name and global indices) and updates only those.
+ * Weights, gradients and checkpoints stay whole: saving first gathers the
+ * stages' tensors over pp into the whole (tp-local) layout (rt_pipe_gather; a
+ * tensor several stages hold, identical on each, from the lowest), then goes on
+ * as for pp = 1 (world rank 0 writes); --resume loads the whole model and keeps
+ * the stage's part (rt_pipe_extract), so a checkpoint resumes under any
+ * (tp, pp, dp). The step's loss and gradient norm are the whole model's on every
+ * stage. --trace: rt_trace.h. */
 #ifndef PARC_RT_TRAIN_H
 #define PARC_RT_TRAIN_H
 
@@ -81,6 +93,7 @@ typedef struct {
   int threads;
   int quiet;
   double comm_timeout;       /* seconds; 0: the communicator's default */
+  const char *trace;         /* --trace: Chrome trace JSON of what the ranks did */
 } RtTrainOpts;
 
 /* Parses argv into o (defaults from the model). Returns -1 to go on training, or the
@@ -98,13 +111,18 @@ int rt_train_check_model(const RtModelDesc *m);
 /* Loads every parameter from a safetensors file by name, exact shape; a name may
  * carry a leading "transformer." in the file; other tensors in the file are ignored. */
 int rt_train_load_weights(const RtModelDesc *m, float *params, const char *path);
-/* The same for tp coordinate `coord` of a tp-way mesh: each parameter's shard is read
- * from the whole tensor in the file (its global shape checked); tp = 1 is the above. */
+/* The same for tp coordinate `coord` of a tp-way mesh (and ep coordinate ep_coord
+ * for the expert-parallel parameters, RtParamDesc.ep > 1): each parameter's shard is
+ * read from the whole tensor in the file (its global shape checked); tp = 1 without
+ * expert-parallel parameters is the above. */
 int rt_train_load_weights_tp(const RtModelDesc *m, float *params, const char *path, int tp,
-                             int coord);
-/* Parameter p's shard descriptor on coordinate coord of tp (dim -1 when tp == 1 or
- * shard_dim < 0) and its global shape (p->shape when tp == 1). */
-const int64_t *rt_train_param_shard(const RtParamDesc *p, int tp, int coord, RtShard *sh);
+                             int coord, int ep_coord);
+/* Parameter p's shard descriptor and its global shape: an expert-parallel parameter
+ * (p->ep > 1) on coordinate ep_coord of its ep group (dim shard_dim, degree p->ep);
+ * any other on coordinate coord of tp (dim -1 when tp == 1 or shard_dim < 0, and
+ * then p->shape when tp == 1). */
+const int64_t *rt_train_param_shard(const RtParamDesc *p, int tp, int coord, int ep_coord,
+                                    RtShard *sh);
 /* Writes every parameter, by name and shape, to path atomically. */
 int rt_train_save_weights(const RtModelDesc *m, const float *params, const char *path);
 
@@ -142,12 +160,15 @@ int rt_train_save_ckpt(const char *dir, const RtModelDesc *m, const float *param
 int rt_train_load_ckpt(const char *dir, const RtModelDesc *m, float *params, float *state,
                        RtTrainCkptInfo *info);
 /* The same for tp coordinate `coord`: each rank reads its shards of the parameters and
- * of their optimizer state (state i shares the sharding of params[state[i].param]). */
+ * of their optimizer state (state i shares the sharding of params[state[i].param]);
+ * a model without expert-parallel parameters (else ep coordinate 0's). */
 int rt_train_load_ckpt_tp(const char *dir, const RtModelDesc *m, float *params, float *state,
                           RtTrainCkptInfo *info, int tp, int coord);
 /* The same on a tp x dp mesh: with m->zero > 1 each rank keeps only the pieces of
- * dp coordinate dp_coord of its state (rt_model.h); otherwise as above. */
+ * dp coordinate dp_coord of its state (rt_model.h); expert-parallel parameters and
+ * their state are read as ep coordinate ep_coord's shards; otherwise as above. */
 int rt_train_load_ckpt_mesh(const char *dir, const RtModelDesc *m, float *params, float *state,
-                            RtTrainCkptInfo *info, int tp, int tp_coord, int dp_coord);
+                            RtTrainCkptInfo *info, int tp, int tp_coord, int dp_coord,
+                            int ep_coord);
 
 #endif

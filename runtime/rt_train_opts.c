@@ -19,7 +19,7 @@
 enum {
   OPT_STEPS = 1000, OPT_DATA, OPT_INIT, OPT_SAVE_WEIGHTS, OPT_LR, OPT_SEED, OPT_LOG,
   OPT_SAVE, OPT_SAVE_EVERY, OPT_RESUME, OPT_THREADS, OPT_QUIET, OPT_HELP, OPT_SAVE_GRADS,
-  OPT_COMM_TIMEOUT
+  OPT_COMM_TIMEOUT, OPT_TRACE
 };
 
 static const struct option long_opts[] = {
@@ -36,6 +36,7 @@ static const struct option long_opts[] = {
     {"resume", required_argument, NULL, OPT_RESUME},
     {"threads", required_argument, NULL, OPT_THREADS},
     {"comm-timeout", required_argument, NULL, OPT_COMM_TIMEOUT},
+    {"trace", required_argument, NULL, OPT_TRACE},
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0}};
@@ -124,6 +125,14 @@ void rt_train_usage(FILE *out, const char *prog, const RtModelDesc *m) {
           "  --comm-timeout S   several ranks: a collective or receive waiting longer than S\n"
           "                     seconds aborts every rank, naming rank, group, op and sizes\n"
           "                     (default %g, or PARC_COMM_TIMEOUT from the environment)\n"
+          "  --trace FILE       what every rank did, with wall-clock times, as Chrome trace "
+          "JSON\n"
+          "                     (Perfetto): per rank compute (a pipeline's F, B, W per "
+          "microbatch\n"
+          "                     and chunk, the optimizer), sends, receives (time blocked),\n"
+          "                     all-reduces and idle; merged over the ranks by world rank 0 "
+          "at the\n"
+          "                     end (default: none; without it nothing is timed)\n"
           "  --quiet            no start line, progress or summary; errors only\n"
           "  --help             this text\n"
           "Exit status: 0 done, 1 bad option value or input file, 2 bad command line, "
@@ -202,6 +211,10 @@ int rt_train_parse_opts(RtTrainOpts *o, int argc, char **argv, const RtModelDesc
       o->threads = (int)t;
       break;
     }
+    case OPT_TRACE:
+      if (!v[0]) return bad_value(err, prog, name, v, "want a non-empty path");
+      o->trace = v;
+      break;
     case OPT_COMM_TIMEOUT:
       if (parse_f64(v, 0.0, RT_TRAIN_MAX_COMM_TIMEOUT, &o->comm_timeout) || !(o->comm_timeout > 0)) {
         snprintf(range, sizeof range, "want seconds in (0, %g]", RT_TRAIN_MAX_COMM_TIMEOUT);

@@ -58,12 +58,21 @@ static const char *stored_name(const RtSt *st, const char *path, const RtParamDe
 
 /* Parameter p's shard on tp coordinate coord, and its global shape.  With tp == 1
  * (or shard_dim < 0) the parameter is whole: dim -1 and its own shape, whatever
- * the shard fields hold. */
-const int64_t *rt_train_param_shard(const RtParamDesc *p, int tp, int coord, RtShard *sh) {
+ * the shard fields hold.  An expert-parallel one (p->ep > 1) is split over its
+ * ep group instead: ep coordinate ep_coord, blocks 1, no padding. */
+const int64_t *rt_train_param_shard(const RtParamDesc *p, int tp, int coord, int ep_coord,
+                                    RtShard *sh) {
   sh->dim = -1;
   sh->degree = 1;
   sh->blocks = 1;
   sh->coord = 0;
+  sh->padded = 0;
+  if (p->ep > 1 && p->shard_dim >= 0) {
+    sh->dim = p->shard_dim;
+    sh->degree = p->ep;
+    sh->coord = ep_coord;
+    return p->global_shape;
+  }
   if (tp <= 1 || p->shard_dim < 0) return tp <= 1 ? p->shape : p->global_shape;
   sh->dim = p->shard_dim;
   sh->degree = tp;
@@ -74,14 +83,14 @@ const int64_t *rt_train_param_shard(const RtParamDesc *p, int tp, int coord, RtS
 }
 
 int rt_train_load_weights_tp(const RtModelDesc *m, float *params, const char *path, int tp,
-                             int coord) {
+                             int coord, int ep_coord) {
   RtSt *st;
   if (rt_st_open(&st, path)) return RT_ERR;
   int rc = RT_OK;
   for (int i = 0; i < m->nparams && rc == RT_OK; i++) {
     const RtParamDesc *p = &m->params[i];
     RtShard sh;
-    const int64_t *gshape = rt_train_param_shard(p, tp, coord, &sh);
+    const int64_t *gshape = rt_train_param_shard(p, tp, coord, ep_coord, &sh);
     char *alt;
     const char *name = stored_name(st, path, p, gshape, &alt);
     if (!name) rc = RT_ERR;
@@ -94,7 +103,7 @@ int rt_train_load_weights_tp(const RtModelDesc *m, float *params, const char *pa
 }
 
 int rt_train_load_weights(const RtModelDesc *m, float *params, const char *path) {
-  return rt_train_load_weights_tp(m, params, path, 1, 0);
+  return rt_train_load_weights_tp(m, params, path, 1, 0, 0);
 }
 
 /* Writes n tensors to path (the parameters, or the state as 1-D tensors). */
@@ -338,13 +347,15 @@ void rt_train_zero_free(RtZeroView *v) {
 
 /* Reads the tensors of one safetensors file of the checkpoint: exactly the
  * parameters (params != NULL) or exactly the state tensors, each as this tp
- * coordinate's shard of the whole tensor the file holds. A state tensor is stored
+ * coordinate's shard of the whole tensor the file holds (an expert-parallel
+ * parameter's and its state's: ep coordinate ep_coord's). A state tensor is stored
  * flat ([global numel]) in its parameter's global order: a sharded one is read
  * whole into a scratch buffer and its shard extracted.  Under ZeRO-1 (m->zero > 1)
  * the rank's tp-local state tensor is assembled in a scratch buffer and only the
  * piece of dp coordinate dp_coord is kept (zeros past the tensor's end). */
 static int read_tensors(const RtCkpt *ck, const char *file, const RtModelDesc *m,
-                        float *params, float *state, int tp, int coord, int dp_coord) {
+                        float *params, float *state, int tp, int coord, int dp_coord,
+                        int ep_coord) {
   char path[4096];
   RtSt *st;
   if (rt_ckpt_path(ck, file, path, sizeof path) || rt_st_open(&st, path)) return RT_ERR;
@@ -357,7 +368,7 @@ static int read_tensors(const RtCkpt *ck, const char *file, const RtModelDesc *m
     if (params) {
       const RtParamDesc *p = &m->params[i];
       RtShard sh;
-      const int64_t *gshape = rt_train_param_shard(p, tp, coord, &sh);
+      const int64_t *gshape = rt_train_param_shard(p, tp, coord, ep_coord, &sh);
       if (sh.dim < 0) rc = rt_st_read(st, p->name, params + p->offset, p->rank, gshape);
       else rc = rt_st_read_shard(st, p->name, params + p->offset, p->rank, gshape, &sh);
     } else {
@@ -371,7 +382,8 @@ static int read_tensors(const RtCkpt *ck, const char *file, const RtModelDesc *m
         rc = rt_fail("checkpoint %s: out of memory", rt_ckpt_dir(ck));
         break;
       }
-      if (tp > 1) gshape = rt_train_param_shard(&m->params[s->param], tp, coord, &sh);
+      if (tp > 1 || m->params[s->param].ep > 1)
+        gshape = rt_train_param_shard(&m->params[s->param], tp, coord, ep_coord, &sh);
       if (sh.dim < 0) {
         int64_t shape[1] = {nl};
         rc = rt_st_read(st, s->name, local, 1, shape);
@@ -411,11 +423,12 @@ int rt_train_load_ckpt(const char *dir, const RtModelDesc *m, float *params, flo
 
 int rt_train_load_ckpt_tp(const char *dir, const RtModelDesc *m, float *params, float *state,
                           RtTrainCkptInfo *info, int tp, int coord) {
-  return rt_train_load_ckpt_mesh(dir, m, params, state, info, tp, coord, 0);
+  return rt_train_load_ckpt_mesh(dir, m, params, state, info, tp, coord, 0, 0);
 }
 
 int rt_train_load_ckpt_mesh(const char *dir, const RtModelDesc *m, float *params, float *state,
-                            RtTrainCkptInfo *info, int tp, int coord, int dp_coord) {
+                            RtTrainCkptInfo *info, int tp, int coord, int dp_coord,
+                            int ep_coord) {
   RtCkpt *ck;
   if (rt_ckpt_open(&ck, dir)) return RT_ERR;
   void *text = NULL;
@@ -433,8 +446,10 @@ int rt_train_load_ckpt_mesh(const char *dir, const RtModelDesc *m, float *params
     }
   }
   free(text);
-  if (rc == RT_OK) rc = read_tensors(ck, MODEL_FILE, m, params, NULL, tp, coord, dp_coord);
-  if (rc == RT_OK) rc = read_tensors(ck, OPTIM_FILE, m, NULL, state, tp, coord, dp_coord);
+  if (rc == RT_OK)
+    rc = read_tensors(ck, MODEL_FILE, m, params, NULL, tp, coord, dp_coord, ep_coord);
+  if (rc == RT_OK)
+    rc = read_tensors(ck, OPTIM_FILE, m, NULL, state, tp, coord, dp_coord, ep_coord);
   rt_ckpt_close(ck);
   return rc;
 }

@@ -328,6 +328,19 @@ static IrNode *c_reduce_scatter(Build *b) { return c_collective(b, IR_OP_REDUCE_
 static IrNode *c_local_slice(Build *b) { return c_collective(b, IR_OP_LOCAL_SLICE); }
 static IrNode *c_replicate(Build *b) { return c_collective(b, IR_OP_REPLICATE); }
 
+/* Dispatch, expert_all_to_all to the experts and back (a group of one:
+ * the filled slots pass, the empty ones are zero), combine: both
+ * directions' VJPs; some choices dropped by the capacity of 3. */
+static IrNode *c_expert_all_to_all(Build *b) {
+  IrNode *x = t_param(b, LEAF_NORMAL, 1, 0, S(6, 4)), *idx = t_input(b, LEAF_IDS, 3, 0, S(6, 2));
+  IrNode *e = t_op(b, IR_OP_DISPATCH, (IrNode *[]){x, idx}, 2, 3, 3, 0, 0);
+  IrNode *to = t_op(b, IR_OP_EXPERT_ALL_TO_ALL, (IrNode *[]){e, idx}, 2, 2, 1, 0, 0);
+  IrNode *h = t_op2(b, IR_OP_MUL, to, t_param(b, LEAF_NORMAL, 1, 0, S(3, 3, 4)), 0, 0);
+  IrNode *back = t_op(b, IR_OP_EXPERT_ALL_TO_ALL, (IrNode *[]){h, idx}, 2, 2, 1, 1, 0);
+  IrNode *w = t_param(b, LEAF_NORMAL, 1, 0, S(6, 2));
+  return t_weighted_sum(b, t_op(b, IR_OP_COMBINE, (IrNode *[]){back, idx, w}, 3, 0, 0, 0, 0));
+}
+
 typedef struct {
   const char *name;
   IrOp op; /* the op under test (coverage) */
@@ -375,6 +388,7 @@ static const Case cases[] = {
     {"gather", IR_OP_GATHER, c_gather},
     {"dispatch", IR_OP_DISPATCH, c_dispatch},
     {"combine", IR_OP_COMBINE, c_combine},
+    {"expert_all_to_all", IR_OP_EXPERT_ALL_TO_ALL, c_expert_all_to_all},
     {"broadcast", IR_OP_BROADCAST, c_broadcast},
     {"sum_to", IR_OP_SUM_TO, c_sum_to},
     {"router", IR_OP_TOPK, c_router},

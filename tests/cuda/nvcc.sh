@@ -7,6 +7,12 @@
 #       as errors), and its saved report WORK/build/ptxas_report.txt is checked.
 #   nvcc.sh source KERNELS.cu WORK
 #       nvcc compiles one kernels.cu the same way (its header beside it).
+#   nvcc.sh trainer PARC MODEL.dsl WORK [parc options...]
+#       parc --target all --cuda-arch 90 -o WORK/proj, then the generated
+#       CMakeLists.txt with -DPARC_CUDA=ON -DTRAIN_WERROR=ON builds the GPU
+#       trainer train_cuda (train_cuda.c, kernels.cu, libparcrt_cuda), warnings as
+#       errors for gcc and nvcc; the binary must link and print its --help
+#       without a GPU (no CUDA call happens before the first step).
 #
 # The ptxas -v report must show every kernel instantiation compiled for both
 # architectures with 0 bytes of spill stores and loads.  Exit 77 (skipped)
@@ -22,7 +28,28 @@ fi
 mode=$1
 shift
 
-if [ "$mode" = project ]; then
+if [ "$mode" = trainer ]; then
+  parc=$1 model=$2 work=$3
+  shift 3
+  rm -rf "$work"
+  mkdir -p "$work"
+  "$parc" "$model" --target all --cuda-arch 90 -o "$work/proj" "$@" > "$work/parc.log" 2>&1 ||
+    { cat "$work/parc.log"; exit 1; }
+  [ -f "$work/proj/train_cuda.c" ] || { echo "parc wrote no train_cuda.c:"; cat "$work/parc.log"; exit 1; }
+  CUDACXX=$NVCC cmake -S "$work/proj" -B "$work/build" -DPARC_CUDA=ON -DTRAIN_WERROR=ON \
+    > "$work/cmake.log" 2>&1 || { cat "$work/cmake.log"; exit 1; }
+  t0=$(date +%s)
+  cmake --build "$work/build" --target train_cuda > "$work/build.log" 2>&1 ||
+    { cat "$work/build.log"; exit 1; }
+  t1=$(date +%s)
+  [ -x "$work/build/train_cuda" ] || { echo "no train_cuda"; exit 1; }
+  "$work/build/train_cuda" --help > "$work/help.log" 2>&1 ||
+    { echo "train_cuda --help failed:"; cat "$work/help.log"; exit 1; }
+  grep -q '^usage: train_cuda' "$work/help.log" || { cat "$work/help.log"; exit 1; }
+  echo "train_cuda built and linked ($(grep -c '_launch(' "$work/proj/train_cuda.c") kernel" \
+    "launches, $(grep -c 'CHECK(rt_cuda_' "$work/proj/train_cuda.c") runtime calls), $((t1 - t0)) s"
+  exit 0
+elif [ "$mode" = project ]; then
   parc=$1 model=$2 work=$3
   shift 3
   rm -rf "$work"
@@ -47,7 +74,7 @@ elif [ "$mode" = source ]; then
     { cat "$report"; exit 1; }
   t1=$(date +%s)
 else
-  echo "usage: nvcc.sh project PARC MODEL.dsl WORK [parc options] | source KERNELS.cu WORK" >&2
+  echo "usage: nvcc.sh project|trainer PARC MODEL.dsl WORK [parc options] | source KERNELS.cu WORK" >&2
   exit 2
 fi
 

@@ -1,4 +1,4 @@
-# ARGS: --pp 2 -o parc-out-not-written
+# ARGS: --pp 2 --dp 2 --zero 1 -o parc-out-not-written
 model m {
   config { d = 8  seq = 4 }
   input tokens : i32[batch, seq]
@@ -10,4 +10,4 @@ model m {
   loss = cross_entropy(lm_head(x, 16), targets)
 
 }
-train { batch = 2 }
+train { batch = 4 }

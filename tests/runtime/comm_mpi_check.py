@@ -3,12 +3,15 @@
 
     comm_mpi_check.py npN COMM_XCHECK WORKDIR      N in 2, 3, 4
     comm_mpi_check.py timeout COMM_XCHECK WORKDIR
+    comm_mpi_check.py async_timeout COMM_XCHECK WORKDIR
 
 npN runs comm_xcheck's rank program twice on the same inputs, as N MPI processes
 and as N threads; each run checks its own results against serial references, and
 the files of results the two runs wrote must be identical byte for byte (the
 backends sum in the same order).  timeout runs 3 processes where rank 1 skips an
-all_reduce: every rank must fail after the 1 s timeout with its one-line message.
+all_reduce: every rank must fail after the 1 s timeout with its one-line message;
+async_timeout the same with rt_comm_all_reduce_start (the failure comes from the
+wait).
 
 Exit 77 (skipped) when mpirun is missing or libparcrt was built without MPI.
 """
@@ -73,9 +76,9 @@ def check_np(n, exe, workdir, mpirun, env):
     return 0
 
 
-def check_timeout(exe, mpirun, env):
+def check_timeout(exe, mpirun, env, mode="mpi-timeout"):
     p, secs = run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "3", exe,
-                   "mpi-timeout"], env, 60)
+                   mode], env, 60)
     if p.returncode == 0:
         return fail("mpirun succeeded although rank 1 skipped a collective", p)
     want = [
@@ -113,6 +116,8 @@ def main():
         return check_np(int(case[2:]), exe, workdir, mpirun, env)
     if case == "timeout":
         return check_timeout(exe, mpirun, env)
+    if case == "async_timeout":
+        return check_timeout(exe, mpirun, env, "mpi-async-timeout")
     print("unknown case " + case)
     return 2
 

@@ -12,6 +12,12 @@
  *                           with the expected one-line message; nothing hangs
  *   comm_test determinism   the same all_reduce five times: identical bits
  *   comm_test errors        argument checks
+ *   comm_test async         non-blocking starts and waits: several requests in flight
+ *                           waited out of order, bit-equal to the blocking calls and to
+ *                           serial references; progress while the rank computes; a
+ *                           blocking call behind requests; dp requests beside tp
+ *                           blocking calls; timeouts, mismatches and a rank leaving
+ *                           with requests in flight fail (or finish) at the wait
  * Inputs and references come from comm_util.h.  A rank that sees a wrong result
  * returns rt_fail(...), which rt_comm_threads_run hands back. */
 #define _POSIX_C_SOURCE 200809L
@@ -771,6 +777,293 @@ static void test_errors(void) {
   }
 }
 
+/* ---- non-blocking collectives ---- */
+
+typedef struct {
+  int n;
+  int64_t count;               /* all_reduce */
+  int64_t counts[MAXR], offsets[MAXR], total;   /* reduce_scatter, all_gather blocks */
+} Async;
+
+/* A rank's computation while requests are in flight: touches only its own x. */
+static float busy(float *x, int64_t n, int reps) {
+  float s = 0;
+  for (int r = 0; r < reps; r++)
+    for (int64_t i = 0; i < n; i++) {
+      x[i] = x[i] * 0.999f + 0.5f;
+      s += x[i];
+    }
+  return s;
+}
+
+static int async_body(RtComm *w, const Async *t, float **b) {
+  int r = rt_comm_rank(w), n = t->n;
+  int64_t count = t->count, total = t->total, mine = t->counts[r], off = t->offsets[r];
+  /* b[0]: all_reduce input, b[1] its output, b[2] in place, b[3] reduce_scatter input,
+   * b[4] its output, b[5] all_gather output, b[6] blocking results, b[7] reference,
+   * b[8] computation. */
+  RtCommReq q[5] = {RT_COMM_REQ_NONE, RT_COMM_REQ_NONE, RT_COMM_REQ_NONE, RT_COMM_REQ_NONE,
+                    RT_COMM_REQ_NONE};
+  cu_fill(b[0], count, 11, r, 0);
+  poison(b[1], count);
+  cu_fill(b[2], count, 12, r, 0);
+  cu_fill(b[3], total, 13, r, 0);
+  poison(b[4], mine);
+  poison(b[5], total);
+  float *gsend = b[5] + off;   /* all_gather in place: this rank's block of the output */
+  cu_fill(gsend, mine, 14, r, 0);
+  int64_t counts[MAXR];        /* the request keeps its own copy: this one changes */
+  memcpy(counts, t->counts, sizeof counts);
+  TRY(rt_comm_all_reduce_start(w, b[0], b[1], count, &q[0]));
+  TRY(rt_comm_all_reduce_start(w, b[2], b[2], count, &q[1]));
+  TRY(rt_comm_reduce_scatter_start(w, b[3], b[4], counts, &q[2]));
+  memset(counts, 0, sizeof counts);
+  TRY(rt_comm_all_gather_start(w, gsend, b[5], t->counts, &q[3]));
+  cu_fill(b[8], 4096, 15, r, 0);
+  volatile float sink = busy(b[8], 4096, 50);
+  (void)sink;
+  /* Waited out of order; q[4] was never started: a no-op. */
+  TRY(rt_comm_wait(&q[2]));
+  TRY(rt_comm_wait(&q[4]));
+  TRY(rt_comm_wait(&q[0]));
+  TRY(rt_comm_wait(&q[3]));
+  TRY(rt_comm_wait(&q[1]));
+  ENSURE(!q[0].p && !q[1].p && !q[2].p && !q[3].p, "rank %d: a waited request is not cleared", r);
+  TRY(rt_comm_wait(&q[0]));    /* twice: no request any more */
+  /* The references, then the blocking calls on the same inputs: same bits. */
+  cu_ordered_sum(b[7], count, 11, n, 0);
+  TRY(same_bits(b[1], b[7], count, "all_reduce_start", r));
+  cu_fill(b[6], count, 11, r, 0);
+  TRY(same_bits(b[0], b[6], count, "all_reduce_start input", r));
+  TRY(rt_comm_all_reduce(w, b[0], b[6], count));
+  TRY(same_bits(b[1], b[6], count, "all_reduce_start vs blocking", r));
+  cu_ordered_sum(b[7], count, 12, n, 0);
+  TRY(same_bits(b[2], b[7], count, "all_reduce_start in place", r));
+  cu_ordered_sum(b[7], total, 13, n, 0);
+  TRY(same_bits(b[4], b[7] + off, mine, "reduce_scatter_start", r));
+  TRY(rt_comm_reduce_scatter(w, b[3], b[6], t->counts));
+  TRY(same_bits(b[4], b[6], mine, "reduce_scatter_start vs blocking", r));
+  for (int j = 0; j < n; j++) cu_fill(b[7] + t->offsets[j], t->counts[j], 14, j, 0);
+  TRY(same_bits(b[5], b[7], total, "all_gather_start in place", r));
+  /* A blocking collective behind requests in flight completes them first. */
+  cu_fill(b[2], count, 16, r, 0);
+  TRY(rt_comm_all_reduce_start(w, b[2], b[2], count, &q[0]));
+  cu_fill(b[0], count, 17, r, 0);
+  TRY(rt_comm_all_reduce(w, b[0], b[1], count));
+  TRY(rt_comm_wait(&q[0]));
+  cu_ordered_sum(b[7], count, 16, n, 0);
+  TRY(same_bits(b[2], b[7], count, "all_reduce_start before a blocking call", r));
+  cu_ordered_sum(b[7], count, 17, n, 0);
+  TRY(same_bits(b[1], b[7], count, "blocking all_reduce behind a request", r));
+  return rt_comm_barrier(w);
+}
+
+static int async_rank(RtComm *w, void *arg) {
+  const Async *t = arg;
+  int64_t big = t->count > t->total ? t->count : t->total;
+  if (big < 4096) big = 4096;
+  float *b[9];
+  int ok = 1;
+  for (int i = 0; i < 9; i++) ok &= (b[i] = falloc(big)) != NULL;
+  int rc = ok ? async_body(w, t, b) : rt_fail("out of memory");
+  for (int i = 0; i < 9; i++) free(b[i]);
+  return rc;
+}
+
+/* Mesh tp 2 x dp 2: dp requests in flight while the tp groups run blocking
+ * all_reduces, as a trainer's backward does. */
+static int async_mesh_rank(RtComm *w, void *arg) {
+  (void)arg;
+  RtMesh m;
+  TRY(rt_comm_mesh(w, 2, 2, 1, 1, &m));
+  int wr = rt_comm_world_rank(w), tpm[2], dpm[2];
+  for (int q = 0; q < 2; q++) tpm[q] = q + 2 * m.dp_rank, dpm[q] = m.tp_rank + 2 * q;
+  enum { K = 3, N = 30011 };
+  float *d = falloc(K * N), *x = falloc(N), *e = falloc(N);
+  int rc = d && x && e ? RT_OK : rt_fail("out of memory");
+  RtCommReq q[K] = {RT_COMM_REQ_NONE, RT_COMM_REQ_NONE, RT_COMM_REQ_NONE};
+  for (int k = 0; k < K && rc == RT_OK; k++) {
+    cu_fill(d + k * N, N, 40 + k, wr, 0);
+    rc = rt_comm_all_reduce_start(m.dp_comm, d + k * N, d + k * N, N, &q[k]);
+    cu_fill(x, N, 50 + k, wr, 0);
+    if (rc == RT_OK) rc = rt_comm_all_reduce(m.tp_comm, x, x, N);
+    for (int64_t i = 0; i < N && rc == RT_OK; i++) {
+      float s = cu_value(50 + k, tpm[0], i) + cu_value(50 + k, tpm[1], i);
+      if (memcmp(&s, &x[i], sizeof s)) rc = rt_fail("rank %d: tp all_reduce %d differs", wr, k);
+    }
+  }
+  for (int k = K - 1; k >= 0; k--)
+    if (rt_comm_wait(&q[k]) && rc == RT_OK) rc = RT_ERR;
+  for (int k = 0; k < K && rc == RT_OK; k++) {
+    for (int64_t i = 0; i < N; i++)
+      e[i] = cu_value(40 + k, dpm[0], i) + cu_value(40 + k, dpm[1], i);
+    rc = same_bits(d + k * N, e, N, "dp all_reduce_start beside tp", wr);
+  }
+  free(d);
+  free(x);
+  free(e);
+  rt_comm_mesh_free(&m);
+  return rc;
+}
+
+/* Progress: rank 0 starts at once, rank 1 after 0.3 s: rank 0's start returns
+ * at once.  Then both start and sleep 0.3 s (their computation): the progress
+ * threads finish the collective meanwhile, so the waits return at once. */
+typedef struct {
+  double start_s, wait_s, late_wait_s;
+} Timing;
+
+static int async_progress_rank(RtComm *w, void *arg) {
+  Timing *tm = arg;
+  int r = rt_comm_rank(w);
+  enum { N = 1 << 20 };
+  float *x = falloc(N), *e = falloc(N);
+  if (!x || !e) return rt_fail("out of memory");
+  RtCommReq q = RT_COMM_REQ_NONE;
+  cu_fill(x, N, 60, r, 0);
+  if (r == 1) sleep_s(0.3);
+  double t0 = now_s();
+  int rc = rt_comm_all_reduce_start(w, x, x, N, &q);
+  double t1 = now_s();
+  if (rc == RT_OK) rc = rt_comm_wait(&q);
+  double t2 = now_s();
+  if (r == 0) tm->start_s = t1 - t0, tm->late_wait_s = t2 - t1;
+  cu_ordered_sum(e, N, 60, 2, 0);
+  if (rc == RT_OK) rc = same_bits(x, e, N, "late all_reduce_start", r);
+  cu_fill(x, N, 61, r, 0);
+  if (rc == RT_OK) rc = rt_comm_all_reduce_start(w, x, x, N, &q);
+  sleep_s(0.3);
+  t0 = now_s();
+  if (rc == RT_OK) rc = rt_comm_wait(&q);
+  if (r == 0) tm->wait_s = now_s() - t0;
+  cu_ordered_sum(e, N, 61, 2, 0);
+  if (rc == RT_OK) rc = same_bits(x, e, N, "overlapped all_reduce_start", r);
+  free(x);
+  free(e);
+  return rc;
+}
+
+enum { A_LATE, A_MISMATCH, A_LEAVES, A_ARGS };
+
+typedef struct {
+  int scenario;
+  int rc[MAXR], start_rc[MAXR];
+  double start_s[MAXR], wait_s[MAXR];
+  char msg[MAXR][RT_ERR_MAX];
+} AFail;
+
+static int async_fail_rank(RtComm *w, void *arg) {
+  AFail *f = arg;
+  int r = rt_comm_rank(w);
+  float x[2048] = {0};
+  int64_t counts[2] = {512, 512};
+  RtCommReq q = RT_COMM_REQ_NONE;
+  double t0 = now_s();
+  int rc = RT_OK;
+  switch (f->scenario) {
+  case A_LATE:               /* rank 1 never starts it (leaves after the timeout) */
+    if (r == 1) {
+      sleep_s(2.5);
+      return RT_OK;
+    }
+    rc = rt_comm_all_reduce_start(w, x, x, 1024, &q);
+    break;
+  case A_MISMATCH:           /* rank 1 starts a reduce_scatter instead */
+    rc = r == 1 ? rt_comm_reduce_scatter_start(w, x, x + 1024, counts, &q)
+                : rt_comm_all_reduce_start(w, x, x, 1024, &q);
+    break;
+  case A_LEAVES: {           /* both start two and return without waiting (the
+                                buffers must outlive the requests: not on the stack) */
+    static float left[2][2048];
+    float *y = left[r];
+    rc = rt_comm_all_reduce_start(w, y, y, 1024, &q);
+    if (rc == RT_OK) rc = rt_comm_all_gather_start(w, y + 1024 + 512 * r, y + 1024, counts, &q);
+    f->start_rc[r] = rc;
+    return rc;
+  }
+  case A_ARGS:               /* a bad start fails at once, with the blocking message */
+    rc = rt_comm_all_reduce_start(w, x, x + 1, 4, &q);
+    f->start_rc[r] = rc;
+    snprintf(f->msg[r], sizeof f->msg[r], "%s", rc ? rt_last_error() : "");
+    f->rc[r] = q.p != NULL;  /* no request made */
+    return rc;
+  }
+  f->start_rc[r] = rc;
+  f->start_s[r] = now_s() - t0;
+  t0 = now_s();
+  if (rc == RT_OK) rc = rt_comm_wait(&q);
+  f->wait_s[r] = now_s() - t0;
+  f->rc[r] = rc;
+  snprintf(f->msg[r], sizeof f->msg[r], "%s", rc ? rt_last_error() : "");
+  return rc;
+}
+
+static void test_async(void) {
+  uint64_t rng = 5;
+  for (int k = 0; k < NN; k++) {
+    int n = NRANKS[k];
+    const int64_t sizes[] = {0, 1, 1000, 1000003};
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+      Async t = {.n = n, .count = sizes[s]};
+      for (int r = 0; r < n; r++)
+        t.counts[r] = r == 1 ? 0 : (int64_t)(cu_next(&rng) % (uint64_t)(sizes[s] / n + 2));
+      for (int r = 0; r < n; r++) t.offsets[r] = t.total, t.total += t.counts[r];
+      if (rt_comm_threads_run(n, async_rank, &t)) {
+        char m[1200];
+        snprintf(m, sizeof m, "async, %d ranks, count %lld: %s", n, (long long)t.count,
+                 rt_last_error());
+        check_report(__FILE__, __LINE__, m);
+      }
+    }
+  }
+  CHECK_OK(rt_comm_threads_run(4, async_mesh_rank, NULL));
+
+  Timing tm = {0};
+  CHECK_OK(rt_comm_threads_run(2, async_progress_rank, &tm));
+  CHECK(tm.start_s < 0.05);      /* returned without waiting for rank 1 ... */
+  CHECK(tm.late_wait_s > 0.2);   /* ... whose part the wait then waited for */
+  if (tm.wait_s > 0.05) {        /* done during the 0.3 s of "computation" */
+    char m[120];
+    snprintf(m, sizeof m, "async progress: the wait after 0.3 s took %.3f s", tm.wait_s);
+    check_report(__FILE__, __LINE__, m);
+  }
+
+  CHECK_OK(rt_comm_set_timeout(1));
+  static AFail f;
+  memset(&f, 0, sizeof f);
+  f.scenario = A_LATE;
+  CHECK_FAILS(rt_comm_threads_run(2, async_fail_rank, &f), "timed out");
+  CHECK(f.start_rc[0] == RT_OK && f.start_s[0] < 0.1);
+  CHECK(strcmp(f.msg[0], "rank 0 (group world, 2 ranks): all_reduce of 1024 floats timed out "
+               "after 1 s waiting for rank 1") == 0);
+  CHECK(f.wait_s[0] > 0.8 && f.wait_s[0] < 2.0);
+
+  memset(&f, 0, sizeof f);
+  f.scenario = A_MISMATCH;
+  CHECK_FAILS(rt_comm_threads_run(2, async_fail_rank, &f), "does not match");
+  CHECK(f.start_rc[0] == RT_OK && f.start_rc[1] == RT_OK);
+  CHECK(strstr(f.msg[0], "rank 0 (group world, 2 ranks): all_reduce of 1024 floats does not "
+               "match rank 1, which called reduce_scatter") != NULL);
+  CHECK(strstr(f.msg[1], "reduce_scatter of 1024 floats (512 to rank 1) does not match rank 0")
+        != NULL);
+  CHECK(f.wait_s[0] < 0.5 && f.wait_s[1] < 0.5);
+
+  memset(&f, 0, sizeof f);
+  f.scenario = A_LEAVES;
+  CHECK_OK(rt_comm_threads_run(2, async_fail_rank, &f));
+  CHECK(f.start_rc[0] == RT_OK && f.start_rc[1] == RT_OK);
+
+  memset(&f, 0, sizeof f);
+  f.scenario = A_ARGS;
+  CHECK_FAILS(rt_comm_threads_run(1, async_fail_rank, &f), "overlap without being equal");
+  CHECK(f.start_rc[0] == RT_ERR && f.rc[0] == 0);
+  CHECK(strstr(f.msg[0], "rank 0 (group world, 1 rank): all_reduce of 4 floats failed: send "
+               "and receive buffers overlap without being equal") != NULL);
+  CHECK_FAILS(rt_comm_all_reduce_start(NULL, NULL, NULL, 0, NULL), "NULL communicator");
+  CHECK_OK(rt_comm_wait(NULL));
+  CHECK_OK(rt_comm_set_timeout(RT_COMM_DEFAULT_TIMEOUT_S));
+}
+
 int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "";
   if (!strcmp(which, "collectives")) test_collectives();
@@ -780,9 +1073,10 @@ int main(int argc, char **argv) {
   else if (!strcmp(which, "timeout")) test_timeout();
   else if (!strcmp(which, "determinism")) test_determinism();
   else if (!strcmp(which, "errors")) test_errors();
+  else if (!strcmp(which, "async")) test_async();
   else {
     fprintf(stderr, "usage: comm_test collectives|all_to_all|mesh|p2p|timeout|determinism|"
-                    "errors\n");
+                    "errors|async\n");
     return 2;
   }
   return check_result("comm_test");

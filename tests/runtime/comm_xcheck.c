@@ -6,6 +6,8 @@
  *   comm_xcheck mpi-timeout        under mpirun -np 3: rank 1 skips an all_reduce
  *                                  and waits in a barrier; every rank must fail
  *                                  after the 1 s timeout, each printing one line
+ *   comm_xcheck mpi-async-timeout  the same with rt_comm_all_reduce_start: the
+ *                                  waits of ranks 0 and 2 fail after the timeout
  *   comm_xcheck has-mpi            exit 0 if libparcrt has its MPI backend, else 77
  *
  * Every rank checks each result against serial references (comm_util.h) and
@@ -163,6 +165,57 @@ static int run_checks(RtComm *w, Ctx *c) {
     sum_over(e, 10007, 700 + it, dpm, dp);
     if (rc2 == RT_OK) rc2 = same(c, x, e, 10007, "dp all_reduce", r);
   }
+  /* Non-blocking dp collectives (a trainer's gradient buckets): three in flight
+   * while the tp group runs blocking all_reduces, waited for in reverse; the
+   * reduce_scatter of ZeRO-1 and an all_gather; then the blocking twins on the
+   * same inputs.  The bits must equal both the references and the other backend. */
+  enum { NA = 3, LA = 20011 };
+  float *y = rc2 == RT_OK ? malloc((size_t)NA * LA * sizeof *y) : NULL;
+  if (rc2 == RT_OK && !y) rc2 = rt_fail("rank %d: out of memory", r);
+  RtCommReq q[NA + 2] = {RT_COMM_REQ_NONE, RT_COMM_REQ_NONE, RT_COMM_REQ_NONE,
+                         RT_COMM_REQ_NONE, RT_COMM_REQ_NONE};
+  int64_t dcounts[MAXR], doffs[MAXR], dtotal = 0;
+  for (int q2 = 0; q2 < dp; q2++) {
+    dcounts[q2] = q2 == dp - 1 ? 0 : 3001 + 17 * q2;
+    doffs[q2] = dtotal;
+    dtotal += dcounts[q2];
+  }
+  for (int k = 0; k < NA && rc2 == RT_OK; k++) {
+    cu_fill(y + (int64_t)k * LA, LA, 800 + k, r, 0);
+    rc2 = rt_comm_all_reduce_start(m.dp_comm, y + (int64_t)k * LA, y + (int64_t)k * LA, LA, &q[k]);
+    cu_fill(x, 5003, 900 + k, r, 0);
+    if (rc2 == RT_OK) rc2 = rt_comm_all_reduce(m.tp_comm, x, x, 5003);
+    sum_over(e, 5003, 900 + k, tpm, tp);
+    if (rc2 == RT_OK) rc2 = same(c, x, e, 5003, "tp all_reduce beside dp requests", r);
+  }
+  float *rs_in = x, *rs_out = x + dtotal, *ag = x + dtotal + 4000;
+  if (rc2 == RT_OK) {
+    cu_fill(rs_in, dtotal, 1000, r, 0);
+    rc2 = rt_comm_reduce_scatter_start(m.dp_comm, rs_in, rs_out, dcounts, &q[NA]);
+  }
+  if (rc2 == RT_OK) {
+    cu_fill(ag + doffs[m.dp_rank], dcounts[m.dp_rank], 1001, r, 0);
+    rc2 = rt_comm_all_gather_start(m.dp_comm, ag + doffs[m.dp_rank], ag, dcounts, &q[NA + 1]);
+  }
+  for (int k = NA + 1; k >= 0; k--)
+    if (rt_comm_wait(&q[k]) && rc2 == RT_OK) rc2 = RT_ERR;
+  for (int k = 0; k < NA && rc2 == RT_OK; k++) {
+    sum_over(e, LA, 800 + k, dpm, dp);
+    rc2 = same(c, y + (int64_t)k * LA, e, LA, "dp all_reduce_start", r);
+  }
+  if (rc2 == RT_OK) {
+    sum_over(e, dtotal, 1000, dpm, dp);
+    rc2 = same(c, rs_out, e + doffs[m.dp_rank], dcounts[m.dp_rank], "dp reduce_scatter_start", r);
+  }
+  for (int q2 = 0; q2 < dp; q2++) cu_fill(e + doffs[q2], dcounts[q2], 1001, dpm[q2], 0);
+  if (rc2 == RT_OK) rc2 = same(c, ag, e, dtotal, "dp all_gather_start", r);
+  if (rc2 == RT_OK) { /* the blocking twin: the same bits */
+    cu_fill(y, LA, 800, r, 0);
+    rc2 = rt_comm_all_reduce(m.dp_comm, y, y + LA, LA);
+    sum_over(e, LA, 800, dpm, dp);
+    if (rc2 == RT_OK) rc2 = same(c, y + LA, e, LA, "dp all_reduce", r);
+  }
+  free(y);
   rt_comm_mesh_free(&m);
   if (rc2) return rc2;
   return rt_comm_barrier(w);
@@ -219,11 +272,16 @@ int main(int argc, char **argv) {
     if (rt_comm_run(0, xrank, &job)) return fail_exit("");
     return 0;
   }
-  if (!strcmp(mode, "mpi-timeout") && argc == 2) {
+  int async = !strcmp(mode, "mpi-async-timeout");
+  if ((async || !strcmp(mode, "mpi-timeout")) && argc == 2) {
     RtComm *w;
     if (rt_comm_mpi_init(&w) || rt_comm_set_timeout(1)) return fail_exit("");
-    float x[1024] = {0};
-    int rc = rt_comm_rank(w) == 1 ? rt_comm_barrier(w) : rt_comm_all_reduce(w, x, x, 1024);
+    static float x[1024];
+    RtCommReq q = RT_COMM_REQ_NONE;
+    int rc = rt_comm_rank(w) == 1 ? rt_comm_barrier(w)
+             : async              ? rt_comm_all_reduce_start(w, x, x, 1024, &q)
+                                  : rt_comm_all_reduce(w, x, x, 1024);
+    if (rc == RT_OK && async && rt_comm_rank(w) != 1) rc = rt_comm_wait(&q);
     if (rc == RT_OK) {
       fprintf(stderr, "comm_xcheck: rank %d: the mismatched call succeeded\n", rt_comm_rank(w));
       return 1;
@@ -239,6 +297,7 @@ int main(int argc, char **argv) {
     }
     return 1;
   }
-  fprintf(stderr, "usage: comm_xcheck threads N OUTDIR | mpi OUTDIR | mpi-timeout | has-mpi\n");
+  fprintf(stderr, "usage: comm_xcheck threads N OUTDIR | mpi OUTDIR | mpi-timeout | "
+                  "mpi-async-timeout | has-mpi\n");
   return 2;
 }

@@ -18,6 +18,10 @@
  *       re-assembled from the tp shards, is equal on every dp rank and
  *       equals the one-rank gradient, both within 1e-10 relative, and is
  *       exactly 0 on vocabulary padding.
+ *       --ep E: expert parallelism over E of the DP ranks (m->mesh_ep):
+ *       the expert weights' slices by ep coordinate, the mesh run with
+ *       ir_interp_run_mesh_ep; MoE models: the routing statistics are
+ *       all-reduced over dp, and the slots travel by expert_all_to_all.
  *   shard_models [--sp] --error MODEL.dsl TP DP TEXT [NAME=VALUE ...]
  *       pass_shard must fail with a message containing TEXT.
  *   shard_models --ir MODEL.dsl TP DP [NAME=VALUE ...]
@@ -43,19 +47,55 @@ static int use_sp; /* --sp: sequence parallelism */
 
 static int count_op(const IrModule *m, IrOp op, IrPhase ph) {
   int k = 0;
-  for (int i = 0; i < m->nnodes; i++) k += m->nodes[i]->op == op && m->nodes[i]->phase == ph;
+  for (int i = 0; i < m->nnodes; i++)
+    k += m->nodes[i]->op == op && m->nodes[i]->phase == ph &&
+         (op != IR_OP_ALL_REDUCE || m->nodes[i]->ia[0] == 0); /* all_reduce: over tp */
   return k;
+}
+
+/* Mixture of experts (rule_dispatch): per MoE layer under dp > 1, the two
+ * routing statistics all-reduced over dp, a capacity_drop iff the capacity
+ * drops tokens, and under ep > 1 one expert_all_to_all each way with the
+ * expert weights holding experts / ep experts. */
+static void moe_checks(const IrModule *sh, int tp, int dp) {
+  int ndisp = 0, ndp = 0, ndrop = 0, na2a = 0, nexp = 0, expok = 1;
+  for (int i = 0; i < sh->nnodes; i++) {
+    const IrNode *n = sh->nodes[i];
+    ndisp += n->op == IR_OP_DISPATCH;
+    ndp += n->op == IR_OP_ALL_REDUCE && n->ia[0] == 1;
+    ndrop += n->op == IR_OP_CAPACITY_DROP;
+    na2a += n->op == IR_OP_EXPERT_ALL_TO_ALL;
+    if (n->op == IR_OP_PARAM && n->shard == IR_SHARD_EXPERT) {
+      nexp++;
+      expok &= shard_ep > 1 ? n->shard_degree == shard_ep &&
+                                  n->shape[0] * shard_ep == n->global_shape[0]
+                            : n->shard_degree <= 1;
+    }
+  }
+  if (!ndisp) return;
+  printf("     moe: %d dispatch, %d dp all_reduce, %d capacity_drop, %d expert_all_to_all\n",
+         ndisp, ndp, ndrop, na2a);
+  shard_expect(ndp == (dp > 1 ? 2 * ndisp : 0),
+               "%s: routing statistics all-reduced over dp, two per MoE layer (%g)", "moe",
+               (double)ndp);
+  shard_expect(na2a == (shard_ep > 1 ? 2 * ndisp : 0),
+               "%s: one expert_all_to_all each way per MoE layer (%g)", "ep", (double)na2a);
+  shard_expect(nexp > 0 && expok, "%s: expert weights hold experts / ep experts (%g tensors)",
+               "ep", (double)nexp);
+  if (dp > 1) printf("     capacity_drop: %d (tp %d)\n", ndrop, tp);
 }
 
 static int run_check(const char *path, int tp, int dp, int ar, const char *const *defs, int nd) {
   IrModule *ref = test_load(path, defs, nd), *sh = test_load(path, defs, nd);
   if (!ref || !sh) return 1;
   char err[512];
+  sh->mesh_ep = shard_ep;
   if (pass_shard(sh, tp, dp, use_sp, err, sizeof err)) {
     printf("FAIL: %s\n", err);
     return 1;
   }
   must_verify(sh, "after pass_shard");
+  moe_checks(sh, tp, dp);
   int sp = use_sp && tp > 1;
   /* GPT-2's fused q|k|v: sharded blockwise, 3 blocks, HF's global [d, 3d] */
   int nqkv = 0, qkv_ok = 1;
@@ -197,7 +237,7 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
   int nr = tp * dp;
   IrInterp **rk = calloc((size_t)nr, sizeof *rk);
   if (shard_fill_ranks(ref, it, sh, rk, tp, dp, NULL, 0)) return 1;
-  if (ir_interp_run_mesh(rk, tp, dp, 0, sh->nnodes, why, sizeof why)) {
+  if (ir_interp_run_mesh_ep(rk, tp, dp, shard_ep, 0, sh->nnodes, why, sizeof why)) {
     printf("FAIL: mesh run: %s\n", why);
     return 1;
   }
@@ -234,23 +274,24 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
     double scale = 0;
     for (int64_t e = 0; e < gn; e++) scale = fmax(scale, fabs(G[e]));
     double *asm_ = calloc((size_t)gn, sizeof *asm_);
+    int *by = calloc((size_t)gn, sizeof *by); /* 1 + the dp coordinate that filled it */
     double perr = 0;
     for (int d = 0; d < dp; d++) {
       for (int c = 0; c < tp; c++) {
         const double *L = rk[d * tp + c]->f[p->grad->id];
         for (int64_t e = 0; e < ir_numel(p); e++) {
-          int64_t gi = shard_global_index(p, e, c);
+          int64_t gi = shard_global_index(p, e, shard_coord(p, d, c));
           if (gi < 0) { /* vocabulary padding: no gradient */
             padmax = fmax(padmax, fabs(L[e]));
             continue;
           }
-          if (d == 0) asm_[gi] = L[e];
-          else dspread = fmax(dspread, fabs(asm_[gi] - L[e]));
+          if (!by[gi]) asm_[gi] = L[e], by[gi] = 1 + d;
+          else if (by[gi] != 1 + d) dspread = fmax(dspread, fabs(asm_[gi] - L[e]));
         }
       }
-      if (d) continue;
-      for (int64_t e = 0; e < gn; e++) perr = fmax(perr, fabs(asm_[e] - G[e]));
     }
+    for (int64_t e = 0; e < gn; e++) perr = fmax(perr, fabs(asm_[e] - G[e]));
+    free(by);
     perr /= fmax(scale, 1e-300);
     if (perr > TOL) printf("     %s: rel err %.2e\n", p->name, perr);
     gmax = fmax(gmax, perr);
@@ -271,10 +312,18 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
 
 int main(int argc, char **argv) {
   use_sp = shard_take_flag(&argc, argv, "--sp");
+  for (int i = 1; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "--ep")) { /* --ep E: expert parallelism, E dividing DP */
+      shard_ep = atoi(argv[i + 1]);
+      memmove(argv + i, argv + i + 2, sizeof *argv * (size_t)(argc - i - 1));
+      argc -= 2;
+      break;
+    }
   if (argc >= 6 && !strcmp(argv[1], "--error")) {
     IrModule *m = test_load(argv[2], (const char *const *)argv + 6, argc - 6);
     if (!m) return 1;
     char err[512] = "";
+    m->mesh_ep = shard_ep;
     int rc = pass_shard(m, atoi(argv[3]), atoi(argv[4]), use_sp, err, sizeof err);
     printf("%s\n", err);
     int ok = rc != 0 && strstr(err, argv[5]) && !strchr(err, '\n');

@@ -7,6 +7,11 @@
 #include "../autodiff/ad_check.h"
 
 int shard_fails;
+int shard_ep = 1;
+
+int shard_coord(const IrNode *p, int d, int c) {
+  return p->shard == IR_SHARD_EXPERT && p->shard_degree > 1 ? d % shard_ep : c;
+}
 
 void shard_expect(int ok, const char *fmt, const char *what, double v) {
   printf("%s ", ok ? "ok  " : "FAIL");
@@ -87,7 +92,8 @@ int shard_fill_ranks(IrModule *ref, const IrInterp *it, IrModule *sh, IrInterp *
       }
       int64_t ne = ir_numel(n);
       for (int64_t e = 0; e < ne; e++) {
-        int64_t src = n->op == IR_OP_PARAM ? shard_global_index(n, e, c) : (int64_t)d * ne + e;
+        int64_t src = n->op == IR_OP_PARAM ? shard_global_index(n, e, shard_coord(n, d, c))
+                                           : (int64_t)d * ne + e;
         if (src < 0) rk[r]->f[k][e] = 0; /* padding: 0, as the runtime initialises it */
         else if (n->dtype == IR_I32) rk[r]->i[k][e] = it->i[g->id][src];
         else rk[r]->f[k][e] = it->f[g->id][src];

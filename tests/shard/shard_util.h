@@ -10,6 +10,11 @@
 #include "ir/ir.h"
 
 extern int shard_fails;
+extern int shard_ep; /* the expert-parallel degree of the mesh (1: none) */
+
+/* The coordinate a rank (dp coordinate d, tp coordinate c) holds leaf p's
+ * slice by: ep coordinate d % shard_ep for expert-parallel weights, else c. */
+int shard_coord(const IrNode *p, int d, int c);
 
 /* Prints "ok" or "FAIL" with fmt (one %s for what, one %g for v); counts fails. */
 void shard_expect(int ok, const char *fmt, const char *what, double v);

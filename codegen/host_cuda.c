@@ -1,0 +1,418 @@
+/* codegen/host_cuda.c -- emit train_cuda.c, the GPU trainer of one rank
+ * program (codegen/host_cuda.h).
+ *
+ * Invariants shared with host.c's train.c (and relied on by the tests that
+ * compare the two trainers): the nodes run in IR order, each kernel at its
+ * root's position; every value is at the same arena offset; parameters and
+ * state use the same offsets; the tables and the RtModelDesc are host.c's
+ * own (cg_emit_host_desc).  Device pointers replace host ones one for one:
+ * `P + off`, `S + off`, `F(off)`, `I(off)` read the same in both files. */
+#include "codegen/host_cuda.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  FILE *out;
+  const IrModule *m;
+  const CgKernelPlan *kp;
+  const int *canon;
+  const BufPlan *bp;
+  const CgLeafPlan *lp;
+  const int64_t *temp_off;
+  const int *grad_of;  /* per node id: the PARAM whose gradient it is, else -1 */
+  char *err;
+  size_t errlen;
+  int failed;
+} Cu;
+
+static void fail(Cu *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(Cu *e, const char *fmt, ...) {
+  if (e->failed++) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->err, e->errlen, fmt, ap);
+  va_end(ap);
+}
+
+/* The C expression of node n's device buffer (host.c's, with the inputs on
+ * the device: tokens, targets, and lr / t as device scalars). */
+static const char *buf(Cu *e, const IrNode *n, char *s, size_t len) {
+  switch (n->op) {
+  case IR_OP_PARAM:
+    snprintf(s, len, "P + %" PRId64, e->lp->offset[n->id]);
+    return s;
+  case IR_OP_STATE:
+    snprintf(s, len, "S + %" PRId64, e->lp->offset[n->id]);
+    return s;
+  case IR_OP_INPUT:
+    if (!strcmp(n->name, "tokens") && n->dtype == IR_I32) return "tokens";
+    if (!strcmp(n->name, "targets") && n->dtype == IR_I32) return "targets";
+    if (!strcmp(n->name, "lr") && n->rank == 0) return "lr";
+    if (!strcmp(n->name, "step") && n->rank == 0) return "t";
+    fail(e, "input '%s': the trainer feeds i32 'tokens' and 'targets' only", n->name);
+    return "NULL";
+  default:
+    if (e->bp->offset[n->id] < 0) {
+      fail(e, "node %%%d (%s) has no buffer", n->id, ir_op_info[n->op].name);
+      return "NULL";
+    }
+    snprintf(s, len, "%s(%" PRId64 ")", n->dtype == IR_I32 ? "I" : "F", e->bp->offset[n->id]);
+    return s;
+  }
+}
+
+static int64_t lead(const IrNode *x, int keep) {
+  int64_t p = 1;
+  for (int i = 0; i < x->rank - keep; i++) p *= x->shape[i];
+  return p;
+}
+
+static int64_t dim(const IrNode *x, int i) { return x->shape[i < 0 ? x->rank + i : i]; }
+
+static const char *grp(int64_t dp) { return dp ? "RT_CUDA_DP" : "RT_CUDA_TP"; }
+
+/* A float literal C accepts. */
+static const char *flit(char *s, size_t len, double v) {
+  int k = snprintf(s, len, "%.9g", v);
+  if (!strpbrk(s, ".en") && k + 3 < (int)len) strcat(s, ".0");
+  if (strlen(s) + 2 < len) strcat(s, "f");
+  return s;
+}
+
+/* all_gather / reduce_scatter along dimension ia[2], replicate, local_slice:
+ * [outer, n, inner] with n the whole size (rt_cuda.h). */
+static void emit_dim_collective(Cu *e, const IrNode *n, const char *x, const char *out) {
+  int cut = n->op == IR_OP_REDUCE_SCATTER || n->op == IR_OP_LOCAL_SLICE;
+  const IrNode *whole = cut ? n->inputs[0] : n;
+  int d = (int)n->ia[2];
+  int64_t outer = 1, inner = 1;
+  for (int k = 0; k < d; k++) outer *= whole->shape[k];
+  for (int k = d + 1; k < whole->rank; k++) inner *= whole->shape[k];
+  if (n->op == IR_OP_LOCAL_SLICE)
+    fprintf(e->out, "  CHECK(rt_cuda_local_slice(dev, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            ", rt_cuda_group_rank(dev, %s), %" PRId64 "));\n", out, x, outer, whole->shape[d],
+            inner, grp(n->ia[0]), n->ia[1]);
+  else
+    fprintf(e->out, "  CHECK(%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n",
+            n->op == IR_OP_REDUCE_SCATTER ? "rt_cuda_reduce_scatter_dim" : "rt_cuda_all_gather_dim",
+            grp(n->ia[0]), x, out, outer, whole->shape[d], inner);
+}
+
+/* One runtime call for a node the kernels do not compute (host.c's
+ * emit_runtime, op for op, on rt_cuda.h). */
+static void emit_runtime(Cu *e, const IrNode *n) {
+  char o[96], a0[96], a1[96], a2[96], a3[96], fl[48];
+  IrNode *const *in = n->inputs;
+  const char *out = buf(e, n, o, sizeof o);
+  const char *x = n->ninputs > 0 ? buf(e, in[0], a0, sizeof a0) : NULL;
+  const char *y = n->ninputs > 1 ? buf(e, in[1], a1, sizeof a1) : NULL;
+  const char *z = n->ninputs > 2 ? buf(e, in[2], a2, sizeof a2) : NULL;
+  const char *w = n->ninputs > 3 ? buf(e, in[3], a3, sizeof a3) : NULL;
+  FILE *f = e->out;
+  switch (n->op) {
+  case IR_OP_MATMUL:
+  case IR_OP_MATMUL_TA: {
+    const IrNode *a = in[0], *b = in[1];
+    int ta = n->op == IR_OP_MATMUL_TA;
+    int64_t m = ta ? dim(a, -1) : dim(a, -2), k = ta ? dim(a, -2) : dim(a, -1);
+    fprintf(f, "  CHECK(%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+            ", %s%s0));\n", ta ? "rt_cuda_matmul_ta" : "rt_cuda_matmul", out, x, y, lead(a, 2), m,
+            k, dim(n, -1), n->ia[0] ? "RT_MM_TRANSPOSE_B | " : "",
+            b->rank > 2 ? "RT_MM_B_BATCHED | " : "");
+    return;
+  }
+  case IR_OP_ATTENTION:
+    fprintf(f, "  CHECK(rt_cuda_sdpa(dev, %s, NULL, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            ", %" PRId64 ", %" PRId64 ", %s, %d));\n", out, x, y, z, dim(in[0], 0), dim(in[0], 1),
+            dim(in[1], 1), dim(in[0], 2), dim(in[0], 3), flit(fl, sizeof fl, n->fa),
+            (int)n->ia[0]);
+    return;
+  case IR_OP_ATTENTION_GRAD:
+    fprintf(f, "  CHECK(rt_cuda_sdpa_grad(dev, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64
+            ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %d));\n", out, x, y, z, w, dim(in[0], 0),
+            dim(in[0], 1), dim(in[1], 1), dim(in[0], 2), dim(in[0], 3), flit(fl, sizeof fl, n->fa),
+            (int)n->ia[0]);
+    return;
+  case IR_OP_TOPK:
+    fprintf(f, "  CHECK(rt_cuda_topk(dev, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n", out,
+            x, lead(in[0], 1), dim(in[0], -1), n->ia[0]);
+    return;
+  case IR_OP_GATHER:
+    fprintf(f, "  CHECK(rt_cuda_gather(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n",
+            out, x, y, lead(in[0], 1), dim(in[0], -1), dim(in[1], -1));
+    return;
+  case IR_OP_SCATTER_ADD:
+    fprintf(f, "  CHECK(rt_cuda_scatter_add(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            "));\n", out, x, y, lead(in[0], 1), dim(in[0], -1), n->ia[0]);
+    return;
+  case IR_OP_ONEHOT:
+    fprintf(f, "  CHECK(rt_cuda_onehot(dev, %s, %s, %" PRId64 ", %" PRId64 "));\n", out, x,
+            ir_numel(in[0]), n->ia[0]);
+    return;
+  case IR_OP_DISPATCH:
+    fprintf(f, "  CHECK(rt_cuda_dispatch(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            ", %" PRId64 ", %" PRId64 "));\n", out, x, y, dim(in[0], 0), dim(in[1], 1),
+            dim(in[0], 1), n->ia[0], n->ia[1]);
+    return;
+  case IR_OP_CAPACITY_DROP:
+    fprintf(f, "  CHECK(rt_cuda_capacity_drop(dev, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            ", %" PRId64 "));\n", out, x, dim(in[0], 0), dim(in[0], 1), n->ia[0], n->ia[1]);
+    return;
+  case IR_OP_COMBINE:
+    fprintf(f, "  CHECK(rt_cuda_combine(dev, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            ", %" PRId64 ", %" PRId64 "));\n", out, x, y, z, dim(in[1], 0), dim(in[1], 1),
+            dim(in[0], 2), dim(in[0], 0), dim(in[0], 1));
+    return;
+  case IR_OP_COMBINE_GRAD_Y:
+    fprintf(f, "  CHECK(rt_cuda_combine_grad_y(dev, %s, %s, %s, %s, %" PRId64 ", %" PRId64
+            ", %" PRId64 ", %" PRId64 ", %" PRId64 "));\n", out, x, y, z, dim(in[1], 0),
+            dim(in[1], 1), dim(in[0], 1), dim(n, 0), dim(n, 1));
+    return;
+  case IR_OP_COMBINE_GRAD_W:
+    fprintf(f, "  CHECK(rt_cuda_combine_grad_w(dev, %s, %s, %s, %s, %" PRId64 ", %" PRId64
+            ", %" PRId64 ", %" PRId64 ", %" PRId64 "));\n", out, x, y, z, dim(in[2], 0),
+            dim(in[2], 1), dim(in[0], 1), dim(in[1], 0), dim(in[1], 1));
+    return;
+  case IR_OP_EMBEDDING:
+    fprintf(f, "  CHECK(rt_cuda_embedding(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            "));\n", out, x, y, ir_numel(in[0]), dim(in[1], 0), dim(in[1], 1));
+    return;
+  case IR_OP_EMBEDDING_GRAD:
+    fprintf(f, "  CHECK(rt_cuda_embedding_grad(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            "));\n", out, x, y, ir_numel(in[0]), n->ia[0], dim(in[1], -1));
+    return;
+  case IR_OP_CROSS_ENTROPY:
+    fprintf(f, "  CHECK(rt_cuda_cross_entropy(dev, %s, %s, %s, %" PRId64 ", %" PRId64 "));\n", out,
+            x, y, lead(in[0], 1), dim(in[0], -1));
+    return;
+  case IR_OP_CROSS_ENTROPY_GRAD:
+    fprintf(f, "  CHECK(rt_cuda_cross_entropy_grad(dev, %s, %s, %s, %s, %" PRId64 ", %" PRId64
+            "));\n", out, x, y, z, lead(in[0], 1), dim(in[0], -1));
+    return;
+  case IR_OP_VOCAB_EMBEDDING:
+    fprintf(f, "  CHECK(rt_cuda_vocab_embedding(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            ", rt_cuda_group_rank(dev, %s), %" PRId64 "));\n", out, x, y, ir_numel(in[0]),
+            dim(in[1], 0), dim(in[1], 1), grp(n->ia[0]), n->ia[1]);
+    return;
+  case IR_OP_VOCAB_EMBEDDING_GRAD:
+    fprintf(f, "  CHECK(rt_cuda_vocab_embedding_grad(dev, %s, %s, %s, %" PRId64 ", %" PRId64
+            ", %" PRId64 ", rt_cuda_group_rank(dev, %s), %" PRId64 "));\n", out, x, y,
+            ir_numel(in[0]), n->ia[0], dim(in[1], -1), grp(n->ia[1]), n->ia[2]);
+    return;
+  case IR_OP_VOCAB_CROSS_ENTROPY:
+    fprintf(f, "  CHECK(rt_cuda_vocab_cross_entropy(dev, %s, %s, %s, %s, %" PRId64 ", %" PRId64
+            ", %" PRId64 "));\n", grp(n->ia[0]), out, x, y, lead(in[0], 1), dim(in[0], -1),
+            n->ia[2]);
+    return;
+  case IR_OP_VOCAB_CROSS_ENTROPY_GRAD:
+    fprintf(f, "  CHECK(rt_cuda_vocab_cross_entropy_grad(dev, %s, %s, %s, %s, %s, %" PRId64
+            ", %" PRId64 ", %" PRId64 "));\n", grp(n->ia[0]), out, x, y, z, lead(in[0], 1),
+            dim(in[0], -1), n->ia[2]);
+    return;
+  case IR_OP_ALL_REDUCE:
+    fprintf(f, "  CHECK(rt_cuda_all_reduce(dev, %s, %s, %s, %" PRId64 "));\n", grp(n->ia[0]), x,
+            out, ir_numel(n));
+    return;
+  case IR_OP_ALL_GATHER:
+  case IR_OP_REDUCE_SCATTER: { /* contiguous blocks when the cut is the leading dims' */
+    int gather = n->op == IR_OP_ALL_GATHER;
+    const IrNode *whole = gather ? n : in[0], *piece = gather ? in[0] : n;
+    if (lead(whole, whole->rank - (int)n->ia[2]) != 1) {
+      emit_dim_collective(e, n, x, out);
+      return;
+    }
+    fprintf(f, "  CHECK(rt_cuda_%s(dev, %s, %s, %s, %" PRId64 "));\n", ir_op_info[n->op].name,
+            grp(n->ia[0]), x, out, ir_numel(piece));
+    return;
+  }
+  case IR_OP_FLAT_SHARD:
+    fprintf(f, "  CHECK(rt_cuda_flat_piece(dev, %s, %s, %" PRId64 ", %s, %" PRId64 "));\n",
+            grp(n->ia[0]), x, ir_numel(in[0]), out, ir_numel(n));
+    return;
+  case IR_OP_REPLICATE: case IR_OP_LOCAL_SLICE:
+    emit_dim_collective(e, n, x, out);
+    return;
+  case IR_OP_GROUP_COPY:
+    fprintf(f, "  CHECK(rt_cuda_copy(dev, %s, %s, %" PRId64 "));\n", out, x, ir_numel(n));
+    return;
+  default:
+    fail(e, "the GPU trainer has no routine for %s", ir_op_info[n->op].name);
+  }
+}
+
+/* A fused kernel: its launcher over all its rows on the compute stream. */
+static void emit_kernel_call(Cu *e, int index) {
+  const CgKernel *k = &e->kp->kernels[index];
+  const char *name = e->kp->kernels[e->canon ? e->canon[index] : index].k->name;
+  char b[96];
+  fprintf(e->out, "  %s_launch(", name);
+  for (int i = 0; i < k->nargs; i++) {
+    int a = k->arg_node[i];
+    if (a < 0) snprintf(b, sizeof b, "F(%" PRId64 ")", e->temp_off[CG_ARG_TEMP(a)]);
+    fprintf(e->out, "%s, ", a < 0 ? b : buf(e, e->m->nodes[a], b, sizeof b));
+  }
+  fprintf(e->out, "0, %" PRId64 ", st);\n  LAUNCHED(\"%s\");\n", kir_kernel_rows(k->k), name);
+}
+
+static void emit_save_grad(Cu *e, const IrNode *n) {
+  int i = e->grad_of[n->id];
+  if (i < 0) return;
+  char b[96];
+  fprintf(e->out, "  SAVE_GRAD(%" PRId64 ", %s, %" PRId64 "); /* %s */\n", e->lp->offset[i],
+          buf(e, n, b, sizeof b), ir_numel(n), e->m->nodes[i]->name);
+}
+
+/* "fp32" or "bf16" from the train section. */
+static int bf16_precision(const IrModule *m) {
+  const IrSetting *s = ir_setting(m->train, m->ntrain, "precision");
+  return s && s->sym && !strcmp(s->sym, "bf16");
+}
+
+static void emit_step(Cu *e, int64_t rows, int64_t seq) {
+  const IrModule *m = e->m;
+  const CgKernelPlan *kp = e->kp;
+  FILE *out = e->out;
+  fprintf(out,
+          "/* This rank's device: made by the first step (ranks are threads or processes). */\n"
+          "static _Thread_local RtCuda *dev;\n\n"
+          "/* RtModelDesc.to_host: the device's parameters and state into the harness's\n"
+          " * buffers, before it saves them. */\n"
+          "static int to_host(float *params_host, float *state_host) {\n"
+          "  return dev ? rt_cuda_download(dev, params_host, state_host) : 0;\n}\n\n"
+          "static int step(RtStepIO *io) {\n"
+          "  if (!dev) {\n"
+          "    RtCudaSetup s = {.params_numel = PARAMS_NUMEL, .state_numel = STATE_NUMEL,\n"
+          "                     .arena_bytes = ARENA_BYTES, .rows = %" PRId64 ", .seq = %" PRId64
+          ",\n"
+          "                     .tp = MESH_TP, .dp = MESH_DP, .tp_group = io->tp_group,\n"
+          "                     .dp_group = io->dp_group, .tp_rank = io->tp_rank,\n"
+          "                     .dp_rank = io->dp_rank, .gemm = GEMM_MODE, .model = \"%s\"};\n"
+          "    CHECK(rt_cuda_open(&dev, &s, io->params, io->state));\n"
+          "  }\n"
+          "  CHECK(rt_cuda_step_begin(dev, io->tokens, io->targets, io->lr, io->step));\n"
+          "  char *A = rt_cuda_arena(dev);\n"
+          "  float *P = rt_cuda_params(dev), *S = rt_cuda_state(dev);\n"
+          "  int32_t *tokens = rt_cuda_tokens(dev), *targets = rt_cuda_targets(dev);\n"
+          "  float *lr = rt_cuda_scalar(dev, 0), *t = rt_cuda_scalar(dev, 1);\n"
+          "  struct CUstream_st *st = rt_cuda_stream(dev);\n"
+          "  (void)A, (void)P, (void)S, (void)tokens, (void)targets, (void)lr, (void)t, (void)st;\n",
+          rows, seq, m->name);
+  IrPhase phase = IR_PHASE_COUNT;
+  static const char *const phase_title[] = {"forward", "backward: input gradients",
+                                            "backward: weight gradients", "optimizer"};
+  int next = 0;
+  for (int i = 0; i < m->nnodes && !e->failed; i++) {
+    const IrNode *n = m->nodes[i];
+    int runtime = !(ir_op_info[n->op].flags & IR_F_LEAF) && kp->kernel_of[i] < 0;
+    int kernels = next < kp->nkernels && kp->kernels[next].root == i;
+    if (!runtime && !kernels) continue;
+    if (n->phase != phase && n->phase < IR_PHASE_COUNT) {
+      phase = n->phase;
+      fprintf(out, "\n  /* ---- %s ---- */\n", phase_title[phase]);
+    }
+    if (runtime) {
+      cg_host_comment(out, n, "  ");
+      emit_runtime(e, n);
+      emit_save_grad(e, n);
+    }
+    for (; next < kp->nkernels && kp->kernels[next].root == i; next++) {
+      const CgKernel *kk = &kp->kernels[next];
+      for (int j = 0; j < kk->nnodes; j++) cg_host_comment(out, m->nodes[kk->nodes[j]], "  ");
+      if (!kk->nnodes) fprintf(out, "  /* statistics for a later weight gradient */\n");
+      emit_kernel_call(e, next);
+      for (int j = 0; j < kk->nnodes; j++) emit_save_grad(e, m->nodes[kk->nodes[j]]);
+    }
+  }
+  if (next != kp->nkernels) fail(e, "kernel %d runs out of node order", next);
+  char b[96], c[96], g[96];
+  fprintf(out, "\n  /* ---- results ---- */\n");
+  for (int i = 0; i < m->nupdates; i++) {
+    const IrUpdate *u = &m->updates[i];
+    fprintf(out, "  CHECK(rt_cuda_copy(dev, %s, %s, %" PRId64 ")); /* %s */\n",
+            buf(e, u->leaf, c, sizeof c), buf(e, u->value, b, sizeof b), ir_numel(u->leaf),
+            u->leaf->name);
+  }
+  if (!m->loss) fail(e, "the module has no loss");
+  else
+    fprintf(out, "  CHECK(rt_cuda_step_end(dev, %s, %s, %s, &io->loss, &io->ce_loss, "
+                 "&io->grad_norm));\n  return 0;\n}\n\n",
+            buf(e, m->loss, b, sizeof b), m->ce_loss ? buf(e, m->ce_loss, c, sizeof c) : "NULL",
+            m->grad_norm ? buf(e, m->grad_norm, g, sizeof g) : "NULL");
+}
+
+int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
+                      const CgLeafPlan *lp, const CgHostInfo *info, char *err, size_t errlen) {
+  if (info->pipe) {
+    snprintf(err, errlen, "the GPU trainer does not run pipeline schedules yet (--pp 1, or "
+             "--target cpu)");
+    return -1;
+  }
+  int64_t *temp_off = calloc((size_t)kp->ntemps + 1, sizeof(int64_t));
+  int *grad_of = malloc(sizeof(int) * ((size_t)m->nnodes + 1));
+  if (!temp_off || !grad_of) {
+    free(temp_off);
+    free(grad_of);
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  int64_t arena = cg_arena_bytes(kp, bp, temp_off);
+  for (int i = 0; i < m->nnodes; i++) grad_of[i] = -1;
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad) grad_of[m->nodes[i]->grad->id] = i;
+  Cu e = {out, m, kp, info->canon, bp, lp, temp_off, grad_of, err, errlen, 0};
+  int64_t nparams = 0, batch = 0, seq = 0;
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *n = m->nodes[i];
+    if (n->op == IR_OP_PARAM) nparams += ir_numel(n);
+    if (n->op == IR_OP_INPUT && !strcmp(n->name, "tokens") && n->rank == 2)
+      batch = n->shape[0], seq = n->shape[1];
+  }
+  int bf16 = bf16_precision(m);
+  const char *src = info->source ? info->source : "?", *slash = strrchr(src, '/');
+  fprintf(out,
+          "/* train_cuda.c -- generated by parc %s from %s; do not edit.\n"
+          " *\n"
+          " * model %s on the GPU: %" PRId64 " parameters, %d IR nodes, %d fused kernels.\n"
+          " * The plan of train.c -- the same kernels in the same order, the same arena\n"
+          " * offsets -- on device buffers: P (parameters), S (optimizer state) and the\n"
+          " * arena A are device memory (runtime/cuda/rt_cuda.h); fused kernels run\n"
+          " * through their launchers (kernels_cuda.h) on the rank's compute stream, GEMMs\n"
+          " * through cuBLASLt (%s), attention as flash kernels.  The harness\n"
+          " * (rt_train_main: options, data, checkpoints, logs) is the CPU trainer's. */\n"
+          "#include <stdint.h>\n#include <string.h>\n\n"
+          "#include \"kernels_cuda.h\"\n"
+          "#include \"runtime/cuda/rt_cuda.h\"\n"
+          "#include \"runtime/rt_gemm.h\"\n"
+          "#include \"runtime/rt_model.h\"\n\n"
+          "#define ARENA_BYTES %" PRId64 "\n"
+          "#define PARAMS_NUMEL %" PRId64 "\n"
+          "#define STATE_NUMEL %" PRId64 "\n"
+          "#define MESH_TP %d\n#define MESH_DP %d\n"
+          "#define GEMM_MODE %s /* precision = %s; PARC_CUDA_GEMM overrides */\n"
+          "#define CHECK(call) do { if ((call) != 0) return -1; } while (0)\n"
+          "#define LAUNCHED(kernel) CHECK(rt_cuda_launched(dev, kernel))\n"
+          "#define F(offset) ((float *)(A + (offset)))   /* a value in the device arena */\n"
+          "#define I(offset) ((int32_t *)(A + (offset)))\n"
+          "/* --save-grads: parameter gradient g (n floats, device) to offset off of io->grads */\n"
+          "#define SAVE_GRAD(off, g, n) \\\n"
+          "  do { if (io->grads) CHECK(rt_cuda_to_host(dev, io->grads + (off), (g), (n))); } "
+          "while (0)\n\n",
+          info->version, slash ? slash + 1 : src, m->name, nparams, m->nnodes,
+          kp->nkernels, bf16 ? "bf16 products, fp32 accumulation" : "fp32", arena,
+          lp->params_numel, lp->state_numel, m->mesh_tp > 1 ? m->mesh_tp : 1,
+          m->mesh_dp > 1 ? m->mesh_dp : 1, bf16 ? "RT_CUDA_GEMM_BF16" : "RT_CUDA_GEMM_FP32",
+          bf16 ? "bf16" : "fp32");
+  emit_step(&e, batch, seq);
+  int rc = e.failed ? -1 : 0;
+  if (!rc) {
+    CgHostInfo di = *info;
+    di.desc_extra = "    .to_host = to_host,\n";
+    rc = cg_emit_host_desc(out, m, lp, &di, err, errlen);
+  }
+  free(temp_off);
+  free(grad_of);
+  return rc;
+}

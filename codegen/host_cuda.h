@@ -1,0 +1,31 @@
+/* codegen/host_cuda.h -- the GPU trainer's host program, train_cuda.c.
+ *
+ * The same plan as train.c (codegen/host.h): the same kernels in the same
+ * order, the same arena offsets (ARENA_BYTES), the same parameter and state
+ * layout, the same RtModelDesc (tables and settings written by host.c's
+ * cg_emit_host_desc), so the harness -- options, data, init, checkpoints,
+ * logs -- is rt_train_main's.  What differs is where things run: `step`
+ * calls the CUDA kernel launchers of kernels_cuda.h on the rank's compute
+ * stream, GEMMs through cuBLASLt and the runtime ops of
+ * runtime/cuda/rt_cuda.h, on device buffers (P, S and the arena A are
+ * device pointers; tokens, targets, lr and the step count are copied to the
+ * device at the start of every step).
+ *
+ * Device state: one RtCuda per rank, made on the first call of step (a
+ * thread-local pointer: ranks are threads or processes), which uploads the
+ * host parameters and state the harness set up; RtModelDesc.to_host copies
+ * them back whenever the harness reads them (weights, checkpoints).
+ * --save-grads copies each gradient to the host as the CPU trainer does. */
+#ifndef PARC_CG_HOST_CUDA_H
+#define PARC_CG_HOST_CUDA_H
+
+#include <stdio.h>
+
+#include "codegen/host.h"
+
+/* Writes train_cuda.c.  0, or -1 with a one-line reason in err (an op the GPU
+ * trainer has no routine for, a pipelined module). */
+int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
+                      const CgLeafPlan *lp, const CgHostInfo *info, char *err, size_t errlen);
+
+#endif

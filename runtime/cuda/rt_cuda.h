@@ -1,0 +1,206 @@
+/* runtime/cuda/rt_cuda.h -- libparcrt_cuda: the GPU runtime a generated
+ * train_cuda links against (C API; the implementation is CUDA C++).
+ *
+ * One RtCuda per rank: its device, its buffers and its streams.  The
+ * generated step (codegen/host_cuda.c) makes it on its first call
+ * (rt_cuda_open), then every step enqueues, in IR order, fused kernels
+ * (kernels_cuda.h launchers on rt_cuda_stream), GEMMs, attention and the
+ * runtime ops below on that one compute stream; rt_cuda_step_end waits for
+ * it and returns the step's scalars.
+ *
+ * Device memory (all cudaMalloc'd once, at open; sizes fixed by the plan):
+ *   params       params_numel floats   (layout of RtModelDesc.params)
+ *   state        state_numel floats
+ *   arena        exactly arena_bytes   (the planned peak, ARENA_BYTES: every
+ *                                       value of the step at its planned offset)
+ *   io           tokens, targets [rows, seq] int32, 2 scalars (lr, step)
+ *   workspace    the runtime's own scratch, outside the plan: cuBLASLt's
+ *                workspace (RT_CUDA_GEMM_WORKSPACE), attention statistics
+ *                (2 floats per query row), cross-entropy row statistics, the
+ *                embedding gradient's sorted ids.  Grown on first use (the
+ *                first step), never after: later steps allocate nothing.
+ * Start-up checks (rt_cuda_open): the mesh's rank count against the GPUs
+ * (see below), and params + state + arena + workspace reserve against the
+ * device's free memory ("planned ... bytes, free ... bytes" otherwise).
+ *
+ * Streams: `compute` runs everything of the step in order; collectives run
+ * on `comm`, ordered after the compute work that produced their input by an
+ * event, and the compute stream waits for their completion before reading
+ * the result (so results are those of the serial order, and communication
+ * may overlap independent compute once the schedule allows it).
+ *
+ * Collectives over the rank's tp or dp group (RT_CUDA_TP / RT_CUDA_DP):
+ *   NCCL       one process per GPU under mpirun, or a thread per GPU in one
+ *              process: a world communicator from one unique id (made by
+ *              world rank 0 and broadcast over the host mesh groups of the
+ *              harness, rt_comm.h: so the same code serves threads and MPI),
+ *              then tp and dp split from it (ncclCommSplit).
+ *   host       the device-local backend: several ranks may share one GPU;
+ *              a collective copies the device buffer to the host, runs the
+ *              harness's communicator (rt_comm.h: deterministic sums in rank
+ *              order, its timeouts) and copies back.  Slow, exact: the sums
+ *              are bit-identical to the CPU trainer's.
+ *   Chosen by PARC_CUDA_COMM=nccl|host; by default nccl when every rank has
+ *   a GPU of its own (thread backend: ranks <= GPUs; MPI: always), else host.
+ *   With nccl, ranks > GPUs in one process is refused with a message.
+ * Watchdog (nccl): a thread per rank polls the last collective enqueued;
+ * when NCCL reports an asynchronous error (ncclCommGetAsyncError) or the
+ * collective has not finished rt_comm_timeout() seconds after it was
+ * enqueued, it prints one line naming rank, group, op and size, aborts the
+ * rank's communicators (ncclCommAbort: the peers' collectives then fail and
+ * their watchdogs abort them in turn) and exits the process with status 3.
+ *
+ * Errors: every CUDA, cuBLAS and NCCL call is checked; a failure gives
+ * RT_ERR with one line "FILE:LINE: rank R: OP: what the library said"
+ * (rt_err.h).  Kernel launch errors are caught at the launch
+ * (rt_cuda_launched); errors inside kernels at the next synchronising call.
+ *
+ * GEMM precision (RtCudaSetup.gemm or PARC_CUDA_GEMM=fp32|bf16|tf32): fp32
+ * (CUBLAS_COMPUTE_32F, for verification against the CPU trainer), bf16 (fp32
+ * tensors, bf16 tensor-core products with fp32 accumulation:
+ * CUBLAS_COMPUTE_32F_FAST_16BF), tf32 likewise.  Everything else is fp32.
+ *
+ * Every op below has the layout and the meaning of its CPU counterpart in
+ * rt_gemm.h, rt_attention.h and rt_route.h, on device pointers, enqueued on
+ * the compute stream.  Sums may be ordered differently from the CPU's (so
+ * results agree to rounding, not bitwise) but are fixed for given sizes:
+ * runs are reproducible.  Ids and targets are not range-checked on the
+ * device (the harness's data never exceeds the vocabulary); an id outside
+ * [0, V) gives a zero row (embedding) or is ignored. */
+#ifndef PARC_RT_CUDA_H
+#define PARC_RT_CUDA_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "runtime/rt_comm.h"
+
+struct CUstream_st; /* cudaStream_t */
+
+typedef struct RtCuda RtCuda;
+
+enum { RT_CUDA_TP = 0, RT_CUDA_DP = 1 };                    /* collective groups */
+enum { RT_CUDA_GEMM_FP32 = 0, RT_CUDA_GEMM_BF16 = 1, RT_CUDA_GEMM_TF32 = 2 };
+
+#define RT_CUDA_GEMM_WORKSPACE (32 << 20) /* bytes */
+
+typedef struct {
+  int64_t params_numel, state_numel; /* floats */
+  int64_t arena_bytes;               /* the planned arena */
+  int64_t rows, seq;                 /* this rank's tokens: [rows, seq] */
+  int tp, dp;                        /* the mesh (ranks = tp * dp) */
+  RtComm *tp_group, *dp_group;       /* the harness's host groups (NULL: one rank) */
+  int tp_rank, dp_rank;
+  int gemm;                          /* RT_CUDA_GEMM_*; PARC_CUDA_GEMM overrides */
+  const char *model;                 /* for messages */
+} RtCudaSetup;
+
+/* Picks the rank's GPU, checks the mesh and memory, allocates, uploads params
+ * and state (host, may be NULL for zeros) and sets up streams, cuBLASLt and
+ * the communicators.  Collective over the mesh (every rank calls it). */
+int rt_cuda_open(RtCuda **ctx, const RtCudaSetup *s, const float *params, const float *state);
+/* Frees everything (communicators destroyed).  NULL is a no-op. */
+void rt_cuda_close(RtCuda *ctx);
+
+float *rt_cuda_params(RtCuda *c);
+float *rt_cuda_state(RtCuda *c);
+char *rt_cuda_arena(RtCuda *c);
+int32_t *rt_cuda_tokens(RtCuda *c);
+int32_t *rt_cuda_targets(RtCuda *c);
+float *rt_cuda_scalar(RtCuda *c, int i); /* 0: lr, 1: step (device floats) */
+struct CUstream_st *rt_cuda_stream(RtCuda *c);
+int rt_cuda_group_rank(RtCuda *c, int group);
+int rt_cuda_group_size(RtCuda *c, int group);
+const char *rt_cuda_describe(RtCuda *c); /* "GPU 0 (NVIDIA H200), nccl" */
+
+/* Copies the step's inputs to the device (on the compute stream). */
+int rt_cuda_step_begin(RtCuda *c, const int32_t *tokens, const int32_t *targets, float lr,
+                       float step);
+/* Waits for the step and reads its scalars (device floats; NULL -> 0 / NAN). */
+int rt_cuda_step_end(RtCuda *c, const float *loss, const float *ce_loss, const float *grad_norm,
+                     float *loss_out, float *ce_out, float *grad_norm_out);
+/* After a kernel launcher: RT_ERR naming `kernel` if the launch failed. */
+int rt_cuda_launched(RtCuda *c, const char *kernel);
+/* Device params and state to the host buffers (waits for the device). */
+int rt_cuda_download(RtCuda *c, float *params, float *state);
+/* n floats device -> host (synchronous; --save-grads) and device -> device. */
+int rt_cuda_to_host(RtCuda *c, float *dst, const float *src, int64_t n);
+int rt_cuda_copy(RtCuda *c, float *dst, const float *src, int64_t n);
+
+/* ---- GEMM (rt_gemm.h) ---- */
+int rt_cuda_matmul(RtCuda *c, float *out, const float *a, const float *b, int64_t batch,
+                   int64_t m, int64_t k, int64_t n, int flags);
+int rt_cuda_matmul_ta(RtCuda *c, float *out, const float *a, const float *b, int64_t batch,
+                      int64_t m, int64_t k, int64_t n, int flags);
+
+/* ---- attention (rt_attention.h): flash-style, no T x T matrix ---- */
+int rt_cuda_sdpa(RtCuda *c, float *out, float *lse, const float *q, const float *k,
+                 const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
+                 float scale, int causal);
+int rt_cuda_sdpa_grad(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
+                      const float *dy, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
+                      float scale, int causal);
+
+/* ---- embedding and cross-entropy (rt_route.h) ---- */
+int rt_cuda_embedding(RtCuda *c, float *out, const int32_t *ids, const float *table,
+                      int64_t count, int64_t V, int64_t D);
+int rt_cuda_embedding_grad(RtCuda *c, float *dtable, const int32_t *ids, const float *dy,
+                           int64_t count, int64_t V, int64_t D);
+int rt_cuda_cross_entropy(RtCuda *c, float *loss, const float *logits, const int32_t *targets,
+                          int64_t N, int64_t V);
+int rt_cuda_cross_entropy_grad(RtCuda *c, float *dlogits, const float *logits,
+                               const int32_t *targets, const float *dloss, int64_t N,
+                               int64_t V);
+int rt_cuda_vocab_embedding(RtCuda *c, float *out, const int32_t *ids, const float *table,
+                            int64_t count, int64_t Vl, int64_t D, int part, int parts);
+int rt_cuda_vocab_embedding_grad(RtCuda *c, float *dtable, const int32_t *ids, const float *dy,
+                                 int64_t count, int64_t Vl, int64_t D, int part, int parts);
+int rt_cuda_vocab_cross_entropy(RtCuda *c, int group, float *loss, const float *logits,
+                                const int32_t *targets, int64_t N, int64_t Vl, int64_t V);
+int rt_cuda_vocab_cross_entropy_grad(RtCuda *c, int group, float *dlogits, const float *logits,
+                                     const int32_t *targets, const float *dloss, int64_t N,
+                                     int64_t Vl, int64_t V);
+
+/* ---- routing (rt_route.h): staged through the host and the CPU routines
+ * (correct, not fast: a GPU version is future work) ---- */
+int rt_cuda_topk(RtCuda *c, int32_t *out, const float *x, int64_t rows, int64_t n, int64_t k);
+int rt_cuda_gather(RtCuda *c, float *out, const float *x, const int32_t *idx, int64_t rows,
+                   int64_t n, int64_t k);
+int rt_cuda_scatter_add(RtCuda *c, float *out, const int32_t *idx, const float *dy,
+                        int64_t rows, int64_t k, int64_t n);
+int rt_cuda_onehot(RtCuda *c, float *out, const int32_t *idx, int64_t count, int64_t n);
+int rt_cuda_dispatch(RtCuda *c, float *out, const float *x, const int32_t *idx, int64_t N,
+                     int64_t K, int64_t D, int64_t E, int64_t C);
+int rt_cuda_combine(RtCuda *c, float *out, const float *y, const int32_t *idx, const float *w,
+                    int64_t N, int64_t K, int64_t D, int64_t E, int64_t C);
+int rt_cuda_combine_grad_y(RtCuda *c, float *dy, const float *dout, const int32_t *idx,
+                           const float *w, int64_t N, int64_t K, int64_t D, int64_t E,
+                           int64_t C);
+/* capacity_drop: decided over the dp group (the harness's host group) */
+int rt_cuda_capacity_drop(RtCuda *c, int32_t *out, const int32_t *idx, int64_t N, int64_t K,
+                          int64_t E, int64_t C);
+int rt_cuda_combine_grad_w(RtCuda *c, float *dw, const float *dout, const float *y,
+                           const int32_t *idx, int64_t N, int64_t K, int64_t D, int64_t E,
+                           int64_t C);
+
+/* ---- collectives over a group (rt_comm.h, rt_route.h), device buffers ---- */
+int rt_cuda_all_reduce(RtCuda *c, int group, const float *send, float *recv, int64_t count);
+/* equal blocks: `count` floats per member */
+int rt_cuda_all_gather(RtCuda *c, int group, const float *send, float *recv, int64_t count);
+int rt_cuda_reduce_scatter(RtCuda *c, int group, const float *send, float *recv, int64_t count);
+int rt_cuda_all_gather_dim(RtCuda *c, int group, const float *x, float *out, int64_t outer,
+                           int64_t n, int64_t inner);
+int rt_cuda_reduce_scatter_dim(RtCuda *c, int group, const float *x, float *out, int64_t outer,
+                               int64_t n, int64_t inner);
+int rt_cuda_local_slice(RtCuda *c, float *out, const float *x, int64_t outer, int64_t n,
+                        int64_t inner, int part, int parts);
+int rt_cuda_flat_piece(RtCuda *c, int group, const float *x, int64_t n, float *out, int64_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

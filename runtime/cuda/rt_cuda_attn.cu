@@ -1,0 +1,346 @@
+/* runtime/cuda/rt_cuda_attn.cu -- flash-style scaled dot-product attention,
+ * forward and backward, on the GPU (the semantics of rt_attention.h: layouts
+ * [B, H, T, hd] / [B, KV, T, hd], causal, grouped-query heads h -> h / (H/KV),
+ * dqkv [B, H + 2 KV, T, hd]).  No T x T matrix exists anywhere: scores live in
+ * registers, one key tile at a time.
+ *
+ * Mapping ("a warp per query row, a lane per key"): a block of WARPS warps
+ * holds QR query rows per warp in shared memory and streams the keys and
+ * values in tiles of 32 rows through shared memory.  For a tile, lane j
+ * computes the score of key j against each of the warp's rows (a dot product
+ * over hd, q broadcast from shared memory, k read at row stride hd + 1 so the
+ * 32 lanes hit 32 banks); the online softmax takes the tile's max and sum by
+ * warp shuffles; the output accumulates p_j v_j with lane l owning head
+ * dimensions l, l + 32, ... (NC of them: hd <= 32 NC) and p_j broadcast by a
+ * shuffle.  Every sum runs in a fixed order: results are reproducible.
+ *
+ * Backward (three kernels, no atomics, each output written by one warp):
+ *   stats   the forward again, per query row: lse = m + log l, D = dy . o
+ *           (2 floats per row of workspace);
+ *   dk, dv  a warp per KR keys of one kv head, streaming the query rows of its
+ *           H/KV heads in tiles of 32 (lane i a query row):
+ *           p = exp(scale q.k - lse), ds = p (dy.v - D),
+ *           dv += p dy, dk += scale ds q   (heads, then rows, ascending);
+ *   dq      a warp per QR query rows, streaming key tiles as the forward:
+ *           dq = scale sum_u ds_u k_u.
+ * hd up to 256; shared memory above 48 KiB is requested per kernel. */
+#include <math.h>
+
+#include "runtime/cuda/rt_cuda_impl.h"
+
+#define WARPS 4
+#define QR 4              /* query rows per warp (forward, dq) */
+#define KR 4              /* keys per warp (dk, dv) */
+#define TILE 32           /* keys (or query rows) per streamed tile */
+#define ROWS (WARPS * QR) /* query rows per block */
+#define FULL 0xffffffffu
+
+static __device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL, v, o));
+  return v;
+}
+
+static __device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+  return v;
+}
+
+/* Rows [r0, r0 + n) of a [T, hd] matrix into shared rows of stride ld (rows
+ * past T are zero). */
+static __device__ __forceinline__ void load_rows(float *dst, int ld, const float *src, int64_t r0,
+                                                 int n, int64_t T, int hd) {
+  for (int e = threadIdx.x; e < n * hd; e += blockDim.x) {
+    int r = e / hd, d = e % hd;
+    dst[r * ld + d] = r0 + r < T ? src[(r0 + r) * hd + d] : 0.0f;
+  }
+}
+
+struct AttnArgs {
+  const float *q, *k, *v, *dy;
+  float *out, *lse, *stat_lse, *stat_d, *dqkv;
+  int64_t B, H, KV, T;
+  int hd;
+  float scale;
+  int causal;
+};
+
+/* STATS == false: out (and lse when given).  STATS == true: stat_lse, stat_d. */
+template <int NC, bool STATS>
+__global__ void __launch_bounds__(WARPS * 32) attn_fwd(AttnArgs a) {
+  extern __shared__ float sh[];
+  const int hd = a.hd, ldk = hd + 1, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  float *qs = sh, *ks = qs + ROWS * hd, *vs = ks + TILE * ldk;
+  const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, g = h / (a.H / a.KV);
+  const int64_t T = a.T, row0 = (int64_t)blockIdx.x * ROWS;
+  const float *qh = a.q + bh * T * hd;
+  const float *kh = a.k + (b * a.KV + g) * T * hd, *vh = a.v + (b * a.KV + g) * T * hd;
+  load_rows(qs, hd, qh, row0, ROWS, T, hd);
+  float m[QR], l[QR], o[QR][NC];
+  for (int i = 0; i < QR; i++) {
+    m[i] = -INFINITY, l[i] = 0.0f;
+    for (int c = 0; c < NC; c++) o[i][c] = 0.0f;
+  }
+  int64_t last = row0 + ROWS < T ? row0 + ROWS : T; /* rows [row0, last) */
+  int64_t kend = a.causal ? last : T;
+  for (int64_t j0 = 0; j0 < kend; j0 += TILE) {
+    __syncthreads(); /* the previous tile is consumed (and qs is loaded) */
+    load_rows(ks, ldk, kh, j0, TILE, kend, hd);
+    load_rows(vs, ldk, vh, j0, TILE, kend, hd);
+    __syncthreads();
+    float s[QR];
+    for (int i = 0; i < QR; i++) s[i] = 0.0f;
+    for (int d = 0; d < hd; d++) {
+      float kv = ks[lane * ldk + d];
+      for (int i = 0; i < QR; i++) s[i] += qs[(w * QR + i) * hd + d] * kv;
+    }
+    int64_t j = j0 + lane;
+    for (int i = 0; i < QR; i++) {
+      int64_t row = row0 + w * QR + i;
+      bool ok = j < kend && row < T && (!a.causal || j <= row);
+      float sc = ok ? s[i] * a.scale : -INFINITY;
+      float mn = fmaxf(m[i], warp_max(sc));
+      float p = ok ? expf(sc - mn) : 0.0f;
+      float alpha = mn == -INFINITY ? 1.0f : expf(m[i] - mn); /* 0 on the first tile */
+      l[i] = l[i] * alpha + warp_sum(p);
+      m[i] = mn;
+      for (int c = 0; c < NC; c++) o[i][c] *= alpha;
+      for (int jj = 0; jj < TILE; jj++) {
+        float pj = __shfl_sync(FULL, p, jj);
+        for (int c = 0; c < NC; c++) {
+          int d = lane + 32 * c;
+          if (d < hd) o[i][c] += pj * vs[jj * ldk + d];
+        }
+      }
+    }
+  }
+  for (int i = 0; i < QR; i++) {
+    int64_t row = row0 + w * QR + i;
+    if (row >= T) continue;
+    float inv = 1.0f / l[i];
+    int64_t base = (bh * T + row) * hd;
+    if (STATS) {
+      float dd = 0.0f;
+      for (int c = 0; c < NC; c++) {
+        int d = lane + 32 * c;
+        if (d < hd) dd += a.dy[base + d] * (o[i][c] * inv);
+      }
+      dd = warp_sum(dd);
+      if (lane == 0) {
+        a.stat_lse[bh * T + row] = m[i] + logf(l[i]);
+        a.stat_d[bh * T + row] = dd;
+      }
+    } else {
+      for (int c = 0; c < NC; c++) {
+        int d = lane + 32 * c;
+        if (d < hd) a.out[base + d] = o[i][c] * inv;
+      }
+      if (a.lse && lane == 0) a.lse[bh * T + row] = m[i] + logf(l[i]);
+    }
+  }
+}
+
+/* dk, dv of keys [k0, k0 + WARPS KR) of kv head (b, g). */
+template <int NC>
+__global__ void __launch_bounds__(WARPS * 32) attn_bwd_kv(AttnArgs a) {
+  extern __shared__ float sh[];
+  const int hd = a.hd, ld = hd + 1, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int KB = WARPS * KR;
+  float *ks = sh, *vs = ks + KB * hd, *qs = vs + KB * hd, *dys = qs + TILE * ld;
+  float *ls = dys + TILE * ld, *ds_ = ls + TILE;
+  const int64_t bg = blockIdx.y, b = bg / a.KV, g = bg % a.KV, T = a.T;
+  const int64_t k0 = (int64_t)blockIdx.x * KB, rep = a.H / a.KV, C = a.H + 2 * a.KV;
+  const float *kh = a.k + bg * T * hd, *vh = a.v + bg * T * hd;
+  load_rows(ks, hd, kh, k0, KB, T, hd);
+  load_rows(vs, hd, vh, k0, KB, T, hd);
+  float dk[KR][NC], dv[KR][NC];
+  for (int r = 0; r < KR; r++)
+    for (int c = 0; c < NC; c++) dk[r][c] = dv[r][c] = 0.0f;
+  int64_t i_begin = a.causal ? k0 / TILE * TILE : 0;
+  for (int64_t h = g * rep; h < (g + 1) * rep; h++) {
+    const int64_t bh = b * a.H + h;
+    const float *qh = a.q + bh * T * hd, *dyh = a.dy + bh * T * hd;
+    for (int64_t i0 = i_begin; i0 < T; i0 += TILE) {
+      __syncthreads();
+      load_rows(qs, ld, qh, i0, TILE, T, hd);
+      load_rows(dys, ld, dyh, i0, TILE, T, hd);
+      if (threadIdx.x < TILE) {
+        int64_t i = i0 + threadIdx.x;
+        ls[threadIdx.x] = i < T ? a.stat_lse[bh * T + i] : 0.0f;
+        ds_[threadIdx.x] = i < T ? a.stat_d[bh * T + i] : 0.0f;
+      }
+      __syncthreads();
+      int64_t i = i0 + lane;
+      for (int r = 0; r < KR; r++) {
+        int kr = w * KR + r;
+        int64_t u = k0 + kr;
+        float s = 0.0f, dp = 0.0f;
+        for (int d = 0; d < hd; d++) {
+          s += qs[lane * ld + d] * ks[kr * hd + d];
+          dp += dys[lane * ld + d] * vs[kr * hd + d];
+        }
+        bool ok = i < T && u < T && (!a.causal || u <= i);
+        float p = ok ? expf(s * a.scale - ls[lane]) : 0.0f;
+        float ds = p * (dp - ds_[lane]);
+        for (int jj = 0; jj < TILE; jj++) {
+          float pj = __shfl_sync(FULL, p, jj), dsj = __shfl_sync(FULL, ds, jj);
+          for (int c = 0; c < NC; c++) {
+            int d = lane + 32 * c;
+            if (d < hd) {
+              dv[r][c] += pj * dys[jj * ld + d];
+              dk[r][c] += dsj * qs[jj * ld + d];
+            }
+          }
+        }
+      }
+    }
+  }
+  for (int r = 0; r < KR; r++) {
+    int64_t u = k0 + w * KR + r;
+    if (u >= T) continue;
+    float *dkr = a.dqkv + ((b * C + a.H + g) * T + u) * hd;
+    float *dvr = a.dqkv + ((b * C + a.H + a.KV + g) * T + u) * hd;
+    for (int c = 0; c < NC; c++) {
+      int d = lane + 32 * c;
+      if (d < hd) {
+        dkr[d] = a.scale * dk[r][c];
+        dvr[d] = dv[r][c];
+      }
+    }
+  }
+}
+
+/* dq of query rows [row0, row0 + ROWS) of head (b, h). */
+template <int NC>
+__global__ void __launch_bounds__(WARPS * 32) attn_bwd_q(AttnArgs a) {
+  extern __shared__ float sh[];
+  const int hd = a.hd, ldk = hd + 1, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  float *qs = sh, *dys = qs + ROWS * hd, *ks = dys + ROWS * hd, *vs = ks + TILE * ldk;
+  const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, g = h / (a.H / a.KV);
+  const int64_t T = a.T, row0 = (int64_t)blockIdx.x * ROWS, C = a.H + 2 * a.KV;
+  const float *kh = a.k + (b * a.KV + g) * T * hd, *vh = a.v + (b * a.KV + g) * T * hd;
+  load_rows(qs, hd, a.q + bh * T * hd, row0, ROWS, T, hd);
+  load_rows(dys, hd, a.dy + bh * T * hd, row0, ROWS, T, hd);
+  float lse[QR], dd[QR], dq[QR][NC];
+  for (int i = 0; i < QR; i++) {
+    int64_t row = row0 + w * QR + i;
+    lse[i] = row < T ? a.stat_lse[bh * T + row] : 0.0f;
+    dd[i] = row < T ? a.stat_d[bh * T + row] : 0.0f;
+    for (int c = 0; c < NC; c++) dq[i][c] = 0.0f;
+  }
+  int64_t last = row0 + ROWS < T ? row0 + ROWS : T;
+  int64_t kend = a.causal ? last : T;
+  for (int64_t j0 = 0; j0 < kend; j0 += TILE) {
+    __syncthreads();
+    load_rows(ks, ldk, kh, j0, TILE, kend, hd);
+    load_rows(vs, ldk, vh, j0, TILE, kend, hd);
+    __syncthreads();
+    float s[QR], dp[QR];
+    for (int i = 0; i < QR; i++) s[i] = dp[i] = 0.0f;
+    for (int d = 0; d < hd; d++) {
+      float kv = ks[lane * ldk + d], vv = vs[lane * ldk + d];
+      for (int i = 0; i < QR; i++) {
+        s[i] += qs[(w * QR + i) * hd + d] * kv;
+        dp[i] += dys[(w * QR + i) * hd + d] * vv;
+      }
+    }
+    int64_t j = j0 + lane;
+    for (int i = 0; i < QR; i++) {
+      int64_t row = row0 + w * QR + i;
+      bool ok = j < kend && row < T && (!a.causal || j <= row);
+      float p = ok ? expf(s[i] * a.scale - lse[i]) : 0.0f;
+      float ds = p * (dp[i] - dd[i]);
+      for (int jj = 0; jj < TILE; jj++) {
+        float dsj = __shfl_sync(FULL, ds, jj);
+        for (int c = 0; c < NC; c++) {
+          int d = lane + 32 * c;
+          if (d < hd) dq[i][c] += dsj * ks[jj * ldk + d];
+        }
+      }
+    }
+  }
+  for (int i = 0; i < QR; i++) {
+    int64_t row = row0 + w * QR + i;
+    if (row >= T) continue;
+    float *dst = a.dqkv + ((b * C + h) * T + row) * hd;
+    for (int c = 0; c < NC; c++) {
+      int d = lane + 32 * c;
+      if (d < hd) dst[d] = a.scale * dq[i][c];
+    }
+  }
+}
+
+/* ---- launching ---- */
+
+static int check_args(const char *op, const void *out, const float *q, const float *k,
+                      const float *v, const float *dy, int grad, int64_t B, int64_t H,
+                      int64_t KV, int64_t T, int64_t hd) {
+  if (!out || !q || !k || !v || (grad && !dy))
+    return rt_fail("%s: NULL %s pointer", op,
+                   !out ? "output" : !q ? "q" : !k ? "k" : !v ? "v" : "dy");
+  if (B < 1 || H < 1 || KV < 1 || T < 1 || hd < 1)
+    return rt_fail("%s: dimensions must be >= 1, got B %lld, H %lld, KV %lld, T %lld, hd %lld",
+                   op, (long long)B, (long long)H, (long long)KV, (long long)T, (long long)hd);
+  if (H % KV)
+    return rt_fail("%s: %lld query heads are not a multiple of %lld kv heads", op,
+                   (long long)H, (long long)KV);
+  if (hd > 256)
+    return rt_fail("%s: head dimension %lld: the GPU kernels take at most 256", op,
+                   (long long)hd);
+  if (B * H > 65535 || B * KV > 65535)
+    return rt_fail("%s: batch x heads %lld above 65535", op, (long long)(B * H));
+  return RT_OK;
+}
+
+/* Launches kernel k with `bytes` of dynamic shared memory (raising the limit
+ * above 48 KiB when needed). */
+template <typename K>
+static int launch(RtCuda *c, const char *op, K k, dim3 grid, size_t bytes, const AttnArgs &a) {
+  if (bytes > 48 * 1024)
+    CU_CHECK(c, cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
+             op);
+  k<<<grid, WARPS * 32, bytes, c->compute>>>(a);
+  LAUNCH_CHECK(c, op);
+  return RT_OK;
+}
+
+template <int NC>
+static int fwd(RtCuda *c, const AttnArgs &a, bool stats) {
+  int hd = a.hd;
+  dim3 grid((unsigned)((a.T + ROWS - 1) / ROWS), (unsigned)(a.B * a.H));
+  size_t bytes = (size_t)(ROWS * hd + 2 * TILE * (hd + 1)) * sizeof(float);
+  return stats ? launch(c, "sdpa_grad (statistics)", attn_fwd<NC, true>, grid, bytes, a)
+               : launch(c, "sdpa", attn_fwd<NC, false>, grid, bytes, a);
+}
+
+template <int NC>
+static int bwd(RtCuda *c, const AttnArgs &a) {
+  int hd = a.hd, KB = WARPS * KR;
+  if (fwd<NC>(c, a, true)) return RT_ERR;
+  dim3 gkv((unsigned)((a.T + KB - 1) / KB), (unsigned)(a.B * a.KV));
+  size_t bkv = (size_t)(2 * KB * hd + 2 * TILE * (hd + 1) + 2 * TILE) * sizeof(float);
+  if (launch(c, "sdpa_grad (dk, dv)", attn_bwd_kv<NC>, gkv, bkv, a)) return RT_ERR;
+  dim3 gq((unsigned)((a.T + ROWS - 1) / ROWS), (unsigned)(a.B * a.H));
+  size_t bq = (size_t)(2 * ROWS * hd + 2 * TILE * (hd + 1)) * sizeof(float);
+  return launch(c, "sdpa_grad (dq)", attn_bwd_q<NC>, gq, bq, a);
+}
+
+extern "C" int rt_cuda_sdpa(RtCuda *c, float *out, float *lse, const float *q, const float *k,
+                            const float *v, int64_t B, int64_t H, int64_t KV, int64_t T,
+                            int64_t hd, float scale, int causal) {
+  if (check_args("sdpa", out, q, k, v, NULL, 0, B, H, KV, T, hd)) return RT_ERR;
+  AttnArgs a = {q, k, v, NULL, out, lse, NULL, NULL, NULL, B, H, KV, T, (int)hd, scale,
+                causal != 0};
+  return hd <= 32 ? fwd<1>(c, a, false) : hd <= 64 ? fwd<2>(c, a, false)
+         : hd <= 128 ? fwd<4>(c, a, false) : fwd<8>(c, a, false);
+}
+
+extern "C" int rt_cuda_sdpa_grad(RtCuda *c, float *dqkv, const float *q, const float *k,
+                                 const float *v, const float *dy, int64_t B, int64_t H,
+                                 int64_t KV, int64_t T, int64_t hd, float scale, int causal) {
+  if (check_args("sdpa_grad", dqkv, q, k, v, dy, 1, B, H, KV, T, hd)) return RT_ERR;
+  float *st = (float *)rt_cuda_ws(c, WS_ATTN, (size_t)(2 * B * H * T) * sizeof(float));
+  if (!st) return RT_ERR;
+  AttnArgs a = {q, k, v, dy, NULL, NULL, st, st + B * H * T, dqkv, B, H, KV, T, (int)hd, scale,
+                causal != 0};
+  return hd <= 32 ? bwd<1>(c, a) : hd <= 64 ? bwd<2>(c, a) : hd <= 128 ? bwd<4>(c, a) : bwd<8>(c, a);
+}

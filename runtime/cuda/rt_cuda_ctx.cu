@@ -1,0 +1,550 @@
+/* runtime/cuda/rt_cuda_ctx.cu -- a rank's device context: device choice,
+ * start-up checks, buffers, streams, communicators (NCCL or host-staged)
+ * and the NCCL watchdog.  See rt_cuda.h for the design. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/cuda/rt_cuda_impl.h"
+
+/* ---- errors ---- */
+
+int rt_cuda_fail_at(const RtCuda *c, const char *file, int line, const char *op,
+                    const char *what) {
+  const char *base = strrchr(file, '/');
+  return rt_fail("%s:%d: rank %d%s%s: %s: %s", base ? base + 1 : file, line, c ? c->wrank : -1,
+                 c && c->name[0] ? " on " : "", c ? c->name : "", op, what);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- workspace ---- */
+
+void *rt_cuda_ws(RtCuda *c, int slot, size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  if (c->ws_bytes[slot] >= bytes) return c->ws[slot];
+  /* grows once per size (the first step): wait for users of the old buffer */
+  cudaError_t e = cudaStreamSynchronize(c->compute);
+  if (e == cudaSuccess && c->ws[slot]) e = cudaFree(c->ws[slot]);
+  c->ws[slot] = NULL;
+  c->ws_bytes[slot] = 0;
+  if (e == cudaSuccess) e = cudaMalloc(&c->ws[slot], bytes);
+  if (e != cudaSuccess) {
+    char what[256];
+    snprintf(what, sizeof what, "workspace of %zu bytes: %s", bytes, cudaGetErrorString(e));
+    rt_cuda_fail_at(c, __FILE__, __LINE__, "cudaMalloc", what);
+    c->ws[slot] = NULL;
+    return NULL;
+  }
+  c->ws_bytes[slot] = bytes;
+  return c->ws[slot];
+}
+
+void *rt_cuda_host_stage(RtCuda *c, size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  if (c->host_stage_bytes >= bytes) return c->host_stage;
+  if (c->host_stage) cudaFreeHost(c->host_stage);
+  c->host_stage = NULL;
+  c->host_stage_bytes = 0;
+  cudaError_t e = cudaMallocHost(&c->host_stage, bytes);
+  if (e != cudaSuccess) {
+    rt_cuda_fail_at(c, __FILE__, __LINE__, "cudaMallocHost", cudaGetErrorString(e));
+    c->host_stage = NULL;
+    return NULL;
+  }
+  c->host_stage_bytes = bytes;
+  return c->host_stage;
+}
+
+/* ---- accessors ---- */
+
+float *rt_cuda_params(RtCuda *c) { return c->params; }
+float *rt_cuda_state(RtCuda *c) { return c->state; }
+char *rt_cuda_arena(RtCuda *c) { return c->arena; }
+int32_t *rt_cuda_tokens(RtCuda *c) { return c->tokens; }
+int32_t *rt_cuda_targets(RtCuda *c) { return c->targets; }
+float *rt_cuda_scalar(RtCuda *c, int i) { return c->scalars + i; }
+struct CUstream_st *rt_cuda_stream(RtCuda *c) { return c->compute; }
+int rt_cuda_group_rank(RtCuda *c, int group) { return c->grank[group]; }
+int rt_cuda_group_size(RtCuda *c, int group) { return c->gsize[group]; }
+const char *rt_cuda_describe(RtCuda *c) { return c->desc; }
+
+/* ---- the watchdog ---- */
+
+#ifdef PARC_HAVE_NCCL
+static void abort_all(RtCuda *c, const char *why) {
+  fprintf(stderr, "train_cuda: rank %d on %s: %s; aborting the NCCL communicators\n", c->wrank,
+          c->name, why);
+  fflush(stderr);
+  for (int g = 0; g < 2; g++)
+    if (c->gcomm[g]) ncclCommAbort(c->gcomm[g]);
+  if (c->world_comm) ncclCommAbort(c->world_comm);
+  _exit(3);
+}
+
+/* Polls the last collective: done, failed (asynchronous NCCL error) or late. */
+static void *watchdog_main(void *arg) {
+  RtCuda *c = (RtCuda *)arg;
+  cudaSetDevice(c->device);
+  for (;;) {
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&c->mu);
+    if (c->stop) {
+      pthread_mutex_unlock(&c->mu);
+      return NULL;
+    }
+    if (c->pending) {
+      cudaError_t q = cudaEventQuery(c->pending_ev);
+      char why[320];
+      why[0] = 0;
+      if (q == cudaSuccess) {
+        c->pending = 0;
+      } else if (q != cudaErrorNotReady) {
+        snprintf(why, sizeof why, "%s: CUDA error %s", c->pending_what, cudaGetErrorString(q));
+      } else {
+        for (int g = 0; g < 2 && !why[0]; g++) {
+          ncclResult_t ae = ncclSuccess;
+          if (c->gcomm[g] && ncclCommGetAsyncError(c->gcomm[g], &ae) == ncclSuccess &&
+              ae != ncclSuccess && ae != ncclInProgress)
+            snprintf(why, sizeof why, "%s: NCCL asynchronous error on group %s: %s",
+                     c->pending_what, g ? "dp" : "tp", ncclGetErrorString(ae));
+        }
+        double late = now_s() - c->pending_since;
+        if (!why[0] && late > rt_comm_timeout())
+          snprintf(why, sizeof why, "%s did not finish within %.0f s (a peer stopped, or hangs)",
+                   c->pending_what, rt_comm_timeout());
+      }
+      if (why[0]) abort_all(c, why); /* does not return */
+    }
+    pthread_mutex_unlock(&c->mu);
+  }
+}
+#endif
+
+/* ---- device choice and start-up checks ---- */
+
+/* This process's rank among the processes on its node, or -1 if not launched by
+ * an MPI/Slurm launcher. */
+static int local_rank_env(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                     "SLURM_LOCALID", "PMI_LOCAL_RANK", NULL};
+  for (int i = 0; vars[i]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && *v) return atoi(v);
+  }
+  return -1;
+}
+
+static int choose_device(RtCuda *c, const RtCudaSetup *s) {
+  int ngpu = 0;
+  cudaError_t e = cudaGetDeviceCount(&ngpu);
+  if (e != cudaSuccess || ngpu < 1)
+    return rt_cuda_fail_at(c, __FILE__, __LINE__, "cudaGetDeviceCount",
+                           e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
+  int mpi = rt_comm_mpi_launched();
+  int local = mpi ? local_rank_env() : c->wrank;
+  if (local < 0) local = c->wrank;
+  const char *want = getenv("PARC_CUDA_COMM");
+  int own_gpu = mpi ? local < ngpu : c->ranks <= ngpu;
+  if (want && strcmp(want, "nccl") && strcmp(want, "host"))
+    return rt_fail("PARC_CUDA_COMM='%s': expected nccl or host", want);
+  c->use_nccl = want ? !strcmp(want, "nccl") : own_gpu;
+  if (c->ranks == 1) c->use_nccl = 0; /* nothing to communicate */
+#ifndef PARC_HAVE_NCCL
+  if (c->use_nccl && want)
+    return rt_fail("PARC_CUDA_COMM=nccl: this libparcrt_cuda was built without NCCL");
+  c->use_nccl = 0;
+#endif
+  if (c->use_nccl && !own_gpu)
+    return rt_fail("mesh of %d ranks (tp %d x dp %d) needs a GPU per rank with NCCL, but %s "
+                   "sees %d GPU%s; PARC_CUDA_COMM=host runs several ranks on one GPU",
+                   c->ranks, s->tp, s->dp, mpi ? "this node" : "this process", ngpu,
+                   ngpu == 1 ? "" : "s");
+  c->device = local % ngpu;
+  CU_CHECK(c, cudaSetDevice(c->device), "cudaSetDevice");
+  cudaDeviceProp prop;
+  CU_CHECK(c, cudaGetDeviceProperties(&prop, c->device), "cudaGetDeviceProperties");
+  snprintf(c->name, sizeof c->name, "GPU %d (%.100s)", c->device, prop.name);
+  snprintf(c->desc, sizeof c->desc, "%s, sm_%d%d, %d rank%s, collectives %s", c->name,
+           prop.major, prop.minor, c->ranks, c->ranks == 1 ? "" : "s",
+           c->ranks == 1 ? "none" : c->use_nccl ? "NCCL" : "host-staged (device-local)");
+  return RT_OK;
+}
+
+static int check_memory(RtCuda *c) {
+  size_t free_b = 0, total_b = 0;
+  CU_CHECK(c, cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  int64_t io = 2 * c->ntok * 4 + 64;
+  int64_t need = 4 * c->params_numel + 4 * c->state_numel + c->arena_bytes + io +
+                 RT_CUDA_GEMM_WORKSPACE;
+  if ((uint64_t)need > (uint64_t)free_b)
+    return rt_fail("rank %d on %s: the plan does not fit: planned %lld bytes (parameters %lld, "
+                   "optimizer state %lld, arena %lld, GEMM workspace %d) but only %zu bytes are "
+                   "free of %zu", c->wrank, c->name, (long long)need,
+                   (long long)(4 * c->params_numel), (long long)(4 * c->state_numel),
+                   (long long)c->arena_bytes, RT_CUDA_GEMM_WORKSPACE, free_b, total_b);
+  return RT_OK;
+}
+
+/* ---- NCCL bootstrap ---- */
+
+#ifdef PARC_HAVE_NCCL
+/* World rank 0 makes the unique id; it reaches every rank over the harness's
+ * host groups: over dp from dp rank 0 (world rank 0 is tp 0, dp 0, so every tp
+ * rank 0 gets it), then over tp from tp rank 0.  Works for the thread and the
+ * MPI backends alike. */
+static int share_id(RtCuda *c, ncclUniqueId *id) {
+  enum { N = (int)((sizeof(ncclUniqueId) + sizeof(float) - 1) / sizeof(float)) };
+  float buf[N];
+  memset(buf, 0, sizeof buf);
+  if (c->wrank == 0) {
+    NC_CHECK(c, ncclGetUniqueId(id), "ncclGetUniqueId");
+    memcpy(buf, id, sizeof *id);
+  }
+  if (c->hgroup[RT_CUDA_DP] && rt_comm_broadcast(c->hgroup[RT_CUDA_DP], buf, N, 0)) return RT_ERR;
+  if (c->hgroup[RT_CUDA_TP] && rt_comm_broadcast(c->hgroup[RT_CUDA_TP], buf, N, 0)) return RT_ERR;
+  memcpy(id, buf, sizeof *id);
+  return RT_OK;
+}
+
+static int nccl_open(RtCuda *c) {
+  ncclUniqueId id;
+  if (share_id(c, &id)) return RT_ERR;
+  NC_CHECK(c, ncclCommInitRank(&c->world_comm, c->ranks, id, c->wrank), "ncclCommInitRank(world)");
+  /* tp: the ranks of one dp coordinate, by tp rank; dp: one tp coordinate, by dp rank */
+  NC_CHECK(c, ncclCommSplit(c->world_comm, c->grank[RT_CUDA_DP], c->grank[RT_CUDA_TP],
+                            &c->gcomm[RT_CUDA_TP], NULL), "ncclCommSplit(tp)");
+  NC_CHECK(c, ncclCommSplit(c->world_comm, c->grank[RT_CUDA_TP], c->grank[RT_CUDA_DP],
+                            &c->gcomm[RT_CUDA_DP], NULL), "ncclCommSplit(dp)");
+  CU_CHECK(c, cudaEventCreateWithFlags(&c->pending_ev, cudaEventDisableTiming), "cudaEventCreate");
+  if (pthread_create(&c->watchdog, NULL, watchdog_main, c))
+    return rt_fail("rank %d: cannot start the NCCL watchdog thread", c->wrank);
+  c->watchdog_on = 1;
+  return RT_OK;
+}
+#endif
+
+/* ---- open / close ---- */
+
+int rt_cuda_open(RtCuda **out, const RtCudaSetup *s, const float *params, const float *state) {
+  *out = NULL;
+  RtCuda *c = (RtCuda *)calloc(1, sizeof *c);
+  if (!c) return rt_fail("out of memory for the device context");
+  pthread_mutex_init(&c->mu, NULL);
+  c->model = s->model;
+  int tp = s->tp > 0 ? s->tp : 1, dp = s->dp > 0 ? s->dp : 1;
+  c->ranks = tp * dp;
+  c->wrank = s->tp_rank + tp * s->dp_rank;
+  c->hgroup[RT_CUDA_TP] = s->tp_group;
+  c->hgroup[RT_CUDA_DP] = s->dp_group;
+  c->grank[RT_CUDA_TP] = s->tp_rank;
+  c->grank[RT_CUDA_DP] = s->dp_rank;
+  c->gsize[RT_CUDA_TP] = tp;
+  c->gsize[RT_CUDA_DP] = dp;
+  c->params_numel = s->params_numel;
+  c->state_numel = s->state_numel;
+  c->arena_bytes = s->arena_bytes;
+  c->ntok = s->rows * s->seq;
+  c->gemm = s->gemm;
+  const char *g = getenv("PARC_CUDA_GEMM");
+  if (g && *g) {
+    if (!strcmp(g, "fp32")) c->gemm = RT_CUDA_GEMM_FP32;
+    else if (!strcmp(g, "bf16")) c->gemm = RT_CUDA_GEMM_BF16;
+    else if (!strcmp(g, "tf32")) c->gemm = RT_CUDA_GEMM_TF32;
+    else {
+      free(c);
+      return rt_fail("PARC_CUDA_GEMM='%s': expected fp32, bf16 or tf32", g);
+    }
+  }
+  *out = c; /* from here on rt_cuda_close frees what was made */
+  if (choose_device(c, s) || check_memory(c)) return RT_ERR;
+  CU_CHECK(c, cudaStreamCreateWithFlags(&c->compute, cudaStreamNonBlocking), "cudaStreamCreate");
+  CU_CHECK(c, cudaStreamCreateWithFlags(&c->comm, cudaStreamNonBlocking), "cudaStreamCreate");
+  CU_CHECK(c, cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming), "cudaEventCreate");
+  CU_CHECK(c, cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming), "cudaEventCreate");
+  size_t pb = (size_t)c->params_numel * 4, sb = (size_t)c->state_numel * 4;
+  CU_CHECK(c, cudaMalloc((void **)&c->params, pb ? pb : 4), "cudaMalloc(params)");
+  CU_CHECK(c, cudaMalloc((void **)&c->state, sb ? sb : 4), "cudaMalloc(state)");
+  CU_CHECK(c, cudaMalloc((void **)&c->arena, c->arena_bytes ? (size_t)c->arena_bytes : 64),
+           "cudaMalloc(arena)");
+  size_t tb = (size_t)c->ntok * 4;
+  CU_CHECK(c, cudaMalloc((void **)&c->tokens, tb ? tb : 4), "cudaMalloc(tokens)");
+  CU_CHECK(c, cudaMalloc((void **)&c->targets, tb ? tb : 4), "cudaMalloc(targets)");
+  CU_CHECK(c, cudaMalloc((void **)&c->scalars, 16 * sizeof(float)), "cudaMalloc(scalars)");
+  CU_CHECK(c, cudaMalloc(&c->lt_ws, RT_CUDA_GEMM_WORKSPACE), "cudaMalloc(GEMM workspace)");
+  LT_CHECK(c, cublasLtCreate(&c->lt), "cublasLtCreate");
+  if (params) CU_CHECK(c, cudaMemcpy(c->params, params, pb, cudaMemcpyHostToDevice), "upload params");
+  else CU_CHECK(c, cudaMemset(c->params, 0, pb), "cudaMemset(params)");
+  if (state) CU_CHECK(c, cudaMemcpy(c->state, state, sb, cudaMemcpyHostToDevice), "upload state");
+  else CU_CHECK(c, cudaMemset(c->state, 0, sb), "cudaMemset(state)");
+  /* the arena starts zeroed, as no planned value may rely on it: reproducible garbage */
+  CU_CHECK(c, cudaMemset(c->arena, 0, (size_t)c->arena_bytes), "cudaMemset(arena)");
+#ifdef PARC_HAVE_NCCL
+  if (c->use_nccl && nccl_open(c)) return RT_ERR;
+#endif
+  return RT_OK;
+}
+
+void rt_cuda_close(RtCuda *c) {
+  if (!c) return;
+  if (c->watchdog_on) {
+    pthread_mutex_lock(&c->mu);
+    c->stop = 1;
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->watchdog, NULL);
+  }
+  if (c->compute) cudaStreamSynchronize(c->compute);
+  if (c->comm) cudaStreamSynchronize(c->comm);
+#ifdef PARC_HAVE_NCCL
+  for (int g = 0; g < 2; g++)
+    if (c->gcomm[g]) ncclCommDestroy(c->gcomm[g]);
+  if (c->world_comm) ncclCommDestroy(c->world_comm);
+  if (c->pending_ev) cudaEventDestroy(c->pending_ev);
+#endif
+  for (int i = 0; i < RT_CUDA_GEMM_CACHE; i++) {
+    GemmPlan *p = &c->plans[i];
+    if (!p->used) continue;
+    cublasLtMatrixLayoutDestroy(p->la);
+    cublasLtMatrixLayoutDestroy(p->lb);
+    cublasLtMatrixLayoutDestroy(p->lc);
+    cublasLtMatmulDescDestroy(p->op);
+  }
+  if (c->lt) cublasLtDestroy(c->lt);
+  for (int i = 0; i < WS_COUNT; i++) cudaFree(c->ws[i]);
+  cudaFree(c->lt_ws);
+  cudaFree(c->params);
+  cudaFree(c->state);
+  cudaFree(c->arena);
+  cudaFree(c->tokens);
+  cudaFree(c->targets);
+  cudaFree(c->scalars);
+  if (c->host_stage) cudaFreeHost(c->host_stage);
+  if (c->ready) cudaEventDestroy(c->ready);
+  if (c->done) cudaEventDestroy(c->done);
+  if (c->compute) cudaStreamDestroy(c->compute);
+  if (c->comm) cudaStreamDestroy(c->comm);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+/* ---- steps ---- */
+
+int rt_cuda_step_begin(RtCuda *c, const int32_t *tokens, const int32_t *targets, float lr,
+                       float step) {
+  size_t tb = (size_t)c->ntok * sizeof(int32_t);
+  float sc[2] = {lr, step};
+  CU_CHECK(c, cudaMemcpyAsync(c->tokens, tokens, tb, cudaMemcpyHostToDevice, c->compute),
+           "upload tokens");
+  CU_CHECK(c, cudaMemcpyAsync(c->targets, targets, tb, cudaMemcpyHostToDevice, c->compute),
+           "upload targets");
+  CU_CHECK(c, cudaMemcpyAsync(c->scalars, sc, sizeof sc, cudaMemcpyHostToDevice, c->compute),
+           "upload lr and step");
+  /* pageable sources: the copies above have been staged when they return */
+  return RT_OK;
+}
+
+int rt_cuda_step_end(RtCuda *c, const float *loss, const float *ce_loss, const float *grad_norm,
+                     float *loss_out, float *ce_out, float *grad_norm_out) {
+  const float *src[3] = {loss, ce_loss, grad_norm};
+  float val[3] = {__builtin_nanf(""), __builtin_nanf(""), 0.0f};
+  for (int i = 0; i < 3; i++)
+    if (src[i])
+      CU_CHECK(c, cudaMemcpyAsync(&val[i], src[i], sizeof(float), cudaMemcpyDeviceToHost,
+                                  c->compute), "read the step's results");
+  CU_CHECK(c, cudaStreamSynchronize(c->compute), "the step (an earlier kernel or copy failed)");
+  *loss_out = val[0];
+  *ce_out = ce_loss ? val[1] : val[0];
+  *grad_norm_out = val[2];
+  return RT_OK;
+}
+
+int rt_cuda_launched(RtCuda *c, const char *kernel) {
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return RT_OK;
+  char op[160];
+  snprintf(op, sizeof op, "launch of kernel %s", kernel);
+  return rt_cuda_fail_at(c, __FILE__, __LINE__, op, cudaGetErrorString(e));
+}
+
+int rt_cuda_download(RtCuda *c, float *params, float *state) {
+  CU_CHECK(c, cudaStreamSynchronize(c->compute), "synchronise before download");
+  if (params && c->params_numel)
+    CU_CHECK(c, cudaMemcpy(params, c->params, (size_t)c->params_numel * 4, cudaMemcpyDeviceToHost),
+             "download params");
+  if (state && c->state_numel)
+    CU_CHECK(c, cudaMemcpy(state, c->state, (size_t)c->state_numel * 4, cudaMemcpyDeviceToHost),
+             "download state");
+  return RT_OK;
+}
+
+int rt_cuda_to_host(RtCuda *c, float *dst, const float *src, int64_t n) {
+  CU_CHECK(c, cudaMemcpyAsync(dst, src, (size_t)n * 4, cudaMemcpyDeviceToHost, c->compute),
+           "copy to host");
+  CU_CHECK(c, cudaStreamSynchronize(c->compute), "copy to host");
+  return RT_OK;
+}
+
+int rt_cuda_copy(RtCuda *c, float *dst, const float *src, int64_t n) {
+  if (dst == src || n <= 0) return RT_OK;
+  CU_CHECK(c, cudaMemcpyAsync(dst, src, (size_t)n * 4, cudaMemcpyDeviceToDevice, c->compute),
+           "device copy");
+  return RT_OK;
+}
+
+/* ---- collectives ---- */
+
+enum { OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER };
+static const char *const op_name[] = {"all_reduce", "all_gather", "reduce_scatter"};
+static const char *const group_name[] = {"tp", "dp"};
+
+/* The host-staged (device-local) backend: exact, the CPU communicator's sums. */
+static int host_collective(RtCuda *c, int op, int g, const float *send, float *recv,
+                           int64_t count) {
+  int p = c->gsize[g];
+  int64_t in = op == OP_REDUCE_SCATTER ? count * p : count;
+  int64_t outn = op == OP_ALL_GATHER ? count * p : count;
+  size_t floats = (size_t)(in + outn + 1) / 2 * 2; /* the counts after them, 8-aligned */
+  float *h = (float *)rt_cuda_host_stage(c, floats * 4 + (size_t)p * 8);
+  if (!h) return RT_ERR;
+  float *hout = h + in;
+  int64_t *counts = (int64_t *)(h + floats);
+  for (int r = 0; r < p; r++) counts[r] = count;
+  CU_CHECK(c, cudaMemcpyAsync(h, send, (size_t)in * 4, cudaMemcpyDeviceToHost, c->compute),
+           "stage a collective");
+  CU_CHECK(c, cudaStreamSynchronize(c->compute), "stage a collective");
+  RtComm *hg = c->hgroup[g];
+  int rc = op == OP_ALL_REDUCE    ? rt_comm_all_reduce(hg, h, hout, count)
+           : op == OP_ALL_GATHER ? rt_comm_all_gather(hg, h, hout, counts)
+                                 : rt_comm_reduce_scatter(hg, h, hout, counts);
+  if (rc) return RT_ERR;
+  CU_CHECK(c, cudaMemcpyAsync(recv, hout, (size_t)outn * 4, cudaMemcpyHostToDevice, c->compute),
+           "unstage a collective");
+  /* the host buffer is reused by the next call: the copy must be done */
+  CU_CHECK(c, cudaStreamSynchronize(c->compute), "unstage a collective");
+  return RT_OK;
+}
+
+static int collective(RtCuda *c, int op, int g, const float *send, float *recv, int64_t count) {
+  if (count <= 0) return RT_OK;
+  if (c->gsize[g] == 1) return rt_cuda_copy(c, recv, send, count);
+  if (!c->use_nccl) {
+    if (!c->hgroup[g]) return rt_fail("rank %d: %s over group %s: no host group", c->wrank,
+                                      op_name[op], group_name[g]);
+    return host_collective(c, op, g, send, recv, count);
+  }
+#ifdef PARC_HAVE_NCCL
+  char what[160];
+  snprintf(what, sizeof what, "%s of %lld floats over group %s (%d ranks)", op_name[op],
+           (long long)count, group_name[g], c->gsize[g]);
+  CU_CHECK(c, cudaEventRecord(c->ready, c->compute), what);
+  CU_CHECK(c, cudaStreamWaitEvent(c->comm, c->ready, 0), what);
+  ncclComm_t nc = c->gcomm[g];
+  size_t n = (size_t)count;
+  if (op == OP_ALL_REDUCE)
+    NC_CHECK(c, ncclAllReduce(send, recv, n, ncclFloat, ncclSum, nc, c->comm), what);
+  else if (op == OP_ALL_GATHER)
+    NC_CHECK(c, ncclAllGather(send, recv, n, ncclFloat, nc, c->comm), what);
+  else
+    NC_CHECK(c, ncclReduceScatter(send, recv, n, ncclFloat, ncclSum, nc, c->comm), what);
+  CU_CHECK(c, cudaEventRecord(c->done, c->comm), what);
+  CU_CHECK(c, cudaStreamWaitEvent(c->compute, c->done, 0), what);
+  pthread_mutex_lock(&c->mu); /* the watchdog's view: this one is the latest */
+  cudaError_t e = cudaEventRecord(c->pending_ev, c->comm);
+  c->pending = e == cudaSuccess;
+  c->pending_since = now_s();
+  snprintf(c->pending_what, sizeof c->pending_what, "%s", what);
+  pthread_mutex_unlock(&c->mu);
+  CU_CHECK(c, e, what);
+  return RT_OK;
+#else
+  return rt_fail("rank %d: built without NCCL", c->wrank);
+#endif
+}
+
+int rt_cuda_all_reduce(RtCuda *c, int group, const float *send, float *recv, int64_t count) {
+  return collective(c, OP_ALL_REDUCE, group, send, recv, count);
+}
+
+int rt_cuda_all_gather(RtCuda *c, int group, const float *send, float *recv, int64_t count) {
+  return collective(c, OP_ALL_GATHER, group, send, recv, count);
+}
+
+int rt_cuda_reduce_scatter(RtCuda *c, int group, const float *send, float *recv, int64_t count) {
+  return collective(c, OP_REDUCE_SCATTER, group, send, recv, count);
+}
+
+/* [outer, n, inner] pieces: member r's piece is columns [r q, (r + 1) q) of the
+ * middle dimension, q = n / parts.  A 2-D copy per member moves it between the
+ * strided whole and a contiguous block. */
+static int dim_check(RtCuda *c, const char *op, int64_t n, int parts) {
+  if (parts < 1 || n % parts)
+    return rt_fail("rank %d: %s: dimension %lld does not split over %d members", c->wrank, op,
+                   (long long)n, parts);
+  return RT_OK;
+}
+
+static int copy_piece(RtCuda *c, float *dst, size_t dpitch, const float *src, size_t spitch,
+                      size_t width, int64_t rows) {
+  CU_CHECK(c, cudaMemcpy2DAsync(dst, dpitch * 4, src, spitch * 4, width * 4, (size_t)rows,
+                                cudaMemcpyDeviceToDevice, c->compute), "strided piece copy");
+  return RT_OK;
+}
+
+int rt_cuda_all_gather_dim(RtCuda *c, int group, const float *x, float *out, int64_t outer,
+                           int64_t n, int64_t inner) {
+  int parts = c->gsize[group];
+  if (dim_check(c, "all_gather_dim", n, parts)) return RT_ERR;
+  int64_t q = n / parts, piece = outer * q * inner;
+  if (outer == 1) return rt_cuda_all_gather(c, group, x, out, piece);
+  float *st = (float *)rt_cuda_ws(c, WS_STAGE, (size_t)(piece * parts) * 4);
+  if (!st) return RT_ERR;
+  if (rt_cuda_all_gather(c, group, x, st, piece)) return RT_ERR;
+  for (int r = 0; r < parts; r++)
+    if (copy_piece(c, out + r * q * inner, (size_t)(n * inner), st + r * piece,
+                   (size_t)(q * inner), (size_t)(q * inner), outer))
+      return RT_ERR;
+  return RT_OK;
+}
+
+int rt_cuda_reduce_scatter_dim(RtCuda *c, int group, const float *x, float *out, int64_t outer,
+                               int64_t n, int64_t inner) {
+  int parts = c->gsize[group];
+  if (dim_check(c, "reduce_scatter_dim", n, parts)) return RT_ERR;
+  int64_t q = n / parts, piece = outer * q * inner;
+  if (outer == 1) return rt_cuda_reduce_scatter(c, group, x, out, piece);
+  float *st = (float *)rt_cuda_ws(c, WS_STAGE, (size_t)(piece * parts) * 4);
+  if (!st) return RT_ERR;
+  for (int r = 0; r < parts; r++)
+    if (copy_piece(c, st + r * piece, (size_t)(q * inner), x + r * q * inner, (size_t)(n * inner),
+                   (size_t)(q * inner), outer))
+      return RT_ERR;
+  return rt_cuda_reduce_scatter(c, group, st, out, piece);
+}
+
+int rt_cuda_local_slice(RtCuda *c, float *out, const float *x, int64_t outer, int64_t n,
+                        int64_t inner, int part, int parts) {
+  if (dim_check(c, "local_slice", n, parts)) return RT_ERR;
+  if (part < 0 || part >= parts)
+    return rt_fail("rank %d: local_slice: member %d of %d", c->wrank, part, parts);
+  int64_t q = n / parts;
+  return copy_piece(c, out, (size_t)(q * inner), x + part * q * inner, (size_t)(n * inner),
+                    (size_t)(q * inner), outer);
+}
+
+int rt_cuda_flat_piece(RtCuda *c, int group, const float *x, int64_t n, float *out, int64_t s) {
+  int64_t lo = (int64_t)c->grank[group] * s;
+  int64_t have = n - lo < 0 ? 0 : n - lo > s ? s : n - lo;
+  if (have > 0 && rt_cuda_copy(c, out, x + lo, have)) return RT_ERR;
+  if (have < s)
+    CU_CHECK(c, cudaMemsetAsync(out + have, 0, (size_t)(s - have) * 4, c->compute),
+             "flat_piece padding");
+  return RT_OK;
+}

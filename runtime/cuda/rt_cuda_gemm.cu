@@ -1,0 +1,180 @@
+/* runtime/cuda/rt_cuda_gemm.cu -- matmul and matmul_ta (rt_gemm.h) through
+ * cuBLASLt.
+ *
+ * Row-major to cuBLAS's column-major: a row-major [r, c] matrix is the
+ * column-major [c, r] one, so out[M, N] = A[M, K] B[K, N] is computed as
+ * out^T[N, M] = B^T[N, K] A^T[K, M]: cuBLAS's "A" is our b, its "B" our a,
+ * its m, n, k are our N, M, K.  Our transposes (transpose_b, matmul_ta) are
+ * cuBLAS's transa, transb.  A rank-2 b shared by the batch is a batch
+ * stride of 0; a's batch folds into M where a is not transposed and b is
+ * shared (one GEMM, as the CPU does).
+ *
+ * Plans (the descriptors, the layouts and the algorithm cuBLASLt's heuristic
+ * chose for the shape, flags, precision and the operands' alignment) are
+ * cached per context: a step's GEMMs are planned on the first step only. */
+#include <string.h>
+
+#include "runtime/cuda/rt_cuda_impl.h"
+extern "C" {
+#include "runtime/rt_gemm.h"
+}
+
+/* The largest power of two dividing the address, up to 256. */
+static int align_of(const void *p) {
+  uintptr_t a = (uintptr_t)p;
+  int al = 4;
+  while (al < 256 && !(a & (uintptr_t)(2 * al - 1))) al *= 2;
+  return al;
+}
+
+static cublasComputeType_t compute_type(int mode) {
+  return mode == RT_CUDA_GEMM_BF16   ? CUBLAS_COMPUTE_32F_FAST_16BF
+         : mode == RT_CUDA_GEMM_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                     : CUBLAS_COMPUTE_32F;
+}
+
+static int set_batch(RtCuda *c, cublasLtMatrixLayout_t l, int32_t count, int64_t stride) {
+  if (count <= 1) return RT_OK;
+  LT_CHECK(c, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                               sizeof count), "cublasLtMatrixLayoutSetAttribute");
+  LT_CHECK(c, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                               &stride, sizeof stride),
+           "cublasLtMatrixLayoutSetAttribute");
+  return RT_OK;
+}
+
+/* Builds plan p for: batch GEMMs of out[m, n] = op(a)[m, k] op(b)[k, n]. */
+static int make_plan(RtCuda *c, GemmPlan *p, int al_a, int al_b, int al_c) {
+  int ta = p->ta, tb = (p->flags & RT_MM_TRANSPOSE_B) != 0, bb = (p->flags & RT_MM_B_BATCHED) != 0;
+  int64_t m = p->m, n = p->n, k = p->k;
+  int32_t batch = (int32_t)p->batch;
+  LT_CHECK(c, cublasLtMatmulDescCreate(&p->op, compute_type(p->mode), CUDA_R_32F),
+           "cublasLtMatmulDescCreate");
+  cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  LT_CHECK(c, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa),
+           "cublasLtMatmulDescSetAttribute");
+  LT_CHECK(c, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb),
+           "cublasLtMatmulDescSetAttribute");
+  /* stored shapes, column-major: our b is [n, k] (or [k, n] transposed), our a [k, m] */
+  uint64_t ra = (uint64_t)(tb ? k : n), ca = (uint64_t)(tb ? n : k);
+  uint64_t rb = (uint64_t)(ta ? m : k), cb = (uint64_t)(ta ? k : m);
+  LT_CHECK(c, cublasLtMatrixLayoutCreate(&p->la, CUDA_R_32F, ra, ca, (int64_t)ra),
+           "cublasLtMatrixLayoutCreate");
+  LT_CHECK(c, cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, rb, cb, (int64_t)rb),
+           "cublasLtMatrixLayoutCreate");
+  LT_CHECK(c, cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, (uint64_t)n, (uint64_t)m, n),
+           "cublasLtMatrixLayoutCreate");
+  if (set_batch(c, p->la, batch, bb ? k * n : 0) || set_batch(c, p->lb, batch, m * k) ||
+      set_batch(c, p->lc, batch, m * n))
+    return RT_ERR;
+  cublasLtMatmulPreference_t pref;
+  LT_CHECK(c, cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  uint64_t ws = RT_CUDA_GEMM_WORKSPACE;
+  uint32_t a32 = (uint32_t)al_b, b32 = (uint32_t)al_a, c32 = (uint32_t)al_c; /* cuBLAS's A is b */
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                              &a32, sizeof a32);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                              &b32, sizeof b32);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                              &c32, sizeof c32);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                              &c32, sizeof c32);
+  cublasLtMatmulHeuristicResult_t res;
+  int found = 0;
+  memset(&res, 0, sizeof res);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
+                                        &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  LT_CHECK(c, st, "cublasLtMatmulAlgoGetHeuristic");
+  if (found < 1) {
+    char what[192];
+    snprintf(what, sizeof what, "no algorithm for batch %lld, m %lld, k %lld, n %lld",
+             (long long)p->batch, (long long)m, (long long)k, (long long)n);
+    return rt_cuda_fail_at(c, __FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic", what);
+  }
+  p->algo = res.algo;
+  p->used = 1;
+  return RT_OK;
+}
+
+static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *a,
+                const float *b, int64_t batch, int64_t m, int64_t k, int64_t n, int flags) {
+  if (!out || !a || !b)
+    return rt_fail("%s: NULL %s pointer", opname, !out ? "output" : !a ? "a" : "b");
+  if (batch < 1 || m < 1 || k < 1 || n < 1)
+    return rt_fail("%s: dimensions must be >= 1, got batch %lld, m %lld, k %lld, n %lld", opname,
+                   (long long)batch, (long long)m, (long long)k, (long long)n);
+  if (flags & ~(RT_MM_TRANSPOSE_B | RT_MM_B_BATCHED | RT_MM_ACCUMULATE))
+    return rt_fail("%s: unknown flags 0x%x", opname, (unsigned)flags);
+  if (!ta && !(flags & RT_MM_B_BATCHED)) { /* fold the batch into M */
+    m *= batch;
+    batch = 1;
+  }
+  int gflags = flags & ~RT_MM_ACCUMULATE;
+  int al_a = align_of(a), al_b = align_of(b), al_c = align_of(out);
+  /* the cache key: shape, flags, precision and alignment class */
+  uint64_t h = (uint64_t)(m * 1000003 + k * 10007 + n * 101 + batch * 7 + gflags * 3 + ta) ^
+               ((uint64_t)(al_a + 3 * al_b + 7 * al_c) << 40) ^ ((uint64_t)c->gemm << 60);
+  GemmPlan *p = NULL;
+  for (int i = 0; i < RT_CUDA_GEMM_CACHE; i++) {
+    GemmPlan *q = &c->plans[(h + (uint64_t)i) % RT_CUDA_GEMM_CACHE];
+    if (!q->used) {
+      p = q;
+      break;
+    }
+    if (q->batch == batch && q->m == m && q->k == k && q->n == n && q->flags == gflags &&
+        q->ta == ta && q->mode == c->gemm &&
+        q->al[0] == al_a && q->al[1] == al_b && q->al[2] == al_c) {
+      p = q;
+      break;
+    }
+  }
+  GemmPlan scratch;
+  int temporary = 0;
+  if (!p) { /* cache full: plan, run and forget */
+    memset(&scratch, 0, sizeof scratch);
+    p = &scratch;
+    temporary = 1;
+  }
+  if (!p->used) {
+    p->batch = batch, p->m = m, p->k = k, p->n = n, p->flags = gflags, p->ta = ta;
+    p->mode = c->gemm;
+    p->al[0] = al_a, p->al[1] = al_b, p->al[2] = al_c;
+    if (make_plan(c, p, al_a, al_b, al_c)) return RT_ERR;
+  }
+  float alpha = 1.0f, beta = (flags & RT_MM_ACCUMULATE) ? 1.0f : 0.0f;
+  cublasStatus_t st = cublasLtMatmul(c->lt, p->op, &alpha, b, p->la, a, p->lb, &beta, out, p->lc,
+                                     out, p->lc, &p->algo, c->lt_ws, RT_CUDA_GEMM_WORKSPACE,
+                                     c->compute);
+  if (temporary) {
+    cublasLtMatrixLayoutDestroy(p->la);
+    cublasLtMatrixLayoutDestroy(p->lb);
+    cublasLtMatrixLayoutDestroy(p->lc);
+    cublasLtMatmulDescDestroy(p->op);
+  }
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    char what[256];
+    snprintf(what, sizeof what, "%s (batch %lld, m %lld, k %lld, n %lld, flags 0x%x)",
+             cublasLtGetStatusString(st), (long long)batch, (long long)m, (long long)k,
+             (long long)n, (unsigned)flags);
+    return rt_cuda_fail_at(c, __FILE__, __LINE__, opname, what);
+  }
+  return RT_OK;
+}
+
+extern "C" int rt_cuda_matmul(RtCuda *c, float *out, const float *a, const float *b,
+                              int64_t batch, int64_t m, int64_t k, int64_t n, int flags) {
+  return gemm(c, "matmul", 0, out, a, b, batch, m, k, n, flags);
+}
+
+extern "C" int rt_cuda_matmul_ta(RtCuda *c, float *out, const float *a, const float *b,
+                                 int64_t batch, int64_t m, int64_t k, int64_t n, int flags) {
+  return gemm(c, "matmul_ta", 1, out, a, b, batch, m, k, n, flags);
+}

@@ -1,0 +1,116 @@
+/* runtime/cuda/rt_cuda_impl.h -- shared by the .cu files of libparcrt_cuda;
+ * not a public header (CUDA C++ only). */
+#ifndef PARC_RT_CUDA_IMPL_H
+#define PARC_RT_CUDA_IMPL_H
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <pthread.h>
+
+#include "runtime/cuda/rt_cuda.h"
+extern "C" { /* the runtime's C headers */
+#include "runtime/rt_err.h"
+}
+
+#ifdef PARC_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+/* Workspace slots: each a device buffer grown on demand (see rt_cuda.h). */
+enum {
+  WS_ATTN,       /* attention statistics: lse and D, 2 floats per query row */
+  WS_ROWS,       /* cross-entropy: per-row losses, maxima, sums */
+  WS_GATHER,     /* vocab cross-entropy: the group's gathered statistics */
+  WS_SORT,       /* embedding_grad: sorted ids and positions, cub scratch */
+  WS_STAGE,      /* collectives: contiguous pieces of strided tensors */
+  WS_COUNT
+};
+
+#define RT_CUDA_GEMM_CACHE 128
+
+typedef struct {
+  int used;
+  int64_t batch, m, k, n;
+  int flags, ta, mode;
+  int al[3];                 /* alignment of a, b, out (bytes, <= 256) */
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatmulAlgo_t algo;
+} GemmPlan;
+
+struct RtCuda {
+  int device, wrank, ranks;
+  char name[128];            /* "GPU 0 (NVIDIA H200)" */
+  char desc[192];
+  const char *model;
+  float *params, *state, *scalars;
+  char *arena;
+  int32_t *tokens, *targets;
+  int64_t params_numel, state_numel, arena_bytes, ntok;
+  cudaStream_t compute, comm;
+  cudaEvent_t ready, done;   /* compute -> comm, comm -> compute */
+  cublasLtHandle_t lt;
+  void *lt_ws;
+  int gemm;
+  GemmPlan plans[RT_CUDA_GEMM_CACHE];
+  void *ws[WS_COUNT];
+  size_t ws_bytes[WS_COUNT];
+  /* host staging (routing ops, the host collective backend) */
+  void *host_stage;
+  size_t host_stage_bytes;
+  /* collectives */
+  RtComm *hgroup[2];         /* the harness's groups (NULL: size 1) */
+  int grank[2], gsize[2];
+  int use_nccl;
+#ifdef PARC_HAVE_NCCL
+  ncclComm_t world_comm, gcomm[2];
+#endif
+  /* watchdog: the last collective enqueued */
+  pthread_t watchdog;
+  int watchdog_on;
+  pthread_mutex_t mu;
+  int pending, stop;
+  double pending_since;
+  cudaEvent_t pending_ev;
+  char pending_what[160];
+};
+
+/* Records "FILE:LINE: rank R: op: what" and returns RT_ERR. */
+int rt_cuda_fail_at(const RtCuda *c, const char *file, int line, const char *op, const char *what);
+
+#define CU_CHECK(c, call, op)                                                              \
+  do {                                                                                      \
+    cudaError_t e_ = (call);                                                                \
+    if (e_ != cudaSuccess) return rt_cuda_fail_at((c), __FILE__, __LINE__, (op),            \
+                                                  cudaGetErrorString(e_));                  \
+  } while (0)
+#define LT_CHECK(c, call, op)                                                              \
+  do {                                                                                      \
+    cublasStatus_t e_ = (call);                                                             \
+    if (e_ != CUBLAS_STATUS_SUCCESS)                                                        \
+      return rt_cuda_fail_at((c), __FILE__, __LINE__, (op), cublasLtGetStatusString(e_));     \
+  } while (0)
+#ifdef PARC_HAVE_NCCL
+#define NC_CHECK(c, call, op)                                                              \
+  do {                                                                                      \
+    ncclResult_t e_ = (call);                                                               \
+    if (e_ != ncclSuccess) return rt_cuda_fail_at((c), __FILE__, __LINE__, (op),            \
+                                                  ncclGetErrorString(e_));                  \
+  } while (0)
+#endif
+/* After a kernel launch. */
+#define LAUNCH_CHECK(c, op) CU_CHECK(c, cudaGetLastError(), op)
+
+/* Blocks of `threads` for n items, capped for grid-stride loops. */
+static inline unsigned rt_cuda_blocks(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
+}
+
+/* Workspace slot `slot` of at least `bytes` (contents undefined); NULL with
+ * the error recorded on failure.  Growing synchronises the device. */
+void *rt_cuda_ws(RtCuda *c, int slot, size_t bytes);
+/* Host staging buffer of at least `bytes`; NULL with the error recorded. */
+void *rt_cuda_host_stage(RtCuda *c, size_t bytes);
+
+#endif

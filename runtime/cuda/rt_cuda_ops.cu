@@ -1,0 +1,479 @@
+/* runtime/cuda/rt_cuda_ops.cu -- embedding, cross-entropy (fused with its
+ * softmax: the probabilities never reach memory), their gradients, the
+ * vocabulary-parallel variants, and the routing ops (staged through the
+ * host).  Semantics: rt_route.h.
+ *
+ * Determinism: every sum has a fixed order.  Cross-entropy rows reduce in a
+ * fixed tree (double for the sums of exponentials, as the CPU), the mean
+ * over rows in one block in a fixed tree; the embedding gradient sorts the
+ * (id, position) pairs with a stable radix sort and adds each id's rows in
+ * position order, exactly the CPU's order (so it agrees bitwise). */
+#include <cub/device/device_radix_sort.cuh>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cuda/rt_cuda_impl.h"
+extern "C" {
+#include "runtime/rt_route.h"
+}
+
+#define BLOCK 256
+#define FULL 0xffffffffu
+
+/* ---- block reductions (BLOCK threads; every thread gets the result) ---- */
+
+template <typename T>
+static __device__ __forceinline__ T block_reduce(T v, T *sh, bool is_max) {
+  for (int o = 16; o > 0; o >>= 1) {
+    T u = __shfl_xor_sync(FULL, v, o);
+    v = is_max ? (u > v ? u : v) : v + u;
+  }
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  __syncthreads(); /* sh may still be read by an earlier reduction */
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  T r = sh[0];
+  for (int i = 1; i < BLOCK / 32; i++) r = is_max ? (sh[i] > r ? sh[i] : r) : r + sh[i];
+  return r;
+}
+
+/* ---- embedding ---- */
+
+__global__ void embed_kernel(float *out, const int32_t *ids, const float *table, int64_t count,
+                             int64_t V, int64_t D, int64_t lo) {
+  int64_t n = count * D;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    int64_t p = e / D, d = e % D, r = (int64_t)ids[p] - lo;
+    out[e] = r >= 0 && r < V ? table[r * D + d] : 0.0f;
+  }
+}
+
+__global__ void iota_kernel(int32_t *x, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    x[i] = (int32_t)i;
+}
+
+/* One block per sorted slot s; the first slot of each id's run adds that id's
+ * dy rows (positions ascending: the sort is stable) into its table row. */
+__global__ void embed_grad_kernel(float *dtable, const int32_t *keys, const int32_t *pos,
+                                  const float *dy, int64_t count, int64_t V, int64_t D,
+                                  int64_t lo) {
+  int64_t s = blockIdx.x;
+  if (s >= count || (s > 0 && keys[s] == keys[s - 1])) return;
+  int64_t r = (int64_t)keys[s] - lo;
+  if (r < 0 || r >= V) return;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t t = s; t < count && keys[t] == keys[s]; t++) acc += dy[(int64_t)pos[t] * D + d];
+    dtable[r * D + d] = acc;
+  }
+}
+
+static int embed(RtCuda *c, const char *op, float *out, const int32_t *ids, const float *table,
+                 int64_t count, int64_t V, int64_t D, int64_t lo) {
+  if (!out || !ids || !table) return rt_fail("%s: NULL pointer", op);
+  if (count < 1 || V < 1 || D < 1) return rt_fail("%s: dimensions must be >= 1", op);
+  embed_kernel<<<rt_cuda_blocks(count * D, BLOCK), BLOCK, 0, c->compute>>>(out, ids, table, count,
+                                                                           V, D, lo);
+  LAUNCH_CHECK(c, op);
+  return RT_OK;
+}
+
+static size_t up256(size_t x) { return (x + 255) / 256 * 256; }
+
+static int embed_grad(RtCuda *c, const char *op, float *dtable, const int32_t *ids,
+                      const float *dy, int64_t count, int64_t V, int64_t D, int64_t lo) {
+  if (!dtable || !ids || !dy) return rt_fail("%s: NULL pointer", op);
+  if (count < 1 || V < 1 || D < 1 || count > 0x7fffffff)
+    return rt_fail("%s: dimensions out of range", op);
+  size_t temp = 0;
+  CU_CHECK(c, cub::DeviceRadixSort::SortPairs(NULL, temp, (const int32_t *)NULL, (int32_t *)NULL,
+                                              (const int32_t *)NULL, (int32_t *)NULL, (int)count,
+                                              0, 32, c->compute), op);
+  size_t arr = up256((size_t)count * 4);
+  char *ws = (char *)rt_cuda_ws(c, WS_SORT, 3 * arr + temp);
+  if (!ws) return RT_ERR;
+  int32_t *pos_in = (int32_t *)ws, *keys = (int32_t *)(ws + arr), *pos = (int32_t *)(ws + 2 * arr);
+  iota_kernel<<<rt_cuda_blocks(count, BLOCK), BLOCK, 0, c->compute>>>(pos_in, count);
+  LAUNCH_CHECK(c, op);
+  CU_CHECK(c, cub::DeviceRadixSort::SortPairs(ws + 3 * arr, temp, ids, keys, pos_in, pos,
+                                              (int)count, 0, 32, c->compute), op);
+  CU_CHECK(c, cudaMemsetAsync(dtable, 0, (size_t)(V * D) * 4, c->compute), op);
+  embed_grad_kernel<<<(unsigned)count, D < BLOCK ? ((unsigned)D + 31) / 32 * 32 : BLOCK, 0,
+                      c->compute>>>(dtable, keys, pos, dy, count, V, D, lo);
+  LAUNCH_CHECK(c, op);
+  return RT_OK;
+}
+
+extern "C" int rt_cuda_embedding(RtCuda *c, float *out, const int32_t *ids, const float *table,
+                                 int64_t count, int64_t V, int64_t D) {
+  return embed(c, "embedding", out, ids, table, count, V, D, 0);
+}
+
+extern "C" int rt_cuda_embedding_grad(RtCuda *c, float *dtable, const int32_t *ids,
+                                      const float *dy, int64_t count, int64_t V, int64_t D) {
+  return embed_grad(c, "embedding_grad", dtable, ids, dy, count, V, D, 0);
+}
+
+extern "C" int rt_cuda_vocab_embedding(RtCuda *c, float *out, const int32_t *ids,
+                                       const float *table, int64_t count, int64_t Vl, int64_t D,
+                                       int part, int parts) {
+  if (parts < 1 || part < 0 || part >= parts)
+    return rt_fail("vocab_embedding: member %d of %d out of range", part, parts);
+  return embed(c, "vocab_embedding", out, ids, table, count, Vl, D, (int64_t)part * Vl);
+}
+
+extern "C" int rt_cuda_vocab_embedding_grad(RtCuda *c, float *dtable, const int32_t *ids,
+                                            const float *dy, int64_t count, int64_t Vl, int64_t D,
+                                            int part, int parts) {
+  if (parts < 1 || part < 0 || part >= parts)
+    return rt_fail("vocab_embedding_grad: member %d of %d out of range", part, parts);
+  return embed_grad(c, "vocab_embedding_grad", dtable, ids, dy, count, Vl, D, (int64_t)part * Vl);
+}
+
+/* ---- cross-entropy ---- */
+
+/* Row p's max over columns [0, nv) of a row of ld floats. */
+static __device__ float row_max(const float *row, int64_t nv, float *sh) {
+  float m = -INFINITY;
+  for (int64_t v = threadIdx.x; v < nv; v += BLOCK) m = fmaxf(m, row[v]);
+  return block_reduce<float>(m, sh, true);
+}
+
+/* Row p's sum of exp(x - mx) over [0, nv), in double. */
+static __device__ double row_sumexp(const float *row, int64_t nv, float mx, double *sh) {
+  double s = 0.0;
+  for (int64_t v = threadIdx.x; v < nv; v += BLOCK) s += (double)expf(row[v] - mx);
+  return block_reduce<double>(s, sh, false);
+}
+
+/* Forward: per-row losses (double). */
+__global__ void __launch_bounds__(BLOCK) xent_rows(double *loss_rows, const float *logits,
+                                                   const int32_t *targets, int64_t N, int64_t V) {
+  __shared__ float shf[BLOCK / 32];
+  __shared__ double shd[BLOCK / 32];
+  for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
+    const float *row = logits + p * V;
+    float mx = row_max(row, V, shf);
+    double s = row_sumexp(row, V, mx, shd);
+    if (threadIdx.x == 0) {
+      int32_t t = targets[p];
+      double tl = t >= 0 && t < V ? (double)row[t] : 0.0;
+      loss_rows[p] = (double)mx + log(s) - tl;
+    }
+  }
+}
+
+/* *loss = mean of the N row losses (one block, fixed order). */
+__global__ void __launch_bounds__(BLOCK) mean_rows(float *loss, const double *rows, int64_t N) {
+  __shared__ double shd[BLOCK / 32];
+  double s = 0.0;
+  for (int64_t p = threadIdx.x; p < N; p += BLOCK) s += rows[p];
+  s = block_reduce<double>(s, shd, false);
+  if (threadIdx.x == 0) *loss = (float)(s / (double)N);
+}
+
+/* Backward: dlogits = dloss / N (softmax - onehot), the softmax recomputed. */
+__global__ void __launch_bounds__(BLOCK) xent_grad(float *dlogits, const float *logits,
+                                                   const int32_t *targets, const float *dloss,
+                                                   int64_t N, int64_t V) {
+  __shared__ float shf[BLOCK / 32];
+  __shared__ double shd[BLOCK / 32];
+  float scale = (float)((double)*dloss / (double)N);
+  for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
+    const float *row = logits + p * V;
+    float *e = dlogits + p * V;
+    float mx = row_max(row, V, shf);
+    double s = row_sumexp(row, V, mx, shd);
+    float f = (float)(1.0 / s) * scale;
+    int32_t t = targets[p];
+    for (int64_t v = threadIdx.x; v < V; v += BLOCK)
+      e[v] = expf(row[v] - mx) * f - (v == t ? scale : 0.0f);
+  }
+}
+
+static unsigned row_blocks(int64_t N) { return (unsigned)(N < 65535 * 4 ? N : 65535 * 4); }
+
+extern "C" int rt_cuda_cross_entropy(RtCuda *c, float *loss, const float *logits,
+                                     const int32_t *targets, int64_t N, int64_t V) {
+  if (!loss || !logits || !targets) return rt_fail("cross_entropy: NULL pointer");
+  if (N < 1 || V < 1) return rt_fail("cross_entropy: dimensions must be >= 1");
+  double *rows = (double *)rt_cuda_ws(c, WS_ROWS, (size_t)N * sizeof(double));
+  if (!rows) return RT_ERR;
+  xent_rows<<<row_blocks(N), BLOCK, 0, c->compute>>>(rows, logits, targets, N, V);
+  LAUNCH_CHECK(c, "cross_entropy");
+  mean_rows<<<1, BLOCK, 0, c->compute>>>(loss, rows, N);
+  LAUNCH_CHECK(c, "cross_entropy");
+  return RT_OK;
+}
+
+extern "C" int rt_cuda_cross_entropy_grad(RtCuda *c, float *dlogits, const float *logits,
+                                          const int32_t *targets, const float *dloss, int64_t N,
+                                          int64_t V) {
+  if (!dlogits || !logits || !targets || !dloss)
+    return rt_fail("cross_entropy_grad: NULL pointer");
+  if (N < 1 || V < 1) return rt_fail("cross_entropy_grad: dimensions must be >= 1");
+  xent_grad<<<row_blocks(N), BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss, N, V);
+  LAUNCH_CHECK(c, "cross_entropy_grad");
+  return RT_OK;
+}
+
+/* ---- vocabulary-parallel cross-entropy (rt_route.h): the group's row maxima,
+ * then per row the local sum of exp (a double sent as two floats) and the
+ * target logit (0 off its owner), gathered and summed in member order. ---- */
+
+__global__ void __launch_bounds__(BLOCK) vxent_max(float *mx, const float *logits, int64_t N,
+                                                   int64_t Vl, int64_t nv) {
+  __shared__ float shf[BLOCK / 32];
+  for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
+    float m = row_max(logits + p * Vl, nv, shf);
+    if (threadIdx.x == 0) mx[p] = m;
+  }
+}
+
+/* allmx [parts, N] -> mx [N]; send [N, 3] = (sum hi, sum lo, target logit). */
+__global__ void __launch_bounds__(BLOCK) vxent_stats(float *send, float *mx, const float *allmx,
+                                                     const float *logits, const int32_t *targets,
+                                                     int64_t N, int64_t Vl, int64_t nv, int64_t lo,
+                                                     int parts) {
+  __shared__ double shd[BLOCK / 32];
+  for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
+    float m = allmx[p];
+    for (int k = 1; k < parts; k++) m = fmaxf(m, allmx[(int64_t)k * N + p]);
+    const float *row = logits + p * Vl;
+    double t = row_sumexp(row, nv, m, shd);
+    if (threadIdx.x == 0) {
+      float hi = (float)t;
+      int64_t r = (int64_t)targets[p] - lo;
+      send[3 * p] = hi;
+      send[3 * p + 1] = (float)(t - (double)hi);
+      send[3 * p + 2] = r >= 0 && r < Vl ? row[r] : 0.0f;
+      mx[p] = m;
+    }
+  }
+}
+
+/* all [parts, N, 3] -> s [N] (double) and, when rows != NULL, the row losses. */
+__global__ void vxent_sum(double *s, double *rows, const float *all, const float *mx,
+                          const int32_t *targets, int64_t N, int64_t Vl, int parts) {
+  for (int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; p < N;
+       p += (int64_t)gridDim.x * blockDim.x) {
+    double sum = 0.0, tl = 0.0;
+    for (int k = 0; k < parts; k++) {
+      const float *q = all + (int64_t)k * 3 * N + 3 * p;
+      sum += (double)q[0] + (double)q[1];
+      if (targets[p] / Vl == k) tl = (double)q[2];
+    }
+    s[p] = sum;
+    if (rows) rows[p] = (double)mx[p] + log(sum) - tl;
+  }
+}
+
+__global__ void __launch_bounds__(BLOCK) vxent_grad(float *dlogits, const float *logits,
+                                                    const int32_t *targets, const float *dloss,
+                                                    const float *mx, const double *s, int64_t N,
+                                                    int64_t Vl, int64_t nv, int64_t lo) {
+  float scale = (float)((double)*dloss / (double)N);
+  for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
+    const float *row = logits + p * Vl;
+    float *e = dlogits + p * Vl, m = mx[p];
+    float f = (float)(1.0 / s[p]) * scale;
+    int64_t r = (int64_t)targets[p] - lo;
+    for (int64_t v = threadIdx.x; v < Vl; v += BLOCK)
+      e[v] = v < nv ? expf(row[v] - m) * f - (v == r ? scale : 0.0f) : 0.0f; /* padding: 0 */
+  }
+}
+
+static int vxent(RtCuda *c, const char *op, int group, float *loss, float *dlogits,
+                 const float *logits, const int32_t *targets, const float *dloss, int64_t N,
+                 int64_t Vl, int64_t V) {
+  if (!logits || !targets || (!loss && !dlogits) || (dlogits && !dloss))
+    return rt_fail("%s: NULL pointer", op);
+  int parts = c->gsize[group], part = c->grank[group];
+  if (N < 1 || Vl < 1 || V < 1 || V > Vl * parts)
+    return rt_fail("%s: vocabulary %lld outside [1, %lld], the group's columns", op,
+                   (long long)V, (long long)(Vl * parts));
+  int64_t nv = V - (int64_t)part * Vl;
+  nv = nv < 0 ? 0 : nv > Vl ? Vl : nv;
+  /* rows workspace: mx [N], s [N] (double), row losses [N] (double), send [3N] */
+  char *w = (char *)rt_cuda_ws(c, WS_ROWS, up256((size_t)N * 4) + 2 * up256((size_t)N * 8) +
+                                               up256((size_t)N * 12));
+  float *all = (float *)rt_cuda_ws(c, WS_GATHER, (size_t)(3 * N * parts) * 4);
+  if (!w || !all) return RT_ERR;
+  float *mx = (float *)w;
+  double *s = (double *)(w + up256((size_t)N * 4));
+  double *rows = (double *)((char *)s + up256((size_t)N * 8));
+  float *send = (float *)((char *)rows + up256((size_t)N * 8));
+  unsigned nb = row_blocks(N);
+  vxent_max<<<nb, BLOCK, 0, c->compute>>>(send, logits, N, Vl, nv);
+  LAUNCH_CHECK(c, op);
+  if (rt_cuda_all_gather(c, group, send, all, N)) return RT_ERR;
+  /* vxent_stats reads the gathered maxima before the second gather overwrites
+   * them: the gather is ordered after it on the stream (or by an event) */
+  vxent_stats<<<nb, BLOCK, 0, c->compute>>>(send, mx, all, logits, targets, N, Vl, nv,
+                                            (int64_t)part * Vl, parts);
+  LAUNCH_CHECK(c, op);
+  if (rt_cuda_all_gather(c, group, send, all, 3 * N)) return RT_ERR;
+  vxent_sum<<<rt_cuda_blocks(N, BLOCK), BLOCK, 0, c->compute>>>(s, loss ? rows : NULL, all, mx,
+                                                                 targets, N, Vl, parts);
+  LAUNCH_CHECK(c, op);
+  if (loss) {
+    mean_rows<<<1, BLOCK, 0, c->compute>>>(loss, rows, N);
+    LAUNCH_CHECK(c, op);
+  } else {
+    vxent_grad<<<nb, BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss, mx, s, N, Vl, nv,
+                                             (int64_t)part * Vl);
+    LAUNCH_CHECK(c, op);
+  }
+  return RT_OK;
+}
+
+extern "C" int rt_cuda_vocab_cross_entropy(RtCuda *c, int group, float *loss, const float *logits,
+                                           const int32_t *targets, int64_t N, int64_t Vl,
+                                           int64_t V) {
+  return vxent(c, "vocab_cross_entropy", group, loss, NULL, logits, targets, NULL, N, Vl, V);
+}
+
+extern "C" int rt_cuda_vocab_cross_entropy_grad(RtCuda *c, int group, float *dlogits,
+                                                const float *logits, const int32_t *targets,
+                                                const float *dloss, int64_t N, int64_t Vl,
+                                                int64_t V) {
+  return vxent(c, "vocab_cross_entropy_grad", group, NULL, dlogits, logits, targets, dloss, N,
+               Vl, V);
+}
+
+/* ---- routing: through the host and the CPU routines of rt_route.h ----
+ * Each call waits for the compute stream, copies its inputs to host memory,
+ * runs the CPU routine and copies the output back (synchronously). */
+
+typedef struct {
+  const void *dev;
+  size_t bytes;
+  void *host;
+} Stage;
+
+static int stage_in(RtCuda *c, Stage *s, int n, size_t out_bytes, void **out_host) {
+  size_t total = out_bytes;
+  for (int i = 0; i < n; i++) total += up256(s[i].bytes);
+  char *h = (char *)rt_cuda_host_stage(c, total + 256);
+  if (!h) return RT_ERR;
+  for (int i = 0; i < n; i++) {
+    s[i].host = h;
+    CU_CHECK(c, cudaMemcpyAsync(h, s[i].dev, s[i].bytes, cudaMemcpyDeviceToHost, c->compute),
+             "routing: stage inputs");
+    h += up256(s[i].bytes);
+  }
+  *out_host = h;
+  CU_CHECK(c, cudaStreamSynchronize(c->compute), "routing: stage inputs");
+  return RT_OK;
+}
+
+static int stage_out(RtCuda *c, void *dev, const void *host, size_t bytes) {
+  CU_CHECK(c, cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, c->compute),
+           "routing: unstage the output");
+  CU_CHECK(c, cudaStreamSynchronize(c->compute), "routing: unstage the output");
+  return RT_OK;
+}
+
+#define F4(n) ((size_t)(n) * 4)
+
+extern "C" int rt_cuda_topk(RtCuda *c, int32_t *out, const float *x, int64_t rows, int64_t n,
+                            int64_t k) {
+  Stage s[1] = {{x, F4(rows * n), NULL}};
+  void *o;
+  if (stage_in(c, s, 1, F4(rows * k), &o) ||
+      rt_topk((int32_t *)o, (const float *)s[0].host, rows, n, k))
+    return RT_ERR;
+  return stage_out(c, out, o, F4(rows * k));
+}
+
+extern "C" int rt_cuda_gather(RtCuda *c, float *out, const float *x, const int32_t *idx,
+                              int64_t rows, int64_t n, int64_t k) {
+  Stage s[2] = {{x, F4(rows * n), NULL}, {idx, F4(rows * k), NULL}};
+  void *o;
+  if (stage_in(c, s, 2, F4(rows * k), &o) ||
+      rt_gather((float *)o, (const float *)s[0].host, (const int32_t *)s[1].host, rows, n, k))
+    return RT_ERR;
+  return stage_out(c, out, o, F4(rows * k));
+}
+
+extern "C" int rt_cuda_scatter_add(RtCuda *c, float *out, const int32_t *idx, const float *dy,
+                                   int64_t rows, int64_t k, int64_t n) {
+  Stage s[2] = {{idx, F4(rows * k), NULL}, {dy, F4(rows * k), NULL}};
+  void *o;
+  if (stage_in(c, s, 2, F4(rows * n), &o) ||
+      rt_scatter_add((float *)o, (const int32_t *)s[0].host, (const float *)s[1].host, rows, k, n))
+    return RT_ERR;
+  return stage_out(c, out, o, F4(rows * n));
+}
+
+extern "C" int rt_cuda_onehot(RtCuda *c, float *out, const int32_t *idx, int64_t count,
+                              int64_t n) {
+  Stage s[1] = {{idx, F4(count), NULL}};
+  void *o;
+  if (stage_in(c, s, 1, F4(count * n), &o) ||
+      rt_onehot((float *)o, (const int32_t *)s[0].host, count, n))
+    return RT_ERR;
+  return stage_out(c, out, o, F4(count * n));
+}
+
+extern "C" int rt_cuda_dispatch(RtCuda *c, float *out, const float *x, const int32_t *idx,
+                                int64_t N, int64_t K, int64_t D, int64_t E, int64_t C) {
+  Stage s[2] = {{x, F4(N * D), NULL}, {idx, F4(N * K), NULL}};
+  void *o;
+  if (stage_in(c, s, 2, F4(E * C * D), &o) ||
+      rt_dispatch((float *)o, (const float *)s[0].host, (const int32_t *)s[1].host, N, K, D, E, C))
+    return RT_ERR;
+  return stage_out(c, out, o, F4(E * C * D));
+}
+
+extern "C" int rt_cuda_combine(RtCuda *c, float *out, const float *y, const int32_t *idx,
+                               const float *w, int64_t N, int64_t K, int64_t D, int64_t E,
+                               int64_t C) {
+  Stage s[3] = {{y, F4(E * C * D), NULL}, {idx, F4(N * K), NULL}, {w, F4(N * K), NULL}};
+  void *o;
+  if (stage_in(c, s, 3, F4(N * D), &o) ||
+      rt_combine((float *)o, (const float *)s[0].host, (const int32_t *)s[1].host,
+                 (const float *)s[2].host, N, K, D, E, C))
+    return RT_ERR;
+  return stage_out(c, out, o, F4(N * D));
+}
+
+extern "C" int rt_cuda_combine_grad_y(RtCuda *c, float *dy, const float *dout, const int32_t *idx,
+                                      const float *w, int64_t N, int64_t K, int64_t D, int64_t E,
+                                      int64_t C) {
+  Stage s[3] = {{dout, F4(N * D), NULL}, {idx, F4(N * K), NULL}, {w, F4(N * K), NULL}};
+  void *o;
+  if (stage_in(c, s, 3, F4(E * C * D), &o) ||
+      rt_combine_grad_y((float *)o, (const float *)s[0].host, (const int32_t *)s[1].host,
+                        (const float *)s[2].host, N, K, D, E, C))
+    return RT_ERR;
+  return stage_out(c, dy, o, F4(E * C * D));
+}
+
+extern "C" int rt_cuda_combine_grad_w(RtCuda *c, float *dw, const float *dout, const float *y,
+                                      const int32_t *idx, int64_t N, int64_t K, int64_t D,
+                                      int64_t E, int64_t C) {
+  Stage s[3] = {{dout, F4(N * D), NULL}, {y, F4(E * C * D), NULL}, {idx, F4(N * K), NULL}};
+  void *o;
+  if (stage_in(c, s, 3, F4(N * K), &o) ||
+      rt_combine_grad_w((float *)o, (const float *)s[0].host, (const float *)s[1].host,
+                        (const int32_t *)s[2].host, N, K, D, E, C))
+    return RT_ERR;
+  return stage_out(c, dw, o, F4(N * K));
+}
+
+/* The drops are decided in global order over the dp group: the host routine
+ * runs on the harness's host group (every dp member calls this). */
+extern "C" int rt_cuda_capacity_drop(RtCuda *c, int32_t *out, const int32_t *idx, int64_t N,
+                                     int64_t K, int64_t E, int64_t C) {
+  Stage s[1] = {{idx, F4(N * K), NULL}};
+  void *o;
+  if (stage_in(c, s, 1, F4(N * K), &o) ||
+      rt_capacity_drop(c->hgroup[RT_CUDA_DP], (int32_t *)o, (const int32_t *)s[0].host, N, K, E, C))
+    return RT_ERR;
+  return stage_out(c, out, o, F4(N * K));
+}

@@ -1,0 +1,285 @@
+/* runtime/rt_pipe.c -- rt_pipe_step: a stage's action list, gradient
+ * accumulation and its reduction; see rt_pipe.h. */
+#include "runtime/rt_pipe.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/rt_comm.h"
+#include "runtime/rt_err.h"
+#include "runtime/rt_trace.h"
+
+/* Sends (send != 0) or receives every value of one boundary's list. */
+static int transfer(RtStepIO *io, char *slot, const RtPipeValue *v, int n, int send, int peer,
+                    int tag) {
+  for (int i = 0; i < n; i++) {
+    float *x = (float *)(void *)(slot + v[i].offset);
+    if (send ? rt_comm_send(io->pp_group, x, v[i].count, peer, tag)
+             : rt_comm_recv(io->pp_group, x, v[i].count, peer, tag))
+      return RT_ERR;
+  }
+  return RT_OK;
+}
+
+/* One action of the list. */
+static int act(RtStepIO *io, const RtPipeDesc *p, const RtPipeAction *a, char *base,
+               const int32_t *tokens, const int32_t *targets, double *loss, double *ce) {
+  int c = a->chunk, mb = a->mb, P = p->stages, M = p->microbatches;
+  char *slot = base + (int64_t)(mb % p->slots) * p->slot_bytes;
+  switch ((RtPipeKind)a->kind) {
+  case RT_PIPE_F:
+  case RT_PIPE_B:
+  case RT_PIPE_W: {
+    io->arena = slot;
+    io->tokens = tokens + (int64_t)mb * p->mb_tokens;
+    io->targets = targets + (int64_t)mb * p->mb_tokens;
+    int rc = a->kind == RT_PIPE_F   ? p->fwd[c](io)
+             : a->kind == RT_PIPE_W ? p->wgt[c](io)
+                                    : p->bwd[c](io);
+    /* a schedule without W actions runs the weight gradients with B */
+    if (!rc && a->kind == RT_PIPE_B && !p->split_w) rc = p->wgt[c](io);
+    if (rc) return RT_ERR;
+    if (a->kind == RT_PIPE_F && c == p->chunks - 1) *loss += io->loss, *ce += io->ce_loss;
+    return RT_OK;
+  }
+  case RT_PIPE_SEND_ACT:
+    return transfer(io, slot, p->act[c], p->nact[c], 1, (c + 1) % P, (c * M + mb) * 2);
+  case RT_PIPE_RECV_ACT:
+    return transfer(io, slot, p->act[c - 1], p->nact[c - 1], 0, (c - 1) % P,
+                    ((c - 1) * M + mb) * 2);
+  case RT_PIPE_SEND_GRAD:
+    return transfer(io, slot, p->grad[c - 1], p->ngrad[c - 1], 1, (c - 1) % P,
+                    ((c - 1) * M + mb) * 2 + 1);
+  case RT_PIPE_RECV_GRAD:
+    return transfer(io, slot, p->grad[c], p->ngrad[c], 0, (c + 1) % P, (c * M + mb) * 2 + 1);
+  }
+  return rt_fail("pipeline: unknown action kind %d", a->kind);
+}
+
+/* One action, recorded in io->trace when there is one: the interval it took
+ * (a RECV's is the time blocked waiting plus the copy) and the floats a
+ * transfer moved. */
+static int traced_act(RtStepIO *io, const RtPipeDesc *p, const RtPipeAction *a, char *base,
+                      const int32_t *tokens, const int32_t *targets, double *loss, double *ce) {
+  if (!io->trace) return act(io, p, a, base, tokens, targets, loss, ce);
+  double t0 = rt_trace_clock();
+  int rc = act(io, p, a, base, tokens, targets, loss, ce);
+  double t1 = rt_trace_clock();
+  int64_t count = 0;
+  int c = a->chunk;
+  if (a->kind == RT_PIPE_SEND_ACT || a->kind == RT_PIPE_RECV_ACT ||
+      a->kind == RT_PIPE_SEND_GRAD || a->kind == RT_PIPE_RECV_GRAD) {
+    int b = a->kind == RT_PIPE_SEND_ACT || a->kind == RT_PIPE_RECV_GRAD ? c : c - 1;
+    const RtPipeValue *v = a->kind <= RT_PIPE_RECV_ACT ? p->act[b] : p->grad[b];
+    int n = a->kind <= RT_PIPE_RECV_ACT ? p->nact[b] : p->ngrad[b];
+    for (int i = 0; i < n; i++) count += v[i].count;
+  }
+  rt_trace_add(io->trace, (RtTraceKind)a->kind, c, a->mb, t0, t1, count);
+  return rc;
+}
+
+/* A collective of the step, recorded as kind. */
+static int reduce(RtStepIO *io, RtComm *g, float *x, int64_t n, RtTraceKind kind) {
+  double t0 = io->trace ? rt_trace_clock() : 0;
+  int rc = rt_comm_all_reduce(g, x, x, n);
+  if (io->trace) rt_trace_add(io->trace, kind, 0, 0, t0, rt_trace_clock(), n);
+  return rc;
+}
+
+int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p) {
+  char *base = io->arena;
+  const int32_t *tokens = io->tokens, *targets = io->targets;
+  int s = io->pp_group ? io->pp_rank : 0;
+  if (s < 0 || s >= p->stages) return rt_fail("pipeline: pp coordinate %d of %d stages", s, p->stages);
+  if (io->trace)
+    rt_trace_pipe(io->trace, p->schedule, p->stages, p->chunks, p->microbatches, p->nactions[s]);
+  int64_t gmax = 0, gn = p->grad_numel[s];
+  for (int k = 0; k < p->stages; k++)
+    if (p->grad_numel[k] > gmax) gmax = p->grad_numel[k];
+  float *g = (float *)(void *)(base + (int64_t)p->slots * p->slot_bytes);
+  float *sum = g + (gmax * 4 + 63) / 64 * 16, *part = sum + (p->shared_max * 4 + 63) / 64 * 16;
+  memset(g, 0, (size_t)gn * sizeof *g);
+  io->gacc = g;
+  double loss = 0, ce = 0;
+  int rc = RT_OK;
+  for (int i = 0; i < p->nactions[s] && rc == RT_OK; i++)
+    rc = traced_act(io, p, &p->actions[s][i], base, tokens, targets, &loss, &ce);
+  io->arena = base;
+  io->tokens = tokens;
+  io->targets = targets;
+  if (rc) return RT_ERR;
+  int dp = io->dp_group ? rt_comm_size(io->dp_group) : 1;
+  if (dp > 1 && reduce(io, io->dp_group, g, gn, RT_TRACE_REDUCE_DP)) return RT_ERR;
+  double t0 = io->trace ? rt_trace_clock() : 0;
+  int64_t moved = 0;
+  for (int j = 0; j < p->nshared; j++) {
+    const int64_t *sh = p->shared + (int64_t)j * (p->stages + 1), n = sh[0], *off = sh + 1;
+    int tag = p->chunks * p->microbatches * 2 + j, first = 1;
+    if (off[s] < 0) continue;
+    for (int k = 0; k < p->stages; k++) /* buffered: never waits */
+      if (k != s && off[k] >= 0 && rt_comm_send(io->pp_group, g + off[s], n, k, tag))
+        return RT_ERR;
+    for (int k = 0; k < p->stages; k++) { /* sum = the parts in stage order */
+      if (off[k] < 0) continue;
+      const float *x = g + off[s];
+      if (k != s) {
+        if (rt_comm_recv(io->pp_group, part, n, k, tag)) return RT_ERR;
+        x = part;
+        moved += n;
+      }
+      if (first) {
+        memcpy(sum, x, (size_t)n * sizeof *sum);
+        first = 0;
+      } else {
+        for (int64_t i = 0; i < n; i++) sum[i] += x[i];
+      }
+    }
+    memcpy(g + off[s], sum, (size_t)n * sizeof *g);
+  }
+  if (io->trace && p->nshared)
+    rt_trace_add(io->trace, RT_TRACE_REDUCE_PP, 0, 0, t0, rt_trace_clock(), moved);
+  float scale = 1.0f / (float)((int64_t)p->microbatches * dp);
+  for (int64_t i = 0; i < gn; i++) g[i] *= scale;
+  if (io->grads) memcpy(io->grads, g, (size_t)gn * sizeof *g);
+  /* the loss: the last stage's mean over microbatches, on every stage */
+  float both[2] = {0, 0};
+  if (s == (p->chunks - 1) % p->stages)
+    both[0] = (float)(loss / p->microbatches), both[1] = (float)(ce / p->microbatches);
+  if (p->stages > 1 && reduce(io, io->pp_group, both, 2, RT_TRACE_REDUCE_LOSS)) return RT_ERR;
+  t0 = io->trace ? rt_trace_clock() : 0;
+  rc = p->optimizer[s](io);
+  if (io->trace) rt_trace_add(io->trace, RT_TRACE_OPTIMIZER, 0, 0, t0, rt_trace_clock(), 0);
+  io->loss = both[0];
+  io->ce_loss = both[1];
+  return rc ? RT_ERR : RT_OK;
+}
+
+/* ---- stage-local buffers for the harness ---- */
+
+int rt_pipe_stage_desc(const RtModelDesc *m, int s, RtPipeStageDesc *d) {
+  memset(d, 0, sizeof *d);
+  d->p = calloc((size_t)m->nparams + 1, sizeof *d->p);
+  d->s = calloc((size_t)m->nstate + 1, sizeof *d->s);
+  d->index = calloc((size_t)m->nparams + 1, sizeof *d->index);
+  if (!d->p || !d->s || !d->index) {
+    rt_pipe_stage_desc_free(d);
+    return rt_fail("out of memory for stage %d's description", s);
+  }
+  int np = 0, ns = 0;
+  for (int i = 0; i < m->nparams; i++) {
+    int64_t off = m->pp_param_offset[(int64_t)s * m->nparams + i];
+    d->index[i] = off >= 0 ? np : -1;
+    if (off < 0) continue;
+    if (off > m->pp_params_numel[s] - m->params[i].numel) {
+      rt_pipe_stage_desc_free(d);
+      return rt_fail("model description: parameter '%s' at %lld on stage %d exceeds its "
+                     "buffer of %lld floats", m->params[i].name, (long long)off, s,
+                     (long long)m->pp_params_numel[s]);
+    }
+    d->p[np] = m->params[i];
+    d->p[np++].offset = off;
+  }
+  for (int i = 0; i < m->nstate; i++) {
+    int64_t off = m->pp_state_offset[(int64_t)s * m->nstate + i];
+    int param = m->state[i].param;
+    if (off < 0) continue;
+    if (param < 0 || param >= m->nparams || d->index[param] < 0 ||
+        off > m->pp_state_numel[s] - m->state[i].numel) {
+      rt_pipe_stage_desc_free(d);
+      return rt_fail("model description: stage %d holds state '%s' without its parameter "
+                     "or past its buffer", s, m->state[i].name);
+    }
+    d->s[ns] = m->state[i];
+    d->s[ns].offset = off;
+    d->s[ns++].param = d->index[param];
+  }
+  d->m = *m;
+  d->m.nparams = np, d->m.params = d->p, d->m.params_numel = m->pp_params_numel[s];
+  d->m.nstate = ns, d->m.state = d->s, d->m.state_numel = m->pp_state_numel[s];
+  return RT_OK;
+}
+
+void rt_pipe_stage_desc_free(RtPipeStageDesc *d) {
+  free(d->p);
+  free(d->s);
+  free(d->index);
+  memset(d, 0, sizeof *d);
+}
+
+/* The lowest stage holding parameter i, which contributes it to a gather. */
+static int owner(const RtModelDesc *m, int i) {
+  for (int s = 0; s < m->pp; s++)
+    if (m->pp_param_offset[(int64_t)s * m->nparams + i] >= 0) return s;
+  return -1;
+}
+
+/* Stage s's contribution (params owned, then state of those, in order) packed
+ * into out, or its length when out is NULL. */
+static int64_t pack(const RtModelDesc *m, int s, const float *params, const float *state,
+                    float *out) {
+  int64_t n = 0;
+  for (int i = 0; i < m->nparams; i++) {
+    if (owner(m, i) != s) continue;
+    if (out)
+      memcpy(out + n, params + m->pp_param_offset[(int64_t)s * m->nparams + i],
+             (size_t)m->params[i].numel * sizeof *out);
+    n += m->params[i].numel;
+  }
+  for (int i = 0; state && i < m->nstate; i++) {
+    if (owner(m, m->state[i].param) != s) continue;
+    if (out)
+      memcpy(out + n, state + m->pp_state_offset[(int64_t)s * m->nstate + i],
+             (size_t)m->state[i].numel * sizeof *out);
+    n += m->state[i].numel;
+  }
+  return n;
+}
+
+int rt_pipe_gather(RtComm *pp, int s, const RtModelDesc *m, const float *params,
+                   const float *state, float *whole_params, float *whole_state) {
+  int P = m->pp, with_state = state && whole_state;
+  int64_t *counts = calloc((size_t)P, sizeof *counts), total = 0;
+  if (!counts) return rt_fail("out of memory");
+  for (int k = 0; k < P; k++) total += counts[k] = pack(m, k, params, with_state ? state : NULL,
+                                                        NULL);
+  float *mine = malloc(sizeof(float) * (size_t)(counts[s] + 1));
+  float *all = malloc(sizeof(float) * (size_t)(total + 1));
+  int rc = mine && all ? RT_OK : rt_fail("out of memory gathering %lld floats over pp",
+                                          (long long)total);
+  if (rc == RT_OK) {
+    pack(m, s, params, with_state ? state : NULL, mine);
+    rc = rt_comm_all_gather(pp, mine, all, counts);
+  }
+  for (int64_t k = 0, at = 0; rc == RT_OK && k < P; k++) { /* unpack stage k's part */
+    for (int i = 0; i < m->nparams; i++) {
+      if (owner(m, i) != k) continue;
+      memcpy(whole_params + m->params[i].offset, all + at,
+             (size_t)m->params[i].numel * sizeof(float));
+      at += m->params[i].numel;
+    }
+    for (int i = 0; with_state && i < m->nstate; i++) {
+      if (owner(m, m->state[i].param) != k) continue;
+      memcpy(whole_state + m->state[i].offset, all + at,
+             (size_t)m->state[i].numel * sizeof(float));
+      at += m->state[i].numel;
+    }
+  }
+  free(counts), free(mine), free(all);
+  return rc;
+}
+
+void rt_pipe_extract(const RtModelDesc *m, int s, const float *whole_params,
+                     const float *whole_state, float *params, float *state) {
+  for (int i = 0; i < m->nparams; i++) {
+    int64_t off = m->pp_param_offset[(int64_t)s * m->nparams + i];
+    if (off >= 0)
+      memcpy(params + off, whole_params + m->params[i].offset,
+             (size_t)m->params[i].numel * sizeof(float));
+  }
+  for (int i = 0; whole_state && i < m->nstate; i++) {
+    int64_t off = m->pp_state_offset[(int64_t)s * m->nstate + i];
+    if (off >= 0)
+      memcpy(state + off, whole_state + m->state[i].offset,
+             (size_t)m->state[i].numel * sizeof(float));
+  }
+}

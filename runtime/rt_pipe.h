@@ -1,0 +1,114 @@
+/* runtime/rt_pipe.h -- one training step through a pipeline of stages, with
+ * gradient accumulation over microbatches (passes/pp_split.c decides what
+ * the tables below hold; a generated trainer's step calls rt_pipe_step).
+ *
+ * Each stage holds its own parameters and optimizer state (passes/pp_split.c):
+ * io->params / io->state are the stage's buffers (RtModelDesc.pp_*).
+ *
+ * The step's arena (RtStepIO.arena) is `slots` arenas of slot_bytes, one
+ * per microbatch in flight (microbatch mb uses slot mb % slots), followed by
+ * the gradient accumulator: grad_numel[s] floats laid out like stage s's
+ * parameter buffer (room for the largest stage's, rounded to 64 bytes), then
+ * two scratch vectors of shared_max floats (each rounded to 64 bytes).  Each chunk's functions run on the arena of one slot (io->arena
+ * points at it while they run; io->tokens / io->targets at the
+ * microbatch's rows) and add their parameter-gradient terms into the
+ * accumulator (io->gacc).
+ *
+ * rt_pipe_step on the rank of pp coordinate s: zeroes the accumulator;
+ * runs stage s's action list in order (F, B, W call the chunk's functions;
+ * a schedule without W actions runs bwd then wgt as B; sends are buffered,
+ * receives wait); sums the accumulator over dp; sums each parameter held by
+ * several stages between its holders (every holder sends its part to the
+ * others, and adds all parts in stage order: the same bits on each); scales
+ * by 1 / (microbatches * dp); stores it to io->grads when asked (the stage's
+ * layout); sets io->loss (and ce_loss) to the mean of the microbatches'
+ * losses, which the last chunk's forward reports, on every rank; then runs
+ * stage s's optimizer on slot 0's arena, which reads the accumulator (and
+ * sums its part of the global norm over pp itself).
+ *
+ * Tracing (io->trace, runtime/rt_trace.h): every action is one event (F, B,
+ * W: compute; SEND/RECV: communication, a RECV's interval being the time
+ * blocked plus the copy), then the dp and pp all-reduces of the accumulator,
+ * the loss's, and the optimizer.
+ *
+ * Messages: boundary c's values travel over the pp group, each in its own
+ * send, tag (c * microbatches + mb) * 2 + (0 forward, 1 backward); shared
+ * parameter j's gradient part, tag chunks * microbatches * 2 + j. */
+#ifndef PARC_RT_PIPE_H
+#define PARC_RT_PIPE_H
+
+#include <stdint.h>
+
+#include "runtime/rt_model.h"
+
+/* PpKind's order (passes/passes.h) */
+typedef enum {
+  RT_PIPE_F, RT_PIPE_B, RT_PIPE_W, RT_PIPE_SEND_ACT, RT_PIPE_RECV_ACT, RT_PIPE_SEND_GRAD,
+  RT_PIPE_RECV_GRAD
+} RtPipeKind;
+
+typedef struct {
+  unsigned char kind, chunk; /* RtPipeKind; chunk < 256 */
+  unsigned short mb;
+} RtPipeAction;
+
+typedef struct {
+  int64_t offset;            /* bytes into a slot's arena */
+  int64_t count;             /* 4-byte elements (f32 or i32) */
+} RtPipeValue;
+
+typedef int (*RtPipeFn)(RtStepIO *io);
+
+typedef struct {
+  const char *schedule;      /* "gpipe", "1f1b", ... (for --trace) */
+  int stages, chunks, microbatches, slots; /* chunk c runs on stage c % stages */
+  int split_w;               /* the schedule has W actions (else B runs bwd, then wgt) */
+  int64_t slot_bytes;        /* one slot's arena, a multiple of 64 */
+  const int64_t *grad_numel; /* per stage: the accumulator, its parameter buffer's floats */
+  int nshared;               /* parameters held by several stages */
+  const int64_t *shared;     /* per such parameter: numel, then per stage its offset in
+                                the stage's accumulator (-1: not held); stages + 1 each */
+  int64_t shared_max;        /* the largest numel of those */
+  int64_t mb_tokens;         /* tokens of one microbatch on one rank: rows * seq */
+  const int *nactions;       /* per stage */
+  const RtPipeAction *const *actions; /* per stage */
+  const int *nact;           /* per boundary c (chunk c -> c + 1): values sent forward */
+  const RtPipeValue *const *act;
+  const int *ngrad;          /* per boundary c: gradients sent back (c + 1 -> c) */
+  const RtPipeValue *const *grad;
+  const RtPipeFn *fwd, *bwd, *wgt; /* per chunk; fwd of the last sets io->loss, ce_loss */
+  const RtPipeFn *optimizer; /* per stage: reads io->gacc; sets io->grad_norm, updates
+                                the stage's buffers */
+} RtPipeDesc;
+
+/* The step above.  0, or -1 with rt_fail() called. */
+int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p);
+
+/* ---- the harness's side of stage-local buffers (runtime/rt_train.c) ----
+ * A pipelined model m (m->pp > 1, m->pp_param_offset set) describes the whole
+ * (tp-local) model; stage s's rank trains with the stage's own description. */
+
+typedef struct {
+  RtModelDesc m;             /* stage s's: its parameters and state, its offsets */
+  RtParamDesc *p;
+  RtStateDesc *s;
+  int *index;                /* per whole parameter: its index in m.params, or -1 */
+} RtPipeStageDesc;
+
+/* Fills d with stage s's description of m.  0, or -1 with rt_fail(). */
+int rt_pipe_stage_desc(const RtModelDesc *m, int s, RtPipeStageDesc *d);
+void rt_pipe_stage_desc_free(RtPipeStageDesc *d);
+
+/* Gathers the whole (tp-local) buffers, laid out as in m, from every stage's
+ * (a collective over pp, the stages of one tp and dp coordinate): params from
+ * each stage's `params` (its parameter layout; the weights or the gradients),
+ * state likewise when both state and whole_state are non-NULL.  A parameter
+ * several stages hold is taken from the lowest.  Every stage receives it. */
+int rt_pipe_gather(RtComm *pp, int s, const RtModelDesc *m, const float *params,
+                   const float *state, float *whole_params, float *whole_state);
+
+/* The reverse, locally: stage s's buffers from whole ones laid out as in m. */
+void rt_pipe_extract(const RtModelDesc *m, int s, const float *whole_params,
+                     const float *whole_state, float *params, float *state);
+
+#endif

@@ -1,0 +1,332 @@
+/* tests/gpu/ops_check.c -- the GPU runtime's ops (runtime/cuda/rt_cuda.h)
+ * against the CPU runtime's (rt_gemm.h, rt_attention.h, rt_route.h) on random
+ * inputs, with their time and achieved FLOP/s or bandwidth.  Needs a GPU: run
+ * by tests/gpu/check.sh, built (not run) by ctest everywhere CUDA is found.
+ *
+ *   gpu_ops_check            one table row per case; exit 0 iff all within tolerance
+ *
+ * Tolerance: relative L2 error (|gpu - cpu| / |cpu|) <= 1e-5 for fp32 (2e-5 for
+ * the attention backward, whose sums run in another order).  Two ranks as
+ * threads on the one GPU (the host-staged backend) check the vocabulary-parallel
+ * cross-entropy and embedding against the CPU's at two members. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cuda/rt_cuda.h"
+#include "runtime/rt_attention.h"
+#include "runtime/rt_comm.h"
+#include "runtime/rt_err.h"
+#include "runtime/rt_gemm.h"
+#include "runtime/rt_pool.h"
+#include "runtime/rt_route.h"
+
+static int failures;
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void) {
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+static float *rnd(int64_t n, float scale) {
+  float *x = malloc(sizeof(float) * (size_t)(n ? n : 1));
+  for (int64_t i = 0; i < n; i++) x[i] = frand() * scale;
+  return x;
+}
+static void *dev_copy(const void *h, size_t bytes) {
+  void *d = NULL;
+  if (cudaMalloc(&d, bytes ? bytes : 4) != cudaSuccess ||
+      (h && cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess)) {
+    fprintf(stderr, "cudaMalloc/cudaMemcpy failed\n");
+    exit(2);
+  }
+  return d;
+}
+static void to_host(void *h, const void *d, size_t bytes) {
+  if (cudaDeviceSynchronize() != cudaSuccess ||
+      cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
+    fprintf(stderr, "device error: %s\n", cudaGetErrorString(cudaGetLastError()));
+    exit(2);
+  }
+}
+static double rel_l2(const float *a, const float *ref, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double d = (double)a[i] - (double)ref[i];
+    num += d * d;
+    den += (double)ref[i] * (double)ref[i];
+  }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Times `reps` calls of the op (ms per call) through events on its stream. */
+typedef int (*OpFn)(RtCuda *c, void *arg);
+static double time_op(RtCuda *c, OpFn fn, void *arg, int reps) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  cudaStream_t st = rt_cuda_stream(c);
+  fn(c, arg); /* warm-up (plans, workspace) */
+  cudaEventRecord(a, st);
+  for (int i = 0; i < reps; i++) fn(c, arg);
+  cudaEventRecord(b, st);
+  cudaEventSynchronize(b);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms / reps;
+}
+
+static void row(const char *op, const char *shape, double err, double tol, double ms,
+                double flops, double bytes) {
+  int ok = err <= tol && !isnan(err);
+  failures += !ok;
+  char perf[64] = "";
+  if (flops > 0) snprintf(perf, sizeof perf, "%8.2f TFLOP/s", flops / (ms * 1e-3) / 1e12);
+  else if (bytes > 0) snprintf(perf, sizeof perf, "%8.1f GB/s", bytes / (ms * 1e-3) / 1e9);
+  printf("%-22s %-30s %10.2e %-4s %9.4f ms  %s\n", op, shape, err, ok ? "ok" : "FAIL", ms, perf);
+  fflush(stdout);
+}
+
+/* ---- GEMM ---- */
+typedef struct {
+  float *out, *a, *b;
+  int64_t batch, m, k, n;
+  int flags, ta;
+} Mm;
+static int mm_gpu(RtCuda *c, void *p) {
+  Mm *x = p;
+  return (x->ta ? rt_cuda_matmul_ta : rt_cuda_matmul)(c, x->out, x->a, x->b, x->batch, x->m, x->k,
+                                                      x->n, x->flags);
+}
+static void check_mm(RtCuda *c, int64_t batch, int64_t m, int64_t k, int64_t n, int flags, int ta) {
+  int bb = (flags & RT_MM_B_BATCHED) != 0;
+  int64_t na = batch * m * k, nb = (bb ? batch : 1) * k * n, no = batch * m * n;
+  float *a = rnd(na, 1), *b = rnd(nb, 1), *ref = malloc(4 * (size_t)no), *got = malloc(4 * (size_t)no);
+  (ta ? rt_matmul_ta : rt_matmul)(ref, a, b, batch, m, k, n, flags);
+  Mm x = {dev_copy(NULL, 4 * (size_t)no), dev_copy(a, 4 * (size_t)na), dev_copy(b, 4 * (size_t)nb),
+          batch, m, k, n, flags, ta};
+  double err = mm_gpu(c, &x) ? INFINITY : 0;
+  to_host(got, x.out, 4 * (size_t)no);
+  if (err == 0) err = rel_l2(got, ref, no);
+  else fprintf(stderr, "%s\n", rt_last_error());
+  double ms = time_op(c, mm_gpu, &x, 10);
+  char shape[96];
+  snprintf(shape, sizeof shape, "%lldx%lldx%lldx%lld%s%s", (long long)batch, (long long)m,
+           (long long)k, (long long)n, flags & RT_MM_TRANSPOSE_B ? " tb" : "", bb ? " bb" : "");
+  row(ta ? "matmul_ta" : "matmul", shape, err, 1e-5, ms, 2.0 * batch * m * k * n, 0);
+  cudaFree(x.out), cudaFree(x.a), cudaFree(x.b);
+  free(a), free(b), free(ref), free(got);
+}
+
+/* ---- attention ---- */
+typedef struct {
+  float *out, *q, *k, *v, *dy, *dqkv;
+  int64_t B, H, KV, T, hd;
+  float scale;
+  int causal;
+} At;
+static int at_fwd(RtCuda *c, void *p) {
+  At *x = p;
+  return rt_cuda_sdpa(c, x->out, NULL, x->q, x->k, x->v, x->B, x->H, x->KV, x->T, x->hd, x->scale,
+                      x->causal);
+}
+static int at_bwd(RtCuda *c, void *p) {
+  At *x = p;
+  return rt_cuda_sdpa_grad(c, x->dqkv, x->q, x->k, x->v, x->dy, x->B, x->H, x->KV, x->T, x->hd,
+                           x->scale, x->causal);
+}
+static void check_attn(RtCuda *c, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
+                       int causal) {
+  int64_t nq = B * H * T * hd, nk = B * KV * T * hd, ng = B * (H + 2 * KV) * T * hd;
+  float *q = rnd(nq, 1), *k = rnd(nk, 1), *v = rnd(nk, 1), *dy = rnd(nq, 1);
+  float *ref = malloc(4 * (size_t)ng), *got = malloc(4 * (size_t)ng);
+  float scale = 1.0f / sqrtf((float)hd);
+  At x = {dev_copy(NULL, 4 * (size_t)nq), dev_copy(q, 4 * (size_t)nq), dev_copy(k, 4 * (size_t)nk),
+          dev_copy(v, 4 * (size_t)nk), dev_copy(dy, 4 * (size_t)nq), dev_copy(NULL, 4 * (size_t)ng),
+          B, H, KV, T, hd, scale, causal};
+  char shape[96];
+  snprintf(shape, sizeof shape, "B%lld H%lld KV%lld T%lld hd%lld%s", (long long)B, (long long)H,
+           (long long)KV, (long long)T, (long long)hd, causal ? " causal" : "");
+  double fl = 4.0 * B * H * T * T * hd * (causal ? 0.5 : 1.0);
+  rt_sdpa(ref, NULL, q, k, v, B, H, KV, T, hd, scale, causal);
+  double err = at_fwd(c, &x) ? INFINITY : 0;
+  to_host(got, x.out, 4 * (size_t)nq);
+  if (err == 0) err = rel_l2(got, ref, nq);
+  row("sdpa", shape, err, 1e-5, time_op(c, at_fwd, &x, 5), fl, 0);
+  rt_sdpa_grad(ref, q, k, v, dy, B, H, KV, T, hd, scale, causal);
+  err = at_bwd(c, &x) ? INFINITY : 0;
+  to_host(got, x.dqkv, 4 * (size_t)ng);
+  if (err == 0) err = rel_l2(got, ref, ng);
+  row("sdpa_grad", shape, err, 2e-5, time_op(c, at_bwd, &x, 5), 2.5 * fl, 0);
+  cudaFree(x.out), cudaFree(x.q), cudaFree(x.k), cudaFree(x.v), cudaFree(x.dy), cudaFree(x.dqkv);
+  free(q), free(k), free(v), free(dy), free(ref), free(got);
+}
+
+/* ---- embedding and cross-entropy ---- */
+typedef struct {
+  float *out, *table, *dy, *logits, *dlogits, *loss, *dloss;
+  int32_t *ids;
+  int64_t count, V, D;
+} Em;
+static int em_fwd(RtCuda *c, void *p) {
+  Em *x = p;
+  return rt_cuda_embedding(c, x->out, x->ids, x->table, x->count, x->V, x->D);
+}
+static int em_bwd(RtCuda *c, void *p) {
+  Em *x = p;
+  return rt_cuda_embedding_grad(c, x->out, x->ids, x->dy, x->count, x->V, x->D);
+}
+static int ce_fwd(RtCuda *c, void *p) {
+  Em *x = p;
+  return rt_cuda_cross_entropy(c, x->loss, x->logits, x->ids, x->count, x->V);
+}
+static int ce_bwd(RtCuda *c, void *p) {
+  Em *x = p;
+  return rt_cuda_cross_entropy_grad(c, x->dlogits, x->logits, x->ids, x->dloss, x->count, x->V);
+}
+static void check_embed_xent(RtCuda *c, int64_t count, int64_t V, int64_t D) {
+  int32_t *ids = malloc(4 * (size_t)count);
+  for (int64_t i = 0; i < count; i++) ids[i] = (int32_t)((frand() * 0.5f + 0.5f) * (float)(V - 1));
+  ids[count - 1] = ids[0]; /* repeats */
+  float *table = rnd(V * D, 1), *dy = rnd(count * D, 1), *logits = rnd(count * V, 4);
+  int64_t big = count * V > V * D ? count * V : V * D;
+  float *ref = malloc(4 * (size_t)big), *got = malloc(4 * (size_t)big), dloss = 1.0f;
+  Em x = {dev_copy(NULL, 4 * (size_t)big), dev_copy(table, 4 * (size_t)(V * D)),
+          dev_copy(dy, 4 * (size_t)(count * D)), dev_copy(logits, 4 * (size_t)(count * V)),
+          dev_copy(NULL, 4 * (size_t)(count * V)), dev_copy(NULL, 4), dev_copy(&dloss, 4),
+          dev_copy(ids, 4 * (size_t)count), count, V, D};
+  char shape[96];
+  snprintf(shape, sizeof shape, "count %lld V %lld D %lld", (long long)count, (long long)V,
+           (long long)D);
+  rt_embedding(ref, ids, table, count, V, D);
+  double err = em_fwd(c, &x) ? INFINITY : 0;
+  to_host(got, x.out, 4 * (size_t)(count * D));
+  if (err == 0) err = rel_l2(got, ref, count * D);
+  row("embedding", shape, err, 0, time_op(c, em_fwd, &x, 10), 0, 8.0 * count * D);
+  rt_embedding_grad(ref, ids, dy, count, V, D);
+  err = em_bwd(c, &x) ? INFINITY : 0;
+  to_host(got, x.out, 4 * (size_t)(V * D));
+  if (err == 0) err = rel_l2(got, ref, V * D);
+  row("embedding_grad", shape, err, 0, time_op(c, em_bwd, &x, 10), 0, 4.0 * (V * D + count * D));
+  snprintf(shape, sizeof shape, "N %lld V %lld", (long long)count, (long long)V);
+  rt_cross_entropy(ref, logits, ids, count, V);
+  err = ce_fwd(c, &x) ? INFINITY : 0;
+  to_host(got, x.loss, 4);
+  if (err == 0) err = rel_l2(got, ref, 1);
+  row("cross_entropy", shape, err, 1e-6, time_op(c, ce_fwd, &x, 10), 0, 4.0 * count * V);
+  rt_cross_entropy_grad(ref, logits, ids, &dloss, count, V);
+  err = ce_bwd(c, &x) ? INFINITY : 0;
+  to_host(got, x.dlogits, 4 * (size_t)(count * V));
+  if (err == 0) err = rel_l2(got, ref, count * V);
+  row("cross_entropy_grad", shape, err, 1e-5, time_op(c, ce_bwd, &x, 10), 0, 8.0 * count * V);
+  cudaFree(x.out), cudaFree(x.table), cudaFree(x.dy), cudaFree(x.logits), cudaFree(x.dlogits);
+  cudaFree(x.loss), cudaFree(x.dloss), cudaFree(x.ids);
+  free(ids), free(table), free(dy), free(logits), free(ref), free(got);
+}
+
+/* ---- vocabulary parallelism at two members (two threads, one GPU) ---- */
+enum { VN = 96, VL = 300, VV = 590, VD = 48 }; /* V < 2 Vl: padding on member 1 */
+static float *v_logits, *v_table;
+static int32_t *v_ids;
+
+static int vocab_rank(RtComm *world, void *arg) {
+  (void)arg;
+  RtMesh mesh;
+  if (rt_comm_mesh(world, 2, 1, 1, 1, &mesh)) return -1;
+  int part = mesh.tp_rank;
+  RtCudaSetup s = {.params_numel = 1, .state_numel = 1, .arena_bytes = 64, .rows = 1, .seq = 1,
+                   .tp = 2, .dp = 1, .tp_group = mesh.tp_comm, .dp_group = mesh.dp_comm,
+                   .tp_rank = part, .dp_rank = 0, .gemm = RT_CUDA_GEMM_FP32, .model = "ops"};
+  RtCuda *c;
+  if (rt_cuda_open(&c, &s, NULL, NULL)) {
+    fprintf(stderr, "rank %d: %s\n", part, rt_last_error());
+    rt_cuda_close(c);
+    return -1;
+  }
+  /* the member's columns of the logits [VN, VL] */
+  float *mine = malloc(4 * VN * VL), *ref = malloc(4 * VN * VL), *got = malloc(4 * VN * VL);
+  for (int p = 0; p < VN; p++)
+    for (int v = 0; v < VL; v++) mine[p * VL + v] = v_logits[p * 2 * VL + part * VL + v];
+  float dloss = 1.0f, loss_ref = 0, loss_got = 0;
+  float *dl = dev_copy(mine, 4 * VN * VL), *dg = dev_copy(NULL, 4 * VN * VL);
+  float *dloss_d = dev_copy(&dloss, 4), *loss_d = dev_copy(NULL, 4);
+  int32_t *ids_d = dev_copy(v_ids, 4 * VN);
+  int rc = rt_vocab_cross_entropy(mesh.tp_comm, &loss_ref, mine, v_ids, VN, VL, VV) ||
+           rt_cuda_vocab_cross_entropy(c, RT_CUDA_TP, loss_d, dl, ids_d, VN, VL, VV) ||
+           rt_vocab_cross_entropy_grad(mesh.tp_comm, ref, mine, v_ids, &dloss, VN, VL, VV) ||
+           rt_cuda_vocab_cross_entropy_grad(c, RT_CUDA_TP, dg, dl, ids_d, dloss_d, VN, VL, VV);
+  double e1 = INFINITY, e2 = INFINITY, e3 = INFINITY;
+  if (!rc) {
+    to_host(&loss_got, loss_d, 4);
+    to_host(got, dg, 4 * VN * VL);
+    e1 = rel_l2(&loss_got, &loss_ref, 1);
+    e2 = rel_l2(got, ref, VN * VL);
+    float *tb = dev_copy(v_table + part * VL * VD, 4 * VL * VD), *o = dev_copy(NULL, 4 * VN * VD);
+    rc = rt_vocab_embedding(ref, v_ids, v_table + part * VL * VD, VN, VL, VD, part, 2) ||
+         rt_cuda_vocab_embedding(c, o, ids_d, tb, VN, VL, VD, part, 2);
+    if (!rc) {
+      to_host(got, o, 4 * VN * VD);
+      e3 = rel_l2(got, ref, VN * VD);
+    }
+    cudaFree(tb), cudaFree(o);
+  }
+  if (rc) fprintf(stderr, "rank %d: %s\n", part, rt_last_error());
+  if (part == 0) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N %d Vl %d V %d, 2 members", VN, VL, VV);
+    row("vocab_cross_entropy", shape, e1, 1e-6, 0, 0, 0);
+    row("vocab_xent_grad", shape, e2, 1e-5, 0, 0, 0);
+    row("vocab_embedding", shape, e3, 0, 0, 0, 0);
+  }
+  cudaFree(dl), cudaFree(dg), cudaFree(dloss_d), cudaFree(loss_d), cudaFree(ids_d);
+  free(mine), free(ref), free(got);
+  rt_cuda_close(c);
+  rt_comm_mesh_free(&mesh);
+  return rc ? -1 : 0;
+}
+
+int main(void) {
+  rt_pool_init(4);
+  RtCudaSetup s = {.params_numel = 1, .state_numel = 1, .arena_bytes = 64, .rows = 1, .seq = 1,
+                   .tp = 1, .dp = 1, .gemm = RT_CUDA_GEMM_FP32, .model = "ops"};
+  RtCuda *c;
+  if (rt_cuda_open(&c, &s, NULL, NULL)) {
+    fprintf(stderr, "gpu_ops_check: %s\n", rt_last_error());
+    return 2;
+  }
+  printf("gpu_ops_check on %s\n", rt_cuda_describe(c));
+  printf("%-22s %-30s %10s %-4s %12s  %s\n", "op", "shape", "rel err", "", "time", "achieved");
+  check_mm(c, 4, 128, 64, 96, 0, 0);
+  check_mm(c, 4, 128, 64, 96, RT_MM_TRANSPOSE_B, 0);
+  check_mm(c, 4, 64, 32, 48, RT_MM_B_BATCHED, 0);
+  check_mm(c, 4, 64, 32, 48, RT_MM_B_BATCHED | RT_MM_TRANSPOSE_B, 0);
+  check_mm(c, 1, 96, 128, 80, 0, 1);
+  check_mm(c, 3, 64, 48, 32, RT_MM_B_BATCHED, 1);
+  check_mm(c, 8, 1024, 768, 2304, 0, 0); /* GPT-2 small's qkv, fp32 */
+  check_attn(c, 2, 4, 4, 100, 16, 1);
+  check_attn(c, 2, 4, 2, 130, 64, 1);
+  check_attn(c, 1, 4, 1, 70, 128, 0);
+  check_attn(c, 1, 2, 2, 64, 256, 1);
+  check_attn(c, 8, 12, 12, 1024, 64, 1); /* GPT-2 small */
+  check_embed_xent(c, 256, 256, 64);
+  check_embed_xent(c, 2048, 50257, 64);
+  rt_cuda_close(c);
+  v_logits = rnd(VN * 2 * VL, 4);
+  v_table = rnd(2 * VL * VD, 1);
+  v_ids = malloc(4 * VN);
+  for (int i = 0; i < VN; i++) v_ids[i] = (int32_t)((frand() * 0.5f + 0.5f) * (VV - 1));
+  setenv("PARC_CUDA_COMM", "host", 1);
+  if (rt_comm_threads_run(2, vocab_rank, NULL)) {
+    fprintf(stderr, "vocab checks: %s\n", rt_last_error());
+    failures++;
+  }
+  printf("gpu_ops_check: %s (%d failure%s)\n", failures ? "FAIL" : "ok", failures,
+         failures == 1 ? "" : "s");
+  return failures ? 1 : 0;
+}
