@@ -551,16 +551,19 @@ elif case == "mesh_pp":
                 if sched == "interleaved" and pp == 4:
                     continue  # 4 layers make 4 chunks: no second virtual stage
                 for mb in (pp, 2 * pp):
-                    layouts.append((pp, sched, mb, 1, 1))
-        layouts += [(2, "1f1b", 2, 2, 1), (2, "1f1b", 4, 1, 2), (2, "1f1b", 2, 2, 2),
-                    (2, "zb", 4, 2, 2), (2, "interleaved", 2, 2, 1), (4, "gpipe", 4, 2, 1)]
-        for pp, sched, mb, tp, dp in layouts:
-            tag = f"{model}_pp{pp}_{sched}_m{mb}_t{tp}_d{dp}"
+                    layouts.append((pp, sched, mb, 1, 1, 0))
+        layouts += [(2, "1f1b", 2, 2, 1, 0), (2, "1f1b", 4, 1, 2, 0), (2, "1f1b", 2, 2, 2, 0),
+                    (2, "zb", 4, 2, 2, 0), (2, "interleaved", 2, 2, 1, 0),
+                    (4, "gpipe", 4, 2, 1, 0),
+                    # sequence parallel inside the stages (the boundary tensor sharded)
+                    (2, "1f1b", 2, 2, 1, 1), (2, "zb", 4, 2, 2, 1)]
+        for pp, sched, mb, tp, dp, sp in layouts:
+            tag = f"{model}_pp{pp}_{sched}_m{mb}_t{tp}_d{dp}" + ("_sp" if sp else "")
             if only and only not in tag:
                 continue
             exe = build(model, defines, tag, ["--pp", str(pp), "--schedule", sched,
                                               "--microbatches", str(mb), "--tp", str(tp),
-                                              "--dp", str(dp)])
+                                              "--dp", str(dp)] + (["--sp"] if sp else []))
             grads = os.path.join(work, f"grads_{tag}.safetensors")
             got = train(exe, *const, "--save-grads", grads)
             nruns += 1
