@@ -92,7 +92,8 @@ static void *xcalloc(size_t n, size_t size) {
 typedef struct {
   const IrModule *m;
   int *cons_start, *cons;     /* consumers of node i: cons[cons_start[i] .. cons_start[i+1]) */
-  unsigned char *forced;      /* results: loss, ce_loss, gradients, updates, grad_norm */
+  unsigned char *forced;      /* results: loss, ce_loss, gradients, updates, grad_norm,
+                                 the auxiliary loss terms */
   int *group_of;
   CgGroup *groups;
   int ngroups;
@@ -127,6 +128,8 @@ static void fill_forced(Planner *P) {
   for (int i = 0; i < m->nnodes; i++)
     if (m->nodes[i]->grad) P->forced[m->nodes[i]->grad->id] = 1;
   for (int i = 0; i < m->nupdates; i++) P->forced[m->updates[i].value->id] = 1;
+  for (int i = 0; i < m->nnodes; i++) /* read for the trainer's MoE statistics */
+    if (ir_is_aux_term(m, m->nodes[i])) P->forced[m->nodes[i]->id] = 1;
 }
 
 /* Where a consumer runs: its kernel's root, or itself (runtime op). */

@@ -69,6 +69,8 @@ typedef struct {
   int *slot;           /* per node id: its request, dp_req[slot] */
   int *async_ids;      /* the asynchronous nodes in order, nasync of them */
   int nasync, nslots, nwaited;
+  const CgPipeHooks *hooks; /* NULL: train.c's statements; else the GPU trainer's
+                               (pipelined section only, cg_emit_pipe) */
 } Emit;
 
 /* 1 if the step runs kernel i (a pipelined trainer skips the gradient sums). */
@@ -562,7 +564,66 @@ static double setting(const IrSetting *s, int n, const char *name, double def) {
   return x ? (x->is_float ? x->f : (double)x->i) : def;
 }
 
-static void emit_desc(Emit *e, const CgHostInfo *info) {
+/* The trainer's MoE statistics (runtime/rt_model.h RtMoeDesc): one entry per
+ * layer (-1: outside the repeat, then 0, 1, ...) holding a forward dispatch,
+ * experts + 2 floats each, in layer order; a layer's dispatches of its first
+ * one's expert count add into it (others are not counted).  Returns the
+ * offset of layer's entry (and its experts), -1 when the layer has none;
+ * layer MOE_TOTAL: the total floats. */
+#define MOE_TOTAL INT_MIN
+static int64_t moe_offset(const IrModule *m, int layer, int *experts) {
+  int64_t off = 0;
+  for (int l = -1; l < m->nlayers; l++) {
+    int E = 0;
+    for (int i = 0; i < m->nnodes && !E; i++) {
+      const IrNode *n = m->nodes[i];
+      if (n->op == IR_OP_DISPATCH && n->phase == IR_PHASE_FWD && n->layer == l) E = (int)n->ia[0];
+    }
+    if (!E) continue;
+    if (l == layer) {
+      if (experts) *experts = E;
+      return off;
+    }
+    off += E + 2;
+  }
+  return layer == MOE_TOTAL ? off : -1;
+}
+
+/* After the call computing n (CPU trainer only): a forward dispatch's kept
+ * choices, or an auxiliary loss term, added to the step's MoE statistics. */
+static void emit_moe_stat(Emit *e, const IrNode *n) {
+  if (e->hooks) return; /* the GPU trainer's stage functions (cg_emit_pipe): none */
+  int E = 0;
+  char b[96];
+  if (e->hooks || n->phase != IR_PHASE_FWD) return;
+  int64_t off = moe_offset(e->m, n->layer, &E);
+  if (off < 0) return;
+  if (n->op == IR_OP_DISPATCH && n->ia[0] == E) {
+    const IrNode *x = n->inputs[0], *idx = n->inputs[1];
+    fprintf(e->out, "  if (io->moe) CHECK(rt_route_stats(io->moe + %" PRId64 ", %s, %" PRId64
+            ", %" PRId64 ", %d, %" PRId64 ")); /* layer %d: kept choices per expert */\n",
+            off, buf(e, idx, b, sizeof b), dim(x, 0), dim(idx, 1), E, n->ia[1], n->layer);
+  } else if (ir_is_aux_term(e->m, n)) {
+    fprintf(e->out, "  if (io->moe) io->moe[%" PRId64 "] += *%s; /* layer %d: aux loss */\n",
+            off + E + 1, buf(e, n, b, sizeof b), n->layer);
+  }
+}
+
+/* stats: the CPU trainer, which records the MoE statistics (emit_moe_stat). */
+static void emit_moe_desc(Emit *e, int stats) {
+  const IrModule *m = e->m;
+  if (!stats || !moe_offset(m, MOE_TOTAL, NULL)) return;
+  fprintf(e->out, "/* MoE layers' routing statistics in io->moe: {layer, experts, offset} */\n"
+                  "static const RtMoeDesc moe_layers[] = {");
+  for (int l = -1, k = 0; l < m->nlayers; l++) {
+    int E = 0;
+    int64_t off = moe_offset(m, l, &E);
+    if (off >= 0) fprintf(e->out, "%s{%d, %d, %" PRId64 "}", k++ ? ", " : "", l, E, off);
+  }
+  fprintf(e->out, "};\n\n");
+}
+
+static void emit_desc(Emit *e, const CgHostInfo *info, int stats) {
   const IrModule *m = e->m;
   FILE *f = e->out;
   int np = 0, ns = 0;
@@ -590,6 +651,7 @@ static void emit_desc(Emit *e, const CgHostInfo *info) {
   fprintf(f, "%s};\n\n", m->nconfig ? "" : "0");
   const IrSetting *tr = m->train, *op = m->optim, *sc = m->sched;
   int ntr = m->ntrain, nop = m->noptim, nsc = m->nsched;
+  emit_moe_desc(e, stats);
   fprintf(f, "static const RtModelDesc model = {\n");
   fprintf(f, "    .name = ");
   put_str(f, m->name);
@@ -599,6 +661,15 @@ static void emit_desc(Emit *e, const CgHostInfo *info) {
   int mbs = info->pipe ? info->pipe->microbatches : 1; /* the module is one microbatch */
   fprintf(f, ",\n    .vocab = %" PRId64 ", .batch = %" PRId64 ", .seq = %" PRId64 ",\n", vocab,
           batch * dp * mbs, seq);
+  if (stats && moe_offset(m, MOE_TOTAL, NULL) > 0) {
+    int k = 0;
+    for (int l = -1; l < m->nlayers; l++) k += moe_offset(m, l, NULL) >= 0;
+    fprintf(f, "    .nmoe = %d, .moe = moe_layers, .moe_numel = %" PRId64 ",\n", k,
+            moe_offset(m, MOE_TOTAL, NULL));
+  }
+  if (mbs > 1)
+    fprintf(f, "    .microbatches = %d, /* microbatch mb: the global rows [mb B/M, (mb+1) B/M) */\n",
+            mbs);
   if (m->mesh_ep > 1) fprintf(f, "    .ep = %d, /* experts over ep of the dp ranks */\n", m->mesh_ep);
   fprintf(f, "    .tp = %d, .dp = %d, .zero = %d,\n", m->mesh_tp > 1 ? m->mesh_tp : 1, dp,
           m->mesh_zero > 1 ? m->mesh_zero : 0);
@@ -683,8 +754,12 @@ static void emit_group(Emit *e, const PpProgram *pp, int c, IrPhase ph, int stag
       if (pp->opt_pub[i] == 2 && !lowest) continue; /* feeds a value counted elsewhere */
       if (pp->opt_pub[i] == 1 && !lowest) {
         comment(e, n, "  ");
-        fprintf(e->out, "  *%s = 0.0f; /* %s counts %s */\n", buf(e, n, b, sizeof b),
-                held ? "a lower stage" : "the stage holding", m->nodes[p]->name);
+        if (e->hooks)
+          e->hooks->zero(e->hooks->ctx, buf(e, n, b, sizeof b),
+                         held ? "a lower stage" : "the stage holding", m->nodes[p]->name);
+        else
+          fprintf(e->out, "  *%s = 0.0f; /* %s counts %s */\n", buf(e, n, b, sizeof b),
+                  held ? "a lower stage" : "the stage holding", m->nodes[p]->name);
         pend[npend++] = i;
         continue;
       }
@@ -692,6 +767,10 @@ static void emit_group(Emit *e, const PpProgram *pp, int c, IrPhase ph, int stag
       int reads = 0;
       for (int k = 0; p < 0 && k < n->ninputs; k++)
         reads |= pp->opt_pub[n->inputs[k]->id] == 1;
+      if (reads && npend && e->hooks) { /* the same point and list on every stage */
+        e->hooks->pp_sum(e->hooks->ctx, pend, npend);
+        npend = 0;
+      }
       if (reads && npend) { /* every stage reaches this point with the same list */
         fprintf(e->out, "  { /* the per-parameter values above, summed over the stages */\n"
                         "    float v_[%d];\n", npend);
@@ -708,7 +787,9 @@ static void emit_group(Emit *e, const PpProgram *pp, int c, IrPhase ph, int stag
     }
     if (runtime) {
       comment(e, n, "  ");
-      emit_runtime(e, n);
+      if (e->hooks) e->hooks->runtime(e->hooks->ctx, e->lp, n);
+      else emit_runtime(e, n);
+      emit_moe_stat(e, n);
     }
     for (; next < kp->nkernels && kp->kernels[next].root == i; next++) {
       const CgKernel *kk = &kp->kernels[next];
@@ -719,7 +800,9 @@ static void emit_group(Emit *e, const PpProgram *pp, int c, IrPhase ph, int stag
         comment(e, x, "  ");
       }
       if (!kk->nnodes) fprintf(e->out, "  /* statistics for a later weight gradient */\n");
-      emit_kernel_call(e, next);
+      if (e->hooks) e->hooks->kernel(e->hooks->ctx, e->lp, next);
+      else emit_kernel_call(e, next);
+      for (int j = 0; j < kk->nnodes; j++) emit_moe_stat(e, m->nodes[kk->nodes[j]]);
     }
     int p = pp->grad_param[i]; /* the node is a term of p's gradient */
     char b[96];
@@ -732,6 +815,10 @@ static void emit_group(Emit *e, const PpProgram *pp, int c, IrPhase ph, int stag
 }
 
 static void emit_fn_head(Emit *e, const char *name, const char *what) {
+  if (e->hooks) {
+    e->hooks->fn_head(e->hooks->ctx, name, what);
+    return;
+  }
   fprintf(e->out, "/* %s */\nstatic int %s(RtStepIO *io) {\n"
                   "  char *A = io->arena;\n  float *P = io->params, *S = io->state, *G = io->gacc;\n"
                   "  float lr = io->lr, t = io->step;\n"
@@ -758,8 +845,9 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
   static const char *const title[] = {"forward", "backward: input gradients",
                                       "backward: weight gradients"};
   static const char *const fn[] = {"fwd", "bwd", "wgt"};
-  fprintf(f, "#define ACC_GRAD(off, g, n) \\\n"
-             "  do { for (int64_t i_ = 0; i_ < (n); i_++) G[(off) + i_] += (g)[i_]; } while (0)\n\n");
+  if (!e->hooks)
+    fprintf(f, "#define ACC_GRAD(off, g, n) \\\n"
+               "  do { for (int64_t i_ = 0; i_ < (n); i_++) G[(off) + i_] += (g)[i_]; } while (0)\n\n");
   /* Stage s's functions address its own buffers (P, S, G): its leaf plan. */
   CgLeafPlan *slp = malloc(sizeof *slp * (size_t)P);
   if (!slp) {
@@ -779,7 +867,11 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
       e->lp = &slp[c % P];
       emit_group(e, pp, c, (IrPhase)ph, -1);
       char b[96];
-      if (ph == IR_PHASE_FWD && c == C - 1) {
+      if (ph == IR_PHASE_FWD && c == C - 1 && e->hooks) {
+        char b2[96];
+        e->hooks->loss(e->hooks->ctx, buf(e, m->loss, b, sizeof b),
+                       m->ce_loss ? buf(e, m->ce_loss, b2, sizeof b2) : NULL);
+      } else if (ph == IR_PHASE_FWD && c == C - 1) {
         fprintf(f, "  io->loss = *%s;\n", buf(e, m->loss, b, sizeof b));
         if (m->ce_loss) fprintf(f, "  io->ce_loss = *%s;\n", buf(e, m->ce_loss, b, sizeof b));
         else fprintf(f, "  io->ce_loss = io->loss;\n");
@@ -797,18 +889,31 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
     for (int i = 0; i < m->nnodes; i++) {
       const IrNode *p = m->nodes[i];
       char b[96];
-      if (p->op == IR_OP_PARAM && p->grad && (pp->holders[i] >> s & 1))
+      if (!(p->op == IR_OP_PARAM && p->grad && (pp->holders[i] >> s & 1))) continue;
+      if (e->hooks) {
+        char g[64];
+        snprintf(g, sizeof g, "G + %" PRId64, e->lp->offset[i]);
+        e->hooks->copy(e->hooks->ctx, buf(e, p->grad, b, sizeof b), g, ir_numel(p), p->name);
+      } else
         fprintf(f, "  memcpy(%s, G + %" PRId64 ", %" PRId64 " * sizeof(float)); /* %s */\n",
                 buf(e, p->grad, b, sizeof b), e->lp->offset[i], ir_numel(p), p->name);
     }
     emit_group(e, pp, PP_NODE_OPT, IR_PHASE_OPT, s);
     char b[96];
-    fprintf(f, "  io->grad_norm = %s%s;\n", m->grad_norm ? "*" : "0",
-            m->grad_norm ? buf(e, m->grad_norm, b, sizeof b) : "");
+    if (e->hooks)
+      e->hooks->grad_norm(e->hooks->ctx, m->grad_norm ? buf(e, m->grad_norm, b, sizeof b) : NULL);
+    else
+      fprintf(f, "  io->grad_norm = %s%s;\n", m->grad_norm ? "*" : "0",
+              m->grad_norm ? buf(e, m->grad_norm, b, sizeof b) : "");
     for (int i = 0; i < m->nupdates; i++) {
       const IrUpdate *u = &m->updates[i];
       char dst[96];
       if (!(pp->holders[u->leaf->id] >> s & 1)) continue;
+      if (e->hooks) {
+        e->hooks->copy(e->hooks->ctx, buf(e, u->leaf, dst, sizeof dst),
+                       buf(e, u->value, b, sizeof b), ir_numel(u->leaf), u->leaf->name);
+        continue;
+      }
       fprintf(f, "  memcpy(%s, %s, %" PRId64 " * sizeof(float)); /* %s */\n",
               buf(e, u->leaf, dst, sizeof dst), buf(e, u->value, b, sizeof b),
               ir_numel(u->leaf), u->leaf->name);
@@ -910,10 +1015,11 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
              "    .nshared = %d, .shared = pp_shared, .shared_max = %" PRId64 ",\n"
              "    .nactions = nactions, .actions = actions, .nact = nact, .act = act,\n"
              "    .ngrad = ngrad, .grad = grad, .fwd = fwd, .bwd = bwd, .wgt = wgt,\n"
-             "    .optimizer = optimizer,\n};\n\n"
-             "static int step(RtStepIO *io) { return rt_pipe_step(io, &pipe); }\n\n",
+             "    .optimizer = optimizer,\n};\n\n%s\n",
           pp_schedule_name[sc->kind], P, C, pp->microbatches, pp->slots, pp->split_w,
-          ROUND64(slot_bytes), mb_tokens, nshared, pp->shared_numel_max);
+          ROUND64(slot_bytes), mb_tokens, nshared, pp->shared_numel_max,
+          e->hooks ? e->hooks->step
+                   : "static int step(RtStepIO *io) { return rt_pipe_step(io, &pipe); }\n");
   free(slp);
 }
 
@@ -944,7 +1050,7 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
     if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad)
       grad_of[m->nodes[i]->grad->id] = i;
   Emit e = {out, m, kp, info->canon, bp, lp, temp_off, param_index, err, errlen, 0, grad_of,
-            info->pipe, NULL, NULL, NULL, 0, 0, 0};
+            info->pipe, NULL, NULL, NULL, 0, 0, 0, NULL};
   int64_t nparams = 0;
   for (int i = 0; i < m->nnodes; i++)
     if (m->nodes[i]->op == IR_OP_PARAM) nparams += ir_numel(m->nodes[i]);
@@ -980,7 +1086,7 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
   emit_thunks(&e);
   if (info->pipe) { /* stage programs instead of one straight-line step */
     emit_pipe(&e, info, slot);
-    emit_desc(&e, info);
+    emit_desc(&e, info, 1);
     free(temp_off);
     free(param_index);
     free(grad_of);
@@ -1012,6 +1118,7 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
       comment(&e, n, "  ");
       emit_runtime(&e, n);
       emit_save_grad(&e, n);
+      emit_moe_stat(&e, n);
     }
     for (; next < kp->nkernels && kp->kernels[next].root == i; next++) {
       const CgKernel *kk = &kp->kernels[next];
@@ -1019,6 +1126,7 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
       if (!kk->nnodes) fprintf(out, "  /* statistics for a later weight gradient */\n");
       emit_kernel_call(&e, next);
       for (int j = 0; j < kk->nnodes; j++) emit_save_grad(&e, m->nodes[kk->nodes[j]]);
+      for (int j = 0; j < kk->nnodes; j++) emit_moe_stat(&e, m->nodes[kk->nodes[j]]);
     }
   }
   if (next != kp->nkernels) fail(&e, "kernel %d runs out of node order", next);
@@ -1037,7 +1145,7 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
             u->leaf->name);
   }
   fprintf(out, "  return 0;\n}\n\n");
-  emit_desc(&e, info);
+  emit_desc(&e, info, 1);
   free(wait_at);
   free(e.slot);
   free(e.async_ids);
@@ -1056,6 +1164,17 @@ void cg_host_comment(FILE *out, const IrNode *n, const char *indent) {
   comment(&e, n, indent);
 }
 
+int cg_emit_pipe(FILE *out, const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
+                 const CgLeafPlan *lp, const CgHostInfo *info, int64_t slot_bytes,
+                 const CgPipeHooks *hooks, char *err, size_t errlen) {
+  Emit e;
+  memset(&e, 0, sizeof e);
+  e.out = out, e.m = m, e.kp = kp, e.canon = info->canon, e.bp = bp, e.lp = lp, e.err = err;
+  e.errlen = errlen, e.pipe = info->pipe, e.hooks = hooks;
+  emit_pipe(&e, info, slot_bytes);
+  return e.failed ? -1 : 0;
+}
+
 int cg_emit_host_desc(FILE *out, const IrModule *m, const CgLeafPlan *lp,
                       const CgHostInfo *info, char *err, size_t errlen) {
   int *param_index = calloc((size_t)m->nnodes + 1, sizeof(int));
@@ -1067,7 +1186,7 @@ int cg_emit_host_desc(FILE *out, const IrModule *m, const CgLeafPlan *lp,
   memset(&e, 0, sizeof e);
   e.out = out, e.m = m, e.lp = lp, e.param_index = param_index, e.err = err, e.errlen = errlen;
   emit_tables(&e);
-  emit_desc(&e, info);
+  emit_desc(&e, info, 0);
   free(param_index);
   return e.failed ? -1 : 0;
 }

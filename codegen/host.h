@@ -60,6 +60,32 @@ void cg_host_comment(FILE *out, const IrNode *n, const char *indent);
 int cg_emit_host_desc(FILE *out, const IrModule *m, const CgLeafPlan *lp,
                       const CgHostInfo *info, char *err, size_t errlen);
 
+/* The pipelined trainer's stage functions and tables for codegen/host_cuda.c:
+ * host.c's own emission (the same chunk functions fwd_c / bwd_c / wgt_c and
+ * optimizer_s, the same nodes in the same order, the same action, boundary and
+ * stage-buffer tables and RtPipeDesc `pipe`), with each statement that touches
+ * memory in the hooks' form.  Strings are buffer expressions as host.c writes
+ * them ("F(128)", "P + 64", "G + 64"); lp is the leaf plan of the stage whose
+ * function is being written.  ACC_GRAD(off, g, n) lines are written as in
+ * train.c: the hooks' file defines the macro. */
+typedef struct {
+  void *ctx;
+  void (*fn_head)(void *ctx, const char *name, const char *what); /* "static int name(io) {" */
+  void (*runtime)(void *ctx, const CgLeafPlan *lp, const IrNode *n);
+  void (*kernel)(void *ctx, const CgLeafPlan *lp, int k);          /* kp->kernels[k] */
+  void (*zero)(void *ctx, const char *x, const char *who, const char *param); /* one float */
+  void (*pp_sum)(void *ctx, const int *ids, int n); /* these nodes' one floats summed over pp */
+  void (*loss)(void *ctx, const char *loss, const char *ce); /* last chunk's forward; ce may be NULL */
+  void (*copy)(void *ctx, const char *dst, const char *src, int64_t n, const char *name);
+  void (*grad_norm)(void *ctx, const char *x);                     /* NULL: none */
+  const char *step;          /* the step function, after `pipe` */
+} CgPipeHooks;
+
+/* Writes those into out (info->pipe set; slot_bytes: one slot's arena).  0, or -1 with err. */
+int cg_emit_pipe(FILE *out, const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
+                 const CgLeafPlan *lp, const CgHostInfo *info, int64_t slot_bytes,
+                 const CgPipeHooks *hooks, char *err, size_t errlen);
+
 /* The dp bucket collectives (passes/dp_grads.c) the straight-line step runs
  * asynchronously: started where the node stands, waited for right before the
  * first position that reads the result (a kernel reads where its root runs;

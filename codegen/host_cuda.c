@@ -6,7 +6,11 @@
  * root's position; every value is at the same arena offset; parameters and
  * state use the same offsets; the tables and the RtModelDesc are host.c's
  * own (cg_emit_host_desc).  Device pointers replace host ones one for one:
- * `P + off`, `S + off`, `F(off)`, `I(off)` read the same in both files. */
+ * `P + off`, `S + off`, `F(off)`, `I(off)` read the same in both files.
+ * A pipelined module (info->pipe) gets host.c's stage functions, action,
+ * boundary and stage-buffer tables through cg_emit_pipe, this file's hooks
+ * writing their statements on device memory; its step is rt_cuda_pipe_step
+ * (the same slots, accumulator and order as rt_pipe_step). */
 #include "codegen/host_cuda.h"
 
 #include <inttypes.h>
@@ -72,7 +76,11 @@ static int64_t lead(const IrNode *x, int keep) {
 
 static int64_t dim(const IrNode *x, int i) { return x->shape[i < 0 ? x->rank + i : i]; }
 
-static const char *grp(int64_t dp) { return dp ? "RT_CUDA_DP" : "RT_CUDA_TP"; }
+/* The rt_cuda.h group of mesh axis `axis` (ir/ops.def: tp, dp, ep, ep_dp). */
+static const char *grp(int64_t axis) {
+  static const char *const name[] = {"RT_CUDA_TP", "RT_CUDA_DP", "RT_CUDA_EP", "RT_CUDA_EP_DP"};
+  return axis >= 0 && axis < 4 ? name[axis] : "RT_CUDA_TP";
+}
 
 /* A float literal C accepts. */
 static const char *flit(char *s, size_t len, double v) {
@@ -161,6 +169,14 @@ static void emit_runtime(Cu *e, const IrNode *n) {
     fprintf(f, "  CHECK(rt_cuda_capacity_drop(dev, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
             ", %" PRId64 "));\n", out, x, dim(in[0], 0), dim(in[0], 1), n->ia[0], n->ia[1]);
     return;
+  case IR_OP_EXPERT_ALL_TO_ALL: { /* host-staged (rt_cuda.h): rt_expert_all_to_all */
+    const IrNode *slots = n->ia[2] ? n : in[0]; /* [E, C, ...] */
+    int64_t inner = ir_numel(slots) / (dim(slots, 0) * dim(slots, 1));
+    fprintf(f, "  CHECK(rt_cuda_expert_all_to_all(dev, %s, %s, %s, %s, %" PRId64 ", %" PRId64
+            ", %" PRId64 ", %" PRId64 ", %d));\n", grp(n->ia[0]), out, x, y, ir_numel(in[1]),
+            dim(slots, 0), dim(slots, 1), inner, n->ia[2] != 0);
+    return;
+  }
   case IR_OP_COMBINE:
     fprintf(f, "  CHECK(rt_cuda_combine(dev, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
             ", %" PRId64 ", %" PRId64 "));\n", out, x, y, z, dim(in[1], 0), dim(in[1], 1),
@@ -289,7 +305,9 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
           ",\n"
           "                     .tp = MESH_TP, .dp = MESH_DP, .tp_group = io->tp_group,\n"
           "                     .dp_group = io->dp_group, .tp_rank = io->tp_rank,\n"
-          "                     .dp_rank = io->dp_rank, .gemm = GEMM_MODE, .model = \"%s\"};\n"
+          "                     .dp_rank = io->dp_rank, .ep = MESH_EP, .ep_group = io->ep_group,\n"
+          "                     .ep_dp_group = io->ep_dp_group, .gemm = GEMM_MODE,\n"
+          "                     .model = \"%s\"};\n"
           "    CHECK(rt_cuda_open(&dev, &s, io->params, io->state));\n"
           "  }\n"
           "  CHECK(rt_cuda_step_begin(dev, io->tokens, io->targets, io->lr, io->step));\n"
@@ -343,13 +361,108 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
             m->grad_norm ? buf(e, m->grad_norm, g, sizeof g) : "NULL");
 }
 
+/* ---- pipelined trainers: host.c's stage functions and tables (cg_emit_pipe)
+ * with these statements on device memory (rt_cuda.h's pipelined section) ---- */
+
+static void pipe_fn_head(void *ctx, const char *name, const char *what) {
+  Cu *e = ctx;
+  fprintf(e->out,
+          "/* %s */\nstatic int %s(RtStepIO *io) {\n"
+          "  char *A = (char *)io->arena;\n"
+          "  float *P = io->params, *S = io->state, *G = io->gacc;\n"
+          "  int32_t *tokens = (int32_t *)io->tokens, *targets = (int32_t *)io->targets;\n"
+          "  float *lr = rt_cuda_scalar(dev, 0), *t = rt_cuda_scalar(dev, 1);\n"
+          "  struct CUstream_st *st = rt_cuda_stream(dev);\n"
+          "  (void)A, (void)P, (void)S, (void)G, (void)tokens, (void)targets, (void)lr, (void)t,"
+          " (void)st;\n", what, name);
+}
+
+static void pipe_runtime(void *ctx, const CgLeafPlan *lp, const IrNode *n) {
+  Cu *e = ctx;
+  e->lp = lp;
+  emit_runtime(e, n);
+}
+
+static void pipe_kernel(void *ctx, const CgLeafPlan *lp, int k) {
+  Cu *e = ctx;
+  e->lp = lp;
+  emit_kernel_call(e, k);
+}
+
+static void pipe_zero(void *ctx, const char *x, const char *who, const char *param) {
+  fprintf(((Cu *)ctx)->out, "  CHECK(rt_cuda_zero(dev, %s, 1)); /* %s counts %s */\n", x, who,
+          param);
+}
+
+static void pipe_pp_sum(void *ctx, const int *ids, int n) {
+  Cu *e = ctx;
+  char b[96];
+  fprintf(e->out, "  { /* the per-parameter values above, summed over the stages */\n"
+                  "    float *const v_[] = {");
+  for (int k = 0; k < n; k++)
+    fprintf(e->out, "%s%s", k ? ", " : "", buf(e, e->m->nodes[ids[k]], b, sizeof b));
+  fprintf(e->out, "};\n    CHECK(rt_cuda_sum_scalars(dev, RT_CUDA_PP, v_, %d));\n  }\n", n);
+}
+
+static void pipe_loss(void *ctx, const char *loss, const char *ce) {
+  fprintf(((Cu *)ctx)->out, "  CHECK(rt_cuda_pipe_loss(dev, %s, %s));\n", loss, ce ? ce : "NULL");
+}
+
+static void pipe_copy(void *ctx, const char *dst, const char *src, int64_t n, const char *name) {
+  fprintf(((Cu *)ctx)->out, "  CHECK(rt_cuda_copy(dev, %s, %s, %" PRId64 ")); /* %s */\n", dst,
+          src, n, name);
+}
+
+static void pipe_grad_norm(void *ctx, const char *x) {
+  fprintf(((Cu *)ctx)->out, "  CHECK(rt_cuda_pipe_norm(dev, %s));\n", x ? x : "NULL");
+}
+
+/* The pipelined train_cuda's body: the device context, the stage functions and
+ * tables, and step = rt_cuda_pipe_step. */
+static void emit_pipe_cuda(Cu *e, const CgHostInfo *info, int64_t slot_bytes, int64_t rows,
+                           int64_t seq) {
+  FILE *out = e->out;
+  fprintf(out,
+          "/* This rank's device: made by the first step (ranks are threads or processes). */\n"
+          "static _Thread_local RtCuda *dev;\n\n"
+          "/* RtModelDesc.to_host: the device's parameters and state (this stage's) into the\n"
+          " * harness's buffers, before it saves them. */\n"
+          "static int to_host(float *params_host, float *state_host) {\n"
+          "  return dev ? rt_cuda_download(dev, params_host, state_host) : 0;\n}\n\n"
+          "/* A parameter-gradient term into the device accumulator G (rt_cuda_pipe_step's). */\n"
+          "#define ACC_GRAD(off, g, n) CHECK(rt_cuda_acc(dev, G + (off), (g), (n)))\n\n");
+  char step[1536];
+  snprintf(step, sizeof step,
+           "/* One step: the first makes the device context (this stage's buffers; the\n"
+           " * harness's stage-local params and state), then all the rank's microbatches\n"
+           " * go to the device and rt_cuda_pipe_step runs the stage's action list. */\n"
+           "static int step(RtStepIO *io) {\n"
+           "  if (!dev) {\n"
+           "    int s_ = io->pp_group ? io->pp_rank : 0;\n"
+           "    RtCudaSetup s = {.params_numel = pp_param_numel[s_],\n"
+           "                     .state_numel = pp_state_numel[s_], .arena_bytes = ARENA_BYTES,\n"
+           "                     .rows = %" PRId64 ", .seq = %" PRId64 ", .tp = MESH_TP,\n"
+           "                     .dp = MESH_DP, .tp_group = io->tp_group, .dp_group = io->dp_group,\n"
+           "                     .tp_rank = io->tp_rank, .dp_rank = io->dp_rank, .pp = MESH_PP,\n"
+           "                     .ep = MESH_EP, .pp_group = io->pp_group, .ep_group = io->ep_group,\n"
+           "                     .ep_dp_group = io->ep_dp_group, .pp_rank = s_, .gemm = GEMM_MODE,\n"
+           "                     .model = \"%s\"};\n"
+           "    CHECK(rt_cuda_open(&dev, &s, io->params, io->state));\n"
+           "  }\n"
+           "  CHECK(rt_cuda_step_begin(dev, io->tokens, io->targets, io->lr, io->step));\n"
+           "  return rt_cuda_pipe_step(dev, io, &pipe);\n"
+           "}\n",
+           rows * info->pipe->microbatches, seq, e->m->name);
+  CgPipeHooks h = {e, pipe_fn_head, pipe_runtime, pipe_kernel, pipe_zero, pipe_pp_sum,
+                   pipe_loss, pipe_copy, pipe_grad_norm, step};
+  const CgLeafPlan *whole = e->lp;
+  if (cg_emit_pipe(out, e->m, e->kp, e->bp, e->lp, info, slot_bytes, &h, e->err, e->errlen))
+    e->failed++;
+  e->lp = whole;
+}
+
 int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                       const CgLeafPlan *lp, const CgHostInfo *info, char *err, size_t errlen) {
-  if (info->pipe) {
-    snprintf(err, errlen, "the GPU trainer does not run pipeline schedules yet (--pp 1, or "
-             "--target cpu)");
-    return -1;
-  }
   int64_t *temp_off = calloc((size_t)kp->ntemps + 1, sizeof(int64_t));
   int *grad_of = malloc(sizeof(int) * ((size_t)m->nnodes + 1));
   if (!temp_off || !grad_of) {
@@ -358,7 +471,8 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
     snprintf(err, errlen, "out of memory");
     return -1;
   }
-  int64_t arena = cg_arena_bytes(kp, bp, temp_off);
+  int64_t arena = cg_arena_bytes(kp, bp, temp_off), slot = arena;
+  if (info->pipe) arena = cg_pipe_arena_bytes(info->pipe, slot, lp->params_numel);
   for (int i = 0; i < m->nnodes; i++) grad_of[i] = -1;
   for (int i = 0; i < m->nnodes; i++)
     if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad) grad_of[m->nodes[i]->grad->id] = i;
@@ -381,7 +495,9 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
           " * arena A are device memory (runtime/cuda/rt_cuda.h); fused kernels run\n"
           " * through their launchers (kernels_cuda.h) on the rank's compute stream, GEMMs\n"
           " * through cuBLASLt (%s), attention as flash kernels.  The harness\n"
-          " * (rt_train_main: options, data, checkpoints, logs) is the CPU trainer's. */\n"
+          " * (rt_train_main: options, data, checkpoints, logs) is the CPU trainer's.\n"
+          " * A pipelined trainer has train.c's stage functions and schedule tables\n"
+          " * (codegen/host.c) on device memory; step = rt_cuda_pipe_step. */\n"
           "#include <stdint.h>\n#include <string.h>\n\n"
           "#include \"kernels_cuda.h\"\n"
           "#include \"runtime/cuda/rt_cuda.h\"\n"
@@ -390,7 +506,7 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
           "#define ARENA_BYTES %" PRId64 "\n"
           "#define PARAMS_NUMEL %" PRId64 "\n"
           "#define STATE_NUMEL %" PRId64 "\n"
-          "#define MESH_TP %d\n#define MESH_DP %d\n"
+          "#define MESH_TP %d\n#define MESH_DP %d\n#define MESH_PP %d\n#define MESH_EP %d\n"
           "#define GEMM_MODE %s /* precision = %s; PARC_CUDA_GEMM overrides */\n"
           "#define CHECK(call) do { if ((call) != 0) return -1; } while (0)\n"
           "#define LAUNCHED(kernel) CHECK(rt_cuda_launched(dev, kernel))\n"
@@ -403,9 +519,11 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
           info->version, slash ? slash + 1 : src, m->name, nparams, m->nnodes,
           kp->nkernels, bf16 ? "bf16 products, fp32 accumulation" : "fp32", arena,
           lp->params_numel, lp->state_numel, m->mesh_tp > 1 ? m->mesh_tp : 1,
-          m->mesh_dp > 1 ? m->mesh_dp : 1, bf16 ? "RT_CUDA_GEMM_BF16" : "RT_CUDA_GEMM_FP32",
+          m->mesh_dp > 1 ? m->mesh_dp : 1, info->pipe ? info->pipe->nstages : 1,
+          m->mesh_ep > 1 ? m->mesh_ep : 1, bf16 ? "RT_CUDA_GEMM_BF16" : "RT_CUDA_GEMM_FP32",
           bf16 ? "bf16" : "fp32");
-  emit_step(&e, batch, seq);
+  if (info->pipe) emit_pipe_cuda(&e, info, slot, batch, seq);
+  else emit_step(&e, batch, seq);
   int rc = e.failed ? -1 : 0;
   if (!rc) {
     CgHostInfo di = *info;

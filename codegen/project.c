@@ -136,8 +136,8 @@ static int write_nvcc_report(const CgProject *p, char *err, size_t len) {
 }
 
 /* train_cuda.c (codegen/host_cuda.h) beside train.c.  A module the GPU
- * trainer cannot run yet (a pipeline schedule, an op without a GPU routine)
- * gets none, with a note: the CPU trainer is still written. */
+ * trainer cannot run yet (an op without a GPU routine) gets none, with a
+ * note: the CPU trainer is still written. */
 static int write_host_cuda(const CgProject *p, IrModule *m, const CgKernelPlan *kp,
                            const BufPlan *bp, const CgLeafPlan *lp, const CgHostInfo *info,
                            char *err, size_t len) {

@@ -47,7 +47,7 @@ static void usage(FILE *out) {
           "                         cmake --build DIR/build && DIR/build/train --help\n"
           "                         (--tp/--dp/--pp: a trainer of tp*dp*pp ranks, threads or\n"
           "                         mpirun; --ep: experts over ep of the dp ranks, not with\n"
-          "                         --pp above 1 yet)\n"
+          "                         --pp above 1 or an MoE's microbatches above 1 yet)\n"
           "      --no-fuse          one kernel per operation (for checking fusion)\n"
           "      --cpu host|generic kernels for this machine's CPU (default) or any x86-64\n"
           "      --target cpu|cuda|all  what -o generates: cpu: the CPU trainer (train.c,\n"
@@ -70,7 +70,11 @@ static void usage(FILE *out) {
           "                         (1F1B over virtual stages) or zb (ZB-H1, zero bubble)\n"
           "      --microbatches M   microbatches a step through the pipeline (default: the\n"
           "                         train section's microbatches if above 1, else --pp);\n"
-          "                         must divide the batch per dp rank\n"
+          "                         must divide the batch per dp rank.  A model with expert\n"
+          "                         routing (MoE) routes each microbatch on its own, so for\n"
+          "                         it M is part of the model: the train section's value by\n"
+          "                         default on every layout, and honoured with --pp 1 too\n"
+          "                         (gradient accumulation over the microbatches)\n"
           "      --virtual-stages V chunks of layers per stage, interleaved only (default 2)\n"
           "      --stage-layers L   layers per stage (per chunk with interleaved), e.g.\n"
           "                         3,5,4 (default: balanced by the cost model's FLOPs)\n"
@@ -551,7 +555,10 @@ int main(int argc, char **argv) {
     comm_analyze(m, &cost.comm);
     cost.has_comm = 1;
   }
-  if (o.lay.pp > 1) {
+  /* A routed model (pp_split_matters) with M > 1 microbatches trains as a
+   * one-stage pipeline at pp 1: the same microbatches as on every layout. */
+  int pipe1 = o.lay.pp == 1 && o.pipe.microbatches > 1 && o.outdir;
+  if (o.lay.pp > 1 || pipe1) {
     /* the pipeline plan on the differentiated module; the report's stages follow it */
     char why[512];
     if (pp_plan(m, &o.lay, &o.pipe, &pipe, why, sizeof why)) {
@@ -559,22 +566,26 @@ int main(int argc, char **argv) {
       rc = EXIT_INTERNAL;
       goto done;
     }
-    cost_analyze_split(m, &o.lay, pipe.st.chunk_layers, pipe.st.nchunks, &cost);
-    cost.pipe = &pipe;
+    if (o.lay.pp > 1) {
+      cost_analyze_split(m, &o.lay, pipe.st.chunk_layers, pipe.st.nchunks, &cost);
+      cost.pipe = &pipe;
+    }
   }
   double t3 = now();
   if (o.emit && !strcmp(o.emit, "ir")) ir_print(stdout, m);
   if (o.emit && !strcmp(o.emit, "dot")) ir_print_dot(stdout, m);
   if (o.emit && !strcmp(o.emit, "timeline")) cg_timeline_svg(stdout, m->name, &pipe);
   if (o.emit && !strcmp(o.emit, "trace")) cg_timeline_trace(stdout, m->name, &pipe);
-  if (o.outdir && o.lay.pp > 1) {
+  if (o.outdir && (o.lay.pp > 1 || pipe1)) {
     char why[512] = "";
     if (o.lay.ep > 1)
-      snprintf(why, sizeof why, "-o with --ep above 1: code generation for expert "
-               "parallelism is not implemented yet; the report above is exact");
+      snprintf(why, sizeof why, "-o with --ep above 1 and %s: the pipelined trainer does not "
+               "split experts yet; the report above is exact", pipe1 ? "microbatches above 1 "
+               "(MoE accumulates gradients over them)" : "--pp above 1");
     else if (o.lay.zero >= 1 && o.lay.dp > 1)
-      snprintf(why, sizeof why, "-o with --pp above 1 and --zero 1: the pipelined trainer "
-               "does not shard the optimizer state yet; use --zero 0");
+      snprintf(why, sizeof why, "-o with %s and --zero 1: the pipelined trainer does not shard "
+               "the optimizer state yet; use --zero 0", pipe1 ? "microbatches above 1 (MoE "
+               "accumulates gradients over them)" : "--pp above 1");
     else if (!(tm = pipe_module(&prog, &o, m, &pipe, &stage_prog, why, sizeof why)) && !why[0])
       snprintf(why, sizeof why, "internal error: the pipelined trainer");
     if (why[0]) {

@@ -73,6 +73,13 @@ const IrSetting *ir_setting(const IrSetting *s, int n, const char *name) {
   return NULL;
 }
 
+int ir_is_aux_term(const IrModule *m, const IrNode *n) {
+  for (const IrNode *a = m->loss; a && a != m->ce_loss && a->op == IR_OP_ADD && a->ninputs == 2;
+       a = a->inputs[0])
+    if (a->inputs[1] == n) return 1;
+  return 0;
+}
+
 const char *ir_type_str(const IrNode *n, char *buf, size_t len) {
   size_t k = (size_t)snprintf(buf, len, "%s[", ir_dtype_name[n->dtype]);
   for (int i = 0; i < n->rank && k < len; i++)

@@ -236,6 +236,10 @@ int ir_infer(IrNode *n, char *why, size_t whylen);
 
 int64_t ir_numel(const IrNode *n);
 const IrSetting *ir_setting(const IrSetting *s, int n, const char *name);
+/* 1 if n is one of the auxiliary loss terms (add_loss, coefficient applied)
+ * the objective adds to the cross-entropy: m->loss is the chain
+ * add(...add(ce_loss, t0)..., tk), and n is one of its t's. */
+int ir_is_aux_term(const IrModule *m, const IrNode *n);
 
 /* "f32[4, 64, 768]" into buf. */
 const char *ir_type_str(const IrNode *n, char *buf, size_t len);

@@ -234,7 +234,8 @@ typedef struct {
 } PpSchedule;
 
 /* Writes every stage's action list (malloc'd; pp_schedule_free).  Needs
- * P >= 2, M >= 1, V >= 1 (V > 1 for interleaved only, with M % P == 0).
+ * P >= 1 (1: a routed model's accumulation on one stage), M >= 1, V >= 1
+ * (V > 1 for interleaved only, with M % P == 0).
  * Returns 0, or -1 when out of memory. */
 int pp_schedule_build(PpScheduleKind kind, int P, int V, int M, PpSchedule *out);
 void pp_schedule_free(PpSchedule *s);
@@ -294,8 +295,16 @@ typedef struct PpPlan {
 /* Checks the pipeline options against the model and fills in defaults:
  * schedule 1f1b; M = the train section's microbatches when above 1, else
  * P; V = 2 for interleaved.  Prints one line per problem to err and returns
- * how many there were.  With lay->pp == 1, any pipeline option is one. */
+ * how many there were.  With lay->pp == 1, any pipeline option is one
+ * (but --microbatches for a routed model, pp_split_matters). */
 int pp_request_check(const IrModule *m, const Layout *lay, PpRequest *req, FILE *err);
+/* 1 if the model's function depends on how the batch is split into
+ * microbatches (expert routing: top-k / dispatch see a whole microbatch's
+ * statistics and capacity).  For such a model pp_request_check also takes
+ * --microbatches at pp 1 and fills req->microbatches in there (the train
+ * section's value by default; 1: no pipeline needed), and with pp > 1 never
+ * defaults M to P. */
+int pp_split_matters(const IrModule *m);
 
 /* Every node's chunk under the split st (chunk[id], m->nnodes entries):
  * forward nodes by their layer, backward nodes with the forward node whose

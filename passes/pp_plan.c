@@ -6,6 +6,14 @@
  * anyway), else P (the fewest every schedule accepts); --virtual-stages 2
  * for interleaved, 1 otherwise.
  *
+ * Routed models (pp_split_matters: MoE's top-k and dispatch see a whole
+ * microbatch at once, for the load-balancing statistics and the capacity)
+ * compute a different function for each split of the batch, so for them
+ * the microbatches are part of the model: M is the train section's value
+ * (or --microbatches) on every layout, never defaulted to P, and with
+ * pp == 1 and M > 1 the trainer is a one-stage pipeline (gradient
+ * accumulation over the M microbatches) rather than one whole-batch step.
+ *
  * Durations for the simulation: a chunk's FLOPs / PP_SIM_FLOPS_PER_S;
  * a boundary transfer: PP_SIM_LINK_LATENCY_S + bytes / PP_SIM_LINK_BYTES_PER_S. */
 #include <stdlib.h>
@@ -18,18 +26,44 @@ static int64_t train_int(const IrModule *m, const char *name, int64_t def) {
   return s && !s->is_float && !s->sym ? s->i : def;
 }
 
+int pp_split_matters(const IrModule *m) {
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->op == IR_OP_TOPK || m->nodes[i]->op == IR_OP_DISPATCH) return 1;
+  return 0;
+}
+
 int pp_request_check(const IrModule *m, const Layout *lay, PpRequest *req, FILE *err) {
   int P = lay->pp, L = m->nlayers, bad = 0;
   const char *sched = pp_schedule_name[req->schedule];
   int wants_pipe = req->emit && (!strcmp(req->emit, "timeline") || !strcmp(req->emit, "trace"));
+  int routed = pp_split_matters(m);
+  int64_t batch = train_int(m, "batch", 1) / lay->dp, from_train = train_int(m, "microbatches", 1);
   if (P == 1) {
-    const char *flag = req->schedule_given ? "--schedule" : req->microbatches ? "--microbatches"
+    /* a routed model honours its microbatches on one stage too (one-stage
+     * pipeline); a dense one ignores them (accumulation changes nothing) */
+    const char *flag = req->schedule_given ? "--schedule"
+                       : req->microbatches && !routed ? "--microbatches"
                        : req->virtual_stages ? "--virtual-stages" : req->stage_layers ? "--stage-layers"
                        : NULL;
     if (flag) fprintf(err, "parc: error: %s needs a pipeline: add --pp 2 or more\n", flag), bad++;
     if (wants_pipe)
       fprintf(err, "parc: error: --emit %s draws a pipeline schedule: add --pp 2 or more\n",
               req->emit), bad++;
+    if (!routed || bad) return bad;
+    int given = req->microbatches > 0;
+    if (!given) req->microbatches = from_train > 1 ? (int)from_train : 1;
+    req->schedule = PP_1F1B;
+    req->virtual_stages = 1;
+    if (batch % req->microbatches) {
+      fprintf(err, "parc: error: %s%d must divide the batch per data-parallel rank (%lld "
+              "sequences)\n", given ? "--microbatches " : "microbatches = ", req->microbatches,
+              (long long)batch);
+      bad++;
+    } else if (req->microbatches > 1 && L == 0) {
+      fprintf(err, "parc: error: %d microbatches of a routed model need its layers in a "
+              "repeat (the accumulating trainer is a one-stage pipeline)\n", req->microbatches);
+      bad++;
+    }
     return bad;
   }
   if (!req->schedule_given) req->schedule = PP_1F1B;
@@ -75,15 +109,22 @@ int pp_request_check(const IrModule *m, const Layout *lay, PpRequest *req, FILE 
             P, V, L, n, n);
     bad++;
   }
-  int64_t batch = train_int(m, "batch", 1) / lay->dp, from_train = train_int(m, "microbatches", 1);
   int given = req->microbatches > 0;
-  if (!given) req->microbatches = from_train > 1 ? (int)from_train : P;
+  /* a routed model's microbatches are part of the model: never defaulted to P */
+  if (!given) req->microbatches = from_train > 1 ? (int)from_train : routed ? 1 : P;
   int M = req->microbatches;
   char src[96]; /* where M came from, for the messages */
   if (given) snprintf(src, sizeof src, "--microbatches %d", M);
-  else if (from_train > 1) snprintf(src, sizeof src, "microbatches = %d (train section)", M);
+  else if (from_train > 1 || routed) snprintf(src, sizeof src, "microbatches = %d (train section)", M);
   else snprintf(src, sizeof src, "%d microbatches (the default: --pp)", M);
-  if (batch % M) {
+  if (routed && !given && req->schedule != PP_GPIPE && M < P) {
+    fprintf(err, "parc: error: %s routes tokens to experts per microbatch, so its microbatches "
+            "are part of the model and are not defaulted to --pp: %s is fewer than --pp %d "
+            "stages; set microbatches in the train section (or -D microbatches=%d, or "
+            "--microbatches %d; the one-rank trainer then splits the batch alike)\n", m->name,
+            src, P, P, P);
+    bad++;
+  } else if (batch % M) {
     fprintf(err, "parc: error: %s must divide the batch per data-parallel rank (%lld "
             "sequences)%s\n", src, (long long)batch, given ? "" : "; set --microbatches or "
             "-D batch=...");

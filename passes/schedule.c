@@ -139,7 +139,7 @@ void pp_schedule_free(PpSchedule *s) {
 
 int pp_schedule_build(PpScheduleKind kind, int P, int V, int M, PpSchedule *out) {
   memset(out, 0, sizeof *out);
-  if (P < 2 || M < 1 || V < 1 || (kind == PP_INTERLEAVED ? M % P != 0 : V != 1)) return -1;
+  if (P < 1 || M < 1 || V < 1 || (kind == PP_INTERLEAVED ? M % P != 0 : V != 1)) return -1;
   *out = (PpSchedule){kind, P, V, P * V, M, kind == PP_ZB_H1, NULL, NULL};
   out->nactions = calloc((size_t)P, sizeof *out->nactions);
   out->actions = calloc((size_t)P, sizeof *out->actions);

@@ -166,7 +166,7 @@ int pass_stages(IrModule *m, const Layout *lay, const PpRequest *req, PpStages *
   int P = lay->pp, V = req->virtual_stages < 1 ? 1 : req->virtual_stages, n = P * V;
   int L = m->nlayers, N = m->nnodes;
   memset(out, 0, sizeof *out);
-  if (L < n || P < 2) {
+  if (L < n || P < 1) { /* P == 1: a routed model's one-stage pipeline */
     snprintf(err, len, "stages: %d layers cannot fill %d chunks", L, n);
     return -1;
   }

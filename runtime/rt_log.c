@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -174,6 +175,58 @@ int rt_log_write_config(RtLog *log) {
 
 int rt_log_step(RtLog *log, const RtStepStats *s, const char *const *extra_keys,
                 const double *extra_vals, int n_extra) {
+  return rt_log_step_moe(log, s, extra_keys, extra_vals, n_extra, NULL, 0);
+}
+
+/* The "moe" array of a step record; NULL when out of memory. */
+static cJSON *moe_json(const RtMoeLayerStats *moe, int nmoe) {
+  cJSON *arr = cJSON_CreateArray();
+  for (int i = 0; arr && i < nmoe; i++) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddItemToArray(arr, o)) { /* arr owns o from here */
+      cJSON_Delete(o);
+      break;
+    }
+    cJSON *tok = cJSON_CreateDoubleArray(moe[i].tokens, moe[i].experts);
+    if (!cJSON_AddNumberToObject(o, "layer", moe[i].layer) || !tok ||
+        !cJSON_AddItemToObject(o, "tokens", tok)) {
+      cJSON_Delete(tok);
+      break;
+    }
+    if (!cJSON_AddNumberToObject(o, "dropped", moe[i].dropped) ||
+        !cJSON_AddNumberToObject(o, "aux", moe[i].aux))
+      break;
+    if (i == nmoe - 1) return arr;
+  }
+  cJSON_Delete(arr);
+  return NULL;
+}
+
+/* snprintf at *n of buf (cap bytes), advancing *n by what it wanted to write. */
+static void append(char *buf, size_t cap, size_t *n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  /* past the end: only the length (the text stays cut, terminated at cap - 1) */
+  int k = *n < cap ? vsnprintf(buf + *n, cap - *n, fmt, ap) : vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (k > 0) *n += (size_t)k;
+}
+
+int rt_moe_format(char *buf, size_t cap, const RtMoeLayerStats *moe, int nmoe) {
+  size_t n = 0;
+  if (cap) buf[0] = 0;
+  for (int i = 0; i < nmoe; i++) {
+    append(buf, cap, &n, "%sL%d tok", i ? " | " : "moe ", moe[i].layer);
+    for (int e = 0; e < moe[i].experts; e++)
+      append(buf, cap, &n, "%c%.0f", e ? '/' : ' ', moe[i].tokens[e]);
+    append(buf, cap, &n, " drop %.0f aux %.4g", moe[i].dropped, moe[i].aux);
+  }
+  return (int)n;
+}
+
+int rt_log_step_moe(RtLog *log, const RtStepStats *s, const char *const *extra_keys,
+                    const double *extra_vals, int n_extra, const RtMoeLayerStats *moe,
+                    int nmoe) {
   if (rt_log_write_config(log)) return RT_ERR;
   cJSON *rec = cJSON_CreateObject();
   int ok = rec && cJSON_AddNumberToObject(rec, "step", (double)s->step) &&
@@ -191,6 +244,11 @@ int rt_log_step(RtLog *log, const RtStepStats *s, const char *const *extra_keys,
                      extra_keys[i] ? extra_keys[i] : "(null)");
     }
     ok = cJSON_AddNumberToObject(rec, extra_keys[i], extra_vals[i]) != NULL;
+  }
+  if (ok && nmoe > 0) {
+    cJSON *arr = moe_json(moe, nmoe);
+    ok = arr && cJSON_AddItemToObject(rec, "moe", arr);
+    if (arr && !ok) cJSON_Delete(arr);
   }
   if (!ok) {
     cJSON_Delete(rec);

@@ -67,6 +67,24 @@ int rt_log_write_config(RtLog *log);
  * standard fields, e.g. {"ce_loss"}, {3.21}. */
 int rt_log_step(RtLog *log, const RtStepStats *s, const char *const *extra_keys,
                 const double *extra_vals, int n_extra);
+/* One MoE layer's routing in a step, global (summed over every data-parallel
+ * rank and microbatch): the choices each expert kept, the choices dropped by
+ * its capacity, and the layer's auxiliary loss terms as added to the
+ * objective (the step's value: mean over microbatches). */
+typedef struct {
+  int layer, experts;
+  const double *tokens;      /* experts counts */
+  double dropped, aux;
+} RtMoeLayerStats;
+
+/* rt_log_step plus, when nmoe > 0, "moe": [{"layer": l, "tokens": [...],
+ * "dropped": d, "aux": a}, ...] in the record. */
+int rt_log_step_moe(RtLog *log, const RtStepStats *s, const char *const *extra_keys,
+                    const double *extra_vals, int n_extra, const RtMoeLayerStats *moe, int nmoe);
+/* The compact text of the layers' routing, e.g.
+ *   moe L0 tok 30/34/32/32 drop 0 aux 0.0201 | L1 tok 31/33/32/32 drop 0 aux 0.0200
+ * Returns the length (as snprintf). */
+int rt_moe_format(char *buf, size_t cap, const RtMoeLayerStats *moe, int nmoe);
 /* Writes a pending config record, closes the file; returns the status of the close. */
 int rt_log_close(RtLog *log);
 

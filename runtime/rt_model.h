@@ -104,10 +104,25 @@ typedef struct {
                                 averages it over dp for the log */
   float ce_loss;             /* cross-entropy alone (equals loss without aux terms) */
   float grad_norm;           /* global L2 norm of the gradients before clipping */
+  float *moe;                /* NULL, or RtModelDesc.moe_numel floats the step adds
+                                its routing statistics to (RtMoeDesc; the harness
+                                zeroes them before the step) */
   struct RtTrace *trace;     /* NULL, or `train --trace`: this rank's recorder
                                 (runtime/rt_trace.h); a pipelined step records its
                                 actions there, the harness a whole step otherwise */
 } RtStepIO;
+
+/* One MoE layer's routing statistics in RtStepIO.moe, at offset: experts
+ * floats, the choices each expert kept (its filled slots); then the choices
+ * routed (tokens * top_k); then the sum of the layer's auxiliary loss terms
+ * as added to the objective (coefficient applied), once per microbatch.
+ * Rank-local: the harness sums them over dp and pp, divides the aux sum by
+ * dp * microbatches, and logs dropped = routed - sum of kept. */
+typedef struct {
+  int layer;                 /* the repeat's layer index */
+  int experts;
+  int64_t offset;            /* floats into RtStepIO.moe */
+} RtMoeDesc;
 
 typedef struct {
   const char *name;          /* model name */
@@ -126,6 +141,16 @@ typedef struct {
   const int64_t *pp_state_offset; /* [s * nstate + i], likewise for state[i] (held
                                 where its parameter is) */
   const int64_t *pp_state_numel;
+  int nmoe;                  /* MoE layers with routing statistics (0: none) */
+  const RtMoeDesc *moe;
+  int64_t moe_numel;         /* floats of RtStepIO.moe */
+  int microbatches;          /* 0 or 1: one step sees the rank's rows at once; M > 1:
+                                the step splits the global batch into M microbatches
+                                (rt_pipe.h), microbatch mb being the global rows
+                                [mb B/M, (mb+1) B/M) on every layout: a dp rank's
+                                rows are its share of each microbatch in turn (the
+                                harness orders the batch so), which keeps a routed
+                                model's per-microbatch statistics layout-free */
   int ep;                    /* expert parallelism (0 is read as 1): ep divides dp;
                                 the parameters with ep > 1 (RtParamDesc) are split
                                 over the ep group (rank order: rt_comm_mesh) */

@@ -245,6 +245,20 @@ int rt_dispatch(float *out, const float *x, const int32_t *idx, int64_t N, int64
   return to_slots("dispatch", out, x, idx, NULL, N, K, D, E, C);
 }
 
+int rt_route_stats(float *stats, const int32_t *idx, int64_t N, int64_t K, int64_t E,
+                   int64_t C) {
+  if (!stats || !idx) return null_arg("route_stats", !stats ? "stats" : "idx");
+  if (POSITIVE("route_stats", "N K E C", N, K, E, C) || fits("route_stats", N, K, 1))
+    return RT_ERR;
+  int64_t *slot;
+  if (route("route_stats", idx, N, K, E, C, &slot, NULL)) return RT_ERR;
+  for (int64_t p = 0; p < N * K; p++) /* a kept choice has a slot of its expert */
+    if (slot[p] >= 0) stats[idx[p]] += 1.0f;
+  stats[E] += (float)(N * K);
+  free(slot);
+  return RT_OK;
+}
+
 int rt_combine_grad_y(float *dy, const float *dout, const int32_t *idx, const float *w,
                       int64_t N, int64_t K, int64_t D, int64_t E, int64_t C) {
   if (!dy || !dout || !idx || !w)

@@ -98,6 +98,13 @@ int rt_cross_entropy_grad(float *dlogits, const float *logits, const int32_t *ta
 int rt_capacity_drop(RtComm *g, int32_t *out, const int32_t *idx, int64_t N, int64_t K,
                      int64_t E, int64_t C);
 
+/* route_stats: idx i32 [N, K] as a dispatch with E experts of C slots reads it
+ * -> stats[e] += the choices expert e keeps (the slot rule above: -1 skipped,
+ * at most C each), stats[E] += N K (the choices routed).  Counts are exact in
+ * float up to 2^24 a step.  The trainer's per-layer log (RtMoeDesc). */
+int rt_route_stats(float *stats, const int32_t *idx, int64_t N, int64_t K, int64_t E,
+                   int64_t C);
+
 /* ---- vocabulary parallelism (Megatron): the table / logits split by rows /
  * columns over the `parts` members of a group; member `part` holds vocabulary
  * entries [part Vl, (part + 1) Vl).  Specs: vocab_embedding(_grad) and

@@ -121,6 +121,9 @@ static int check_mesh(const RtModelDesc *m) {
   if (m->batch % dp)
     return rt_fail("model description: batch %lld is not divisible by dp %d; every "
                    "data-parallel rank takes batch / dp rows", (long long)m->batch, dp);
+  if (m->microbatches > 1 && m->batch % ((int64_t)m->microbatches * dp))
+    return rt_fail("model description: batch %lld does not split into %d microbatches of "
+                   "dp %d shares", (long long)m->batch, m->microbatches, dp);
   int ep = m->ep ? m->ep : 1; /* expert parallelism: carved from dp */
   if (ep < 1 || dp % ep)
     return rt_fail("model description: ep %d does not divide dp %d", m->ep, dp);
@@ -191,6 +194,14 @@ int rt_train_check_model(const RtModelDesc *m) {
     return rt_fail("model description: config has %d entries but no arrays", m->nconfig);
   for (int i = 0; i < m->nconfig; i++)
     if (!m->config_names[i]) return rt_fail("model description: config entry %d has no name", i);
+  if (m->nmoe < 0 || (m->nmoe && !m->moe))
+    return rt_fail("model description: %d MoE layers but no table", m->nmoe);
+  for (int i = 0; i < m->nmoe; i++)
+    if (m->moe[i].experts < 1 || m->moe[i].offset < 0 ||
+        m->moe[i].offset > m->moe_numel - m->moe[i].experts - 2)
+      return rt_fail("model description: MoE layer %d: %d experts at %lld past the %lld "
+                     "statistics floats", m->moe[i].layer, m->moe[i].experts,
+                     (long long)m->moe[i].offset, (long long)m->moe_numel);
   int n = m->nparams > m->nstate ? m->nparams : m->nstate;
   const char **names = malloc((n > 0 ? (size_t)n : 1) * sizeof *names);
   if (!names) return rt_fail("model description: out of memory");
@@ -330,6 +341,12 @@ typedef struct {
   float *grads;              /* --save-grads: the first step's gradients */
   void *arena;
   int32_t *tokens, *targets;
+  float *moe;                /* RtModelDesc.moe_numel > 0: the step's routing
+                                statistics (RtStepIO.moe); else NULL */
+  RtMoeLayerStats *moe_stats; /* nmoe: the logged ones, tokens in moe_tok */
+  double *moe_tok;
+  int32_t *mb_rows;          /* RtModelDesc.microbatches > 1 with dp > 1: scratch of
+                                batch * seq ints for mb_major; else NULL */
   RtData *data;
   RtLog *log;
   int64_t start;             /* first step to run */
@@ -363,6 +380,10 @@ static void run_free(Run *r) {
   free(r->arena);
   free(r->tokens);
   free(r->targets);
+  free(r->mb_rows);
+  free(r->moe);
+  free(r->moe_stats);
+  free(r->moe_tok);
   free(r->whole.p);
   free(r->whole.s);
   free(r->whole.params);
@@ -640,6 +661,47 @@ static int load_start(Run *r) {
   return -1;
 }
 
+/* Orders the global batch (B rows of T) so that dp rank d's block of B/dp
+ * rows holds, for each microbatch mb in turn, its share of the global rows
+ * [mb B/M, (mb+1) B/M): global row mb B/M + d B/(M dp) + k goes to row
+ * d B/dp + mb B/(M dp) + k (RtModelDesc.microbatches).  scratch: B*T ints. */
+static void mb_major(int32_t *tokens, int32_t *targets, int32_t *scratch, int B, int T, int M,
+                     int dp) {
+  int share = B / (M * dp);
+  for (int k2 = 0; k2 < 2; k2++) {
+    int32_t *x = k2 ? targets : tokens;
+    for (int d = 0; d < dp; d++)
+      for (int mb = 0; mb < M; mb++)
+        memcpy(scratch + ((size_t)d * (B / dp) + (size_t)mb * share) * T,
+               x + ((size_t)mb * (B / M) + (size_t)d * share) * T,
+               sizeof *x * (size_t)share * T);
+    memcpy(x, scratch, sizeof *x * (size_t)B * T);
+  }
+}
+
+/* The step's routing statistics (RtMoeDesc) made global and into
+ * r->moe_stats: kept choices and routed ones summed over dp (every tp rank
+ * holds the same) and pp (a layer's stage alone counts it), the aux sums
+ * divided by dp * microbatches (each dp rank and microbatch adds the value
+ * of its microbatch, the same on every dp rank). */
+static int moe_stats(Run *r) {
+  const RtModelDesc *m = r->m;
+  int64_t n = m->moe_numel;
+  if (r->dp > 1 && rt_comm_all_reduce(r->mesh.dp_comm, r->moe, r->moe, n)) return RT_ERR;
+  if (r->pp > 1 && rt_comm_all_reduce(r->mesh.pp_comm, r->moe, r->moe, n)) return RT_ERR;
+  double mbs = m->microbatches > 1 ? m->microbatches : 1;
+  for (int i = 0; i < m->nmoe; i++) {
+    const RtMoeDesc *d = &m->moe[i];
+    const float *x = r->moe + d->offset;
+    double kept = 0;
+    for (int e = 0; e < d->experts; e++) kept += r->moe_tok[d->offset + e] = x[e];
+    r->moe_stats[i] = (RtMoeLayerStats){d->layer, d->experts, r->moe_tok + d->offset,
+                                        x[d->experts] - kept,
+                                        x[d->experts + 1] / (r->dp * mbs)};
+  }
+  return RT_OK;
+}
+
 static int train_loop(Run *r, double entropy) {
   const RtModelDesc *m = r->m;
   const int B = (int)m->batch, T = (int)m->seq;
@@ -675,11 +737,15 @@ static int train_loop(Run *r, double entropy) {
       rt_progress_done(&prog);
       return fail(r, 1, "--data: ");
     }
+    if (m->microbatches > 1 && r->dp > 1)
+      mb_major(r->tokens, r->targets, r->mb_rows, B, T, m->microbatches, r->dp);
     io.lr = (float)lr;
     io.step = (float)(t + 1);
     io.loss = io.ce_loss = io.grad_norm = NAN;
     io.grads = t == r->start ? r->grads : NULL;
     io.trace = r->trace;
+    io.moe = r->moe;
+    if (r->moe) memset(r->moe, 0, sizeof *r->moe * (size_t)m->moe_numel);
     int64_t traced = 0;
     double tt0 = 0;
     if (r->trace) {
@@ -712,6 +778,7 @@ static int train_loop(Run *r, double entropy) {
       io.loss = both[0] / (float)r->dp;
       io.ce_loss = both[1] / (float)r->dp;
     }
+    if (r->moe && moe_stats(r)) return fail(r, 3, "internal error: routing statistics: ");
     double ms = now_ms() - t0;
     loss = io.loss;
     if (io.grads) {
@@ -728,12 +795,21 @@ static int train_loop(Run *r, double entropy) {
     RtStepStats s = {t, io.loss, lr, io.grad_norm, ms > 0 ? (double)B * T * 1e3 / ms : 0,
                      ms, -1};
     if (show) rt_progress_step(&prog, &s);
+    /* the routing every tenth of the run (and on its first and last step) */
+    int64_t every = r->o.steps >= 10 ? r->o.steps / 10 : 1;
+    if (show && r->moe && (t == r->start || (t + 1) % every == 0 || t + 1 == r->o.steps)) {
+      char line[1024];
+      rt_progress_done(&prog);
+      rt_moe_format(line, sizeof line, r->moe_stats, m->nmoe);
+      printf("  %s\n", line);
+    }
     if (r->log) {
       const char *key[1] = {"ce_loss"};
       double val[1] = {io.ce_loss};
       /* Bitwise: a NaN ce_loss beside a NaN loss is still logged. */
       int differs = memcmp(&io.ce_loss, &io.loss, sizeof io.loss) != 0;
-      if (rt_log_step(r->log, &s, key, val, differs)) {
+      if (rt_log_step_moe(r->log, &s, key, val, differs, r->moe_stats,
+                          r->moe ? m->nmoe : 0)) {
         rt_progress_done(&prog);
         return fail(r, 1, "--log: ");
       }
@@ -766,8 +842,17 @@ static int run(Run *r) {
   r->tokens = alloc64(ntok * sizeof(int32_t));
   r->targets = alloc64(ntok * sizeof(int32_t));
   if (r->o.save_grads) r->grads = alloc64((size_t)m->params_numel * sizeof(float));
+  int reorder = m->microbatches > 1 && r->dp > 1;
+  if (reorder) r->mb_rows = alloc64(ntok * sizeof(int32_t));
+  int moe = m->nmoe > 0 && m->moe_numel > 0;
+  if (moe) {
+    r->moe = alloc64((size_t)m->moe_numel * sizeof(float));
+    r->moe_stats = calloc((size_t)m->nmoe, sizeof *r->moe_stats);
+    r->moe_tok = calloc((size_t)m->moe_numel, sizeof *r->moe_tok);
+  }
   if (!r->params || !r->state || !r->arena || !r->tokens || !r->targets ||
-      (r->o.save_grads && !r->grads)) {
+      (r->o.save_grads && !r->grads) || (reorder && !r->mb_rows) ||
+      (moe && (!r->moe || !r->moe_stats || !r->moe_tok))) {
     rt_fail("out of memory for %lld parameter, %lld state floats and an arena of %lld bytes",
             (long long)m->params_numel, (long long)m->state_numel, (long long)m->arena_bytes);
     return fail(r, 3, "internal error: ");

@@ -29,12 +29,14 @@
  * the result (so results are those of the serial order, and communication
  * may overlap independent compute once the schedule allows it).
  *
- * Collectives over the rank's tp or dp group (RT_CUDA_TP / RT_CUDA_DP):
+ * Collectives over one of the rank's groups (RT_CUDA_TP, DP, EP, EP_DP, PP;
+ * pipeline transfers over PP, rt_cuda_pipe_step):
  *   NCCL       one process per GPU under mpirun, or a thread per GPU in one
  *              process: a world communicator from one unique id (made by
  *              world rank 0 and broadcast over the host mesh groups of the
  *              harness, rt_comm.h: so the same code serves threads and MPI),
- *              then tp and dp split from it (ncclCommSplit).
+ *              then every group of more than one member split from it
+ *              (ncclCommSplit, rt_comm_mesh's colours and keys).
  *   host       the device-local backend: several ranks may share one GPU;
  *              a collective copies the device buffer to the host, runs the
  *              harness's communicator (rt_comm.h: deterministic sums in rank
@@ -77,12 +79,17 @@ extern "C" {
 #endif
 
 #include "runtime/rt_comm.h"
+#include "runtime/rt_pipe.h"
 
 struct CUstream_st; /* cudaStream_t */
 
 typedef struct RtCuda RtCuda;
 
-enum { RT_CUDA_TP = 0, RT_CUDA_DP = 1 };                    /* collective groups */
+/* Collective groups: the mesh axes of ir/ops.def (tp 0, dp 1, ep 2, ep_dp 3) in
+ * their order, then the pipeline's stages.  Each is the harness's group of the
+ * same name (RtStepIO, rt_comm_mesh): same members, same rank order. */
+enum { RT_CUDA_TP = 0, RT_CUDA_DP = 1, RT_CUDA_EP = 2, RT_CUDA_EP_DP = 3, RT_CUDA_PP = 4,
+       RT_CUDA_NGROUPS = 5 };
 enum { RT_CUDA_GEMM_FP32 = 0, RT_CUDA_GEMM_BF16 = 1, RT_CUDA_GEMM_TF32 = 2 };
 
 #define RT_CUDA_GEMM_WORKSPACE (32 << 20) /* bytes */
@@ -91,9 +98,12 @@ typedef struct {
   int64_t params_numel, state_numel; /* floats */
   int64_t arena_bytes;               /* the planned arena */
   int64_t rows, seq;                 /* this rank's tokens: [rows, seq] */
-  int tp, dp;                        /* the mesh (ranks = tp * dp) */
+  int tp, dp;                        /* the mesh (ranks = tp * dp * pp) */
   RtComm *tp_group, *dp_group;       /* the harness's host groups (NULL: one rank) */
   int tp_rank, dp_rank;
+  int pp, ep;                        /* pipeline stages, expert groups (0 is read as 1) */
+  RtComm *pp_group, *ep_group, *ep_dp_group; /* RtStepIO's (NULL: one member) */
+  int pp_rank;                       /* the stage: world rank tp_rank + tp (dp_rank + dp pp_rank) */
   int gemm;                          /* RT_CUDA_GEMM_*; PARC_CUDA_GEMM overrides */
   const char *model;                 /* for messages */
 } RtCudaSetup;
@@ -185,6 +195,41 @@ int rt_cuda_capacity_drop(RtCuda *c, int32_t *out, const int32_t *idx, int64_t N
 int rt_cuda_combine_grad_w(RtCuda *c, float *dw, const float *dout, const float *y,
                            const int32_t *idx, int64_t N, int64_t K, int64_t D, int64_t E,
                            int64_t C);
+
+/* ---- expert parallelism (rt_expert.h): staged through the host and
+ * rt_expert_all_to_all over the harness's group `group` (RT_CUDA_EP): copies
+ * x and idx to the host, runs the CPU routine, copies out back.  Correct, not
+ * fast (a device all-to-all is future work). ---- */
+int rt_cuda_expert_all_to_all(RtCuda *c, int group, float *out, const float *x,
+                              const int32_t *idx, int64_t nk, int64_t E, int64_t C,
+                              int64_t inner, int back);
+
+/* ---- pipelined trainers (rt_pipe.h on the device; rt_cuda_pipe.cu) ----
+ * The generated stage functions are host.c's (codegen/host.h, cg_emit_pipe) on
+ * device buffers; these are their statements that train.c writes as C on host
+ * memory, and the step itself. */
+int rt_cuda_zero(RtCuda *c, float *x, int64_t n);                 /* x[0, n) = 0 */
+int rt_cuda_acc(RtCuda *c, float *dst, const float *src, int64_t n); /* dst += src */
+/* The n device floats *x[i] each summed over `group` (one collective). */
+int rt_cuda_sum_scalars(RtCuda *c, int group, float *const *x, int n);
+/* The last chunk's forward: this microbatch's loss and cross-entropy (device
+ * floats; ce NULL: the loss), read back when the step ends. */
+int rt_cuda_pipe_loss(RtCuda *c, const float *loss, const float *ce);
+/* The optimizer: the global gradient norm (device float; NULL: none). */
+int rt_cuda_pipe_norm(RtCuda *c, const float *grad_norm);
+/* rt_pipe_step's step on the device, after rt_cuda_step_begin uploaded all
+ * the rank's microbatches: the stage's action list with io->arena, tokens,
+ * targets, params, state and gacc pointing at device memory (slot mb % slots
+ * of the device arena, the accumulator after the slots), boundary values sent
+ * and received over the pp group (NCCL point-to-point when the schedule is
+ * safe with rendezvous sends -- checked once by simulating every stage's list
+ * --, else staged through the host communicator, whose sends are buffered:
+ * rt_pipe.h's semantics); the accumulator summed over dp, shared parameters
+ * summed between their holders in stage order, scaled by 1 / (M dp), stored
+ * to io->grads when asked; the loss the mean of the microbatches' (summed in
+ * double on the host, as rt_pipe_step); then the stage's optimizer on slot
+ * 0.  Sets io->loss, ce_loss, grad_norm.  0, or -1 with rt_fail(). */
+int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p);
 
 /* ---- collectives over a group (rt_comm.h, rt_route.h), device buffers ---- */
 int rt_cuda_all_reduce(RtCuda *c, int group, const float *send, float *recv, int64_t count);

@@ -83,7 +83,7 @@ static void abort_all(RtCuda *c, const char *why) {
   fprintf(stderr, "train_cuda: rank %d on %s: %s; aborting the NCCL communicators\n", c->wrank,
           c->name, why);
   fflush(stderr);
-  for (int g = 0; g < 2; g++)
+  for (int g = 0; g < RT_CUDA_NGROUPS; g++)
     if (c->gcomm[g]) ncclCommAbort(c->gcomm[g]);
   if (c->world_comm) ncclCommAbort(c->world_comm);
   _exit(3);
@@ -110,12 +110,12 @@ static void *watchdog_main(void *arg) {
       } else if (q != cudaErrorNotReady) {
         snprintf(why, sizeof why, "%s: CUDA error %s", c->pending_what, cudaGetErrorString(q));
       } else {
-        for (int g = 0; g < 2 && !why[0]; g++) {
+        for (int g = 0; g < RT_CUDA_NGROUPS && !why[0]; g++) {
           ncclResult_t ae = ncclSuccess;
           if (c->gcomm[g] && ncclCommGetAsyncError(c->gcomm[g], &ae) == ncclSuccess &&
               ae != ncclSuccess && ae != ncclInProgress)
             snprintf(why, sizeof why, "%s: NCCL asynchronous error on group %s: %s",
-                     c->pending_what, g ? "dp" : "tp", ncclGetErrorString(ae));
+                     c->pending_what, rt_cuda_group_name[g], ncclGetErrorString(ae));
         }
         double late = now_s() - c->pending_since;
         if (!why[0] && late > rt_comm_timeout())
@@ -164,9 +164,10 @@ static int choose_device(RtCuda *c, const RtCudaSetup *s) {
   c->use_nccl = 0;
 #endif
   if (c->use_nccl && !own_gpu)
-    return rt_fail("mesh of %d ranks (tp %d x dp %d) needs a GPU per rank with NCCL, but %s "
-                   "sees %d GPU%s; PARC_CUDA_COMM=host runs several ranks on one GPU",
-                   c->ranks, s->tp, s->dp, mpi ? "this node" : "this process", ngpu,
+    return rt_fail("mesh of %d ranks (tp %d x dp %d x pp %d) needs a GPU per rank with NCCL, "
+                   "but %s sees %d GPU%s; PARC_CUDA_COMM=host runs several ranks on one GPU",
+                   c->ranks, s->tp, s->dp, c->gsize[RT_CUDA_PP],
+                   mpi ? "this node" : "this process", ngpu,
                    ngpu == 1 ? "" : "s");
   c->device = local % ngpu;
   CU_CHECK(c, cudaSetDevice(c->device), "cudaSetDevice");
@@ -198,9 +199,9 @@ static int check_memory(RtCuda *c) {
 
 #ifdef PARC_HAVE_NCCL
 /* World rank 0 makes the unique id; it reaches every rank over the harness's
- * host groups: over dp from dp rank 0 (world rank 0 is tp 0, dp 0, so every tp
- * rank 0 gets it), then over tp from tp rank 0.  Works for the thread and the
- * MPI backends alike. */
+ * host groups: over pp from stage 0 (world rank 0 is tp 0, dp 0, pp 0), then
+ * over dp from dp rank 0 (so every tp rank 0 has it), then over tp from tp
+ * rank 0.  Works for the thread and the MPI backends alike. */
 static int share_id(RtCuda *c, ncclUniqueId *id) {
   enum { N = (int)((sizeof(ncclUniqueId) + sizeof(float) - 1) / sizeof(float)) };
   float buf[N];
@@ -209,6 +210,7 @@ static int share_id(RtCuda *c, ncclUniqueId *id) {
     NC_CHECK(c, ncclGetUniqueId(id), "ncclGetUniqueId");
     memcpy(buf, id, sizeof *id);
   }
+  if (c->hgroup[RT_CUDA_PP] && rt_comm_broadcast(c->hgroup[RT_CUDA_PP], buf, N, 0)) return RT_ERR;
   if (c->hgroup[RT_CUDA_DP] && rt_comm_broadcast(c->hgroup[RT_CUDA_DP], buf, N, 0)) return RT_ERR;
   if (c->hgroup[RT_CUDA_TP] && rt_comm_broadcast(c->hgroup[RT_CUDA_TP], buf, N, 0)) return RT_ERR;
   memcpy(id, buf, sizeof *id);
@@ -219,11 +221,15 @@ static int nccl_open(RtCuda *c) {
   ncclUniqueId id;
   if (share_id(c, &id)) return RT_ERR;
   NC_CHECK(c, ncclCommInitRank(&c->world_comm, c->ranks, id, c->wrank), "ncclCommInitRank(world)");
-  /* tp: the ranks of one dp coordinate, by tp rank; dp: one tp coordinate, by dp rank */
-  NC_CHECK(c, ncclCommSplit(c->world_comm, c->grank[RT_CUDA_DP], c->grank[RT_CUDA_TP],
-                            &c->gcomm[RT_CUDA_TP], NULL), "ncclCommSplit(tp)");
-  NC_CHECK(c, ncclCommSplit(c->world_comm, c->grank[RT_CUDA_TP], c->grank[RT_CUDA_DP],
-                            &c->gcomm[RT_CUDA_DP], NULL), "ncclCommSplit(dp)");
+  /* every group of more than one member, split as rt_comm_mesh splits the host
+   * world (gcolor, key = the group rank): the same members in the same order.
+   * Group sizes are the same on every rank, so every rank makes the same calls. */
+  for (int g = 0; g < RT_CUDA_NGROUPS; g++) {
+    if (c->gsize[g] < 2) continue;
+    char op[64];
+    snprintf(op, sizeof op, "ncclCommSplit(%s)", rt_cuda_group_name[g]);
+    NC_CHECK(c, ncclCommSplit(c->world_comm, c->gcolor[g], c->grank[g], &c->gcomm[g], NULL), op);
+  }
   CU_CHECK(c, cudaEventCreateWithFlags(&c->pending_ev, cudaEventDisableTiming), "cudaEventCreate");
   if (pthread_create(&c->watchdog, NULL, watchdog_main, c))
     return rt_fail("rank %d: cannot start the NCCL watchdog thread", c->wrank);
@@ -240,15 +246,24 @@ int rt_cuda_open(RtCuda **out, const RtCudaSetup *s, const float *params, const 
   if (!c) return rt_fail("out of memory for the device context");
   pthread_mutex_init(&c->mu, NULL);
   c->model = s->model;
-  int tp = s->tp > 0 ? s->tp : 1, dp = s->dp > 0 ? s->dp : 1;
-  c->ranks = tp * dp;
-  c->wrank = s->tp_rank + tp * s->dp_rank;
-  c->hgroup[RT_CUDA_TP] = s->tp_group;
-  c->hgroup[RT_CUDA_DP] = s->dp_group;
-  c->grank[RT_CUDA_TP] = s->tp_rank;
-  c->grank[RT_CUDA_DP] = s->dp_rank;
-  c->gsize[RT_CUDA_TP] = tp;
-  c->gsize[RT_CUDA_DP] = dp;
+  int tp = s->tp > 0 ? s->tp : 1, dp = s->dp > 0 ? s->dp : 1, pp = s->pp > 0 ? s->pp : 1;
+  int ep = s->ep > 0 ? s->ep : 1;
+  int t = s->tp_rank, d = s->dp_rank, p = pp > 1 ? s->pp_rank : 0;
+  if (dp % ep) {
+    free(c);
+    return rt_fail("rt_cuda_open: ep %d does not divide dp %d", ep, dp);
+  }
+  c->ranks = tp * dp * pp;
+  c->wrank = t + tp * (d + dp * p);
+  /* rt_comm_mesh's groups: size, this rank's place, the split's colour */
+  RtComm *hg[RT_CUDA_NGROUPS] = {s->tp_group, s->dp_group, s->ep_group, s->ep_dp_group,
+                                 s->pp_group};
+  int sz[RT_CUDA_NGROUPS] = {tp, dp, ep, dp / ep, pp};
+  int rk[RT_CUDA_NGROUPS] = {t, d, d % ep, d / ep, p};
+  int col[RT_CUDA_NGROUPS] = {d + dp * p, t + tp * p, t + tp * (d / ep + dp / ep * p),
+                              t + tp * (d % ep + ep * p), t + tp * d};
+  for (int g = 0; g < RT_CUDA_NGROUPS; g++)
+    c->hgroup[g] = hg[g], c->gsize[g] = sz[g], c->grank[g] = rk[g], c->gcolor[g] = col[g];
   c->params_numel = s->params_numel;
   c->state_numel = s->state_numel;
   c->arena_bytes = s->arena_bytes;
@@ -304,7 +319,7 @@ void rt_cuda_close(RtCuda *c) {
   if (c->compute) cudaStreamSynchronize(c->compute);
   if (c->comm) cudaStreamSynchronize(c->comm);
 #ifdef PARC_HAVE_NCCL
-  for (int g = 0; g < 2; g++)
+  for (int g = 0; g < RT_CUDA_NGROUPS; g++)
     if (c->gcomm[g]) ncclCommDestroy(c->gcomm[g]);
   if (c->world_comm) ncclCommDestroy(c->world_comm);
   if (c->pending_ev) cudaEventDestroy(c->pending_ev);
@@ -327,6 +342,7 @@ void rt_cuda_close(RtCuda *c) {
   cudaFree(c->targets);
   cudaFree(c->scalars);
   if (c->host_stage) cudaFreeHost(c->host_stage);
+  if (c->pipe_host) cudaFreeHost(c->pipe_host);
   if (c->ready) cudaEventDestroy(c->ready);
   if (c->done) cudaEventDestroy(c->done);
   if (c->compute) cudaStreamDestroy(c->compute);
@@ -403,7 +419,8 @@ int rt_cuda_copy(RtCuda *c, float *dst, const float *src, int64_t n) {
 
 enum { OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER };
 static const char *const op_name[] = {"all_reduce", "all_gather", "reduce_scatter"};
-static const char *const group_name[] = {"tp", "dp"};
+const char *const rt_cuda_group_name[RT_CUDA_NGROUPS] = {"tp", "dp", "ep", "ep_dp", "pp"};
+#define group_name rt_cuda_group_name
 
 /* The host-staged (device-local) backend: exact, the CPU communicator's sums. */
 static int host_collective(RtCuda *c, int op, int g, const float *send, float *recv,
@@ -432,6 +449,19 @@ static int host_collective(RtCuda *c, int op, int g, const float *send, float *r
   return RT_OK;
 }
 
+#ifdef PARC_HAVE_NCCL
+int rt_cuda_watch(RtCuda *c, cudaStream_t st, const char *what) {
+  pthread_mutex_lock(&c->mu); /* the watchdog's view: this one is the latest */
+  cudaError_t e = cudaEventRecord(c->pending_ev, st);
+  c->pending = e == cudaSuccess;
+  c->pending_since = now_s();
+  snprintf(c->pending_what, sizeof c->pending_what, "%s", what);
+  pthread_mutex_unlock(&c->mu);
+  CU_CHECK(c, e, what);
+  return RT_OK;
+}
+#endif
+
 static int collective(RtCuda *c, int op, int g, const float *send, float *recv, int64_t count) {
   if (count <= 0) return RT_OK;
   if (c->gsize[g] == 1) return rt_cuda_copy(c, recv, send, count);
@@ -456,14 +486,7 @@ static int collective(RtCuda *c, int op, int g, const float *send, float *recv, 
     NC_CHECK(c, ncclReduceScatter(send, recv, n, ncclFloat, ncclSum, nc, c->comm), what);
   CU_CHECK(c, cudaEventRecord(c->done, c->comm), what);
   CU_CHECK(c, cudaStreamWaitEvent(c->compute, c->done, 0), what);
-  pthread_mutex_lock(&c->mu); /* the watchdog's view: this one is the latest */
-  cudaError_t e = cudaEventRecord(c->pending_ev, c->comm);
-  c->pending = e == cudaSuccess;
-  c->pending_since = now_s();
-  snprintf(c->pending_what, sizeof c->pending_what, "%s", what);
-  pthread_mutex_unlock(&c->mu);
-  CU_CHECK(c, e, what);
-  return RT_OK;
+  return rt_cuda_watch(c, c->comm, what);
 #else
   return rt_fail("rank %d: built without NCCL", c->wrank);
 #endif

@@ -23,6 +23,7 @@ enum {
   WS_GATHER,     /* vocab cross-entropy: the group's gathered statistics */
   WS_SORT,       /* embedding_grad: sorted ids and positions, cub scratch */
   WS_STAGE,      /* collectives: contiguous pieces of strided tensors */
+  WS_SCALARS,    /* rt_cuda_sum_scalars: the floats gathered into one vector */
   WS_COUNT
 };
 
@@ -59,12 +60,19 @@ struct RtCuda {
   void *host_stage;
   size_t host_stage_bytes;
   /* collectives */
-  RtComm *hgroup[2];         /* the harness's groups (NULL: size 1) */
-  int grank[2], gsize[2];
+  RtComm *hgroup[RT_CUDA_NGROUPS]; /* the harness's groups (NULL: size 1) */
+  int grank[RT_CUDA_NGROUPS], gsize[RT_CUDA_NGROUPS];
+  int gcolor[RT_CUDA_NGROUPS];     /* rt_comm_mesh's split: colour, key = grank */
   int use_nccl;
 #ifdef PARC_HAVE_NCCL
-  ncclComm_t world_comm, gcomm[2];
+  ncclComm_t world_comm, gcomm[RT_CUDA_NGROUPS]; /* NULL where the group has one member */
 #endif
+  /* pipelined steps (rt_cuda_pipe.cu) */
+  float *pipe_host;          /* pinned: [0] grad norm, [2 + 2k], [3 + 2k] microbatch k's
+                                loss and cross-entropy, read when the step ends */
+  int pipe_host_n, pipe_nloss, pipe_norm;
+  const RtPipeDesc *pipe_desc; /* the desc pipe_p2p was decided for */
+  int pipe_p2p;              /* 1: boundary values over NCCL send/recv; 0: host-staged */
   /* watchdog: the last collective enqueued */
   pthread_t watchdog;
   int watchdog_on;
@@ -98,6 +106,10 @@ int rt_cuda_fail_at(const RtCuda *c, const char *file, int line, const char *op,
                                                   ncclGetErrorString(e_));                  \
   } while (0)
 #endif
+#ifdef PARC_HAVE_NCCL
+/* After NCCL work enqueued on stream st: the watchdog watches it (the latest). */
+int rt_cuda_watch(RtCuda *c, cudaStream_t st, const char *what);
+#endif
 /* After a kernel launch. */
 #define LAUNCH_CHECK(c, op) CU_CHECK(c, cudaGetLastError(), op)
 
@@ -112,5 +124,7 @@ static inline unsigned rt_cuda_blocks(int64_t n, int threads) {
 void *rt_cuda_ws(RtCuda *c, int slot, size_t bytes);
 /* Host staging buffer of at least `bytes`; NULL with the error recorded. */
 void *rt_cuda_host_stage(RtCuda *c, size_t bytes);
+
+extern const char *const rt_cuda_group_name[RT_CUDA_NGROUPS]; /* "tp", "dp", ... */
 
 #endif

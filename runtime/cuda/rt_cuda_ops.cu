@@ -15,6 +15,7 @@
 
 #include "runtime/cuda/rt_cuda_impl.h"
 extern "C" {
+#include "runtime/rt_expert.h"
 #include "runtime/rt_route.h"
 }
 
@@ -476,4 +477,21 @@ extern "C" int rt_cuda_capacity_drop(RtCuda *c, int32_t *out, const int32_t *idx
       rt_capacity_drop(c->hgroup[RT_CUDA_DP], (int32_t *)o, (const int32_t *)s[0].host, N, K, E, C))
     return RT_ERR;
   return stage_out(c, out, o, F4(N * K));
+}
+
+/* ---- expert parallelism: staged through the host and rt_expert_all_to_all
+ * over the harness's group (collective: every member calls it).  x and out
+ * are both E C inner floats ([E, C, inner] one side, [El, size C, inner] the
+ * other, El size = E). ---- */
+extern "C" int rt_cuda_expert_all_to_all(RtCuda *c, int group, float *out, const float *x,
+                                         const int32_t *idx, int64_t nk, int64_t E, int64_t C,
+                                         int64_t inner, int back) {
+  int64_t n = E * C * inner;
+  Stage s[2] = {{x, F4(n), NULL}, {idx, F4(nk), NULL}};
+  void *o;
+  if (stage_in(c, s, 2, F4(n), &o) ||
+      rt_expert_all_to_all(c->hgroup[group], (float *)o, (const float *)s[0].host,
+                           (const int32_t *)s[1].host, nk, E, C, inner, back))
+    return RT_ERR;
+  return stage_out(c, out, o, F4(n));
 }

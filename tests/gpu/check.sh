@@ -17,6 +17,11 @@
 #   3. tp=2     gpt2_tiny and llama_tiny at --tp 2 on the device-local backend
 #               (2 ranks as threads sharing the one GPU, host-staged exact
 #               collectives) against the one-rank CPU losses;
+#   3b. pp=2    gpt2_tiny, llama_tiny and moe_tiny at --tp 2 --pp 2 (moe_tiny
+#               with its 2 microbatches): train_cuda on the device-local backend
+#               (4 ranks as threads on the one GPU, host-staged collectives and
+#               pipeline transfers) against train, the CPU trainer of the same
+#               layout, $STEPS steps, 1e-4 relative;
 #   4. bf16     GPT-2 small (examples/gpt2.dsl, precision = bf16) for
 #               $BENCH_STEPS steps: tokens/s and MFU against $PEAK_TFLOPS.
 # Prints a table at the end; the logs are in $WORK (and copied to $OUT when the
@@ -137,6 +142,29 @@ for model in gpt2_tiny llama_tiny; do
     > "$WORK/$name.cmp.log" 2>&1 || true
   cat "$WORK/$name.cmp.log"
   result "tp=2 $model vs 1-rank CPU" "$WORK/$name.cmp.log"
+done
+
+for cfg in gpt2_tiny llama_tiny moe_tiny:--microbatches:2; do
+  model=${cfg%%:*}
+  extra=$(echo "$cfg" | cut -s -d: -f2- | tr ':' ' ')
+  name=${model}_tp2_pp2
+  say "3b. fp32 $model at tp=2 pp=2 on the device-local backend"
+  # shellcheck disable=SC2086
+  if ! build_project "$name" "$model.dsl" "train train_cuda" --tp 2 --pp 2 $extra; then
+    tail -30 "$WORK/$name.parc.log" "$WORK/$name.build.log" 2>/dev/null
+    row "tp=2 pp=2 $model" FAIL "build failed"
+    STATUS=1
+    continue
+  fi
+  b=$WORK/$name/build
+  "$b/train" --steps "$STEPS" --log "$WORK/$name.cpu.jsonl" --quiet > "$WORK/$name.cpu.log" 2>&1 ||
+    cat "$WORK/$name.cpu.log"
+  PARC_CUDA_COMM=host PARC_CUDA_GEMM=fp32 "$b/train_cuda" --steps "$STEPS" \
+    --log "$WORK/$name.gpu.jsonl" --quiet > "$WORK/$name.gpu.log" 2>&1 || cat "$WORK/$name.gpu.log"
+  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/$name.cpu.jsonl" "$WORK/$name.gpu.jsonl" 1e-4 \
+    > "$WORK/$name.cmp.log" 2>&1 || true
+  cat "$WORK/$name.cmp.log"
+  result "tp=2 pp=2 $model vs CPU tp=2 pp=2" "$WORK/$name.cmp.log"
 done
 
 say "4. bf16 GPT-2 small: $BENCH_STEPS steps"

@@ -126,7 +126,31 @@ static void test_log_errors(void) {
   if (f) fclose(f);
 }
 
+/* The MoE routing text (exact) and record: cut text still reports its length. */
+static void test_moe(void) {
+  const double t0[] = {30, 34, 32, 32}, t1[] = {31, 33, 20, 32};
+  RtMoeLayerStats l[2] = {{0, 4, t0, 0, 0.0201}, {1, 4, t1, 12, 0.02}};
+  char b[256];
+  int n = rt_moe_format(b, sizeof b, l, 2);
+  const char *want = "moe L0 tok 30/34/32/32 drop 0 aux 0.0201 | L1 tok 31/33/20/32 drop 12 aux 0.02";
+  CHECK(!strcmp(b, want) && n == (int)strlen(want));
+  CHECK(rt_moe_format(b, 10, l, 2) == n && strlen(b) == 9 && !strncmp(b, want, 9));
+  RtLog *log;
+  CHECK_OK(rt_log_open(&log, "rt_log_moe.jsonl", 0));
+  if (!log) return;
+  RtStepStats s = {.step = 3, .loss = 1, .mfu = -1};
+  CHECK_OK(rt_log_step_moe(log, &s, NULL, NULL, 0, l, 2));
+  CHECK_OK(rt_log_close(log));
+  FILE *f = fopen("rt_log_moe.jsonl", "rb");
+  char line[1024] = "";
+  CHECK(f && fgets(line, sizeof line, f) && fgets(line, sizeof line, f));
+  CHECK(strstr(line, "\"moe\":[{\"layer\":0,\"tokens\":[30,34,32,32],\"dropped\":0,"
+                     "\"aux\":0.0201},{\"layer\":1,") != NULL);
+  if (f) fclose(f);
+}
+
 int main(void) {
+  test_moe();
   test_hms();
   test_format();
   test_progress_output();

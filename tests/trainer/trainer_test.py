@@ -38,7 +38,14 @@ CASE is one of:
                              ep 2, tp 2 dp 4 ep 4), dropless and at capacity 1.0, equals
                              one rank (20-step losses 1e-4, step-1 gradients 1e-5
                              relative L2); checkpoints resume ep 2 -> 1x1 and 1x1 -> ep 4;
-                             --init / --save-weights under ep; mpirun equals threads
+                             --init / --save-weights under ep; mpirun equals threads;
+                             with microbatches = 2 (routing per microbatch), pp 2,
+                             pp 2 x dp 2, pp 2 x tp 2 and dp 2 equal the one-rank
+                             trainer with the same microbatches (which differs from
+                             microbatches = 1); --pp 2 without microbatches is refused;
+                             the log's per-layer routing (kept choices per expert,
+                             dropped, aux loss) adds up to tokens * top_k and equals
+                             one rank's on every layout at step 0
   mesh_gpt2, mesh_llama      trainers for every tp x dp with tp, dp in {1, 2, 4} and
                              tp*dp <= 8 train the same model as one rank from the
                              same seed: 20 steps, losses within 1e-4 relative,
@@ -211,6 +218,21 @@ elif case == "moe":
         sys.exit(f"FAIL: MoE loss {got[0]['loss']} -> {got[-1]['loss']}")
     print(f"moe: loss {got[0]['loss']:.4f} -> {got[-1]['loss']:.4f}")
 elif case == "mesh_moe":
+    def check_moe_log(rows, ref, tag, choices=4 * 16 * 2):
+        """Every step logs each MoE layer's routing: kept choices per expert
+        adding up to tokens * top_k minus the dropped ones; step 0 equals the
+        one-rank run's (the counts exactly, the aux loss to 1e-5)."""
+        for r in rows:
+            if len(r.get("moe", [])) != 2:
+                sys.exit(f"FAIL {tag} step {r['step']}: moe record {r.get('moe')}")
+            for l in r["moe"]:
+                if len(l["tokens"]) != 4 or sum(l["tokens"]) + l["dropped"] != choices:
+                    sys.exit(f"FAIL {tag} step {r['step']} layer {l['layer']}: kept "
+                             f"{l['tokens']} + dropped {l['dropped']} != {choices} choices")
+        for a, b in zip(rows[0]["moe"], ref[0]["moe"]):
+            if a["tokens"] != b["tokens"] or a["dropped"] != b["dropped"] or \
+                    rel(a["aux"], b["aux"]) > 1e-5:
+                sys.exit(f"FAIL {tag} step 0 layer {a['layer']}: routing {a}, one rank {b}")
     # MoE under dp, tp and ep (routing statistics all-reduced over dp, experts
     # replicated over tp or split over ep consecutive dp ranks, dispatched slots
     # moved to their experts' ranks and back by all-to-all; with a capacity
@@ -227,6 +249,9 @@ elif case == "mesh_moe":
         grads1 = os.path.join(work, f"grads_r1_{cap}.safetensors")
         exes[(1, 1, 1, cap)] = build("moe_tiny", defines, f"r1_{cap}")
         ref = train(exes[(1, 1, 1, cap)], *const, "--save-grads", grads1)
+        check_moe_log(ref, ref, f"r1_{cap}")
+        if cap == "1.0" and not any(l["dropped"] for r in ref for l in r["moe"]):
+            sys.exit("FAIL: capacity 1.0 dropped no choice in 20 steps (the test sees no drops)")
         for tp, dp, ep in layouts:
             tag = f"r{tp}x{dp}" + (f"_ep{ep}" if ep > 1 else "") + f"_{cap}"
             flags = ["--tp", str(tp), "--dp", str(dp)] + (["--ep", str(ep)] if ep > 1 else [])
@@ -235,6 +260,7 @@ elif case == "mesh_moe":
             got = train(exe, *const, "--save-grads", grads)
             if len(got) != len(ref):
                 sys.exit(f"FAIL {tag}: {len(got)} steps logged")
+            check_moe_log(got, ref, tag)
             e, name = grads_rel_l2(grads1, grads)
             worst_grad = max(worst_grad, e)
             if e > 1e-5:
@@ -244,6 +270,42 @@ elif case == "mesh_moe":
                 if rel(g["loss"], r["loss"]) > 1e-4 or rel(g["grad_norm"], r["grad_norm"]) > 1e-3:
                     sys.exit(f"FAIL {tag} step {r['step']}: loss {g['loss']} grad_norm "
                              f"{g['grad_norm']}, one rank {r['loss']} {r['grad_norm']}")
+    # microbatches are part of a routed model (aux statistics and capacity per
+    # microbatch): with microbatches = 2 the one-rank trainer accumulates over two
+    # routed halves, and pipelines (pp 2, pp 2 x dp 2, pp 2 x tp 2) and dp 2 with
+    # the same microbatches equal it, each microbatch being the same global rows
+    worst_pp = worst_pp_grad = 0.0
+    for cap in ("0.0", "1.0"):
+        defines = MOE + ["-D", f"capacity={cap}", "-D", "microbatches=2"]
+        grads_m = os.path.join(work, f"grads_m2_{cap}.safetensors")
+        ref = train(build("moe_tiny", defines, f"m2_{cap}"), *const, "--save-grads", grads_m)
+        one = train(exes[(1, 1, 1, cap)], *const)
+        if max(rel(a["loss"], b["loss"]) for a, b in zip(ref, one)) < 1e-6:
+            sys.exit(f"FAIL: capacity {cap}: microbatches = 2 trains the same losses as 1 "
+                     "(the one-rank trainer ignores them)")
+        for pp, tp, dp in ((2, 1, 1), (2, 1, 2), (2, 2, 1), (1, 1, 2)):
+            tag = f"pp{pp}_tp{tp}_dp{dp}_m2_{cap}"
+            grads = os.path.join(work, f"grads_{tag}.safetensors")
+            exe = build("moe_tiny", defines, tag,
+                        ["--pp", str(pp), "--tp", str(tp), "--dp", str(dp)])
+            got = train(exe, *const, "--save-grads", grads)
+            if len(got) != len(ref):
+                sys.exit(f"FAIL {tag}: {len(got)} steps logged")
+            check_moe_log(got, ref, tag)
+            e, name = grads_rel_l2(grads_m, grads)
+            worst_pp_grad = max(worst_pp_grad, e)
+            if e > 1e-5:
+                sys.exit(f"FAIL {tag}: step-1 gradient of {name} differs by {e:.2e} (relative L2)")
+            for r, g in zip(ref, got):
+                worst_pp = max(worst_pp, rel(g["loss"], r["loss"]))
+                if rel(g["loss"], r["loss"]) > 1e-4:
+                    sys.exit(f"FAIL {tag} step {r['step']}: loss {g['loss']}, one rank with "
+                             f"microbatches = 2 {r['loss']}")
+    # a routed model's microbatches are never defaulted to --pp
+    r = subprocess.run([parc, os.path.join(src, "examples", "moe_tiny.dsl"), "--pp", "2",
+                        "-o", os.path.join(work, "refused"), *MOE], capture_output=True, text=True)
+    if r.returncode != 1 or "microbatches" not in r.stderr or len(r.stderr.splitlines()) != 1:
+        sys.exit(f"FAIL: moe_tiny --pp 2 with microbatches = 1: exit {r.returncode}, {r.stderr}")
     # the report counts the expert all-to-alls for ep 2: per MoE layer the dispatch
     # and the combine, each way (2 layers: 8)
     import re
@@ -296,7 +358,9 @@ elif case == "mesh_moe":
           f"ep 4, tp 2 dp 2 ep 2, tp 2 dp 4 ep 4), dropless and capacity 1.0, equals one "
           f"rank over 20 steps (worst loss difference {worst:.1e}, step-1 gradients "
           f"{worst_grad:.1e} relative L2); resumes tp 2 dp 2 ep 2 -> 1x1 and 1x1 -> dp 4 "
-          f"ep 4; --init / --save-weights under dp 4 ep 2; {note}")
+          f"ep 4; --init / --save-weights under dp 4 ep 2; {note}; with microbatches = 2, "
+          f"pp 2, pp 2 x dp 2, pp 2 x tp 2 and dp 2 equal one rank (losses {worst_pp:.1e}, "
+          f"step-1 gradients {worst_pp_grad:.1e})")
 elif case == "mesh_sp":
     # sequence parallelism: --sp trainers equal the one-rank trainer; a vocabulary
     # tp does not divide is padded (masked logits) and saved unpadded

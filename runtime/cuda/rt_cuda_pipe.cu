@@ -1,0 +1,378 @@
+/* runtime/cuda/rt_cuda_pipe.cu -- pipelined steps on the device: rt_pipe_step
+ * (runtime/rt_pipe.c) with the arena slots, the gradient accumulator and the
+ * boundary values in device memory.  See rt_cuda.h (rt_cuda_pipe_step).
+ *
+ * Invariants shared with rt_pipe.c (so train_cuda and train agree):
+ *   - the arena is `slots` slots of slot_bytes, then the accumulator (room for
+ *     the largest stage's parameters, 64-byte rounded), then two scratch
+ *     vectors of shared_max floats; microbatch mb runs on slot mb % slots;
+ *   - actions run in the stage's list order, all on the compute stream; a
+ *     schedule without W actions runs wgt right after bwd;
+ *   - the accumulator is summed over dp, then each shared parameter's parts
+ *     are summed in stage order on every holder (the same additions on each:
+ *     the same bits), then scaled by the float 1 / (M dp);
+ *   - the loss is the double sum of the microbatches' losses in action order
+ *     over M, summed over pp (only the last chunk's stage adds a non-zero). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cuda/rt_cuda_impl.h"
+
+#define PIPE_BLOCK 256
+
+__global__ void __launch_bounds__(PIPE_BLOCK) acc_kernel(float *dst, const float *src, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] += src[i];
+}
+
+__global__ void __launch_bounds__(PIPE_BLOCK) scale_kernel(float *x, float s, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    x[i] *= s;
+}
+
+extern "C" int rt_cuda_zero(RtCuda *c, float *x, int64_t n) {
+  if (n <= 0) return RT_OK;
+  CU_CHECK(c, cudaMemsetAsync(x, 0, (size_t)n * 4, c->compute), "zero");
+  return RT_OK;
+}
+
+extern "C" int rt_cuda_acc(RtCuda *c, float *dst, const float *src, int64_t n) {
+  if (n <= 0) return RT_OK;
+  acc_kernel<<<rt_cuda_blocks(n, PIPE_BLOCK), PIPE_BLOCK, 0, c->compute>>>(dst, src, n);
+  LAUNCH_CHECK(c, "gradient accumulation");
+  return RT_OK;
+}
+
+static int scale(RtCuda *c, float *x, float s, int64_t n) {
+  if (n <= 0) return RT_OK;
+  scale_kernel<<<rt_cuda_blocks(n, PIPE_BLOCK), PIPE_BLOCK, 0, c->compute>>>(x, s, n);
+  LAUNCH_CHECK(c, "gradient scaling");
+  return RT_OK;
+}
+
+extern "C" int rt_cuda_sum_scalars(RtCuda *c, int group, float *const *x, int n) {
+  if (n <= 0 || c->gsize[group] < 2) return RT_OK;
+  float *v = (float *)rt_cuda_ws(c, WS_SCALARS, (size_t)n * 4);
+  if (!v) return RT_ERR;
+  for (int i = 0; i < n; i++)
+    if (rt_cuda_copy(c, v + i, x[i], 1)) return RT_ERR;
+  if (rt_cuda_all_reduce(c, group, v, v, n)) return RT_ERR;
+  for (int i = 0; i < n; i++)
+    if (rt_cuda_copy(c, x[i], v + i, 1)) return RT_ERR;
+  return RT_OK;
+}
+
+/* The pinned result buffer for M microbatches (grown once, before any copy). */
+static int pipe_host(RtCuda *c, int M) {
+  int need = 2 + 2 * M;
+  if (c->pipe_host_n >= need) return RT_OK;
+  if (c->pipe_host) CU_CHECK(c, cudaFreeHost(c->pipe_host), "cudaFreeHost");
+  c->pipe_host = NULL;
+  c->pipe_host_n = 0;
+  CU_CHECK(c, cudaMallocHost((void **)&c->pipe_host, (size_t)need * 4), "cudaMallocHost");
+  c->pipe_host_n = need;
+  return RT_OK;
+}
+
+extern "C" int rt_cuda_pipe_loss(RtCuda *c, const float *loss, const float *ce) {
+  int k = c->pipe_nloss;
+  if (!c->pipe_host || 3 + 2 * k >= c->pipe_host_n)
+    return rt_fail("rank %d: rt_cuda_pipe_loss outside rt_cuda_pipe_step, or more losses than "
+                   "microbatches", c->wrank);
+  float *h = c->pipe_host + 2 + 2 * k;
+  CU_CHECK(c, cudaMemcpyAsync(h, loss, 4, cudaMemcpyDeviceToHost, c->compute), "read a loss");
+  CU_CHECK(c, cudaMemcpyAsync(h + 1, ce ? ce : loss, 4, cudaMemcpyDeviceToHost, c->compute),
+           "read a loss");
+  c->pipe_nloss = k + 1;
+  return RT_OK;
+}
+
+extern "C" int rt_cuda_pipe_norm(RtCuda *c, const float *grad_norm) {
+  if (!c->pipe_host) return rt_fail("rank %d: rt_cuda_pipe_norm outside rt_cuda_pipe_step", c->wrank);
+  c->pipe_norm = grad_norm != NULL;
+  if (grad_norm)
+    CU_CHECK(c, cudaMemcpyAsync(c->pipe_host, grad_norm, 4, cudaMemcpyDeviceToHost, c->compute),
+             "read the gradient norm");
+  return RT_OK;
+}
+
+/* ---- point to point over the pp group ---- */
+
+/* Host-staged: the device value to the host and rt_comm_send (buffered), or
+ * rt_comm_recv and to the device.  Synchronous: the stage buffer is reused. */
+static int host_p2p(RtCuda *c, int send, float *x, int64_t n, int peer, int tag) {
+  if (n <= 0) return RT_OK;
+  float *h = (float *)rt_cuda_host_stage(c, (size_t)n * 4);
+  if (!h) return RT_ERR;
+  RtComm *g = c->hgroup[RT_CUDA_PP];
+  if (!g) return rt_fail("rank %d: a pipeline transfer without a pp group", c->wrank);
+  if (send) {
+    CU_CHECK(c, cudaMemcpyAsync(h, x, (size_t)n * 4, cudaMemcpyDeviceToHost, c->compute),
+             "stage a pipeline send");
+    CU_CHECK(c, cudaStreamSynchronize(c->compute), "stage a pipeline send");
+    return rt_comm_send(g, h, n, peer, tag);
+  }
+  if (rt_comm_recv(g, h, n, peer, tag)) return RT_ERR;
+  CU_CHECK(c, cudaMemcpyAsync(x, h, (size_t)n * 4, cudaMemcpyHostToDevice, c->compute),
+           "unstage a pipeline receive");
+  CU_CHECK(c, cudaStreamSynchronize(c->compute), "unstage a pipeline receive");
+  return RT_OK;
+}
+
+/* The boundary values of transfer action a (RT_PIPE_SEND_ACT ... RECV_GRAD):
+ * its list, count, peer stage, tag (rt_pipe.h's) and direction. */
+typedef struct {
+  const RtPipeValue *v;
+  int n, peer, tag, send;
+} Xfer;
+
+static Xfer xfer_of(const RtPipeDesc *p, const RtPipeAction *a) {
+  int c = a->chunk, mb = a->mb, P = p->stages, M = p->microbatches;
+  Xfer x = {NULL, 0, 0, 0, 0};
+  switch ((RtPipeKind)a->kind) {
+  case RT_PIPE_SEND_ACT:
+    x = (Xfer){p->act[c], p->nact[c], (c + 1) % P, (c * M + mb) * 2, 1};
+    break;
+  case RT_PIPE_RECV_ACT:
+    x = (Xfer){p->act[c - 1], p->nact[c - 1], (c - 1) % P, ((c - 1) * M + mb) * 2, 0};
+    break;
+  case RT_PIPE_SEND_GRAD:
+    x = (Xfer){p->grad[c - 1], p->ngrad[c - 1], (c - 1) % P, ((c - 1) * M + mb) * 2 + 1, 1};
+    break;
+  case RT_PIPE_RECV_GRAD:
+    x = (Xfer){p->grad[c], p->ngrad[c], (c + 1) % P, (c * M + mb) * 2 + 1, 0};
+    break;
+  default:
+    break;
+  }
+  return x;
+}
+
+static int is_xfer(const RtPipeAction *a) {
+  return a->kind >= RT_PIPE_SEND_ACT && a->kind <= RT_PIPE_RECV_GRAD;
+}
+
+/* 1 if NCCL's rendezvous point-to-point runs every stage's list without a
+ * deadlock when each run of consecutive transfer actions is one NCCL group
+ * (ncclGroupStart .. End, enqueued together).  Simulates every stage: an
+ * operation completes once it and its partner are both posted (in their
+ * stages' current groups), and NCCL's matching order holds (between two
+ * stages, the k-th send meets the k-th receive: each operation must be the
+ * first pending one of its stage towards that peer and direction, and its
+ * partner must carry the same tag); a group ends when all its operations
+ * have completed.  Every rank computes the same answer from the same desc. */
+static int rendezvous_safe(const RtPipeDesc *p) {
+  int P = p->stages, total = 0, ok = 1;
+  for (int s = 0; s < P; s++) total += p->nactions[s];
+  int *pos = (int *)calloc((size_t)P, sizeof(int));
+  unsigned char *done = (unsigned char *)calloc((size_t)total + 1, 1);
+  int *base = (int *)calloc((size_t)P + 1, sizeof(int));
+  if (!pos || !done || !base) {
+    free(pos), free(done), free(base);
+    return 0;
+  }
+  for (int s = 0; s < P; s++) base[s + 1] = base[s] + p->nactions[s];
+  for (;;) {
+    int progress = 0, finished = 1;
+    for (int s = 0; s < P; s++) { /* compute runs freely */
+      while (pos[s] < p->nactions[s] && !is_xfer(&p->actions[s][pos[s]])) pos[s]++, progress = 1;
+      finished &= pos[s] == p->nactions[s];
+    }
+    if (finished) break;
+    for (int s = 0; s < P; s++) { /* match the posted operations */
+      for (int i = pos[s]; i < p->nactions[s] && is_xfer(&p->actions[s][i]); i++) {
+        if (done[base[s] + i]) continue;
+        Xfer x = xfer_of(p, &p->actions[s][i]);
+        if (!x.send) continue; /* matched from the sender's side */
+        /* the first pending send of s to x.peer */
+        int first = 1;
+        for (int j = pos[s]; j < i && first; j++) {
+          Xfer y = xfer_of(p, &p->actions[s][j]);
+          if (!done[base[s] + j] && y.send && y.peer == x.peer) first = 0;
+        }
+        if (!first) continue;
+        /* the peer's first pending receive from s, in its current group */
+        int q = x.peer;
+        for (int j = pos[q]; j < p->nactions[q] && is_xfer(&p->actions[q][j]); j++) {
+          Xfer y = xfer_of(p, &p->actions[q][j]);
+          if (done[base[q] + j] || y.send || y.peer != s) continue;
+          if (y.tag == x.tag && y.n == x.n) {
+            done[base[s] + i] = done[base[q] + j] = 1;
+            progress = 1;
+          }
+          break;
+        }
+      }
+    }
+    for (int s = 0; s < P; s++) { /* groups whose operations all completed end */
+      int e = pos[s], all = 1;
+      while (e < p->nactions[s] && is_xfer(&p->actions[s][e])) all &= done[base[s] + e++];
+      if (e > pos[s] && all) pos[s] = e, progress = 1;
+    }
+    if (!progress) {
+      ok = 0;
+      break;
+    }
+  }
+  free(pos), free(done), free(base);
+  return ok;
+}
+
+/* Runs the transfer actions [i, end) of stage s's list, one NCCL group, or one
+ * by one through the host. */
+static int transfers(RtCuda *c, const RtPipeDesc *p, int s, int i, int end, char *base) {
+  if (!c->pipe_p2p) {
+    for (; i < end; i++) {
+      const RtPipeAction *a = &p->actions[s][i];
+      Xfer x = xfer_of(p, a);
+      char *slot = base + (int64_t)(a->mb % p->slots) * p->slot_bytes;
+      for (int k = 0; k < x.n; k++)
+        if (host_p2p(c, x.send, (float *)(void *)(slot + x.v[k].offset), x.v[k].count, x.peer,
+                     x.tag))
+          return RT_ERR;
+    }
+    return RT_OK;
+  }
+#ifdef PARC_HAVE_NCCL
+  char what[160];
+  snprintf(what, sizeof what, "pipeline transfers (%d actions) over group pp (%d stages)",
+           end - i, p->stages);
+  ncclComm_t nc = c->gcomm[RT_CUDA_PP];
+  NC_CHECK(c, ncclGroupStart(), what);
+  for (; i < end; i++) {
+    const RtPipeAction *a = &p->actions[s][i];
+    Xfer x = xfer_of(p, a);
+    char *slot = base + (int64_t)(a->mb % p->slots) * p->slot_bytes;
+    for (int k = 0; k < x.n; k++) {
+      void *ptr = slot + x.v[k].offset; /* f32 or i32: 4-byte words, moved as they are */
+      size_t cnt = (size_t)x.v[k].count;
+      if (x.send) NC_CHECK(c, ncclSend(ptr, cnt, ncclFloat, x.peer, nc, c->compute), what);
+      else NC_CHECK(c, ncclRecv(ptr, cnt, ncclFloat, x.peer, nc, c->compute), what);
+    }
+  }
+  NC_CHECK(c, ncclGroupEnd(), what);
+  return rt_cuda_watch(c, c->compute, what);
+#else
+  (void)s, (void)base;
+  return rt_fail("rank %d: built without NCCL", c->wrank);
+#endif
+}
+
+/* Shared parameter j's gradient: the parts of its holders summed in stage
+ * order into g + off[s] (sum and part: the arena's two scratch vectors). */
+static int shared_sum(RtCuda *c, const RtPipeDesc *p, int j, int s, float *g, float *sum,
+                      float *part) {
+  const int64_t *sh = p->shared + (int64_t)j * (p->stages + 1), n = sh[0], *off = sh + 1;
+  int tag = p->chunks * p->microbatches * 2 + j, holders = 0, other = -1;
+  if (off[s] < 0) return RT_OK;
+  for (int k = 0; k < p->stages; k++)
+    if (off[k] >= 0) holders++, other = k != s ? k : other;
+  if (holders < 2) return RT_OK;
+#ifdef PARC_HAVE_NCCL
+  if (c->pipe_p2p && holders == 2) { /* one group: send mine, receive the other's */
+    char what[128];
+    snprintf(what, sizeof what, "shared parameter %d's gradient (%lld floats) over group pp", j,
+             (long long)n);
+    ncclComm_t nc = c->gcomm[RT_CUDA_PP];
+    NC_CHECK(c, ncclGroupStart(), what);
+    NC_CHECK(c, ncclSend(g + off[s], (size_t)n, ncclFloat, other, nc, c->compute), what);
+    NC_CHECK(c, ncclRecv(part, (size_t)n, ncclFloat, other, nc, c->compute), what);
+    NC_CHECK(c, ncclGroupEnd(), what);
+    if (rt_cuda_watch(c, c->compute, what)) return RT_ERR;
+  } else
+#endif
+  {
+    /* host-staged: every part to the other holders first (buffered sends),
+     * then the others' parts one by one into part */
+    for (int k = 0; k < p->stages; k++)
+      if (k != s && off[k] >= 0 && host_p2p(c, 1, g + off[s], n, k, tag)) return RT_ERR;
+  }
+  int first = 1;
+  for (int k = 0; k < p->stages; k++) {
+    if (off[k] < 0) continue;
+    const float *x = g + off[s];
+    if (k != s) {
+      if (!(c->pipe_p2p && holders == 2) && host_p2p(c, 0, part, n, k, tag)) return RT_ERR;
+      x = part;
+    }
+    if (first ? rt_cuda_copy(c, sum, x, n) : rt_cuda_acc(c, sum, x, n)) return RT_ERR;
+    first = 0;
+  }
+  return rt_cuda_copy(c, g + off[s], sum, n);
+}
+
+extern "C" int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p) {
+  int s = c->grank[RT_CUDA_PP], M = p->microbatches;
+  if (s < 0 || s >= p->stages || c->gsize[RT_CUDA_PP] != p->stages)
+    return rt_fail("rank %d: pipeline: stage %d of %d, the device context has %d", c->wrank, s,
+                   p->stages, c->gsize[RT_CUDA_PP]);
+  if (c->pipe_desc != p) { /* decided once: the same on every rank */
+    c->pipe_desc = p;
+    c->pipe_p2p = c->use_nccl && p->stages > 1 && rendezvous_safe(p);
+  }
+  if (pipe_host(c, M)) return RT_ERR;
+  c->pipe_nloss = 0;
+  c->pipe_norm = 0;
+  int64_t gmax = 0, gn = p->grad_numel[s];
+  for (int k = 0; k < p->stages; k++)
+    if (p->grad_numel[k] > gmax) gmax = p->grad_numel[k];
+  char *base = c->arena;
+  float *g = (float *)(void *)(base + (int64_t)p->slots * p->slot_bytes);
+  float *sum = g + (gmax * 4 + 63) / 64 * 16, *part = sum + (p->shared_max * 4 + 63) / 64 * 16;
+  if (rt_cuda_zero(c, g, gn)) return RT_ERR;
+  /* the generated stage functions see device memory only */
+  RtStepIO d = *io;
+  d.params = c->params;
+  d.state = c->state;
+  d.gacc = g;
+  d.grads = NULL;
+  d.trace = NULL;
+  for (int i = 0; i < p->nactions[s];) {
+    const RtPipeAction *a = &p->actions[s][i];
+    if (is_xfer(a)) {
+      int end = i;
+      while (end < p->nactions[s] && is_xfer(&p->actions[s][end])) end++;
+      if (transfers(c, p, s, i, end, base)) return RT_ERR;
+      i = end;
+      continue;
+    }
+    int ch = a->chunk, mb = a->mb;
+    d.arena = base + (int64_t)(mb % p->slots) * p->slot_bytes;
+    d.tokens = c->tokens + (int64_t)mb * p->mb_tokens;
+    d.targets = c->targets + (int64_t)mb * p->mb_tokens;
+    int rc = a->kind == RT_PIPE_F   ? p->fwd[ch](&d)
+             : a->kind == RT_PIPE_W ? p->wgt[ch](&d)
+                                    : p->bwd[ch](&d);
+    if (!rc && a->kind == RT_PIPE_B && !p->split_w) rc = p->wgt[ch](&d);
+    if (rc) return RT_ERR;
+    i++;
+  }
+  int dp = c->gsize[RT_CUDA_DP];
+  if (dp > 1 && rt_cuda_all_reduce(c, RT_CUDA_DP, g, g, gn)) return RT_ERR;
+  for (int j = 0; j < p->nshared; j++)
+    if (shared_sum(c, p, j, s, g, sum, part)) return RT_ERR;
+  if (scale(c, g, 1.0f / (float)((int64_t)M * dp), gn)) return RT_ERR;
+  if (io->grads && gn && rt_cuda_to_host(c, io->grads, g, gn)) return RT_ERR;
+  d.arena = base;
+  d.tokens = c->tokens;
+  d.targets = c->targets;
+  if (p->optimizer[s](&d)) return RT_ERR;
+  CU_CHECK(c, cudaStreamSynchronize(c->compute), "the pipelined step (an earlier kernel, copy "
+           "or transfer failed)");
+  /* the loss: the last stage's mean over microbatches, on every stage */
+  double loss = 0, ce = 0;
+  for (int k = 0; k < c->pipe_nloss; k++) loss += c->pipe_host[2 + 2 * k], ce += c->pipe_host[3 + 2 * k];
+  float both[2] = {0, 0};
+  if (s == (p->chunks - 1) % p->stages) {
+    if (c->pipe_nloss != M)
+      return rt_fail("rank %d: pipeline: %d losses for %d microbatches", c->wrank, c->pipe_nloss, M);
+    both[0] = (float)(loss / M), both[1] = (float)(ce / M);
+  }
+  if (p->stages > 1 && rt_comm_all_reduce(c->hgroup[RT_CUDA_PP], both, both, 2)) return RT_ERR;
+  io->loss = both[0];
+  io->ce_loss = both[1];
+  io->grad_norm = c->pipe_norm ? c->pipe_host[0] : 0.0f;
+  return RT_OK;
+}
