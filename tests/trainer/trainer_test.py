@@ -137,6 +137,44 @@ def grads_rel_l2(ref_path, got_path):
             worst, where = e, name
     return worst, where
 
+MPI_RUNS = [0]
+
+def mpi_equals_threads(tag, exe, np, args, threads=None, extra=()):
+    """Runs exe as np MPI processes (mpirun) with args (+ extra) and requires the losses
+    of `threads`, a run of exe with args on the thread backend (made here when None),
+    bit for bit.  Returns False, having run nothing, where there is no mpirun.
+    OpenMPI's own allocations are not LeakSanitizer-clean: under an ASan build of parc,
+    leak checking is off for the MPI processes (ours are checked elsewhere)."""
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        return False
+    if threads is None:
+        threads = train(exe, *args)
+    MPI_RUNS[0] += 1
+    log = os.path.join(work, f"mpi_{MPI_RUNS[0]}.jsonl")
+    env = dict(os.environ)
+    env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":detect_leaks=0").lstrip(":")
+    run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(np), exe, "--quiet",
+         "--log", log, *extra, *args], env=env)
+    mpi = [r["loss"] for r in (json.loads(l) for l in open(log)) if "step" in r]
+    if not mpi or mpi != [r["loss"] for r in threads]:
+        sys.exit(f"FAIL {tag}: mpirun -np {np} losses {mpi} differ from the threads "
+                 f"backend's {[r['loss'] for r in threads]}")
+    return True
+
+def resumes_like(tag, first, then, args, ref, ck):
+    """10 steps of trainer `first` saved to checkpoint ck, then `then` resuming it up to
+    the end of args (which end with --steps N): every loss within 1e-4 relative of the
+    straight run ref."""
+    shutil.rmtree(ck, ignore_errors=True)
+    half = train(first, *args[:-1], "10", "--save", ck)
+    rest = train(then, *args, "--resume", ck)
+    if len(half + rest) != len(ref):
+        sys.exit(f"FAIL resume {tag}: {len(half)} + {len(rest)} steps, {len(ref)} straight")
+    for r, g in zip(ref, half + rest):
+        if rel(g["loss"], r["loss"]) > 1e-4:
+            sys.exit(f"FAIL resume {tag} step {r['step']}: {g['loss']} vs {r['loss']}")
+
 def torch_ok():
     return os.path.exists(ORACLE_PY) and subprocess.run(
         [ORACLE_PY, "-c", "import torch"], capture_output=True).returncode == 0
@@ -320,12 +358,7 @@ elif case == "mesh_moe":
     ck = os.path.join(work, "ckpt")
     for first, then, what in (((2, 2, 2), (1, 1, 1), "tp 2 dp 2 ep 2 -> 1x1"),
                               ((1, 1, 1), (1, 4, 4), "1x1 -> dp 4 ep 4")):
-        shutil.rmtree(ck, ignore_errors=True)
-        half = train(exes[(*first, cap)], *const[:-1], "10", "--save", ck)
-        rest = train(exes[(*then, cap)], *const, "--resume", ck)
-        for r, g in zip(ref, half + rest):
-            if rel(g["loss"], r["loss"]) > 1e-4:
-                sys.exit(f"FAIL resume {what} step {r['step']}: {g['loss']} vs {r['loss']}")
+        resumes_like(what, exes[(*first, cap)], exes[(*then, cap)], const, ref, ck)
     w1, w42 = os.path.join(work, "w_r1.safetensors"), os.path.join(work, "w_ep.safetensors")
     train(exes[(1, 1, 1, cap)], *const, "--save-weights", w1)
     a = train(exes[(1, 1, 1, cap)], *const, "--init", w1)
@@ -338,21 +371,8 @@ elif case == "mesh_moe":
     if e > 1e-4:
         sys.exit(f"FAIL --save-weights under dp 4 ep 2: {name} differs by {e:.2e} (relative L2)")
     # the dp 4 ep 2 trainer as 4 MPI processes gives the same bits as 4 threads
-    mpirun = shutil.which("mpirun")
     note = "no mpirun: MPI run skipped"
-    if mpirun:
-        exe = exes[(1, 4, 2, cap)]
-        threads = train(exe, *const)
-        log = os.path.join(work, "mpi.jsonl")
-        # OpenMPI's own allocations are not LeakSanitizer-clean (see mesh_gpt2)
-        env = dict(os.environ)
-        env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":detect_leaks=0").lstrip(":")
-        run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4", exe, "--quiet",
-             "--log", log, *const], env=env)
-        mpi = [json.loads(l) for l in open(log) if '"step"' in l]
-        if [r["loss"] for r in mpi] != [r["loss"] for r in threads]:
-            sys.exit(f"FAIL: dp 4 ep 2 under mpirun -np 4: losses {[r['loss'] for r in mpi]} "
-                     f"differ from the threads backend's {[r['loss'] for r in threads]}")
+    if mpi_equals_threads("dp 4 ep 2", exes[(1, 4, 2, cap)], 4, const):
         note = "mpirun -np 4 equals 4 threads bit for bit (dp 4 ep 2)"
     print(f"moe_tiny at tp x dp 2x1 1x2 2x2 1x4 2x4 and with ep (dp 2 ep 2, dp 4 ep 2, dp 4 "
           f"ep 4, tp 2 dp 2 ep 2, tp 2 dp 4 ep 4), dropless and capacity 1.0, equals one "
@@ -455,39 +475,16 @@ elif case == "mesh_zero":
                 sys.exit(f"FAIL {model} zero tp {tp} dp {dp}: dp collectives {comm}")
         # layout-free checkpoints: 10 steps under zero 1 x dp 2, then 10 more on one rank
         ck = os.path.join(work, f"{model}_ckpt")
-        half = train(os.path.join(work, f"{model}_z1x2", "build", "train"), *const[:-1], "10",
-                     "--save", ck)
-        rest = train(one, *const, "--resume", ck)
-        for r, g in zip(ref, half + rest):
-            if rel(g["loss"], r["loss"]) > 1e-4:
-                sys.exit(f"FAIL {model} resume zero 1x2 -> 1x1 step {r['step']}: {g['loss']} "
-                         f"vs {r['loss']}")
+        resumes_like(f"{model} zero 1x2 -> 1x1",
+                     os.path.join(work, f"{model}_z1x2", "build", "train"), one, const, ref, ck)
         # and the other way: saved on one rank, resumed under zero 2x4
-        ck1 = os.path.join(work, f"{model}_ckpt1")
-        half = train(one, *const[:-1], "10", "--save", ck1)
-        rest = train(os.path.join(work, f"{model}_z2x4", "build", "train"), *const,
-                     "--resume", ck1)
-        for r, g in zip(ref, half + rest):
-            if rel(g["loss"], r["loss"]) > 1e-4:
-                sys.exit(f"FAIL {model} resume 1x1 -> zero 2x4 step {r['step']}: {g['loss']} "
-                         f"vs {r['loss']}")
+        resumes_like(f"{model} 1x1 -> zero 2x4", one,
+                     os.path.join(work, f"{model}_z2x4", "build", "train"), const, ref, ck)
         notes.append(f"{model} worst loss difference {worst:.1e}")
     # one zero trainer as 4 MPI processes gives the same bits as 4 threads
-    mpirun = shutil.which("mpirun")
     note = "no mpirun: MPI run skipped"
-    if mpirun:
-        exe = os.path.join(work, "gpt2_tiny_z1x4", "build", "train")
-        threads = train(exe, *const)
-        log = os.path.join(work, "mpi.jsonl")
-        # OpenMPI's own allocations are not LeakSanitizer-clean (see mesh_gpt2)
-        env = dict(os.environ)
-        env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":detect_leaks=0").lstrip(":")
-        run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4", exe, "--quiet",
-             "--log", log, *const], env=env)
-        mpi = [json.loads(l) for l in open(log) if '"step"' in l]
-        if [r["loss"] for r in mpi] != [r["loss"] for r in threads]:
-            sys.exit(f"FAIL: zero 1x4 under mpirun -np 4: losses {[r['loss'] for r in mpi]} "
-                     f"differ from the threads backend's {[r['loss'] for r in threads]}")
+    if mpi_equals_threads("zero 1x4", os.path.join(work, "gpt2_tiny_z1x4", "build", "train"),
+                          4, const):
         note = "mpirun -np 4 equals 4 threads bit for bit"
     print(f"--zero 1 at 1x2 2x2 1x4 2x4 equals one rank over 20 steps ({'; '.join(notes)}); "
           f"zero 1x2 -> 1x1 and 1x1 -> zero 2x4 resume; {note}")
@@ -538,17 +535,7 @@ elif case == "mesh_overlap":
         arena_a, arena_b = a[3]["cost"]["arena_bytes"], b[3]["cost"]["arena_bytes"]
         notes.append(f"{kind} x {buckets}: arena {arena_a} bytes async, {arena_b} blocking")
         # the asynchronous trainer as 2 MPI processes: the same bits as 2 threads
-        mpirun = shutil.which("mpirun")
-        if mpirun:
-            log = os.path.join(work, f"mpi_z{zero}.jsonl")
-            env = dict(os.environ)  # OpenMPI's allocations are not LeakSanitizer-clean
-            env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":detect_leaks=0").lstrip(":")
-            run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", a[0], "--quiet",
-                 "--log", log, *const], env=env)
-            mpi = [json.loads(l) for l in open(log) if '"step"' in l]
-            if [r["loss"] for r in mpi] != [r["loss"] for r in a[1]]:
-                sys.exit(f"FAIL zero {zero}: mpirun -np 2 losses {[r['loss'] for r in mpi]} "
-                         f"differ from the threads backend's {[r['loss'] for r in a[1]]}")
+        if mpi_equals_threads(f"zero {zero}", a[0], 2, const, threads=a[1]):
             notes.append("mpirun -np 2 equals 2 threads")
     print(f"dp 2 asynchronous bucket collectives equal blocking ones bit for bit over 20 "
           f"steps ({'; '.join(notes)})")
@@ -658,22 +645,13 @@ elif case == "mesh_pp":
             sys.exit(f"FAIL {model} one rank: --trace has {len(steps1)} step events, not 3")
         # layout-free checkpoints: 10 steps under pp 2 x tp 2, 10 more on one rank
         ck = os.path.join(work, f"{model}_ckpt")
-        half = train(os.path.join(work, f"{model}_pp2_1f1b_m2_t2_d1", "build", "train"),
-                     *const[:-1], "10", "--save", ck)
-        rest = train(one, *const, "--resume", ck)
-        for r, g in zip(ref, half + rest):
-            if rel(g["loss"], r["loss"]) > 1e-4:
-                sys.exit(f"FAIL {model} resume pp 2 x tp 2 -> 1 rank step {r['step']}: "
-                         f"{g['loss']} vs {r['loss']}")
+        resumes_like(f"{model} pp 2 x tp 2 -> 1 rank",
+                     os.path.join(work, f"{model}_pp2_1f1b_m2_t2_d1", "build", "train"), one,
+                     const, ref, ck)
         # and back: 10 steps on one rank, 10 more under pp 4 (each stage keeps its part)
-        ck1 = os.path.join(work, f"{model}_ckpt_r1")
-        half = train(one, *const[:-1], "10", "--save", ck1)
-        rest = train(os.path.join(work, f"{model}_pp4_1f1b_m4_t1_d1", "build", "train"), *const,
-                     "--resume", ck1)
-        for r, g in zip(ref, half + rest):
-            if rel(g["loss"], r["loss"]) > 1e-4:
-                sys.exit(f"FAIL {model} resume 1 rank -> pp 4 step {r['step']}: "
-                         f"{g['loss']} vs {r['loss']}")
+        resumes_like(f"{model} 1 rank -> pp 4", one,
+                     os.path.join(work, f"{model}_pp4_1f1b_m4_t1_d1", "build", "train"),
+                     const, ref, ck)
         # stage-local parameters: each pp 2 rank allocates its stage's parameters alone,
         # as many floats as the report gives that stage (about half the model's)
         import re
@@ -688,23 +666,11 @@ elif case == "mesh_pp":
             sys.exit(f"FAIL {model} pp 2: stage parameter buffers {got}, the report's stages "
                      f"{rep}, the whole model {whole}: want the report's, each about half")
     # one pipelined trainer as 4 MPI processes gives the same bits as 4 threads
-    mpirun = shutil.which("mpirun")
     note = "no mpirun: MPI run skipped"
-    if mpirun and not only:
-        exe = os.path.join(work, "gpt2_tiny_pp2_1f1b_m2_t2_d1", "build", "train")
-        threads = train(exe, *const)
-        log = os.path.join(work, "mpi.jsonl")
-        # OpenMPI's own allocations are not LeakSanitizer-clean (see mesh_gpt2)
-        env = dict(os.environ)
-        env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":detect_leaks=0").lstrip(":")
-        tr = os.path.join(work, "trace_mpi.json")
-        run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4", exe, "--quiet",
-             "--log", log, "--trace", tr, *const], env=env)
+    exe = os.path.join(work, "gpt2_tiny_pp2_1f1b_m2_t2_d1", "build", "train")
+    tr = os.path.join(work, "trace_mpi.json")
+    if not only and mpi_equals_threads("pp 2 x tp 2", exe, 4, const, extra=["--trace", tr]):
         check_trace(tr, os.path.dirname(os.path.dirname(exe)), 20, "mpirun --trace")
-        mpi = [json.loads(l) for l in open(log) if '"step"' in l]
-        if [r["loss"] for r in mpi] != [r["loss"] for r in threads]:
-            sys.exit(f"FAIL: pp 2 x tp 2 under mpirun -np 4: losses {[r['loss'] for r in mpi]} "
-                     f"differ from the threads backend's {[r['loss'] for r in threads]}")
         note = "mpirun -np 4 equals 4 threads bit for bit (pp 2 x tp 2), its --trace merged"
     print(f"--pp: {nruns} layouts (gpt2_tiny, llama_tiny; pp 2, 4; gpipe 1f1b interleaved zb; "
           f"M = P, 2P; with tp, dp) equal one rank over 20 steps (worst loss difference "
@@ -772,30 +738,11 @@ elif case.startswith("mesh_"):
     for first, then, what in ((exe22, one, "2x2 -> 1x1"),
                               (exe22sz, one, "2x2 --sp --zero 1 -> 1x1"),
                               (one, exe24sz, "1x1 -> 2x4 --sp --zero 1")):
-        shutil.rmtree(ck, ignore_errors=True)
-        half = train(first, *const[:-1], "10", "--save", ck)
-        rest = train(then, *const, "--resume", ck)
-        for r, g in zip(ref, half + rest):
-            if rel(g["loss"], r["loss"]) > 1e-4:
-                sys.exit(f"FAIL resume {what} step {r['step']}: {g['loss']} vs {r['loss']}")
+        resumes_like(what, first, then, const, ref, ck)
     # the same 2x2 trainers as 4 MPI processes give the same bits as 4 threads
-    mpirun = shutil.which("mpirun")
     note = "no mpirun: MPI runs skipped"
-    for exe in (exe22, exe22sz) if mpirun else ():
-        threads = train(exe, *const)
-        log = os.path.join(work, "mpi.jsonl")
-        # OpenMPI's own allocations are not LeakSanitizer-clean: under an ASan build of
-        # parc, leak checking is off for the MPI processes (ours are checked elsewhere)
-        env = dict(os.environ)
-        env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") + ":detect_leaks=0").lstrip(":")
-        if os.path.exists(log):
-            os.remove(log)
-        run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4", exe, "--quiet",
-             "--log", log, *const], env=env)
-        mpi = [json.loads(l) for l in open(log) if '"step"' in l]
-        if [r["loss"] for r in mpi] != [r["loss"] for r in threads]:
-            sys.exit(f"FAIL: {exe}: mpirun -np 4 losses {[r['loss'] for r in mpi]} differ "
-                     f"from the threads backend's {[r['loss'] for r in threads]}")
+    if all([mpi_equals_threads(f"{model} 2x2", exe22, 4, const),
+            mpi_equals_threads(f"{model} 2x2 --sp --zero 1", exe22sz, 4, const)]):
         note = "mpirun -np 4 equals 4 threads bit for bit (2x2, and 2x2 --sp --zero 1)"
     print(f"{model}: {len(runs)} layouts (tp x dp in 2x1 4x1 1x2 2x2 4x2 1x4 2x4, with and "
           f"without --sp and --zero 1) equal one rank over 20 steps "
