@@ -168,22 +168,28 @@ static const char *group_of(int64_t axis) {
 /* all_gather, replicate, reduce_scatter or local_slice along dimension
  * ia[2] of [outer, n, inner] (n the whole size): the strided forms in
  * rt_route.h; local_slice takes the rank's coordinate at run time. */
-static void emit_dim_collective(Emit *e, const IrNode *n, const char *x, const char *out) {
+void cg_dim_split(const IrNode *n, int64_t *outer, int64_t *len, int64_t *inner) {
   int cut = n->op == IR_OP_REDUCE_SCATTER || n->op == IR_OP_LOCAL_SLICE;
   const IrNode *whole = cut ? n->inputs[0] : n;
   int d = (int)n->ia[2];
-  int64_t outer = 1, inner = 1;
-  for (int k = 0; k < d; k++) outer *= whole->shape[k];
-  for (int k = d + 1; k < whole->rank; k++) inner *= whole->shape[k];
-  const char *grp = n->ia[0] ? "dp" : "tp";
+  *outer = *inner = 1;
+  for (int k = 0; k < d; k++) *outer *= whole->shape[k];
+  for (int k = d + 1; k < whole->rank; k++) *inner *= whole->shape[k];
+  *len = whole->shape[d];
+}
+
+static void emit_dim_collective(Emit *e, const IrNode *n, const char *x, const char *out) {
+  int64_t outer, len, inner;
+  cg_dim_split(n, &outer, &len, &inner);
+  const char *grp = group_of(n->ia[0]);
   if (n->op == IR_OP_LOCAL_SLICE)
     fprintf(e->out, "  CHECK(rt_local_slice(%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
-            ", rt_comm_rank(io->%s_group), %" PRId64 "));\n", out, x, outer, whole->shape[d],
+            ", rt_comm_rank(io->%s_group), %" PRId64 "));\n", out, x, outer, len,
             inner, grp, n->ia[1]);
   else
     fprintf(e->out, "  CHECK(%s(io->%s_group, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n",
             n->op == IR_OP_REDUCE_SCATTER ? "rt_reduce_scatter_dim" : "rt_all_gather_dim", grp,
-            x, out, outer, whole->shape[d], inner);
+            x, out, outer, len, inner);
 }
 
 /* ---- asynchronous dp bucket collectives ------------------------------------ */
@@ -401,21 +407,21 @@ static void emit_runtime(Emit *e, const IrNode *n) {
   case IR_OP_VOCAB_EMBEDDING: /* the member's rows: its coordinate at run time */
     fprintf(f, "  CHECK(rt_vocab_embedding(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
             ", rt_comm_rank(io->%s_group), %" PRId64 "));\n", out, x, y, ir_numel(in[0]),
-            dim(in[1], 0), dim(in[1], 1), n->ia[0] ? "dp" : "tp", n->ia[1]);
+            dim(in[1], 0), dim(in[1], 1), group_of(n->ia[0]), n->ia[1]);
     return;
   case IR_OP_VOCAB_EMBEDDING_GRAD:
     fprintf(f, "  CHECK(rt_vocab_embedding_grad(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
             ", rt_comm_rank(io->%s_group), %" PRId64 "));\n", out, x, y, ir_numel(in[0]),
-            n->ia[0], dim(in[1], -1), n->ia[1] ? "dp" : "tp", n->ia[2]);
+            n->ia[0], dim(in[1], -1), group_of(n->ia[1]), n->ia[2]);
     return;
   case IR_OP_VOCAB_CROSS_ENTROPY:
     fprintf(f, "  CHECK(rt_vocab_cross_entropy(io->%s_group, %s, %s, %s, %" PRId64 ", %" PRId64
-            ", %" PRId64 "));\n", n->ia[0] ? "dp" : "tp", out, x, y, lead(in[0], 1),
+            ", %" PRId64 "));\n", group_of(n->ia[0]), out, x, y, lead(in[0], 1),
             dim(in[0], -1), n->ia[2]);
     return;
   case IR_OP_VOCAB_CROSS_ENTROPY_GRAD:
     fprintf(f, "  CHECK(rt_vocab_cross_entropy_grad(io->%s_group, %s, %s, %s, %s, %" PRId64
-            ", %" PRId64 ", %" PRId64 "));\n", n->ia[0] ? "dp" : "tp", out, x, y, z,
+            ", %" PRId64 ", %" PRId64 "));\n", group_of(n->ia[0]), out, x, y, z,
             lead(in[0], 1), dim(in[0], -1), n->ia[2]);
     return;
   case IR_OP_ALL_REDUCE:
@@ -433,7 +439,7 @@ static void emit_runtime(Emit *e, const IrNode *n) {
     }
     if (emit_async_start(e, n, x, out)) return;
     fprintf(f, "  CHECK(rt_comm_%s(io->%s_group, %s, %s, (const int64_t[]){", ir_op_info[n->op].name,
-            n->ia[0] ? "dp" : "tp", x, out);
+            group_of(n->ia[0]), x, out);
     for (int64_t r = 0; r < n->ia[1]; r++)
       fprintf(f, "%s%" PRId64, r ? ", " : "", ir_numel(piece));
     fprintf(f, "}));\n");
@@ -441,7 +447,7 @@ static void emit_runtime(Emit *e, const IrNode *n) {
   }
   case IR_OP_FLAT_SHARD: /* ZeRO-1: this rank's piece, zero-padded */
     fprintf(f, "  CHECK(rt_comm_flat_piece(io->%s_group, %s, %" PRId64 ", %s, %" PRId64 "));\n",
-            n->ia[0] ? "dp" : "tp", x, ir_numel(in[0]), out, ir_numel(n));
+            group_of(n->ia[0]), x, ir_numel(in[0]), out, ir_numel(n));
     return;
   case IR_OP_REPLICATE: case IR_OP_LOCAL_SLICE:
     emit_dim_collective(e, n, x, out);

@@ -51,6 +51,10 @@ unsigned char *cg_results(IrModule *m);
  * 64-byte aligned; temp_off may be NULL) and returns the whole arena size. */
 int64_t cg_arena_bytes(const CgKernelPlan *kp, const BufPlan *bp, int64_t *temp_off);
 
+/* A collective along dimension ia[2] (all_gather, replicate, reduce_scatter,
+ * local_slice) sees its whole tensor as [outer, len, inner]. */
+void cg_dim_split(const IrNode *n, int64_t *outer, int64_t *len, int64_t *inner);
+
 /* For codegen/host_cuda.c: the IR comment above a call ("%12 = gelu %11 :
  * f32[..]  (file:line)"), and everything after the step function -- the
  * parameter and state tables, the config, the RtModelDesc `model` (whose

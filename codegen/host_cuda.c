@@ -93,20 +93,16 @@ static const char *flit(char *s, size_t len, double v) {
 /* all_gather / reduce_scatter along dimension ia[2], replicate, local_slice:
  * [outer, n, inner] with n the whole size (rt_cuda.h). */
 static void emit_dim_collective(Cu *e, const IrNode *n, const char *x, const char *out) {
-  int cut = n->op == IR_OP_REDUCE_SCATTER || n->op == IR_OP_LOCAL_SLICE;
-  const IrNode *whole = cut ? n->inputs[0] : n;
-  int d = (int)n->ia[2];
-  int64_t outer = 1, inner = 1;
-  for (int k = 0; k < d; k++) outer *= whole->shape[k];
-  for (int k = d + 1; k < whole->rank; k++) inner *= whole->shape[k];
+  int64_t outer, len, inner;
+  cg_dim_split(n, &outer, &len, &inner);
   if (n->op == IR_OP_LOCAL_SLICE)
     fprintf(e->out, "  CHECK(rt_cuda_local_slice(dev, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
-            ", rt_cuda_group_rank(dev, %s), %" PRId64 "));\n", out, x, outer, whole->shape[d],
+            ", rt_cuda_group_rank(dev, %s), %" PRId64 "));\n", out, x, outer, len,
             inner, grp(n->ia[0]), n->ia[1]);
   else
     fprintf(e->out, "  CHECK(%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n",
             n->op == IR_OP_REDUCE_SCATTER ? "rt_cuda_reduce_scatter_dim" : "rt_cuda_all_gather_dim",
-            grp(n->ia[0]), x, out, outer, whole->shape[d], inner);
+            grp(n->ia[0]), x, out, outer, len, inner);
 }
 
 /* One runtime call for a node the kernels do not compute (host.c's

@@ -178,49 +178,6 @@ static void place(Sh *s, IrNode *n) {
   m->nodes[m->nnodes++] = n;
 }
 
-/* A new collective on x over tp (dim: all_gather, reduce_scatter,
- * local_slice, replicate), typed, placed before the node being rewritten. */
-static IrNode *collective(Sh *s, IrOp op, IrNode *x, int dim, Lay lay) {
-  IrNode *n = ir_add(s->m, op, &x, 1); /* appended at the current end: placed */
-  n->ia[0] = 0;
-  n->ia[1] = s->tp;
-  n->ia[2] = dim;
-  n->layer = x->layer >= 0 ? x->layer : s->at->layer;
-  n->loc = x->loc.line ? x->loc : s->at->loc;
-  char why[256];
-  if (!ir_infer(n, why, sizeof why)) {
-    fail(s, "internal error: %s", why);
-    return x;
-  }
-  if (n->id >= s->cap - 1) {
-    fail(s, "internal error: too many inserted nodes");
-    return x;
-  }
-  s->lay[n->id] = lay;
-  s->bat[n->id] = s->bat[x->id];
-  return n;
-}
-
-/* x as a replicated value (once per producer): a partial sum all-reduced, a
- * sharded value (one block, no padding) replicated, an all_gather whose
- * consumers' gradients are whole. */
-static IrNode *need_rep(Sh *s, IrNode *x) {
-  Lay *l = L(s, x);
-  if (l->kind == L_REP) return x;
-  if (l->kind == L_SHARD) {
-    if (l->blocks != 1 || l->vocab) {
-      fail(s, "operand %%%d is sharded on dimension %d %s but needed whole: only a plain "
-              "split can be gathered",
-           x->id, l->dim, l->vocab ? "with vocabulary padding" : "in blocks");
-      return x;
-    }
-    if (!s->rp[x->id]) s->rp[x->id] = collective(s, IR_OP_REPLICATE, x, l->dim, R());
-    return s->rp[x->id];
-  }
-  if (!s->ar[x->id]) s->ar[x->id] = collective(s, IR_OP_ALL_REDUCE, x, 0, R());
-  return s->ar[x->id];
-}
-
 /* A new node op(in) with attributes ia (shape from ir_infer), laid out as
  * its first input, placed before the node being rewritten. */
 static IrNode *node_after(Sh *s, IrOp op, IrNode **in, int nin, int64_t ia0, int64_t ia1,
@@ -244,6 +201,39 @@ static IrNode *node_after(Sh *s, IrOp op, IrNode **in, int nin, int64_t ia0, int
   s->exr[n->id] = s->exr[x->id];
   return n;
 }
+
+/* A new collective on x over tp (dim: all_gather, reduce_scatter,
+ * local_slice, replicate), typed, laid out as lay, placed before the node
+ * being rewritten. */
+static IrNode *collective(Sh *s, IrOp op, IrNode *x, int dim, Lay lay) {
+  IrNode *n = node_after(s, op, &x, 1, 0, s->tp, dim, 0.0);
+  if (n != x) {
+    s->lay[n->id] = lay;
+    s->exr[n->id] = 0; /* a tp collective's result is not split by experts */
+  }
+  return n;
+}
+
+/* x as a replicated value (once per producer): a partial sum all-reduced, a
+ * sharded value (one block, no padding) replicated, an all_gather whose
+ * consumers' gradients are whole. */
+static IrNode *need_rep(Sh *s, IrNode *x) {
+  Lay *l = L(s, x);
+  if (l->kind == L_REP) return x;
+  if (l->kind == L_SHARD) {
+    if (l->blocks != 1 || l->vocab) {
+      fail(s, "operand %%%d is sharded on dimension %d %s but needed whole: only a plain "
+              "split can be gathered",
+           x->id, l->dim, l->vocab ? "with vocabulary padding" : "in blocks");
+      return x;
+    }
+    if (!s->rp[x->id]) s->rp[x->id] = collective(s, IR_OP_REPLICATE, x, l->dim, R());
+    return s->rp[x->id];
+  }
+  if (!s->ar[x->id]) s->ar[x->id] = collective(s, IR_OP_ALL_REDUCE, x, 0, R());
+  return s->ar[x->id];
+}
+
 
 /* x (a rank's share of a reduction over the dp-split batch) made whole:
  * all_reduce over dp, then 1/dp for a mean of equal shares (every rank

@@ -544,13 +544,20 @@ static int m_split(RtComm *c, const RtCommCall *call) {
 
 /* ---- point to point ---- */
 
-static int m_send(RtComm *c, const RtCommCall *call) {
-  MComm *m = (MComm *)c;
+/* What send and recv check first: the call, the sends still in flight, a count
+ * MPI can take and a tag below MPI's limit. */
+static int p2p_entry(MComm *m, const RtCommCall *call) {
   if (entry(m, call) || progress_sends(m, call)) return RT_ERR;
   if (fits_int(m, call, call->count, "a message")) return RT_ERR;
   if (call->tag > mworld.tag_ub)
-    return rt_comm_fail(c, call, "failed: tag %d is above MPI's limit %d", call->tag,
+    return rt_comm_fail(&m->base, call, "failed: tag %d is above MPI's limit %d", call->tag,
                         mworld.tag_ub);
+  return RT_OK;
+}
+
+static int m_send(RtComm *c, const RtCommCall *call) {
+  MComm *m = (MComm *)c;
+  if (p2p_entry(m, call)) return RT_ERR;
   size_t bytes = (size_t)call->count * sizeof(float);
   MPending *p = malloc(sizeof *p + bytes);
   if (!p) return rt_comm_fail(c, call, "failed: out of memory buffering the message");
@@ -568,11 +575,7 @@ static int m_send(RtComm *c, const RtCommCall *call) {
 
 static int m_recv(RtComm *c, const RtCommCall *call) {
   MComm *m = (MComm *)c;
-  if (entry(m, call) || progress_sends(m, call)) return RT_ERR;
-  if (fits_int(m, call, call->count, "a message")) return RT_ERR;
-  if (call->tag > mworld.tag_ub)
-    return rt_comm_fail(c, call, "failed: tag %d is above MPI's limit %d", call->tag,
-                        mworld.tag_ub);
+  if (p2p_entry(m, call)) return RT_ERR;
   MPI_Message msg;
   MPI_Status st;
   for (long polls = 0;; polls++) {
