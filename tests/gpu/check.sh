@@ -2,9 +2,20 @@
 # tests/gpu/check.sh -- the GPU checks of issue 7, in one run on a lent GPU
 # machine (one H200: well under 8 minutes).  From the repository root:
 #
-#   sh tests/gpu/check.sh            # work in $WORK (default /tmp/parc_gpu_check)
+#   sh tests/gpu/check.sh [all|build|run]     # work in $WORK (default /tmp/parc_gpu_check)
 #
-# Builds parc (Release, libparcrt_cuda for $ARCH only), then:
+#   all    (default) build and run here: the machine needs the whole toolchain
+#          (flex, bison, LLVM, OpenBLAS, cJSON, CUDA with NCCL) and a GPU;
+#   build  everything that needs no GPU, on a machine with the toolchain: parc,
+#          the generated projects, and the CPU reference runs; then bundles the
+#          run's binaries, logs and the shared libraries they need that are not
+#          CUDA's into $WORK.tar.xz (tens of MiB), so that
+#   run    on the GPU machine (CUDA runtime, cuBLASLt and NCCL found there, in
+#          /usr/local or a Python package's lib folder) runs only the GPU part:
+#            tar -C /tmp -xJf parc_gpu_check.tar.xz && sh tests/gpu/check.sh run
+#
+# The checks:
+#   0. build    parc (Release, libparcrt_cuda for $ARCH only, no MPI);
 #   1. ops      runtime/cuda's ops against the CPU runtime's (gpu_ops_check:
 #               GEMMs, flash attention forward and backward, embedding,
 #               cross-entropy, their gradients, vocab-parallel at 2 members),
@@ -24,10 +35,18 @@
 #               layout, $STEPS steps, 1e-4 relative;
 #   4. bf16     GPT-2 small (examples/gpt2.dsl, precision = bf16) for
 #               $BENCH_STEPS steps: tokens/s and MFU against $PEAK_TFLOPS.
+#   5. torch    the same GPT-2 small step in PyTorch (bench/gpt2_torch_gpu.py:
+#               eager, bf16 autocast, flash SDPA, fused AdamW) as the named
+#               competitor, when the machine's python3 has torch with CUDA.
 # Prints a table at the end; the logs are in $WORK (and copied to $OUT when the
 # device runner sets it).  Exit 0 iff every check passed.
 set -eu
 
+PHASE=${1:-all}
+case "$PHASE" in
+  all|build|run) ;;
+  *) echo "usage: sh tests/gpu/check.sh [all|build|run]" >&2; exit 2 ;;
+esac
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=${WORK:-/tmp/parc_gpu_check}
 ARCH=${ARCH:-90}                 # H100/H200: 90; A100: 80
@@ -35,12 +54,22 @@ STEPS=${STEPS:-20}
 BENCH_STEPS=${BENCH_STEPS:-30}
 PEAK_TFLOPS=${PEAK_TFLOPS:-989}  # H200 SXM dense bf16
 JOBS=$(nproc 2>/dev/null || echo 8)
+LIMIT=${LIMIT:-90}               # seconds any one GPU program may run (a hang is a FAIL)
 T0=$(date +%s)
-rm -rf "$WORK"
-mkdir -p "$WORK"
 TABLE=$WORK/table.txt
-: > "$TABLE"
 STATUS=0
+building() { [ "$PHASE" != run ]; }
+running() { [ "$PHASE" != build ]; }
+
+if building; then
+  rm -rf "$WORK"
+  mkdir -p "$WORK"
+  : > "$TABLE"
+elif [ ! -x "$WORK/parc/gpu_ops_check" ]; then
+  echo "check.sh run: nothing built in $WORK; run 'sh tests/gpu/check.sh build' on a machine" \
+    "with the toolchain and unpack its $(basename "$WORK").tar.xz in $(dirname "$WORK")" >&2
+  exit 2
+fi
 
 say() { printf '\n== %s  [%ds]\n' "$*" $(($(date +%s) - T0)); }
 row() { printf '%-34s %-5s %s\n' "$1" "$2" "$3" >> "$TABLE"; }
@@ -53,95 +82,157 @@ result() {
   [ "$verdict" = FAIL ] && STATUS=1
   return 0
 }
+# bundle: the files the run phase reads, and the shared libraries the binaries
+# need that are neither the C library's nor CUDA's, into $WORK.tar.xz
+bundle() {
+  mkdir -p "$WORK/lib"
+  find "$WORK" -type f \( -name train_cuda -o -name gpu_ops_check \) | while read -r exe; do
+    ldd "$exe" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }'
+  done | sort -u | while read -r so; do
+    case $(basename "$so") in
+      libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
+      libcublas*|libnccl*) ;;  # hundreds of MiB: the GPU machine's own
+      *) cp -L "$so" "$WORK/lib/" ;;
+    esac
+  done
+  (cd "$(dirname "$WORK")" && find "$(basename "$WORK")" -type f \( -name train_cuda \
+      -o -name gpu_ops_check -o -name plan.json -o -name '*.log' -o -name '*.jsonl' \
+      -o -name '*.safetensors' -o -name '*.built' -o -name table.txt -o -path '*/lib/*' \) |
+    tar -cJf "$WORK.tar.xz" -T -)
+  echo "bundle: $WORK.tar.xz, $(du -h "$WORK.tar.xz" | cut -f1) (libraries: $(ls "$WORK/lib" | tr '\n' ' '))"
+}
+# gpu_env: the CUDA libraries of this machine on LD_LIBRARY_PATH, the bundle's first
+gpu_env() {
+  dirs=$WORK/lib
+  for so in libcudart.so.13 libcublasLt.so.13 libnccl.so.2; do
+    f=$(find /usr/local /opt /usr/lib /usr/lib64 -name "$so" 2>/dev/null | head -1 || true)
+    [ -n "$f" ] && dirs="$dirs:$(dirname "$f")"
+  done
+  LD_LIBRARY_PATH="$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  ldd "$WORK/parc/gpu_ops_check" | grep 'not found' || true
+}
 finish() {
-  say "summary"
+  say "summary ($PHASE)"
   echo "parc GPU checks, $(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name,driver_version \
     --format=csv,noheader 2>/dev/null | head -1 || echo 'GPU unknown')"
   printf '%-34s %-5s %s\n' check result detail
   cat "$TABLE"
+  if [ "$PHASE" = build ] && [ $STATUS = 0 ]; then bundle; fi
   if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
     cp "$TABLE" "$OUT/" 2>/dev/null || true
-    find "$WORK" -maxdepth 2 \( -name '*.log' -o -name '*.jsonl' -o -name 'ptxas_report.txt' \) \
-      -exec cp {} "$OUT/" \; 2>/dev/null || true
+    (cd "$WORK" && tar -czf "$OUT/logs.tar.gz" $(find . -maxdepth 2 \( -name '*.log' \
+      -o -name '*.jsonl' -o -name '*.txt' \) | sort)) 2>/dev/null || true
   fi
   echo "total $(($(date +%s) - T0)) s; $( [ $STATUS = 0 ] && echo ALL PASSED || echo SOME FAILED)"
 }
 trap finish EXIT
 
 command -v python3 > /dev/null || { echo "python3 is needed (tests/gpu/compare.py)"; exit 2; }
-nvidia-smi -L || echo "nvidia-smi not found; going on"
-
-say "build parc (Release, libparcrt_cuda for sm_$ARCH)"
-if ! { cmake -S "$ROOT" -B "$WORK/parc" -DCMAKE_BUILD_TYPE=Release \
-         -DPARC_CUDA_ARCHITECTURES="$ARCH" > "$WORK/parc_cmake.log" 2>&1 &&
-       cmake --build "$WORK/parc" -j "$JOBS" --target parc gpu_ops_check \
-         > "$WORK/parc_build.log" 2>&1; }; then
-  tail -40 "$WORK/parc_cmake.log" "$WORK/parc_build.log"
-  row "build parc + libparcrt_cuda" FAIL "see parc_build.log"
-  STATUS=1
-  exit 1
+if running; then
+  nvidia-smi -L || echo "nvidia-smi not found; going on"
+  [ "$PHASE" = run ] && gpu_env
 fi
-row "build parc + libparcrt_cuda" PASS "$(($(date +%s) - T0)) s"
+
+if building; then
+  say "build parc (Release, libparcrt_cuda for sm_$ARCH)"
+  if ! { cmake -S "$ROOT" -B "$WORK/parc" -DCMAKE_BUILD_TYPE=Release \
+           -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON -DPARC_CUDA_ARCHITECTURES="$ARCH" \
+           > "$WORK/parc_cmake.log" 2>&1 &&
+         cmake --build "$WORK/parc" -j "$JOBS" --target parc gpu_ops_check \
+           > "$WORK/parc_build.log" 2>&1; }; then
+    tail -40 "$WORK/parc_cmake.log" "$WORK/parc_build.log"
+    row "build parc + libparcrt_cuda" FAIL "see parc_build.log"
+    STATUS=1
+    exit 1
+  fi
+  row "build parc + libparcrt_cuda" PASS "$(($(date +%s) - T0)) s"
+fi
 PARC=$WORK/parc/parc
 
-say "1. runtime ops against the CPU"
-if "$WORK/parc/gpu_ops_check" > "$WORK/ops.log" 2>&1; then v=PASS; else v=FAIL; STATUS=1; fi
-cat "$WORK/ops.log"
-row "ops: gemm/attention/xent vs CPU" "$v" "$(grep -c ' ok ' "$WORK/ops.log" || true) cases ok"
+if running; then
+  say "1. runtime ops against the CPU"
+  if timeout "$LIMIT" "$WORK/parc/gpu_ops_check" > "$WORK/ops.log" 2>&1; then v=PASS; else v=FAIL; STATUS=1; fi
+  cat "$WORK/ops.log"
+  row "ops: gemm/attention/xent vs CPU" "$v" "$(grep -c ' ok ' "$WORK/ops.log" || true) cases ok"
+fi
 
-# build_project NAME DSL TARGETS [parc options]: parc -o $WORK/NAME, then make TARGETS
-build_project() {
+# build_targets BUILD_DIR LOG TARGET...: cmake --build each target
+build_targets() {
+  b=$1 log=$2
+  shift 2
+  for t in "$@"; do
+    cmake --build "$b" -j "$JOBS" --target "$t" >> "$log" 2>&1 || return 1
+  done
+}
+# project NAME DSL TARGETS [parc options]: in the build phase, parc -o $WORK/NAME
+# and make TARGETS (NAME.built marks success); in the run phase, whether it was
+# built.  A failure is a FAIL row either way.
+project() {
   name=$1 dsl=$2 targets=$3
   shift 3
   d=$WORK/$name
-  "$PARC" "$ROOT/examples/$dsl" --target all --cuda-arch "$ARCH" -o "$d" "$@" \
-    > "$WORK/$name.parc.log" 2>&1 &&
-  cmake -S "$d" -B "$d/build" -DPARC_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
-    > "$WORK/$name.cmake.log" 2>&1 &&
-  for t in $targets; do
-    cmake --build "$d/build" -j "$JOBS" --target "$t" >> "$WORK/$name.build.log" 2>&1 || return 1
-  done
+  if building; then
+    if "$PARC" "$ROOT/examples/$dsl" --target all --cuda-arch "$ARCH" -o "$d" "$@" \
+         > "$WORK/$name.parc.log" 2>&1 &&
+       cmake -S "$d" -B "$d/build" -DPARC_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
+         > "$WORK/$name.cmake.log" 2>&1 &&
+       build_targets "$d/build" "$WORK/$name.build.log" $targets; then
+      touch "$WORK/$name.built"
+    else
+      tail -30 "$WORK/$name.parc.log" "$WORK/$name.cmake.log" "$WORK/$name.build.log" 2>/dev/null
+    fi
+  fi
+  [ -f "$WORK/$name.built" ] && return 0
+  row "$name" FAIL "build failed (see $name.*.log)"
+  STATUS=1
+  return 1
+}
+# cpu NAME [train options]: the CPU trainer's reference run (build phase)
+cpu() {
+  name=$1
+  shift
+  building || return 0
+  "$WORK/$name/build/train" --steps "$STEPS" --log "$WORK/$name.cpu.jsonl" --quiet "$@" \
+    > "$WORK/$name.cpu.log" 2>&1 || cat "$WORK/$name.cpu.log"
+}
+# gpu NAME [train_cuda options]: the GPU trainer in fp32 (run phase); with
+# PARC_CUDA_COMM=host the ranks of a layout are threads sharing the one GPU
+gpu() {
+  name=$1
+  shift
+  PARC_CUDA_COMM=host PARC_CUDA_GEMM=fp32 timeout "$LIMIT" "$WORK/$name/build/train_cuda" --steps "$STEPS" \
+    --log "$WORK/$name.gpu.jsonl" --quiet "$@" > "$WORK/$name.gpu.log" 2>&1 ||
+    cat "$WORK/$name.gpu.log"
+}
+# compare KIND REF GOT ROWNAME LOG: compare.py at 1e-4 into the table
+compare() {
+  python3 "$ROOT/tests/gpu/compare.py" "$1" "$2" "$3" 1e-4 > "$5" 2>&1 || true
+  cat "$5"
+  result "$4" "$5"
 }
 
 for model in gpt2_tiny llama_tiny moe_tiny; do
   say "2. fp32 $model: CPU vs GPU, $STEPS steps"
-  if ! build_project "$model" "$model.dsl" "train train_cuda"; then
-    tail -30 "$WORK/$model.parc.log" "$WORK/$model.cmake.log" "$WORK/$model.build.log" 2>/dev/null
-    row "fp32 $model" FAIL "build failed"
-    STATUS=1
-    continue
-  fi
-  b=$WORK/$model/build
-  "$b/train" --steps "$STEPS" --log "$WORK/$model.cpu.jsonl" --save-grads "$WORK/$model.cpu_grads.safetensors" \
-    --quiet > "$WORK/$model.cpu.log" 2>&1 || { cat "$WORK/$model.cpu.log"; }
-  PARC_CUDA_GEMM=fp32 "$b/train_cuda" --steps "$STEPS" --log "$WORK/$model.gpu.jsonl" \
-    --save-grads "$WORK/$model.gpu_grads.safetensors" --quiet > "$WORK/$model.gpu.log" 2>&1 ||
-    { cat "$WORK/$model.gpu.log"; }
-  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/$model.cpu.jsonl" "$WORK/$model.gpu.jsonl" 1e-4 \
-    > "$WORK/$model.cmp.log" 2>&1 || true
-  cat "$WORK/$model.cmp.log"
-  result "fp32 $model losses" "$WORK/$model.cmp.log"
-  python3 "$ROOT/tests/gpu/compare.py" grads "$WORK/$model.cpu_grads.safetensors" \
-    "$WORK/$model.gpu_grads.safetensors" 1e-4 > "$WORK/$model.grads.log" 2>&1 || true
-  cat "$WORK/$model.grads.log"
-  result "fp32 $model step-1 gradients" "$WORK/$model.grads.log"
+  project "$model" "$model.dsl" "train train_cuda" || continue
+  cpu "$model" --save-grads "$WORK/$model.cpu_grads.safetensors"
+  running || continue
+  gpu "$model" --save-grads "$WORK/$model.gpu_grads.safetensors"
+  compare losses "$WORK/$model.cpu.jsonl" "$WORK/$model.gpu.jsonl" "fp32 $model losses" \
+    "$WORK/$model.cmp.log"
+  compare grads "$WORK/$model.cpu_grads.safetensors" "$WORK/$model.gpu_grads.safetensors" \
+    "fp32 $model step-1 gradients" "$WORK/$model.grads.log"
 done
 
 for model in gpt2_tiny llama_tiny; do
   say "3. fp32 $model at tp=2 on the device-local backend"
   name=${model}_tp2
-  if ! build_project "$name" "$model.dsl" "train_cuda" --tp 2; then
-    tail -30 "$WORK/$name.parc.log" "$WORK/$name.build.log" 2>/dev/null
-    row "tp=2 $model" FAIL "build failed"
-    STATUS=1
-    continue
-  fi
-  PARC_CUDA_COMM=host PARC_CUDA_GEMM=fp32 "$WORK/$name/build/train_cuda" --steps "$STEPS" \
-    --log "$WORK/$name.gpu.jsonl" --quiet > "$WORK/$name.gpu.log" 2>&1 || cat "$WORK/$name.gpu.log"
-  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/$model.cpu.jsonl" "$WORK/$name.gpu.jsonl" 1e-4 \
-    > "$WORK/$name.cmp.log" 2>&1 || true
-  cat "$WORK/$name.cmp.log"
-  result "tp=2 $model vs 1-rank CPU" "$WORK/$name.cmp.log"
+  project "$name" "$model.dsl" "train_cuda" --tp 2 || continue
+  running || continue
+  gpu "$name"
+  compare losses "$WORK/$model.cpu.jsonl" "$WORK/$name.gpu.jsonl" "tp=2 $model vs 1-rank CPU" \
+    "$WORK/$name.cmp.log"
 done
 
 for cfg in gpt2_tiny llama_tiny moe_tiny:--microbatches:2; do
@@ -150,35 +241,37 @@ for cfg in gpt2_tiny llama_tiny moe_tiny:--microbatches:2; do
   name=${model}_tp2_pp2
   say "3b. fp32 $model at tp=2 pp=2 on the device-local backend"
   # shellcheck disable=SC2086
-  if ! build_project "$name" "$model.dsl" "train train_cuda" --tp 2 --pp 2 $extra; then
-    tail -30 "$WORK/$name.parc.log" "$WORK/$name.build.log" 2>/dev/null
-    row "tp=2 pp=2 $model" FAIL "build failed"
-    STATUS=1
-    continue
-  fi
-  b=$WORK/$name/build
-  "$b/train" --steps "$STEPS" --log "$WORK/$name.cpu.jsonl" --quiet > "$WORK/$name.cpu.log" 2>&1 ||
-    cat "$WORK/$name.cpu.log"
-  PARC_CUDA_COMM=host PARC_CUDA_GEMM=fp32 "$b/train_cuda" --steps "$STEPS" \
-    --log "$WORK/$name.gpu.jsonl" --quiet > "$WORK/$name.gpu.log" 2>&1 || cat "$WORK/$name.gpu.log"
-  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/$name.cpu.jsonl" "$WORK/$name.gpu.jsonl" 1e-4 \
-    > "$WORK/$name.cmp.log" 2>&1 || true
-  cat "$WORK/$name.cmp.log"
-  result "tp=2 pp=2 $model vs CPU tp=2 pp=2" "$WORK/$name.cmp.log"
+  project "$name" "$model.dsl" "train train_cuda" --tp 2 --pp 2 $extra || continue
+  cpu "$name"
+  running || continue
+  gpu "$name"
+  compare losses "$WORK/$name.cpu.jsonl" "$WORK/$name.gpu.jsonl" \
+    "tp=2 pp=2 $model vs CPU tp=2 pp=2" "$WORK/$name.cmp.log"
 done
 
 say "4. bf16 GPT-2 small: $BENCH_STEPS steps"
-if build_project gpt2 gpt2.dsl "train_cuda"; then
-  "$WORK/gpt2/build/train_cuda" --steps "$BENCH_STEPS" --log "$WORK/gpt2.bf16.jsonl" \
+if project gpt2 gpt2.dsl "train_cuda" && running; then
+  timeout $((2 * LIMIT)) "$WORK/gpt2/build/train_cuda" --steps "$BENCH_STEPS" --log "$WORK/gpt2.bf16.jsonl" \
     > "$WORK/gpt2.bf16.log" 2>&1 || cat "$WORK/gpt2.bf16.log"
   tail -3 "$WORK/gpt2.bf16.log"
   python3 "$ROOT/tests/gpu/compare.py" bench "$WORK/gpt2.bf16.jsonl" "$WORK/gpt2/plan.json" \
     "$PEAK_TFLOPS" 5 > "$WORK/gpt2.bench.log" 2>&1 || true
   cat "$WORK/gpt2.bench.log"
   result "bf16 gpt2 (124M) B8xT1024" "$WORK/gpt2.bench.log"
-else
-  tail -30 "$WORK/gpt2.parc.log" "$WORK/gpt2.build.log" 2>/dev/null
-  row "bf16 gpt2" FAIL "build failed"
-  STATUS=1
+fi
+
+if running; then
+  say "5. the competitor: GPT-2 small in PyTorch, bf16"
+  if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    timeout $((2 * LIMIT)) python3 "$ROOT/bench/gpt2_torch_gpu.py" --steps "$BENCH_STEPS" --log "$WORK/gpt2.torch.jsonl" \
+      > "$WORK/gpt2.torch.log" 2>&1 || cat "$WORK/gpt2.torch.log"
+    tail -3 "$WORK/gpt2.torch.log"
+    python3 "$ROOT/tests/gpu/compare.py" bench "$WORK/gpt2.torch.jsonl" "$WORK/gpt2/plan.json" \
+      "$PEAK_TFLOPS" 5 > "$WORK/gpt2.torch.bench.log" 2>&1 || true
+    cat "$WORK/gpt2.torch.bench.log"
+    result "torch gpt2 (124M) B8xT1024" "$WORK/gpt2.torch.bench.log"
+  else
+    row "torch gpt2 (124M) B8xT1024" INFO "no torch with CUDA here"
+  fi
 fi
 exit $STATUS
