@@ -16,7 +16,8 @@
 #
 # The checks:
 #   0. build    parc (Release, libparcrt_cuda for $ARCH only, no MPI);
-#   1. ops      runtime/cuda's ops against the CPU runtime's (gpu_ops_check:
+#   1. ops      bench/gemm_gpu.cu (cuBLASLt on GPT-2's GEMM shapes: fp32 operands
+#               as parc stores them against bf16 ones) and runtime/cuda's ops against the CPU runtime's (gpu_ops_check:
 #               GEMMs, flash attention forward and backward, embedding,
 #               cross-entropy, their gradients, vocab-parallel at 2 members),
 #               with each one's time and achieved TFLOP/s or GB/s;
@@ -86,7 +87,7 @@ result() {
 # need that are neither the C library's nor CUDA's, into $WORK.tar.xz
 bundle() {
   mkdir -p "$WORK/lib"
-  find "$WORK" -type f \( -name train_cuda -o -name gpu_ops_check \) | while read -r exe; do
+  find "$WORK" -type f \( -name train_cuda -o -name gpu_ops_check -o -name gemm_gpu \) | while read -r exe; do
     ldd "$exe" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }'
   done | sort -u | while read -r so; do
     case $(basename "$so") in
@@ -96,7 +97,7 @@ bundle() {
     esac
   done
   (cd "$(dirname "$WORK")" && find "$(basename "$WORK")" -type f \( -name train_cuda \
-      -o -name gpu_ops_check -o -name plan.json -o -name '*.log' -o -name '*.jsonl' \
+      -o -name gpu_ops_check -o -name gemm_gpu -o -name plan.json -o -name '*.log' -o -name '*.jsonl' \
       -o -name '*.safetensors' -o -name '*.built' -o -name table.txt -o -path '*/lib/*' \) |
     tar -cJf "$WORK.tar.xz" -T -)
   echo "bundle: $WORK.tar.xz, $(du -h "$WORK.tar.xz" | cut -f1) (libraries: $(ls "$WORK/lib" | tr '\n' ' '))"
@@ -148,6 +149,8 @@ if building; then
     exit 1
   fi
   row "build parc + libparcrt_cuda" PASS "$(($(date +%s) - T0)) s"
+  nvcc -O2 -arch=sm_"$ARCH" "$ROOT/bench/gemm_gpu.cu" -lcublasLt -o "$WORK/parc/gemm_gpu" \
+    > "$WORK/gemm_gpu.build.log" 2>&1 || { row "build bench/gemm_gpu.cu" FAIL "see gemm_gpu.build.log"; STATUS=1; }
 fi
 PARC=$WORK/parc/parc
 
@@ -156,6 +159,11 @@ if running; then
   if timeout "$LIMIT" "$WORK/parc/gpu_ops_check" > "$WORK/ops.log" 2>&1; then v=PASS; else v=FAIL; STATUS=1; fi
   cat "$WORK/ops.log"
   row "ops: gemm/attention/xent vs CPU" "$v" "$(grep -c ' ok ' "$WORK/ops.log" || true) cases ok"
+  if [ -x "$WORK/parc/gemm_gpu" ]; then
+    timeout "$LIMIT" "$WORK/parc/gemm_gpu" > "$WORK/gemm_gpu.log" 2>&1 || true
+    cat "$WORK/gemm_gpu.log"
+    result "cuBLASLt GEMMs by precision" "$WORK/gemm_gpu.log"
+  fi
 fi
 
 # build_targets BUILD_DIR LOG TARGET...: cmake --build each target
