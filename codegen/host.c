@@ -965,7 +965,19 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
     fprintf(f, " /* %s */", m->nodes[i]->name);
     nshared++;
   }
-  fprintf(f, "%s};\n\n", nshared ? "\n" : "0");
+  fprintf(f, "%s};\n", nshared ? "\n" : "0");
+  int nexpert = 0; /* summed over ep_dp, not dp (rt_pipe_step) */
+  fprintf(f, "/* Expert-parallel parameters (their gradients are summed over the ep_dp group): "
+             "numel, then per stage its offset in that stage's accumulator, -1 where not "
+             "held. */\nstatic const int64_t pp_expert[] = {");
+  for (int i = 0; i < m->nnodes; i++) {
+    if (!ep_sharded(m->nodes[i])) continue;
+    fprintf(f, "\n    %" PRId64 ",", ir_numel(m->nodes[i]));
+    for (int s = 0; s < P; s++) fprintf(f, " %" PRId64 ",", pp->stage_offset[s][i]);
+    fprintf(f, " /* %s */", m->nodes[i]->name);
+    nexpert++;
+  }
+  fprintf(f, "%s};\n\n", nexpert ? "\n" : "0");
 
   /* the schedule: one action list per stage */
   static const char *const kind[] = {"RT_PIPE_F", "RT_PIPE_B", "RT_PIPE_W", "RT_PIPE_SEND_ACT",
@@ -1019,11 +1031,12 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
              "    .slot_bytes = %" PRId64 ", .grad_numel = pp_param_numel, .mb_tokens = %" PRId64
              ",\n"
              "    .nshared = %d, .shared = pp_shared, .shared_max = %" PRId64 ",\n"
+             "    .nexpert = %d, .expert = pp_expert,\n"
              "    .nactions = nactions, .actions = actions, .nact = nact, .act = act,\n"
              "    .ngrad = ngrad, .grad = grad, .fwd = fwd, .bwd = bwd, .wgt = wgt,\n"
              "    .optimizer = optimizer,\n};\n\n%s\n",
           pp_schedule_name[sc->kind], P, C, pp->microbatches, pp->slots, pp->split_w,
-          ROUND64(slot_bytes), mb_tokens, nshared, pp->shared_numel_max,
+          ROUND64(slot_bytes), mb_tokens, nshared, pp->shared_numel_max, nexpert,
           e->hooks ? e->hooks->step
                    : "static int step(RtStepIO *io) { return rt_pipe_step(io, &pipe); }\n");
   free(slp);

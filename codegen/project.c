@@ -13,6 +13,7 @@
 #include "codegen/host_cuda.h"
 #include "codegen/kir_cuda.h"
 #include "codegen/kir_llvm.h"
+#include "codegen/report.h"
 #include "passes/bufplan.h"
 
 #ifndef PARC_SOURCE_DIR
@@ -211,6 +212,39 @@ static cJSON *shape_json(const IrNode *n) {
   return a;
 }
 
+/* plan.json's "moe": per MoE layer, one rank's dispatch buffer against the
+ * dropless worst case and its expert all-to-alls a step (codegen/report.h). */
+static void moe_json(cJSON *root, const IrModule *m, const CgProject *p) {
+  int M = p->pipe ? p->pipe->microbatches : 1, whole = !p->pipe;
+  cJSON *a = cJSON_AddArrayToObject(root, "moe"); /* empty without MoE layers */
+  int n = cg_moe_layers(m, p->layout, M, whole, NULL, 0);
+  CgMoeLayer *v = n ? calloc((size_t)n, sizeof *v) : NULL;
+  if (!v) return;
+  cg_moe_layers(m, p->layout, M, whole, v, n);
+  for (int i = 0; i < n; i++) {
+    const CgMoeLayer *l = &v[i];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "layer", l->layer);
+    cJSON_AddNumberToObject(o, "experts", (double)l->experts);
+    cJSON_AddNumberToObject(o, "top_k", (double)l->top_k);
+    cJSON_AddNumberToObject(o, "d_model", (double)l->d_model);
+    cJSON_AddNumberToObject(o, "microbatches", l->microbatches);
+    cJSON_AddNumberToObject(o, "batch_tokens", (double)l->batch_tokens);
+    cJSON_AddNumberToObject(o, "tokens_per_rank", (double)l->tokens);
+    cJSON_AddBoolToObject(o, "dropless", l->dropless);
+    cJSON_AddNumberToObject(o, "capacity", (double)l->capacity);
+    cJSON_AddNumberToObject(o, "capacity_per_rank", (double)l->rank_capacity);
+    cJSON_AddNumberToObject(o, "dispatch_bytes_per_rank", l->dispatch_bytes);
+    cJSON_AddNumberToObject(o, "dropless_bytes_per_rank", l->dropless_bytes);
+    cJSON_AddNumberToObject(o, "ep", l->ep);
+    cJSON_AddNumberToObject(o, "all_to_all_count", l->a2a_count);
+    cJSON_AddNumberToObject(o, "all_to_all_payload_bytes", l->a2a_payload_bytes);
+    cJSON_AddNumberToObject(o, "all_to_all_sent_bytes_per_rank", l->a2a_sent_bytes);
+    cJSON_AddItemToArray(a, o);
+  }
+  free(v);
+}
+
 /* plan.json: what the compiler decided, for tools and for people. */
 static int write_plan(const CgProject *p, const IrModule *m, const CgKernelPlan *kp,
                       const int *canon, const BufPlan *bp, const CgLeafPlan *lp, char *err,
@@ -233,9 +267,9 @@ static int write_plan(const CgProject *p, const IrModule *m, const CgKernelPlan 
   cJSON_AddNumberToObject(cost, "arena_bytes", (double)cg_arena_bytes(kp, bp, NULL));
   cJSON_AddNumberToObject(cost, "arena_live_peak_bytes", (double)bp->live_peak);
   cJSON *comm = cJSON_AddArrayToObject(root, "communication");
-  static const char *const group[] = {"tp", "dp"};
+  static const char *const group[COMM_GROUPS] = {"tp", "dp", "ep", "ep_dp"};
   static const char *const kind[] = {"all_reduce", "all_gather", "reduce_scatter"};
-  for (int g = 0; p->cost->has_comm && g < 2; g++)
+  for (int g = 0; p->cost->has_comm && g < COMM_GROUPS; g++)
     for (int k = 0; k < COMM_KINDS; k++) {
       const CommEntry *e = &p->cost->comm.e[g][k];
       if (!e->count) continue;
@@ -248,6 +282,20 @@ static int write_plan(const CgProject *p, const IrModule *m, const CgKernelPlan 
       cJSON_AddNumberToObject(o, "sent_bytes_per_rank", e->sent_bytes);
       cJSON_AddItemToArray(comm, o);
     }
+  if (p->cost->has_comm && p->cost->comm.a2a_count) {
+    /* expert parallelism: only filled slots travel, so the bytes are at most */
+    const CommCost *c = &p->cost->comm;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "group", "ep");
+    cJSON_AddNumberToObject(o, "ranks", c->a2a_group);
+    cJSON_AddStringToObject(o, "kind", "all_to_all");
+    cJSON_AddNumberToObject(o, "count", c->a2a_count);
+    cJSON_AddNumberToObject(o, "payload_bytes", c->a2a_payload_bytes);
+    cJSON_AddNumberToObject(o, "sent_bytes_per_rank", c->a2a_sent_bytes);
+    cJSON_AddBoolToObject(o, "upper_bound", 1);
+    cJSON_AddItemToArray(comm, o);
+  }
+  moe_json(root, m, p);
   /* dp bucket collectives started in the backward pass and waited for after it
    * (they overlap the rest of it); 0 with --no-overlap or without dp buckets */
   int *async = p->pipe ? NULL : cg_async_waits(m, kp), nasync = 0;

@@ -7,6 +7,7 @@
 #include "codegen/report.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 
 static const char *bytes(char *buf, size_t len, double b) {
   static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
@@ -95,6 +96,11 @@ static void predicted_step(FILE *out, const Layout *lay, const Cost *c) {
               c->comm.e[g][k].count * PP_SIM_LINK_LATENCY_S;
       n += c->comm.e[g][k].count;
     }
+  if (c->has_comm) { /* expert all-to-alls at their upper bound (every slot filled) */
+    comm += c->comm.a2a_sent_bytes / PP_SIM_LINK_BYTES_PER_S +
+            c->comm.a2a_count * PP_SIM_LINK_LATENCY_S;
+    n += c->comm.a2a_count;
+  }
   char a[32], b[32], d[32];
   if (!n) {
     fprintf(out, "predicted step time: %s (compute at %.0f TFLOP/s a rank; no communication)\n",
@@ -105,6 +111,146 @@ static void predicted_step(FILE *out, const Layout *lay, const Cost *c) {
           "(%.0f GB/s, %.0f us each, not overlapped)\n", duration(a, sizeof a, compute + comm),
           duration(b, sizeof b, compute), PP_SIM_FLOPS_PER_S / 1e12, n,
           duration(d, sizeof d, comm), PP_SIM_LINK_BYTES_PER_S / 1e9, PP_SIM_LINK_LATENCY_S * 1e6);
+}
+
+/* ---- mixture of experts ----------------------------------------------------
+ * A dispatch writes each token's choices into an [experts, C, d_model]
+ * buffer, C slots an expert; the expert GEMMs run over every slot, filled or
+ * not, and under ep the buffer is what each all-to-all moves.  C is the
+ * capacity: the lowering's ceil(factor x tokens x top_k / experts), at most
+ * the tokens, for the tokens one dispatch routes (the whole microbatch over
+ * every dp rank); dropless when it reaches them.  A rank's buffer holds
+ * min(C, its own tokens) slots an expert (passes/shard.c rule_dispatch): a
+ * rank can never fill more.  With M microbatches the capacity is that of a
+ * microbatch's tokens: ceil(ceil(f t k / E) / M) = ceil(f (t / M) k / E). */
+int cg_moe_layers(const IrModule *m, const Layout *lay, int microbatches, int whole_batch,
+                  CgMoeLayer *out, int max) {
+  int M = microbatches > 1 ? microbatches : 1, split = whole_batch ? M : 1, backward = 0, n = 0;
+  int dp = lay->dp > 1 ? lay->dp : 1, ep = lay->ep > 1 ? lay->ep : 1;
+  int sharded = m->mesh_dp > 1 ? m->mesh_dp : 1; /* the dp the module is already split over */
+  for (int i = 0; i < m->nnodes; i++) backward |= m->nodes[i]->phase == IR_PHASE_B;
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *d = m->nodes[i];
+    if (d->op != IR_OP_DISPATCH || d->phase != IR_PHASE_FWD) continue;
+    const IrNode *x = d->inputs[0], *idx = d->inputs[1];
+    int64_t t = x->shape[0] * sharded, cap;
+    if (idx->op == IR_OP_CAPACITY_DROP) cap = idx->ia[1]; /* dropping over the dp group */
+    else cap = sharded > 1 ? t : d->ia[1];                  /* sharded without a drop: dropless */
+    t /= split;
+    cap = (cap + split - 1) / split;
+    if (cap > t) cap = t;
+    if (cap < 1) cap = 1;
+    if (n < max) {
+      CgMoeLayer *l = &out[n];
+      int64_t tokens = t / dp, D = ir_numel(x) / x->shape[0];
+      *l = (CgMoeLayer){.layer = d->layer, .experts = d->ia[0], .top_k = idx->shape[1],
+                        .d_model = D, .microbatches = M, .batch_tokens = t, .tokens = tokens,
+                        .dropless = cap >= t, .capacity = cap,
+                        .rank_capacity = cap < tokens ? cap : tokens, .ep = ep};
+      l->dispatch_bytes = 4.0 * (double)l->experts * (double)l->rank_capacity * (double)D;
+      l->dropless_bytes = 4.0 * (double)l->experts * (double)tokens * (double)D;
+      if (ep > 1) {
+        l->a2a_count = M * (backward ? 4 : 2);
+        l->a2a_payload_bytes = l->a2a_count * l->dispatch_bytes;
+        l->a2a_sent_bytes = l->a2a_payload_bytes * (ep - 1) / ep;
+      }
+    }
+    n++;
+  }
+  return n;
+}
+
+static int moe_same(const CgMoeLayer *a, const CgMoeLayer *b) {
+  return a->experts == b->experts && a->top_k == b->top_k && a->d_model == b->d_model &&
+         a->microbatches == b->microbatches && a->batch_tokens == b->batch_tokens &&
+         a->tokens == b->tokens && a->dropless == b->dropless && a->capacity == b->capacity &&
+         a->rank_capacity == b->rank_capacity && a->ep == b->ep && a->a2a_count == b->a2a_count;
+}
+
+/* The microbatches a step routes: the pipeline's, else (pp 1) the train
+ * section's, which a routed model honours on one stage too (passes/pp_plan.c;
+ * a --microbatches given at pp 1 is not visible here). */
+static int step_microbatches(const IrModule *m, const Cost *c) {
+  if (c->pipe) return c->pipe->st.microbatches;
+  const IrSetting *s = ir_setting(m->train, m->ntrain, "microbatches");
+  return s && !s->is_float && !s->sym && s->i > 1 && s->i < (1 << 20) ? (int)s->i : 1;
+}
+
+/* The MoE section: per run of identical layers, the capacity, the dispatch
+ * buffer a rank holds against the dropless worst case, and the all-to-all. */
+static void moe(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
+  int M = step_microbatches(m, c);
+  int n = cg_moe_layers(m, lay, M, 1, NULL, 0);
+  if (!n) return;
+  CgMoeLayer *v = calloc((size_t)n, sizeof *v);
+  if (!v) return;
+  cg_moe_layers(m, lay, M, 1, v, n);
+  char a[32], b[32], e[32];
+  double buf = 0, worst = 0, payload = 0, sent = 0;
+  int count = 0;
+  fprintf(out, "mixture of experts, per rank (dispatch buffers: experts x slots x d_model, "
+          "fp32):\n");
+  for (int i = 0, j; i < n; i = j) {
+    const CgMoeLayer *l = &v[i];
+    for (j = i + 1; j < n && moe_same(&v[j], l) && v[j].layer == v[j - 1].layer + 1; j++) {}
+    for (int k = i; k < j; k++) {
+      buf += v[k].dispatch_bytes, worst += v[k].dropless_bytes;
+      payload += v[k].a2a_payload_bytes, sent += v[k].a2a_sent_bytes, count += v[k].a2a_count;
+    }
+    if (l->layer < 0) fprintf(out, "  outside the layers:");
+    else if (j - i == 1) fprintf(out, "  layer %d:", l->layer);
+    else fprintf(out, "  layers %d-%d:", l->layer, v[j - 1].layer);
+    fprintf(out, " %" PRId64 " experts, top-%" PRId64 ", d_model %" PRId64 "; ", l->experts,
+            l->top_k, l->d_model);
+    const char *what = M > 1 ? "a microbatch" : "the batch";
+    if (l->tokens == l->batch_tokens) fprintf(out, "a rank routes %s's %" PRId64 " tokens", what,
+                                              l->tokens);
+    else fprintf(out, "a rank routes %" PRId64 " of %s's %" PRId64 " tokens", l->tokens, what,
+                 l->batch_tokens);
+    if (M > 1) fprintf(out, " (%d microbatches a step)", M);
+    fprintf(out, "\n");
+    if (l->dropless) {
+      fprintf(out, "    capacity: dropless; a rank's buffer has a slot for each of its tokens in "
+              "every expert\n");
+    } else {
+      double balanced = (double)l->batch_tokens * (double)l->top_k / (double)l->experts;
+      fprintf(out, "    capacity: %" PRId64 " slots an expert for %s (%.3g x the balanced %.4g "
+              "= tokens x top-k / experts); a rank's buffer holds min(%" PRId64 ", its %" PRId64
+              " tokens) = %" PRId64 "\n", l->capacity, what, (double)l->capacity / balanced,
+              balanced, l->capacity, l->tokens, l->rank_capacity);
+    }
+    fprintf(out, "    dispatch buffer %" PRId64 " x %" PRId64 " x %" PRId64 " = %s, dropless "
+            "worst case %" PRId64 " x %" PRId64 " x %" PRId64 " = %s: %.3f of it\n", l->experts,
+            l->rank_capacity, l->d_model, bytes(a, sizeof a, l->dispatch_bytes), l->experts,
+            l->tokens, l->d_model, bytes(b, sizeof b, l->dropless_bytes),
+            l->dropless_bytes > 0 ? l->dispatch_bytes / l->dropless_bytes : 1.0);
+    int64_t slots = l->experts * l->rank_capacity, filled = l->tokens * l->top_k;
+    if (filled > slots) filled = slots;
+    fprintf(out, "    slots filled: at most %" PRId64 " of %" PRId64 " (%.3f); the expert GEMMs "
+            "run over all of them\n", filled, slots,
+            slots ? (double)filled / (double)slots : 0.0);
+    if (l->ep > 1)
+      fprintf(out, "    all-to-all, ep group of %d: the buffer out, its %" PRId64 " experts' %"
+              PRId64 " x %" PRId64 " x %" PRId64 " slots in; %d a step (dispatch, combine%s), "
+              "%s each: %s a step, sent at most %s\n", l->ep, l->experts / l->ep,
+              l->experts / l->ep, l->ep * l->rank_capacity, l->d_model, l->a2a_count,
+              l->a2a_count > 2 * M ? " and their gradients" : "",
+              bytes(a, sizeof a, l->dispatch_bytes), bytes(b, sizeof b, l->a2a_payload_bytes),
+              bytes(e, sizeof e, l->a2a_sent_bytes));
+    else
+      fprintf(out, "    no all-to-all: ep 1, every rank holds all %" PRId64 " experts\n",
+              l->experts);
+  }
+  if (n > 1) {
+    fprintf(out, "  all %d MoE layers%s: dispatch buffers %s (dropless worst case %s)", n,
+            lay->pp > 1 ? " (over the stages)" : "", bytes(a, sizeof a, buf),
+            bytes(b, sizeof b, worst));
+    if (count)
+      fprintf(out, "; %d all-to-alls a step, %s, sent at most %s", count,
+              bytes(e, sizeof e, payload), bytes(a, sizeof a, sent));
+    fprintf(out, "\n");
+  }
+  free(v);
 }
 
 void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
@@ -139,12 +285,13 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
     row(out, "bf16 mixed", p, 2, 2, 4 / z, 8 / z);
     if (z > 1) fprintf(out, "    (--zero 1: optimizer state sharded over the %d dp ranks)\n", lay->dp);
   }
-  static const char *const group[] = {"tp", "dp"};
+  static const char *const group[COMM_GROUPS] = {"tp", "dp", "ep", "ep_dp"};
   static const char *const kind[] = {"all-reduce", "all-gather", "reduce-scatter"};
-  for (int g = 0; c->has_comm && g < 2; g++) {
-    if (!c->comm.group_size[g]) continue;
+  for (int g = 0; c->has_comm && g < COMM_GROUPS; g++) {
+    int a2a = g == 2 ? c->comm.a2a_count : 0; /* the expert all-to-alls run on the ep group */
+    if (!c->comm.group_size[g] && !a2a) continue;
     fprintf(out, "communication per step and rank, %s group of %d ranks:\n", group[g],
-            c->comm.group_size[g]);
+            a2a ? c->comm.a2a_group : c->comm.group_size[g]);
     for (int k = 0; k < COMM_KINDS; k++) {
       const CommEntry *e = &c->comm.e[g][k];
       char p[32], s[32];
@@ -152,14 +299,14 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
         fprintf(out, "    %-15s %4d x, payload %10s, sent %10s (ring)\n", kind[k], e->count,
                 bytes(p, sizeof p, e->payload_bytes), bytes(s, sizeof s, e->sent_bytes));
     }
+    if (a2a) {
+      char p[32], s[32];
+      fprintf(out, "    %-15s %4d x, payload %10s, sent %10s (at most: filled slots only)\n",
+              "all-to-all", a2a, bytes(p, sizeof p, c->comm.a2a_payload_bytes),
+              bytes(s, sizeof s, c->comm.a2a_sent_bytes));
+    }
   }
-  if (c->has_comm && c->comm.a2a_count) {
-    char p[32], s[32];
-    fprintf(out, "communication per step and rank, ep group of %d ranks:\n", c->comm.a2a_group);
-    fprintf(out, "    %-15s %4d x, payload %10s, sent %10s (at most: filled slots only)\n",
-            "all-to-all", c->comm.a2a_count, bytes(p, sizeof p, c->comm.a2a_payload_bytes),
-            bytes(s, sizeof s, c->comm.a2a_sent_bytes));
-  }
+  moe(out, m, lay, c);
   if (c->arena_bytes)
     fprintf(out, "activation arena (planned, fp32): %s (%" PRId64 " bytes), allocated exactly by "
             "the trainer\n", bytes(a, sizeof a, (double)c->arena_bytes), c->arena_bytes);

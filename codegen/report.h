@@ -8,4 +8,37 @@
 
 void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c);
 
+/* One mixture-of-experts layer (a dispatch) as one rank runs it: the
+ * activation cost of its capacity and its expert-parallel all-to-all. */
+typedef struct {
+  int layer;                 /* the dispatch's layer, -1 outside a repeat */
+  int64_t experts, top_k, d_model;
+  int microbatches;          /* a step runs the routing once per microbatch */
+  int64_t batch_tokens;      /* tokens one microbatch routes, over all dp ranks */
+  int64_t tokens;            /* of which one rank's (batch_tokens / dp) */
+  int dropless;              /* no choice is ever dropped */
+  int64_t capacity;          /* slots an expert, for the microbatch (dropless:
+                                batch_tokens) */
+  int64_t rank_capacity;     /* slots an expert in a rank's dispatch buffer:
+                                min(capacity, tokens) (passes/shard.c) */
+  double dispatch_bytes;     /* experts x rank_capacity x d_model, fp32 */
+  double dropless_bytes;     /* experts x tokens x d_model, fp32: dropless's
+                                worst case (every token may pick any expert) */
+  int ep;                    /* experts over ep ranks; 1: no all-to-all */
+  int a2a_count;             /* expert all-to-alls a step: dispatch and combine,
+                                forward and backward, per microbatch */
+  double a2a_payload_bytes;  /* a step: each one moves a dispatch buffer */
+  double a2a_sent_bytes;     /* a step, at most (filled slots only travel): the
+                                (ep - 1) / ep leaving the rank */
+} CgMoeLayer;
+
+/* The MoE layers of m (one entry per dispatch, in node order) for layout
+ * lay, into out[0..max); returns how many there are (which may be above
+ * max).  m is the whole batch (the logical module, or its dp shard) when
+ * whole_batch is 1; one microbatch of the M (a pipelined trainer's module)
+ * when 0.  Either way the figures are those of one microbatch a rank, and
+ * the all-to-all counts and bytes those of a whole step. */
+int cg_moe_layers(const IrModule *m, const Layout *lay, int microbatches, int whole_batch,
+                  CgMoeLayer *out, int max);
+
 #endif

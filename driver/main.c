@@ -46,8 +46,8 @@ static void usage(FILE *out) {
           "                         report.txt, model.ir; then: cmake -S DIR -B DIR/build &&\n"
           "                         cmake --build DIR/build && DIR/build/train --help\n"
           "                         (--tp/--dp/--pp: a trainer of tp*dp*pp ranks, threads or\n"
-          "                         mpirun; --ep: experts over ep of the dp ranks, not with\n"
-          "                         --pp above 1 or an MoE's microbatches above 1 yet)\n"
+          "                         mpirun; --ep: experts over ep of the dp ranks; with\n"
+          "                         --pp or an MoE's microbatches above 1, CPU trainer only)\n"
           "      --no-fuse          one kernel per operation (for checking fusion)\n"
           "      --cpu host|generic kernels for this machine's CPU (default) or any x86-64\n"
           "      --target cpu|cuda|all  what -o generates: cpu: the CPU trainer (train.c,\n"
@@ -425,10 +425,11 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
 
 /* The module a pipelined trainer runs (passes/pp_split.c): the model lowered
  * again for one microbatch (batch / M sequences; batch / (dp M) a rank),
- * sharded for tp x dp, differentiated, with its optimizer but without
- * dp_grads (the trainer sums the gradients over microbatches and reduces
- * them over dp and pp once per step), split into the plan's chunks.  NULL
- * with the reason in why. */
+ * sharded for tp x dp (the experts over ep of the dp ranks), differentiated,
+ * with its optimizer but without dp_grads (the trainer sums the gradients
+ * over microbatches and reduces them over dp, the experts' over ep_dp, and
+ * pp once per step), split into the plan's chunks.  NULL with the reason in
+ * why. */
 static IrModule *pipe_module(Program *prog, const Options *o, const IrModule *m,
                              const PpPlan *plan, PpProgram *pp, char *why, size_t len) {
   const IrSetting *b = ir_setting(m->train, m->ntrain, "batch");
@@ -454,6 +455,7 @@ static IrModule *pipe_module(Program *prog, const Options *o, const IrModule *m,
   }
   PassOptions popt = {.verify = o->verify, .stop_after = "dce"};
   int rc = pass_run_all(r, &popt) ? -1 : 0;
+  r->mesh_ep = o->lay.ep; /* experts split over ep of the dp ranks */
   if (!rc && o->lay.tp * o->lay.dp > 1 && pass_shard(r, o->lay.tp, o->lay.dp, o->sp, why, len))
     rc = -1;
   popt.start_after = "dce"; /* autodiff; then, past dp_grads, the optimizer */
@@ -578,14 +580,16 @@ int main(int argc, char **argv) {
   if (o.emit && !strcmp(o.emit, "trace")) cg_timeline_trace(stdout, m->name, &pipe);
   if (o.outdir && (o.lay.pp > 1 || pipe1)) {
     char why[512] = "";
-    if (o.lay.ep > 1)
-      snprintf(why, sizeof why, "-o with --ep above 1 and %s: the pipelined trainer does not "
-               "split experts yet; the report above is exact", pipe1 ? "microbatches above 1 "
-               "(MoE accumulates gradients over them)" : "--pp above 1");
-    else if (o.lay.zero >= 1 && o.lay.dp > 1)
+    if (o.lay.zero >= 1 && o.lay.dp > 1)
       snprintf(why, sizeof why, "-o with %s and --zero 1: the pipelined trainer does not shard "
                "the optimizer state yet; use --zero 0", pipe1 ? "microbatches above 1 (MoE "
                "accumulates gradients over them)" : "--pp above 1");
+    else if (o.lay.ep > 1 && (o.targets & CG_TARGET_CUDA))
+      /* rt_cuda_pipe_step would sum the expert gradients over dp (RtPipeDesc.expert) */
+      snprintf(why, sizeof why, "-o --target %s with --ep above 1 and %s: the GPU pipelined "
+               "trainer does not split experts yet; use --target cpu",
+               o.targets & CG_TARGET_CPU ? "all" : "cuda", pipe1 ? "microbatches above 1 "
+               "(MoE accumulates gradients over them)" : "--pp above 1");
     else if (!(tm = pipe_module(&prog, &o, m, &pipe, &stage_prog, why, sizeof why)) && !why[0])
       snprintf(why, sizeof why, "internal error: the pipelined trainer");
     if (why[0]) {
@@ -604,6 +608,12 @@ int main(int argc, char **argv) {
     }
     int targets = o.targets ? o.targets
                             : have_nvcc() ? CG_TARGET_CPU | CG_TARGET_CUDA : CG_TARGET_CPU;
+    if (tm && o.lay.ep > 1 && !o.targets && targets != CG_TARGET_CPU) {
+      /* the GPU pipelined trainer does not split experts yet (refused above when asked) */
+      fprintf(stderr, "parc: note: with --ep above 1 in a pipelined trainer, -o writes the CPU "
+              "trainer only (the GPU one does not split experts yet)\n");
+      targets = CG_TARGET_CPU;
+    }
     CgProject proj = {o.outdir, o.model, PARC_VERSION, !o.no_fuse, o.generic_cpu, &cost, &o.lay,
                       targets, o.cuda_arch, tm ? &stage_prog : NULL};
     char why[512];

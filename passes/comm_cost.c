@@ -1,7 +1,8 @@
 /* passes/comm_cost.c -- the communication a rank-local module does per step.
  *
  * Every collective node is counted in its group (the axis attribute: 0 tp,
- * 1 dp) with its payload (the full tensor the group combines) and the bytes
+ * 1 dp, 2 ep (e.g. the routing statistics under expert parallelism), 3 ep_dp
+ * (the sum of expert gradients over the dp ranks holding the same experts)) with its payload (the full tensor the group combines) and the bytes
  * each rank sends under ring schedules: an all-reduce sends 2 (n-1)/n of
  * the payload, an all-gather or a reduce-scatter (n-1)/n.  group_copy moves
  * nothing, nor does local_slice; replicate is an all-gather.  The vocab-parallel loss gathers per-row statistics (a max, then
@@ -15,7 +16,7 @@
 #include "passes/passes.h"
 
 static void add(CommCost *c, int axis, CommKind kind, int n, double payload) {
-  if (axis < 0 || axis > 1 || n < 2) return;
+  if (axis < 0 || axis >= COMM_GROUPS || n < 2) return;
   CommEntry *e = &c->e[axis][kind];
   double share = kind == COMM_ALL_REDUCE ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
   e->count++;

@@ -112,7 +112,8 @@ typedef struct {
 } StageCost;
 
 /* passes/comm_cost.c: collectives per step of a rank-local module, by
- * group (0 tp, 1 dp) and kind. */
+ * group (the mesh axes: 0 tp, 1 dp, 2 ep, 3 ep_dp) and kind. */
+#define COMM_GROUPS 4
 typedef enum { COMM_ALL_REDUCE, COMM_ALL_GATHER, COMM_REDUCE_SCATTER, COMM_KINDS } CommKind;
 typedef struct {
   int count;
@@ -120,8 +121,8 @@ typedef struct {
   double sent_bytes;         /* what one rank sends, ring schedules */
 } CommEntry;
 typedef struct {
-  CommEntry e[2][COMM_KINDS];
-  int group_size[2];         /* 0 where the group does not communicate */
+  CommEntry e[COMM_GROUPS][COMM_KINDS];
+  int group_size[COMM_GROUPS]; /* 0 where the group does not communicate */
   /* expert parallelism: expert_all_to_all per step over the ep group (only
    * filled slots travel, so the bytes are an upper bound: every slot full) */
   int a2a_count, a2a_group;

@@ -50,7 +50,10 @@
  * head's on the last).  The adds are not run (PP_NODE_SKIP); each term is
  * added, where it is computed, into the rank's accumulator (laid out like
  * the stage's parameter buffer) at the parameter's offset (grad_param).
- * After the microbatches the trainer sums the accumulator over dp, sums
+ * After the microbatches the trainer sums the accumulator over dp (an
+ * expert-parallel parameter's part, ep_sharded, over the ep_dp group
+ * instead: the dp ranks holding the same experts, whose gradients already
+ * sum every token of their ep group routed there; passes/ep_grads.c), sums
  * each parameter held by several stages between those stages alone (in
  * stage order, so every holder gets the same bits), and scales by
  * 1 / (M dp): the mean gradient of the global batch, the one-rank
@@ -65,7 +68,9 @@
  * global norm) is computed first by the parameter's lowest holder alone,
  * set to zero on every other stage, and summed over pp, so every stage
  * reads every value exactly (x + 0 = x) and the norm is counted once per
- * parameter, tied ones included.  The owned nodes those read (opt_pub 2)
+ * parameter, tied ones included (an expert-parallel parameter's sum of
+ * squares is first summed over its ep group by its all_reduce, an owned
+ * opt_pub 1 node of that one stage).  The owned nodes those read (opt_pub 2)
  * run on the lowest holder alone too.  No other owned node may read either
  * kind (refused).  Everything runs in node order. */
 #include <stdlib.h>

@@ -86,6 +86,39 @@ static int reduce(RtStepIO *io, RtComm *g, float *x, int64_t n, RtTraceKind kind
   return rc;
 }
 
+/* The accumulator's sum over dp (one event in the trace): one all-reduce of
+ * all of it, or, with expert-parallel parameters on stage s, each part
+ * between their regions over dp and each run of adjacent regions over ep_dp
+ * (nothing over an ep_dp group of one rank). */
+static int reduce_grads(RtStepIO *io, const RtPipeDesc *p, int s, float *g, int64_t gn, int dp) {
+  int ep_dp = io->ep_dp_group ? rt_comm_size(io->ep_dp_group) : 1;
+  double t0 = io->trace ? rt_trace_clock() : 0;
+  int64_t at = 0, moved = 0; /* g[0, at) is done */
+  while (at < gn) {
+    int64_t lo = gn, hi = gn; /* the next expert region at or past `at`, and those right after */
+    for (int j = 0; j < p->nexpert; j++) {
+      const int64_t *e = p->expert + (int64_t)j * (p->stages + 1), off = e[1 + s];
+      if (off >= at && off < lo && e[0] > 0) lo = off, hi = off + e[0];
+    }
+    for (int j = 0; j < p->nexpert && lo < gn; j++) {
+      const int64_t *e = p->expert + (int64_t)j * (p->stages + 1);
+      if (e[1 + s] == hi && e[0] > 0) hi += e[0], j = -1; /* (again from the first) */
+    }
+    if (hi > gn) return rt_fail("pipeline: an expert parameter past the accumulator");
+    if (lo > at && dp > 1) {
+      if (rt_comm_all_reduce(io->dp_group, g + at, g + at, lo - at)) return RT_ERR;
+      moved += lo - at;
+    }
+    if (hi > lo && ep_dp > 1) {
+      if (rt_comm_all_reduce(io->ep_dp_group, g + lo, g + lo, hi - lo)) return RT_ERR;
+      moved += hi - lo;
+    }
+    at = hi;
+  }
+  if (io->trace) rt_trace_add(io->trace, RT_TRACE_REDUCE_DP, 0, 0, t0, rt_trace_clock(), moved);
+  return RT_OK;
+}
+
 int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p) {
   char *base = io->arena;
   const int32_t *tokens = io->tokens, *targets = io->targets;
@@ -109,7 +142,7 @@ int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p) {
   io->targets = targets;
   if (rc) return RT_ERR;
   int dp = io->dp_group ? rt_comm_size(io->dp_group) : 1;
-  if (dp > 1 && reduce(io, io->dp_group, g, gn, RT_TRACE_REDUCE_DP)) return RT_ERR;
+  if (dp > 1 && reduce_grads(io, p, s, g, gn, dp)) return RT_ERR;
   double t0 = io->trace ? rt_trace_clock() : 0;
   int64_t moved = 0;
   for (int j = 0; j < p->nshared; j++) {

@@ -17,19 +17,23 @@
  * rt_pipe_step on the rank of pp coordinate s: zeroes the accumulator;
  * runs stage s's action list in order (F, B, W call the chunk's functions;
  * a schedule without W actions runs bwd then wgt as B; sends are buffered,
- * receives wait); sums the accumulator over dp; sums each parameter held by
- * several stages between its holders (every holder sends its part to the
- * others, and adds all parts in stage order: the same bits on each); scales
+ * receives wait); sums the accumulator over dp, except the expert-parallel
+ * parameters' parts (RtPipeDesc.expert), which it sums over the ep_dp group
+ * instead (the dp ranks holding the same experts; passes/ep_grads.c); sums
+ * each parameter held by several stages between its holders (every holder
+ * sends its part to the others, and adds all parts in stage order: the
+ * same bits on each); scales
  * by 1 / (microbatches * dp); stores it to io->grads when asked (the stage's
  * layout); sets io->loss (and ce_loss) to the mean of the microbatches'
  * losses, which the last chunk's forward reports, on every rank; then runs
  * stage s's optimizer on slot 0's arena, which reads the accumulator (and
- * sums its part of the global norm over pp itself).
+ * sums its part of the global norm over pp itself, an expert-parallel
+ * parameter's first over ep).
  *
  * Tracing (io->trace, runtime/rt_trace.h): every action is one event (F, B,
  * W: compute; SEND/RECV: communication, a RECV's interval being the time
- * blocked plus the copy), then the dp and pp all-reduces of the accumulator,
- * the loss's, and the optimizer.
+ * blocked plus the copy), then the dp (with ep_dp: one event) and pp
+ * all-reduces of the accumulator, the loss's, and the optimizer.
  *
  * Messages: boundary c's values travel over the pp group, each in its own
  * send, tag (c * microbatches + mb) * 2 + (0 forward, 1 backward); shared
@@ -69,6 +73,9 @@ typedef struct {
   const int64_t *shared;     /* per such parameter: numel, then per stage its offset in
                                 the stage's accumulator (-1: not held); stages + 1 each */
   int64_t shared_max;        /* the largest numel of those */
+  int nexpert;               /* expert-parallel parameters (RtParamDesc.ep > 1) */
+  const int64_t *expert;     /* per such parameter: numel, then per stage its offset in
+                                the stage's accumulator (-1: not held); stages + 1 each */
   int64_t mb_tokens;         /* tokens of one microbatch on one rank: rows * seq */
   const int *nactions;       /* per stage */
   const RtPipeAction *const *actions; /* per stage */

@@ -51,11 +51,11 @@
  * description (rt_pipe_stage_desc: its parameters and state, its offsets) and
  * allocates, initialises (by name and global indices) and updates only those.
  * Weights, gradients and checkpoints stay whole: saving first gathers the
- * stages' tensors over pp into the whole (tp-local) layout (rt_pipe_gather; a
- * tensor several stages hold, identical on each, from the lowest), then goes on
- * as for pp = 1 (world rank 0 writes); --resume loads the whole model and keeps
- * the stage's part (rt_pipe_extract), so a checkpoint resumes under any
- * (tp, pp, dp). The step's loss and gradient norm are the whole model's on every
+ * stages' tensors over pp into the whole (tp- and ep-local) layout
+ * (rt_pipe_gather; a tensor several stages hold, identical on each, from the
+ * lowest), then goes on as for pp = 1 (over tp and ep; world rank 0 writes);
+ * --resume loads the whole model and keeps the stage's part (rt_pipe_extract),
+ * so a checkpoint resumes under any (tp, pp, dp, ep). The step's loss and gradient norm are the whole model's on every
  * stage. --trace: rt_trace.h. */
 #ifndef PARC_RT_TRAIN_H
 #define PARC_RT_TRAIN_H
