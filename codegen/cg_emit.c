@@ -329,6 +329,7 @@ static KirVal compute(Em *E, const IrNode *n, const Ix *c) {
     return kir_select(k, kir_cmp(k, KIR_GT, v, F(E, 0)), v, F(E, 0));
   }
   case IR_OP_EXP: return kir_exp(k, OP(0));
+  case IR_OP_LOG: return kir_log(k, OP(0));
   case IR_OP_GELU_GRAD: {
     /* 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2) */
     KirVal v = OP(0), dy = OP(1), t = gelu_tanh(E, v);

@@ -44,7 +44,7 @@ typedef struct {
   Loc loc;
 } TypeExpr;
 
-typedef enum { S_ASSIGN, S_INPUT, S_PARAM, S_REPEAT, S_RETURN, S_CONFIG, S_EXPR } StmtKind;
+typedef enum { S_ASSIGN, S_INPUT, S_PARAM, S_REPEAT, S_IF, S_RETURN, S_CONFIG, S_EXPR } StmtKind;
 
 typedef struct Stmt Stmt;
 typedef struct { Stmt **items; int n, cap; } StmtList;
@@ -60,12 +60,12 @@ struct Stmt {
   StmtKind kind;
   Loc loc;
   const char *name;      /* S_ASSIGN, S_INPUT, S_PARAM target */
-  Expr *value;           /* S_ASSIGN, S_RETURN, S_EXPR; S_REPEAT: count */
+  Expr *value;           /* S_ASSIGN, S_RETURN, S_EXPR; S_REPEAT: count; S_IF: condition */
   TypeExpr *type;        /* S_INPUT, S_PARAM */
   Expr *init;            /* S_PARAM: init expression or NULL */
   Expr *shard;           /* S_PARAM: shard intent or NULL */
   const char *label;     /* S_REPEAT: scope prefix or NULL */
-  StmtList body;         /* S_REPEAT */
+  StmtList body;         /* S_REPEAT, S_IF */
   EntryList entries;     /* S_CONFIG */
 };
 

@@ -181,6 +181,13 @@ Stmt *build_repeat(Program *p, Loc loc, Expr *count, const char *label, StmtList
   return s;
 }
 
+Stmt *build_if(Program *p, Loc loc, Expr *cond, StmtList body) {
+  Stmt *s = new_stmt(p, S_IF, loc);
+  s->value = cond;
+  s->body = body;
+  return s;
+}
+
 Stmt *build_return(Program *p, Loc loc, Expr *value) {
   Stmt *s = new_stmt(p, S_RETURN, loc);
   s->value = value;

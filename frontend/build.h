@@ -30,6 +30,7 @@ void build_param_init(Program *p, Stmt *s, Expr *init);
 void build_param_shard(Program *p, Stmt *s, Expr *shard);
 Stmt *build_expr_stmt(Program *p, Expr *call);
 Stmt *build_repeat(Program *p, Loc loc, Expr *count, const char *label, StmtList body);
+Stmt *build_if(Program *p, Loc loc, Expr *cond, StmtList body);
 Stmt *build_return(Program *p, Loc loc, Expr *value);
 Stmt *build_config(Program *p, Loc loc, EntryList entries);
 void build_stmt_push(Program *p, StmtList *l, Stmt *s);

@@ -1119,7 +1119,23 @@ static void check_structure(Lower *L, StmtList *body, Where where) {
         err(L, s->loc, "return is allowed only in a block");
     }
     if (s->kind == S_REPEAT) check_structure(L, &s->body, IN_REPEAT);
+    if (s->kind == S_IF) check_structure(L, &s->body, where);
   }
+}
+
+/* if COND { body }: COND is a number known when the model is built; the body
+ * runs (in the enclosing scope: its assignments stay) when it is not 0, and
+ * is never evaluated otherwise, so an option switched off builds nothing. */
+static void exec_if(Lower *L, Frame *f, Stmt *s, Where where) {
+  Value c = eval(L, f, s->value);
+  if (c.k == V_ERR) return;
+  if (!is_num(c)) {
+    if (c.k == V_SYM) bad_value(L, c, "a number");
+    else err(L, c.loc, "the condition of 'if' must be a number known when the model is built, "
+             "got %s", kind_name(c.k));
+    return;
+  }
+  if (num(c) != 0) exec(L, f, &s->body, where);
 }
 
 static void exec(Lower *L, Frame *f, StmtList *body, Where where) {
@@ -1146,6 +1162,9 @@ static void exec(Lower *L, Frame *f, StmtList *body, Where where) {
       break;
     case S_REPEAT:
       exec_repeat(L, f, s);
+      break;
+    case S_IF:
+      exec_if(L, f, s, where);
       break;
     case S_RETURN:
       L->ret = eval(L, f, s->value);

@@ -48,7 +48,7 @@ static void dsl_error(Loc *loc, void *scanner, LexState *lex, const char *msg);
 
 %token MODEL "'model'" CONFIG "'config'" INPUT "'input'" PARAM "'param'"
 %token BLOCK "'block'" REPEAT "'repeat'" RETURN "'return'" TRAIN "'train'"
-%token INIT "'init'" SHARD "'shard'" AS "'as'"
+%token INIT "'init'" SHARD "'shard'" AS "'as'" IF "'if'"
 %token NL "end of line"
 %token <str> IDENT "name"
 %token <tok> INT "integer" FLOAT "number"
@@ -121,13 +121,14 @@ body
   ;
 
 /* stmt: NAME '=' expr | 'input' NAME ':' type | param | 'repeat' count ['as' label] '{' body '}'
- *     | 'return' expr | 'config' '{' entries '}' | call */
+ *     | 'if' expr '{' body '}' | 'return' expr | 'config' '{' entries '}' | call */
 stmt
   : IDENT '=' expr                          { $$ = build_assign(P, @1, $1, $3); }
   | INPUT IDENT ':' type                    { $$ = build_input(P, @2, $2, $4); }
   | param_decl                              { $$ = $1; }
   | REPEAT count '{' body '}'               { $$ = build_repeat(P, @1, $2, NULL, $4); }
   | REPEAT count AS label '{' body '}'      { $$ = build_repeat(P, @1, $2, $4, $6); }
+  | IF expr '{' body '}'                    { $$ = build_if(P, @1, $2, $4); }
   | RETURN expr                             { $$ = build_return(P, @1, $2); }
   | CONFIG '{' entries '}'                  { $$ = build_config(P, @1, $3); }
   | call                                    { $$ = build_expr_stmt(P, $1); }
@@ -225,7 +226,7 @@ word
   | MODEL     { $$ = "model"; }   | CONFIG { $$ = "config"; } | INPUT { $$ = "input"; }
   | PARAM     { $$ = "param"; }   | BLOCK  { $$ = "block"; }  | REPEAT { $$ = "repeat"; }
   | RETURN    { $$ = "return"; }  | TRAIN  { $$ = "train"; }  | INIT { $$ = "init"; }
-  | SHARD     { $$ = "shard"; }
+  | SHARD     { $$ = "shard"; }   | IF { $$ = "if"; }
   ;
 
 %%

@@ -91,6 +91,15 @@ block lm_head(x, vocab, std = 0.02) {
   return matmul(x, weight, transpose_b = 1)
 }
 
+# log(sum(exp(z))) over the last dimension of z, keeping it (size 1), in a
+# form that neither overflows nor underflows: z_j - log(p_j) for j the
+# argmax of p = softmax(z), where p_j >= 1 / dim(z, -1).  Its gradient is
+# p, as logsumexp's.  Pass p when the softmax is at hand already.
+block logsumexp(z, p = softmax(z)) {
+  j = topk(p, 1)
+  return gather(z, j) - log(gather(p, j))
+}
+
 # Mixtral-style sparse MoE over x [batch, seq, d]: a router (gate) softmax
 # over all experts, top_k chosen with weights renormalised to sum 1, SwiGLU
 # experts (w1 gate, w3 up, w2 down, each [out, in] per expert), the weighted
@@ -98,11 +107,23 @@ block lm_head(x, vocab, std = 0.02) {
 # each expert takes ceil(factor * tokens * top_k / experts) tokens, in token
 # order, and drops the rest.
 # Load-balancing loss: aux_loss * E * sum_e f_e * P_e (0 turns it off).
-block moe(x, experts, top_k, hidden, aux_loss = 0.01, capacity_factor = 0.0) {
+# Router z-loss (ST-MoE): z_loss * the mean over tokens of
+# logsumexp(router logits)^2.  Shared expert (DeepSeek): shared_hidden > 0
+# adds to the routed output a SwiGLU MLP of that width applied to every
+# token (parameters shared_experts.{gate,up,down}_proj, split over tp as
+# swiglu's).  Both are optional through `if` (its condition a number known
+# when the model is built, true unless 0): at their defaults, 0, their
+# statements are never evaluated, so the block builds exactly the model
+# without them -- no node, no parameter, nothing at run time -- and one
+# block keeps one set of parameter names (a second block wrapping moe
+# would nest them under its own scope).
+block moe(x, experts, top_k, hidden, aux_loss = 0.01, capacity_factor = 0.0, z_loss = 0.0,
+          shared_hidden = 0) {
   d = dim(x, -1)
   n = dim(x, 0) * dim(x, 1)
   t = reshape(x, n, d)
-  probs = softmax(linear(t, experts) as gate)
+  logits = linear(t, experts) as gate
+  probs = softmax(logits)
   idx = topk(probs, top_k)
   w = gather(probs, idx)
   w = w / sum(w, -1, keepdim = 1)
@@ -114,5 +135,13 @@ block moe(x, experts, top_k, hidden, aux_loss = 0.01, capacity_factor = 0.0) {
   y = combine(matmul(h, w2, transpose_b = 1), idx, w)
   f = sum(sum(onehot(idx, experts), 1), 0) / (n * top_k)
   add_loss(sum(f * mean(probs, 0), 0), experts * aux_loss)
-  return reshape(y, dim(x, 0), dim(x, 1), d)
+  if z_loss {
+    z = logsumexp(logits, probs)
+    add_loss(mean(sum(z * z, -1), 0), z_loss)
+  }
+  y = reshape(y, dim(x, 0), dim(x, 1), d)
+  if shared_hidden {
+    y = y + swiglu(x, shared_hidden) as shared_experts
+  }
+  return y
 }

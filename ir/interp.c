@@ -180,7 +180,8 @@ static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 
 /* scale: x * by.  gelu: the tanh approximation
  * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).  silu: x * sigmoid(x).
- * relu: max(x, 0).  exp: e^x. */
+ * relu: max(x, 0).  exp: e^x.  log: the natural logarithm, as C's log (-inf
+ * at 0, NaN below). */
 static int eval_unary(Ctx *c) {
   const double *x = IN(c, 0);
   double *out = OUT(c);
@@ -190,6 +191,7 @@ static int eval_unary(Ctx *c) {
     case IR_OP_GELU: out[o] = gelu(x[o]); break;
     case IR_OP_SILU: out[o] = x[o] * sigmoid(x[o]); break;
     case IR_OP_RELU: out[o] = x[o] > 0 ? x[o] : 0; break;
+    case IR_OP_LOG: out[o] = log(x[o]); break;
     default: out[o] = exp(x[o]); break;
     }
   }
@@ -1013,6 +1015,7 @@ static int eval_node(Ctx *c) {
   case IR_OP_MATMUL: return eval_matmul(c, 0);
   case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV: return eval_binary(c);
   case IR_OP_SCALE: case IR_OP_GELU: case IR_OP_SILU: case IR_OP_RELU: case IR_OP_EXP:
+  case IR_OP_LOG:
     return eval_unary(c);
   case IR_OP_LAYERNORM: case IR_OP_RMSNORM: return eval_norm(c);
   case IR_OP_SOFTMAX: return eval_softmax(c);

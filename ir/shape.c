@@ -225,7 +225,7 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     return broadcast(n, why, len);
 
   case IR_OP_SCALE: case IR_OP_GELU: case IR_OP_SILU: case IR_OP_RELU: case IR_OP_EXP:
-  case IR_OP_SOFTMAX:
+  case IR_OP_LOG: case IR_OP_SOFTMAX:
     if (!want(why, len, n, 0, IR_F32)) return 0;
     if (n->op == IR_OP_SOFTMAX && a->rank < 1)
       return fail(why, len, n, "needs rank >= 1, got %s", T(0, x));

@@ -287,6 +287,11 @@ static void vjp_exp(Ad *ad, IrNode *y, IrNode *dy) {
   give(ad, y->inputs[0], mk2(ad, IR_OP_MUL, dy, y, 0, 0));
 }
 
+/* y = log(x): dx = dy / x. */
+static void vjp_log(Ad *ad, IrNode *y, IrNode *dy) {
+  give(ad, y->inputs[0], mk2(ad, IR_OP_DIV, dy, y->inputs[0], 0, 0));
+}
+
 /* layer_norm(x, w, b) and rms_norm(x, w): dx (B work) by one primitive that
  * recomputes the row statistics; dw by a row reduction of dy * xhat; db by
  * summing dy over the rows. */
@@ -461,6 +466,7 @@ static const Vjp vjp[IR_OP_COUNT] = {
     [IR_OP_SCALE] = vjp_scale,
     [IR_OP_GELU] = vjp_activation,    [IR_OP_SILU] = vjp_activation,
     [IR_OP_RELU] = vjp_activation,    [IR_OP_EXP] = vjp_exp,
+    [IR_OP_LOG] = vjp_log,
     [IR_OP_LAYERNORM] = vjp_norm,     [IR_OP_RMSNORM] = vjp_norm,
     [IR_OP_SOFTMAX] = vjp_softmax,
     [IR_OP_ATTENTION] = vjp_attention,

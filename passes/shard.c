@@ -338,6 +338,7 @@ static void find_blocks(IrModule *m, int64_t *gw) {
     }
     case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV:
     case IR_OP_SCALE: case IR_OP_GELU: case IR_OP_SILU: case IR_OP_RELU: case IR_OP_EXP:
+    case IR_OP_LOG:
       if (!g) break;
       for (int j = 0; j < n->ninputs; j++) {
         IrNode *x = n->inputs[j];
@@ -754,6 +755,7 @@ static int rule(Sh *s, IrNode *n, int64_t gwid) {
   case IR_OP_MATMUL: return rule_matmul(s, n);
   case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV:
   case IR_OP_SCALE: case IR_OP_GELU: case IR_OP_SILU: case IR_OP_RELU: case IR_OP_EXP:
+  case IR_OP_LOG:
     return rule_pointwise(s, n);
   case IR_OP_LAYERNORM: case IR_OP_RMSNORM: case IR_OP_SOFTMAX:
     return rule_rowwise(s, n, n->rank - 1, n->rank - 1);

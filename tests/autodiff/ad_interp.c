@@ -112,6 +112,45 @@ static void softmax_and_loss(void) {
   ir_module_free(b.m);
 }
 
+/* log against C's, and the prelude's logsumexp (z_j - log softmax(z)_j at
+ * j = argmax, as IR ops) against the two-pass max-shifted formula: equal
+ * logits, a huge row (exp overflows even a double), a spread row, random. */
+static void log_and_logsumexp(void) {
+  Build b;
+  build_init(&b, "log", 19);
+  IrNode *x = t_param(&b, LEAF_UNIFORM, 1e-3, 50, S(4, 5));
+  IrNode *lx = t_op1(&b, IR_OP_LOG, x, 0, 0, 0, 0);
+  IrNode *z = t_param(&b, LEAF_FIXED, 0, 0, S(4, 3));
+  IrNode *p = t_op1(&b, IR_OP_SOFTMAX, z, 0, 0, 0, 0);
+  IrNode *j = t_op1(&b, IR_OP_TOPK, p, 1, 0, 0, 0);
+  IrNode *lse = t_op2(&b, IR_OP_SUB, t_op2(&b, IR_OP_GATHER, z, j, 0, 0),
+                      t_op1(&b, IR_OP_LOG, t_op2(&b, IR_OP_GATHER, p, j, 0, 0), 0, 0, 0, 0), 0, 0);
+  IrInterp *it = ir_interp_new(b.m);
+  fill_leaves(&b, it);
+  const double zv[12] = {1000, 1000, 1000, 800, 799, -5, 0, -30, -60, 0.3, -1.2, 2.5};
+  memcpy(F(it, z), zv, sizeof zv);
+  F(it, x)[0] = 1, F(it, x)[1] = exp(1.0), F(it, x)[2] = 0;
+  char why[256];
+  if (ir_interp_run(it, 0, b.m->nnodes, why, sizeof why)) printf("FAIL %s\n", why), exit(1);
+  double err = 0;
+  for (int i = 3; i < 20; i++) err = fmax(err, fabs(F(it, lx)[i] - log(F(it, x)[i])));
+  int ok = F(it, lx)[0] == 0 && F(it, lx)[1] == 1 && isinf(F(it, lx)[2]) && F(it, lx)[2] < 0;
+  printf("%s log(1) = 0, log(e) = 1, log(0) = -inf\n", ok ? "ok  " : "FAIL");
+  fails += !ok;
+  report("log against C's log", err, 0);
+  double want[4];
+  for (int r = 0; r < 4; r++) {
+    const double *v = zv + 3 * r;
+    double m = fmax(v[0], fmax(v[1], v[2])), s = 0;
+    for (int k = 0; k < 3; k++) s += exp(v[k] - m);
+    want[r] = m + log(s);
+  }
+  report("logsumexp: equal, huge, spread and random rows", max_diff(F(it, lse), want, 4),
+         1e-12);
+  ir_interp_free(it);
+  ir_module_free(b.m);
+}
+
 /* Attention written the textbook way: scores with -inf above the diagonal,
  * exp without the max shift, explicit GQA head mapping. */
 static void attention_gqa(void) {
@@ -273,6 +312,7 @@ int main(void) {
   matmul_broadcast();
   norms_and_gelu();
   softmax_and_loss();
+  log_and_logsumexp();
   attention_gqa();
   rope_hf();
   layout_and_reduce();

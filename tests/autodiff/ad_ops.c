@@ -115,6 +115,7 @@ static IrNode *c_gelu(Build *b) { return unary(b, IR_OP_GELU, LEAF_NORMAL, 1.5, 
 static IrNode *c_silu(Build *b) { return unary(b, IR_OP_SILU, LEAF_NORMAL, 1.5, 0); }
 static IrNode *c_relu(Build *b) { return unary(b, IR_OP_RELU, LEAF_AWAY, 0.05, 2); }
 static IrNode *c_exp(Build *b) { return unary(b, IR_OP_EXP, LEAF_NORMAL, 1, 0); }
+static IrNode *c_log(Build *b) { return unary(b, IR_OP_LOG, LEAF_UNIFORM, 0.2, 3); }
 
 /* ---- normalisation ---------------------------------------------------------- */
 
@@ -281,6 +282,20 @@ static IrNode *c_router(Build *b) {
   return t_weighted_sum(b, t_op2(b, IR_OP_DIV, w, s, 0, 0));
 }
 
+/* The prelude's logsumexp(z) = z_j - log softmax(z)_j at j = argmax, and the
+ * router z-loss mean(lse^2) over it: the gradient flows through gather, log
+ * and softmax (topk has none) and must come out as 2 lse softmax(z) / n. */
+static IrNode *c_logsumexp(Build *b) {
+  IrNode *z = t_param(b, LEAF_NORMAL, 3, 0, S(6, dim(b, 3, 5)));
+  IrNode *p = t_op1(b, IR_OP_SOFTMAX, z, 0, 0, 0, 0);
+  IrNode *j = t_op1(b, IR_OP_TOPK, p, 1, 0, 0, 0);
+  IrNode *lse = t_op2(b, IR_OP_SUB, t_op2(b, IR_OP_GATHER, z, j, 0, 0),
+                      t_op1(b, IR_OP_LOG, t_op2(b, IR_OP_GATHER, p, j, 0, 0), 0, 0, 0, 0), 0, 0);
+  IrNode *sq = t_op1(b, IR_OP_SUM, t_op2(b, IR_OP_MUL, lse, lse, 0, 0), 1, 0, 0, 0);
+  IrNode *l[2] = {t_weighted_sum(b, lse), t_op1(b, IR_OP_MEAN, sq, 0, 0, 0, 0)};
+  return add_losses(b, l, 2);
+}
+
 /* one tensor feeding several ops, and a parameter the loss ignores */
 static IrNode *c_fanout(Build *b) {
   IrNode *x = t_param(b, LEAF_NORMAL, 1, 0, S(3, 4));
@@ -364,6 +379,7 @@ static const Case cases[] = {
     {"silu", IR_OP_SILU, c_silu},
     {"relu", IR_OP_RELU, c_relu},
     {"exp", IR_OP_EXP, c_exp},
+    {"log", IR_OP_LOG, c_log},
     {"layer_norm", IR_OP_LAYERNORM, c_layer_norm},
     {"rms_norm", IR_OP_RMSNORM, c_rms_norm},
     {"softmax", IR_OP_SOFTMAX, c_softmax},
@@ -392,6 +408,7 @@ static const Case cases[] = {
     {"broadcast", IR_OP_BROADCAST, c_broadcast},
     {"sum_to", IR_OP_SUM_TO, c_sum_to},
     {"router", IR_OP_TOPK, c_router},
+    {"logsumexp", IR_OP_LOG, c_logsumexp},
     {"fanout", IR_OP_ADD, c_fanout},
     {"vocab_embedding", IR_OP_VOCAB_EMBEDDING, c_vocab_embedding},
     {"vocab_cross_entropy", IR_OP_VOCAB_CROSS_ENTROPY, c_vocab_cross_entropy},

@@ -137,6 +137,7 @@ static void c_gelu(B *b) { unary(b, IR_OP_GELU, V_NORMAL, 2, 0); }
 static void c_silu(B *b) { unary(b, IR_OP_SILU, V_NORMAL, 3, 0); }
 static void c_relu(B *b) { unary(b, IR_OP_RELU, V_AWAY, 0.01, 2); }
 static void c_exp(B *b) { unary(b, IR_OP_EXP, V_NORMAL, 2, 0); }
+static void c_log(B *b) { unary(b, IR_OP_LOG, V_UNIFORM, 1e-3, 50); }
 static void act_grad(B *b, IrOp op, ValKind kind, double a, double c) {
   int64_t sh[] = {dim(b, 1, 3), dim(b, 2, 33), -1};
   op2(b, op, in(b, kind, a, c, sh), normal(b, sh), 0, 0);
@@ -446,6 +447,13 @@ static void c_p_renormalise(B *b) {
   IrNode *w = in(b, V_UNIFORM, 0.1, 1, S(dim(b, 2, 9), 2));
   op2(b, IR_OP_DIV, w, op1(b, IR_OP_SUM, w, 1, 1, 0, 0), 0, 0);
 }
+/* the prelude's logsumexp tail, z_j - log(p_j), and its square: one kernel */
+static void c_p_log_sub(B *b) {
+  int64_t n = dim(b, 2, 40);
+  IrNode *lp = op1(b, IR_OP_LOG, in(b, V_UNIFORM, 0.2, 1, S(n, 1)), 0, 0, 0, 0);
+  IrNode *l = op2(b, IR_OP_SUB, normal(b, S(n, 1)), lp, 0, 0);
+  op2(b, IR_OP_MUL, l, l, 0, 0);
+}
 static void c_p_long_column(B *b) {
   op1(b, IR_OP_GELU, op2(b, IR_OP_ADD, normal(b, S(4, 3000)), normal(b, S(4, 3000)), 0, 0), 0, 0,
       0, 0);
@@ -488,6 +496,7 @@ static const Case cases[] = {
     {"silu", c_silu, 1e-5, -1},
     {"relu", c_relu, 1e-6, -1},
     {"exp", c_exp, 1e-5, -1},
+    {"log", c_log, 1e-6, -1},
     {"gelu_grad", c_gelu_grad, 1e-5, -1},
     {"silu_grad", c_silu_grad, 1e-5, -1},
     {"relu_grad", c_relu_grad, 1e-6, -1},
@@ -555,6 +564,7 @@ static const Case cases[] = {
     {"p_fanout", c_p_fanout, 1e-5, 1},
     {"p_runtime_reader", c_p_runtime_reader, 1e-5, 3},
     {"p_renormalise", c_p_renormalise, 1e-6, 2},
+    {"p_log_sub", c_p_log_sub, 1e-6, 1},
     {"p_long_column", c_p_long_column, 1e-5, 3},
     {"p_sum_to_views", c_p_sum_to_views, 1e-6, 1},
     {"p_row_views", c_p_row_views, 1e-5, 2},

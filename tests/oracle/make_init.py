@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make_init.py -- writes initial weights for a GPT-2 or Llama config as a float32
+"""make_init.py -- writes initial weights for a GPT-2, Llama or Mixtral config as a float32
 safetensors file with Hugging Face names, so parc's trainer and torch_ref.py can start
 from the same weights.
 
@@ -10,7 +10,8 @@ byte-identical file.
 
 usage: make_init.py --family gpt2|llama --vocab V --seq T --d D --heads H --layers L
                     [--kv-heads KV] [--ffn F] [--seed S] [--std 0.02] -o W.safetensors
-       (or --config FILE.json with the same keys as torch_ref.py)"""
+       (or --config FILE.json with the same keys as torch_ref.py; Mixtral's MoE settings
+       come from there)"""
 import argparse
 import os
 import sys
@@ -23,7 +24,7 @@ import torch_ref  # noqa: E402
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="make_init.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", help="JSON file with the model settings")
-    ap.add_argument("--family", choices=["gpt2", "llama"])
+    ap.add_argument("--family", choices=list(torch_ref.FAMILIES))
     for k in ("vocab", "seq", "d", "heads", "kv-heads", "ffn", "layers"):
         ap.add_argument("--" + k, type=int)
     ap.add_argument("--theta", type=float)

@@ -3,6 +3,7 @@
 
 usage: test_oracle.py CASE WORKDIR [PARC]
 cases: gradcheck semantics train data optimizer safetensors parc_params parc_interp
+       parc_interp_moe
 Exit 0 pass, 1 fail, 77 skip (no torch for this python, or no parc for parc_params)."""
 import json
 import math
@@ -780,7 +781,10 @@ ADAMW_TRAIN = """train {
 """
 
 
-def case_parc_interp(work, tool, examples):
+def case_parc_interp(work, tool, examples, moe=False):
+    """moe: the Mixtral family instead (examples/moe_tiny.dsl: Switch load balancing,
+    dropless and with a capacity factor, router z-loss, shared expert), from weights
+    of std 0.2 so that routing and the auxiliary losses matter."""
     import re
     text = pseudo_english(4000)
     raw = os.path.join(work, "text.txt")
@@ -807,6 +811,18 @@ def case_parc_interp(work, tool, examples):
          small + ["kv_heads=1", "theta=500000.0", "eps=1e-6"]),
         ("gpt2_tiny adamw", variant("gpt2_tiny", ADAMW_TRAIN), binp, small),
     ]
+    if moe:
+        tiny = os.path.join(examples, "moe_tiny.dsl")
+        small = ["seq=8", "d=16", "layers=2", "ffn=12", "heads=4", "kv_heads=2", "experts=4",
+                 "top_k=2"]
+        runs = [
+            ("moe_tiny", tiny, raw, small + ["steps=6", "batch=2", "lr=0.01"]),
+            ("moe_tiny z-loss shared", tiny, binp,
+             small + ["steps=6", "batch=2", "lr=0.01", "z_loss=0.05", "shared_ffn=20"]),
+            ("moe_tiny adamw capacity z-loss shared", variant("moe_tiny", ADAMW_TRAIN), raw,
+             small + ["capacity=0.5", "aux_loss=0.1", "z_loss=0.02", "shared_ffn=8",
+                      "top_k=1"]),
+        ]
     for name, dsl, data, defs in runs:
         if dsl is None:
             continue
@@ -815,12 +831,14 @@ def case_parc_interp(work, tool, examples):
         if not check(r.returncode == 0, f"{name}: interp_train settings: {r.stderr.strip()}"):
             continue
         settings = json.loads(r.stdout.splitlines()[0])["settings"]
-        settings["family"] = "gpt2" if name.startswith("gpt2") else "llama"
+        settings["family"] = ("gpt2" if name.startswith("gpt2") else
+                              "mixtral" if name.startswith("moe") else "llama")
         conf = os.path.join(work, tag + ".json")
         with open(conf, "w") as f:
             json.dump(settings, f)
         init = os.path.join(work, tag + "_init.safetensors")
-        run_tool("make_init.py", ["--config", conf, "--seed", 5, "-o", init])
+        run_tool("make_init.py", ["--config", conf, "--seed", 5, "-o", init] +
+                 (["--std", 0.2] if moe else []))
         pout = os.path.join(work, tag + "_parc.safetensors")
         r = subprocess.run([tool, dsl, init, data, pout] + defs, capture_output=True, text=True)
         if not check(r.returncode == 0, f"{name}: interp_train: {r.stderr.strip()}"):
@@ -860,14 +878,14 @@ def main():
     os.makedirs(work, exist_ok=True)
     cases = {"gradcheck": case_gradcheck, "semantics": case_semantics, "train": case_train,
              "data": case_data, "optimizer": case_optimizer, "safetensors": case_safetensors}
-    if case == "parc_interp":
+    if case in ("parc_interp", "parc_interp_moe"):
         if len(sys.argv) < 5:
             print("SKIP: no interp_train executable given")
             return SKIP
         if not os.access(sys.argv[3], os.X_OK):
             print(f"FAIL: {sys.argv[3]} is not an executable (build it first)")
             return 1
-        case_parc_interp(work, sys.argv[3], sys.argv[4])
+        case_parc_interp(work, sys.argv[3], sys.argv[4], moe=case == "parc_interp_moe")
     elif case == "parc_params":
         if len(sys.argv) < 5:
             print("SKIP: no parc executable given")

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""torch_ref.py -- an independent PyTorch reference trainer for parc's GPT-2 and Llama
-families: the oracle that parc's generated trainers are compared against.
+"""torch_ref.py -- an independent PyTorch reference trainer for parc's GPT-2, Llama and
+Mixtral (MoE) families: the oracle that parc's generated trainers are compared against.
 
 The model is written plainly in torch ops from the pinned semantics of
 /work/shared/DESIGN.md (Hugging Face parameter names and layouts); the data order,
@@ -175,19 +175,42 @@ MODEL_KEYS = {
     "layers": ("layers", "n_layer", "num_hidden_layers"),
     "theta": ("theta", "rope_theta"),
     "eps": ("eps", "layer_norm_epsilon", "rms_norm_eps"),
+    # mixtral only (parc's moe block): experts, top-k, the Switch load-balancing and
+    # ST-MoE router z-loss coefficients, the capacity factor (0: dropless) and the width
+    # of a DeepSeek-style shared expert (0: none)
+    "experts": ("experts", "num_local_experts"),
+    "top_k": ("top_k", "num_experts_per_tok"),
+    "aux_loss": ("aux_loss", "router_aux_loss_coef"),
+    "z_loss": ("z_loss", "router_z_loss_coef"),
+    "capacity": ("capacity",),
+    "shared_ffn": ("shared_ffn",),
 }
+
+FAMILIES = ("gpt2", "llama", "mixtral")
 
 
 def make_config(family, vocab, seq, d, heads, layers, kv_heads=None, ffn=None,
-                theta=10000.0, eps=1e-5):
+                theta=10000.0, eps=1e-5, experts=None, top_k=None, aux_loss=None,
+                z_loss=None, capacity=None, shared_ffn=None):
     """A checked model configuration dict (the defaults follow parc's prelude)."""
-    if family not in ("gpt2", "llama"):
-        raise ValueError(f"family must be gpt2 or llama, not {family!r}")
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {', '.join(FAMILIES)}, not {family!r}")
     cfg = {"family": family, "vocab": int(vocab), "seq": int(seq), "d": int(d),
            "heads": int(heads), "layers": int(layers),
            "kv_heads": int(kv_heads if kv_heads is not None else heads),
            "ffn": int(ffn if ffn is not None else 4 * int(d)),
            "theta": float(theta), "eps": float(eps)}
+    if family == "mixtral":
+        if experts is None or top_k is None:
+            raise ValueError("mixtral needs experts and top_k")
+        cfg.update(experts=int(experts), top_k=int(top_k),
+                   aux_loss=float(aux_loss if aux_loss is not None else 0.01),
+                   z_loss=float(z_loss or 0.0), capacity=float(capacity or 0.0),
+                   shared_ffn=int(shared_ffn or 0))
+        if not 1 <= cfg["top_k"] <= cfg["experts"]:
+            raise ValueError(f"top_k = {cfg['top_k']} must be in [1, experts]")
+        if cfg["capacity"] < 0 or cfg["shared_ffn"] < 0:
+            raise ValueError("capacity and shared_ffn must not be negative")
     for k in ("vocab", "seq", "d", "heads", "layers", "kv_heads", "ffn"):
         if cfg[k] <= 0 and not (k == "layers" and cfg[k] == 0):
             raise ValueError(f"{k} = {cfg[k]} must be positive")
@@ -198,7 +221,7 @@ def make_config(family, vocab, seq, d, heads, layers, kv_heads=None, ffn=None,
                          f"{cfg['kv_heads']}")
     if family == "gpt2" and cfg["kv_heads"] != cfg["heads"]:
         raise ValueError("gpt2 has no grouped-query attention: kv_heads must equal heads")
-    if family == "llama" and (cfg["d"] // cfg["heads"]) % 2:
+    if family != "gpt2" and (cfg["d"] // cfg["heads"]) % 2:
         raise ValueError(f"head dim {cfg['d'] // cfg['heads']} must be even for RoPE")
     if not cfg["eps"] > 0 or not cfg["theta"] > 0:
         raise ValueError("eps and theta must be positive")
@@ -207,7 +230,8 @@ def make_config(family, vocab, seq, d, heads, layers, kv_heads=None, ffn=None,
 
 def param_specs(cfg):
     """[(name, shape, init)] in parc's declaration order; init is 'normal', 'ones' or
-    'zeros'. GPT-2 Conv1D weights are [in, out]; Llama Linear weights are [out, in]."""
+    'zeros'. GPT-2 Conv1D weights are [in, out]; Llama Linear weights are [out, in].
+    Mixtral's experts are parc's stacked tensors (w1, w3 [E, ffn, d], w2 [E, d, ffn])."""
     V, T, d, F, L = cfg["vocab"], cfg["seq"], cfg["d"], cfg["ffn"], cfg["layers"]
     out = []
     if cfg["family"] == "gpt2":
@@ -236,10 +260,19 @@ def param_specs(cfg):
                     (p + "self_attn.k_proj.weight", [kvd, d], "normal"),
                     (p + "self_attn.v_proj.weight", [kvd, d], "normal"),
                     (p + "self_attn.o_proj.weight", [d, d], "normal"),
-                    (p + "post_attention_layernorm.weight", [d], "ones"),
-                    (p + "mlp.gate_proj.weight", [F, d], "normal"),
-                    (p + "mlp.up_proj.weight", [F, d], "normal"),
-                    (p + "mlp.down_proj.weight", [d, F], "normal")]
+                    (p + "post_attention_layernorm.weight", [d], "ones")]
+            if cfg["family"] == "llama":
+                out += [(p + "mlp.gate_proj.weight", [F, d], "normal"),
+                        (p + "mlp.up_proj.weight", [F, d], "normal"),
+                        (p + "mlp.down_proj.weight", [d, F], "normal")]
+                continue
+            E, S, q = cfg["experts"], cfg["shared_ffn"], p + "block_sparse_moe."
+            out += [(q + "gate.weight", [E, d], "normal"), (q + "w1", [E, F, d], "normal"),
+                    (q + "w3", [E, F, d], "normal"), (q + "w2", [E, d, F], "normal")]
+            if S:
+                out += [(q + "shared_experts.gate_proj.weight", [S, d], "normal"),
+                        (q + "shared_experts.up_proj.weight", [S, d], "normal"),
+                        (q + "shared_experts.down_proj.weight", [d, S], "normal")]
         out += [("model.norm.weight", [d], "ones"), ("lm_head.weight", [V, d], "normal")]
     return out
 
@@ -358,11 +391,63 @@ def cross_entropy(logits, targets):
     return (lse - picked).mean()
 
 
+def swiglu(h, gate, up, down):
+    """Llama's MLP, down(silu(gate(h)) * up(h)), Linear weights [out, in]."""
+    return torch.matmul(torch.nn.functional.silu(torch.matmul(h, gate.t())) *
+                        torch.matmul(h, up.t()), down.t())
+
+
+def moe(cfg, P, q, h):
+    """parc's moe block on h [B, T, d] with the parameters under prefix q: the routed
+    output plus the shared expert's, and the layer's auxiliary loss terms (Switch load
+    balancing, ST-MoE router z-loss). Router: softmax over all E of h @ gate^T, the top_k
+    probabilities renormalised to sum 1. Capacity factor c > 0: expert e keeps the first
+    min(N, max(1, ceil(c N k / E))) choices of it in (token, rank of choice) order; a
+    dropped choice adds nothing (its weight is not renormalised away). Experts SwiGLU
+    (w1 gate, w3 up, w2 down). f_e, the fraction of the N k choices that picked e
+    (dropped ones too), and P_e, the mean router probability: aux_loss * E * sum f P.
+    z-loss: z_loss * mean over tokens of logsumexp(router logits)^2."""
+    B, T, d = h.shape
+    E, k = cfg["experts"], cfg["top_k"]
+    t = h.reshape(B * T, d)
+    N = t.shape[0]
+    logits = torch.matmul(t, P[q + "gate.weight"].t())
+    probs = torch.softmax(logits, dim=-1)
+    top, idx = torch.topk(probs, k, dim=-1)
+    w = top / top.sum(-1, keepdim=True)
+    if cfg["capacity"] > 0:
+        cap = min(N, max(1, math.ceil(cfg["capacity"] * N * k / E)))
+        onehot = torch.nn.functional.one_hot(idx.reshape(-1), E)     # choices in (n, j) order
+        before = (onehot.cumsum(0) - onehot).gather(1, idx.reshape(-1, 1)).reshape(N, k)
+        w = w * (before < cap).to(w.dtype)
+    w1, w3, w2 = P[q + "w1"], P[q + "w3"], P[q + "w2"]
+    # every expert on every token (tiny test models), then each token's chosen ones
+    g = torch.einsum("nd,efd->enf", t, w1)
+    u = torch.einsum("nd,efd->enf", t, w3)
+    out = torch.einsum("enf,edf->end", torch.nn.functional.silu(g) * u, w2)   # [E, N, d]
+    rows = torch.arange(N)
+    y = sum(w[:, j, None] * out[idx[:, j], rows] for j in range(k))
+    y = y.reshape(B, T, d)
+    if cfg["shared_ffn"]:
+        s = q + "shared_experts."
+        y = y + swiglu(h, P[s + "gate_proj.weight"], P[s + "up_proj.weight"],
+                       P[s + "down_proj.weight"])
+    f = torch.nn.functional.one_hot(idx, E).sum((0, 1)).to(probs.dtype) / (N * k)
+    terms = []
+    if cfg["aux_loss"]:
+        terms.append((f * probs.mean(0)).sum() * (E * cfg["aux_loss"]))
+    if cfg["z_loss"]:
+        terms.append((torch.logsumexp(logits, dim=-1) ** 2).mean() * cfg["z_loss"])
+    return y, terms
+
+
 def forward(cfg, P, tokens, targets):
     """The loss (a scalar tensor) of the model with parameters P (name -> tensor) on
-    tokens and targets (int64 [B, T])."""
+    tokens and targets (int64 [B, T]): the cross-entropy, plus for mixtral its layers'
+    auxiliary loss terms (the objective parc differentiates and logs)."""
     B, T = tokens.shape
     d, H, KV, eps = cfg["d"], cfg["heads"], cfg["kv_heads"], cfg["eps"]
+    aux = []
     if cfg["family"] == "gpt2":
         x = P["wte.weight"][tokens] + P["wpe.weight"][:T]
         for i in range(cfg["layers"]):
@@ -391,13 +476,19 @@ def forward(cfg, P, tokens, targets):
             y = merge_heads(causal_attention(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v))
             x = x + torch.matmul(y, P[p + "self_attn.o_proj.weight"].t())
             h = rms_norm(x, P[p + "post_attention_layernorm.weight"], eps)
-            g = torch.matmul(h, P[p + "mlp.gate_proj.weight"].t())
-            u = torch.matmul(h, P[p + "mlp.up_proj.weight"].t())
-            x = x + torch.matmul(torch.nn.functional.silu(g) * u,
-                                 P[p + "mlp.down_proj.weight"].t())
+            if cfg["family"] == "mixtral":
+                y, terms = moe(cfg, P, p + "block_sparse_moe.", h)
+                x = x + y
+                aux += terms
+            else:
+                x = x + swiglu(h, P[p + "mlp.gate_proj.weight"], P[p + "mlp.up_proj.weight"],
+                               P[p + "mlp.down_proj.weight"])
         x = rms_norm(x, P["model.norm.weight"], eps)
         logits = torch.matmul(x, P["lm_head.weight"].t())
-    return cross_entropy(logits, targets)
+    loss = cross_entropy(logits, targets)
+    for a in aux:   # in parc's order: layer by layer, each layer's terms as added
+        loss = loss + a
+    return loss
 
 
 # --------------------------------------------------------------------------------------
@@ -567,11 +658,12 @@ def train(cfg, opt, P, tokens, emit, save_grads=None):
 
 def build_parser():
     ap = argparse.ArgumentParser(
-        prog="torch_ref.py", description="PyTorch reference trainer for parc's GPT-2 and "
-        "Llama families. Model options may come from --config JSON; flags override it.")
+        prog="torch_ref.py", description="PyTorch reference trainer for parc's GPT-2, "
+        "Llama and Mixtral families. Model options may come from --config JSON; flags "
+        "override it.")
     m = ap.add_argument_group("model")
     m.add_argument("--config", help="JSON file with model (and optionally train) settings")
-    m.add_argument("--family", choices=["gpt2", "llama"])
+    m.add_argument("--family", choices=list(FAMILIES))
     m.add_argument("--vocab", type=int)
     m.add_argument("--seq", type=int, help="sequence length T (and GPT-2's wpe rows)")
     m.add_argument("--d", type=int, help="model width")
@@ -581,6 +673,14 @@ def build_parser():
     m.add_argument("--layers", type=int)
     m.add_argument("--theta", type=float, help="RoPE base (llama; default 10000)")
     m.add_argument("--eps", type=float, help="norm epsilon (default 1e-5)")
+    m.add_argument("--experts", type=int, help="mixtral: routed experts")
+    m.add_argument("--top-k", type=int, help="mixtral: experts a token takes")
+    m.add_argument("--aux-loss", type=float, help="mixtral: load-balancing coefficient "
+                   "(default 0.01)")
+    m.add_argument("--z-loss", type=float, help="mixtral: router z-loss coefficient "
+                   "(default 0)")
+    m.add_argument("--capacity", type=float, help="mixtral: capacity factor (0: dropless)")
+    m.add_argument("--shared-ffn", type=int, help="mixtral: shared expert width (0: none)")
     t = ap.add_argument_group("training")
     t.add_argument("--init", help="initial weights (safetensors, F32); default: "
                    "make_init's weights for --seed")
@@ -639,7 +739,10 @@ def resolve(args):
     cfg = make_config(mv["family"], mv["vocab"], mv["seq"], mv["d"], mv["heads"],
                       mv["layers"], kv_heads=mv["kv_heads"], ffn=mv["ffn"],
                       theta=mv["theta"] if mv["theta"] is not None else 10000.0,
-                      eps=mv["eps"] if mv["eps"] is not None else 1e-5)
+                      eps=mv["eps"] if mv["eps"] is not None else 1e-5,
+                      **({k: mv[k] for k in ("experts", "top_k", "aux_loss", "z_loss",
+                                             "capacity", "shared_ffn")}
+                         if mv["family"] == "mixtral" else {}))
     opt = {}
     for k, dflt in TRAIN_DEFAULTS.items():
         v = pick(k)

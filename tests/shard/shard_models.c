@@ -54,16 +54,19 @@ static int count_op(const IrModule *m, IrOp op, IrPhase ph) {
 }
 
 /* Mixture of experts (rule_dispatch): per MoE layer under dp > 1, the two
- * routing statistics all-reduced over dp, a capacity_drop iff the capacity
- * drops tokens, and under ep > 1 one expert_all_to_all each way with the
- * expert weights holding experts / ep experts. */
+ * routing statistics all-reduced over dp (three with a router z-loss, its
+ * mean over the tokens: one log node a layer, the prelude's logsumexp), a
+ * capacity_drop iff the capacity drops tokens, and under ep > 1 one
+ * expert_all_to_all each way with the expert weights holding experts / ep
+ * experts. */
 static void moe_checks(const IrModule *sh, int tp, int dp) {
-  int ndisp = 0, ndp = 0, ndrop = 0, na2a = 0, nexp = 0, expok = 1;
+  int ndisp = 0, ndp = 0, ndrop = 0, na2a = 0, nexp = 0, expok = 1, nz = 0;
   for (int i = 0; i < sh->nnodes; i++) {
     const IrNode *n = sh->nodes[i];
     ndisp += n->op == IR_OP_DISPATCH;
     ndp += n->op == IR_OP_ALL_REDUCE && n->ia[0] == 1;
     ndrop += n->op == IR_OP_CAPACITY_DROP;
+    nz += n->op == IR_OP_LOG && n->phase == IR_PHASE_FWD;
     na2a += n->op == IR_OP_EXPERT_ALL_TO_ALL;
     if (n->op == IR_OP_PARAM && n->shard == IR_SHARD_EXPERT) {
       nexp++;
@@ -75,9 +78,9 @@ static void moe_checks(const IrModule *sh, int tp, int dp) {
   if (!ndisp) return;
   printf("     moe: %d dispatch, %d dp all_reduce, %d capacity_drop, %d expert_all_to_all\n",
          ndisp, ndp, ndrop, na2a);
-  shard_expect(ndp == (dp > 1 ? 2 * ndisp : 0),
-               "%s: routing statistics all-reduced over dp, two per MoE layer (%g)", "moe",
-               (double)ndp);
+  shard_expect(ndp == (dp > 1 ? 2 * ndisp + nz : 0),
+               "%s: routing statistics all-reduced over dp, two per MoE layer, one more per "
+               "z-loss (%g)", "moe", (double)ndp);
   shard_expect(na2a == (shard_ep > 1 ? 2 * ndisp : 0),
                "%s: one expert_all_to_all each way per MoE layer (%g)", "ep", (double)na2a);
   shard_expect(nexp > 0 && expok, "%s: expert weights hold experts / ep experts (%g tensors)",
