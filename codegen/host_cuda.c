@@ -10,7 +10,12 @@
  * A pipelined module (info->pipe) gets host.c's stage functions, action,
  * boundary and stage-buffer tables through cg_emit_pipe, this file's hooks
  * writing their statements on device memory; its step is rt_cuda_pipe_step
- * (the same slots, accumulator and order as rt_pipe_step). */
+ * (the same slots, accumulator and order as rt_pipe_step).
+ * The profile (PARC_CUDA_PROFILE, runtime/cuda/rt_cuda_prof.h): each kernel
+ * launch is bracketed by PROF_BEGIN() and LAUNCHED(name, bytes), the bytes
+ * from the kernel's KIR (kernel_bytes); prof_, read once per step or stage
+ * function, keeps the cost a branch when the profile is off.  Runtime ops
+ * time themselves. */
 #include "codegen/host_cuda.h"
 
 #include <inttypes.h>
@@ -255,18 +260,201 @@ static void emit_runtime(Cu *e, const IrNode *n) {
   }
 }
 
-/* A fused kernel: its launcher over all its rows on the compute stream. */
+/* ---- the bytes a fused kernel moves (the profile's, rt_cuda.h) ----
+ * Per buffer argument, the elements it touches, 4 bytes each (f32, i32),
+ * twice when read and written (KIR_INOUT): compulsory traffic, each buffer
+ * through DRAM once, re-reads from cache.  Touched: at most the buffer's
+ * elements, and at most, per row, one element for each row-level access
+ * plus, per loop, the distinct elements its accesses in that loop cover.
+ * An access whose index is affine in the loop's column -- k + s col + a sum
+ * of row-level values -- covers k + s [0, extent); accesses with the same
+ * row-level part and step cover the union of theirs (rope's i and
+ * i + hd/2: hd elements; a slice of a wider buffer: its own columns; a
+ * broadcast operand: capped by its buffer); any other index (div, mod:
+ * merged and permuted views) counts the loop's extent once per loop, for
+ * all such accesses together (they are taken to overlap).  A loop of a
+ * non-constant extent leaves the buffer's size as the bound. */
+
+#define LIN_TERMS 8
+typedef struct {
+  int n;
+  KirVal v[LIN_TERMS];   /* row-level values, ascending */
+  int64_t c[LIN_TERMS];  /* their coefficients, non-zero */
+  int64_t col, k;        /* the column's coefficient, the constant */
+} Lin;
+
+static int lin_add(Lin *a, const Lin *b, int64_t sign) {
+  for (int j = 0; j < b->n; j++) {
+    int at = 0;
+    while (at < a->n && a->v[at] < b->v[j]) at++;
+    if (at < a->n && a->v[at] == b->v[j]) {
+      a->c[at] += sign * b->c[j];
+      if (!a->c[at]) { /* cancelled */
+        memmove(a->v + at, a->v + at + 1, sizeof a->v[0] * (size_t)(a->n - at - 1));
+        memmove(a->c + at, a->c + at + 1, sizeof a->c[0] * (size_t)(a->n - at - 1));
+        a->n--;
+      }
+      continue;
+    }
+    if (a->n == LIN_TERMS) return -1;
+    memmove(a->v + at + 1, a->v + at, sizeof a->v[0] * (size_t)(a->n - at));
+    memmove(a->c + at + 1, a->c + at, sizeof a->c[0] * (size_t)(a->n - at));
+    a->v[at] = b->v[j];
+    a->c[at] = sign * b->c[j];
+    a->n++;
+  }
+  a->col += sign * b->col;
+  a->k += sign * b->k;
+  return 0;
+}
+
+/* Index node x as a Lin: row-level values are opaque terms, the column that
+ * of the loop x varies in; -1 when it is not affine in the column. */
+static int lin_of(const KirKernel *kk, KirVal x, Lin *out, int depth) {
+  const KirNode *n = &kk->nodes[x];
+  memset(out, 0, sizeof *out);
+  if (n->op == KIR_OP_ICONST) {
+    out->k = n->imm;
+    return 0;
+  }
+  if (n->loop < 0) { /* row-level: one opaque term */
+    out->n = 1, out->v[0] = x, out->c[0] = 1;
+    return 0;
+  }
+  if (depth > 64) return -1;
+  Lin a, b;
+  switch (n->op) {
+  case KIR_OP_COL:
+    out->col = 1;
+    return 0;
+  case KIR_OP_IADD:
+  case KIR_OP_ISUB:
+    if (lin_of(kk, n->arg[0], &a, depth + 1) || lin_of(kk, n->arg[1], &b, depth + 1)) return -1;
+    *out = a;
+    return lin_add(out, &b, n->op == KIR_OP_IADD ? 1 : -1);
+  case KIR_OP_IMUL: {
+    const KirNode *p = &kk->nodes[n->arg[0]], *q = &kk->nodes[n->arg[1]];
+    int64_t f;
+    if (p->op == KIR_OP_ICONST) f = p->imm, x = n->arg[1];
+    else if (q->op == KIR_OP_ICONST) f = q->imm, x = n->arg[0];
+    else return -1;
+    if (lin_of(kk, x, out, depth + 1)) return -1;
+    if (!f) {
+      memset(out, 0, sizeof *out);
+      return 0;
+    }
+    for (int j = 0; j < out->n; j++) out->c[j] *= f;
+    out->col *= f, out->k *= f;
+    return 0;
+  }
+  default:
+    return -1;
+  }
+}
+
+static int lin_same_part(const Lin *a, const Lin *b) {
+  if (a->n != b->n || a->col != b->col) return 0;
+  for (int j = 0; j < a->n; j++)
+    if (a->v[j] != b->v[j] || a->c[j] != b->c[j]) return 0;
+  return 1;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Distinct elements the accesses sites[0, n) (Lins) of one loop of `extent`
+ * cover in a row; other: some access of the loop is not affine. */
+static int64_t loop_elements(Lin *sites, int n, int other, int64_t extent, int64_t *ks) {
+  int64_t total = other ? extent : 0;
+  unsigned char *done = calloc((size_t)n + 1, 1);
+  if (!done) return extent * (n + other);
+  for (int i = 0; i < n; i++) {
+    if (done[i]) continue;
+    int m = 0; /* the group of i: the same row-level part and step */
+    for (int j = i; j < n; j++)
+      if (!done[j] && lin_same_part(&sites[i], &sites[j])) done[j] = 1, ks[m++] = sites[j].k;
+    int64_t step = sites[i].col < 0 ? -sites[i].col : sites[i].col;
+    qsort(ks, (size_t)m, sizeof *ks, cmp_i64);
+    if (step == 1) { /* intervals [k, k + extent) (a step of -1 mirrors them) */
+      int64_t end = INT64_MIN;
+      for (int j = 0; j < m; j++) {
+        int64_t lo = sites[i].col < 0 ? ks[j] - extent + 1 : ks[j], hi = lo + extent;
+        if (lo < end) lo = end;
+        if (hi > lo) total += hi - lo, end = hi;
+      }
+    } else { /* step 0 (a store at a row-level index), or strided: per distinct k */
+      for (int j = 0; j < m; j++)
+        if (!j || ks[j] != ks[j - 1]) total += step ? extent : 1;
+    }
+  }
+  free(done);
+  return total;
+}
+
+static int64_t kernel_bytes(Cu *e, const CgKernel *k) {
+  const KirKernel *kk = k->k;
+  int64_t rows = kir_kernel_rows(kk), total = 0;
+  unsigned char *live = malloc((size_t)kk->nnodes + 1);
+  Lin *sites = malloc(sizeof *sites * ((size_t)kk->nnodes + 1));
+  int64_t *ks = malloc(sizeof *ks * ((size_t)kk->nnodes + 1));
+  if (!live || !sites || !ks) {
+    free(live), free(sites), free(ks);
+    fail(e, "out of memory");
+    return 0;
+  }
+  kir_fill_live(kk, live);
+  for (int i = 0; i < k->nargs && i < kk->nparams; i++) {
+    if (kk->params[i].kind != KIR_PARAM_BUF) continue;
+    int a = k->arg_node[i];
+    int64_t numel = a < 0 ? e->kp->temps[CG_ARG_TEMP(a)].numel : ir_numel(e->m->nodes[a]);
+    int64_t per_row = 0;
+    int bounded = 1;
+    for (int l = -1; l < kk->nloops && bounded; l++) {
+      int n = 0, other = 0;
+      for (int v = 0; v < kk->nnodes; v++) {
+        const KirNode *x = &kk->nodes[v];
+        if (!live[v] || (x->op != KIR_OP_LOAD && x->op != KIR_OP_STORE) || x->imm != i) continue;
+        int in = x->loop >= 0 && x->loop < kk->nloops ? x->loop : -1;
+        if (in != l) continue;
+        if (l < 0) per_row++; /* row-level: one element a row */
+        else if (lin_of(kk, x->arg[0], &sites[n], 0)) other = 1;
+        else n++;
+      }
+      if (l < 0 || (!n && !other)) continue;
+      const KirNode *x = &kk->nodes[kk->loops[l].extent];
+      if (x->op != KIR_OP_ICONST || x->imm < 0) {
+        bounded = 0;
+        break;
+      }
+      int64_t c = loop_elements(sites, n, other, x->imm, ks);
+      if (c > INT64_MAX / 4 - per_row) bounded = 0;
+      else per_row += c;
+    }
+    int64_t touched = numel;
+    if (bounded && rows > 0 && per_row <= INT64_MAX / 8 / rows && rows * per_row < numel)
+      touched = rows * per_row;
+    total += 4 * touched * (kk->params[i].access == KIR_INOUT ? 2 : 1);
+  }
+  free(live), free(sites), free(ks);
+  return total;
+}
+
+/* A fused kernel: its launcher over all its rows on the compute stream,
+ * between the profile's events when the step records (prof_). */
 static void emit_kernel_call(Cu *e, int index) {
   const CgKernel *k = &e->kp->kernels[index];
   const char *name = e->kp->kernels[e->canon ? e->canon[index] : index].k->name;
   char b[96];
-  fprintf(e->out, "  %s_launch(", name);
+  fprintf(e->out, "  PROF_BEGIN();\n  %s_launch(", name);
   for (int i = 0; i < k->nargs; i++) {
     int a = k->arg_node[i];
     if (a < 0) snprintf(b, sizeof b, "F(%" PRId64 ")", e->temp_off[CG_ARG_TEMP(a)]);
     fprintf(e->out, "%s, ", a < 0 ? b : buf(e, e->m->nodes[a], b, sizeof b));
   }
-  fprintf(e->out, "0, %" PRId64 ", st);\n  LAUNCHED(\"%s\");\n", kir_kernel_rows(k->k), name);
+  fprintf(e->out, "0, %" PRId64 ", st);\n  LAUNCHED(\"%s\", %" PRId64 ");\n",
+          kir_kernel_rows(k->k), name, kernel_bytes(e, k));
 }
 
 static void emit_save_grad(Cu *e, const IrNode *n) {
@@ -307,12 +495,14 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
           "    CHECK(rt_cuda_open(&dev, &s, io->params, io->state));\n"
           "  }\n"
           "  CHECK(rt_cuda_step_begin(dev, io->tokens, io->targets, io->lr, io->step));\n"
+          "  const int prof_ = rt_cuda_profiling(dev); /* PARC_CUDA_PROFILE: this step records */\n"
           "  char *A = rt_cuda_arena(dev);\n"
           "  float *P = rt_cuda_params(dev), *S = rt_cuda_state(dev);\n"
           "  int32_t *tokens = rt_cuda_tokens(dev), *targets = rt_cuda_targets(dev);\n"
           "  float *lr = rt_cuda_scalar(dev, 0), *t = rt_cuda_scalar(dev, 1);\n"
           "  struct CUstream_st *st = rt_cuda_stream(dev);\n"
-          "  (void)A, (void)P, (void)S, (void)tokens, (void)targets, (void)lr, (void)t, (void)st;\n",
+          "  (void)A, (void)P, (void)S, (void)tokens, (void)targets, (void)lr, (void)t, (void)st,\n"
+          "      (void)prof_;\n",
           rows, seq, m->name);
   IrPhase phase = IR_PHASE_COUNT;
   static const char *const phase_title[] = {"forward", "backward: input gradients",
@@ -369,8 +559,9 @@ static void pipe_fn_head(void *ctx, const char *name, const char *what) {
           "  int32_t *tokens = (int32_t *)io->tokens, *targets = (int32_t *)io->targets;\n"
           "  float *lr = rt_cuda_scalar(dev, 0), *t = rt_cuda_scalar(dev, 1);\n"
           "  struct CUstream_st *st = rt_cuda_stream(dev);\n"
+          "  const int prof_ = rt_cuda_profiling(dev); /* PARC_CUDA_PROFILE: this step records */\n"
           "  (void)A, (void)P, (void)S, (void)G, (void)tokens, (void)targets, (void)lr, (void)t,"
-          " (void)st;\n", what, name);
+          " (void)st,\n      (void)prof_;\n", what, name);
 }
 
 static void pipe_runtime(void *ctx, const CgLeafPlan *lp, const IrNode *n) {
@@ -493,7 +684,9 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
           " * through cuBLASLt (%s), attention as flash kernels.  The harness\n"
           " * (rt_train_main: options, data, checkpoints, logs) is the CPU trainer's.\n"
           " * A pipelined trainer has train.c's stage functions and schedule tables\n"
-          " * (codegen/host.c) on device memory; step = rt_cuda_pipe_step. */\n"
+          " * (codegen/host.c) on device memory; step = rt_cuda_pipe_step.\n"
+          " * PARC_CUDA_PROFILE=1 (or =FILE.jsonl) times every kernel and runtime op of\n"
+          " * the steps after the first and prints a table at exit (rt_cuda_prof.h). */\n"
           "#include <stdint.h>\n#include <string.h>\n\n"
           "#include \"kernels_cuda.h\"\n"
           "#include \"runtime/cuda/rt_cuda.h\"\n"
@@ -505,7 +698,15 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
           "#define MESH_TP %d\n#define MESH_DP %d\n#define MESH_PP %d\n#define MESH_EP %d\n"
           "#define GEMM_MODE %s /* precision = %s; PARC_CUDA_GEMM overrides */\n"
           "#define CHECK(call) do { if ((call) != 0) return -1; } while (0)\n"
-          "#define LAUNCHED(kernel) CHECK(rt_cuda_launched(dev, kernel))\n"
+          "/* After a kernel's launch: its launch error, and its profile record (the bytes\n"
+          " * it moves: codegen/host_cuda.c's kernel_bytes) when the step records (prof_,\n"
+          " * PARC_CUDA_PROFILE); PROF_BEGIN before the launch. */\n"
+          "#define PROF_BEGIN() do { if (prof_) rt_cuda_prof_begin(dev); } while (0)\n"
+          "#define LAUNCHED(kernel, bytes) \\\n"
+          "  do { \\\n"
+          "    CHECK(rt_cuda_launched(dev, kernel)); \\\n"
+          "    if (prof_) rt_cuda_prof_kernel(dev, kernel, bytes); \\\n"
+          "  } while (0)\n"
           "#define F(offset) ((float *)(A + (offset)))   /* a value in the device arena */\n"
           "#define I(offset) ((int32_t *)(A + (offset)))\n"
           "/* --save-grads: parameter gradient g (n floats, device) to offset off of io->grads */\n"

@@ -244,6 +244,45 @@ int rt_cuda_local_slice(RtCuda *c, float *out, const float *x, int64_t outer, in
                         int64_t inner, int part, int parts);
 int rt_cuda_flat_piece(RtCuda *c, int group, const float *x, int64_t n, float *out, int64_t s);
 
+/* ---- the per-kernel profile (PARC_CUDA_PROFILE; rt_cuda_prof.h) ----
+ * Every step after the first records CUDA events on the compute stream
+ * around each op; the table (per rank, by total time) is printed at exit and
+ * written as JSON lines when PARC_CUDA_PROFILE names a .json/.jsonl file.
+ * The generated code brackets each fused kernel:
+ *     if (prof_) rt_cuda_prof_begin(dev);  KERNEL_launch(...);
+ *     ...; if (prof_) rt_cuda_prof_kernel(dev, "KERNEL", bytes);
+ * with prof_ = rt_cuda_profiling(dev) read once per step (or stage
+ * function) after rt_cuda_step_begin; the runtime ops above bracket
+ * themselves (an op called inside another counts as the outer one), named
+ * and measured as follows (4-byte elements; bytes each input read once and
+ * each output written once, FLOPs the model's):
+ *   matmul / matmul_ta "BxMxKxN" (B omitted at 1; a's batch folded into M
+ *       where the GEMM does; "+=" when accumulating): 2 B M K N FLOPs;
+ *       bytes a, b, out (out twice when accumulating); kind gemm (tensor
+ *       cores: bf16, tf32) or gemm_fp32;
+ *   sdpa, sdpa_grad "BxHxKVxTxhd[ causal]": 4 B H P hd FLOPs forward, 10 B H
+ *       P hd backward (2.5 times; the kernels recompute more), P = T^2, or
+ *       T (T + 1) / 2 causal; bytes q, k, v, out (and lse) / q, k, v, dy,
+ *       dqkv; kind attention (fp32, CUDA cores) or attention_tc (the bf16
+ *       tensor-core kernels, rt_cuda_attn_tc.cu);
+ *   embedding: ids, the rows read, out; embedding_grad: ids, dy, the whole
+ *       dtable (zeroed and written); cross_entropy: logits, targets;
+ *       cross_entropy_grad: logits, targets, dlogits; their vocab_ forms
+ *       likewise on the local columns (their gathers included); copies,
+ *       zero, acc, local_slice, flat_piece: what they read and write; kind op;
+ *   collectives "all_reduce tp" ...: the larger side's payload (nccl-tests'
+ *       algorithm bandwidth), pipeline transfers the values sent or received;
+ *       kind comm, no ceiling;
+ *   routing ops and the expert all-to-all (host-staged), rt_cuda_to_host:
+ *       the bytes staged; kind host. */
+/* 1 while this step records (or counts, the first step): read after
+ * rt_cuda_step_begin. */
+int rt_cuda_profiling(RtCuda *c);
+/* Before a generated kernel's launch, when rt_cuda_profiling. */
+void rt_cuda_prof_begin(RtCuda *c);
+/* After it (after rt_cuda_launched): its name and the bytes it moves. */
+void rt_cuda_prof_kernel(RtCuda *c, const char *kernel, int64_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

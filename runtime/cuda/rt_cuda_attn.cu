@@ -324,10 +324,36 @@ static int bwd(RtCuda *c, const AttnArgs &a) {
   return launch(c, "sdpa_grad (dq)", attn_bwd_q<NC>, gq, bq, a);
 }
 
+/* The profile's unit of attention work: B H hd times the (query, key)
+ * pairs scored (T^2, or T (T + 1) / 2 causal); forward FLOPs are 4 of them
+ * (scores and the weighted sum), backward 10 (rt_cuda.h). */
+static double attn_pairs(int64_t B, int64_t H, int64_t T, int64_t hd, int causal) {
+  double t = (double)T, pairs = causal ? t * (t + 1) / 2 : t * t;
+  return (double)B * (double)H * (double)hd * pairs;
+}
+
+/* rt_cuda_attn_tc.cu: the bf16 tensor-core kernels (gemm mode bf16, hd % 16 == 0, hd <= 128,
+ * unless PARC_CUDA_ATTN=fp32) */
+bool rt_cuda_attn_tc(RtCuda *c, int64_t T, int64_t hd);
+int rt_cuda_sdpa_tc(RtCuda *c, float *out, float *lse, const float *q, const float *k,
+                    const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
+                    float scale, int causal);
+int rt_cuda_sdpa_grad_tc(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
+                         const float *dy, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
+                         float scale, int causal);
+
 extern "C" int rt_cuda_sdpa(RtCuda *c, float *out, float *lse, const float *q, const float *k,
                             const float *v, int64_t B, int64_t H, int64_t KV, int64_t T,
                             int64_t hd, float scale, int causal) {
   if (check_args("sdpa", out, q, k, v, NULL, 0, B, H, KV, T, hd)) return RT_ERR;
+  RtProfScope ps(c);
+  if (ps.on())
+    ps.set(rt_cuda_attn_tc(c, T, hd) ? RT_PROF_ATTENTION_TC : RT_PROF_ATTENTION,
+           4.0 * (double)((2 * H + 2 * KV) * T * hd + (lse ? H * T : 0)) * B,
+           4 * attn_pairs(B, H, T, hd, causal), "sdpa %lldx%lldx%lldx%lldx%lld%s", (long long)B,
+           (long long)H, (long long)KV, (long long)T, (long long)hd, causal ? " causal" : "");
+  if (rt_cuda_attn_tc(c, T, hd))
+    return rt_cuda_sdpa_tc(c, out, lse, q, k, v, B, H, KV, T, hd, scale, causal);
   AttnArgs a = {q, k, v, NULL, out, lse, NULL, NULL, NULL, B, H, KV, T, (int)hd, scale,
                 causal != 0};
   return hd <= 32 ? fwd<1>(c, a, false) : hd <= 64 ? fwd<2>(c, a, false)
@@ -338,6 +364,15 @@ extern "C" int rt_cuda_sdpa_grad(RtCuda *c, float *dqkv, const float *q, const f
                                  const float *v, const float *dy, int64_t B, int64_t H,
                                  int64_t KV, int64_t T, int64_t hd, float scale, int causal) {
   if (check_args("sdpa_grad", dqkv, q, k, v, dy, 1, B, H, KV, T, hd)) return RT_ERR;
+  RtProfScope ps(c); /* reads q, k, v, dy; writes dqkv [B, H + 2 KV, T, hd] */
+  if (ps.on())
+    ps.set(rt_cuda_attn_tc(c, T, hd) ? RT_PROF_ATTENTION_TC : RT_PROF_ATTENTION,
+           4.0 * (double)((3 * H + 4 * KV) * T * hd) * B,
+           10 * attn_pairs(B, H, T, hd, causal), "sdpa_grad %lldx%lldx%lldx%lldx%lld%s",
+           (long long)B, (long long)H, (long long)KV, (long long)T, (long long)hd,
+           causal ? " causal" : "");
+  if (rt_cuda_attn_tc(c, T, hd))
+    return rt_cuda_sdpa_grad_tc(c, dqkv, q, k, v, dy, B, H, KV, T, hd, scale, causal);
   float *st = (float *)rt_cuda_ws(c, WS_ATTN, (size_t)(2 * B * H * T) * sizeof(float));
   if (!st) return RT_ERR;
   AttnArgs a = {q, k, v, dy, NULL, NULL, st, st + B * H * T, dqkv, B, H, KV, T, (int)hd, scale,

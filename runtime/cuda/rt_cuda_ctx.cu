@@ -305,7 +305,7 @@ int rt_cuda_open(RtCuda **out, const RtCudaSetup *s, const float *params, const 
 #ifdef PARC_HAVE_NCCL
   if (c->use_nccl && nccl_open(c)) return RT_ERR;
 #endif
-  return RT_OK;
+  return rt_cuda_prof_open(c);
 }
 
 void rt_cuda_close(RtCuda *c) {
@@ -318,6 +318,7 @@ void rt_cuda_close(RtCuda *c) {
   }
   if (c->compute) cudaStreamSynchronize(c->compute);
   if (c->comm) cudaStreamSynchronize(c->comm);
+  rt_cuda_prof_close(c);
 #ifdef PARC_HAVE_NCCL
   for (int g = 0; g < RT_CUDA_NGROUPS; g++)
     if (c->gcomm[g]) ncclCommDestroy(c->gcomm[g]);
@@ -355,6 +356,7 @@ void rt_cuda_close(RtCuda *c) {
 
 int rt_cuda_step_begin(RtCuda *c, const int32_t *tokens, const int32_t *targets, float lr,
                        float step) {
+  if (c->prof) rt_prof_step_begin(c->prof);
   size_t tb = (size_t)c->ntok * sizeof(int32_t);
   float sc[2] = {lr, step};
   CU_CHECK(c, cudaMemcpyAsync(c->tokens, tokens, tb, cudaMemcpyHostToDevice, c->compute),
@@ -371,11 +373,13 @@ int rt_cuda_step_end(RtCuda *c, const float *loss, const float *ce_loss, const f
                      float *loss_out, float *ce_out, float *grad_norm_out) {
   const float *src[3] = {loss, ce_loss, grad_norm};
   float val[3] = {__builtin_nanf(""), __builtin_nanf(""), 0.0f};
+  if (c->prof) rt_prof_step_end(c->prof);
   for (int i = 0; i < 3; i++)
     if (src[i])
       CU_CHECK(c, cudaMemcpyAsync(&val[i], src[i], sizeof(float), cudaMemcpyDeviceToHost,
                                   c->compute), "read the step's results");
   CU_CHECK(c, cudaStreamSynchronize(c->compute), "the step (an earlier kernel or copy failed)");
+  if (c->prof) rt_prof_step_done(c->prof);
   *loss_out = val[0];
   *ce_out = ce_loss ? val[1] : val[0];
   *grad_norm_out = val[2];
@@ -402,6 +406,8 @@ int rt_cuda_download(RtCuda *c, float *params, float *state) {
 }
 
 int rt_cuda_to_host(RtCuda *c, float *dst, const float *src, int64_t n) {
+  RtProfScope ps(c);
+  if (ps.on()) ps.set(RT_PROF_HOST, 4.0 * (double)n, 0, "to_host");
   CU_CHECK(c, cudaMemcpyAsync(dst, src, (size_t)n * 4, cudaMemcpyDeviceToHost, c->compute),
            "copy to host");
   CU_CHECK(c, cudaStreamSynchronize(c->compute), "copy to host");
@@ -410,6 +416,8 @@ int rt_cuda_to_host(RtCuda *c, float *dst, const float *src, int64_t n) {
 
 int rt_cuda_copy(RtCuda *c, float *dst, const float *src, int64_t n) {
   if (dst == src || n <= 0) return RT_OK;
+  RtProfScope ps(c);
+  if (ps.on()) ps.set(RT_PROF_OP, 8.0 * (double)n, 0, "copy");
   CU_CHECK(c, cudaMemcpyAsync(dst, src, (size_t)n * 4, cudaMemcpyDeviceToDevice, c->compute),
            "device copy");
   return RT_OK;
@@ -464,6 +472,10 @@ int rt_cuda_watch(RtCuda *c, cudaStream_t st, const char *what) {
 
 static int collective(RtCuda *c, int op, int g, const float *send, float *recv, int64_t count) {
   if (count <= 0) return RT_OK;
+  RtProfScope ps(c); /* the larger side: the result of a gather, the input of a scatter */
+  if (ps.on())
+    ps.set(RT_PROF_COMM, 4.0 * (double)count * (op == OP_ALL_REDUCE ? 1 : c->gsize[g]), 0,
+           "%s %s", op_name[op], group_name[g]);
   if (c->gsize[g] == 1) return rt_cuda_copy(c, recv, send, count);
   if (!c->use_nccl) {
     if (!c->hgroup[g]) return rt_fail("rank %d: %s over group %s: no host group", c->wrank,
@@ -526,6 +538,10 @@ int rt_cuda_all_gather_dim(RtCuda *c, int group, const float *x, float *out, int
   int parts = c->gsize[group];
   if (dim_check(c, "all_gather_dim", n, parts)) return RT_ERR;
   int64_t q = n / parts, piece = outer * q * inner;
+  RtProfScope ps(c);
+  if (ps.on())
+    ps.set(RT_PROF_COMM, 4.0 * (double)(piece * parts), 0, "all_gather_dim %s",
+           group_name[group]);
   if (outer == 1) return rt_cuda_all_gather(c, group, x, out, piece);
   float *st = (float *)rt_cuda_ws(c, WS_STAGE, (size_t)(piece * parts) * 4);
   if (!st) return RT_ERR;
@@ -542,6 +558,10 @@ int rt_cuda_reduce_scatter_dim(RtCuda *c, int group, const float *x, float *out,
   int parts = c->gsize[group];
   if (dim_check(c, "reduce_scatter_dim", n, parts)) return RT_ERR;
   int64_t q = n / parts, piece = outer * q * inner;
+  RtProfScope ps(c);
+  if (ps.on())
+    ps.set(RT_PROF_COMM, 4.0 * (double)(piece * parts), 0, "reduce_scatter_dim %s",
+           group_name[group]);
   if (outer == 1) return rt_cuda_reduce_scatter(c, group, x, out, piece);
   float *st = (float *)rt_cuda_ws(c, WS_STAGE, (size_t)(piece * parts) * 4);
   if (!st) return RT_ERR;
@@ -558,6 +578,8 @@ int rt_cuda_local_slice(RtCuda *c, float *out, const float *x, int64_t outer, in
   if (part < 0 || part >= parts)
     return rt_fail("rank %d: local_slice: member %d of %d", c->wrank, part, parts);
   int64_t q = n / parts;
+  RtProfScope ps(c);
+  if (ps.on()) ps.set(RT_PROF_OP, 8.0 * (double)(outer * q * inner), 0, "local_slice");
   return copy_piece(c, out, (size_t)(q * inner), x + part * q * inner, (size_t)(n * inner),
                     (size_t)(q * inner), outer);
 }
@@ -565,6 +587,8 @@ int rt_cuda_local_slice(RtCuda *c, float *out, const float *x, int64_t outer, in
 int rt_cuda_flat_piece(RtCuda *c, int group, const float *x, int64_t n, float *out, int64_t s) {
   int64_t lo = (int64_t)c->grank[group] * s;
   int64_t have = n - lo < 0 ? 0 : n - lo > s ? s : n - lo;
+  RtProfScope ps(c);
+  if (ps.on()) ps.set(RT_PROF_OP, 4.0 * (double)(have + s), 0, "flat_piece");
   if (have > 0 && rt_cuda_copy(c, out, x + lo, have)) return RT_ERR;
   if (have < s)
     CU_CHECK(c, cudaMemsetAsync(out + have, 0, (size_t)(s - have) * 4, c->compute),

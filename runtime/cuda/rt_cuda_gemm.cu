@@ -169,12 +169,35 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
   return RT_OK;
 }
 
+/* The profile's record of a GEMM (rt_cuda.h): "matmul BxMxKxN", the shape as
+ * cuBLASLt runs it (a's batch folded into M where gemm() folds it). */
+static void prof_gemm(RtCuda *c, RtProfScope &ps, const char *op, int ta, int64_t batch,
+                      int64_t m, int64_t k, int64_t n, int flags) {
+  double B = (double)batch, M = (double)m, K = (double)k, N = (double)n;
+  int acc = (flags & RT_MM_ACCUMULATE) != 0;
+  double bytes = 4 * (B * M * K + ((flags & RT_MM_B_BATCHED) ? B : 1) * K * N +
+                      (acc ? 2 : 1) * B * M * N);
+  if (!ta && !(flags & RT_MM_B_BATCHED)) m *= batch, batch = 1;
+  char shape[64];
+  if (batch > 1)
+    snprintf(shape, sizeof shape, "%lldx%lldx%lldx%lld", (long long)batch, (long long)m,
+             (long long)k, (long long)n);
+  else
+    snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)m, (long long)k, (long long)n);
+  ps.set(c->gemm == RT_CUDA_GEMM_FP32 ? RT_PROF_GEMM_FP32 : RT_PROF_GEMM, bytes, 2 * B * M * K * N,
+         "%s %s%s%s", op, shape, (flags & RT_MM_TRANSPOSE_B) ? " b^T" : "", acc ? " +=" : "");
+}
+
 extern "C" int rt_cuda_matmul(RtCuda *c, float *out, const float *a, const float *b,
                               int64_t batch, int64_t m, int64_t k, int64_t n, int flags) {
+  RtProfScope ps(c);
+  if (ps.on()) prof_gemm(c, ps, "matmul", 0, batch, m, k, n, flags);
   return gemm(c, "matmul", 0, out, a, b, batch, m, k, n, flags);
 }
 
 extern "C" int rt_cuda_matmul_ta(RtCuda *c, float *out, const float *a, const float *b,
                                  int64_t batch, int64_t m, int64_t k, int64_t n, int flags) {
+  RtProfScope ps(c);
+  if (ps.on()) prof_gemm(c, ps, "matmul_ta", 1, batch, m, k, n, flags);
   return gemm(c, "matmul_ta", 1, out, a, b, batch, m, k, n, flags);
 }

@@ -7,7 +7,11 @@
 #include <cuda_runtime.h>
 #include <pthread.h>
 
+#include <stdarg.h>
+#include <stdio.h>
+
 #include "runtime/cuda/rt_cuda.h"
+#include "runtime/cuda/rt_cuda_prof.h"
 extern "C" { /* the runtime's C headers */
 #include "runtime/rt_err.h"
 }
@@ -81,6 +85,10 @@ struct RtCuda {
   double pending_since;
   cudaEvent_t pending_ev;
   char pending_what[160];
+  /* the profile (PARC_CUDA_PROFILE; rt_cuda_prof.cu): NULL when off */
+  RtProf *prof;
+  cudaEvent_t *prof_ev;      /* its events, on the compute stream */
+  int prof_nev, prof_cap;
 };
 
 /* Records "FILE:LINE: rank R: op: what" and returns RT_ERR. */
@@ -126,5 +134,43 @@ void *rt_cuda_ws(RtCuda *c, int slot, size_t bytes);
 void *rt_cuda_host_stage(RtCuda *c, size_t bytes);
 
 extern const char *const rt_cuda_group_name[RT_CUDA_NGROUPS]; /* "tp", "dp", ... */
+
+/* The profile (rt_cuda_prof.cu): made at the end of rt_cuda_open when
+ * PARC_CUDA_PROFILE asks for it (0, or -1 with the error recorded), and its
+ * events destroyed by rt_cuda_close (the totals stay for the exit report). */
+int rt_cuda_prof_open(RtCuda *c);
+void rt_cuda_prof_close(RtCuda *c);
+
+/* A runtime op's profile record: events around it when the step records
+ * (rt_cuda_prof.h), nested ops counting as their outermost one.  Off, it
+ * costs one branch:
+ *     RtProfScope ps(c);
+ *     if (ps.on()) ps.set(RT_PROF_OP, bytes, flops, "name %d", ...);
+ *     return the_work(...);    // the end event is recorded after it */
+struct RtProfScope {
+  RtProf *p;
+  int rec, kind;
+  double bytes, flops;
+  char name[RT_PROF_NAME];
+  explicit RtProfScope(RtCuda *c) : p(c->prof && c->prof->on ? c->prof : NULL), rec(0) {
+    if (p) {
+      kind = RT_PROF_OP, bytes = flops = 0, name[0] = 0;
+      rec = rt_prof_begin(p);
+    }
+  }
+  bool on() const { return rec != 0; }
+  void set(int k, double b, double f, const char *fmt, ...) __attribute__((format(printf, 5, 6))) {
+    kind = k, bytes = b, flops = f;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+  }
+  ~RtProfScope() {
+    if (p) rt_prof_end(p, kind, bytes, flops, name);
+  }
+  RtProfScope(const RtProfScope &) = delete;
+  RtProfScope &operator=(const RtProfScope &) = delete;
+};
 
 #endif

@@ -77,6 +77,8 @@ static int embed(RtCuda *c, const char *op, float *out, const int32_t *ids, cons
                  int64_t count, int64_t V, int64_t D, int64_t lo) {
   if (!out || !ids || !table) return rt_fail("%s: NULL pointer", op);
   if (count < 1 || V < 1 || D < 1) return rt_fail("%s: dimensions must be >= 1", op);
+  RtProfScope ps(c); /* ids, the rows read, out */
+  if (ps.on()) ps.set(RT_PROF_OP, 4.0 * (double)count * (double)(1 + 2 * D), 0, "%s", op);
   embed_kernel<<<rt_cuda_blocks(count * D, BLOCK), BLOCK, 0, c->compute>>>(out, ids, table, count,
                                                                            V, D, lo);
   LAUNCH_CHECK(c, op);
@@ -90,6 +92,10 @@ static int embed_grad(RtCuda *c, const char *op, float *dtable, const int32_t *i
   if (!dtable || !ids || !dy) return rt_fail("%s: NULL pointer", op);
   if (count < 1 || V < 1 || D < 1 || count > 0x7fffffff)
     return rt_fail("%s: dimensions out of range", op);
+  RtProfScope ps(c); /* ids, dy, the whole table (zeroed, then its rows written) */
+  if (ps.on())
+    ps.set(RT_PROF_OP, 4.0 * ((double)count * (double)(1 + D) + (double)V * (double)D), 0, "%s",
+           op);
   size_t temp = 0;
   CU_CHECK(c, cub::DeviceRadixSort::SortPairs(NULL, temp, (const int32_t *)NULL, (int32_t *)NULL,
                                               (const int32_t *)NULL, (int32_t *)NULL, (int)count,
@@ -202,6 +208,8 @@ extern "C" int rt_cuda_cross_entropy(RtCuda *c, float *loss, const float *logits
                                      const int32_t *targets, int64_t N, int64_t V) {
   if (!loss || !logits || !targets) return rt_fail("cross_entropy: NULL pointer");
   if (N < 1 || V < 1) return rt_fail("cross_entropy: dimensions must be >= 1");
+  RtProfScope ps(c); /* logits, targets */
+  if (ps.on()) ps.set(RT_PROF_OP, 4.0 * (double)N * (double)(V + 1), 0, "cross_entropy");
   double *rows = (double *)rt_cuda_ws(c, WS_ROWS, (size_t)N * sizeof(double));
   if (!rows) return RT_ERR;
   xent_rows<<<row_blocks(N), BLOCK, 0, c->compute>>>(rows, logits, targets, N, V);
@@ -217,6 +225,8 @@ extern "C" int rt_cuda_cross_entropy_grad(RtCuda *c, float *dlogits, const float
   if (!dlogits || !logits || !targets || !dloss)
     return rt_fail("cross_entropy_grad: NULL pointer");
   if (N < 1 || V < 1) return rt_fail("cross_entropy_grad: dimensions must be >= 1");
+  RtProfScope ps(c); /* logits, targets, dlogits */
+  if (ps.on()) ps.set(RT_PROF_OP, 4.0 * (double)N * (double)(2 * V + 1), 0, "cross_entropy_grad");
   xent_grad<<<row_blocks(N), BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss, N, V);
   LAUNCH_CHECK(c, "cross_entropy_grad");
   return RT_OK;
@@ -299,6 +309,10 @@ static int vxent(RtCuda *c, const char *op, int group, float *loss, float *dlogi
                    (long long)V, (long long)(Vl * parts));
   int64_t nv = V - (int64_t)part * Vl;
   nv = nv < 0 ? 0 : nv > Vl ? Vl : nv;
+  RtProfScope ps(c); /* logits, targets (and dlogits); the gathers' time included */
+  if (ps.on())
+    ps.set(RT_PROF_OP, 4.0 * (double)N * (double)((dlogits ? 2 : 1) * Vl + 1), 0, "%s %s", op,
+           rt_cuda_group_name[group]);
   /* rows workspace: mx [N], s [N] (double), row losses [N] (double), send [3N] */
   char *w = (char *)rt_cuda_ws(c, WS_ROWS, up256((size_t)N * 4) + 2 * up256((size_t)N * 8) +
                                                up256((size_t)N * 12));
@@ -380,9 +394,14 @@ static int stage_out(RtCuda *c, void *dev, const void *host, size_t bytes) {
 }
 
 #define F4(n) ((size_t)(n) * 4)
+/* The profile's record of a host-staged op: the bytes staged in and out. */
+#define PROF_HOST(name, bytes)                                                              \
+  RtProfScope ps(c);                                                                        \
+  if (ps.on()) ps.set(RT_PROF_HOST, (double)(bytes), 0, "%s", name)
 
 extern "C" int rt_cuda_topk(RtCuda *c, int32_t *out, const float *x, int64_t rows, int64_t n,
                             int64_t k) {
+  PROF_HOST("topk (host)", F4(rows * n) + F4(rows * k));
   Stage s[1] = {{x, F4(rows * n), NULL}};
   void *o;
   if (stage_in(c, s, 1, F4(rows * k), &o) ||
@@ -393,6 +412,7 @@ extern "C" int rt_cuda_topk(RtCuda *c, int32_t *out, const float *x, int64_t row
 
 extern "C" int rt_cuda_gather(RtCuda *c, float *out, const float *x, const int32_t *idx,
                               int64_t rows, int64_t n, int64_t k) {
+  PROF_HOST("gather (host)", F4(rows * n) + F4(rows * k) * 2);
   Stage s[2] = {{x, F4(rows * n), NULL}, {idx, F4(rows * k), NULL}};
   void *o;
   if (stage_in(c, s, 2, F4(rows * k), &o) ||
@@ -403,6 +423,7 @@ extern "C" int rt_cuda_gather(RtCuda *c, float *out, const float *x, const int32
 
 extern "C" int rt_cuda_scatter_add(RtCuda *c, float *out, const int32_t *idx, const float *dy,
                                    int64_t rows, int64_t k, int64_t n) {
+  PROF_HOST("scatter_add (host)", F4(rows * k) * 2 + F4(rows * n));
   Stage s[2] = {{idx, F4(rows * k), NULL}, {dy, F4(rows * k), NULL}};
   void *o;
   if (stage_in(c, s, 2, F4(rows * n), &o) ||
@@ -413,6 +434,7 @@ extern "C" int rt_cuda_scatter_add(RtCuda *c, float *out, const int32_t *idx, co
 
 extern "C" int rt_cuda_onehot(RtCuda *c, float *out, const int32_t *idx, int64_t count,
                               int64_t n) {
+  PROF_HOST("onehot (host)", F4(count) + F4(count * n));
   Stage s[1] = {{idx, F4(count), NULL}};
   void *o;
   if (stage_in(c, s, 1, F4(count * n), &o) ||
@@ -423,6 +445,7 @@ extern "C" int rt_cuda_onehot(RtCuda *c, float *out, const int32_t *idx, int64_t
 
 extern "C" int rt_cuda_dispatch(RtCuda *c, float *out, const float *x, const int32_t *idx,
                                 int64_t N, int64_t K, int64_t D, int64_t E, int64_t C) {
+  PROF_HOST("dispatch (host)", F4(N * D) + F4(N * K) + F4(E * C * D));
   Stage s[2] = {{x, F4(N * D), NULL}, {idx, F4(N * K), NULL}};
   void *o;
   if (stage_in(c, s, 2, F4(E * C * D), &o) ||
@@ -434,6 +457,7 @@ extern "C" int rt_cuda_dispatch(RtCuda *c, float *out, const float *x, const int
 extern "C" int rt_cuda_combine(RtCuda *c, float *out, const float *y, const int32_t *idx,
                                const float *w, int64_t N, int64_t K, int64_t D, int64_t E,
                                int64_t C) {
+  PROF_HOST("combine (host)", F4(E * C * D) + 2 * F4(N * K) + F4(N * D));
   Stage s[3] = {{y, F4(E * C * D), NULL}, {idx, F4(N * K), NULL}, {w, F4(N * K), NULL}};
   void *o;
   if (stage_in(c, s, 3, F4(N * D), &o) ||
@@ -446,6 +470,7 @@ extern "C" int rt_cuda_combine(RtCuda *c, float *out, const float *y, const int3
 extern "C" int rt_cuda_combine_grad_y(RtCuda *c, float *dy, const float *dout, const int32_t *idx,
                                       const float *w, int64_t N, int64_t K, int64_t D, int64_t E,
                                       int64_t C) {
+  PROF_HOST("combine_grad_y (host)", F4(N * D) + 2 * F4(N * K) + F4(E * C * D));
   Stage s[3] = {{dout, F4(N * D), NULL}, {idx, F4(N * K), NULL}, {w, F4(N * K), NULL}};
   void *o;
   if (stage_in(c, s, 3, F4(E * C * D), &o) ||
@@ -458,6 +483,7 @@ extern "C" int rt_cuda_combine_grad_y(RtCuda *c, float *dy, const float *dout, c
 extern "C" int rt_cuda_combine_grad_w(RtCuda *c, float *dw, const float *dout, const float *y,
                                       const int32_t *idx, int64_t N, int64_t K, int64_t D,
                                       int64_t E, int64_t C) {
+  PROF_HOST("combine_grad_w (host)", F4(N * D) + F4(E * C * D) + 2 * F4(N * K));
   Stage s[3] = {{dout, F4(N * D), NULL}, {y, F4(E * C * D), NULL}, {idx, F4(N * K), NULL}};
   void *o;
   if (stage_in(c, s, 3, F4(N * K), &o) ||
@@ -471,6 +497,7 @@ extern "C" int rt_cuda_combine_grad_w(RtCuda *c, float *dw, const float *dout, c
  * runs on the harness's host group (every dp member calls this). */
 extern "C" int rt_cuda_capacity_drop(RtCuda *c, int32_t *out, const int32_t *idx, int64_t N,
                                      int64_t K, int64_t E, int64_t C) {
+  PROF_HOST("capacity_drop (host)", 2 * F4(N * K));
   Stage s[1] = {{idx, F4(N * K), NULL}};
   void *o;
   if (stage_in(c, s, 1, F4(N * K), &o) ||
@@ -487,6 +514,10 @@ extern "C" int rt_cuda_expert_all_to_all(RtCuda *c, int group, float *out, const
                                          const int32_t *idx, int64_t nk, int64_t E, int64_t C,
                                          int64_t inner, int back) {
   int64_t n = E * C * inner;
+  RtProfScope ps(c); /* x and idx out, out back: the host's all-to-all in between */
+  if (ps.on())
+    ps.set(RT_PROF_HOST, (double)(F4(2 * n) + F4(nk)), 0, "expert_all_to_all %s%s",
+           rt_cuda_group_name[group], back ? " back" : "");
   Stage s[2] = {{x, F4(n), NULL}, {idx, F4(nk), NULL}};
   void *o;
   if (stage_in(c, s, 2, F4(n), &o) ||

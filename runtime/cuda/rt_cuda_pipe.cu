@@ -34,12 +34,16 @@ __global__ void __launch_bounds__(PIPE_BLOCK) scale_kernel(float *x, float s, in
 
 extern "C" int rt_cuda_zero(RtCuda *c, float *x, int64_t n) {
   if (n <= 0) return RT_OK;
+  RtProfScope ps(c);
+  if (ps.on()) ps.set(RT_PROF_OP, 4.0 * (double)n, 0, "zero");
   CU_CHECK(c, cudaMemsetAsync(x, 0, (size_t)n * 4, c->compute), "zero");
   return RT_OK;
 }
 
 extern "C" int rt_cuda_acc(RtCuda *c, float *dst, const float *src, int64_t n) {
   if (n <= 0) return RT_OK;
+  RtProfScope ps(c);
+  if (ps.on()) ps.set(RT_PROF_OP, 12.0 * (double)n, 0, "acc");
   acc_kernel<<<rt_cuda_blocks(n, PIPE_BLOCK), PIPE_BLOCK, 0, c->compute>>>(dst, src, n);
   LAUNCH_CHECK(c, "gradient accumulation");
   return RT_OK;
@@ -47,6 +51,8 @@ extern "C" int rt_cuda_acc(RtCuda *c, float *dst, const float *src, int64_t n) {
 
 static int scale(RtCuda *c, float *x, float s, int64_t n) {
   if (n <= 0) return RT_OK;
+  RtProfScope ps(c);
+  if (ps.on()) ps.set(RT_PROF_OP, 8.0 * (double)n, 0, "scale");
   scale_kernel<<<rt_cuda_blocks(n, PIPE_BLOCK), PIPE_BLOCK, 0, c->compute>>>(x, s, n);
   LAUNCH_CHECK(c, "gradient scaling");
   return RT_OK;
@@ -54,6 +60,8 @@ static int scale(RtCuda *c, float *x, float s, int64_t n) {
 
 extern "C" int rt_cuda_sum_scalars(RtCuda *c, int group, float *const *x, int n) {
   if (n <= 0 || c->gsize[group] < 2) return RT_OK;
+  RtProfScope ps(c);
+  if (ps.on()) ps.set(RT_PROF_COMM, 4.0 * n, 0, "sum_scalars %s", rt_cuda_group_name[group]);
   float *v = (float *)rt_cuda_ws(c, WS_SCALARS, (size_t)n * 4);
   if (!v) return RT_ERR;
   for (int i = 0; i < n; i++)
@@ -223,6 +231,16 @@ static int rendezvous_safe(const RtPipeDesc *p) {
 /* Runs the transfer actions [i, end) of stage s's list, one NCCL group, or one
  * by one through the host. */
 static int transfers(RtCuda *c, const RtPipeDesc *p, int s, int i, int end, char *base) {
+  RtProfScope ps(c);
+  if (ps.on()) {
+    double bytes = 0;
+    for (int j = i; j < end; j++) {
+      Xfer x = xfer_of(p, &p->actions[s][j]);
+      for (int k = 0; k < x.n; k++) bytes += 4.0 * (double)x.v[k].count;
+    }
+    ps.set(RT_PROF_COMM, bytes, 0, "pipeline transfers pp (%s)",
+           c->pipe_p2p ? "NCCL" : "host-staged");
+  }
   if (!c->pipe_p2p) {
     for (; i < end; i++) {
       const RtPipeAction *a = &p->actions[s][i];
@@ -270,6 +288,8 @@ static int shared_sum(RtCuda *c, const RtPipeDesc *p, int j, int s, float *g, fl
   for (int k = 0; k < p->stages; k++)
     if (off[k] >= 0) holders++, other = k != s ? k : other;
   if (holders < 2) return RT_OK;
+  RtProfScope ps(c); /* the parts exchanged, summed and stored */
+  if (ps.on()) ps.set(RT_PROF_COMM, 4.0 * (double)n * holders, 0, "shared gradient sum pp");
 #ifdef PARC_HAVE_NCCL
   if (c->pipe_p2p && holders == 2) { /* one group: send mine, receive the other's */
     char what[128];
@@ -359,8 +379,10 @@ extern "C" int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p) {
   d.tokens = c->tokens;
   d.targets = c->targets;
   if (p->optimizer[s](&d)) return RT_ERR;
+  if (c->prof) rt_prof_step_end(c->prof);
   CU_CHECK(c, cudaStreamSynchronize(c->compute), "the pipelined step (an earlier kernel, copy "
            "or transfer failed)");
+  if (c->prof) rt_prof_step_done(c->prof);
   /* the loss: the last stage's mean over microbatches, on every stage */
   double loss = 0, ce = 0;
   for (int k = 0; k < c->pipe_nloss; k++) loss += c->pipe_host[2 + 2 * k], ce += c->pipe_host[3 + 2 * k];

@@ -8,6 +8,16 @@
                                               tokens/s, ms/step and MFU (model FLOPs
                                               of plan.json over the peak), steps
                                               after the first SKIP
+  compare.py profile PROFILE.jsonl PEAK_TFLOPS PEAK_GBS [--fp32 TFLOPS] [--top N]
+                                              train_cuda's per-kernel profile
+                                              (PARC_CUDA_PROFILE=FILE.jsonl) as a
+                                              table per rank, each op against its
+                                              ceiling: GEMMs and attention on tensor
+                                              cores against PEAK_TFLOPS, fp32 ones
+                                              against --fp32 (CUDA cores; "-" without
+                                              it), kernels and memory ops against
+                                              PEAK_GBS (GB/s); collectives and host-
+                                              staged ops have none
 Prints one line "RESULT <PASS|FAIL|INFO> <summary>" last; exit 0 on PASS/INFO.
 """
 import json
@@ -102,6 +112,83 @@ def bench(log_path, plan_path, peak_tflops, skip):
     return 0
 
 
+def profile(path, peak_tflops, peak_gbs, fp32_tflops=None, top=30):
+    ranks = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            rec = json.loads(line)
+            r = ranks.setdefault(int(rec.get("rank", 0)), {"step": None, "ops": []})
+            if rec.get("profile") == "step":
+                r["step"] = rec
+            elif rec.get("profile") == "op":
+                r["ops"].append(rec)
+    if not ranks or any(r["step"] is None for r in ranks.values()):
+        print(f"RESULT FAIL {path}: no profile step record")
+        return 1
+    ceiling = {"tensor": ("TFLOP/s", peak_tflops), "fp32": ("TFLOP/s", fp32_tflops),
+               "hbm": ("GB/s", peak_gbs)}
+
+    def of_ceiling(op):
+        unit, peak = ceiling.get(op["ceiling"], (None, None))
+        if not peak:
+            return None
+        got = op["tflop_s"] if unit == "TFLOP/s" else op["gb_s"]
+        return 100.0 * got / peak if got else None
+
+    summary = []
+    for rank in sorted(ranks):
+        st, ops = ranks[rank]["step"], sorted(ranks[rank]["ops"], key=lambda o: -o["ms"])
+        steps = st["steps"]
+        print(f"profile rank {rank} of {st['ranks']}: {st['device']}, model {st['model']}, "
+              f"GEMM {st['gemm']}: {steps} steps after the first, {st['step_ms']:.3f} ms per "
+              f"step on the device ({st['wall_ms']:.3f} ms on the host), ops "
+              f"{100 * st['ops_ms'] / st['step_ms'] if st['step_ms'] else 0:.1f}% of it"
+              + (f"; stopped early: {st['stopped']}" if "stopped" in st else ""))
+        if not steps:
+            print("  no step after the first was recorded")
+            summary.append(f"rank {rank}: no steps")
+            continue
+        print(f"  {'ms/step':>10} {'%step':>6} {'calls':>7} {'GB/s':>9} {'TFLOP/s':>8} "
+              f"{'%ceil':>6} {'ceiling':>14}  {'kind':<9} name")
+        weighted, covered = 0.0, 0.0
+        for i, op in enumerate(ops):
+            pct = of_ceiling(op)
+            if pct is not None:
+                weighted += pct * op["ms_per_step"]
+                covered += op["ms_per_step"]
+            if i >= top:
+                continue
+            unit, peak = ceiling.get(op["ceiling"], (None, None))
+            ceil = f"{peak:g} {unit}" if peak else "-"
+            gbs = f"{op['gb_s']:.1f}" if op["bytes"] else "-"
+            tfs = f"{op['tflop_s']:.2f}" if op["flops"] else "-"
+            calls = op["calls"] / steps
+            calls = f"{calls:.0f}" if calls == int(calls) else f"{calls:.2f}"
+            print(f"  {op['ms_per_step']:10.4f} {op['pct_step']:6.2f} {calls:>7} {gbs:>9} "
+                  f"{tfs:>8} {'-' if pct is None else f'{pct:.1f}':>6} {ceil:>14}  "
+                  f"{op['kind']:<9} {op['name']}")
+        if len(ops) > top:
+            rest = ops[top:]
+            ms = sum(o["ms_per_step"] for o in rest)
+            print(f"  {ms:10.4f} {100 * ms / st['step_ms'] if st['step_ms'] else 0:6.2f} "
+                  f"{'':>7} {'':>9} {'':>8} {'':>6} {'':>14}  {'-':<9} ({len(rest)} more ops)")
+        gap = max(st["step_ms"] - st["ops_ms"], 0.0)
+        print(f"  {gap:10.4f} {100 * gap / st['step_ms'] if st['step_ms'] else 0:6.2f} "
+              f"{'':>7} {'':>9} {'':>8} {'':>6} {'':>14}  {'-':<9} (outside the ops)")
+        eff = weighted / covered if covered else 0.0
+        print(f"  time-weighted: {eff:.1f}% of the ceilings over the {covered:.3f} ms per step "
+              f"of ops that have one ({100 * covered / st['step_ms'] if st['step_ms'] else 0:.1f}% "
+              f"of the step)")
+        top3 = ", ".join(f"{o['name']} {o['pct_step']:.0f}%" for o in ops[:3])
+        summary.append(f"rank {rank}: {st['step_ms']:.2f} ms/step, {eff:.0f}% of ceilings "
+                       f"time-weighted; top {top3}")
+    print(f"RESULT INFO profile: {'; '.join(summary)}")
+    return 0
+
+
 def main(argv):
     if len(argv) < 2:
         raise SystemExit(__doc__)
@@ -111,6 +198,19 @@ def main(argv):
         return grads(argv[2], argv[3], float(argv[4]))
     if argv[1] == "bench":
         return bench(argv[2], argv[3], float(argv[4]), int(argv[5]))
+    if argv[1] == "profile":
+        args, opts = [], {"--fp32": None, "--top": "30"}
+        rest = argv[2:]
+        while rest:
+            a = rest.pop(0)
+            if a in opts and rest:
+                opts[a] = rest.pop(0)
+            else:
+                args.append(a)
+        if len(args) != 3:
+            raise SystemExit(__doc__)
+        fp32 = float(opts["--fp32"]) if opts["--fp32"] else None
+        return profile(args[0], float(args[1]), float(args[2]), fp32, int(opts["--top"]))
     raise SystemExit(__doc__)
 
 

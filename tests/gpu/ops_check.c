@@ -8,7 +8,16 @@
  * Tolerance: relative L2 error (|gpu - cpu| / |cpu|) <= 1e-5 for fp32 (2e-5 for
  * the attention backward, whose sums run in another order).  Two ranks as
  * threads on the one GPU (the host-staged backend) check the vocabulary-parallel
- * cross-entropy and embedding against the CPU's at two members. */
+ * cross-entropy and embedding against the CPU's at two members.
+ *
+ * The "bf16 tc" attention rows run a second context in GEMM mode bf16, where
+ * sdpa and sdpa_grad take the tensor-core kernels (rt_cuda_attn_tc.cu; with
+ * PARC_CUDA_ATTN=fp32 the fp32 ones, which pass too).  Their error is
+ * max |gpu - cpu| / max |cpu|, taken separately over out, dq, dk and dv, the
+ * worst shown (with lse's max absolute error in the forward's), against 2e-2:
+ * q, k, v, dy and the probabilities and score gradients are rounded to bf16
+ * (2^-9 relative each), which on these inputs costs ~5e-3; a wrong row or
+ * tile (mask, tail, head) costs O(1). */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -130,11 +139,12 @@ typedef struct {
   int64_t B, H, KV, T, hd;
   float scale;
   int causal;
+  float *lse; /* NULL: not asked for */
 } At;
 static int at_fwd(RtCuda *c, void *p) {
   At *x = p;
-  return rt_cuda_sdpa(c, x->out, NULL, x->q, x->k, x->v, x->B, x->H, x->KV, x->T, x->hd, x->scale,
-                      x->causal);
+  return rt_cuda_sdpa(c, x->out, x->lse, x->q, x->k, x->v, x->B, x->H, x->KV, x->T, x->hd,
+                      x->scale, x->causal);
 }
 static int at_bwd(RtCuda *c, void *p) {
   At *x = p;
@@ -149,7 +159,7 @@ static void check_attn(RtCuda *c, int64_t B, int64_t H, int64_t KV, int64_t T, i
   float scale = 1.0f / sqrtf((float)hd);
   At x = {dev_copy(NULL, 4 * (size_t)nq), dev_copy(q, 4 * (size_t)nq), dev_copy(k, 4 * (size_t)nk),
           dev_copy(v, 4 * (size_t)nk), dev_copy(dy, 4 * (size_t)nq), dev_copy(NULL, 4 * (size_t)ng),
-          B, H, KV, T, hd, scale, causal};
+          B, H, KV, T, hd, scale, causal, NULL};
   char shape[96];
   snprintf(shape, sizeof shape, "B%lld H%lld KV%lld T%lld hd%lld%s", (long long)B, (long long)H,
            (long long)KV, (long long)T, (long long)hd, causal ? " causal" : "");
@@ -166,6 +176,61 @@ static void check_attn(RtCuda *c, int64_t B, int64_t H, int64_t KV, int64_t T, i
   row("sdpa_grad", shape, err, 2e-5, time_op(c, at_bwd, &x, 5), 2.5 * fl, 0);
   cudaFree(x.out), cudaFree(x.q), cudaFree(x.k), cudaFree(x.v), cudaFree(x.dy), cudaFree(x.dqkv);
   free(q), free(k), free(v), free(dy), free(ref), free(got);
+}
+
+/* max |a - ref| / max |ref| over channels [c0, c1) of n [B, C, T hd] tensors
+ * (NaN anywhere: infinite) */
+static double rel_max(const float *a, const float *ref, int64_t B, int64_t C, int64_t c0,
+                      int64_t c1, int64_t thd) {
+  double md = 0, mr = 0;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t i = (b * C + c0) * thd; i < (b * C + c1) * thd; i++) {
+      if (isnan(a[i])) return INFINITY;
+      md = fmax(md, fabs((double)a[i] - (double)ref[i]));
+      mr = fmax(mr, fabs((double)ref[i]));
+    }
+  return md / (mr > 0 ? mr : 1);
+}
+
+/* The bf16 tensor-core path (cb: a context in GEMM mode bf16), tolerance 2e-2
+ * (head comment). */
+static void check_attn_bf16(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
+                            int causal) {
+  int64_t nq = B * H * T * hd, nk = B * KV * T * hd, ng = B * (H + 2 * KV) * T * hd, nl = B * H * T;
+  float *q = rnd(nq, 1), *k = rnd(nk, 1), *v = rnd(nk, 1), *dy = rnd(nq, 1);
+  float *ref = malloc(4 * (size_t)ng), *got = malloc(4 * (size_t)ng);
+  float *lref = malloc(4 * (size_t)nl), *lgot = malloc(4 * (size_t)nl);
+  float scale = 1.0f / sqrtf((float)hd);
+  At x = {dev_copy(NULL, 4 * (size_t)nq), dev_copy(q, 4 * (size_t)nq), dev_copy(k, 4 * (size_t)nk),
+          dev_copy(v, 4 * (size_t)nk), dev_copy(dy, 4 * (size_t)nq), dev_copy(NULL, 4 * (size_t)ng),
+          B, H, KV, T, hd, scale, causal, dev_copy(NULL, 4 * (size_t)nl)};
+  char shape[96];
+  snprintf(shape, sizeof shape, "B%lld H%lld KV%lld T%lld hd%lld%s", (long long)B, (long long)H,
+           (long long)KV, (long long)T, (long long)hd, causal ? " causal" : "");
+  double fl = 4.0 * B * H * T * T * hd * (causal ? 0.5 : 1.0);
+  rt_sdpa(ref, lref, q, k, v, B, H, KV, T, hd, scale, causal);
+  double err = at_fwd(cb, &x) ? INFINITY : 0;
+  if (err == 0) {
+    to_host(got, x.out, 4 * (size_t)nq);
+    to_host(lgot, x.lse, 4 * (size_t)nl);
+    err = rel_max(got, ref, B, H, 0, H, T * hd);
+    for (int64_t i = 0; i < nl; i++)
+      err = isnan(lgot[i]) ? INFINITY : fmax(err, fabs((double)lgot[i] - (double)lref[i]));
+  } else fprintf(stderr, "%s\n", rt_last_error());
+  row("sdpa (bf16 tc)", shape, err, 2e-2, time_op(cb, at_fwd, &x, 5), fl, 0);
+  rt_sdpa_grad(ref, q, k, v, dy, B, H, KV, T, hd, scale, causal);
+  err = at_bwd(cb, &x) ? INFINITY : 0;
+  if (err == 0) {
+    int64_t C = H + 2 * KV;
+    to_host(got, x.dqkv, 4 * (size_t)ng);
+    err = fmax(rel_max(got, ref, B, C, 0, H, T * hd),
+               fmax(rel_max(got, ref, B, C, H, H + KV, T * hd),
+                    rel_max(got, ref, B, C, H + KV, C, T * hd)));
+  } else fprintf(stderr, "%s\n", rt_last_error());
+  row("sdpa_grad (bf16 tc)", shape, err, 2e-2, time_op(cb, at_bwd, &x, 5), 2.5 * fl, 0);
+  cudaFree(x.out), cudaFree(x.q), cudaFree(x.k), cudaFree(x.v), cudaFree(x.dy), cudaFree(x.dqkv);
+  cudaFree(x.lse);
+  free(q), free(k), free(v), free(dy), free(ref), free(got), free(lref), free(lgot);
 }
 
 /* ---- embedding and cross-entropy ---- */
@@ -317,6 +382,19 @@ int main(void) {
   check_embed_xent(c, 256, 256, 64);
   check_embed_xent(c, 2048, 50257, 64);
   rt_cuda_close(c);
+  s.gemm = RT_CUDA_GEMM_BF16; /* attention on tensor cores */
+  if (rt_cuda_open(&c, &s, NULL, NULL)) {
+    fprintf(stderr, "gpu_ops_check (bf16): %s\n", rt_last_error());
+    rt_cuda_close(c);
+    failures++;
+  } else {
+    check_attn_bf16(c, 2, 4, 2, 130, 64, 1);
+    check_attn_bf16(c, 1, 4, 1, 70, 128, 0);
+    check_attn_bf16(c, 2, 4, 4, 100, 32, 1);
+    check_attn_bf16(c, 1, 6, 2, 200, 80, 0);
+    check_attn_bf16(c, 8, 12, 12, 1024, 64, 1); /* GPT-2 small */
+    rt_cuda_close(c);
+  }
   v_logits = rnd(VN * 2 * VL, 4);
   v_table = rnd(2 * VL * VD, 1);
   v_ids = malloc(4 * VN);
