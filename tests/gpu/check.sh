@@ -21,7 +21,8 @@
 #               GEMMs, flash attention forward and backward, embedding,
 #               cross-entropy, their gradients, vocab-parallel at 2 members),
 #               with each one's time and achieved TFLOP/s or GB/s;
-#   2. fp32     for gpt2_tiny, llama_tiny, moe_tiny: train (CPU) and train_cuda
+#   2. fp32     for gpt2_tiny, llama_tiny, moe_tiny (and with z-loss and a
+#               shared expert): train (CPU) and train_cuda
 #               (GPU) from the same seed for $STEPS steps, losses within 1e-4
 #               relative at every step; the step-1 gradients (--save-grads)
 #               per tensor within 1e-4 relative L2 (this localises a wrong
@@ -35,7 +36,10 @@
 #               pipeline transfers) against train, the CPU trainer of the same
 #               layout, $STEPS steps, 1e-4 relative;
 #   4. bf16     GPT-2 small (examples/gpt2.dsl, precision = bf16) for
-#               $BENCH_STEPS steps: tokens/s and MFU against $PEAK_TFLOPS.
+#               $BENCH_STEPS steps: tokens/s and MFU against $PEAK_TFLOPS;
+#   4b. profile the same, 6 steps, PARC_CUDA_PROFILE: per kernel and op the
+#               time, share of the step and achieved GB/s or TFLOP/s against
+#               the chip's ceilings (compare.py profile);
 #   5. torch    the same GPT-2 small step in PyTorch (bench/gpt2_torch_gpu.py:
 #               eager, bf16 autocast, flash SDPA, fused AdamW) as the named
 #               competitor, when the machine's python3 has torch with CUDA.
@@ -54,6 +58,8 @@ ARCH=${ARCH:-90}                 # H100/H200: 90; A100: 80
 STEPS=${STEPS:-20}
 BENCH_STEPS=${BENCH_STEPS:-30}
 PEAK_TFLOPS=${PEAK_TFLOPS:-989}  # H200 SXM dense bf16
+PEAK_GBS=${PEAK_GBS:-4800}       # H200 HBM3e, GB/s (the per-kernel profile)
+PEAK_FP32_TFLOPS=${PEAK_FP32_TFLOPS:-67} # H200 fp32 without tensor cores
 JOBS=$(nproc 2>/dev/null || echo 8)
 LIMIT=${LIMIT:-90}               # seconds any one GPU program may run (a hang is a FAIL)
 T0=$(date +%s)
@@ -221,9 +227,13 @@ compare() {
   result "$4" "$5"
 }
 
-for model in gpt2_tiny llama_tiny moe_tiny; do
-  say "2. fp32 $model: CPU vs GPU, $STEPS steps"
-  project "$model" "$model.dsl" "train train_cuda" || continue
+for name in gpt2_tiny llama_tiny moe_tiny moe_tiny_zloss; do
+  model=${name%_zloss}
+  say "2. fp32 $name: CPU vs GPU, $STEPS steps"
+  # moe_tiny_zloss: the router z-loss (the log op) and a shared expert
+  [ "$name" = moe_tiny_zloss ] && set -- -D z_loss=1e-3 -D shared_ffn=64 || set --
+  project "$name" "$model.dsl" "train train_cuda" "$@" || continue
+  model=$name
   cpu "$model" --save-grads "$WORK/$model.cpu_grads.safetensors"
   running || continue
   gpu "$model" --save-grads "$WORK/$model.gpu_grads.safetensors"
@@ -266,6 +276,16 @@ if project gpt2 gpt2.dsl "train_cuda" && running; then
     "$PEAK_TFLOPS" 5 > "$WORK/gpt2.bench.log" 2>&1 || true
   cat "$WORK/gpt2.bench.log"
   result "bf16 gpt2 (124M) B8xT1024" "$WORK/gpt2.bench.log"
+fi
+
+say "4b. per-kernel profile: GPT-2 small bf16, 6 steps (PARC_CUDA_PROFILE)"
+if [ -f "$WORK/gpt2.built" ] && running; then
+  PARC_CUDA_PROFILE="$WORK/gpt2.profile.jsonl" timeout $((2 * LIMIT)) "$WORK/gpt2/build/train_cuda" \
+    --steps 6 --quiet > "$WORK/gpt2.profile.log" 2>&1 || cat "$WORK/gpt2.profile.log"
+  python3 "$ROOT/tests/gpu/compare.py" profile "$WORK/gpt2.profile.jsonl" "$PEAK_TFLOPS" \
+    "$PEAK_GBS" --fp32 "$PEAK_FP32_TFLOPS" > "$WORK/gpt2.profile.cmp.log" 2>&1 || true
+  cat "$WORK/gpt2.profile.cmp.log"
+  result "profile gpt2 (124M) per kernel" "$WORK/gpt2.profile.cmp.log"
 fi
 
 if running; then
