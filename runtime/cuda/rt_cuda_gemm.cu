@@ -11,7 +11,20 @@
  *
  * Plans (the descriptors, the layouts and the algorithm cuBLASLt's heuristic
  * chose for the shape, flags, precision and the operands' alignment) are
- * cached per context: a step's GEMMs are planned on the first step only. */
+ * cached per context: a step's GEMMs are planned on the first step only.
+ *
+ * Precision.  fp32 mode: fp32 operands, fp32 arithmetic (verification).
+ * bf16 mode: operands rounded to bf16 (round to nearest even), products
+ * accumulated in fp32, the result fp32.  Without a batch, the operands are
+ * converted into bf16 workspaces by one pass each, their rows padded to a
+ * multiple of 8 elements (16 bytes: an odd vocabulary's rows too), and
+ * cuBLASLt runs bf16 x bf16 -> fp32, about twice the rate of fp32 operands
+ * on Hopper (bench/gemm_gpu.cu); a result whose rows are not 16-byte aligned
+ * (n % 4 != 0) goes through a padded fp32 workspace and a 2-D copy.  Batched
+ * GEMMs (and PARC_CUDA_GEMM_OPERANDS=fp32) let cuBLASLt round the fp32
+ * operands itself (CUBLAS_COMPUTE_32F_FAST_16BF). */
+#include <cuda_bf16.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/cuda/rt_cuda_impl.h"
@@ -27,7 +40,63 @@ static int align_of(const void *p) {
   return al;
 }
 
-static cublasComputeType_t compute_type(int mode) {
+/* Row-major x[rows, cols] rounded to bf16 into y[rows, ld] (ld >= cols; the
+ * columns past cols are left as they are: no GEMM reads them).  Grid-stride,
+ * 4 floats a thread on the fast path (ld == cols, x 16-byte aligned). */
+__global__ void to_bf16_kernel(__nv_bfloat16 *__restrict__ y, const float *__restrict__ x,
+                               int64_t rows, int64_t cols, int64_t ld) {
+  const int64_t n = rows * cols;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x * 4;
+  if (ld == cols && ((uintptr_t)x & 15) == 0) {
+    for (int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < n; i += stride) {
+      if (i + 4 <= n) {
+        float4 v = *(const float4 *)(x + i);
+        *(__nv_bfloat162 *)(y + i) = __floats2bfloat162_rn(v.x, v.y); /* y 256-aligned, i % 4 == 0 */
+        *(__nv_bfloat162 *)(y + i + 2) = __floats2bfloat162_rn(v.z, v.w);
+      } else {
+        for (int64_t j = i; j < n; j++) y[j] = __float2bfloat16_rn(x[j]);
+      }
+    }
+    return;
+  }
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = i / cols, col = i - r * cols;
+    y[r * ld + col] = __float2bfloat16_rn(x[i]);
+  }
+}
+
+/* Row-major x[rows, cols] as bf16 rows of ld elements in workspace slot (NULL
+ * on error). */
+static const __nv_bfloat16 *as_bf16(RtCuda *c, int slot, const float *x, int64_t rows,
+                                    int64_t cols, int64_t ld) {
+  __nv_bfloat16 *y = (__nv_bfloat16 *)rt_cuda_ws(c, slot, (size_t)(rows * ld) * 2);
+  if (!y) return NULL;
+  int64_t threads = (rows * cols + 3) / 4;
+  unsigned grid = (unsigned)(threads / 256 + 1 < 8192 ? threads / 256 + 1 : 8192);
+  to_bf16_kernel<<<grid, 256, 0, c->compute>>>(y, x, rows, cols, ld);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    rt_cuda_fail_at(c, __FILE__, __LINE__, "to_bf16_kernel", cudaGetErrorString(e));
+    return NULL;
+  }
+  return y;
+}
+
+static int64_t round8(int64_t x) { return (x + 7) / 8 * 8; }
+
+/* Whether this GEMM converts its operands to bf16 (the head comment). */
+static int use_bf16_operands(const RtCuda *c, int64_t batch) {
+  static int off = -1; /* read once; every thread computes the same value */
+  if (off < 0) {
+    const char *v = getenv("PARC_CUDA_GEMM_OPERANDS");
+    off = v && !strcmp(v, "fp32");
+  }
+  return c->gemm == RT_CUDA_GEMM_BF16 && !off && batch == 1;
+}
+
+static cublasComputeType_t compute_type(int mode, int bf16ops) {
+  if (bf16ops) return CUBLAS_COMPUTE_32F;
   return mode == RT_CUDA_GEMM_BF16   ? CUBLAS_COMPUTE_32F_FAST_16BF
          : mode == RT_CUDA_GEMM_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                      : CUBLAS_COMPUTE_32F;
@@ -48,7 +117,7 @@ static int make_plan(RtCuda *c, GemmPlan *p, int al_a, int al_b, int al_c) {
   int ta = p->ta, tb = (p->flags & RT_MM_TRANSPOSE_B) != 0, bb = (p->flags & RT_MM_B_BATCHED) != 0;
   int64_t m = p->m, n = p->n, k = p->k;
   int32_t batch = (int32_t)p->batch;
-  LT_CHECK(c, cublasLtMatmulDescCreate(&p->op, compute_type(p->mode), CUDA_R_32F),
+  LT_CHECK(c, cublasLtMatmulDescCreate(&p->op, compute_type(p->mode, p->bf16ops), CUDA_R_32F),
            "cublasLtMatmulDescCreate");
   cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   LT_CHECK(c, cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa),
@@ -58,11 +127,12 @@ static int make_plan(RtCuda *c, GemmPlan *p, int al_a, int al_b, int al_c) {
   /* stored shapes, column-major: our b is [n, k] (or [k, n] transposed), our a [k, m] */
   uint64_t ra = (uint64_t)(tb ? k : n), ca = (uint64_t)(tb ? n : k);
   uint64_t rb = (uint64_t)(ta ? m : k), cb = (uint64_t)(ta ? k : m);
-  LT_CHECK(c, cublasLtMatrixLayoutCreate(&p->la, CUDA_R_32F, ra, ca, (int64_t)ra),
+  cudaDataType_t in = p->bf16ops ? CUDA_R_16BF : CUDA_R_32F;
+  LT_CHECK(c, cublasLtMatrixLayoutCreate(&p->la, in, ra, ca, p->ld[1]),
            "cublasLtMatrixLayoutCreate");
-  LT_CHECK(c, cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, rb, cb, (int64_t)rb),
+  LT_CHECK(c, cublasLtMatrixLayoutCreate(&p->lb, in, rb, cb, p->ld[0]),
            "cublasLtMatrixLayoutCreate");
-  LT_CHECK(c, cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, (uint64_t)n, (uint64_t)m, n),
+  LT_CHECK(c, cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, (uint64_t)n, (uint64_t)m, p->ld[2]),
            "cublasLtMatrixLayoutCreate");
   if (set_batch(c, p->la, batch, bb ? k * n : 0) || set_batch(c, p->lb, batch, m * k) ||
       set_batch(c, p->lc, batch, m * n))
@@ -118,7 +188,28 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
     batch = 1;
   }
   int gflags = flags & ~RT_MM_ACCUMULATE;
-  int al_a = align_of(a), al_b = align_of(b), al_c = align_of(out);
+  int bf16ops = use_bf16_operands(c, batch), tb = (flags & RT_MM_TRANSPOSE_B) != 0;
+  /* what cuBLASLt reads and writes: row-major a [ar, ac], b [br, bc], out [m, n]
+   * with rows of ld[0], ld[1], ld[2] elements */
+  int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+  int64_t ld[3] = {ac, bc, n};
+  const void *ga = a, *gb = b;
+  float *gout = out;
+  if (bf16ops) {
+    ld[0] = round8(ac), ld[1] = round8(bc);
+    if (!(ga = as_bf16(c, WS_BF16_A, a, ar, ac, ld[0])) ||
+        !(gb = as_bf16(c, WS_BF16_B, b, br, bc, ld[1])))
+      return RT_ERR;
+    if (n % 4) { /* fp32 rows not 16-byte aligned: a padded result */
+      ld[2] = round8(n);
+      if (!(gout = (float *)rt_cuda_ws(c, WS_GEMM_OUT, (size_t)(m * ld[2]) * 4))) return RT_ERR;
+      if (flags & RT_MM_ACCUMULATE)
+        CU_CHECK(c, cudaMemcpy2DAsync(gout, (size_t)ld[2] * 4, out, (size_t)n * 4, (size_t)n * 4,
+                                      (size_t)m, cudaMemcpyDeviceToDevice, c->compute),
+                 "gemm: the accumulated result into its padded rows");
+    }
+  }
+  int al_a = align_of(ga), al_b = align_of(gb), al_c = align_of(gout);
   /* the cache key: shape, flags, precision and alignment class */
   uint64_t h = (uint64_t)(m * 1000003 + k * 10007 + n * 101 + batch * 7 + gflags * 3 + ta) ^
                ((uint64_t)(al_a + 3 * al_b + 7 * al_c) << 40) ^ ((uint64_t)c->gemm << 60);
@@ -130,7 +221,7 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
       break;
     }
     if (q->batch == batch && q->m == m && q->k == k && q->n == n && q->flags == gflags &&
-        q->ta == ta && q->mode == c->gemm &&
+        q->ta == ta && q->mode == c->gemm && q->bf16ops == bf16ops &&
         q->al[0] == al_a && q->al[1] == al_b && q->al[2] == al_c) {
       p = q;
       break;
@@ -146,13 +237,15 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
   if (!p->used) {
     p->batch = batch, p->m = m, p->k = k, p->n = n, p->flags = gflags, p->ta = ta;
     p->mode = c->gemm;
+    p->bf16ops = bf16ops;
+    p->ld[0] = ld[0], p->ld[1] = ld[1], p->ld[2] = ld[2];
     p->al[0] = al_a, p->al[1] = al_b, p->al[2] = al_c;
     if (make_plan(c, p, al_a, al_b, al_c)) return RT_ERR;
   }
   float alpha = 1.0f, beta = (flags & RT_MM_ACCUMULATE) ? 1.0f : 0.0f;
-  cublasStatus_t st = cublasLtMatmul(c->lt, p->op, &alpha, b, p->la, a, p->lb, &beta, out, p->lc,
-                                     out, p->lc, &p->algo, c->lt_ws, RT_CUDA_GEMM_WORKSPACE,
-                                     c->compute);
+  cublasStatus_t st = cublasLtMatmul(c->lt, p->op, &alpha, gb, p->la, ga, p->lb, &beta, gout,
+                                     p->lc, gout, p->lc, &p->algo, c->lt_ws,
+                                     RT_CUDA_GEMM_WORKSPACE, c->compute);
   if (temporary) {
     cublasLtMatrixLayoutDestroy(p->la);
     cublasLtMatrixLayoutDestroy(p->lb);
@@ -166,6 +259,10 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
              (long long)n, (unsigned)flags);
     return rt_cuda_fail_at(c, __FILE__, __LINE__, opname, what);
   }
+  if (gout != out)
+    CU_CHECK(c, cudaMemcpy2DAsync(out, (size_t)n * 4, gout, (size_t)ld[2] * 4, (size_t)n * 4,
+                                  (size_t)m, cudaMemcpyDeviceToDevice, c->compute),
+             "gemm: the result out of its padded rows");
   return RT_OK;
 }
 

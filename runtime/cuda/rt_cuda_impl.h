@@ -28,6 +28,9 @@ enum {
   WS_SORT,       /* embedding_grad: sorted ids and positions, cub scratch */
   WS_STAGE,      /* collectives: contiguous pieces of strided tensors */
   WS_SCALARS,    /* rt_cuda_sum_scalars: the floats gathered into one vector */
+  WS_BF16_A,     /* bf16 GEMMs: our a (activations) rounded to bf16 */
+  WS_BF16_B,     /* bf16 GEMMs: our b (weights, or the other activation) rounded to bf16 */
+  WS_GEMM_OUT,   /* bf16 GEMMs: a result with rows padded to 16 bytes */
   WS_COUNT
 };
 
@@ -37,6 +40,8 @@ typedef struct {
   int used;
   int64_t batch, m, k, n;
   int flags, ta, mode;
+  int bf16ops;               /* operands converted to bf16 (see rt_cuda_gemm.cu) */
+  int64_t ld[3];             /* row lengths cuBLASLt sees for a, b, out (elements) */
   int al[3];                 /* alignment of a, b, out (bytes, <= 256) */
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la, lb, lc;

@@ -113,22 +113,28 @@ static int mm_gpu(RtCuda *c, void *p) {
   return (x->ta ? rt_cuda_matmul_ta : rt_cuda_matmul)(c, x->out, x->a, x->b, x->batch, x->m, x->k,
                                                       x->n, x->flags);
 }
-static void check_mm(RtCuda *c, int64_t batch, int64_t m, int64_t k, int64_t n, int flags, int ta) {
+/* tol: relative L2 error against the CPU's fp32 GEMM (bf16 mode: operands
+ * rounded to bf16, 8 significant bits, so about 3e-3 expected; 1e-2 allowed) */
+static void check_mm(RtCuda *c, int64_t batch, int64_t m, int64_t k, int64_t n, int flags, int ta,
+                     double tol) {
   int bb = (flags & RT_MM_B_BATCHED) != 0;
   int64_t na = batch * m * k, nb = (bb ? batch : 1) * k * n, no = batch * m * n;
-  float *a = rnd(na, 1), *b = rnd(nb, 1), *ref = malloc(4 * (size_t)no), *got = malloc(4 * (size_t)no);
-  (ta ? rt_matmul_ta : rt_matmul)(ref, a, b, batch, m, k, n, flags);
-  Mm x = {dev_copy(NULL, 4 * (size_t)no), dev_copy(a, 4 * (size_t)na), dev_copy(b, 4 * (size_t)nb),
+  float *a = rnd(na, 1), *b = rnd(nb, 1), *ref = rnd(no, 1), *got = malloc(4 * (size_t)no);
+  /* out starts as ref's random values: RT_MM_ACCUMULATE adds to them */
+  Mm x = {dev_copy(ref, 4 * (size_t)no), dev_copy(a, 4 * (size_t)na), dev_copy(b, 4 * (size_t)nb),
           batch, m, k, n, flags, ta};
+  (ta ? rt_matmul_ta : rt_matmul)(ref, a, b, batch, m, k, n, flags);
   double err = mm_gpu(c, &x) ? INFINITY : 0;
   to_host(got, x.out, 4 * (size_t)no);
   if (err == 0) err = rel_l2(got, ref, no);
   else fprintf(stderr, "%s\n", rt_last_error());
   double ms = time_op(c, mm_gpu, &x, 10);
   char shape[96];
-  snprintf(shape, sizeof shape, "%lldx%lldx%lldx%lld%s%s", (long long)batch, (long long)m,
-           (long long)k, (long long)n, flags & RT_MM_TRANSPOSE_B ? " tb" : "", bb ? " bb" : "");
-  row(ta ? "matmul_ta" : "matmul", shape, err, 1e-5, ms, 2.0 * batch * m * k * n, 0);
+  snprintf(shape, sizeof shape, "%lldx%lldx%lldx%lld%s%s%s", (long long)batch, (long long)m,
+           (long long)k, (long long)n, flags & RT_MM_TRANSPOSE_B ? " tb" : "", bb ? " bb" : "",
+           flags & RT_MM_ACCUMULATE ? " +=" : "");
+  row(ta ? (tol > 1e-4 ? "matmul_ta (bf16)" : "matmul_ta") : (tol > 1e-4 ? "matmul (bf16)" : "matmul"),
+      shape, err, tol, ms, 2.0 * batch * m * k * n, 0);
   cudaFree(x.out), cudaFree(x.a), cudaFree(x.b);
   free(a), free(b), free(ref), free(got);
 }
@@ -367,13 +373,13 @@ int main(void) {
   }
   printf("gpu_ops_check on %s\n", rt_cuda_describe(c));
   printf("%-22s %-30s %10s %-4s %12s  %s\n", "op", "shape", "rel err", "", "time", "achieved");
-  check_mm(c, 4, 128, 64, 96, 0, 0);
-  check_mm(c, 4, 128, 64, 96, RT_MM_TRANSPOSE_B, 0);
-  check_mm(c, 4, 64, 32, 48, RT_MM_B_BATCHED, 0);
-  check_mm(c, 4, 64, 32, 48, RT_MM_B_BATCHED | RT_MM_TRANSPOSE_B, 0);
-  check_mm(c, 1, 96, 128, 80, 0, 1);
-  check_mm(c, 3, 64, 48, 32, RT_MM_B_BATCHED, 1);
-  check_mm(c, 8, 1024, 768, 2304, 0, 0); /* GPT-2 small's qkv, fp32 */
+  check_mm(c, 4, 128, 64, 96, 0, 0, 1e-5);
+  check_mm(c, 4, 128, 64, 96, RT_MM_TRANSPOSE_B, 0, 1e-5);
+  check_mm(c, 4, 64, 32, 48, RT_MM_B_BATCHED, 0, 1e-5);
+  check_mm(c, 4, 64, 32, 48, RT_MM_B_BATCHED | RT_MM_TRANSPOSE_B, 0, 1e-5);
+  check_mm(c, 1, 96, 128, 80, 0, 1, 1e-5);
+  check_mm(c, 3, 64, 48, 32, RT_MM_B_BATCHED, 1, 1e-5);
+  check_mm(c, 8, 1024, 768, 2304, 0, 0, 1e-5); /* GPT-2 small's qkv, fp32 */
   check_attn(c, 2, 4, 4, 100, 16, 1);
   check_attn(c, 2, 4, 2, 130, 64, 1);
   check_attn(c, 1, 4, 1, 70, 128, 0);
@@ -388,6 +394,17 @@ int main(void) {
     rt_cuda_close(c);
     failures++;
   } else {
+    /* bf16 GEMMs: operands converted to bf16 (dims multiples of 8, no batch) or
+     * rounded by cuBLASLt (the others) */
+    check_mm(c, 8, 1024, 768, 2304, 0, 0, 1e-2);              /* GPT-2 qkv */
+    check_mm(c, 1, 8192, 768, 3072, RT_MM_TRANSPOSE_B, 0, 1e-2); /* dx of the MLP */
+    check_mm(c, 1, 768, 8192, 3072, 0, 1, 1e-2);              /* a weight gradient */
+    check_mm(c, 1, 256, 64, 1001, RT_MM_TRANSPOSE_B, 0, 1e-2); /* odd vocabulary: logits */
+    check_mm(c, 1, 256, 64, 1001, RT_MM_TRANSPOSE_B | RT_MM_ACCUMULATE, 0, 1e-2);
+    check_mm(c, 1, 256, 1001, 64, 0, 0, 1e-2);               /* its dx (odd k) */
+    check_mm(c, 1, 1001, 256, 64, 0, 1, 1e-2);               /* its weight gradient */
+    check_mm(c, 1, 1001, 256, 64, RT_MM_ACCUMULATE, 1, 1e-2);
+    check_mm(c, 4, 64, 32, 48, RT_MM_B_BATCHED, 0, 1e-2);    /* batched */
     check_attn_bf16(c, 2, 4, 2, 130, 64, 1);
     check_attn_bf16(c, 1, 4, 1, 70, 128, 0);
     check_attn_bf16(c, 2, 4, 4, 100, 32, 1);
