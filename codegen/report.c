@@ -253,6 +253,23 @@ static void moe(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) 
   free(v);
 }
 
+/* Expert parameters one rank of stage st holds (experts / ep of each expert
+ * tensor of its layers): m is the global module, or the rank-local one whose
+ * expert tensors already hold experts / ep. */
+static double expert_share(const IrModule *m, const Layout *lay, const Cost *c,
+                           const StageCost *st) {
+  double n = 0;
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *p = m->nodes[i];
+    if (p->op != IR_OP_PARAM || p->shard != IR_SHARD_EXPERT) continue;
+    if (c->nstages > 1 &&
+        (p->layer < st->first_layer || p->layer >= st->first_layer + st->nlayers))
+      continue;
+    n += (double)ir_numel(p) / (p->shard_degree > 1 || lay->ep < 1 ? 1 : lay->ep);
+  }
+  return n;
+}
+
 void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
   char a[64], b[64];
   int ranks = lay->tp * lay->pp * lay->dp;
@@ -279,11 +296,21 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
     if (st->nlayers) fprintf(out, "layers %d-%d, ", st->first_layer, st->first_layer + st->nlayers - 1);
     else fprintf(out, "no layers, ");
     fprintf(out, "per rank: %" PRId64 " parameters\n", st->params);
-    /* ZeRO-1: each dp rank keeps 1/dp of the optimizer state (and master) */
-    double z = lay->zero >= 1 && lay->dp > 1 ? lay->dp : 1;
+    /* ZeRO-1: each dp rank keeps 1/dp of the dense optimizer state (and master),
+     * and 1/(dp/ep) of its experts' (sharded over their ep_dp group) */
+    int zero = lay->zero >= 1 && lay->dp > 1;
+    double pe = zero ? expert_share(m, lay, c, st) : 0, ez = lay->ep > 1 ? lay->dp / lay->ep : lay->dp;
+    double z = zero && p > 0 ? p / ((p - pe) / lay->dp + pe / ez) : 1; /* p over the kept */
     row(out, "fp32", p, 4, 4, 0, 8 / z);
     row(out, "bf16 mixed", p, 2, 2, 4 / z, 8 / z);
-    if (z > 1) fprintf(out, "    (--zero 1: optimizer state sharded over the %d dp ranks)\n", lay->dp);
+    if (zero && pe > 0 && ez > 1)
+      fprintf(out, "    (--zero 1: optimizer state sharded over the %d dp ranks, the experts' "
+              "over their %g ep_dp ranks)\n", lay->dp, ez);
+    else if (zero && pe > 0)
+      fprintf(out, "    (--zero 1: optimizer state sharded over the %d dp ranks; the experts' "
+              "whole on their rank, ep = dp)\n", lay->dp);
+    else if (zero)
+      fprintf(out, "    (--zero 1: optimizer state sharded over the %d dp ranks)\n", lay->dp);
   }
   static const char *const group[COMM_GROUPS] = {"tp", "dp", "ep", "ep_dp"};
   static const char *const kind[] = {"all-reduce", "all-gather", "reduce-scatter"};

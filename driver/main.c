@@ -46,8 +46,7 @@ static void usage(FILE *out) {
           "                         report.txt, model.ir; then: cmake -S DIR -B DIR/build &&\n"
           "                         cmake --build DIR/build && DIR/build/train --help\n"
           "                         (--tp/--dp/--pp: a trainer of tp*dp*pp ranks, threads or\n"
-          "                         mpirun; --ep: experts over ep of the dp ranks; with\n"
-          "                         --pp or an MoE's microbatches above 1, CPU trainer only)\n"
+          "                         mpirun; --ep: experts over ep of the dp ranks)\n"
           "      --no-fuse          one kernel per operation (for checking fusion)\n"
           "      --cpu host|generic kernels for this machine's CPU (default) or any x86-64\n"
           "      --target cpu|cuda|all  what -o generates: cpu: the CPU trainer (train.c,\n"
@@ -584,12 +583,6 @@ int main(int argc, char **argv) {
       snprintf(why, sizeof why, "-o with %s and --zero 1: the pipelined trainer does not shard "
                "the optimizer state yet; use --zero 0", pipe1 ? "microbatches above 1 (MoE "
                "accumulates gradients over them)" : "--pp above 1");
-    else if (o.lay.ep > 1 && (o.targets & CG_TARGET_CUDA))
-      /* rt_cuda_pipe_step would sum the expert gradients over dp (RtPipeDesc.expert) */
-      snprintf(why, sizeof why, "-o --target %s with --ep above 1 and %s: the GPU pipelined "
-               "trainer does not split experts yet; use --target cpu",
-               o.targets & CG_TARGET_CPU ? "all" : "cuda", pipe1 ? "microbatches above 1 "
-               "(MoE accumulates gradients over them)" : "--pp above 1");
     else if (!(tm = pipe_module(&prog, &o, m, &pipe, &stage_prog, why, sizeof why)) && !why[0])
       snprintf(why, sizeof why, "internal error: the pipelined trainer");
     if (why[0]) {
@@ -608,12 +601,6 @@ int main(int argc, char **argv) {
     }
     int targets = o.targets ? o.targets
                             : have_nvcc() ? CG_TARGET_CPU | CG_TARGET_CUDA : CG_TARGET_CPU;
-    if (tm && o.lay.ep > 1 && !o.targets && targets != CG_TARGET_CPU) {
-      /* the GPU pipelined trainer does not split experts yet (refused above when asked) */
-      fprintf(stderr, "parc: note: with --ep above 1 in a pipelined trainer, -o writes the CPU "
-              "trainer only (the GPU one does not split experts yet)\n");
-      targets = CG_TARGET_CPU;
-    }
     CgProject proj = {o.outdir, o.model, PARC_VERSION, !o.no_fuse, o.generic_cpu, &cost, &o.lay,
                       targets, o.cuda_arch, tm ? &stage_prog : NULL};
     char why[512];

@@ -1305,6 +1305,7 @@ int ir_interp_run_mesh_ep(IrInterp **ranks, int tp, int dp, int ep, int first, i
     default:
       for (int r = 0; r < tp * dp; r++) {
         ranks[r]->coord[0] = r % tp, ranks[r]->coord[1] = r / tp;
+        ranks[r]->coord[2] = r / tp % ep, ranks[r]->coord[3] = r / tp / ep;
         if (ir_interp_run(ranks[r], k, k + 1, why, len)) return -1;
       }
     }

@@ -26,9 +26,9 @@ typedef struct {
   int nnodes;      /* nodes with storage: m->nnodes when the interpreter was made */
   double **f;      /* f[id]: the values of f32 node id; NULL for i32 nodes */
   int32_t **i;     /* i[id]: the values of i32 node id; NULL for f32 nodes */
-  int coord[2];    /* the rank's (tp, dp) mesh coordinates: 0 unless
-                      ir_interp_run_mesh runs it; read by vocab_embedding(_grad)
-                      and local_slice */
+  int coord[4];    /* the rank's coordinates on the mesh axes (tp, dp, ep,
+                      ep_dp; ir/ops.def): 0 unless ir_interp_run_mesh runs it;
+                      read by vocab_embedding(_grad), local_slice, flat_shard */
 } IrInterp;
 
 /* Storage for every node of m, zeroed.  Allocation failure aborts. */

@@ -16,11 +16,12 @@
  *     backward node reads an optimizer node; optimizer nodes read anything;
  *   - grad is NULL except on PARAM nodes, where it is NULL or an f32 node of
  *     this module with the parameter's shape; under ZeRO-1 (mesh_zero > 1)
- *     instead f32[ceil(numel / mesh_zero)]: the rank's piece of the
- *     flattened, dp-averaged gradient (see flat_shards);
+ *     instead f32[ceil(numel / z)], z = ir_zero_pieces(m, param) when
+ *     z > 1: the rank's piece of the flattened, dp-averaged gradient (see
+ *     flat_shards);
  *   - a STATE node with flat_shards > 1 has shape [ceil(n / flat_shards)],
  *     n the numel of its parameter (PARAM named by the state's name without
- *     its last ".key"), and flat_shards == mesh_zero;
+ *     its last ".key"), and flat_shards == ir_zero_pieces(m, state);
  *   - updates: each leaf is a PARAM or STATE node of this module, updated at
  *     most once, by a node of this module with the leaf's dtype and shape;
  *   - grad_norm is NULL or a scalar f32 node of this module.
@@ -145,7 +146,10 @@ struct IrNode {
                               flat_shards pieces of s; the node is the piece
                               of the rank's dp coordinate d: elements
                               [d s, (d + 1) s) of the flattened tensor.
-                              0 or 1: whole */
+                              An expert-parallel tensor's (shard EXPERT,
+                              shard_degree ep > 1) is cut over its ep_dp
+                              group instead (dp / ep pieces, coordinate
+                              d / ep; see ir_zero_pieces).  0 or 1: whole */
   int layer;               /* index of the repeat iteration, -1 outside;
                               backward nodes take the layer of the forward
                               node whose rule made them */
@@ -235,6 +239,16 @@ IrNode *ir_add_like(IrModule *m, const IrNode *proto);
 int ir_infer(IrNode *n, char *why, size_t whylen);
 
 int64_t ir_numel(const IrNode *n);
+/* ZeRO-1 (m->mesh_zero > 1): the pieces a PARAM's gradient and state (or a
+ * STATE, which carries its parameter's sharding) are cut in: mesh_zero (the
+ * dp ranks) for a dense tensor; for an expert-parallel one (shard EXPERT,
+ * shard_degree ep > 1) the ranks holding the same experts, the ep_dp group
+ * of mesh_zero / ep (1 when ep == dp: whole on the rank).  1 without ZeRO. */
+static inline int ir_zero_pieces(const IrModule *m, const IrNode *n) {
+  if (m->mesh_zero <= 1) return 1;
+  if (n->shard == IR_SHARD_EXPERT && n->shard_degree > 1) return m->mesh_zero / n->shard_degree;
+  return m->mesh_zero;
+}
 const IrSetting *ir_setting(const IrSetting *s, int n, const char *name);
 /* 1 if n is one of the auxiliary loss terms (add_loss, coefficient applied)
  * the objective adds to the cross-entropy: m->loss is the chain

@@ -462,9 +462,14 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     int gather = n->op == IR_OP_ALL_GATHER || n->op == IR_OP_REPLICATE;
     int scatter = n->op == IR_OP_REDUCE_SCATTER || n->op == IR_OP_LOCAL_SLICE;
     if (!want(why, len, n, 0, IR_F32)) return 0;
-    /* all_reduce also runs over ep (2) and ep_dp (3): expert gradients and norms */
-    if (n->ia[0] < 0 || n->ia[0] > (n->op == IR_OP_ALL_REDUCE ? 3 : 1))
-      return fail(why, len, n, "mesh axis %lld is not 0 (tp) or 1 (dp)", (long long)n->ia[0]);
+    /* all_reduce also runs over ep (2) and ep_dp (3): expert gradients and norms;
+     * all_gather and reduce_scatter over ep_dp: ZeRO-1 pieces of expert tensors */
+    int64_t ax = n->ia[0];
+    int ar = n->op == IR_OP_ALL_REDUCE, ep_dp = ar || n->op == IR_OP_ALL_GATHER ||
+                                                 n->op == IR_OP_REDUCE_SCATTER;
+    if (!(ax == 0 || ax == 1 || (ax == 2 && ar) || (ax == 3 && ep_dp)))
+      return fail(why, len, n, "mesh axis %lld is not one it runs over (0 tp, 1 dp%s)",
+                  (long long)ax, ar ? ", 2 ep, 3 ep_dp" : ep_dp ? ", 3 ep_dp" : "");
     if (n->ia[1] < 1 || n->ia[1] > 65536)
       return fail(why, len, n, "group size %lld out of range", (long long)n->ia[1]);
     memcpy(s, a->shape, sizeof s);
@@ -482,10 +487,11 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     return 1;
   }
 
-  case IR_OP_FLAT_SHARD: {
+  case IR_OP_FLAT_SHARD: { /* over dp (1), or ep_dp (3) for an expert tensor */
     if (!want(why, len, n, 0, IR_F32)) return 0;
-    if (n->ia[0] < 0 || n->ia[0] > 1)
-      return fail(why, len, n, "mesh axis %lld is not 0 (tp) or 1 (dp)", (long long)n->ia[0]);
+    if (n->ia[0] < 0 || n->ia[0] > 3 || n->ia[0] == 2)
+      return fail(why, len, n, "mesh axis %lld is not one it runs over (0 tp, 1 dp, 3 ep_dp)",
+                  (long long)n->ia[0]);
     if (n->ia[1] < 1 || n->ia[1] > 65536)
       return fail(why, len, n, "group size %lld out of range", (long long)n->ia[1]);
     s[0] = (ir_numel(a) + n->ia[1] - 1) / n->ia[1];

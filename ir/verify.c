@@ -40,14 +40,14 @@ static int verify_nodes(const IrModule *m, Arena *scratch, char *why, size_t len
     if (n->grad && (n->op != IR_OP_PARAM || n->grad->id < 0 || n->grad->id >= m->nnodes ||
                     m->nodes[n->grad->id] != n->grad))
       return bad(why, len, n, "gradient is not a node of this module, or not of a parameter");
-    if (n->grad && m->mesh_zero > 1) {
-      int64_t s = (numel + m->mesh_zero - 1) / m->mesh_zero;
+    if (n->grad && ir_zero_pieces(m, n) > 1) {
+      int64_t z = ir_zero_pieces(m, n), s = (numel + z - 1) / z;
       if (n->grad->dtype != IR_F32 || n->grad->rank != 1 || n->grad->shape[0] != s)
         return bad(why, len, n, "gradient is not the parameter's ZeRO-1 piece");
     } else if (n->grad && (n->grad->dtype != IR_F32 || n->grad->rank != n->rank ||
                     memcmp(n->grad->shape, n->shape, sizeof(int64_t) * (size_t)n->rank) != 0))
       return bad(why, len, n, "gradient differs from the parameter in type");
-    if (n->flat_shards > 1 && (n->op != IR_OP_STATE || n->flat_shards != m->mesh_zero ||
+    if (n->flat_shards > 1 && (n->op != IR_OP_STATE || n->flat_shards != ir_zero_pieces(m, n) ||
                                n->rank != 1))
       return bad(why, len, n, "flat_shards on a node that is not ZeRO-1 optimizer state");
     int leaf = ir_op_info[n->op].flags & IR_F_LEAF;

@@ -40,7 +40,9 @@
  *   g_i'   = reshape(slice(avg, 1, o_i, s_i), [s_i])
  * and p_i->grad = g_i', the rank's piece of the averaged gradient.  Sizes
  * not divisible by dp only add zero padding (the last ranks' pieces end in
- * zeros), so every rank runs the same shapes.
+ * zeros), so every rank runs the same shapes.  Expert-parallel weights are
+ * not in these buckets: pass_ep_grads reduces them over their ep_dp group
+ * (under ZeRO-1 into pieces over that group, ir_zero_pieces).
  *
  * Every new node is W-phase; bucket nodes take the anchor's layer and
  * location, per-parameter nodes their gradient's. */

@@ -10,7 +10,16 @@
  *   g' = scale(all_reduce(g) axis=3 size=dp/ep, 1/dp)
  * (no all_reduce when dp == ep).  Dense gradients stay with pass_dp_grads,
  * which leaves these alone (ep_sharded) and calls this first.  New nodes
- * are W-phase, appended, with their gradient's layer and location. */
+ * are W-phase, appended, with their gradient's layer and location.
+ *
+ * ZeRO-1 (m->mesh_zero == dp > 1): the expert state is sharded over the
+ * ep_dp group, z = dp / ep pieces (ir_zero_pieces), so the rank keeps only
+ * its piece of the summed gradient, s = ceil(n / z) elements of the
+ * flattened tensor padded with zeros to z s:
+ *   r  = reshape(concat(reshape(g, [n]), fill(0, [z s - n])), [z, s])
+ *   g' = reshape(scale(reduce_scatter(r) axis=3 size=z dim=0, 1/dp), [s])
+ * (the same sums, in the same member order, as the all_reduce).  With
+ * dp == ep (z = 1) the rank holds its experts' whole state: g' as above. */
 #include <stdio.h>
 #include <string.h>
 
@@ -20,8 +29,15 @@ int ep_sharded(const IrNode *p) {
   return p->op == IR_OP_PARAM && p->shard == IR_SHARD_EXPERT && p->shard_degree > 1;
 }
 
-static IrNode *add(IrModule *m, IrOp op, IrNode *x, int64_t ia0, int64_t ia1, double fa) {
-  IrNode p = {.op = op, .inputs = &x, .ninputs = 1, .ia = {ia0, ia1, 0}, .fa = fa};
+/* Appends op on in[0..nin) (attributes ia0..ia2, fa; a reshape or fill takes
+ * rank and shape); NULL after an internal error. */
+static IrNode *mk(IrModule *m, const IrNode *at, IrOp op, IrNode **in, int nin, int64_t ia0,
+                  int64_t ia1, int64_t ia2, double fa, int rank, const int64_t *shape) {
+  IrNode p = {.op = op, .inputs = in, .ninputs = nin, .ia = {ia0, ia1, ia2}, .fa = fa};
+  if (rank >= 0) {
+    p.rank = rank;
+    memcpy(p.shape, shape, sizeof(int64_t) * (size_t)rank);
+  }
   char why[256];
   if (!ir_infer(&p, why, sizeof why)) {
     fprintf(stderr, "parc: internal error: expert gradients: %s\n", why);
@@ -29,10 +45,33 @@ static IrNode *add(IrModule *m, IrOp op, IrNode *x, int64_t ia0, int64_t ia1, do
   }
   IrNode *n = ir_add_like(m, &p);
   n->shard_dim = -1;
-  n->layer = x->layer;
-  n->loc = x->loc;
+  n->layer = at->layer;
+  n->loc = at->loc;
   n->phase = IR_PHASE_W;
   return n;
+}
+
+static IrNode *add(IrModule *m, IrOp op, IrNode *x, int64_t ia0, int64_t ia1, double fa) {
+  return mk(m, x, op, &x, 1, ia0, ia1, 0, fa, -1, NULL);
+}
+
+static IrNode *reshape(IrModule *m, IrNode *x, int rank, const int64_t *shape) {
+  if (!x || (x->rank == rank && !memcmp(x->shape, shape, sizeof(int64_t) * (size_t)rank)))
+    return x;
+  return mk(m, x, IR_OP_RESHAPE, &x, 1, 0, 0, 0, 0, rank, shape);
+}
+
+/* ZeRO-1: the rank's piece (over the ep_dp group of z) of the sum of g over
+ * that group, [1, s]. */
+static IrNode *scatter_piece(IrModule *m, IrNode *g, int z) {
+  int64_t n = ir_numel(g), s = (n + z - 1) / z;
+  IrNode *flat = reshape(m, g, 1, &n);
+  if (flat && s * z > n) {
+    IrNode *pad = mk(m, g, IR_OP_FILL, NULL, 0, 0, 0, 0, 0.0, 1, (int64_t[]){s * z - n});
+    flat = pad ? mk(m, g, IR_OP_CONCAT, (IrNode *[]){flat, pad}, 2, 0, 0, 0, 0, -1, NULL) : NULL;
+  }
+  IrNode *r = reshape(m, flat, 2, (int64_t[]){z, s});
+  return r ? mk(m, g, IR_OP_REDUCE_SCATTER, &r, 1, 3, z, 0, 0, -1, NULL) : NULL;
 }
 
 int pass_ep_grads(IrModule *m, int dp) {
@@ -47,6 +86,15 @@ int pass_ep_grads(IrModule *m, int dp) {
       return -1;
     }
     IrNode *g = p->grad;
+    int z = ir_zero_pieces(m, p); /* > 1: ZeRO-1 pieces over ep_dp */
+    if (z > 1) {
+      int64_t s = (ir_numel(g) + z - 1) / z;
+      if (!(g = scatter_piece(m, g, z)) || !(g = add(m, IR_OP_SCALE, g, 0, 0, 1.0 / dp)) ||
+          !(g = reshape(m, g, 1, &s)))
+        return -1;
+      p->grad = g;
+      continue;
+    }
     if (dp / ep > 1 && !(g = add(m, IR_OP_ALL_REDUCE, g, 3, dp / ep, 0))) return -1;
     if (!(g = add(m, IR_OP_SCALE, g, 0, 0, 1.0 / dp))) return -1;
     p->grad = g;

@@ -68,11 +68,6 @@ int layout_check(const IrModule *m, const Layout *lay, FILE *err) {
             (long long)experts);
     bad++;
   }
-  if (lay->ep > 1 && lay->zero >= 1 && lay->dp > 1) {
-    fprintf(err, "parc: error: --zero 1 with --ep %d: sharding the experts' optimizer state "
-            "over their ep_dp ranks is not implemented yet; use --zero 0\n", lay->ep);
-    bad++;
-  }
   if (lay->dp % lay->ep) {
     fprintf(err, "parc: error: --ep %d must divide --dp %d (expert-parallel ranks are carved "
             "from the data-parallel ones)\n", lay->ep, lay->dp);

@@ -77,7 +77,18 @@
  *            u = all_reduce_tp(sharded sum) + the replicated ones (equal
  *            on the tp ranks of a dp coordinate), norm = grad_norm(
  *            all_reduce(u) axis=1 size=dp): every gradient element counted
- *            once, every rank the same bits. */
+ *            once, every rank the same bits.
+ *
+ * ZeRO-1 with expert parallelism: an expert-parallel parameter (ep_sharded,
+ * its experts / ep experts on the rank) is cut over its ep_dp group instead,
+ * z = dp / ep pieces (ir_zero_pieces; pass_ep_grads left the rank's piece
+ * of its gradient): x = flat_shard(p) axis=3 size=z, state pieces with
+ * flat_shards = z, and the updated pieces gathered in buckets of their own
+ * with all_gather axis=3 size=z.  With ep == dp (z = 1) the rank's experts
+ * are updated whole, as without ZeRO.  Their sumsq is one more term of u
+ * (whole over tp, like a replicated one): the dp ranks hold every (ep,
+ * ep_dp) coordinate pair once, so the all_reduce over dp counts every
+ * expert element once, with no ep or ep_dp collective of its own. */
 #include <stdarg.h>
 #include <string.h>
 
@@ -160,10 +171,11 @@ static IrNode *state(Opt *o, IrNode *p, const char *key) {
   n->dtype = IR_F32;
   n->rank = p->rank;
   memcpy(n->shape, p->shape, sizeof n->shape);
-  if (o->m->mesh_zero > 1) {
+  int z = ir_zero_pieces(o->m, p);
+  if (z > 1) {
     n->rank = 1;
     n->shape[0] = ir_numel(p->grad);
-    n->flat_shards = o->m->mesh_zero;
+    n->flat_shards = z;
   }
   n->name = arena_printf(&o->m->arena, "%s.%s", p->name, key);
   n->init = IR_INIT_ZEROS;
@@ -202,10 +214,11 @@ static IrNode *slice(Opt *o, IrNode *x, int axis, int64_t start, int64_t len) {
 
 /* ZeRO-1: the updated pieces gathered back into whole parameters, in
  * buckets of about cap bytes (like the gradients'), each bucket's
- * all_gather issued as soon as its last piece is updated. */
+ * all_gather issued as soon as its last piece is updated: over dp (axis 1)
+ * for dense parameters, over ep_dp (axis 3) for expert-parallel ones. */
 typedef struct {
   IrModule *m;
-  int dp;
+  int axis, dp;       /* the group: mesh axis and members */
   int64_t cap, bytes;
   IrNode **ps;        /* the bucket: parameter, new piece, ... */
   int n;
@@ -222,7 +235,7 @@ static void gather_flush(Opt *o, Gather *g) {
     rows[i] = reshape(o, g->ps[2 * i + 1], 2, (int64_t[]){1, ir_numel(g->ps[2 * i + 1])});
   }
   IrNode *flat = g->n == 1 ? rows[0] : op_ia(o, IR_OP_CONCAT, rows, g->n, 1, 0, 0);
-  IrNode *all = op_ia(o, IR_OP_ALL_GATHER, (IrNode *[]){flat}, 1, 1, g->dp, 0);
+  IrNode *all = op_ia(o, IR_OP_ALL_GATHER, (IrNode *[]){flat}, 1, g->axis, g->dp, 0);
   int64_t off = 0;
   for (int i = 0; i < g->n && !o->failed; i++) {
     IrNode *p = g->ps[2 * i];
@@ -342,6 +355,15 @@ int pass_optimizer(IrModule *m) {
                     "dp group has %d\n", dp, m->mesh_dp);
     return -1;
   }
+  for (int i = 0; zero && i < nfwd; i++) {
+    const IrNode *p = m->nodes[i];
+    if (p->grad && ep_sharded(p) && (dp % p->shard_degree || m->mesh_ep != p->shard_degree)) {
+      fprintf(stderr, "parc: internal error: optimizer: %s is split over ep = %d, which does "
+                      "not divide the ZeRO-1 dp group of %d (mesh ep %d)\n", p->name,
+              p->shard_degree, dp, m->mesh_ep);
+      return -1;
+    }
+  }
   Opt o = {.m = m};
   IrNode *lr = scalar_input(&o, "lr"), *step = scalar_input(&o, "step");
   IrNode **sq = arena_alloc(&m->arena, sizeof(IrNode *) * (size_t)nparams);
@@ -352,12 +374,12 @@ int pass_optimizer(IrModule *m) {
     if (!p->grad) continue;
     o.at = p;
     IrNode *s = op1(&o, IR_OP_SUMSQ, p->grad, 0, 0);
-    if (ep_sharded(p)) { /* the rank's experts: summed over the ep group (axis 2) */
+    if (ep_sharded(p) && !zero) { /* the rank's experts: summed over the ep group (axis 2) */
       o.at = NULL;
       sq[k++] = op_ia(&o, IR_OP_ALL_REDUCE, (IrNode *[]){s}, 1, 2, p->shard_degree, 0);
       continue;
     }
-    if (p->shard_degree <= 1) {
+    if (p->shard_degree <= 1 || ep_sharded(p)) { /* (ZeRO-1 experts: a piece over dp) */
       sq[k++] = s;
       continue;
     }
@@ -382,16 +404,22 @@ int pass_optimizer(IrModule *m) {
   IrNode *bc1 = h.adamw ? op1(&o, IR_OP_BIAS_CORRECTION, step, 0, h.beta1) : NULL;
   IrNode *bc2 = h.adamw ? op1(&o, IR_OP_BIAS_CORRECTION, step, 0, h.beta2) : NULL;
 
-  Gather ag = {.m = m, .dp = dp, .cap = m->dp_bucket_bytes > 0 ? m->dp_bucket_bytes
-                                                              : DP_BUCKET_BYTES_DEFAULT};
-  if (zero) ag.ps = arena_alloc(&m->arena, sizeof(IrNode *) * 2 * (size_t)nparams);
+  int64_t cap = m->dp_bucket_bytes > 0 ? m->dp_bucket_bytes : DP_BUCKET_BYTES_DEFAULT;
+  Gather ag = {.m = m, .axis = 1, .dp = dp, .cap = cap};             /* dense: over dp */
+  Gather eg = {.m = m, .axis = 3, .dp = m->mesh_ep > 1 ? dp / m->mesh_ep : 1, .cap = cap};
+  if (zero) {
+    ag.ps = arena_alloc(&m->arena, sizeof(IrNode *) * 2 * (size_t)nparams);
+    eg.ps = arena_alloc(&m->arena, sizeof(IrNode *) * 2 * (size_t)nparams);
+  }
   for (int i = 0; i < nfwd && !o.failed; i++) {
     IrNode *p = m->nodes[i], *g = p->grad;
     if (!g) continue;
     o.at = p;
     double wd = p->rank >= 2 ? h.wd : 0;
-    /* under ZeRO-1 the rank updates its piece of p, shaped like g */
-    IrNode *x = zero ? op_ia(&o, IR_OP_FLAT_SHARD, (IrNode *[]){p}, 1, 1, dp, 0) : p, *x1;
+    /* under ZeRO-1 the rank updates its piece of p, shaped like g: of z pieces
+     * over dp, or over ep_dp for an expert-parallel p (z = 1: whole) */
+    int z = ir_zero_pieces(m, p), axis = ep_sharded(p) ? 3 : 1;
+    IrNode *x = z > 1 ? op_ia(&o, IR_OP_FLAT_SHARD, (IrNode *[]){p}, 1, axis, z, 0) : p, *x1;
     if (h.adamw) {
       IrNode *ms = state(&o, p, "exp_avg"), *vs = state(&o, p, "exp_avg_sq");
       IrNode *m1 = op3(&o, IR_OP_ADAM_MOMENT, ms, g, coef, 0, h.beta1);
@@ -409,9 +437,12 @@ int pass_optimizer(IrModule *m) {
       }
       x1 = op3(&o, IR_OP_SGD_UPDATE, x, d, lr, 0, 0);
     }
-    if (!zero) update(&o, p, x1);
-    else gather_add(&o, &ag, p, x1);
+    if (z <= 1) update(&o, p, x1);
+    else gather_add(&o, axis == 3 ? &eg : &ag, p, x1);
   }
-  if (zero) gather_flush(&o, &ag);
+  if (zero) {
+    gather_flush(&o, &ag);
+    gather_flush(&o, &eg);
+  }
   return o.failed ? -1 : 0;
 }

@@ -160,7 +160,10 @@ typedef struct {
                                 params[state[i].param] (local numel n): of that
                                 tensor flattened and zero-padded to zero * s
                                 floats, s = ceil(n / zero), the floats
-                                [d s, (d + 1) s) for dp coordinate d; numel = s */
+                                [d s, (d + 1) s) for dp coordinate d; numel = s.
+                                An expert-parallel parameter's state (ep > 1) is
+                                cut over its ep_dp group instead: zero / ep pieces,
+                                coordinate d / ep (zero == ep: whole on the rank) */
   int nparams;
   const RtParamDesc *params;
   int64_t params_numel;

@@ -157,7 +157,10 @@ static int check_mesh(const RtModelDesc *m) {
   for (int i = 0; i < m->nstate; i++) {
     const RtStateDesc *st = &m->state[i];
     int64_t n = st->param < 0 || st->param >= m->nparams ? -1 : m->params[st->param].numel;
-    if (n >= 0 && m->zero > 1) n = (n + m->zero - 1) / m->zero;  /* ZeRO-1: a piece */
+    if (n >= 0) { /* ZeRO-1: a piece (an expert-parallel one's over its ep_dp group) */
+      int z = rt_zero_pieces(m, &m->params[st->param]);
+      n = (n + z - 1) / z;
+    }
     if (n < 0 || st->numel != n)
       return rt_fail("model description: state '%s' names parameter %d, which %s", st->name,
                      st->param, st->param < 0 || st->param >= m->nparams
@@ -544,7 +547,7 @@ static int save_out(Run *r, int ckpt, int64_t step, const float *src, const char
     state = r->ppw_state;
   }
   if (ckpt && m->zero > 1) { /* ZeRO-1: every dp rank's pieces first */
-    if (rt_train_zero_gather(m, r->mesh.dp_comm, r->state, &r->zview))
+    if (rt_train_zero_gather(m, r->mesh.dp_comm, r->mesh.ep_dp_comm, r->state, &r->zview))
       return fail(r, 3, "internal error: gathering the optimizer state: ");
     m = &r->zview.m;
     state = r->zview.state;
@@ -586,21 +589,24 @@ static int save_out(Run *r, int ckpt, int64_t step, const float *src, const char
 
 /* ZeRO-1: the step stored, at each parameter's offset of r->grads, the rank's piece
  * of that parameter's averaged gradient (rt_model.h); assembles the whole local
- * gradients there from every dp rank's pieces (a collective over dp). */
+ * gradients there from every dp rank's pieces (a collective over dp; an
+ * expert-parallel parameter's over its ep_dp group). */
 static int zero_whole_grads(Run *r) {
   const RtModelDesc *m = r->m;
   RtStateDesc *s = calloc(m->nparams > 0 ? (size_t)m->nparams : 1, sizeof *s);
   if (!s) return rt_fail("out of memory");
   for (int i = 0; i < m->nparams; i++) /* the pieces, described as if they were state */
     s[i] = (RtStateDesc){m->params[i].name, m->params[i].offset,
-                         (m->params[i].numel + m->zero - 1) / m->zero, i};
+                         (m->params[i].numel + rt_zero_pieces(m, &m->params[i]) - 1) /
+                             rt_zero_pieces(m, &m->params[i]),
+                         i};
   RtModelDesc g = *m;
   g.nstate = m->nparams;
   g.state = s;
   g.state_numel = m->params_numel;
   RtZeroView v;
   memset(&v, 0, sizeof v);
-  int rc = rt_train_zero_gather(&g, r->mesh.dp_comm, r->grads, &v);
+  int rc = rt_train_zero_gather(&g, r->mesh.dp_comm, r->mesh.ep_dp_comm, r->grads, &v);
   for (int i = 0; rc == RT_OK && i < m->nparams; i++)
     memcpy(r->grads + m->params[i].offset, v.state + v.s[i].offset,
            (size_t)m->params[i].numel * sizeof(float));

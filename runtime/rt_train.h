@@ -137,19 +137,33 @@ typedef struct {
   char data_name[256];       /* (cut to fit) */
 } RtTrainCkptInfo;
 
+/* ZeRO-1 (m->zero > 1): the pieces parameter p's state (and gradient) is cut in:
+ * m->zero, the dp ranks, for a dense p; for an expert-parallel one (p->ep > 1) the
+ * ranks holding the same experts, its ep_dp group of m->zero / ep (coordinate
+ * dp_rank / ep; 1 when ep == dp: the rank's experts' state is whole); 1 without
+ * ZeRO. */
+static inline int rt_zero_pieces(const RtModelDesc *m, const RtParamDesc *p) {
+  if (m->zero <= 1) return 1;
+  return p->ep > 1 ? m->zero / p->ep : m->zero;
+}
+
 /* ZeRO-1 (m->zero > 1): the rank-local model with its optimizer state whole on the
  * rank (each state tensor its parameter's local numel, packed in order), made by
- * rt_train_zero_gather from the dp ranks' pieces; checkpoints are written from it. */
+ * rt_train_zero_gather from the dp ranks' pieces (an expert-parallel parameter's
+ * state from its ep_dp group's); checkpoints are written from it. */
 typedef struct {
   RtModelDesc m;             /* m with state[i].numel = its parameter's local numel */
   RtStateDesc *s;
   float *state;              /* m.state_numel floats */
   float *scratch;            /* dp * the largest piece */
 } RtZeroView;
-/* Collective over the dp group `dp` (every dp rank calls it): fills v (allocated on
- * the first call, reused after) with the whole local state of m assembled from every
- * rank's pieces `state`.  RT_ERR on out of memory or a failed all_gather. */
-int rt_train_zero_gather(const RtModelDesc *m, RtComm *dp, const float *state, RtZeroView *v);
+/* Collective over the dp group `dp` (every dp rank calls it) and, with expert
+ * parallelism, the ep_dp group `ep_dp` (NULL without): fills v (allocated on the
+ * first call, reused after) with the whole local state of m assembled from every
+ * rank's pieces `state` (rt_zero_pieces of them per tensor).  RT_ERR on out of
+ * memory or a failed all_gather. */
+int rt_train_zero_gather(const RtModelDesc *m, RtComm *dp, RtComm *ep_dp, const float *state,
+                         RtZeroView *v);
 void rt_train_zero_free(RtZeroView *v);
 
 /* Writes the full training state to checkpoint directory dir atomically. */
@@ -165,7 +179,8 @@ int rt_train_load_ckpt(const char *dir, const RtModelDesc *m, float *params, flo
 int rt_train_load_ckpt_tp(const char *dir, const RtModelDesc *m, float *params, float *state,
                           RtTrainCkptInfo *info, int tp, int coord);
 /* The same on a tp x dp mesh: with m->zero > 1 each rank keeps only the pieces of
- * dp coordinate dp_coord of its state (rt_model.h); expert-parallel parameters and
+ * dp coordinate dp_coord of its state (rt_model.h; an expert-parallel parameter's:
+ * ep_dp coordinate dp_coord / ep of rt_zero_pieces); expert-parallel parameters and
  * their state are read as ep coordinate ep_coord's shards; otherwise as above. */
 int rt_train_load_ckpt_mesh(const char *dir, const RtModelDesc *m, float *params, float *state,
                             RtTrainCkptInfo *info, int tp, int tp_coord, int dp_coord,

@@ -297,11 +297,18 @@ static int parse_trainer(const char *dir, const char *text, const RtModelDesc *m
 
 static int64_t piece_of(int64_t n, int zero) { return (n + zero - 1) / zero; }
 
-int rt_train_zero_gather(const RtModelDesc *m, RtComm *dp, const float *state, RtZeroView *v) {
+int rt_train_zero_gather(const RtModelDesc *m, RtComm *dp, RtComm *ep_dp, const float *state,
+                         RtZeroView *v) {
   int zero = m->zero;
   if (zero <= 1 || rt_comm_size(dp) != zero)
     return rt_fail("zero gather: the dp group has %d ranks, the state is cut in %d pieces",
                    rt_comm_size(dp), zero);
+  for (int i = 0; i < m->nstate; i++) {
+    int z = rt_zero_pieces(m, &m->params[m->state[i].param]);
+    if (z != zero && z > 1 && (!ep_dp || rt_comm_size(ep_dp) != z))
+      return rt_fail("zero gather: state '%s' is cut in %d pieces over the ep_dp group, "
+                     "which has %d ranks", m->state[i].name, z, ep_dp ? rt_comm_size(ep_dp) : 0);
+  }
   if (!v->s) {
     int64_t off = 0, most = 0;
     v->s = calloc(m->nstate > 0 ? (size_t)m->nstate : 1, sizeof *v->s);
@@ -328,8 +335,14 @@ int rt_train_zero_gather(const RtModelDesc *m, RtComm *dp, const float *state, R
   int rc = RT_OK;
   for (int i = 0; i < m->nstate && rc == RT_OK; i++) {
     int64_t s = m->state[i].numel;
-    for (int r = 0; r < zero; r++) cnt[r] = s;
-    rc = rt_comm_all_gather(dp, state + m->state[i].offset, v->scratch, cnt);
+    int z = rt_zero_pieces(m, &m->params[m->state[i].param]);
+    if (z <= 1) { /* the rank's experts' whole state (ep == dp) */
+      memcpy(v->state + v->s[i].offset, state + m->state[i].offset,
+             (size_t)v->s[i].numel * sizeof(float));
+      continue;
+    }
+    for (int r = 0; r < z; r++) cnt[r] = s;
+    rc = rt_comm_all_gather(z == zero ? dp : ep_dp, state + m->state[i].offset, v->scratch, cnt);
     /* the pieces in rank order are the flattened tensor, then its padding */
     if (rc == RT_OK)
       memcpy(v->state + v->s[i].offset, v->scratch, (size_t)v->s[i].numel * sizeof(float));
@@ -352,7 +365,9 @@ void rt_train_zero_free(RtZeroView *v) {
  * flat ([global numel]) in its parameter's global order: a sharded one is read
  * whole into a scratch buffer and its shard extracted.  Under ZeRO-1 (m->zero > 1)
  * the rank's tp-local state tensor is assembled in a scratch buffer and only the
- * piece of dp coordinate dp_coord is kept (zeros past the tensor's end). */
+ * piece of dp coordinate dp_coord is kept (zeros past the tensor's end); an
+ * expert-parallel parameter's state: the piece of ep_dp coordinate dp_coord / ep,
+ * of rt_zero_pieces (none to cut where ep == dp). */
 static int read_tensors(const RtCkpt *ck, const char *file, const RtModelDesc *m,
                         float *params, float *state, int tp, int coord, int dp_coord,
                         int ep_coord) {
@@ -375,7 +390,8 @@ static int read_tensors(const RtCkpt *ck, const char *file, const RtModelDesc *m
       const RtStateDesc *s = &m->state[i];
       RtShard sh = {-1, 1, 1, 0, 0};
       const int64_t *gshape = NULL;
-      int zero = m->zero > 1;
+      int z = rt_zero_pieces(m, &m->params[s->param]), zero = z > 1;
+      int zc = m->params[s->param].ep > 1 && m->ep > 1 ? dp_coord / m->ep : dp_coord;
       int64_t nl = zero ? m->params[s->param].numel : s->numel;  /* the tp-local tensor */
       float *local = zero ? malloc((size_t)(nl + 1) * sizeof *local) : state + s->offset;
       if (!local) {
@@ -399,11 +415,11 @@ static int read_tensors(const RtCkpt *ck, const char *file, const RtModelDesc *m
         free(full);
       }
       if (zero) {
-        int64_t k = s->numel, b = (int64_t)dp_coord * k;
+        int64_t k = s->numel, b = (int64_t)zc * k;
         int64_t have = nl - b < 0 ? 0 : nl - b < k ? nl - b : k;
-        if (rc == RT_OK && k != piece_of(nl, m->zero))
+        if (rc == RT_OK && k != piece_of(nl, z))
           rc = rt_fail("checkpoint %s: state '%s' has a piece of %lld floats, not %lld",
-                       rt_ckpt_dir(ck), s->name, (long long)k, (long long)piece_of(nl, m->zero));
+                       rt_ckpt_dir(ck), s->name, (long long)k, (long long)piece_of(nl, z));
         if (rc == RT_OK) {
           if (have > 0) memcpy(state + s->offset, local + b, (size_t)have * sizeof(float));
           memset(state + s->offset + have, 0, (size_t)(k - have) * sizeof(float));

@@ -224,7 +224,8 @@ int rt_cuda_pipe_norm(RtCuda *c, const float *grad_norm);
  * and received over the pp group (NCCL point-to-point when the schedule is
  * safe with rendezvous sends -- checked once by simulating every stage's list
  * --, else staged through the host communicator, whose sends are buffered:
- * rt_pipe.h's semantics); the accumulator summed over dp, shared parameters
+ * rt_pipe.h's semantics); the accumulator summed over dp (the expert-parallel
+ * parameters' regions, RtPipeDesc.expert, over ep_dp instead), shared parameters
  * summed between their holders in stage order, scaled by 1 / (M dp), stored
  * to io->grads when asked; the loss the mean of the microbatches' (summed in
  * double on the host, as rt_pipe_step); then the stage's optimizer on slot

@@ -8,9 +8,11 @@
  *     vectors of shared_max floats; microbatch mb runs on slot mb % slots;
  *   - actions run in the stage's list order, all on the compute stream; a
  *     schedule without W actions runs wgt right after bwd;
- *   - the accumulator is summed over dp, then each shared parameter's parts
- *     are summed in stage order on every holder (the same additions on each:
- *     the same bits), then scaled by the float 1 / (M dp);
+ *   - the accumulator is summed over dp (reduce_grads: the expert-parallel
+ *     parameters' regions over ep_dp instead, RtPipeDesc.expert; the same
+ *     pieces, groups and order as rt_pipe.c's), then each shared parameter's
+ *     parts are summed in stage order on every holder (the same additions on
+ *     each: the same bits), then scaled by the float 1 / (M dp);
  *   - the loss is the double sum of the microbatches' losses in action order
  *     over M, summed over pp (only the last chunk's stage adds a non-zero). */
 #include <stdlib.h>
@@ -323,6 +325,37 @@ static int shared_sum(RtCuda *c, const RtPipeDesc *p, int j, int s, float *g, fl
   return rt_cuda_copy(c, g + off[s], sum, n);
 }
 
+/* The accumulator's sum over dp (rt_pipe.c's reduce_grads, piece for piece):
+ * one all-reduce of all of it over dp, or, with expert-parallel parameters on
+ * stage s, each part between their regions over dp and each run of adjacent
+ * regions over ep_dp (nothing over an ep_dp group of one rank).  Every rank of
+ * a dp group walks the same desc, so they make the same calls in the same
+ * order (NCCL's requirement); the ep_dp groups of one dp group run theirs
+ * side by side, each over its own members. */
+static int reduce_grads(RtCuda *c, const RtPipeDesc *p, int s, float *g, int64_t gn) {
+  int dp = c->gsize[RT_CUDA_DP], ep_dp = c->gsize[RT_CUDA_EP_DP];
+  int64_t at = 0; /* g[0, at) is done */
+  while (at < gn) {
+    int64_t lo = gn, hi = gn; /* the next expert region at or past `at`, and those right after */
+    for (int j = 0; j < p->nexpert; j++) {
+      const int64_t *e = p->expert + (int64_t)j * (p->stages + 1), off = e[1 + s];
+      if (off >= at && off < lo && e[0] > 0) lo = off, hi = off + e[0];
+    }
+    for (int j = 0; j < p->nexpert && lo < gn; j++) {
+      const int64_t *e = p->expert + (int64_t)j * (p->stages + 1);
+      if (e[1 + s] == hi && e[0] > 0) hi += e[0], j = -1; /* (again from the first) */
+    }
+    if (hi > gn)
+      return rt_fail("rank %d: pipeline: an expert parameter past the accumulator", c->wrank);
+    if (lo > at && dp > 1 && rt_cuda_all_reduce(c, RT_CUDA_DP, g + at, g + at, lo - at))
+      return RT_ERR;
+    if (hi > lo && ep_dp > 1 && rt_cuda_all_reduce(c, RT_CUDA_EP_DP, g + lo, g + lo, hi - lo))
+      return RT_ERR;
+    at = hi;
+  }
+  return RT_OK;
+}
+
 extern "C" int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p) {
   int s = c->grank[RT_CUDA_PP], M = p->microbatches;
   if (s < 0 || s >= p->stages || c->gsize[RT_CUDA_PP] != p->stages)
@@ -370,7 +403,7 @@ extern "C" int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p) {
     i++;
   }
   int dp = c->gsize[RT_CUDA_DP];
-  if (dp > 1 && rt_cuda_all_reduce(c, RT_CUDA_DP, g, g, gn)) return RT_ERR;
+  if (dp > 1 && reduce_grads(c, p, s, g, gn)) return RT_ERR;
   for (int j = 0; j < p->nshared; j++)
     if (shared_sum(c, p, j, s, g, sum, part)) return RT_ERR;
   if (scale(c, g, 1.0f / (float)((int64_t)M * dp), gn)) return RT_ERR;

@@ -37,7 +37,21 @@
  *       parameter, all_gathers on dp, one all_reduce on dp (the norm); every
  *       state is the rank's piece [ceil(n / DP)], flat_shards = DP; the
  *       pieces, re-assembled over dp (and tp), equal the one-rank state, and
- *       their padding stays exactly zero. */
+ *       their padding stays exactly zero.
+ *
+ *   shard_optim --ep E [--zero] ... MODEL.dsl TP DP ...
+ *       Expert parallelism over E of the DP ranks (m->mesh_ep; MoE models),
+ *       the mesh run by ir_interp_run_mesh_ep.  Without --zero: each
+ *       expert tensor's sumsq all-reduced over ep (axis 2) in the norm.
+ *       With --zero: dense parameters as above; an expert tensor's gradient
+ *       is reduce_scattered over its ep_dp group (axis 3, DP / E members)
+ *       and its state is the rank's piece [ceil(n / (DP / E))] of its
+ *       ep-local tensor, flat_shards = DP / E, at ep_dp coordinate d / E
+ *       (with DP == E: whole, no piece), updated through a flat_shard on
+ *       axis 3 and gathered back by all_gathers on axis 3; its sumsq adds
+ *       into the one dp all_reduce of the norm (no ep or ep_dp all_reduce
+ *       in the optimizer).  The state, re-assembled over ep_dp, then ep
+ *       (and tp), equals the one-rank state. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,18 +147,24 @@ static const IrNode *param_of(IrModule *m, const IrNode *st) {
 
 /* Global flat index of element e of leaf p on the rank at (tp c, dp d), or
  * -1: vocabulary padding, or (*pad set) ZeRO-1 padding.  A ZeRO-1 state
- * holds elements [d s, (d + 1) s) of its parameter's tp-local tensor,
- * flattened. */
+ * holds elements [k s, (k + 1) s) of its parameter's tp-local (an expert
+ * tensor's: ep-local) tensor, flattened: k = d, or for an expert tensor its
+ * ep_dp coordinate d / ep. */
 static int64_t leaf_index(IrModule *m, const IrNode *p, int64_t e, int c, int d, int *pad) {
   *pad = 0;
-  if (p->flat_shards <= 1) return shard_global_index(p, e, c);
+  if (p->flat_shards <= 1) return shard_global_index(p, e, shard_coord(p, d, c));
   const IrNode *q = param_of(m, p);
-  int64_t j = d * ir_numel(p) + e;
+  int expert = p->shard == IR_SHARD_EXPERT && p->shard_degree > 1;
+  int64_t j = (int64_t)(expert ? d / shard_ep : d) * ir_numel(p) + e;
   if (!q || j >= ir_numel(q)) {
     *pad = 1;
     return -1;
   }
-  return shard_global_index(q, j, c);
+  return shard_global_index(q, j, shard_coord(q, d, c));
+}
+
+static int is_expert(const IrNode *p) {
+  return p->shard == IR_SHARD_EXPERT && p->shard_degree > 1;
 }
 
 /* Compares leaf q of the reference (values R) with its rank-local
@@ -196,8 +216,9 @@ static double compare_leaf(IrModule *sh, const IrNode *q, const double *R, const
 static int expect_buckets(IrModule *m, int dp, int zero, int64_t cap, IrNode **anchor) {
   int n = 0, nb = 0;
   IrNode **g = calloc((size_t)m->nnodes, sizeof *g);
-  for (int i = 0; i < m->nnodes; i++)
-    if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad) g[n++] = m->nodes[i];
+  for (int i = 0; i < m->nnodes; i++) /* (expert-parallel ones: over ep_dp, no bucket) */
+    if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad && !is_expert(m->nodes[i]))
+      g[n++] = m->nodes[i];
   for (int i = 1; i < n; i++) /* insertion sort by gradient position */
     for (int j = i; j > 0 && g[j - 1]->grad->id > g[j]->grad->id; j--) {
       IrNode *t = g[j];
@@ -217,7 +238,7 @@ static int expect_buckets(IrModule *m, int dp, int zero, int64_t cap, IrNode **a
 /* The bucketed dp reduction's structure (see the header). */
 static void check_buckets(IrModule *sh, int dp, int zero, int nb, IrNode **anchor) {
   IrOp kind = zero ? IR_OP_REDUCE_SCATTER : IR_OP_ALL_REDUCE;
-  int ncoll = 0, other = 0, placed = 1, late = 1, last_bw = -1;
+  int ncoll = 0, other = 0, placed = 1, late = 1, last_bw = -1, stats = 0;
   /* the last backward node that is not part of a bucket's finish (scale, views) */
   for (int i = 0; i < sh->nnodes; i++) {
     const IrNode *n = sh->nodes[i];
@@ -230,6 +251,12 @@ static void check_buckets(IrModule *sh, int dp, int zero, int nb, IrNode **ancho
     int coll = n->op == IR_OP_ALL_REDUCE || n->op == IR_OP_REDUCE_SCATTER ||
                n->op == IR_OP_ALL_GATHER;
     if (n->phase == IR_PHASE_OPT || !coll || n->ia[0] != 1) continue;
+    /* statistics of the global batch (MoE routing): forward all_reduces over
+     * dp, and the adjoints of the differentiable ones in B */
+    if (n->op == IR_OP_ALL_REDUCE && n->phase != IR_PHASE_W) {
+      stats += n->phase == IR_PHASE_FWD ? 1 : -1;
+      continue;
+    }
     if (n->op != kind || ncoll >= nb) {
       other++;
       continue;
@@ -246,7 +273,7 @@ static void check_buckets(IrModule *sh, int dp, int zero, int nb, IrNode **ancho
         if (sh->nodes[k]->inputs[j] == n) late &= k > last_bw;
     ncoll++;
   }
-  shard_expect(ncoll == nb && other == 0,
+  shard_expect(ncoll == nb && other == 0 && stats >= 0,
                zero ? "%s: one dp reduce_scatter per bucket, nothing else on dp (%g buckets)"
                     : "%s: one dp all_reduce per bucket, nothing else on dp (%g buckets)",
                "buckets", (double)nb);
@@ -264,6 +291,7 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on, i
   configure(ref, adamw, clip);
   configure(sh, adamw, clip);
   char err[512];
+  sh->mesh_ep = shard_ep;
   if (pass_shard(sh, tp, dp, use_sp, err, sizeof err)) {
     printf("FAIL: %s\n", err);
     return 1;
@@ -289,28 +317,31 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on, i
   }
   must_verify(ref, "reference after pass_optimizer");
   must_verify(sh, "rank-local module after pass_optimizer");
-  printf("     %s tp=%d dp=%d %s clip %s%s, bucket %lld bytes\n", ref->name, tp, dp,
-         adamw ? "adamw" : "sgd", clip_on ? "on" : "off", zero ? ", zero 1" : "",
+  printf("     %s tp=%d dp=%d ep=%d %s clip %s%s, bucket %lld bytes\n", ref->name, tp, dp,
+         shard_ep, adamw ? "adamw" : "sgd", clip_on ? "on" : "off", zero ? ", zero 1" : "",
          (long long)bucket);
   if (dp > 1) check_buckets(sh, dp, zero, nb, anchor);
   free(anchor);
 
   /* structure */
-  int nsharded = 0, nparams = 0, state_ok = 1, nstate = 0;
+  int nsharded = 0, nparams = 0, state_ok = 1, nstate = 0, nexpert = 0;
+  int ez = shard_ep > 1 ? dp / shard_ep : dp; /* an expert tensor's ZeRO-1 pieces */
   for (int i = 0; i < sh->nnodes; i++) {
     const IrNode *p = sh->nodes[i];
     if (p->op != IR_OP_PARAM || !p->grad) continue;
     nparams++;
-    nsharded += p->shard_degree > 1;
+    nexpert += is_expert(p);
+    nsharded += p->shard_degree > 1 && !is_expert(p);
+    int z = is_expert(p) ? ez : dp; /* pieces under zero */
     for (int k = 0; k < 3; k++) {
       char name[256];
       snprintf(name, sizeof name, "%s.%s", p->name, state_keys[k]);
       const IrNode *s = shard_find_leaf(sh, IR_OP_STATE, name);
       if (!s) continue;
       nstate++;
-      int64_t piece = (ir_numel(p) + dp - 1) / dp;
-      state_ok &= (zero ? s->rank == 1 && s->shape[0] == piece && s->flat_shards == dp
-                        : s->rank == p->rank && !memcmp(s->shape, p->shape, sizeof s->shape) &&
+      int64_t piece = (ir_numel(p) + z - 1) / z;
+      state_ok &= (zero && z > 1 ? s->rank == 1 && s->shape[0] == piece && s->flat_shards == z
+                                 : s->rank == p->rank && !memcmp(s->shape, p->shape, sizeof s->shape) &&
                               s->flat_shards <= 1) &&
                   s->shard == p->shard && s->shard_dim == p->shard_dim &&
                   (p->shard_degree > 1
@@ -320,8 +351,11 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on, i
                        : s->shard_degree <= 1);
     }
   }
-  printf("     %d trained parameters, %d sharded over tp, %d state tensors\n", nparams,
-         nsharded, nstate);
+  printf("     %d trained parameters, %d sharded over tp, %d over ep, %d state tensors\n",
+         nparams, nsharded, nexpert, nstate);
+  if (shard_ep > 1)
+    shard_expect(nexpert > 0, "%s: the model has expert-parallel tensors (%g)", "ep",
+                 (double)nexpert);
   shard_expect(state_ok && nstate == (adamw ? 2 : 1) * nparams,
          zero ? "%s: state is the rank's ZeRO-1 piece of its parameter, with its sharding (%g "
                 "tensors)"
@@ -331,12 +365,33 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on, i
     int ar_tp = count_opt(sh, IR_OP_ALL_REDUCE, 0), ar_dp = count_opt(sh, IR_OP_ALL_REDUCE, 1);
     int ag_dp = count_opt(sh, IR_OP_ALL_GATHER, 1), nflat = count_opt(sh, IR_OP_FLAT_SHARD, 1);
     int other = count_opt(sh, IR_OP_ALL_GATHER, 0) + count_opt(sh, IR_OP_REDUCE_SCATTER, -1) +
-                count_opt(sh, IR_OP_GROUP_COPY, -1);
-    int want_tp = tp > 1 && nsharded ? 1 : 0;
-    shard_expect(ar_tp == want_tp && ar_dp == 1 && ag_dp >= 1 && ag_dp <= nparams &&
-                     other == 0 && nflat == nparams,
+                count_opt(sh, IR_OP_GROUP_COPY, -1) + count_opt(sh, IR_OP_ALL_REDUCE, 2) +
+                count_opt(sh, IR_OP_ALL_REDUCE, 3) + count_opt(sh, IR_OP_ALL_GATHER, 2);
+    int ndense = nparams - nexpert, want_tp = tp > 1 && nsharded ? 1 : 0;
+    shard_expect(ar_tp == want_tp && ar_dp == 1 && ag_dp >= 1 && ag_dp <= ndense &&
+                     other == 0 && nflat == ndense,
                  "%s: the optimizer: %g tp all_reduce, one dp all_reduce (the norm), bucketed "
-                 "dp all_gathers, a flat_shard per parameter", "zero", (double)want_tp);
+                 "dp all_gathers, a flat_shard per dense parameter", "zero", (double)want_tp);
+    if (nexpert) {
+      int ag_e = count_opt(sh, IR_OP_ALL_GATHER, 3), flat_e = count_opt(sh, IR_OP_FLAT_SHARD, 3);
+      int rs_e = 0, ar_e = 0;
+      for (int i = 0; i < sh->nnodes; i++) {
+        const IrNode *n = sh->nodes[i];
+        rs_e += n->op == IR_OP_REDUCE_SCATTER && n->phase == IR_PHASE_W && n->ia[0] == 3;
+        ar_e += n->op == IR_OP_ALL_REDUCE && n->phase == IR_PHASE_W && n->ia[0] == 3;
+      }
+      shard_expect(ez > 1 ? rs_e == nexpert && ar_e == 0 && flat_e == nexpert && ag_e >= 1 &&
+                                ag_e <= nexpert
+                          : rs_e + ar_e + flat_e + ag_e == 0,
+                   ez > 1 ? "%s: each expert gradient reduce_scattered over ep_dp, its piece "
+                            "(of %g) updated through a flat_shard and gathered by bucketed "
+                            "ep_dp all_gathers"
+                          : "%s: experts whole on their rank (ep_dp of %g): no ep_dp "
+                            "collective, no flat_shard",
+                   "ep", (double)ez);
+      printf("     experts: %d ep_dp reduce_scatter, %d flat_shard, %d ep_dp all_gather "
+             "buckets\n", rs_e, flat_e, ag_e);
+    }
     const IrNode *gn = sh->grad_norm;
     shard_expect(gn->ninputs == 1 && gn->inputs[0]->op == IR_OP_ALL_REDUCE &&
                      gn->inputs[0]->ia[0] == 1 && gn->inputs[0]->ia[1] == dp,
@@ -345,16 +400,18 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on, i
     printf("     %d dp all_gather buckets in the optimizer\n", ag_dp);
   } else {
   int ar_tp = count_opt(sh, IR_OP_ALL_REDUCE, 0), ar_dp = count_opt(sh, IR_OP_ALL_REDUCE, 1);
+  int ar_ep = count_opt(sh, IR_OP_ALL_REDUCE, 2);
   int other = count_opt(sh, IR_OP_ALL_GATHER, -1) + count_opt(sh, IR_OP_REDUCE_SCATTER, -1) +
-              count_opt(sh, IR_OP_GROUP_COPY, -1);
+              count_opt(sh, IR_OP_GROUP_COPY, -1) + count_opt(sh, IR_OP_ALL_REDUCE, 3);
   int want_tp = tp > 1 && nsharded ? 1 : 0;
-  shard_expect(ar_tp == want_tp && ar_dp == 0 && other == 0,
-         "%s: the optimizer has %g all_reduce on tp, none on dp, no other collective", "norm",
-         (double)want_tp);
+  shard_expect(ar_tp == want_tp && ar_dp == 0 && ar_ep == nexpert && other == 0,
+         "%s: the optimizer has %g all_reduce on tp, none on dp, one on ep per expert tensor, "
+         "no other collective", "norm", (double)want_tp);
   int nopt_ref = 0, nopt_sh = 0;
   for (int i = 0; i < ref->nnodes; i++) nopt_ref += ref->nodes[i]->phase == IR_PHASE_OPT;
   for (int i = 0; i < sh->nnodes; i++) nopt_sh += sh->nodes[i]->phase == IR_PHASE_OPT;
-  int extra = want_tp ? nsharded : 0; /* nsharded - 1 adds and the all_reduce */
+  int extra = (want_tp ? nsharded : 0) + nexpert; /* nsharded - 1 adds and the all_reduce;
+                                                      the experts' ep all_reduces */
   int nadd = count_opt(sh, IR_OP_ADD, -1);
   shard_expect(nopt_sh == nopt_ref + extra && nadd == (want_tp ? nsharded - 1 : 0),
          "%s: the one-rank optimizer's nodes plus %g (the sharded sumsqs' adds, all_reduce)",
@@ -364,9 +421,9 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on, i
   for (int j = 0; j < gn->ninputs; j++) nrep += gn->inputs[j]->op == IR_OP_SUMSQ;
   const IrNode *g0 = gn->inputs[0];
   shard_expect(want_tp ? g0->op == IR_OP_ALL_REDUCE && g0->ia[0] == 0 && g0->ia[1] == tp &&
-                       g0->phase == IR_PHASE_OPT && nrep == nparams - nsharded &&
-                       gn->ninputs == nrep + 1
-                 : nrep == nparams && gn->ninputs == nparams,
+                       g0->phase == IR_PHASE_OPT && nrep == nparams - nsharded - nexpert &&
+                       gn->ninputs == nrep + nexpert + 1
+                 : nrep == nparams - nexpert && gn->ninputs == nparams,
          "%s: grad_norm reads each replicated gradient's sumsq once (%g), and the reduced "
          "sharded sum when tp > 1", "norm",
          (double)(nparams - (want_tp ? nsharded : 0)));
@@ -428,7 +485,7 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on, i
       printf("FAIL: reference run: %s\n", why);
       return 1;
     }
-    if (ir_interp_run_mesh(rk, tp, dp, 0, sh->nnodes, why, sizeof why)) {
+    if (ir_interp_run_mesh_ep(rk, tp, dp, shard_ep, 0, sh->nnodes, why, sizeof why)) {
       printf("FAIL: mesh run: %s\n", why);
       return 1;
     }
@@ -504,9 +561,9 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on, i
   shard_expect(spread == 0, "%s: copies that must agree are bit-identical (max diff %.2e)", "replicas",
          spread);
   printf("     compared %d tensors (%d state) over %d steps\n", ncompared, nstates, NSTEPS);
-  printf("RESULT %s tp=%d dp=%d %s clip=%s norm %.2e params %.2e state %.2e zero-grad %.2e\n",
-         ref->name, tp, dp, adamw ? "adamw" : "sgd", clip_on ? "on" : "off", norm_err, perr,
-         serr, zerr);
+  printf("RESULT %s tp=%d dp=%d ep=%d%s %s clip=%s norm %.2e params %.2e state %.2e "
+         "zero-grad %.2e\n", ref->name, tp, dp, shard_ep, zero ? " zero" : "",
+         adamw ? "adamw" : "sgd", clip_on ? "on" : "off", norm_err, perr, serr, zerr);
   for (int k = 0; k < ref->nnodes; k++) free(zgrad[k]);
   free(zgrad);
   for (int r = 0; r < nr; r++) ir_interp_free(rk[r]);
@@ -520,6 +577,13 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on, i
 int main(int argc, char **argv) {
   use_sp = shard_take_flag(&argc, argv, "--sp");
   int zero = shard_take_flag(&argc, argv, "--zero");
+  for (int i = 1; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "--ep")) { /* --ep E: expert parallelism, E dividing DP */
+      shard_ep = atoi(argv[i + 1]);
+      memmove(argv + i, argv + i + 2, sizeof *argv * (size_t)(argc - i - 1));
+      argc -= 2;
+      break;
+    }
   int64_t bucket = 0;
   if (argc > 2 && !strcmp(argv[1], "--bucket")) {
     bucket = atoll(argv[2]);

@@ -48,10 +48,21 @@ CASE is one of:
                              whose checkpoints resume on one rank and back and whose
                              --save-weights are whole (mpirun equals threads at
                              pp 2 x dp 4 ep 2); --pp 2 without microbatches
-                             and --ep in a GPU pipelined trainer are refused;
+                             is refused; --target all writes the GPU pipelined
+                             trainer with experts (pp 2 and pp 1 x dp 2 ep 2);
                              the log's per-layer routing (kept choices per expert,
                              dropped, aux loss) adds up to tokens * top_k and equals
                              one rank's on every layout at step 0
+  mesh_zero_ep               --zero 1 with experts over ep (moe_tiny; dp 2 ep 2, dp 4 ep 2,
+                             dp 4 ep 4, tp 2 dp 2 ep 2, tp 2 dp 4 ep 2; dropless and at
+                             capacity 1.0): dense state in pieces over dp, the experts'
+                             over their ep_dp group (whole where ep == dp); equals one
+                             rank (20-step losses 1e-4, step-1 gradients 1e-5 relative
+                             L2, grad norm 1e-3), a rank keeps 1/dp of the one-rank state
+                             (plus padding), ep_dp reduce-scatters and all-gathers in
+                             plan.json iff ep < dp; checkpoints move zero dp 4 ep 2 ->
+                             1x1 (its tensors equal one rank's after 10 steps) and 1x1
+                             -> zero tp 2 dp 4 ep 2; mpirun equals threads
   mesh_gpt2, mesh_llama      trainers for every tp x dp with tp, dp in {1, 2, 4} and
                              tp*dp <= 8 train the same model as one rank from the
                              same seed: 20 steps, losses within 1e-4 relative,
@@ -391,13 +402,20 @@ elif case == "mesh_moe":
     note_pp = "no mpirun: MPI run skipped"
     if mpi_equals_threads("pp 2 dp 4 ep 2", exes[(2, 1, 4, 2, 8, cap)], 8, const):
         note_pp = "mpirun -np 8 equals 8 threads bit for bit (pp 2 dp 4 ep 2)"
-    # the GPU pipelined trainer does not split experts yet: asked for, it is refused
-    r = subprocess.run([parc, os.path.join(src, "examples", "moe_tiny.dsl"), "--pp", "2",
-                        "--dp", "2", "--ep", "2", "--target", "all", "-o",
-                        os.path.join(work, "refused"), *MOE, "-D", "microbatches=2"],
-                       capture_output=True, text=True)
-    if r.returncode != 1 or "experts" not in r.stderr or len(r.stderr.splitlines()) != 1:
-        sys.exit(f"FAIL: moe_tiny --pp 2 --ep 2 --target all: exit {r.returncode}, {r.stderr}")
+    # the GPU pipelined trainer splits experts too (rt_cuda_pipe_step): --target all
+    # writes train_cuda.c with the expert regions (built by tests/cuda's
+    # cuda/trainer/moe_tiny_pp2_dp2_ep2, run by tests/gpu/check.sh)
+    for pp_opts in (["--pp", "2"], []):
+        out = os.path.join(work, "gpu_pipe_ep" + "".join(pp_opts))
+        r = subprocess.run([parc, os.path.join(src, "examples", "moe_tiny.dsl"), *pp_opts,
+                            "--dp", "2", "--ep", "2", "--target", "all", "-o", out, *MOE,
+                            "-D", "microbatches=2"], capture_output=True, text=True)
+        cu = os.path.join(out, "train_cuda.c")
+        text = open(cu).read() if os.path.exists(cu) else ""
+        if r.returncode != 0 or r.stderr or ".nexpert = " not in text or \
+                ".nexpert = 0," in text:
+            sys.exit(f"FAIL: moe_tiny {' '.join(pp_opts)} --dp 2 --ep 2 microbatches 2 "
+                     f"--target all: exit {r.returncode}, {r.stderr}")
     # a routed model's microbatches are never defaulted to --pp
     r = subprocess.run([parc, os.path.join(src, "examples", "moe_tiny.dsl"), "--pp", "2",
                         "-o", os.path.join(work, "refused"), *MOE], capture_output=True, text=True)
@@ -552,6 +570,74 @@ elif case == "mesh_zero":
         note = "mpirun -np 4 equals 4 threads bit for bit"
     print(f"--zero 1 at 1x2 2x2 1x4 2x4 equals one rank over 20 steps ({'; '.join(notes)}); "
           f"zero 1x2 -> 1x1 and 1x1 -> zero 2x4 resume; {note}")
+elif case == "mesh_zero_ep":
+    # --zero 1 with expert parallelism: dense parameters' gradients reduce-scattered
+    # over dp and their state in pieces over dp; each expert tensor's gradient
+    # reduce-scattered over its ep_dp group (the dp / ep ranks holding the same
+    # experts) and its state in pieces over that group (whole on the rank where
+    # ep == dp); the norm counts every element once.  Small buckets: several of each.
+    data = data_file()
+    const = ["--data", data, "--lr", "3e-3", "--steps", "20"]
+    layouts = [(1, 2, 2), (1, 4, 2), (1, 4, 4), (2, 2, 2), (2, 4, 2)]
+    worst = worst_grad = 0.0
+    exes = {}
+    for cap in ("0.0", "1.0"):
+        defines = MOE + ["-D", f"capacity={cap}"]
+        grads1 = os.path.join(work, f"grads_r1_{cap}.safetensors")
+        exes[(1, 1, 1, cap)] = one = build("moe_tiny", defines, f"r1_{cap}")
+        ref = train(one, *const, "--save-grads", grads1)
+        if cap == "1.0" and not any(l["dropped"] for r in ref for l in r["moe"]):
+            sys.exit("FAIL: capacity 1.0 dropped no choice in 20 steps (the test sees no drops)")
+        plan1 = json.load(open(os.path.join(work, f"r1_{cap}", "plan.json")))
+        nexpert = sum(1 for p in plan1["params"] if p.get("shard") == "expert")
+        for tp, dp, ep in layouts:
+            tag = f"z_r{tp}x{dp}_ep{ep}_{cap}"
+            flags = ["--tp", str(tp), "--dp", str(dp), "--ep", str(ep), "--zero", "1",
+                     "--bucket-mb", "0.02"]
+            grads = os.path.join(work, f"grads_{tag}.safetensors")
+            exes[(tp, dp, ep, cap)] = exe = build("moe_tiny", defines, tag, flags)
+            got = train(exe, *const, "--save-grads", grads)
+            wl, wg = equals_one_rank(tag, got, ref, grads1, grads)
+            worst, worst_grad = max(worst, wl), max(worst_grad, wg)
+            # the state a rank keeps: every element of the one-rank state is held by one
+            # dp rank (dense pieces over dp, expert pieces over ep_dp of the rank's
+            # experts), so 1/dp of it over tp 1, plus padding
+            plan = json.load(open(os.path.join(work, tag, "plan.json")))
+            st, st1 = plan["cost"]["state_numel"], plan1["cost"]["state_numel"]
+            if not st1 / tp / dp <= st <= st1 / dp + 16 * len(plan["state"]):
+                sys.exit(f"FAIL {tag}: {st} state floats per rank, one rank {st1}")
+            comm = {(c["group"], c["kind"]): c["count"] for c in plan["communication"]}
+            want_e = (nexpert, True) if ep < dp else (0, False)
+            if comm.get(("dp", "reduce_scatter"), 0) < 2 or comm.get(("dp", "all_gather"), 0) < 2 \
+                    or comm.get(("ep_dp", "reduce_scatter"), 0) != want_e[0] \
+                    or (comm.get(("ep_dp", "all_gather"), 0) > 0) != want_e[1] \
+                    or comm.get(("ep_dp", "all_reduce"), 0) or comm.get(("ep", "all_reduce"), 0):
+                sys.exit(f"FAIL {tag}: collectives {comm}")
+    # layout-free checkpoints: 10 steps under zero dp 4 ep 2 (expert pieces over ep_dp)
+    # resume on one rank, and 10 on one rank resume under zero tp 2 dp 4 ep 2
+    cap = "1.0"
+    ref = train(exes[(1, 1, 1, cap)], *const)
+    ck = os.path.join(work, "ckpt")
+    resumes_like("zero dp 4 ep 2 -> 1x1", exes[(1, 4, 2, cap)], exes[(1, 1, 1, cap)], const,
+                 ref, ck)
+    # that checkpoint holds whole tensors: its weights and optimizer state equal the
+    # one-rank trainer's after the same 10 steps
+    ck1 = os.path.join(work, "ckpt_r1")
+    train(exes[(1, 1, 1, cap)], *const[:-1], "10", "--save", ck1)
+    for f in ("model.safetensors", "optimizer.safetensors"):
+        e, name = grads_rel_l2(os.path.join(ck1, f), os.path.join(ck, f))
+        if e > 1e-4:
+            sys.exit(f"FAIL checkpoint zero dp 4 ep 2: {f} {name} differs by {e:.2e} "
+                     "(relative L2) from one rank's")
+    resumes_like("1x1 -> zero tp 2 dp 4 ep 2", exes[(1, 1, 1, cap)], exes[(2, 4, 2, cap)],
+                 const, ref, ck)
+    note = "no mpirun: MPI run skipped"
+    if mpi_equals_threads("zero dp 4 ep 2", exes[(1, 4, 2, cap)], 4, const):
+        note = "mpirun -np 4 equals 4 threads bit for bit (zero dp 4 ep 2)"
+    print(f"--zero 1 with --ep at {', '.join(f'{t}x{d} ep {e}' for t, d, e in layouts)}, "
+          f"dropless and capacity 1.0, equals one rank (worst loss difference {worst:.1e}, "
+          f"step-1 gradients {worst_grad:.1e} relative L2); checkpoints zero dp 4 ep 2 -> 1x1 "
+          f"and 1x1 -> zero tp 2 dp 4 ep 2 resume; {note}")
 elif case == "mesh_overlap":
     # the dp buckets' collectives run asynchronously (started in backward, waited for
     # where their result is first read); --no-overlap emits the blocking calls.  The
