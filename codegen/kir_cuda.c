@@ -18,7 +18,14 @@
  * of the group may have loaded / stored in a column loop / stored as the
  * group's first thread since the last group barrier.  A barrier is emitted
  * before any access that could then read what another thread wrote, or
- * overwrite what another thread read or wrote, and clears the sets. */
+ * overwrite what another thread read or wrote, and clears the sets.
+ *
+ * The split reductions (ROW_SPLIT, COL_TILE; plan_split, emit_split) have a
+ * frame of their own: their one loop stores nothing, so they need no group
+ * barriers, and their epilogue runs on one thread per row (the row's lane of
+ * slice 0, or thread 0 of the row's last block), sequentially.  The scratch,
+ * its per-stream lanes and the last-block protocol are split_prelude's,
+ * written into kernels.cu only when some kernel uses them. */
 #define _POSIX_C_SOURCE 200809L
 #include "codegen/kir_cuda.h"
 
@@ -30,13 +37,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const kir_cuda_mapping_name[] = {"flat", "row_group", "thread_row"};
+const char *const kir_cuda_mapping_name[] = {"flat", "row_group", "thread_row", "row_split",
+                                              "col_tile"};
 
 enum {
   KC_FLAT_BLOCK = 256,    /* threads per block, FLAT */
   KC_THREAD_BLOCK = 128,  /* threads per block, THREAD_ROW */
   KC_WARP_BLOCK = 256,    /* threads per block, ROW_GROUP of one warp (8 rows) */
   KC_MAX_GROUP = 256,     /* largest ROW_GROUP (one block per row) */
+  /* split reductions (kir_cuda.h: ROW_SPLIT, COL_TILE) */
+  KC_SPLIT_ROWS = 32,       /* ROW_SPLIT: fewer rows than this (below the SM count) */
+  KC_SPLIT_MIN_LOOP = 4096, /* ROW_SPLIT: loops of at least this many columns */
+  KC_SPLIT_BLOCKS = 1024,   /* blocks a split launch aims at (8 per SM of 132 SMs) */
+  KC_SPLIT_ALIGN = 1024,    /* ROW_SPLIT chunks: multiples of 4 columns x 256 threads */
+  KC_SPLIT_MIN_CHUNK = 2048, /* ROW_SPLIT: columns per block at least */
+  KC_TILE_ROWS = 32,        /* COL_TILE: rows per tile (one per lane of a warp) */
+  KC_TILE_SLICES = 8,       /* COL_TILE: slices of the loop per tile (warps) */
+  KC_TILE_MIN_INNER = 8,    /* COL_TILE: innermost row dim at least this */
+  KC_TILE_MIN_CHUNK = 64,   /* COL_TILE: loop columns per block at least, when split */
+  KC_LANE_PARTS = 65536,    /* partials per scratch lane (kcu_part_, the prelude) */
+  KC_LANE_COUNTS = 1024,    /* counters per scratch lane (kcu_count_) */
 };
 
 typedef struct {
@@ -232,6 +252,100 @@ static void need_index_at(Kc *c, KirVal v) {
   for (int i = 0; i < kir_op_nargs[d->op]; i++) need_index_at(c, d->arg[i]);
 }
 
+/* The shape the split reductions take (kir_cuda.h): one parallel-safe loop
+ * of constant extent with a reduction and no store, no row-level store
+ * before it.  Everything after the loop is the epilogue of the row. */
+static int split_shape(const Kc *c, int safe) {
+  const KirKernel *k = c->k;
+  if (k->nloops != 1 || !safe || c->nsum + c->nkey == 0) return 0;
+  const KirLoop *lp = &k->loops[0];
+  if (!is_iconst(k, lp->extent) || k->nodes[lp->extent].imm <= 0) return 0;
+  for (KirVal v = 0; v < lp->end; v++)
+    if (c->live[v] && k->nodes[v].op == KIR_OP_STORE) return 0;
+  return 1;
+}
+
+/* COL_TILE's condition on the loads: every live load of loop 0 is at an
+ * index that steps by 1 from one row to the next (row stride 1 in the
+ * innermost row dim; outer row dims count as constant: a warp's 32 lanes
+ * read one 128-byte line) or not at all (row stride 0: one address a warp,
+ * e.g. layernorm's per-token mean and rstd in its weight gradient), and at
+ * least one steps by 1. */
+static int rows_contiguous(const Kc *c) {
+  const KirKernel *k = c->k;
+  if (k->nrows < 1 || k->rows[k->nrows - 1] < KC_TILE_MIN_INNER) return 0;
+  size_t n = (size_t)k->nnodes + 1;
+  unsigned char *ok = xcalloc(n, 1);
+  int64_t *rs = xcalloc(n, sizeof *rs);
+  int ones = 0, all = 1;
+  for (KirVal v = 0; v < k->nnodes; v++) {
+    const KirNode *d = &k->nodes[v];
+    KirVal a = d->arg[0], b = d->arg[1];
+    switch (d->op) {
+    case KIR_OP_ICONST:
+    case KIR_OP_PARAM:
+    case KIR_OP_COL: ok[v] = 1, rs[v] = 0; break;
+    case KIR_OP_ROW: ok[v] = 1, rs[v] = d->imm == k->nrows - 1; break;
+    case KIR_OP_IADD: ok[v] = ok[a] && ok[b] && !__builtin_add_overflow(rs[a], rs[b], &rs[v]); break;
+    case KIR_OP_ISUB: ok[v] = ok[a] && ok[b] && !__builtin_sub_overflow(rs[a], rs[b], &rs[v]); break;
+    case KIR_OP_IMUL:
+      if (ok[a] && ok[b] && is_iconst(k, b))
+        ok[v] = !__builtin_mul_overflow(rs[a], k->nodes[b].imm, &rs[v]);
+      else if (ok[a] && ok[b] && is_iconst(k, a))
+        ok[v] = !__builtin_mul_overflow(rs[b], k->nodes[a].imm, &rs[v]);
+      break;
+    case KIR_OP_LOAD:
+      if (!c->live[v] || d->loop != 0) break;
+      if (!ok[a] || (rs[a] != 0 && rs[a] != 1)) all = 0;
+      ones += ok[a] && rs[a] == 1;
+      break;
+    default: break;  /* not affine in the row: ok[v] stays 0 */
+    }
+  }
+  free(ok);
+  free(rs);
+  return ones > 0 && all;
+}
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* ROW_SPLIT or COL_TILE with their parts and chunk, when they apply. */
+static void plan_split(Kc *c, int safe) {
+  const KirKernel *k = c->k;
+  KirCudaLaunch *L = &c->L;
+  if (!split_shape(c, safe)) return;
+  int64_t E = k->nodes[k->loops[0].extent].imm, R = kir_kernel_rows(k), nred = c->nsum + c->nkey;
+  if (rows_contiguous(c)) {
+    L->mapping = KIR_CUDA_COL_TILE;
+    L->row_threads = 1;
+    L->block_threads = KC_TILE_ROWS * KC_TILE_SLICES;
+    L->parts = 1;
+    L->chunk = E;
+    int64_t tiles = cdiv(R, KC_TILE_ROWS);
+    /* enough blocks without splitting (and a counter per tile when split) */
+    if (tiles >= KC_SPLIT_BLOCKS / 2 || tiles > KC_LANE_COUNTS) return;
+    int64_t most = cdiv(KC_SPLIT_BLOCKS, tiles);
+    if (most > E / KC_TILE_MIN_CHUNK) most = E / KC_TILE_MIN_CHUNK;
+    if (most > KC_LANE_PARTS / (nred * R)) most = KC_LANE_PARTS / (nred * R);
+    if (most < 2) return;
+    int64_t chunk = cdiv(cdiv(E, most), KC_TILE_SLICES) * KC_TILE_SLICES;
+    if (cdiv(E, chunk) < 2) return;
+    L->parts = cdiv(E, chunk);
+    L->chunk = chunk;
+    return;
+  }
+  if (R >= KC_SPLIT_ROWS || R > KC_LANE_COUNTS || E < KC_SPLIT_MIN_LOOP) return;
+  int64_t most = KC_SPLIT_BLOCKS / R;
+  if (most > KC_LANE_PARTS / (nred * R)) most = KC_LANE_PARTS / (nred * R);
+  int64_t chunk = cdiv(cdiv(E, most), KC_SPLIT_ALIGN) * KC_SPLIT_ALIGN;
+  if (chunk < KC_SPLIT_MIN_CHUNK) chunk = KC_SPLIT_MIN_CHUNK;
+  if (cdiv(E, chunk) < 2) return;
+  L->mapping = KIR_CUDA_ROW_SPLIT;
+  L->row_threads = L->block_threads = KC_MAX_GROUP;
+  L->parts = cdiv(E, chunk);
+  L->chunk = chunk;
+}
+
 static void plan(Kc *c) {
   const KirKernel *k = c->k;
   size_t n = (size_t)k->nnodes + 1, np = (size_t)k->nparams + 1;
@@ -265,6 +379,8 @@ static void plan(Kc *c) {
   }
   KirCudaLaunch *L = &c->L;
   L->row_threads = 1;
+  L->parts = 1;
+  L->chunk = 0;
   if (k->nloops == 0 || !safe) {
     L->mapping = KIR_CUDA_THREAD_ROW;
     L->block_threads = KC_THREAD_BLOCK;
@@ -286,7 +402,9 @@ static void plan(Kc *c) {
     L->row_threads = t;
     L->block_threads = t == 32 ? KC_WARP_BLOCK : t;
   }
-  if (L->mapping == KIR_CUDA_THREAD_ROW) {  /* sequential rows: no float4 */
+  plan_split(c, safe);
+  /* sequential rows, or a lane per row (COL_TILE): no float4 */
+  if (L->mapping == KIR_CUDA_THREAD_ROW || L->mapping == KIR_CUDA_COL_TILE) {
     memset(c->vacc, 0, n);
     memset(c->loop_vec, 0, (size_t)k->nloops + 1);
     memset(c->vbuf, 0, np);
@@ -722,6 +840,178 @@ static void emit_row(Kc *c, FILE *f, const char *ind) {
   }
 }
 
+/* ---- split reductions (ROW_SPLIT, COL_TILE) ------------------------------------------ */
+
+/* The body of a ROW_SPLIT or COL_TILE kernel (kir_cuda.h): row-level values,
+ * the loop over this block's chunk, the block's partials, the split
+ * protocol, then the epilogue on one thread per row.  Neither mapping is
+ * grouped(): the loop stores nothing and the epilogue is sequential. */
+static void emit_split(Kc *c, FILE *f) {
+  const KirKernel *k = c->k;
+  const KirCudaLaunch *L = &c->L;
+  const KirLoop *lp = &k->loops[0];
+  int64_t E = k->nodes[lp->extent].imm, R = kir_kernel_rows(k);
+  int tile = L->mapping == KIR_CUDA_COL_TILE, split = L->parts > 1;
+  int T = L->block_threads;
+  const char *ind = tile ? "    " : "  ";
+  char in2[64], in3[64];
+  snprintf(in2, sizeof in2, "%s  ", ind);
+  snprintf(in3, sizeof in3, "%s    ", ind);
+
+  /* the frame: which rows and which chunk of the loop this block takes */
+  if (tile) {
+    if (c->nsum) fputs("  __shared__ float red_t_[8][32];  /* kcu_tile_sum */\n", f);
+    if (c->nkey) fputs("  __shared__ int red_tk_[8][32];   /* kcu_tile_key */\n", f);
+    if (split) fputs("  __shared__ bool last_;            /* kcu_split_last */\n", f);
+    fputs("  const int tx_ = (int)(threadIdx.x % 32);  /* the tile's row */\n"
+          "  const int ty_ = (int)(threadIdx.x / 32);  /* the loop's slice */\n",
+          f);
+    if (split) {
+      fprintf(f,
+              "  const int64_t parts_ = slot_ >= 0 ? %" PRId64 " : 1;  /* blocks per tile */\n"
+              "  const int64_t chunk_ = slot_ >= 0 ? %" PRId64 " : %" PRId64
+              ";  /* loop columns per block */\n",
+              L->parts, L->chunk, E);
+    }
+    fputs("  const int64_t tiles_ = (row_end - row_begin + 31) / 32;\n", f);
+    if (split)
+      fputs("  for (int64_t b_ = blockIdx.x; b_ < tiles_ * parts_; b_ += gridDim.x) {\n"
+            "    const int64_t tile_ = b_ / parts_, part_ = b_ % parts_;\n",
+            f);
+    else
+      fputs("  for (int64_t tile_ = blockIdx.x; tile_ < tiles_; tile_ += gridDim.x) {\n", f);
+    fputs("    const int64_t rt_ = row_begin + tile_ * 32 + tx_;\n"
+          "    const bool in_ = rt_ < row_end;\n"
+          "    const int64_t r_ = in_ ? rt_ : row_end - 1;  /* past the end: a copy of the last row, "
+          "stores nothing */\n",
+          f);
+    if (split)
+      fprintf(f,
+              "    const int64_t cbeg_ = part_ * chunk_;\n"
+              "    const int64_t cend_ = cbeg_ + chunk_ < %" PRId64 " ? cbeg_ + chunk_ : %" PRId64 ";\n",
+              E, E);
+  } else {
+    if (c->nsum) fputs("  __shared__ float red_f_[8];  /* kcu_row_sum, kcu_split_sum */\n", f);
+    if (c->nkey) fputs("  __shared__ int red_k_[8];    /* kcu_row_key, kcu_split_key */\n", f);
+    fputs("  __shared__ bool last_;       /* kcu_split_last */\n"
+          "  const int lane_ = (int)threadIdx.x;\n",
+          f);
+    fprintf(f,
+            "  const int64_t parts_ = slot_ >= 0 ? %" PRId64 " : 1;  /* blocks per row */\n"
+            "  const int64_t r_ = row_begin + (int64_t)blockIdx.x / parts_;\n"
+            "  const int64_t part_ = (int64_t)blockIdx.x %% parts_;\n"
+            "  const int64_t cbeg_ = part_ * %" PRId64 ";\n"
+            "  const int64_t cend_ = parts_ > 1 && cbeg_ + %" PRId64 " < %" PRId64 " ? cbeg_ + %" PRId64
+            " : %" PRId64 ";\n",
+            L->parts, L->chunk, L->chunk, E, L->chunk, E);
+  }
+
+  /* row-level values before the loop and in its preheader (no stores: split_shape) */
+  for (KirVal v = 0; v < lp->end; v++)
+    if (v < lp->first || k->nodes[v].loop < 0) emit_row_point(c, f, v, ind);
+  for (KirVal v = lp->first; v < lp->end; v++) {
+    const KirNode *d = &k->nodes[v];
+    if (d->op != KIR_OP_REDUCE) continue;
+    if (d->imm == KIR_SUM) fprintf(f, "%sfloat a%d_ = 0.0f;\n", ind, v);
+    else fprintf(f, "%sint a%d_ = %s;\n", ind, v, d->imm == KIR_MAX ? "KCU_KEY_NEG_INF" : "KCU_KEY_POS_INF");
+  }
+
+  /* the loop over this block's chunk */
+  if (tile) {
+    fprintf(f, "%sif (in_) {\n#pragma unroll 4\n", ind);
+    fprintf(f, "%sfor (int64_t c0_ = %sty_; c0_ < ", in2, split ? "cbeg_ + " : "");
+    if (split) fputs("cend_", f);
+    else fprintf(f, "%" PRId64, E);
+    fprintf(f, "; c0_ += 8) {\n");
+    emit_column(c, f, 0, 0, in3);
+    fprintf(f, "%s}\n%s}\n", in2, ind);
+  } else if (c->loop_vec[0]) {
+    fprintf(f, "%s{\n%sconstexpr int W_ = VEC ? 4 : 1;\n#pragma unroll 4\n", ind, in2);
+    fprintf(f, "%sfor (int64_t cb_ = cbeg_ + (int64_t)W_ * lane_; cb_ < cend_; cb_ += (int64_t)W_ * %d) {\n",
+            in2, T);
+    emit_lanes(c, f, 0, in3);
+    fprintf(f, "%s}\n%s}\n", in2, ind);
+  } else {
+    fprintf(f, "#pragma unroll 4\n%sfor (int64_t c0_ = cbeg_ + lane_; c0_ < cend_; c0_ += %d) {\n", ind, T);
+    emit_column(c, f, 0, 0, in2);
+    fprintf(f, "%s}\n", ind);
+  }
+
+  /* the block's partials: over the block (ROW_SPLIT), over the slices (COL_TILE) */
+  for (KirVal v = lp->first; v < lp->end; v++) {
+    const KirNode *d = &k->nodes[v];
+    if (d->op != KIR_OP_REDUCE) continue;
+    const char *mx = d->imm == KIR_MAX ? "true" : "false";
+    if (tile && d->imm == KIR_SUM) fprintf(f, "%sfloat t%d_ = kcu_tile_sum(a%d_, red_t_);\n", ind, v, v);
+    else if (tile) fprintf(f, "%sint t%d_ = kcu_tile_key<%s>(a%d_, red_tk_);\n", ind, v, mx, v);
+    else if (d->imm == KIR_SUM) fprintf(f, "%sfloat t%d_ = kcu_row_sum<%d>(a%d_, red_f_);\n", ind, v, T, v);
+    else fprintf(f, "%sint t%d_ = kcu_row_key<%d, %s>(a%d_, red_k_);\n", ind, v, T, mx, v);
+  }
+
+  /* the split: post the partials, the last block combines them in part order */
+  if (split) {
+    if (tile)
+      fprintf(f,
+              "%sif (parts_ > 1) {  /* the tile's last block combines the partials */\n"
+              "%sfloat *const pp_ = kcu_part_[slot_] + r_;  /* [reduction][part][row] */\n"
+              "%sif (ty_ == 0 && in_) {\n",
+              ind, in2, in2);
+    else
+      fprintf(f,
+              "%sif (parts_ > 1) {  /* the row's last block combines the partials */\n"
+              "%sfloat *const pp_ = kcu_part_[slot_] + r_ * parts_;  /* [reduction][row][part] */\n"
+              "%sif (lane_ == 0) {\n",
+              ind, in2, in2);
+    int j = 0;
+    for (KirVal v = lp->first; v < lp->end; v++) {
+      const KirNode *d = &k->nodes[v];
+      if (d->op != KIR_OP_REDUCE) continue;
+      fprintf(f, "%spp_[", in3);
+      if (tile && j) fprintf(f, "(%d * parts_ + part_) * %" PRId64, j, R);
+      else if (tile) fprintf(f, "part_ * %" PRId64, R);
+      else if (j) fprintf(f, "%" PRId64 " * parts_ + part_", (int64_t)j * R);
+      else fputs("part_", f);
+      fprintf(f, d->imm == KIR_SUM ? "] = t%d_;\n" : "] = __int_as_float(t%d_);\n", v);
+      j++;
+    }
+    fprintf(f, "%s}\n%sif (!kcu_split_last(&kcu_count_[slot_][%s], parts_, &last_)) %s;\n", in2, in2,
+            tile ? "tile_" : "r_", tile ? "continue" : "return");
+    j = 0;
+    for (KirVal v = lp->first; v < lp->end; v++) {
+      const KirNode *d = &k->nodes[v];
+      if (d->op != KIR_OP_REDUCE) continue;
+      const char *mx = d->imm == KIR_MAX ? "true" : "false";
+      char at[64];
+      if (tile && j) snprintf(at, sizeof at, "pp_ + %d * parts_ * %" PRId64, j, R);
+      else if (j) snprintf(at, sizeof at, "pp_ + %" PRId64 " * parts_", (int64_t)j * R);
+      else snprintf(at, sizeof at, "pp_");
+      if (tile && d->imm == KIR_SUM)
+        fprintf(f, "%st%d_ = kcu_tile_split_sum(%s, parts_, %" PRId64 ", red_t_);\n", in2, v, at, R);
+      else if (tile)
+        fprintf(f, "%st%d_ = kcu_tile_split_key<%s>(%s, parts_, %" PRId64 ", red_tk_);\n", in2, v, mx,
+                at, R);
+      else if (d->imm == KIR_SUM)
+        fprintf(f, "%st%d_ = kcu_split_sum<%d>(%s, parts_, red_f_);\n", in2, v, T, at);
+      else
+        fprintf(f, "%st%d_ = kcu_split_key<%d, %s>(%s, parts_, red_k_);\n", in2, v, T, mx, at);
+      j++;
+    }
+    fprintf(f, "%s}\n", ind);
+  }
+  for (KirVal v = lp->first; v < lp->end; v++) {
+    const KirNode *d = &k->nodes[v];
+    if (d->op != KIR_OP_REDUCE) continue;
+    fprintf(f, d->imm == KIR_SUM ? "%sconst float v%d_ = t%d_;\n" : "%sconst float v%d_ = kcu_unkey(t%d_);\n",
+            ind, v, v);
+  }
+
+  /* the epilogue: one thread per row */
+  fprintf(f, "%sif (%s) {\n", ind, tile ? "ty_ == 0 && in_" : "lane_ == 0");
+  for (KirVal v = lp->end; v < k->nnodes; v++) emit_row_point(c, f, v, in2);
+  fprintf(f, "%s}\n", ind);
+  if (tile) fputs("  }\n", f);
+}
+
 /* ---- kernels, launchers, the file ------------------------------------------------- */
 
 static void params(const Kc *c, FILE *f, int with_restrict) {
@@ -762,6 +1052,26 @@ static void comment(const Kc *c, FILE *f) {
             L->block_threads);
   else if (L->mapping == KIR_CUDA_THREAD_ROW)
     fprintf(f, "one thread per row (sequential loops), %d-thread blocks", L->block_threads);
+  else if (L->mapping == KIR_CUDA_ROW_SPLIT)
+    fprintf(f,
+            "split rows, %" PRId64 " blocks of %d threads per row, each over %" PRId64
+            " consecutive columns\n *   into a partial (kcu_part_); the row's last block (kcu_split_last) "
+            "adds the partials\n *   in part order and runs the epilogue on one thread; "
+            "one block per row without a\n *   scratch lane",
+            L->parts, L->block_threads, L->chunk);
+  else if (L->mapping == KIR_CUDA_COL_TILE && L->parts > 1)
+    fprintf(f,
+            "column tiles, a %d-thread block per 32 consecutive rows (one per lane: coalesced)\n"
+            " *   x 8 slices of the loop, slices added in order; %" PRId64 " blocks per tile, each over "
+            "%" PRId64 "\n *   consecutive columns into partials (kcu_part_); the tile's last block "
+            "(kcu_split_last)\n *   adds them in part order and runs the epilogue, one thread per row; "
+            "unsplit without\n *   a scratch lane",
+            L->block_threads, L->parts, L->chunk);
+  else if (L->mapping == KIR_CUDA_COL_TILE)
+    fprintf(f,
+            "column tiles, a %d-thread block per 32 consecutive rows (one per lane: coalesced)\n"
+            " *   x 8 slices of the loop, slices added in order, the epilogue one thread per row",
+            L->block_threads);
   else if (L->row_threads == 32)
     fprintf(f, "one warp per row, %d rows per %d-thread block", L->block_threads / 32, L->block_threads);
   else
@@ -802,7 +1112,10 @@ static void emit_kernel(Kc *c, FILE *f) {
     exit(3);
   }
   c->nsync = 0;
-  if (L->mapping == KIR_CUDA_FLAT) {
+  int slot = L->mapping == KIR_CUDA_ROW_SPLIT || (L->mapping == KIR_CUDA_COL_TILE && L->parts > 1);
+  if (L->mapping == KIR_CUDA_ROW_SPLIT || L->mapping == KIR_CUDA_COL_TILE) {
+    emit_split(c, bf);
+  } else if (L->mapping == KIR_CUDA_FLAT) {
     const KirNode *e = &k->nodes[k->loops[0].extent];
     if (L->vector) fputs("  constexpr int W_ = VEC ? 4 : 1;\n", bf);
     fprintf(bf, "  constexpr int64_t per_row_ = %" PRId64 "%s;  /* steps per row */\n", e->imm,
@@ -849,7 +1162,7 @@ static void emit_kernel(Kc *c, FILE *f) {
   if (L->vector) fputs("template <bool VEC>\n", f);
   fprintf(f, "__global__ void __launch_bounds__(%d) %s(", B, k->name);
   params(c, f, 1);
-  fputs("int64_t row_begin, int64_t row_end) {\n", f);
+  fputs(slot ? "int64_t row_begin, int64_t row_end, int slot_) {\n" : "int64_t row_begin, int64_t row_end) {\n", f);
   fputs(body, f);
   fputs("}\n", f);
   free(body);
@@ -874,6 +1187,19 @@ static void emit_kernel(Kc *c, FILE *f) {
                  " : %" PRId64 "), %d);\n", e / 4, e, B);
     else
       fprintf(f, "  const unsigned grid_ = kcu_grid((row_end - row_begin) * %" PRId64 ", %d);\n", e, B);
+  } else if (L->mapping == KIR_CUDA_ROW_SPLIT) {
+    fprintf(f,
+            "  const int slot_ = kcu_lane(stream);  /* the stream's split scratch; -1: unsplit */\n"
+            "  const unsigned grid_ = (unsigned)((row_end - row_begin) * (slot_ >= 0 ? %" PRId64 " : 1));\n",
+            L->parts);
+  } else if (L->mapping == KIR_CUDA_COL_TILE && slot) {
+    fprintf(f,
+            "  const int slot_ = kcu_lane(stream);  /* the stream's split scratch; -1: unsplit */\n"
+            "  const int64_t tiles_ = (row_end - row_begin + 31) / 32;\n"
+            "  const unsigned grid_ = slot_ >= 0 ? (unsigned)(tiles_ * %" PRId64 ") : kcu_grid(tiles_, 1);\n",
+            L->parts);
+  } else if (L->mapping == KIR_CUDA_COL_TILE) {
+    fputs("  const unsigned grid_ = kcu_grid((row_end - row_begin + 31) / 32, 1);\n", f);
   } else {
     fprintf(f, "  const unsigned grid_ = kcu_grid(row_end - row_begin, %d);\n",
             L->mapping == KIR_CUDA_ROW_GROUP ? B / T : B);
@@ -886,11 +1212,12 @@ static void emit_kernel(Kc *c, FILE *f) {
   }
   if (at >= sizeof args) at = sizeof args - 1;
   args[at] = 0;
+  const char *tail = slot ? "row_begin, row_end, slot_" : "row_begin, row_end";
   if (L->vector) {
-    fprintf(f, "  if (vec_)\n    %s<true><<<grid_, %d, 0, stream>>>(%srow_begin, row_end);\n", k->name, B, args);
-    fprintf(f, "  else\n    %s<false><<<grid_, %d, 0, stream>>>(%srow_begin, row_end);\n", k->name, B, args);
+    fprintf(f, "  if (vec_)\n    %s<true><<<grid_, %d, 0, stream>>>(%s%s);\n", k->name, B, args, tail);
+    fprintf(f, "  else\n    %s<false><<<grid_, %d, 0, stream>>>(%s%s);\n", k->name, B, args, tail);
   } else {
-    fprintf(f, "  %s<<<grid_, %d, 0, stream>>>(%srow_begin, row_end);\n", k->name, B, args);
+    fprintf(f, "  %s<<<grid_, %d, 0, stream>>>(%s%s);\n", k->name, B, args, tail);
   }
   fputs("}\n", f);
 }
@@ -1064,6 +1391,132 @@ static const char prelude[] =
     "}\n"
     "inline bool kcu_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }\n";
 
+/* Split reductions (ROW_SPLIT, and COL_TILE with parts > 1; kir_cuda.h):
+ * the scratch, its lanes, the last-block protocol and the fixed-order
+ * combines.  Written when a kernel uses them. */
+static const char split_prelude[] =
+    "\n"
+    "/* ---- split reductions: a row's loop over several blocks (ROW_SPLIT, COL_TILE) ---- */\n"
+    "\n"
+    "#include <mutex>\n"
+    "\n"
+    "#define KCU_LANES 16          /* streams with scratch of their own (kcu_lane) */\n"
+    "#define KCU_LANE_PARTS 65536  /* partials per lane (KC_LANE_PARTS) */\n"
+    "#define KCU_LANE_COUNTS 1024  /* block counters per lane */\n"
+    "\n"
+    "/* A block posts its partials to kcu_part_[lane] and counts itself in\n"
+    "   kcu_count_[lane]; the kernels of one stream run one after another, and\n"
+    "   every counter is back at 0 when its kernel ends (the last block resets it). */\n"
+    "static __device__ float kcu_part_[KCU_LANES][KCU_LANE_PARTS];\n"
+    "static __device__ unsigned kcu_count_[KCU_LANES][KCU_LANE_COUNTS];\n"
+    "\n"
+    "/* The scratch lane of stream s: the first KCU_LANES streams to ask get one\n"
+    "   each, for good (ranks as threads sharing a GPU each have their stream);\n"
+    "   -1 after that, and the caller runs the kernel unsplit. */\n"
+    "static int kcu_lane(cudaStream_t s) {\n"
+    "  static std::mutex mu;\n"
+    "  static cudaStream_t owner[KCU_LANES];\n"
+    "  static int n = 0;\n"
+    "  thread_local cudaStream_t last_s = nullptr;\n"
+    "  thread_local int last_l = -2;\n"
+    "  if (last_l != -2 && last_s == s) return last_l;\n"
+    "  int l = -1;\n"
+    "  {\n"
+    "    std::lock_guard<std::mutex> g(mu);\n"
+    "    for (int i = 0; i < n; i++)\n"
+    "      if (owner[i] == s) l = i;\n"
+    "    if (l < 0 && n < KCU_LANES) owner[l = n++] = s;\n"
+    "  }\n"
+    "  last_s = s;\n"
+    "  last_l = l;\n"
+    "  return l;\n"
+    "}\n"
+    "\n"
+    "/* Called by every thread of the block once it posted its partials (from any\n"
+    "   of its threads): true in the last of the `parts` blocks counted in *count,\n"
+    "   which may then read every block's partials (with __ldcg: from L2), and\n"
+    "   which resets the count for the next launch.  Fence, barrier, fence, atomic:\n"
+    "   the partials are visible device-wide before the count says so; the last\n"
+    "   block's fence after the atomic orders its reads after the others' posts. */\n"
+    "__device__ __forceinline__ bool kcu_split_last(unsigned *count, int64_t parts, bool *last) {\n"
+    "  __threadfence();\n"
+    "  __syncthreads();\n"
+    "  if (threadIdx.x == 0) {\n"
+    "    __threadfence();\n"
+    "    const bool l = atomicAdd(count, 1u) == (unsigned)(parts - 1);\n"
+    "    if (l) {\n"
+    "      atomicExch(count, 0u);\n"
+    "      __threadfence();\n"
+    "    }\n"
+    "    *last = l;\n"
+    "  }\n"
+    "  __syncthreads();\n"
+    "  return *last;\n"
+    "}\n"
+    "\n"
+    "/* ROW_SPLIT's combine: the partials p[0..n) of a row in an order fixed by n\n"
+    "   (thread i adds p[i], p[i + T], ..., then kcu_row_sum), whichever block\n"
+    "   runs it.  Key partials are stored as the float with the key's bits. */\n"
+    "template <int T> __device__ __forceinline__ float kcu_split_sum(const float *p, int64_t n, float *sh) {\n"
+    "  float v = 0.0f;\n"
+    "  for (int64_t i = threadIdx.x; i < n; i += T) v = __fadd_rn(v, __ldcg(p + i));\n"
+    "  return kcu_row_sum<T>(v, sh);\n"
+    "}\n"
+    "template <int T, bool MAX> __device__ __forceinline__ int kcu_split_key(const float *p, int64_t n, int *sh) {\n"
+    "  int v = MAX ? KCU_KEY_NEG_INF : KCU_KEY_POS_INF;\n"
+    "  for (int64_t i = threadIdx.x; i < n; i += T) {\n"
+    "    const int o = __float_as_int(__ldcg(p + i));\n"
+    "    v = MAX ? (o > v ? o : v) : (o < v ? o : v);\n"
+    "  }\n"
+    "  return kcu_row_key<T, MAX>(v, sh);\n"
+    "}\n";
+
+/* COL_TILE's reductions over the 8 slices of a tile, and over its parts. */
+static const char tile_prelude[] =
+    "\n"
+    "/* ---- column tiles (COL_TILE): 32 rows (lane x) x 8 slices of the loop (warp y) ---- */\n"
+    "\n"
+    "/* The slices' values of row x added in slice order through sh; every thread\n"
+    "   gets its row's result.  The leading barrier keeps a previous use's\n"
+    "   readers ahead of the writes. */\n"
+    "__device__ __forceinline__ float kcu_tile_sum(float v, float (*sh)[32]) {\n"
+    "  const int x = threadIdx.x % 32, y = threadIdx.x / 32;\n"
+    "  __syncthreads();\n"
+    "  sh[y][x] = v;\n"
+    "  __syncthreads();\n"
+    "  float s = sh[0][x];\n"
+    "#pragma unroll\n"
+    "  for (int w = 1; w < 8; w++) s = __fadd_rn(s, sh[w][x]);\n"
+    "  return s;\n"
+    "}\n"
+    "template <bool MAX> __device__ __forceinline__ int kcu_tile_key(int v, int (*sh)[32]) {\n"
+    "  const int x = threadIdx.x % 32, y = threadIdx.x / 32;\n"
+    "  __syncthreads();\n"
+    "  sh[y][x] = v;\n"
+    "  __syncthreads();\n"
+    "  int s = sh[0][x];\n"
+    "#pragma unroll\n"
+    "  for (int w = 1; w < 8; w++) s = MAX ? (sh[w][x] > s ? sh[w][x] : s) : (sh[w][x] < s ? sh[w][x] : s);\n"
+    "  return s;\n"
+    "}\n"
+    "/* The row's partials p[0], p[stride], ..., p[(n - 1) stride] in an order\n"
+    "   fixed by n: slice y adds parts y, y + 8, ..., then kcu_tile_sum. */\n"
+    "__device__ __forceinline__ float kcu_tile_split_sum(const float *p, int64_t n, int64_t stride,\n"
+    "                                                    float (*sh)[32]) {\n"
+    "  float v = 0.0f;\n"
+    "  for (int64_t i = threadIdx.x / 32; i < n; i += 8) v = __fadd_rn(v, __ldcg(p + i * stride));\n"
+    "  return kcu_tile_sum(v, sh);\n"
+    "}\n"
+    "template <bool MAX>\n"
+    "__device__ __forceinline__ int kcu_tile_split_key(const float *p, int64_t n, int64_t stride, int (*sh)[32]) {\n"
+    "  int v = MAX ? KCU_KEY_NEG_INF : KCU_KEY_POS_INF;\n"
+    "  for (int64_t i = threadIdx.x / 32; i < n; i += 8) {\n"
+    "    const int o = __float_as_int(__ldcg(p + i * stride));\n"
+    "    v = MAX ? (o > v ? o : v) : (o < v ? o : v);\n"
+    "  }\n"
+    "  return kcu_tile_key<MAX>(v, sh);\n"
+    "}\n";
+
 static int fail(char *err, size_t errlen, const char *name, const char *msg) {
   snprintf(err, errlen, "kernel '%s': %s", name, msg);
   return -1;
@@ -1136,17 +1589,22 @@ int kir_cuda_write(const KirModule *m, const char *cu_path, const char *h_path, 
     snprintf(err, errlen, "cannot write '%s': %s", cu_path, strerror(errno));
     goto out;
   }
-  int nflat = 0, ngroup = 0, nthread = 0, nvec = 0;
+  int nflat = 0, ngroup = 0, nthread = 0, nvec = 0, nsplit = 0, ntile = 0, nslot = 0;
   for (int i = 0; i < m->nkernels; i++) {
-    nflat += cs[i].L.mapping == KIR_CUDA_FLAT;
-    ngroup += cs[i].L.mapping == KIR_CUDA_ROW_GROUP;
-    nthread += cs[i].L.mapping == KIR_CUDA_THREAD_ROW;
-    nvec += cs[i].L.vector;
+    const KirCudaLaunch *L = &cs[i].L;
+    nflat += L->mapping == KIR_CUDA_FLAT;
+    ngroup += L->mapping == KIR_CUDA_ROW_GROUP;
+    nthread += L->mapping == KIR_CUDA_THREAD_ROW;
+    nsplit += L->mapping == KIR_CUDA_ROW_SPLIT;
+    ntile += L->mapping == KIR_CUDA_COL_TILE;
+    nslot += L->mapping == KIR_CUDA_ROW_SPLIT || (L->mapping == KIR_CUDA_COL_TILE && L->parts > 1);
+    nvec += L->vector;
   }
   fprintf(f,
           "/* Generated by parc from its kernel IR (codegen/kir_cuda.c); do not edit.\n"
           " *\n"
-          " * %d kernels (%d flat, %d row-group, %d thread-per-row; %d with float4 accesses).\n"
+          " * %d kernels (%d flat, %d row-group, %d thread-per-row, %d row-split, %d column-tile;\n"
+          " * %d with float4 accesses).\n"
           " * Each NAME_launch(params..., row_begin, row_end, stream) computes rows\n"
           " * [row_begin, row_end) of kernel NAME with the contract of the CPU kernels\n"
           " * (kernels.h): rows are independent; a buffer the kernel writes overlaps no\n"
@@ -1154,8 +1612,10 @@ int kir_cuda_write(const KirModule *m, const char *cu_path, const char *h_path, 
           " * (__fadd_rn etc.), exp/log/tanh are the CPU kernels' algorithms.\n"
           " *\n"
           " * Build: nvcc -std=c++17 -c kernels.cu (CMake: -DPARC_CUDA=ON). */\n",
-          m->nkernels, nflat, ngroup, nthread, nvec);
+          m->nkernels, nflat, ngroup, nthread, nsplit, ntile, nvec);
   fputs(prelude, f);
+  if (nslot) fputs(split_prelude, f);
+  if (ntile) fputs(tile_prelude, f);
   if (h_path) fprintf(f, "\n#include \"%s\" /* the launchers' prototypes, checked here */\n", base_name(h_path));
   for (int i = 0; i < m->nkernels; i++) emit_kernel(&cs[i], f);
   int bad = ferror(f);

@@ -32,6 +32,47 @@
  *               lowering does: kernels without loops, and the fallback for a
  *               loop that is not parallel-safe (below).
  *
+ *   Two mappings for REDUCTIONS that the row count alone cannot spread over
+ *   the GPU.  Both take only kernels of the shape "one parallel-safe loop
+ *   with a constant extent, at least one reduction, no store in the loop, no
+ *   row-level store before it" (a second loop would read the reduced value,
+ *   so kernels with more loops keep ROW_GROUP), and both split a row's loop
+ *   over several blocks when it pays: each block reduces a contiguous chunk
+ *   of the loop into a partial in global scratch, the last block to finish
+ *   (an atomic counter after __threadfence; it resets the counter for the
+ *   next launch) combines the partials in part order and runs the row's
+ *   epilogue (the values and stores after the loop) with one thread.
+ *
+ *   ROW_SPLIT   fewer than 32 rows (below the SM count) and a loop of at
+ *               least 4096 columns (e.g. the gradient norm's sumsq: one row,
+ *               a whole parameter): `parts` 256-thread blocks per row, each
+ *               over `chunk` consecutive columns (float4 as in ROW_GROUP),
+ *               parts * rows about 1024 blocks, chunks a multiple of 1024
+ *               columns and at least 2048.
+ *   COL_TILE    (tried first) the loads of the loop are contiguous across
+ *               consecutive rows (row stride 1: sum_to's column sums of
+ *               [N, R], index c * R + r; layernorm's weight gradients) or
+ *               the same for all rows (row stride 0), at least one of them
+ *               contiguous, and the innermost row dim has at least 8 rows:
+ *               a 256-thread block takes a tile of 32 consecutive rows (one
+ *               per lane: a warp's load is one 128-byte line) times 8
+ *               slices of the loop (columns slice, slice + 8, ... of its
+ *               chunk), the slices added through shared memory in slice
+ *               order; when there are fewer than 512 tiles, the loop is
+ *               split in `parts` chunks of at least 64 columns (tiles x
+ *               parts about 1024 blocks).  The epilogue runs on the row's
+ *               lane of slice 0.
+ *
+ *   Scratch: file-scope __device__ arrays of kernels.cu, 16 lanes of 65536
+ *   partials and 1024 counters; the launcher takes its stream's lane
+ *   (kcu_lane: the first 16 streams that launch a split kernel get one each),
+ *   so launches on different streams of one GPU (ranks as threads) never
+ *   share scratch, and launches on one stream run one after another.  A
+ *   stream without a lane runs the same kernel unsplit (parts = 1).
+ *   Determinism: chunk boundaries are constants of the kernel and partials
+ *   are combined in a fixed order, whichever block finishes last; a row's
+ *   result does not depend on the row range of the launch.
+ *
  *   A column loop is parallel-safe when every store in it has an index that
  *   varies with the column, and every buffer it both loads and stores is
  *   accessed at one and the same index node (read-modify-write of one
@@ -68,16 +109,25 @@
 #define PARC_KIR_CUDA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "codegen/kir.h"
 
-typedef enum { KIR_CUDA_FLAT, KIR_CUDA_ROW_GROUP, KIR_CUDA_THREAD_ROW } KirCudaMapping;
+typedef enum {
+  KIR_CUDA_FLAT,
+  KIR_CUDA_ROW_GROUP,
+  KIR_CUDA_THREAD_ROW,
+  KIR_CUDA_ROW_SPLIT,
+  KIR_CUDA_COL_TILE
+} KirCudaMapping;
 
 typedef struct {
   KirCudaMapping mapping;
-  int row_threads;    /* ROW_GROUP: threads per row (32, 64, 128 or 256); else 1 */
+  int row_threads;    /* ROW_GROUP and ROW_SPLIT: threads per row (32, 64, 128 or 256); else 1 */
   int block_threads;  /* blockDim.x of every launch (the __launch_bounds__) */
   int vector;         /* 1: a float4 instantiation exists (template on VEC) */
+  int64_t parts;      /* ROW_SPLIT: blocks per row; COL_TILE: blocks per tile; else 1 */
+  int64_t chunk;      /* loop columns per block when parts > 1; else the extent (or 0) */
 } KirCudaLaunch;
 
 extern const char *const kir_cuda_mapping_name[];   /* by KirCudaMapping */

@@ -1,0 +1,307 @@
+/* tests/cuda/cu_split.c -- the split reductions of the CUDA lowering
+ * (codegen/kir_cuda.h: ROW_SPLIT, COL_TILE) on kernels built here: which
+ * kernels get them (and which must not), their parts and chunks, and what
+ * their source must say.  Writes DIR/kernels.cu and DIR/kernels_cuda.h,
+ * which split_emu.sh runs on the CPU (cu_split_emu.cpp, the same kernels by
+ * name) and nvcc.sh compiles.  No GPU and no nvcc needed here.
+ *
+ *   cu_split DIR */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/kir_cuda.h"
+
+static int failures;
+
+#define CHECK(c, ...)                                              \
+  do {                                                             \
+    if (!(c)) {                                                    \
+      fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #c); \
+      fprintf(stderr, __VA_ARGS__);                                \
+      fputc('\n', stderr);                                         \
+      failures++;                                                  \
+    }                                                              \
+  } while (0)
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)n + 1);
+  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
+  if (s) s[n] = 0;
+  fclose(f);
+  return s;
+}
+
+static char *section(const char *cu, const char *name) {
+  char head[256];
+  snprintf(head, sizeof head, "/* ---- %s: ", name);
+  const char *a = strstr(cu, head);
+  if (!a) return calloc(1, 1);
+  const char *b = strstr(a + 1, "/* ---- ");
+  size_t n = b ? (size_t)(b - a) : strlen(a);
+  char *s = malloc(n + 1);
+  memcpy(s, a, n);
+  s[n] = 0;
+  return s;
+}
+
+static KirVal C(KirKernel *k, int64_t v) { return kir_iconst(k, v); }
+
+/* out[0] = sum_c x[c]^2 over 100000 columns: the gradient norm's sumsq */
+static void sumsq(KirModule *m) {
+  KirKernel *k = kir_kernel_new(m, "sumsq");
+  int out = kir_buf(k, "out", KIR_F32, KIR_OUT), x = kir_buf(k, "x", KIR_F32, KIR_IN);
+  kir_loop(k, C(k, 100000));
+  KirVal v = kir_load(k, x, kir_col(k));
+  KirVal s = kir_reduce(k, KIR_SUM, kir_mul(k, v, v));
+  kir_end(k);
+  kir_store(k, out, C(k, 0), s);
+}
+
+/* rows [3] of 50001 (no float4): v = x[r, c] * scale[r]; out[r] = (max v,
+ * min v), acc[r] += sum v.  A row-level load before the loop, three
+ * reductions, a read-modify-write epilogue. */
+static void rowstats(KirModule *m) {
+  KirKernel *k = kir_kernel_new(m, "rowstats");
+  kir_row_dim(k, 3);
+  int x = kir_buf(k, "x", KIR_F32, KIR_IN), scale = kir_buf(k, "scale", KIR_F32, KIR_IN);
+  int out = kir_buf(k, "out", KIR_F32, KIR_OUT), acc = kir_buf(k, "acc", KIR_F32, KIR_INOUT);
+  KirVal r = kir_row(k, 0), sc = kir_load(k, scale, r);
+  KirVal base = kir_mul(k, r, C(k, 50001));
+  kir_loop(k, C(k, 50001));
+  KirVal v = kir_mul(k, kir_load(k, x, kir_add(k, base, kir_col(k))), sc);
+  KirVal mx = kir_reduce(k, KIR_MAX, v), mn = kir_reduce(k, KIR_MIN, v), s = kir_reduce(k, KIR_SUM, v);
+  kir_end(k);
+  KirVal o = kir_mul(k, r, C(k, 2));
+  kir_store(k, out, o, mx);
+  kir_store(k, out, kir_add(k, o, C(k, 1)), mn);
+  kir_store(k, acc, r, kir_add(k, kir_load(k, acc, r), s));
+}
+
+/* db[r] += sum_c dy[c * 200 + r]: sum_to over the leading rows (bias gradient) */
+static void colsum(KirModule *m) {
+  KirKernel *k = kir_kernel_new(m, "colsum");
+  kir_row_dim(k, 200);
+  int dy = kir_buf(k, "dy", KIR_F32, KIR_IN), db = kir_buf(k, "db", KIR_F32, KIR_INOUT);
+  KirVal r = kir_row(k, 0);
+  kir_loop(k, C(k, 4096));
+  KirVal s = kir_reduce(k, KIR_SUM, kir_load(k, dy, kir_add(k, kir_mul(k, kir_col(k), C(k, 200)), r)));
+  kir_end(k);
+  kir_store(k, db, r, kir_add(k, kir_load(k, db, r), s));
+}
+
+/* rows [2, 40], loop 300: x[c * 80 + r0 * 40 + r1]; out[row] = (max, sum) */
+static void colstats(KirModule *m) {
+  KirKernel *k = kir_kernel_new(m, "colstats");
+  kir_row_dim(k, 2);
+  kir_row_dim(k, 40);
+  int x = kir_buf(k, "x", KIR_F32, KIR_IN), out = kir_buf(k, "out", KIR_F32, KIR_OUT);
+  KirVal row = kir_add(k, kir_mul(k, kir_row(k, 0), C(k, 40)), kir_row(k, 1));
+  kir_loop(k, C(k, 300));
+  KirVal v = kir_load(k, x, kir_add(k, kir_mul(k, kir_col(k), C(k, 80)), row));
+  KirVal mx = kir_reduce(k, KIR_MAX, v), s = kir_reduce(k, KIR_SUM, v);
+  kir_end(k);
+  KirVal o = kir_mul(k, row, C(k, 2));
+  kir_store(k, out, o, mx);
+  kir_store(k, out, kir_add(k, o, C(k, 1)), s);
+}
+
+/* out[r] = 2 sum_c x[c * 5000 + r], loop of 3: tiles without a split */
+static void colshort(KirModule *m) {
+  KirKernel *k = kir_kernel_new(m, "colshort");
+  kir_row_dim(k, 5000);
+  int x = kir_buf(k, "x", KIR_F32, KIR_IN), out = kir_buf(k, "out", KIR_F32, KIR_OUT);
+  KirVal r = kir_row(k, 0);
+  kir_loop(k, C(k, 3));
+  KirVal s = kir_reduce(k, KIR_SUM, kir_load(k, x, kir_add(k, kir_mul(k, kir_col(k), C(k, 5000)), r)));
+  kir_end(k);
+  kir_store(k, out, r, kir_mul(k, s, kir_fconst(k, 2.0f)));
+}
+
+/* ---- kernels that must keep their mapping ---- */
+
+/* out[0] = sum exp(x - max x): the second loop reads the first's reduction */
+static void twoloop(KirModule *m) {
+  KirKernel *k = kir_kernel_new(m, "twoloop");
+  int out = kir_buf(k, "out", KIR_F32, KIR_OUT), x = kir_buf(k, "x", KIR_F32, KIR_IN);
+  kir_loop(k, C(k, 8192));
+  KirVal mx = kir_reduce(k, KIR_MAX, kir_load(k, x, kir_col(k)));
+  kir_end(k);
+  kir_loop(k, C(k, 8192));
+  KirVal s = kir_reduce(k, KIR_SUM, kir_exp(k, kir_sub(k, kir_load(k, x, kir_col(k)), mx)));
+  kir_end(k);
+  kir_store(k, out, C(k, 0), s);
+}
+
+/* y[c] = 2 x[c] and out[0] = sum x: a store in the loop */
+static void loopstore(KirModule *m) {
+  KirKernel *k = kir_kernel_new(m, "loopstore");
+  int out = kir_buf(k, "out", KIR_F32, KIR_OUT), x = kir_buf(k, "x", KIR_F32, KIR_IN);
+  int y = kir_buf(k, "y", KIR_F32, KIR_OUT);
+  kir_loop(k, C(k, 8192));
+  KirVal v = kir_load(k, x, kir_col(k));
+  kir_store(k, y, kir_col(k), kir_add(k, v, v));
+  KirVal s = kir_reduce(k, KIR_SUM, v);
+  kir_end(k);
+  kir_store(k, out, C(k, 0), s);
+}
+
+/* rows [R] of E, row-major (row stride E): a row-sum */
+static void rowsum(KirModule *m, const char *name, int64_t R, int64_t E) {
+  KirKernel *k = kir_kernel_new(m, name);
+  kir_row_dim(k, R);
+  int out = kir_buf(k, "out", KIR_F32, KIR_OUT), x = kir_buf(k, "x", KIR_F32, KIR_IN);
+  KirVal r = kir_row(k, 0);
+  kir_loop(k, C(k, E));
+  KirVal s = kir_reduce(k, KIR_SUM, kir_load(k, x, kir_add(k, kir_mul(k, r, C(k, E)), kir_col(k))));
+  kir_end(k);
+  kir_store(k, out, r, s);
+}
+
+static KirCudaLaunch plan_of(KirModule *m, const char *name) {
+  KirCudaLaunch L;
+  memset(&L, 0, sizeof L);
+  for (int i = 0; i < m->nkernels; i++)
+    if (!strcmp(m->kernels[i]->name, name)) kir_cuda_plan(m->kernels[i], &L);
+  return L;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: cu_split DIR\n");
+    return 2;
+  }
+  KirModule *m = kir_module_new();
+  sumsq(m);
+  rowstats(m);
+  colsum(m);
+  colstats(m);
+  colshort(m);
+  twoloop(m);
+  loopstore(m);
+  rowsum(m, "rowsum_4095", 1, 4095);   /* below the loop threshold */
+  rowsum(m, "rowsum_4096", 31, 4096);  /* at it, 31 rows */
+  rowsum(m, "rowsum_32", 32, 8192);    /* 32 rows: enough rows */
+  char err[512], cu[4096], h[4096];
+  CHECK(!kir_verify(m, err, sizeof err), "%s", err);
+  snprintf(cu, sizeof cu, "%s/kernels.cu", argv[1]);
+  snprintf(h, sizeof h, "%s/kernels_cuda.h", argv[1]);
+  CHECK(!kir_cuda_write(m, cu, h, err, sizeof err), "%s", err);
+  char *text = slurp(cu), *hdr = slurp(h);
+  if (!text || !hdr) {
+    fprintf(stderr, "cu_split: cannot read back %s\n", cu);
+    return 1;
+  }
+
+  /* sumsq: 100000 / 1024 blocks rounds up to the 2048-column minimum: 49 parts */
+  KirCudaLaunch L = plan_of(m, "sumsq");
+  CHECK(L.mapping == KIR_CUDA_ROW_SPLIT && L.vector && L.block_threads == 256 && L.parts == 49 &&
+            L.chunk == 2048,
+        "sumsq plan %d parts %lld chunk %lld", (int)L.mapping, (long long)L.parts, (long long)L.chunk);
+  char *s = section(text, "sumsq");
+  CHECK(strstr(s, "mapping: split rows, 49 blocks of 256 threads per row, each over 2048") &&
+            strstr(s, "template <bool VEC>") && strstr(s, "int64_t row_end, int slot_)") &&
+            strstr(s, "const int slot_ = kcu_lane(stream);") &&
+            strstr(s, "(row_end - row_begin) * (slot_ >= 0 ? 49 : 1)") &&
+            strstr(s, "cb_ = cbeg_ + (int64_t)W_ * lane_; cb_ < cend_;") &&
+            strstr(s, "kcu_row_sum<256>(a") && strstr(s, "kcu_split_sum<256>(pp_, parts_, red_f_)") &&
+            strstr(s, "if (!kcu_split_last(&kcu_count_[slot_][r_], parts_, &last_)) return;") &&
+            strstr(s, "<true><<<grid_, 256, 0, stream>>>(out, x, row_begin, row_end, slot_);"),
+        "sumsq source:\n%s", s);
+  free(s);
+
+  L = plan_of(m, "rowstats");  /* 1024 / 3 blocks: 2048-column chunks, 25 parts */
+  CHECK(L.mapping == KIR_CUDA_ROW_SPLIT && !L.vector && L.parts == 25 && L.chunk == 2048,
+        "rowstats plan %d parts %lld chunk %lld", (int)L.mapping, (long long)L.parts,
+        (long long)L.chunk);
+  s = section(text, "rowstats");
+  CHECK(strstr(s, "kcu_row_key<256, true>(") && strstr(s, "kcu_row_key<256, false>(") &&
+            strstr(s, "kcu_split_key<256, true>(pp_, parts_, red_k_)") &&
+            strstr(s, "kcu_split_key<256, false>(pp_ + 3 * parts_, parts_, red_k_)") &&
+            strstr(s, "kcu_split_sum<256>(pp_ + 6 * parts_, parts_, red_f_)") &&
+            strstr(s, "= __int_as_float(t") && strstr(s, "if (lane_ == 0) {\n") &&
+            !strstr(s, "template"),
+        "rowstats source:\n%s", s);
+  free(s);
+
+  L = plan_of(m, "colsum");  /* 7 tiles, 4096 / 64 = 64 parts of 64 columns */
+  CHECK(L.mapping == KIR_CUDA_COL_TILE && !L.vector && L.block_threads == 256 && L.parts == 64 &&
+            L.chunk == 64,
+        "colsum plan %d parts %lld chunk %lld", (int)L.mapping, (long long)L.parts, (long long)L.chunk);
+  s = section(text, "colsum");
+  CHECK(strstr(s, "mapping: column tiles") && strstr(s, "const int64_t r_ = in_ ? rt_ : row_end - 1;") &&
+            strstr(s, "for (int64_t c0_ = cbeg_ + ty_; c0_ < cend_; c0_ += 8)") &&
+            strstr(s, "kcu_tile_sum(a") && strstr(s, "pp_[part_ * 200] = t") &&
+            strstr(s, "kcu_tile_split_sum(pp_, parts_, 200, red_t_)") &&
+            strstr(s, "if (!kcu_split_last(&kcu_count_[slot_][tile_], parts_, &last_)) continue;") &&
+            strstr(s, "if (ty_ == 0 && in_) {\n") && strstr(s, "(unsigned)(tiles_ * 64) : kcu_grid(tiles_, 1)"),
+        "colsum source:\n%s", s);
+  free(s);
+
+  L = plan_of(m, "colstats");  /* 3 tiles, 300 / 64 = 4 parts of 80 */
+  CHECK(L.mapping == KIR_CUDA_COL_TILE && L.parts == 4 && L.chunk == 80,
+        "colstats plan %d parts %lld chunk %lld", (int)L.mapping, (long long)L.parts,
+        (long long)L.chunk);
+  s = section(text, "colstats");
+  CHECK(strstr(s, "kcu_tile_key<true>(a") && strstr(s, "kcu_tile_split_key<true>(pp_, parts_, 80, red_tk_)") &&
+            strstr(s, "kcu_tile_split_sum(pp_ + 1 * parts_ * 80, parts_, 80, red_t_)") &&
+            strstr(s, "pp_[(1 * parts_ + part_) * 80] = t"),
+        "colstats source:\n%s", s);
+  free(s);
+
+  L = plan_of(m, "colshort");  /* a loop of 3: tiles, not split */
+  CHECK(L.mapping == KIR_CUDA_COL_TILE && L.parts == 1, "colshort plan %d parts %lld", (int)L.mapping,
+        (long long)L.parts);
+  s = section(text, "colshort");
+  CHECK(!strstr(s, "slot_") && !strstr(s, "kcu_split") &&
+            strstr(s, "for (int64_t tile_ = blockIdx.x; tile_ < tiles_; tile_ += gridDim.x)") &&
+            strstr(s, "kcu_grid((row_end - row_begin + 31) / 32, 1)"),
+        "colshort source:\n%s", s);
+  free(s);
+
+  const char *keep[] = {"twoloop", "loopstore", "rowsum_4095", "rowsum_32"};
+  for (size_t i = 0; i < sizeof keep / sizeof *keep; i++) {
+    L = plan_of(m, keep[i]);
+    CHECK(L.mapping == KIR_CUDA_ROW_GROUP && L.parts == 1, "%s must stay row_group (%d)", keep[i],
+          (int)L.mapping);
+    s = section(text, keep[i]);
+    CHECK(!strstr(s, "slot_") && !strstr(s, "kcu_split"), "%s source:\n%s", keep[i], s);
+    free(s);
+  }
+  L = plan_of(m, "rowsum_4096");  /* 1024 / 31 = 33 blocks: 2048-column chunks */
+  CHECK(L.mapping == KIR_CUDA_ROW_SPLIT && L.parts == 2 && L.chunk == 2048, "rowsum_4096 plan %d %lld",
+        (int)L.mapping, (long long)L.parts);
+
+  /* the scratch and its helpers, once; the header names the mappings */
+  CHECK(strstr(text, "static __device__ float kcu_part_[KCU_LANES][KCU_LANE_PARTS];") &&
+            strstr(text, "static int kcu_lane(cudaStream_t s)") &&
+            strstr(text, "__device__ __forceinline__ float kcu_tile_sum("),
+        "split prelude missing");
+  CHECK(strstr(hdr, "] = 1; row_split */\nvoid sumsq_launch(") &&
+            strstr(hdr, "] = 200; col_tile */\nvoid colsum_launch("),
+        "header mapping names:\n%s", hdr);
+
+  /* no split kernel, no split prelude */
+  KirModule *plain = kir_module_new();
+  twoloop(plain);
+  char cu2[4096];
+  snprintf(cu2, sizeof cu2, "%s/plain.cu", argv[1]);
+  CHECK(!kir_cuda_write(plain, cu2, NULL, err, sizeof err), "%s", err);
+  char *t2 = slurp(cu2);
+  CHECK(t2 && !strstr(t2, "kcu_part_") && !strstr(t2, "kcu_tile_sum") && !strstr(t2, "<mutex>"),
+        "a module without split kernels has the split prelude");
+  free(t2);
+  kir_module_free(plain);
+
+  free(text);
+  free(hdr);
+  kir_module_free(m);
+  if (failures) fprintf(stderr, "cu_split: %d failure(s)\n", failures);
+  else printf("cu_split: ok (%s)\n", cu);
+  return failures ? 1 : 0;
+}

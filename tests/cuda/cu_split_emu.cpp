@@ -1,0 +1,353 @@
+/* tests/cuda/cu_split_emu.cpp -- cu_split's kernels.cu run on the CPU
+ * (kcu_emu.h: blocks one after another, threads as fibers with exact
+ * barrier and shuffle semantics), for the split reductions (ROW_SPLIT,
+ * COL_TILE) and, as a check of the emulation, kernels of the other mappings.
+ *
+ * For each kernel: results against a reference (exact where the order of
+ * the float operations is known, else |got - ref| <= 1e-5 (sum |terms|) +
+ * 1e-6); the same bits whatever order the blocks run in (so whichever block
+ * is last), and whatever row ranges the rows are launched in; the unsplit
+ * form (no scratch lane, slot -1) within the tolerance; every block counter
+ * back at 0 after every launch; nothing written outside the outputs.  Then
+ * the scratch lanes: one per stream, the same bits on another stream, and
+ * the unsplit fallback once the lanes are all taken.
+ *
+ * Built and run by split_emu.sh, which rewrites kernels.cu to
+ * kernels_emu.cu (included here). */
+#include "kernels_emu.cu"
+
+#include <math.h>
+
+#include <cstdio>
+#include <vector>
+
+static int failures;
+
+#define CHECK(c, ...)                                              \
+  do {                                                             \
+    if (!(c)) {                                                    \
+      fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #c); \
+      fprintf(stderr, __VA_ARGS__);                                \
+      fputc('\n', stderr);                                         \
+      failures++;                                                  \
+    }                                                              \
+  } while (0)
+
+static uint64_t rng = 0x9e3779b97f4a7c15u;
+
+static float uniform(float lo, float hi) {
+  uint64_t z = (rng += 0x9e3779b97f4a7c15u);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+  z ^= z >> 31;
+  return lo + (hi - lo) * (float)((double)(z >> 40) / (double)(1u << 24));
+}
+
+static uint32_t bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+/* A buffer with guard zones either side (GUARD floats of a NaN pattern no
+ * kernel produces) and a 16-byte aligned start, or one float past it. */
+enum { GUARD = 64 };
+static const uint32_t GUARD_BITS = 0x7fbadbadu;
+
+struct Buf {
+  std::vector<float> mem;
+  size_t n;
+  int off;
+  Buf(size_t n_, int off_ = 0) : mem(n_ + 2 * GUARD + 4), n(n_), off(off_) {
+    float g;
+    memcpy(&g, &GUARD_BITS, sizeof g);
+    for (float &x : mem) x = g;
+  }
+  float *p() { return mem.data() + GUARD + off; }
+  float &operator[](size_t i) { return p()[i]; }
+  bool guards_ok() const {
+    for (size_t i = 0; i < mem.size(); i++) {
+      if (i >= (size_t)(GUARD + off) && i < GUARD + off + n) continue;
+      if (bits(mem[i]) != GUARD_BITS) return false;
+    }
+    return true;
+  }
+  std::vector<float> get() { return std::vector<float>(p(), p() + n); }
+  void set(const std::vector<float> &v) { memcpy(p(), v.data(), n * sizeof(float)); }
+};
+
+static bool counters_zero() {
+  for (int l = 0; l < KCU_LANES; l++)
+    for (int i = 0; i < KCU_LANE_COUNTS; i++)
+      if (kcu_count_[l][i]) return false;
+  return true;
+}
+
+static bool same_bits(const std::vector<float> &a, const std::vector<float> &b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); i++)
+    if (bits(a[i]) != bits(b[i])) return false;
+  return true;
+}
+
+/* out starts as init; run(rb, re) launches rows [rb, re).  Returns the
+ * result of one launch of all rows; checks that other block orders and the
+ * row ranges split at each of cuts give the same bits. */
+template <class F>
+static std::vector<float> run_all(const char *name, Buf &out, const std::vector<float> &init, int64_t rows,
+                                  std::vector<int64_t> cuts, F run) {
+  std::vector<float> first;
+  const unsigned orders[] = {0, 1, 7};
+  for (unsigned o : orders) {
+    kcu_emu_order = o;
+    out.set(init);
+    run(0, rows);
+    CHECK(counters_zero(), "%s: a block counter is not back at 0 (order %u)", name, o);
+    CHECK(out.guards_ok(), "%s: wrote outside its output (order %u)", name, o);
+    if (first.empty()) first = out.get();
+    else CHECK(same_bits(first, out.get()), "%s: block order %u changes the bits", name, o);
+  }
+  kcu_emu_order = 3;
+  for (int64_t cut : cuts) {
+    out.set(init);
+    run(0, cut);
+    run(cut, rows);
+    CHECK(counters_zero(), "%s: a block counter is not back at 0 (cut %lld)", name, (long long)cut);
+    CHECK(same_bits(first, out.get()), "%s: rows [0, %lld) + [%lld, %lld) change the bits", name,
+          (long long)cut, (long long)cut, (long long)rows);
+  }
+  kcu_emu_order = 0;
+  return first;
+}
+
+/* |got - ref| <= 1e-5 mag + 1e-6, or both NaN */
+static bool near(float got, double ref, double mag) {
+  if (isnan(ref)) return isnan(got);
+  return fabs((double)got - ref) <= 1e-5 * mag + 1e-6;
+}
+
+static cudaStream_t S0 = nullptr;
+
+static void test_sumsq() {
+  const int64_t E = 100000;
+  Buf x(E), xu(E, 1), out(1);
+  double ref = 0;
+  for (int64_t c = 0; c < E; c++) {
+    x[c] = xu[c] = uniform(-1, 1);
+    ref += (double)x[c] * x[c];
+  }
+  std::vector<float> init(1, 0.0f);
+  long b0 = kcu_emu_blocks;
+  std::vector<float> got = run_all("sumsq", out, init, 1, {}, [&](int64_t rb, int64_t re) {
+    sumsq_launch(out.p(), x.p(), rb, re, S0);
+  });
+  CHECK(kcu_emu_blocks - b0 == 3 * 49, "sumsq: %ld blocks for 3 launches, expected 3 x 49",
+        kcu_emu_blocks - b0);
+  CHECK(near(got[0], ref, ref), "sumsq: %.9g, expected %.9g", got[0], ref);
+  /* float4 off: one float past the alignment */
+  std::vector<float> gu = run_all("sumsq unaligned", out, init, 1, {}, [&](int64_t rb, int64_t re) {
+    sumsq_launch(out.p(), xu.p(), rb, re, S0);
+  });
+  CHECK(near(gu[0], ref, ref), "sumsq unaligned: %.9g, expected %.9g", gu[0], ref);
+  /* unsplit (no lane): one block */
+  out.set(init);
+  kcu_emu_launch(1, 256, sumsq<true>, out.p(), x.p(), 0, 1, -1);
+  CHECK(near(out[0], ref, ref), "sumsq unsplit: %.9g, expected %.9g", out[0], ref);
+  /* another stream: another lane, the same bits */
+  out.set(init);
+  sumsq_launch(out.p(), x.p(), 0, 1, (cudaStream_t)0x10);
+  CHECK(kcu_lane((cudaStream_t)0x10) == 1 && kcu_lane(S0) == 0, "lanes %d %d", kcu_lane(S0),
+        kcu_lane((cudaStream_t)0x10));
+  CHECK(bits(out[0]) == bits(got[0]) && counters_zero(), "sumsq on lane 1: %.9g vs %.9g", out[0], got[0]);
+}
+
+static void test_rowstats() {
+  const int64_t R = 3, E = 50001;
+  Buf x(R * E), scale(R), out(2 * R), acc(R);
+  float sc[3] = {0.5f, -2.0f, 1.5f};
+  for (int64_t i = 0; i < R * E; i++) x[i] = uniform(-3, 3);
+  x[2 * E + 30000] = NAN;
+  x[1 * E + 4] = 1e3f;  /* a known maximum of row 1 after scaling: its minimum */
+  for (int r = 0; r < R; r++) scale[r] = sc[r];
+  std::vector<float> init(2 * R, 0.0f), ainit = {1.0f, 2.0f, 3.0f};
+  std::vector<float> got_acc;
+  std::vector<float> got = run_all("rowstats", out, init, R, {1, 2}, [&](int64_t rb, int64_t re) {
+    if (rb == 0) acc.set(ainit);
+    rowstats_launch(x.p(), scale.p(), out.p(), acc.p(), rb, re, S0);
+    if (re == R) {
+      if (got_acc.empty()) got_acc = acc.get();
+      else CHECK(same_bits(got_acc, acc.get()), "rowstats: acc bits differ between runs");
+    }
+  });
+  CHECK(acc.guards_ok() && out.guards_ok(), "rowstats: guards");
+  for (int r = 0; r < R; r++) {
+    float mx = -INFINITY, mn = INFINITY;
+    double s = 0, mag = fabs(ainit[r]);
+    bool nan = false;
+    for (int64_t c = 0; c < E; c++) {
+      float v = x[r * E + c] * sc[r];
+      if (isnan(v)) nan = true;
+      mx = v > mx ? v : mx;
+      mn = v < mn ? v : mn;
+      s += v;
+      mag += fabs(v);
+    }
+    if (nan) {
+      CHECK(isnan(got[2 * r]) && isnan(got[2 * r + 1]) && isnan(got_acc[r]), "rowstats row %d: NaN lost", r);
+      continue;
+    }
+    CHECK(bits(got[2 * r]) == bits(mx) && bits(got[2 * r + 1]) == bits(mn),
+          "rowstats row %d: max %.9g min %.9g, expected %.9g %.9g", r, got[2 * r], got[2 * r + 1], mx, mn);
+    CHECK(near(got_acc[r], ainit[r] + s, mag), "rowstats row %d: acc %.9g, expected %.9g", r, got_acc[r],
+          ainit[r] + s);
+  }
+  CHECK(got[3] == -2e3f, "rowstats: min of row 1 %.9g", got[3]);
+  /* unsplit */
+  out.set(init);
+  acc.set(ainit);
+  kcu_emu_launch(3, 256, rowstats, x.p(), scale.p(), out.p(), acc.p(), 0, 3, -1);
+  for (int r = 0; r < 2; r++)
+    CHECK(bits(out[2 * r]) == bits(got[2 * r]) && bits(out[2 * r + 1]) == bits(got[2 * r + 1]) &&
+              near(acc[r], got_acc[r], fabs(got_acc[r]) + 1e3),
+          "rowstats unsplit row %d", r);
+}
+
+static void test_colsum() {
+  const int64_t R = 200, E = 4096;
+  Buf dy(R * E), db(R);
+  for (int64_t i = 0; i < R * E; i++) dy[i] = uniform(-1, 1);
+  std::vector<float> init(R);
+  for (auto &v : init) v = uniform(-1, 1);
+  std::vector<float> got = run_all("colsum", db, init, R, {77, 32, 199}, [&](int64_t rb, int64_t re) {
+    colsum_launch(dy.p(), db.p(), rb, re, S0);
+  });
+  for (int64_t r = 0; r < R; r++) {
+    double s = init[r], mag = fabs(init[r]);
+    for (int64_t c = 0; c < E; c++) s += dy[c * R + r], mag += fabs(dy[c * R + r]);
+    CHECK(near(got[r], s, mag), "colsum row %lld: %.9g, expected %.9g", (long long)r, got[r], s);
+  }
+  db.set(init);
+  kcu_emu_launch(kcu_grid(7, 1), 256, colsum, dy.p(), db.p(), 0, R, -1);
+  for (int64_t r = 0; r < R; r++)
+    CHECK(near(db[r], got[r], 100), "colsum unsplit row %lld: %.9g vs %.9g", (long long)r, db[r], got[r]);
+}
+
+static void test_colstats() {
+  const int64_t R = 80, E = 300;
+  Buf x(R * E), out(2 * R);
+  for (int64_t i = 0; i < R * E; i++) x[i] = uniform(-5, 5);
+  x[100 * R + 45] = NAN;  /* row (1, 5) */
+  std::vector<float> init(2 * R, 0.0f);
+  std::vector<float> got = run_all("colstats", out, init, R, {33, 40, 64}, [&](int64_t rb, int64_t re) {
+    colstats_launch(x.p(), out.p(), rb, re, S0);
+  });
+  for (int64_t r = 0; r < R; r++) {
+    float mx = -INFINITY;
+    double s = 0, mag = 0;
+    for (int64_t c = 0; c < E; c++) {
+      float v = x[c * R + r];
+      mx = v > mx || isnan(v) ? v : mx;
+      s += v, mag += fabs(v);
+    }
+    if (r == 45) {
+      CHECK(isnan(got[2 * r]) && isnan(got[2 * r + 1]), "colstats row 45: NaN lost");
+      continue;
+    }
+    CHECK(bits(got[2 * r]) == bits(mx) && near(got[2 * r + 1], s, mag),
+          "colstats row %lld: %.9g %.9g, expected %.9g %.9g", (long long)r, got[2 * r], got[2 * r + 1], mx, s);
+  }
+}
+
+static void test_colshort() {
+  const int64_t R = 5000;
+  Buf x(3 * R), out(R);
+  for (int64_t i = 0; i < 3 * R; i++) x[i] = uniform(-1, 1);
+  std::vector<float> init(R, 0.0f);
+  std::vector<float> got = run_all("colshort", out, init, R, {4999, 31}, [&](int64_t rb, int64_t re) {
+    colshort_launch(x.p(), out.p(), rb, re, S0);
+  });
+  for (int64_t r = 0; r < R; r++) {
+    float s = (x[r] + x[R + r]) + x[2 * R + r];  /* slices 0, 1, 2 in order */
+    CHECK(got[r] == s * 2.0f, "colshort row %lld: %.9g, expected %.9g", (long long)r, got[r], s * 2.0f);
+  }
+}
+
+/* row sums of [R, E] through whatever mapping the kernel has */
+template <class F> static void test_rowsum(const char *name, int64_t R, int64_t E, F launch) {
+  Buf x(R * E), out(R);
+  for (int64_t i = 0; i < R * E; i++) x[i] = uniform(-1, 1);
+  std::vector<float> init(R, 0.0f);
+  std::vector<float> got = run_all(name, out, init, R, {R / 2}, [&](int64_t rb, int64_t re) {
+    launch(out.p(), x.p(), rb, re);
+  });
+  for (int64_t r = 0; r < R; r++) {
+    double s = 0, mag = 0;
+    for (int64_t c = 0; c < E; c++) s += x[r * E + c], mag += fabs(x[r * E + c]);
+    CHECK(near(got[r], s, mag), "%s row %lld: %.9g, expected %.9g", name, (long long)r, got[r], s);
+  }
+}
+
+/* the other mappings, as a check of the emulation */
+static void test_others() {
+  const int64_t E = 8192;
+  Buf x(E), out(1), y(E);
+  for (int64_t c = 0; c < E; c++) x[c] = uniform(-4, 4);
+  std::vector<float> init(1, 0.0f);
+  std::vector<float> got = run_all("twoloop", out, init, 1, {}, [&](int64_t rb, int64_t re) {
+    twoloop_launch(out.p(), x.p(), rb, re, S0);
+  });
+  double mx = -INFINITY, s = 0;
+  for (int64_t c = 0; c < E; c++) mx = x[c] > mx ? x[c] : mx;
+  for (int64_t c = 0; c < E; c++) s += exp((double)x[c] - mx);
+  CHECK(near(got[0], s, s), "twoloop: %.9g, expected %.9g", got[0], s);
+  got = run_all("loopstore", out, init, 1, {}, [&](int64_t rb, int64_t re) {
+    loopstore_launch(out.p(), x.p(), y.p(), rb, re, S0);
+  });
+  s = 0;
+  double mag = 0;
+  for (int64_t c = 0; c < E; c++) {
+    s += x[c], mag += fabs(x[c]);
+    CHECK(y[c] == x[c] + x[c], "loopstore y[%lld]", (long long)c);
+  }
+  CHECK(near(got[0], s, mag), "loopstore: %.9g, expected %.9g", got[0], s);
+}
+
+int main() {
+  test_sumsq();
+  test_rowstats();
+  test_colsum();
+  test_colstats();
+  test_colshort();
+  test_rowsum("rowsum_4096", 31, 4096, [](float *o, const float *x, int64_t rb, int64_t re) {
+    rowsum_4096_launch(o, x, rb, re, S0);
+  });
+  test_rowsum("rowsum_4095", 1, 4095, [](float *o, const float *x, int64_t rb, int64_t re) {
+    rowsum_4095_launch(o, x, rb, re, S0);
+  });
+  test_rowsum("rowsum_32", 32, 8192, [](float *o, const float *x, int64_t rb, int64_t re) {
+    rowsum_32_launch(o, x, rb, re, S0);
+  });
+  test_others();
+
+  /* lanes: S0 and 0x10 have 0 and 1; more streams take the rest; then none */
+  for (uintptr_t i = 0; i < KCU_LANES - 2; i++)
+    CHECK(kcu_lane((cudaStream_t)(0x100 + i)) == (int)i + 2, "stream %d's lane", (int)i);
+  cudaStream_t late = (cudaStream_t)0x1000;
+  CHECK(kcu_lane(late) == -1 && kcu_lane(late) == -1 && kcu_lane((cudaStream_t)0x10) == 1,
+        "lanes after all are taken");
+  {
+    Buf x(100000), out(1);
+    double ref = 0;
+    for (int c = 0; c < 100000; c++) x[c] = uniform(-1, 1), ref += (double)x[c] * x[c];
+    long b0 = kcu_emu_blocks;
+    sumsq_launch(out.p(), x.p(), 0, 1, late);
+    CHECK(kcu_emu_blocks - b0 == 1 && near(out[0], ref, ref), "sumsq without a lane: %ld blocks, %.9g vs %.9g",
+          kcu_emu_blocks - b0, out[0], ref);
+  }
+
+  if (failures) fprintf(stderr, "cu_split_emu: %d failure(s)\n", failures);
+  else
+    printf("cu_split_emu: ok (%ld launches, %ld blocks, %ld barriers emulated)\n", kcu_emu_launches,
+           kcu_emu_blocks, kcu_emu_barriers);
+  return failures ? 1 : 0;
+}
