@@ -35,8 +35,13 @@
 #               (4 ranks as threads on the one GPU, host-staged collectives and
 #               pipeline transfers) against train, the CPU trainer of the same
 #               layout, $STEPS steps, 1e-4 relative;
+#   3c. more    moe_tiny at pp=2 x dp=2 ep=2 (2 microbatches), at dp=2 ep=2 with
+#               2 microbatches (gradient accumulation), at dp=4 ep=2 --zero 1, and
+#               gpt2_tiny at dp=2 --zero 1: train_cuda against train of the same
+#               layout, $STEPS steps, 1e-4 relative;
 #   4. bf16     GPT-2 small (examples/gpt2.dsl, precision = bf16) for
 #               $BENCH_STEPS steps: tokens/s and MFU against $PEAK_TFLOPS;
+#   4a. the same with PARC_CUDA_GEMM_OPERANDS=fp32 (what bf16 GEMM operands buy);
 #   4b. profile the same, 6 steps, PARC_CUDA_PROFILE: per kernel and op the
 #               time, share of the step and achieved GB/s or TFLOP/s against
 #               the chip's ceilings (compare.py profile);
@@ -267,6 +272,25 @@ for cfg in gpt2_tiny llama_tiny moe_tiny:--microbatches:2; do
     "tp=2 pp=2 $model vs CPU tp=2 pp=2" "$WORK/$name.cmp.log"
 done
 
+# 3c. more layouts against the CPU trainer of the same layout (4 ranks as threads
+# on the one GPU): experts summed over ep_dp inside a pipeline and with gradient
+# accumulation, and ZeRO-1 (dense, and with experts sharded over ep_dp)
+for cfg in moe_tiny_pp2_dp2_ep2:--pp:2:--dp:2:--ep:2:--microbatches:2 \
+           moe_tiny_dp2_ep2_mb2:--dp:2:--ep:2:--microbatches:2 \
+           moe_tiny_dp4_ep2_zero:--dp:4:--ep:2:--zero:1 gpt2_tiny_dp2_zero:--dp:2:--zero:1; do
+  name=${cfg%%:*}
+  model=${name%%_[pd][pd]*}
+  extra=$(echo "$cfg" | cut -s -d: -f2- | tr ':' ' ')
+  say "3c. fp32 $name on the device-local backend"
+  # shellcheck disable=SC2086
+  project "$name" "$model.dsl" "train train_cuda" $extra || continue
+  cpu "$name"
+  running || continue
+  gpu "$name"
+  compare losses "$WORK/$name.cpu.jsonl" "$WORK/$name.gpu.jsonl" "$name vs CPU, same layout" \
+    "$WORK/$name.cmp.log"
+done
+
 say "4. bf16 GPT-2 small: $BENCH_STEPS steps"
 if project gpt2 gpt2.dsl "train_cuda" && running; then
   timeout $((2 * LIMIT)) "$WORK/gpt2/build/train_cuda" --steps "$BENCH_STEPS" --log "$WORK/gpt2.bf16.jsonl" \
@@ -276,6 +300,17 @@ if project gpt2 gpt2.dsl "train_cuda" && running; then
     "$PEAK_TFLOPS" 5 > "$WORK/gpt2.bench.log" 2>&1 || true
   cat "$WORK/gpt2.bench.log"
   result "bf16 gpt2 (124M) B8xT1024" "$WORK/gpt2.bench.log"
+fi
+
+say "4a. bf16 GPT-2 small with fp32 GEMM operands (cuBLASLt rounding them), 15 steps"
+if [ -f "$WORK/gpt2.built" ] && running; then
+  PARC_CUDA_GEMM_OPERANDS=fp32 timeout $((2 * LIMIT)) "$WORK/gpt2/build/train_cuda" --steps 15 \
+    --log "$WORK/gpt2.bf16_fp32ops.jsonl" --quiet > "$WORK/gpt2.bf16_fp32ops.log" 2>&1 ||
+    cat "$WORK/gpt2.bf16_fp32ops.log"
+  python3 "$ROOT/tests/gpu/compare.py" bench "$WORK/gpt2.bf16_fp32ops.jsonl" "$WORK/gpt2/plan.json" \
+    "$PEAK_TFLOPS" 5 > "$WORK/gpt2.bf16_fp32ops.bench.log" 2>&1 || true
+  cat "$WORK/gpt2.bf16_fp32ops.bench.log"
+  result "bf16 gpt2, fp32 GEMM operands" "$WORK/gpt2.bf16_fp32ops.bench.log"
 fi
 
 say "4b. per-kernel profile: GPT-2 small bf16, 6 steps (PARC_CUDA_PROFILE)"
