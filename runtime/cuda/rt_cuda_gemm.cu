@@ -15,14 +15,19 @@
  *
  * Precision.  fp32 mode: fp32 operands, fp32 arithmetic (verification).
  * bf16 mode: operands rounded to bf16 (round to nearest even), products
- * accumulated in fp32, the result fp32.  Without a batch, the operands are
- * converted into bf16 workspaces by one pass each, their rows padded to a
- * multiple of 8 elements (16 bytes: an odd vocabulary's rows too), and
- * cuBLASLt runs bf16 x bf16 -> fp32, about twice the rate of fp32 operands
- * on Hopper (bench/gemm_gpu.cu); a result whose rows are not 16-byte aligned
- * (n % 4 != 0) goes through a padded fp32 workspace and a 2-D copy.  Batched
- * GEMMs (and PARC_CUDA_GEMM_OPERANDS=fp32) let cuBLASLt round the fp32
- * operands itself (CUBLAS_COMPUTE_32F_FAST_16BF). */
+ * accumulated in fp32, the result fp32.  Without a batch, and where k is a
+ * multiple of 8 and n of 4, the operands are converted into bf16 workspaces
+ * by one pass each, their rows padded to a multiple of 8 elements (16 bytes;
+ * an odd m, e.g. the vocabulary of a weight gradient, is fine), and cuBLASLt
+ * runs bf16 x bf16 -> fp32, about twice the rate of fp32 operands on Hopper
+ * (bench/gemm_gpu.cu).  Elsewhere cuBLASLt rounds the fp32 operands itself
+ * (CUBLAS_COMPUTE_32F_FAST_16BF): measured on an H200 for GPT-2's tied head
+ * (odd n or k = 50257), the bf16 path was slower there (8.7 ms against 4.9 ms
+ * for the logits, 6.0 against 4.8 for their dx) and faster for the weight
+ * gradient (2.3 against 5.4).  PARC_CUDA_GEMM_OPERANDS=fp32 keeps the fp32
+ * operands everywhere.  The padded-result path (n % 4 != 0 through a padded
+ * fp32 workspace and a 2-D copy) stays for PARC_CUDA_GEMM_OPERANDS=bf16,
+ * which converts wherever there is no batch. */
 #include <cuda_bf16.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,13 +91,14 @@ static const __nv_bfloat16 *as_bf16(RtCuda *c, int slot, const float *x, int64_t
 static int64_t round8(int64_t x) { return (x + 7) / 8 * 8; }
 
 /* Whether this GEMM converts its operands to bf16 (the head comment). */
-static int use_bf16_operands(const RtCuda *c, int64_t batch) {
-  static int off = -1; /* read once; every thread computes the same value */
-  if (off < 0) {
+static int use_bf16_operands(const RtCuda *c, int64_t batch, int64_t k, int64_t n) {
+  static int want = -1; /* 0 fp32, 1 where aligned, 2 always; read once (same in every thread) */
+  if (want < 0) {
     const char *v = getenv("PARC_CUDA_GEMM_OPERANDS");
-    off = v && !strcmp(v, "fp32");
+    want = v && !strcmp(v, "fp32") ? 0 : v && !strcmp(v, "bf16") ? 2 : 1;
   }
-  return c->gemm == RT_CUDA_GEMM_BF16 && !off && batch == 1;
+  if (c->gemm != RT_CUDA_GEMM_BF16 || !want || batch != 1) return 0;
+  return want == 2 || (k % 8 == 0 && n % 4 == 0);
 }
 
 static cublasComputeType_t compute_type(int mode, int bf16ops) {
@@ -188,7 +194,7 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
     batch = 1;
   }
   int gflags = flags & ~RT_MM_ACCUMULATE;
-  int bf16ops = use_bf16_operands(c, batch), tb = (flags & RT_MM_TRANSPOSE_B) != 0;
+  int bf16ops = use_bf16_operands(c, batch, k, n), tb = (flags & RT_MM_TRANSPOSE_B) != 0;
   /* what cuBLASLt reads and writes: row-major a [ar, ac], b [br, bc], out [m, n]
    * with rows of ld[0], ld[1], ld[2] elements */
   int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;

@@ -170,6 +170,12 @@ if running; then
   if timeout "$LIMIT" "$WORK/parc/gpu_ops_check" > "$WORK/ops.log" 2>&1; then v=PASS; else v=FAIL; STATUS=1; fi
   cat "$WORK/ops.log"
   row "ops: gemm/attention/xent vs CPU" "$v" "$(grep -c ' ok ' "$WORK/ops.log" || true) cases ok"
+  # the bf16 GEMM cases again with every unbatched GEMM on bf16 operands (the
+  # padded-row and padded-result paths, which the default takes only where aligned)
+  if PARC_CUDA_GEMM_OPERANDS=bf16 timeout "$LIMIT" "$WORK/parc/gpu_ops_check" > "$WORK/ops_bf16.log" 2>&1
+  then v=PASS; else v=FAIL; STATUS=1; fi
+  grep 'matmul.*(bf16)' "$WORK/ops_bf16.log" || tail -5 "$WORK/ops_bf16.log"
+  row "ops, bf16 operands everywhere" "$v" "$(grep -c '(bf16).* ok ' "$WORK/ops_bf16.log" || true) bf16 cases ok"
   if [ -x "$WORK/parc/gemm_gpu" ]; then
     timeout "$LIMIT" "$WORK/parc/gemm_gpu" > "$WORK/gemm_gpu.log" 2>&1 || true
     cat "$WORK/gemm_gpu.log"
