@@ -90,21 +90,28 @@ static int reduce(RtStepIO *io, RtComm *g, float *x, int64_t n, RtTraceKind kind
  * all of it, or, with expert-parallel parameters on stage s, each part
  * between their regions over dp and each run of adjacent regions over ep_dp
  * (nothing over an ep_dp group of one rank). */
+int rt_pipe_expert_run(const RtPipeDesc *p, int s, int64_t at, int64_t gn, int64_t *lo,
+                       int64_t *hi) {
+  *lo = *hi = gn; /* the next expert region at or past `at`, and those right after */
+  for (int j = 0; j < p->nexpert; j++) {
+    const int64_t *e = p->expert + (int64_t)j * (p->stages + 1), off = e[1 + s];
+    if (off >= at && off < *lo && e[0] > 0) *lo = off, *hi = off + e[0];
+  }
+  for (int j = 0; j < p->nexpert && *lo < gn; j++) {
+    const int64_t *e = p->expert + (int64_t)j * (p->stages + 1);
+    if (e[1 + s] == *hi && e[0] > 0) *hi += e[0], j = -1; /* (again from the first) */
+  }
+  if (*hi > gn) return rt_fail("pipeline: an expert parameter past the accumulator");
+  return RT_OK;
+}
+
 static int reduce_grads(RtStepIO *io, const RtPipeDesc *p, int s, float *g, int64_t gn, int dp) {
   int ep_dp = io->ep_dp_group ? rt_comm_size(io->ep_dp_group) : 1;
   double t0 = io->trace ? rt_trace_clock() : 0;
   int64_t at = 0, moved = 0; /* g[0, at) is done */
   while (at < gn) {
-    int64_t lo = gn, hi = gn; /* the next expert region at or past `at`, and those right after */
-    for (int j = 0; j < p->nexpert; j++) {
-      const int64_t *e = p->expert + (int64_t)j * (p->stages + 1), off = e[1 + s];
-      if (off >= at && off < lo && e[0] > 0) lo = off, hi = off + e[0];
-    }
-    for (int j = 0; j < p->nexpert && lo < gn; j++) {
-      const int64_t *e = p->expert + (int64_t)j * (p->stages + 1);
-      if (e[1 + s] == hi && e[0] > 0) hi += e[0], j = -1; /* (again from the first) */
-    }
-    if (hi > gn) return rt_fail("pipeline: an expert parameter past the accumulator");
+    int64_t lo, hi;
+    if (rt_pipe_expert_run(p, s, at, gn, &lo, &hi)) return RT_ERR;
     if (lo > at && dp > 1) {
       if (rt_comm_all_reduce(io->dp_group, g + at, g + at, lo - at)) return RT_ERR;
       moved += lo - at;

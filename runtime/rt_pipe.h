@@ -91,6 +91,14 @@ typedef struct {
 /* The step above.  0, or -1 with rt_fail() called. */
 int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p);
 
+/* The end-of-step reduction's plan (rt_pipe_step here, rt_cuda_pipe_step on
+ * the GPU): [*lo, *hi) is the next run of stage s's adjacent expert regions at
+ * or past `at` in its accumulator of gn floats (lo = hi = gn when none is
+ * left); [at, lo) is summed over dp, [lo, hi) over ep_dp, then at = hi.
+ * 0, or -1 with rt_fail() called when a region lies past gn. */
+int rt_pipe_expert_run(const RtPipeDesc *p, int s, int64_t at, int64_t gn, int64_t *lo,
+                       int64_t *hi);
+
 /* ---- the harness's side of stage-local buffers (runtime/rt_train.c) ----
  * A pipelined model m (m->pp > 1, m->pp_param_offset set) describes the whole
  * (tp-local) model; stage s's rank trains with the stage's own description. */

@@ -336,17 +336,8 @@ static int reduce_grads(RtCuda *c, const RtPipeDesc *p, int s, float *g, int64_t
   int dp = c->gsize[RT_CUDA_DP], ep_dp = c->gsize[RT_CUDA_EP_DP];
   int64_t at = 0; /* g[0, at) is done */
   while (at < gn) {
-    int64_t lo = gn, hi = gn; /* the next expert region at or past `at`, and those right after */
-    for (int j = 0; j < p->nexpert; j++) {
-      const int64_t *e = p->expert + (int64_t)j * (p->stages + 1), off = e[1 + s];
-      if (off >= at && off < lo && e[0] > 0) lo = off, hi = off + e[0];
-    }
-    for (int j = 0; j < p->nexpert && lo < gn; j++) {
-      const int64_t *e = p->expert + (int64_t)j * (p->stages + 1);
-      if (e[1 + s] == hi && e[0] > 0) hi += e[0], j = -1; /* (again from the first) */
-    }
-    if (hi > gn)
-      return rt_fail("rank %d: pipeline: an expert parameter past the accumulator", c->wrank);
+    int64_t lo, hi;
+    if (rt_pipe_expert_run(p, s, at, gn, &lo, &hi)) return RT_ERR;
     if (lo > at && dp > 1 && rt_cuda_all_reduce(c, RT_CUDA_DP, g + at, g + at, lo - at))
       return RT_ERR;
     if (hi > lo && ep_dp > 1 && rt_cuda_all_reduce(c, RT_CUDA_EP_DP, g + lo, g + lo, hi - lo))
