@@ -1,6 +1,7 @@
 # MoE tiny: the Mixtral family (GQA attention, top-2 of 4 SwiGLU experts,
 # load-balancing loss) at a size that trains in seconds on a CPU, on bytes.
-# -D z_loss=1e-3 adds the router z-loss, -D shared_ffn=128 a shared expert.
+# -D z_loss=1e-3 adds the router z-loss, -D shared_ffn=128 a shared expert,
+# -D gelu_experts=1 makes the experts GELU MLPs instead of SwiGLU.
 model moe_tiny {
   config {
     vocab = 256
@@ -18,6 +19,7 @@ model moe_tiny {
     capacity = 0.0   # capacity factor: 0 is dropless
     z_loss = 0.0     # router z-loss coefficient (ST-MoE; 1e-3 is usual): 0 is off
     shared_ffn = 0   # width of a shared SwiGLU expert every token takes (DeepSeek): 0 is none
+    gelu_experts = 0 # 1: GELU MLP experts (w1, w2) instead of SwiGLU (w1, w3, w2)
   }
   input tokens : i32[batch, seq]
   input targets : i32[batch, seq]
@@ -26,7 +28,7 @@ model moe_tiny {
   repeat layers as model.layers {
     x = x + gqa_attention(rmsnorm(x, eps) as input_layernorm, heads, kv_heads, theta) as self_attn
     x = x + moe(rmsnorm(x, eps) as post_attention_layernorm, experts, top_k, ffn, aux_loss,
-                capacity, z_loss, shared_ffn) as block_sparse_moe
+                capacity, z_loss, shared_ffn, gelu_experts) as block_sparse_moe
   }
   logits = lm_head(rmsnorm(x, eps) as model.norm, vocab) as lm_head
   loss = cross_entropy(logits, targets)

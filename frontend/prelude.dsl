@@ -102,8 +102,9 @@ block logsumexp(z, p = softmax(z)) {
 
 # Mixtral-style sparse MoE over x [batch, seq, d]: a router (gate) softmax
 # over all experts, top_k chosen with weights renormalised to sum 1, SwiGLU
-# experts (w1 gate, w3 up, w2 down, each [out, in] per expert), the weighted
-# sum of the chosen experts' outputs.  capacity_factor 0 is dropless; else
+# experts (w1 gate, w3 up, w2 down, each [out, in] per expert) or, with
+# gelu_experts = 1, GELU MLP experts (w1 up, w2 down; Switch/GShard style),
+# the weighted sum of the chosen experts' outputs.  capacity_factor 0 is dropless; else
 # each expert takes ceil(factor * tokens * top_k / experts) tokens, in token
 # order, and drops the rest.
 # Load-balancing loss: aux_loss * E * sum_e f_e * P_e (0 turns it off).
@@ -118,7 +119,7 @@ block logsumexp(z, p = softmax(z)) {
 # block keeps one set of parameter names (a second block wrapping moe
 # would nest them under its own scope).
 block moe(x, experts, top_k, hidden, aux_loss = 0.01, capacity_factor = 0.0, z_loss = 0.0,
-          shared_hidden = 0) {
+          shared_hidden = 0, gelu_experts = 0) {
   d = dim(x, -1)
   n = dim(x, 0) * dim(x, 1)
   t = reshape(x, n, d)
@@ -128,10 +129,17 @@ block moe(x, experts, top_k, hidden, aux_loss = 0.01, capacity_factor = 0.0, z_l
   w = gather(probs, idx)
   w = w / sum(w, -1, keepdim = 1)
   e = dispatch(t, idx, experts = experts, capacity_factor = capacity_factor)
-  param w1 : [experts, hidden, d] shard expert
-  param w3 : [experts, hidden, d] shard expert
-  param w2 : [experts, d, hidden] shard expert
-  h = silu(matmul(e, w1, transpose_b = 1)) * matmul(e, w3, transpose_b = 1)
+  if gelu_experts {
+    param w1 : [experts, hidden, d] shard expert
+    param w2 : [experts, d, hidden] shard expert
+    h = gelu(matmul(e, w1, transpose_b = 1))
+  }
+  if 1 - gelu_experts {
+    param w1 : [experts, hidden, d] shard expert
+    param w3 : [experts, hidden, d] shard expert
+    param w2 : [experts, d, hidden] shard expert
+    h = silu(matmul(e, w1, transpose_b = 1)) * matmul(e, w3, transpose_b = 1)
+  }
   y = combine(matmul(h, w2, transpose_b = 1), idx, w)
   f = sum(sum(onehot(idx, experts), 1), 0) / (n * top_k)
   add_loss(sum(f * mean(probs, 0), 0), experts * aux_loss)
