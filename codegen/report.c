@@ -167,11 +167,12 @@ static int moe_same(const CgMoeLayer *a, const CgMoeLayer *b) {
          a->rank_capacity == b->rank_capacity && a->ep == b->ep && a->a2a_count == b->a2a_count;
 }
 
-/* The microbatches a step routes: the pipeline's, else (pp 1) the train
- * section's, which a routed model honours on one stage too (passes/pp_plan.c;
- * a --microbatches given at pp 1 is not visible here). */
+/* The microbatches a step routes: the pipeline's, else (pp 1) the driver's
+ * (Cost.microbatches: the train section's or --microbatches, which a routed
+ * model honours on one stage too, passes/pp_plan.c), else the train section's. */
 static int step_microbatches(const IrModule *m, const Cost *c) {
   if (c->pipe) return c->pipe->st.microbatches;
+  if (c->microbatches > 0) return c->microbatches;
   const IrSetting *s = ir_setting(m->train, m->ntrain, "microbatches");
   return s && !s->is_float && !s->sym && s->i > 1 && s->i < (1 << 20) ? (int)s->i : 1;
 }

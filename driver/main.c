@@ -531,6 +531,9 @@ int main(int argc, char **argv) {
   }
   Cost cost;
   cost_analyze(m, &o.lay, &cost);
+  /* the microbatches a step routes, as pp_request_check settled them (a routed
+   * model's at pp 1 too, --microbatches included); 0 for a dense model at pp 1 */
+  cost.microbatches = o.pipe.microbatches;
   FILE *rep = o.emit || o.dump_after ? stderr : stdout;
   int ranks = o.lay.tp * o.lay.pp * o.lay.dp;
   if (o.outdir && ranks > 1 && o.lay.pp == 1) { /* pipelines: refused after their plan */
@@ -570,6 +573,7 @@ int main(int argc, char **argv) {
     if (o.lay.pp > 1) {
       cost_analyze_split(m, &o.lay, pipe.st.chunk_layers, pipe.st.nchunks, &cost);
       cost.pipe = &pipe;
+      cost.microbatches = pipe.st.microbatches;
     }
   }
   double t3 = now();

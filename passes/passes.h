@@ -145,6 +145,9 @@ typedef struct {
   int has_comm;              /* comm holds the rank-local module's collectives */
   CommCost comm;
   const struct PpPlan *pipe; /* --pp > 1: the pipeline plan (report section), else NULL */
+  int microbatches;          /* microbatches a step routes (pp_request_check's, so
+                                --microbatches at pp 1 too); 0: unknown, the report
+                                then takes the train section's.  Set by the caller */
 } Cost;
 
 int cost_analyze(IrModule *m, const Layout *lay, Cost *out);
