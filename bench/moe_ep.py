@@ -15,19 +15,17 @@ prints per ep:
 
   step ms     median of the log's ms over the steps after the first, all rounds
   / ep 1      that median over ep 1's
-  a2a ms      time a rank spends in rt_expert_all_to_all a step (mean over ranks
-              and steps after the first), from a link-time wrapper around it
-              (ld --wrap, compiled here: the generated trainer is unchanged)
+  a2a ms      time a rank spends in the experts' all-to-all a step (mean over
+              ranks and steps after the first), from the run's `train --trace`
+              (its "all_to_all" events: rt_expert_all_to_all calls)
   a2a share   a2a ms / step ms (summed over the same steps); 0 for ep 1
   the compiler's plan.json beside it: a rank's parameters (each also has its
   gradient and Adam state: the optimizer's work), all-to-alls a step, bytes a
   rank sends at most, and the dispatch buffer a rank holds per layer.
 
-`train --trace` is not used for the all-to-all: a trainer without a pipeline
-records one "step" event a rank there, no communication events.  The time in an
-all-to-all includes waiting for the slowest rank of the group (with more ranks
-than cores, for a rank to be scheduled at all).  Nothing here is a test."""
-import argparse, json, os, shlex, shutil, statistics, subprocess, sys
+The time in an all-to-all includes waiting for the slowest rank of the group
+(with more ranks than cores, for a rank to be scheduled at all).  Nothing here is a test."""
+import argparse, json, os, shutil, statistics, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RANKS = 4
@@ -35,63 +33,9 @@ EPS = (1, 2, 4)
 DEFINES = ["d=128", "ffn=256", "experts=8", "layers=2", "seq=64", "batch=8", "heads=4",
            "kv_heads=2", "microbatches=1"]
 
-# Times every rt_expert_all_to_all call per thread (each rank is one thread);
-# at exit writes one JSON line per thread with the calls' durations in seconds
-# to $BENCH_A2A_OUT.
-WRAP_C = r"""
-#define _POSIX_C_SOURCE 200809L
-#include <pthread.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
 
-typedef struct RtComm RtComm;
-int __real_rt_expert_all_to_all(RtComm *g, float *out, const float *x, const int32_t *idx,
-                                int64_t nk, int64_t E, int64_t C, int64_t inner, int back);
-
-enum { MAXT = 256, MAXCALLS = 1 << 16 };
-static double *calls[MAXT];
-static int ncalls[MAXT], nthreads;
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static __thread int slot = -1;
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-int __wrap_rt_expert_all_to_all(RtComm *g, float *out, const float *x, const int32_t *idx,
-                                int64_t nk, int64_t E, int64_t C, int64_t inner, int back) {
-  if (slot < 0) {
-    pthread_mutex_lock(&mu);
-    if (nthreads < MAXT && (calls[nthreads] = malloc(sizeof(double) * MAXCALLS))) slot = nthreads++;
-    pthread_mutex_unlock(&mu);
-  }
-  double t0 = now();
-  int rc = __real_rt_expert_all_to_all(g, out, x, idx, nk, E, C, inner, back);
-  double t1 = now();
-  if (slot >= 0 && ncalls[slot] < MAXCALLS) calls[slot][ncalls[slot]++] = t1 - t0;
-  return rc;
-}
-
-__attribute__((destructor)) static void dump(void) {
-  const char *path = getenv("BENCH_A2A_OUT");
-  FILE *f = path ? fopen(path, "w") : NULL;
-  if (!f) return;
-  for (int t = 0; t < nthreads; t++) {
-    fprintf(f, "{\"thread\": %d, \"calls\": [", t);
-    for (int i = 0; i < ncalls[t]; i++) fprintf(f, "%s%.9g", i ? ", " : "", calls[t][i]);
-    fprintf(f, "]}\n");
-  }
-  fclose(f);
-}
-"""
-
-
-def sh(cmd, env=None):
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+def sh(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         sys.exit(f"bench: {' '.join(cmd)} failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
     return r.stdout
@@ -104,41 +48,27 @@ def fmt_bytes(b):
         b /= 1024
 
 
-def build(a, work, wrap_o, ep):
+def build(a, work, ep):
     out = os.path.join(work, f"dp{RANKS}_ep{ep}")
     defs = [x for d in DEFINES + a.define for x in ("-D", d)]
     sh([os.path.join(a.build, "parc"), os.path.join(ROOT, "examples", "moe_tiny.dsl"), "-o", out,
         *defs, "--dp", str(RANKS), "--ep", str(ep), "--target", "cpu"])
     sh(["cmake", "-S", out, "-B", out + "/build"])
     sh(["cmake", "--build", out + "/build"])
-    # train_a2a: train linked again by CMake's own command with the wrapper in front
-    # (not through CMAKE_EXE_LINKER_FLAGS: CMake's compiler and MPI checks would
-    # link with it too, and fail, for want of libparcrt)
-    link = open(os.path.join(out, "build", "CMakeFiles", "train.dir", "link.txt")).read()
-    link = shlex.split(link)
-    i = link.index("-o")
-    link[i + 1] = "train_a2a"
-    r = subprocess.run([link[0], "-Wl,--wrap=rt_expert_all_to_all", wrap_o, *link[1:]],
-                       cwd=out + "/build", capture_output=True, text=True)
-    if r.returncode:
-        sys.exit(f"bench: linking {out}/build/train_a2a failed:\n{r.stderr[-2000:]}")
     plan = json.load(open(os.path.join(out, "plan.json")))
     return out, plan
 
 
 def run(a, out, data, rnd):
     log = os.path.join(out, f"log{rnd}.jsonl")
-    calls = os.path.join(out, f"a2a{rnd}.jsonl")
-    env = dict(os.environ, BENCH_A2A_OUT=calls)
-    sh([out + "/build/train_a2a", "--quiet", "--data", data, "--steps", str(a.steps), "--threads",
-        str(a.threads), "--lr", "1e-4", "--log", log], env=env)
+    trace = os.path.join(out, f"trace{rnd}.json")
+    sh([out + "/build/train", "--quiet", "--data", data, "--steps", str(a.steps), "--threads",
+        str(a.threads), "--lr", "1e-4", "--log", log, "--trace", trace])
     ms = [json.loads(l)["ms"] for l in list(open(log))[2:]]  # config, step 0: not measured
-    a2a = []  # per rank: seconds in all-to-alls over the measured steps
-    for line in open(calls) if os.path.exists(calls) else []:
-        c = json.loads(line)["calls"]
-        if len(c) % a.steps:
-            sys.exit(f"bench: {len(c)} all-to-alls on a rank in {a.steps} steps: not per step")
-        a2a.append(sum(c[len(c) // a.steps:]))
+    a2a = [0.0] * RANKS  # per rank: seconds in all-to-alls over the measured steps
+    for e in json.load(open(trace))["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") == "all_to_all" and e["args"]["step"] >= 1:
+            a2a[e["pid"]] += e["dur"] * 1e-6
     return ms, a2a
 
 
@@ -160,11 +90,7 @@ def main():
     data = os.path.join(work, "data.txt")
     with open(data, "w") as f:
         f.write(" ".join("abcdefghij"[i % 10] * (1 + i % 7) for i in range(200000)))
-    wrap_c, wrap_o = os.path.join(work, "a2a_wrap.c"), os.path.join(work, "a2a_wrap.o")
-    with open(wrap_c, "w") as f:
-        f.write(WRAP_C)
-    sh(["cc", "-O2", "-std=c11", "-c", wrap_c, "-o", wrap_o])
-    outs = {ep: build(a, work, wrap_o, ep) for ep in EPS}
+    outs = {ep: build(a, work, ep) for ep in EPS}
     moe = outs[1][1]["moe"][0]
     print(f"moe_tiny {' '.join(DEFINES + a.define)}: {moe['experts']} experts, top-"
           f"{moe['top_k']}, {moe['tokens_per_rank']} tokens a rank, "

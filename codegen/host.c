@@ -71,6 +71,7 @@ typedef struct {
   int nasync, nslots, nwaited;
   const CgPipeHooks *hooks; /* NULL: train.c's statements; else the GPU trainer's
                                (pipelined section only, cg_emit_pipe) */
+  int traced;          /* the straight-line step: collectives through COMM (--trace) */
 } Emit;
 
 /* 1 if the step runs kernel i (a pipelined trainer skips the gradient sums). */
@@ -178,6 +179,38 @@ void cg_dim_split(const IrNode *n, int64_t *outer, int64_t *len, int64_t *inner)
   *len = whole->shape[d];
 }
 
+/* The opening of a collective's statement: "  CHECK(" or, in a traced step,
+ * "  COMM(KIND, GROUP, HOW, count, " (train.c's COMM: the call timed into
+ * io->trace when --trace is given); the caller prints the call and "));". */
+static void comm_begin(Emit *e, const char *kind, int64_t axis, const char *how,
+                       const char *count) {
+  if (!e->traced) {
+    fputs("  CHECK(", e->out);
+    return;
+  }
+  static const char *const group[] = {"TP", "DP", "EP", "EP_DP"};
+  fprintf(e->out, "  COMM(%s, %s, %s, %s, ", kind, axis >= 0 && axis < 4 ? group[axis] : "TP",
+          how, count);
+}
+
+static void comm_begin_n(Emit *e, const char *kind, int64_t axis, const char *how,
+                         int64_t count) {
+  char c[32];
+  snprintf(c, sizeof c, "%" PRId64, count);
+  comm_begin(e, kind, axis, how, c);
+}
+
+/* The traced kind of an all_reduce, all_gather or reduce_scatter node, and its
+ * floats (the whole vector). */
+static const char *comm_kind(const IrNode *n) {
+  return n->op == IR_OP_ALL_REDUCE ? "ALL_REDUCE"
+         : n->op == IR_OP_REDUCE_SCATTER ? "REDUCE_SCATTER" : "ALL_GATHER";
+}
+
+static int64_t comm_count(const IrNode *n) {
+  return ir_numel(n->op == IR_OP_REDUCE_SCATTER ? n->inputs[0] : n);
+}
+
 static void emit_dim_collective(Emit *e, const IrNode *n, const char *x, const char *out) {
   int64_t outer, len, inner;
   cg_dim_split(n, &outer, &len, &inner);
@@ -186,10 +219,13 @@ static void emit_dim_collective(Emit *e, const IrNode *n, const char *x, const c
     fprintf(e->out, "  CHECK(rt_local_slice(%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
             ", rt_comm_rank(io->%s_group), %" PRId64 "));\n", out, x, outer, len,
             inner, grp, n->ia[1]);
-  else
-    fprintf(e->out, "  CHECK(%s(io->%s_group, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n",
+  else {
+    comm_begin_n(e, n->op == IR_OP_REDUCE_SCATTER ? "REDUCE_SCATTER" : "ALL_GATHER", n->ia[0],
+                 "BLOCKING", outer * len * inner);
+    fprintf(e->out, "%s(io->%s_group, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n",
             n->op == IR_OP_REDUCE_SCATTER ? "rt_reduce_scatter_dim" : "rt_all_gather_dim", grp,
             x, out, outer, len, inner);
+  }
 }
 
 /* ---- asynchronous dp bucket collectives ------------------------------------ */
@@ -276,7 +312,9 @@ static void emit_waits(Emit *e, int i) {
     int c = e->async_ids[k];
     if (e->wait_at[c] > i) continue;
     if (e->slot[c] < 0) continue;  /* waited for already */
-    fprintf(e->out, "  CHECK(rt_comm_wait(&dp_req[%d])); /* dp bucket %d (%%%d) complete */\n",
+    const IrNode *n = e->m->nodes[c];
+    comm_begin_n(e, comm_kind(n), n->ia[0], "WAIT", comm_count(n));
+    fprintf(e->out, "rt_comm_wait(&dp_req[%d])); /* dp bucket %d (%%%d) complete */\n",
             e->slot[c], k, c);
     e->slot[c] = -1 - e->slot[c];    /* marks it waited, keeps the slot readable */
   }
@@ -294,12 +332,13 @@ static int emit_async_start(Emit *e, const IrNode *n, const char *x, const char 
   else snprintf(when, sizeof when, "at the end of the step");
   fprintf(e->out, "  /* dp bucket %d: started now, it runs while the backward pass goes on; "
                   "waited for %s */\n", k, when);
+  comm_begin_n(e, comm_kind(n), n->ia[0], "START", comm_count(n));
   if (n->op == IR_OP_ALL_REDUCE) {
-    fprintf(e->out, "  CHECK(rt_comm_all_reduce_start(io->%s_group, %s, %s, %" PRId64
+    fprintf(e->out, "rt_comm_all_reduce_start(io->%s_group, %s, %s, %" PRId64
             ", &dp_req[%d]));\n", group_of(n->ia[0]), x, out, ir_numel(n), e->slot[n->id]);
     return 1;
   }
-  fprintf(e->out, "  CHECK(rt_comm_reduce_scatter_start(io->%s_group, %s, %s, (const int64_t[]){",
+  fprintf(e->out, "rt_comm_reduce_scatter_start(io->%s_group, %s, %s, (const int64_t[]){",
           group_of(n->ia[0]), x, out);
   for (int64_t r = 0; r < n->ia[1]; r++) fprintf(e->out, "%s%" PRId64, r ? ", " : "", ir_numel(n));
   fprintf(e->out, "}, &dp_req[%d]));\n", e->slot[n->id]);
@@ -368,8 +407,16 @@ static void emit_runtime(Emit *e, const IrNode *n) {
   case IR_OP_EXPERT_ALL_TO_ALL: { /* slots to the ranks holding their experts, or back */
     const IrNode *slots = n->ia[2] ? n : in[0]; /* [E, C, ...] */
     int64_t inner = ir_numel(slots) / (dim(slots, 0) * dim(slots, 1));
-    fprintf(f, "  CHECK(rt_expert_all_to_all(io->%s_group, %s, %s, %s, %" PRId64 ", %" PRId64
-            ", %" PRId64 ", %" PRId64 ", %d));\n", group_of(n->ia[0]), out, x, y,
+    if (!e->traced) {
+      fprintf(f, "  CHECK(rt_expert_all_to_all(io->%s_group, %s, %s, %s, %" PRId64 ", %" PRId64
+              ", %" PRId64 ", %" PRId64 ", %d));\n", group_of(n->ia[0]), out, x, y,
+              ir_numel(in[1]), dim(slots, 0), dim(slots, 1), inner, n->ia[2] != 0);
+      return;
+    }
+    fputs("  {\n    int64_t sent_ = 0;\n  ", f);
+    comm_begin(e, "ALL_TO_ALL", n->ia[0], "BLOCKING", "sent_");
+    fprintf(f, "rt_expert_all_to_all_n(io->%s_group, %s, %s, %s, %" PRId64 ", %" PRId64
+            ", %" PRId64 ", %" PRId64 ", %d, &sent_));\n  }\n", group_of(n->ia[0]), out, x, y,
             ir_numel(in[1]), dim(slots, 0), dim(slots, 1), inner, n->ia[2] != 0);
     return;
   }
@@ -426,7 +473,8 @@ static void emit_runtime(Emit *e, const IrNode *n) {
     return;
   case IR_OP_ALL_REDUCE:
     if (emit_async_start(e, n, x, out)) return;
-    fprintf(f, "  CHECK(rt_comm_all_reduce(io->%s_group, %s, %s, %" PRId64 "));\n",
+    comm_begin_n(e, "ALL_REDUCE", n->ia[0], "BLOCKING", ir_numel(n));
+    fprintf(f, "rt_comm_all_reduce(io->%s_group, %s, %s, %" PRId64 "));\n",
             group_of(n->ia[0]), x, out, ir_numel(n));
     return;
   case IR_OP_ALL_GATHER:
@@ -438,7 +486,8 @@ static void emit_runtime(Emit *e, const IrNode *n) {
       return;
     }
     if (emit_async_start(e, n, x, out)) return;
-    fprintf(f, "  CHECK(rt_comm_%s(io->%s_group, %s, %s, (const int64_t[]){", ir_op_info[n->op].name,
+    comm_begin_n(e, comm_kind(n), n->ia[0], "BLOCKING", ir_numel(whole));
+    fprintf(f, "rt_comm_%s(io->%s_group, %s, %s, (const int64_t[]){", ir_op_info[n->op].name,
             group_of(n->ia[0]), x, out);
     for (int64_t r = 0; r < n->ia[1]; r++)
       fprintf(f, "%s%" PRId64, r ? ", " : "", ir_numel(piece));
@@ -590,13 +639,46 @@ static int64_t moe_offset(const IrModule *m, int layer, int *experts) {
       if (experts) *experts = E;
       return off;
     }
-    off += E + 2;
+    off += E + 3;
   }
   return layer == MOE_TOTAL ? off : -1;
 }
 
+/* 1 if the auxiliary loss term n is a router z-loss (prelude.dsl's moe:
+ * logsumexp(logits)^2): its inputs, up the graph, hold no onehot, which the
+ * load-balancing term counts the choices with. */
+static int is_z_term(const IrModule *m, const IrNode *n) {
+  unsigned char *seen = calloc((size_t)m->nnodes + 1, 1);
+  const IrNode **stack = malloc(sizeof *stack * ((size_t)m->nnodes + 1));
+  int sp = 0, onehot = 0;
+  if (!seen || !stack) {
+    fprintf(stderr, "parc: out of memory\n");
+    exit(3);
+  }
+  stack[sp++] = n, seen[n->id] = 1;
+  while (sp && !onehot) {
+    const IrNode *x = stack[--sp];
+    if (x->op == IR_OP_ONEHOT) onehot = 1;
+    for (int k = 0; k < x->ninputs; k++)
+      if (!seen[x->inputs[k]->id]) seen[x->inputs[k]->id] = 1, stack[sp++] = x->inputs[k];
+  }
+  free(seen), free(stack);
+  return !onehot;
+}
+
+/* 1 if layer l has a router z-loss term. */
+static int layer_has_z(const IrModule *m, int l) {
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *n = m->nodes[i];
+    if (n->layer == l && n->phase == IR_PHASE_FWD && ir_is_aux_term(m, n) && is_z_term(m, n))
+      return 1;
+  }
+  return 0;
+}
+
 /* After the call computing n (CPU trainer only): a forward dispatch's kept
- * choices, or an auxiliary loss term, added to the step's MoE statistics. */
+ * choices, or an auxiliary loss term (load balancing or router z-loss), added
+ * to the step's MoE statistics. */
 static void emit_moe_stat(Emit *e, const IrNode *n) {
   if (e->hooks) return; /* the GPU trainer's stage functions (cg_emit_pipe): none */
   int E = 0;
@@ -610,8 +692,9 @@ static void emit_moe_stat(Emit *e, const IrNode *n) {
             ", %" PRId64 ", %d, %" PRId64 ")); /* layer %d: kept choices per expert */\n",
             off, buf(e, idx, b, sizeof b), dim(x, 0), dim(idx, 1), E, n->ia[1], n->layer);
   } else if (ir_is_aux_term(e->m, n)) {
-    fprintf(e->out, "  if (io->moe) io->moe[%" PRId64 "] += *%s; /* layer %d: aux loss */\n",
-            off + E + 1, buf(e, n, b, sizeof b), n->layer);
+    int z = is_z_term(e->m, n);
+    fprintf(e->out, "  if (io->moe) io->moe[%" PRId64 "] += *%s; /* layer %d: %s */\n",
+            off + E + 1 + z, buf(e, n, b, sizeof b), n->layer, z ? "router z-loss" : "aux loss");
   }
 }
 
@@ -619,12 +702,15 @@ static void emit_moe_stat(Emit *e, const IrNode *n) {
 static void emit_moe_desc(Emit *e, int stats) {
   const IrModule *m = e->m;
   if (!stats || !moe_offset(m, MOE_TOTAL, NULL)) return;
-  fprintf(e->out, "/* MoE layers' routing statistics in io->moe: {layer, experts, offset} */\n"
+  fprintf(e->out, "/* MoE layers' routing statistics in io->moe: {layer, experts, offset,\n"
+                  " * router z-loss} */\n"
                   "static const RtMoeDesc moe_layers[] = {");
   for (int l = -1, k = 0; l < m->nlayers; l++) {
     int E = 0;
     int64_t off = moe_offset(m, l, &E);
-    if (off >= 0) fprintf(e->out, "%s{%d, %d, %" PRId64 "}", k++ ? ", " : "", l, E, off);
+    if (off >= 0)
+      fprintf(e->out, "%s{%d, %d, %" PRId64 ", %d}", k++ ? ", " : "", l, E, off,
+              layer_has_z(m, l));
   }
   fprintf(e->out, "};\n\n");
 }
@@ -1069,7 +1155,7 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
     if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad)
       grad_of[m->nodes[i]->grad->id] = i;
   Emit e = {out, m, kp, info->canon, bp, lp, temp_off, param_index, err, errlen, 0, grad_of,
-            info->pipe, NULL, NULL, NULL, 0, 0, 0, NULL};
+            info->pipe, NULL, NULL, NULL, 0, 0, 0, NULL, 0};
   int64_t nparams = 0;
   for (int i = 0; i < m->nnodes; i++)
     if (m->nodes[i]->op == IR_OP_PARAM) nparams += ir_numel(m->nodes[i]);
@@ -1088,6 +1174,7 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
           "#include \"runtime/rt_model.h\"\n#include \"runtime/rt_pipe.h\"\n"
           "#include \"runtime/rt_pool.h\"\n"
           "#include \"runtime/rt_route.h\"\n"
+          "#include \"runtime/rt_trace.h\"\n"
           "%s"
           "\n"
           "#define ARENA_BYTES %" PRId64 "\n"
@@ -1097,7 +1184,16 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
           "/* --save-grads: parameter gradient g (n floats) to offset off of io->grads */\n"
           "#define SAVE_GRAD(off, g, n) \\\n"
           "  do { if (io->grads) memcpy(io->grads + (off), (g), (size_t)(n) * sizeof(float)); "
-          "} while (0)\n\n",
+          "} while (0)\n"
+          "/* A collective (n floats): with --trace, its time and size into io->trace\n"
+          " * (runtime/rt_trace.h, rt_trace_comm); without, one test of io->trace. */\n"
+          "#define COMM(kind, group, how, n, call) \\\n"
+          "  do { \\\n"
+          "    double t0_ = io->trace ? rt_trace_clock() : 0; \\\n"
+          "    CHECK(call); \\\n"
+          "    if (io->trace) rt_trace_comm(io->trace, RT_TRACE_##kind, RT_TRACE_##group, \\\n"
+          "                                 RT_TRACE_##how, t0_, (n)); \\\n"
+          "  } while (0)\n\n",
           info->version, base_name(info->source), m->name, nparams, m->nnodes, kp->nkernels,
           m->optimizer ? m->optimizer : "optimizer",
           m->mesh_ep > 1 ? "#include \"runtime/rt_expert.h\"\n" : "", arena);
@@ -1116,6 +1212,7 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
                "  float lr = io->lr, t = io->step;\n  (void)A, (void)P, (void)S, (void)lr, (void)t;\n");
   int *wait_at = cg_async_waits(m, kp); /* the same as the buffer plan's (project.c) */
   e.wait_at = wait_at;
+  e.traced = 1;
   if (wait_at && plan_async(&e)) fail(&e, "out of memory");
   emit_async_decl(&e);
   IrPhase phase = IR_PHASE_COUNT;

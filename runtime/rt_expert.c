@@ -44,6 +44,13 @@ static int check_args(float *out, const float *x, const int32_t *idx, int64_t nk
 
 int rt_expert_all_to_all(RtComm *g, float *out, const float *x, const int32_t *idx, int64_t nk,
                          int64_t E, int64_t C, int64_t inner, int back) {
+  return rt_expert_all_to_all_n(g, out, x, idx, nk, E, C, inner, back, NULL);
+}
+
+int rt_expert_all_to_all_n(RtComm *g, float *out, const float *x, const int32_t *idx,
+                           int64_t nk, int64_t E, int64_t C, int64_t inner, int back,
+                           int64_t *sent) {
+  if (sent) *sent = 0;
   int size = g ? rt_comm_size(g) : 1, me = g ? rt_comm_rank(g) : 0;
   if (check_args(out, x, idx, nk, E, C, inner, size)) return RT_ERR;
   int64_t El = E / size;
@@ -102,6 +109,7 @@ int rt_expert_all_to_all(RtComm *g, float *out, const float *x, const int32_t *i
     }
   if (size > 1 && (status = rt_comm_all_to_all(g, send, sc, NULL, recv, rc, NULL)) != RT_OK)
     goto out;
+  if (sent) *sent = size > 1 ? stot - sc[me] : 0; /* to the other members */
   memset(out, 0, row * (size_t)(E * C));
   const float *r = recv;
   for (int q = 0; q < size; q++)

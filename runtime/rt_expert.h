@@ -37,5 +37,10 @@
  * inner and back.  RT_OK, or RT_ERR with one line (rt_err.h). */
 int rt_expert_all_to_all(RtComm *g, float *out, const float *x, const int32_t *idx, int64_t nk,
                          int64_t E, int64_t C, int64_t inner, int back);
+/* The same; *sent (when not NULL) = the floats this member sent to the
+ * others (its own rows stay; 0 with one member), for `train --trace`. */
+int rt_expert_all_to_all_n(RtComm *g, float *out, const float *x, const int32_t *idx,
+                           int64_t nk, int64_t E, int64_t C, int64_t inner, int back,
+                           int64_t *sent);
 
 #endif

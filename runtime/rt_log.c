@@ -194,7 +194,8 @@ static cJSON *moe_json(const RtMoeLayerStats *moe, int nmoe) {
       break;
     }
     if (!cJSON_AddNumberToObject(o, "dropped", moe[i].dropped) ||
-        !cJSON_AddNumberToObject(o, "aux", moe[i].aux))
+        !cJSON_AddNumberToObject(o, "aux", moe[i].aux) ||
+        (moe[i].has_z && !cJSON_AddNumberToObject(o, "z", moe[i].z)))
       break;
     if (i == nmoe - 1) return arr;
   }
@@ -220,6 +221,7 @@ int rt_moe_format(char *buf, size_t cap, const RtMoeLayerStats *moe, int nmoe) {
     for (int e = 0; e < moe[i].experts; e++)
       append(buf, cap, &n, "%c%.0f", e ? '/' : ' ', moe[i].tokens[e]);
     append(buf, cap, &n, " drop %.0f aux %.4g", moe[i].dropped, moe[i].aux);
+    if (moe[i].has_z) append(buf, cap, &n, " z %.4g", moe[i].z);
   }
   return (int)n;
 }

@@ -74,15 +74,19 @@ int rt_log_step(RtLog *log, const RtStepStats *s, const char *const *extra_keys,
 typedef struct {
   int layer, experts;
   const double *tokens;      /* experts counts */
-  double dropped, aux;
+  double dropped, aux;       /* aux: the load-balancing term */
+  double z;                  /* the router z-loss term (has_z) */
+  int has_z;                 /* 1: the layer has a router z-loss */
 } RtMoeLayerStats;
 
 /* rt_log_step plus, when nmoe > 0, "moe": [{"layer": l, "tokens": [...],
- * "dropped": d, "aux": a}, ...] in the record. */
+ * "dropped": d, "aux": a}, ...] in the record, and "z": the router z-loss term
+ * in a layer that has one. */
 int rt_log_step_moe(RtLog *log, const RtStepStats *s, const char *const *extra_keys,
                     const double *extra_vals, int n_extra, const RtMoeLayerStats *moe, int nmoe);
 /* The compact text of the layers' routing, e.g.
  *   moe L0 tok 30/34/32/32 drop 0 aux 0.0201 | L1 tok 31/33/32/32 drop 0 aux 0.0200
+ * (" z 0.00412" after aux in a layer with a router z-loss).
  * Returns the length (as snprintf). */
 int rt_moe_format(char *buf, size_t cap, const RtMoeLayerStats *moe, int nmoe);
 /* Writes a pending config record, closes the file; returns the status of the close. */

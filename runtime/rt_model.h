@@ -114,14 +114,16 @@ typedef struct {
 
 /* One MoE layer's routing statistics in RtStepIO.moe, at offset: experts
  * floats, the choices each expert kept (its filled slots); then the choices
- * routed (tokens * top_k); then the sum of the layer's auxiliary loss terms
- * as added to the objective (coefficient applied), once per microbatch.
+ * routed (tokens * top_k); then the layer's load-balancing loss term and its
+ * router z-loss term (0 without one) as added to the objective (coefficient
+ * applied), once per microbatch: experts + 3 floats.
  * Rank-local: the harness sums them over dp and pp, divides the aux sum by
  * dp * microbatches, and logs dropped = routed - sum of kept. */
 typedef struct {
   int layer;                 /* the repeat's layer index */
   int experts;
   int64_t offset;            /* floats into RtStepIO.moe */
+  int z;                     /* 1: the layer has a router z-loss term */
 } RtMoeDesc;
 
 typedef struct {

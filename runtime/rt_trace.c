@@ -26,6 +26,7 @@ struct RtTrace {
   int64_t step;
   Event *ev;
   int64_t n, cap;
+  int64_t own;               /* events not from rt_trace_comm (rt_trace_count) */
   int oom;                   /* an append failed: the recording is incomplete */
   int wrank, tp_rank, dp_rank, pp_rank;
   /* a pipelined trainer's schedule (stages 0: none described) */
@@ -58,7 +59,7 @@ void rt_trace_free(RtTrace *t) {
 
 void rt_trace_step(RtTrace *t, int64_t step) { t->step = step; }
 
-int64_t rt_trace_count(const RtTrace *t) { return t->n; }
+int64_t rt_trace_count(const RtTrace *t) { return t->own; }
 
 void rt_trace_pipe(RtTrace *t, const char *schedule, int stages, int chunks, int microbatches,
                    int nactions) {
@@ -81,6 +82,13 @@ void rt_trace_add(RtTrace *t, RtTraceKind kind, int chunk, int mb, double start,
   }
   t->ev[t->n++] = (Event){start - t->origin, end - t->origin, t->step, count, (int)kind, chunk,
                           mb};
+  if (kind < RT_TRACE_ALL_REDUCE) t->own++;
+}
+
+/* A collective: group in chunk, how in mb. */
+void rt_trace_comm(RtTrace *t, RtTraceKind kind, int group, int how, double start,
+                   int64_t count) {
+  rt_trace_add(t, kind, group, how, start, rt_trace_clock(), count);
 }
 
 /* ---- gathering: numbers as float pairs (hi, lo), exact to about 48 bits ---- */
@@ -116,11 +124,19 @@ typedef struct {
 static const char *const kind_name[RT_TRACE_NKINDS] = {
     "F", "B", "W", "SEND_ACT", "RECV_ACT", "SEND_GRAD", "RECV_GRAD",
     "all-reduce gradients (dp)", "shared gradients (pp)", "all-reduce loss (pp)",
-    "optimizer", "step"};
+    "optimizer", "step", "all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
+
+static const char *const group_name[RT_TRACE_NGROUPS] = {"tp", "dp", "ep", "ep_dp", "pp"};
+
+static int is_collective(int kind) { return kind >= RT_TRACE_ALL_REDUCE && kind < RT_TRACE_NKINDS; }
 
 static int is_comm(int kind) {
   return (kind >= RT_TRACE_SEND_ACT && kind <= RT_TRACE_RECV_GRAD) ||
-         (kind >= RT_TRACE_REDUCE_DP && kind <= RT_TRACE_REDUCE_LOSS);
+         (kind >= RT_TRACE_REDUCE_DP && kind <= RT_TRACE_REDUCE_LOSS) || is_collective(kind);
+}
+
+static const char *group_of(const Event *e) {
+  return e->chunk >= 0 && e->chunk < RT_TRACE_NGROUPS ? group_name[e->chunk] : "?";
 }
 
 static int by_start(const void *a, const void *b) {
@@ -134,7 +150,12 @@ static void put_event(FILE *f, int pid, int tid, const char *name, const char *c
              "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"step\":%" PRId64, name, cat, pid, tid,
           start * 1e6, (end - start) * 1e6, e->step);
   if (e->kind <= RT_TRACE_RECV_GRAD) fprintf(f, ",\"mb\":%d,\"chunk\":%d", e->mb, e->chunk);
-  if (e->count) fprintf(f, ",\"floats\":%" PRId64, e->count);
+  if (is_collective(e->kind)) {
+    fprintf(f, ",\"group\":\"%s\"", group_of(e));
+    if (e->mb != RT_TRACE_BLOCKING)
+      fprintf(f, ",\"async\":\"%s\"", e->mb == RT_TRACE_START ? "start" : "wait");
+  }
+  if (e->count || is_collective(e->kind)) fprintf(f, ",\"floats\":%" PRId64, e->count);
   fputs("}}", f);
 }
 
@@ -162,6 +183,33 @@ static void put_idle(FILE *f, const RankEvents *r, int64_t first, const double *
     if (hi[k] > at + IDLE_MIN_S) {
       Event idle = {at, hi[k], step, 0, RT_TRACE_NKINDS, 0, 0};
       put_event(f, r->wrank, 2, "idle", "idle", at, hi[k], &idle);
+    }
+  }
+}
+
+/* Inside each "step" event of rank r, its parts no collective of r covers:
+ * "compute" events (tid 0).  ev sorted by start: a step's events are
+ * contiguous, its collectives after its step event (the harness reads the
+ * clock for the step first). */
+static void put_compute(FILE *f, const RankEvents *r) {
+  for (int64_t i = 0; i < r->n; i++) {
+    const Event *s = &r->ev[i];
+    if (s->kind != RT_TRACE_STEP) continue;
+    double at = s->start;
+    int any = 0;
+    for (int64_t j = i + 1; j < r->n && r->ev[j].step == s->step; j++) {
+      const Event *e = &r->ev[j];
+      if (!is_collective(e->kind)) continue;
+      any = 1;
+      if (e->start > at + IDLE_MIN_S) {
+        Event c = {at, e->start, s->step, 0, RT_TRACE_NKINDS, 0, 0};
+        put_event(f, r->wrank, 0, "compute", "compute", at, e->start, &c);
+      }
+      if (e->end > at) at = e->end;
+    }
+    if (any && s->end > at + IDLE_MIN_S) {
+      Event c = {at, s->end, s->step, 0, RT_TRACE_NKINDS, 0, 0};
+      put_event(f, r->wrank, 0, "compute", "compute", at, s->end, &c);
     }
   }
 }
@@ -215,12 +263,18 @@ static char *render(const RtTrace *t, RankEvents *ranks, int nranks, const char 
     for (int64_t i = 0; i < x->n; i++) {
       const Event *e = &x->ev[i];
       char name[80];
+      const char *cat = kind_name[e->kind];
       if (e->kind <= RT_TRACE_RECV_GRAD)
         snprintf(name, sizeof name, "%s(mb %d, chunk %d)", kind_name[e->kind], e->mb, e->chunk);
-      else
+      else if (is_collective(e->kind)) {
+        snprintf(name, sizeof name, "%s %s%s", kind_name[e->kind], group_of(e),
+                 e->mb == RT_TRACE_START ? " (start)" : e->mb == RT_TRACE_WAIT ? " (wait)" : "");
+        if (e->mb == RT_TRACE_START) cat = "async_start";
+      } else
         snprintf(name, sizeof name, "%s", kind_name[e->kind]);
-      put_event(f, x->wrank, is_comm(e->kind), name, kind_name[e->kind], e->start, e->end, e);
+      put_event(f, x->wrank, is_comm(e->kind), name, cat, e->start, e->end, e);
     }
+    put_compute(f, x);
     put_idle(f, x, first, lo, hi);
   }
   fprintf(f, "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"source\":\"train --trace\","

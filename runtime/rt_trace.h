@@ -24,9 +24,11 @@
  * with, per world rank r, metadata naming process r ("rank r: stage s, tp t,
  * dp d") and its threads, then one complete event (ph "X", ts and dur in
  * microseconds) per recorded event: pid r; tid 0 "compute" (F, B, W,
- * optimizer; a trainer without a pipeline: one "step" event), tid 1
+ * optimizer; a trainer without a pipeline: one "step" event, with the
+ * "compute" between its collectives inside it), tid 1
  * "communication" (send, recv = time blocked waiting for the message and
- * copying it, the gradient and loss all-reduces), tid 2 "idle" (derived: the
+ * copying it, the gradient and loss all-reduces; without a pipeline every
+ * collective of the step, rt_trace_comm), tid 2 "idle" (derived: the
  * parts of a step's window, from the earliest start of that step on any rank
  * to its latest end, when the rank ran neither compute nor communication;
  * gaps under a microsecond, the harness's bookkeeping between two events, are
@@ -52,6 +54,9 @@ typedef enum {
   RT_TRACE_REDUCE_LOSS,      /* the microbatches' loss to every stage */
   RT_TRACE_OPTIMIZER,        /* clipping and the update */
   RT_TRACE_STEP,             /* a whole step (trainers without a pipeline) */
+  /* a trainer without a pipeline: every collective its step calls (rt_trace_comm) */
+  RT_TRACE_ALL_REDUCE, RT_TRACE_ALL_GATHER, RT_TRACE_REDUCE_SCATTER,
+  RT_TRACE_ALL_TO_ALL,       /* the experts' all-to-all (rt_expert_all_to_all) */
   RT_TRACE_NKINDS
 } RtTraceKind;
 
@@ -66,8 +71,8 @@ void rt_trace_free(RtTrace *t);
 
 /* The step (0-based, as the log counts) the following events belong to. */
 void rt_trace_step(RtTrace *t, int64_t step);
-/* Events recorded so far (a harness records a whole-step event only where the
- * step recorded none itself). */
+/* Events recorded so far, collectives (rt_trace_comm) not counted (a harness
+ * records a whole-step event only where the step recorded none itself). */
 int64_t rt_trace_count(const RtTrace *t);
 
 /* Pipelined trainers describe their schedule once (the first step does). */
@@ -78,6 +83,26 @@ void rt_trace_pipe(RtTrace *t, const char *schedule, int stages, int chunks, int
  * Out of memory stops the recording (rt_trace_write then fails). */
 void rt_trace_add(RtTrace *t, RtTraceKind kind, int chunk, int mb, double start, double end,
                   int64_t count);
+
+/* The groups of rt_trace_comm, in codegen/host.c's order (group_of). */
+enum { RT_TRACE_TP, RT_TRACE_DP, RT_TRACE_EP, RT_TRACE_EP_DP, RT_TRACE_PP, RT_TRACE_NGROUPS };
+/* How a collective ran: a blocking call; the start of an asynchronous one (the
+ * time the start call took); its wait (the time blocked until it completed). */
+enum { RT_TRACE_BLOCKING, RT_TRACE_START, RT_TRACE_WAIT };
+
+/* One collective of a step, from start to now: kind RT_TRACE_ALL_REDUCE ..
+ * RT_TRACE_ALL_TO_ALL, group RT_TRACE_TP.., how RT_TRACE_BLOCKING..; count: the
+ * collective's floats (all-reduce: the vector; all-gather, reduce-scatter: the
+ * whole, all ranks' blocks; all-to-all: the floats this rank sent to the other
+ * members).  Called by the generated step (codegen/host.c, COMM) only when
+ * RtStepIO.trace is set.  Not counted by rt_trace_count.  In the file: tid 1,
+ * named "all_reduce dp" ("... (start)", "... (wait)"), cat the kind as
+ * plan.json's communication names it ("all_reduce", "all_gather",
+ * "reduce_scatter", "all_to_all"; "async_start" for a start), args group,
+ * floats and async ("start", "wait").  The step event's parts no collective
+ * covers are drawn inside it as "compute" events (tid 0, cat "compute"). */
+void rt_trace_comm(RtTrace *t, RtTraceKind kind, int group, int how, double start,
+                   int64_t count);
 
 /* The collective above: world NULL for a one-rank trainer; tp, dp, pp the
  * mesh.  World rank 0 writes path.  0, or -1 with rt_fail() called (on rank 0

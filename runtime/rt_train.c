@@ -201,7 +201,7 @@ int rt_train_check_model(const RtModelDesc *m) {
     return rt_fail("model description: %d MoE layers but no table", m->nmoe);
   for (int i = 0; i < m->nmoe; i++)
     if (m->moe[i].experts < 1 || m->moe[i].offset < 0 ||
-        m->moe[i].offset > m->moe_numel - m->moe[i].experts - 2)
+        m->moe[i].offset > m->moe_numel - m->moe[i].experts - 3)
       return rt_fail("model description: MoE layer %d: %d experts at %lld past the %lld "
                      "statistics floats", m->moe[i].layer, m->moe[i].experts,
                      (long long)m->moe[i].offset, (long long)m->moe_numel);
@@ -703,7 +703,8 @@ static int moe_stats(Run *r) {
     for (int e = 0; e < d->experts; e++) kept += r->moe_tok[d->offset + e] = x[e];
     r->moe_stats[i] = (RtMoeLayerStats){d->layer, d->experts, r->moe_tok + d->offset,
                                         x[d->experts] - kept,
-                                        x[d->experts + 1] / (r->dp * mbs)};
+                                        x[d->experts + 1] / (r->dp * mbs),
+                                        x[d->experts + 2] / (r->dp * mbs), d->z};
   }
   return RT_OK;
 }

@@ -129,10 +129,11 @@ static void test_log_errors(void) {
 /* The MoE routing text (exact) and record: cut text still reports its length. */
 static void test_moe(void) {
   const double t0[] = {30, 34, 32, 32}, t1[] = {31, 33, 20, 32};
-  RtMoeLayerStats l[2] = {{0, 4, t0, 0, 0.0201}, {1, 4, t1, 12, 0.02}};
+  RtMoeLayerStats l[2] = {{0, 4, t0, 0, 0.0201, 0, 0}, {1, 4, t1, 12, 0.02, 0.004, 1}};
   char b[256];
   int n = rt_moe_format(b, sizeof b, l, 2);
-  const char *want = "moe L0 tok 30/34/32/32 drop 0 aux 0.0201 | L1 tok 31/33/20/32 drop 12 aux 0.02";
+  const char *want = "moe L0 tok 30/34/32/32 drop 0 aux 0.0201 | L1 tok 31/33/20/32 drop 12 aux 0.02 "
+                     "z 0.004";
   CHECK(!strcmp(b, want) && n == (int)strlen(want));
   CHECK(rt_moe_format(b, 10, l, 2) == n && strlen(b) == 9 && !strncmp(b, want, 9));
   RtLog *log;
@@ -146,6 +147,7 @@ static void test_moe(void) {
   CHECK(f && fgets(line, sizeof line, f) && fgets(line, sizeof line, f));
   CHECK(strstr(line, "\"moe\":[{\"layer\":0,\"tokens\":[30,34,32,32],\"dropped\":0,"
                      "\"aux\":0.0201},{\"layer\":1,") != NULL);
+  CHECK(strstr(line, "\"aux\":0.02,\"z\":0.004}]") != NULL); /* z: layer 1 only */
   if (f) fclose(f);
 }
 

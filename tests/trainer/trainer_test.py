@@ -212,6 +212,51 @@ def resumes_like(tag, first, then, args, ref, ck):
         if rel(g["loss"], r["loss"]) > 1e-4:
             sys.exit(f"FAIL resume {tag} step {r['step']}: {g['loss']} vs {r['loss']}")
 
+def check_comm_trace(path, plan, steps, ranks, tag):
+    """train --trace of a trainer without a pipeline: per rank and step, inside its
+    "step" event, one event per collective, as many of each (group, kind) as
+    plan.json's communication counts, their floats adding up to its payload_bytes / 4
+    (all_to_all: at most sent_bytes_per_rank / 4, only filled rows travel), an
+    asynchronous one as a start and a wait.  Returns rank 0's events of step 1."""
+    ev = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
+    want = {(c["group"], c["kind"]): c for c in plan["communication"]}
+    nasync = plan.get("dp_overlapped_collectives", 0)
+    for r in range(ranks):
+        for t in range(steps):
+            mine = [e for e in ev if e["pid"] == r and e["args"].get("step") == t]
+            step = [e for e in mine if e["cat"] == "step"]
+            if len(step) != 1:
+                sys.exit(f"FAIL {tag}: rank {r} step {t} has {len(step)} step events")
+            lo, hi = step[0]["ts"], step[0]["ts"] + step[0]["dur"]
+            got, floats, starts, waits = {}, {}, 0, 0
+            for e in mine:
+                if e["tid"] != 1:
+                    continue
+                if not lo - 1 <= e["ts"] <= e["ts"] + e["dur"] <= hi + 1:
+                    sys.exit(f"FAIL {tag}: collective {e} outside its step {step[0]}")
+                a = e["args"]
+                if e["cat"] == "async_start":
+                    starts += 1
+                    continue
+                waits += a.get("async") == "wait"
+                k = (a["group"], e["cat"])
+                got[k] = got.get(k, 0) + 1
+                floats[k] = floats.get(k, 0) + a["floats"]
+            counts = {k: c["count"] for k, c in want.items()}
+            if got != counts or (starts, waits) != (nasync, nasync):
+                sys.exit(f"FAIL {tag}: rank {r} step {t} traced collectives {got} "
+                         f"({starts} starts, {waits} waits) against plan.json's {counts} "
+                         f"({nasync} overlapped)")
+            for k, c in want.items():
+                if k[1] == "all_to_all":
+                    if not 0 < floats[k] <= c["sent_bytes_per_rank"] // 4:
+                        sys.exit(f"FAIL {tag}: rank {r} step {t} all_to_all floats "
+                                 f"{floats[k]}, plan.json bound {c['sent_bytes_per_rank'] // 4}")
+                elif floats[k] * 4 != c["payload_bytes"]:
+                    sys.exit(f"FAIL {tag}: rank {r} step {t} {k} moved {floats[k]} floats, "
+                             f"plan.json {c['payload_bytes'] // 4}")
+    return [e for e in ev if e["pid"] == 0 and e["args"].get("step") == 1]
+
 def torch_ok():
     return os.path.exists(ORACLE_PY) and subprocess.run(
         [ORACLE_PY, "-c", "import torch"], capture_output=True).returncode == 0
@@ -292,6 +337,21 @@ elif case == "moe":
     if got[-1]["loss"] > got[0]["loss"] - 1.0:
         sys.exit(f"FAIL: MoE loss {got[0]['loss']} -> {got[-1]['loss']}")
     print(f"moe: loss {got[0]['loss']:.4f} -> {got[-1]['loss']:.4f}")
+    # the log reports the router z-loss apart from the load-balancing term ("z" only
+    # in a model with one), and a dp 2 ep 2 trainer's --trace holds its collectives
+    if any("z" in l for row in got for l in row.get("moe", [])):
+        sys.exit("FAIL: a MoE log without z_loss has \"z\"")
+    exe = build("moe_tiny", MOE + ["-D", "z_loss=1e-3"], "ep_z", ["--dp", "2", "--ep", "2"])
+    tr = os.path.join(work, "trace_ep_z.json")
+    got = train(exe, "--data", data_file(), "--steps", "3", "--trace", tr)
+    for row in got:
+        for l in row["moe"]:
+            if not (l.get("z", 0) > 0 and 0 < l["aux"] < 0.1):
+                sys.exit(f"FAIL: dp 2 ep 2 z_loss 1e-3: moe log layer {l} lacks aux, z")
+    plan = json.load(open(os.path.join(work, "ep_z", "plan.json")))
+    ev = check_comm_trace(tr, plan, 3, 2, "dp 2 ep 2 --trace")
+    print(f"moe: the log has aux and z apart at z_loss 1e-3; dp 2 ep 2 --trace has plan.json's "
+          f"collectives ({len([e for e in ev if e['tid'] == 1])} a step on rank 0)")
 elif case == "mesh_moe":
     def check_moe_log(rows, ref, tag, choices=4 * 16 * 2):
         """Every step logs each MoE layer's routing: kept choices per expert
@@ -673,6 +733,10 @@ elif case == "mesh_overlap":
             if mode == "async" and code.index("rt_comm_wait(&dp_req[") < \
                     code.rindex(f"rt_comm_{kind}_start("):
                 sys.exit(f"FAIL {name}: a bucket is waited for inside the backward pass")
+            # --trace: every collective of the step, the buckets as start + wait
+            tr = os.path.join(work, f"trace_{name}.json")
+            train(exe, *const[:-1], "3", "--trace", tr)
+            check_comm_trace(tr, plan, 3, 2, f"{name} --trace")
             grads = os.path.join(work, f"grads_{name}.safetensors")
             runs[mode] = (exe, train(exe, *const, "--save-grads", grads), grads, plan)
         a, b = runs["async"], runs["blocking"]
