@@ -11,45 +11,7 @@
 #include <string.h>
 
 #include "codegen/kir_cuda.h"
-
-static int failures;
-
-#define CHECK(c, ...)                                          \
-  do {                                                         \
-    if (!(c)) {                                                \
-      fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #c); \
-      fprintf(stderr, __VA_ARGS__);                            \
-      fputc('\n', stderr);                                     \
-      failures++;                                              \
-    }                                                          \
-  } while (0)
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-  if (s) s[n] = 0;
-  fclose(f);
-  return s;
-}
-
-/* The text of kernel `name` in kernels.cu: its comment, kernel, launcher. */
-static char *section(const char *cu, const char *name) {
-  char head[256];
-  snprintf(head, sizeof head, "/* ---- %s: ", name);
-  const char *a = strstr(cu, head);
-  if (!a) return calloc(1, 1);
-  const char *b = strstr(a + 1, "/* ---- ");
-  size_t n = b ? (size_t)(b - a) : strlen(a);
-  char *s = malloc(n + 1);
-  memcpy(s, a, n);
-  s[n] = 0;
-  return s;
-}
+#include "tests/cuda/cu_test.h"
 
 static int count(const char *s, const char *what) {
   int n = 0;
@@ -169,7 +131,7 @@ int main(int argc, char **argv) {
   snprintf(h, sizeof h, "%s/lower_cuda.h", argv[1]);
   CHECK(!kir_cuda_write(m, cu, h, err, sizeof err), "%s", err);
   CHECK(!kir_cuda_write(m, cu2, NULL, err, sizeof err), "%s", err);
-  char *text = slurp(cu), *text2 = slurp(cu2), *hdr = slurp(h);
+  char *text = cu_slurp(cu), *text2 = cu_slurp(cu2), *hdr = cu_slurp(h);
   if (!text || !text2 || !hdr) {
     fprintf(stderr, "cu_lower: cannot read back %s\n", cu);
     return 1;
@@ -190,7 +152,7 @@ int main(int argc, char **argv) {
 
   KirCudaLaunch L = plan_of(m, "square_13_1000");
   CHECK(L.mapping == KIR_CUDA_FLAT && L.vector && L.block_threads == 256, "square_13_1000 plan");
-  char *s = section(text, "square_13_1000");
+  char *s = cu_section(text, "square_13_1000");
   CHECK(strstr(s, "template <bool VEC>") && strstr(s, "kcu_ldg<W_>(l") &&
             strstr(s, "kcu_st<W_>(y + ") && strstr(s, "kcu_aligned16(x) && kcu_aligned16(y)") &&
             strstr(s, "<true><<<grid_, 256, 0, stream>>>") && strstr(s, "__fmul_rn("),
@@ -199,7 +161,7 @@ int main(int argc, char **argv) {
 
   L = plan_of(m, "square_13_7");
   CHECK(L.mapping == KIR_CUDA_FLAT && !L.vector, "square_13_7 plan");
-  s = section(text, "square_13_7");
+  s = cu_section(text, "square_13_7");
   CHECK(!strstr(s, "template") && strstr(s, "const int64_t c0_ = u_ % per_row_;") &&
             strstr(s, "kcu_grid((row_end - row_begin) * 7, 256)"),
         "square_13_7 source:\n%s", s);
@@ -212,7 +174,7 @@ int main(int argc, char **argv) {
   CHECK(L.mapping == KIR_CUDA_ROW_GROUP && L.row_threads == 256 && L.block_threads == 256 &&
             L.vector,
         "softmax_13_1000 plan %d %d", (int)L.mapping, L.row_threads);
-  s = section(text, "softmax_13_1000");
+  s = cu_section(text, "softmax_13_1000");
   CHECK(strstr(s, "kcu_unkey(kcu_row_key<256, true>(") && strstr(s, "kcu_row_sum<256>(") &&
             strstr(s, "__shared__ float red_f_[8]") && strstr(s, "__shared__ int red_k_[8]") &&
             strstr(s, "kcu_exp(") && strstr(s, "kcu_key_max(") &&
@@ -227,7 +189,7 @@ int main(int argc, char **argv) {
   L = plan_of(m, "softmax_13_7");
   CHECK(L.mapping == KIR_CUDA_ROW_GROUP && L.row_threads == 32 && L.block_threads == 256,
         "softmax_13_7 plan");
-  s = section(text, "softmax_13_7");
+  s = cu_section(text, "softmax_13_7");
   /* one warp: shuffles are no memory barrier, so loop 2 waits on __syncwarp */
   CHECK(strstr(s, "kcu_row_sum<32>(a") && strstr(s, "nullptr") && count(s, "__syncwarp();") == 1 &&
             !strstr(s, "__shared__"),
@@ -236,7 +198,7 @@ int main(int argc, char **argv) {
 
   L = plan_of(m, "colsum_rmw");
   CHECK(L.mapping == KIR_CUDA_ROW_GROUP && !L.vector, "colsum_rmw plan");
-  s = section(text, "colsum_rmw");
+  s = cu_section(text, "colsum_rmw");
   const char *st = strstr(s, "if (lane_ == 0) dw[");
   const char *ld = strstr(s, "= dw[");
   const char *sy = ld ? strstr(ld, "__syncwarp();") : NULL;
@@ -245,13 +207,13 @@ int main(int argc, char **argv) {
 
   L = plan_of(m, "shift");
   CHECK(L.mapping == KIR_CUDA_THREAD_ROW && !L.vector, "shift must run sequentially");
-  s = section(text, "shift");
+  s = cu_section(text, "shift");
   CHECK(strstr(s, "for (int64_t c0_ = 0; c0_ < 6; c0_++)"), "shift source:\n%s", s);
   free(s);
 
   L = plan_of(m, "noloop");
   CHECK(L.mapping == KIR_CUDA_THREAD_ROW, "noloop plan");
-  s = section(text, "noloop");
+  s = cu_section(text, "noloop");
   CHECK(strstr(s, "const float *__restrict__ p_new_") && strstr(s, "float *__restrict__ p_x__") &&
             strstr(s, "float p_stream_, int64_t row_begin") &&
             strstr(s, "cudaStream_t stream)") && strstr(s, "(-0.0f)") &&
@@ -262,7 +224,7 @@ int main(int argc, char **argv) {
 
   L = plan_of(m, "causal");
   CHECK(L.mapping == KIR_CUDA_ROW_GROUP && L.row_threads == 256 && !L.vector, "causal plan");
-  s = section(text, "causal");
+  s = cu_section(text, "causal");
   CHECK(strstr(s, "row-dependent") && strstr(s, "kcu_tanh(kcu_log(") == NULL &&
             strstr(s, "kcu_log(") && strstr(s, "kcu_tanh(") && strstr(s, "r_ / 8") &&
             strstr(s, "r_ % 8"),

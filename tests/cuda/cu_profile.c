@@ -22,30 +22,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "tests/cuda/cu_test.h"
 
-static int failures;
 
 static void fail(int line, const char *what, const char *text) {
   if (failures++ < 20) fprintf(stderr, "cu_profile: train_cuda.c:%d: %s: %s\n", line, what, text);
 }
 
-static char *slurp(const char *dir, const char *file) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/%s", dir, file);
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    fprintf(stderr, "cu_profile: cannot read %s\n", path);
-    exit(1);
-  }
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  if (!s || fread(s, 1, (size_t)n, f) != (size_t)n) exit(1);
-  s[n] = 0;
-  fclose(f);
-  return s;
-}
 
 static cJSON *plan;
 static int pipelined;
@@ -114,7 +97,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: cu_profile DIR [--partial]\n");
     return 2;
   }
-  char *src = slurp(argv[1], "train_cuda.c"), *json = slurp(argv[1], "plan.json");
+  char *src = cu_slurp_in(argv[1], "train_cuda.c"), *json = cu_slurp_in(argv[1], "plan.json");
   plan = cJSON_Parse(json);
   if (!plan) {
     fprintf(stderr, "cu_profile: plan.json does not parse\n");

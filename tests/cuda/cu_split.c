@@ -11,44 +11,7 @@
 #include <string.h>
 
 #include "codegen/kir_cuda.h"
-
-static int failures;
-
-#define CHECK(c, ...)                                              \
-  do {                                                             \
-    if (!(c)) {                                                    \
-      fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #c); \
-      fprintf(stderr, __VA_ARGS__);                                \
-      fputc('\n', stderr);                                         \
-      failures++;                                                  \
-    }                                                              \
-  } while (0)
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-  if (s) s[n] = 0;
-  fclose(f);
-  return s;
-}
-
-static char *section(const char *cu, const char *name) {
-  char head[256];
-  snprintf(head, sizeof head, "/* ---- %s: ", name);
-  const char *a = strstr(cu, head);
-  if (!a) return calloc(1, 1);
-  const char *b = strstr(a + 1, "/* ---- ");
-  size_t n = b ? (size_t)(b - a) : strlen(a);
-  char *s = malloc(n + 1);
-  memcpy(s, a, n);
-  s[n] = 0;
-  return s;
-}
+#include "tests/cuda/cu_test.h"
 
 static KirVal C(KirKernel *k, int64_t v) { return kir_iconst(k, v); }
 
@@ -192,7 +155,7 @@ int main(int argc, char **argv) {
   snprintf(cu, sizeof cu, "%s/kernels.cu", argv[1]);
   snprintf(h, sizeof h, "%s/kernels_cuda.h", argv[1]);
   CHECK(!kir_cuda_write(m, cu, h, err, sizeof err), "%s", err);
-  char *text = slurp(cu), *hdr = slurp(h);
+  char *text = cu_slurp(cu), *hdr = cu_slurp(h);
   if (!text || !hdr) {
     fprintf(stderr, "cu_split: cannot read back %s\n", cu);
     return 1;
@@ -203,7 +166,7 @@ int main(int argc, char **argv) {
   CHECK(L.mapping == KIR_CUDA_ROW_SPLIT && L.vector && L.block_threads == 256 && L.parts == 49 &&
             L.chunk == 2048,
         "sumsq plan %d parts %lld chunk %lld", (int)L.mapping, (long long)L.parts, (long long)L.chunk);
-  char *s = section(text, "sumsq");
+  char *s = cu_section(text, "sumsq");
   CHECK(strstr(s, "mapping: split rows, 49 blocks of 256 threads per row, each over 2048") &&
             strstr(s, "template <bool VEC>") && strstr(s, "int64_t row_end, int slot_)") &&
             strstr(s, "const int slot_ = kcu_lane(stream);") &&
@@ -219,7 +182,7 @@ int main(int argc, char **argv) {
   CHECK(L.mapping == KIR_CUDA_ROW_SPLIT && !L.vector && L.parts == 25 && L.chunk == 2048,
         "rowstats plan %d parts %lld chunk %lld", (int)L.mapping, (long long)L.parts,
         (long long)L.chunk);
-  s = section(text, "rowstats");
+  s = cu_section(text, "rowstats");
   CHECK(strstr(s, "kcu_row_key<256, true>(") && strstr(s, "kcu_row_key<256, false>(") &&
             strstr(s, "kcu_split_key<256, true>(pp_, parts_, red_k_)") &&
             strstr(s, "kcu_split_key<256, false>(pp_ + 3 * parts_, parts_, red_k_)") &&
@@ -233,7 +196,7 @@ int main(int argc, char **argv) {
   CHECK(L.mapping == KIR_CUDA_COL_TILE && !L.vector && L.block_threads == 256 && L.parts == 64 &&
             L.chunk == 64,
         "colsum plan %d parts %lld chunk %lld", (int)L.mapping, (long long)L.parts, (long long)L.chunk);
-  s = section(text, "colsum");
+  s = cu_section(text, "colsum");
   CHECK(strstr(s, "mapping: column tiles") && strstr(s, "const int64_t r_ = in_ ? rt_ : row_end - 1;") &&
             strstr(s, "for (int64_t c0_ = cbeg_ + ty_; c0_ < cend_; c0_ += 8)") &&
             strstr(s, "kcu_tile_sum(a") && strstr(s, "pp_[part_ * 200] = t") &&
@@ -247,7 +210,7 @@ int main(int argc, char **argv) {
   CHECK(L.mapping == KIR_CUDA_COL_TILE && L.parts == 4 && L.chunk == 80,
         "colstats plan %d parts %lld chunk %lld", (int)L.mapping, (long long)L.parts,
         (long long)L.chunk);
-  s = section(text, "colstats");
+  s = cu_section(text, "colstats");
   CHECK(strstr(s, "kcu_tile_key<true>(a") && strstr(s, "kcu_tile_split_key<true>(pp_, parts_, 80, red_tk_)") &&
             strstr(s, "kcu_tile_split_sum(pp_ + 1 * parts_ * 80, parts_, 80, red_t_)") &&
             strstr(s, "pp_[(1 * parts_ + part_) * 80] = t"),
@@ -257,7 +220,7 @@ int main(int argc, char **argv) {
   L = plan_of(m, "colshort");  /* a loop of 3: tiles, not split */
   CHECK(L.mapping == KIR_CUDA_COL_TILE && L.parts == 1, "colshort plan %d parts %lld", (int)L.mapping,
         (long long)L.parts);
-  s = section(text, "colshort");
+  s = cu_section(text, "colshort");
   CHECK(!strstr(s, "slot_") && !strstr(s, "kcu_split") &&
             strstr(s, "for (int64_t tile_ = blockIdx.x; tile_ < tiles_; tile_ += gridDim.x)") &&
             strstr(s, "kcu_grid((row_end - row_begin + 31) / 32, 1)"),
@@ -269,7 +232,7 @@ int main(int argc, char **argv) {
     L = plan_of(m, keep[i]);
     CHECK(L.mapping == KIR_CUDA_ROW_GROUP && L.parts == 1, "%s must stay row_group (%d)", keep[i],
           (int)L.mapping);
-    s = section(text, keep[i]);
+    s = cu_section(text, keep[i]);
     CHECK(!strstr(s, "slot_") && !strstr(s, "kcu_split"), "%s source:\n%s", keep[i], s);
     free(s);
   }
@@ -292,7 +255,7 @@ int main(int argc, char **argv) {
   char cu2[4096];
   snprintf(cu2, sizeof cu2, "%s/plain.cu", argv[1]);
   CHECK(!kir_cuda_write(plain, cu2, NULL, err, sizeof err), "%s", err);
-  char *t2 = slurp(cu2);
+  char *t2 = cu_slurp(cu2);
   CHECK(t2 && !strstr(t2, "kcu_part_") && !strstr(t2, "kcu_tile_sum") && !strstr(t2, "<mutex>"),
         "a module without split kernels has the split prelude");
   free(t2);

@@ -10,31 +10,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "tests/cuda/cu_test.h"
 
-static int failures;
 
 static void fail(const char *name, const char *what) {
   fprintf(stderr, "cu_structure: %s: %s\n", name, what);
   failures++;
 }
 
-static char *slurp(const char *dir, const char *file) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/%s", dir, file);
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    fprintf(stderr, "cu_structure: cannot read %s\n", path);
-    exit(1);
-  }
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  if (!s || fread(s, 1, (size_t)n, f) != (size_t)n) exit(1);
-  s[n] = 0;
-  fclose(f);
-  return s;
-}
 
 static int count(const char *s, const char *what) {
   int n = 0;
@@ -47,8 +30,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: cu_structure DIR\n");
     return 2;
   }
-  char *plan = slurp(argv[1], "plan.json"), *cu = slurp(argv[1], "kernels.cu");
-  char *hdr = slurp(argv[1], "kernels_cuda.h");
+  char *plan = cu_slurp_in(argv[1], "plan.json"), *cu = cu_slurp_in(argv[1], "kernels.cu");
+  char *hdr = cu_slurp_in(argv[1], "kernels_cuda.h");
   cJSON *root = cJSON_Parse(plan);
   cJSON *ks = root ? cJSON_GetObjectItem(root, "kernels") : NULL;
   if (!cJSON_IsArray(ks)) {
