@@ -1300,6 +1300,10 @@ static void eval_choice(Lower *L, Expr *e, Value v, const Choice *table, const c
         else if (!(d >= 0)) {
           err(L, e->args[i].loc, "%s must not be negative", c->args[k]);
           d = c->defaults[k];
+        } else if (!strncmp(c->args[k], "beta", 4) && !(d < 1)) {
+          /* Adam's moment decay: 1 would never forget (and divide by 0 in the bias correction) */
+          err(L, e->args[i].loc, "%s must be in [0, 1), got %g", c->args[k], d);
+          d = c->defaults[k];
         }
       }
     IrSetting s = {.name = c->args[k], .is_float = 1, .f = d};
