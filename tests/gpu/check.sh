@@ -231,6 +231,14 @@ gpu() {
     --log "$WORK/$name.gpu.jsonl" --quiet "$@" > "$WORK/$name.gpu.log" 2>&1 ||
     cat "$WORK/$name.gpu.log"
 }
+# bench NAME ROWNAME: tokens/s and MFU of $WORK/NAME.jsonl (GPT-2's FLOPs from its
+# plan.json, steps after the fifth) into the table
+bench() {
+  python3 "$ROOT/tests/gpu/compare.py" bench "$WORK/$1.jsonl" "$WORK/gpt2/plan.json" \
+    "$PEAK_TFLOPS" 5 > "$WORK/$1.bench.log" 2>&1 || true
+  cat "$WORK/$1.bench.log"
+  result "$2" "$WORK/$1.bench.log"
+}
 # compare KIND REF GOT ROWNAME LOG: compare.py at 1e-4 into the table
 compare() {
   python3 "$ROOT/tests/gpu/compare.py" "$1" "$2" "$3" 1e-4 > "$5" 2>&1 || true
@@ -302,10 +310,7 @@ if project gpt2 gpt2.dsl "train_cuda" && running; then
   timeout $((2 * LIMIT)) "$WORK/gpt2/build/train_cuda" --steps "$BENCH_STEPS" --log "$WORK/gpt2.bf16.jsonl" \
     > "$WORK/gpt2.bf16.log" 2>&1 || cat "$WORK/gpt2.bf16.log"
   tail -3 "$WORK/gpt2.bf16.log"
-  python3 "$ROOT/tests/gpu/compare.py" bench "$WORK/gpt2.bf16.jsonl" "$WORK/gpt2/plan.json" \
-    "$PEAK_TFLOPS" 5 > "$WORK/gpt2.bench.log" 2>&1 || true
-  cat "$WORK/gpt2.bench.log"
-  result "bf16 gpt2 (124M) B8xT1024" "$WORK/gpt2.bench.log"
+  bench gpt2.bf16 "bf16 gpt2 (124M) B8xT1024"
 fi
 
 say "4a. bf16 GPT-2 small with fp32 GEMM operands (cuBLASLt rounding them), 15 steps"
@@ -313,10 +318,7 @@ if [ -f "$WORK/gpt2.built" ] && running; then
   PARC_CUDA_GEMM_OPERANDS=fp32 timeout $((2 * LIMIT)) "$WORK/gpt2/build/train_cuda" --steps 15 \
     --log "$WORK/gpt2.bf16_fp32ops.jsonl" --quiet > "$WORK/gpt2.bf16_fp32ops.log" 2>&1 ||
     cat "$WORK/gpt2.bf16_fp32ops.log"
-  python3 "$ROOT/tests/gpu/compare.py" bench "$WORK/gpt2.bf16_fp32ops.jsonl" "$WORK/gpt2/plan.json" \
-    "$PEAK_TFLOPS" 5 > "$WORK/gpt2.bf16_fp32ops.bench.log" 2>&1 || true
-  cat "$WORK/gpt2.bf16_fp32ops.bench.log"
-  result "bf16 gpt2, fp32 GEMM operands" "$WORK/gpt2.bf16_fp32ops.bench.log"
+  bench gpt2.bf16_fp32ops "bf16 gpt2, fp32 GEMM operands"
 fi
 
 say "4b. per-kernel profile: GPT-2 small bf16, 6 steps (PARC_CUDA_PROFILE)"
@@ -335,10 +337,7 @@ if running; then
     timeout $((2 * LIMIT)) python3 "$ROOT/bench/gpt2_torch_gpu.py" --steps "$BENCH_STEPS" --log "$WORK/gpt2.torch.jsonl" \
       > "$WORK/gpt2.torch.log" 2>&1 || cat "$WORK/gpt2.torch.log"
     tail -3 "$WORK/gpt2.torch.log"
-    python3 "$ROOT/tests/gpu/compare.py" bench "$WORK/gpt2.torch.jsonl" "$WORK/gpt2/plan.json" \
-      "$PEAK_TFLOPS" 5 > "$WORK/gpt2.torch.bench.log" 2>&1 || true
-    cat "$WORK/gpt2.torch.bench.log"
-    result "torch gpt2 (124M) B8xT1024" "$WORK/gpt2.torch.bench.log"
+    bench gpt2.torch "torch gpt2 (124M) B8xT1024"
   else
     row "torch gpt2 (124M) B8xT1024" INFO "no torch with CUDA here"
   fi

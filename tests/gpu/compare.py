@@ -26,16 +26,20 @@ import struct
 import sys
 
 
-def steps(path):
-    out = {}
+def records(path):
+    """The JSON object of every non-empty line of a JSON-lines file."""
     with open(path) as f:
         for line in f:
             line = line.strip()
-            if not line:
-                continue
-            rec = json.loads(line)
-            if "loss" in rec and "ms" in rec and "step" in rec:
-                out[int(rec["step"])] = rec
+            if line:
+                yield json.loads(line)
+
+
+def steps(path):
+    out = {}
+    for rec in records(path):
+        if "loss" in rec and "ms" in rec and "step" in rec:
+            out[int(rec["step"])] = rec
     return out
 
 
@@ -114,17 +118,12 @@ def bench(log_path, plan_path, peak_tflops, skip):
 
 def profile(path, peak_tflops, peak_gbs, fp32_tflops=None, top=30):
     ranks = {}
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            rec = json.loads(line)
-            r = ranks.setdefault(int(rec.get("rank", 0)), {"step": None, "ops": []})
-            if rec.get("profile") == "step":
-                r["step"] = rec
-            elif rec.get("profile") == "op":
-                r["ops"].append(rec)
+    for rec in records(path):
+        r = ranks.setdefault(int(rec.get("rank", 0)), {"step": None, "ops": []})
+        if rec.get("profile") == "step":
+            r["step"] = rec
+        elif rec.get("profile") == "op":
+            r["ops"].append(rec)
     if not ranks or any(r["step"] is None for r in ranks.values()):
         print(f"RESULT FAIL {path}: no profile step record")
         return 1
