@@ -83,7 +83,13 @@ __attribute__((format(printf, 2, 3))) static KirVal fail(Em *E, const char *fmt,
 
 static const IrNode *node(const Em *E, int id) { return E->m->nodes[id]; }
 static int member(const Em *E, const IrNode *n) { return E->view->group_of[n->id] == E->gi; }
-static int stored(const Em *E, const IrNode *n) { return E->view->materialize[n->id] != 0; }
+/* Whether the kernel stores member n: into its own buffer, or its leaf's. */
+static int stored(const Em *E, const IrNode *n) {
+  return E->view->materialize[n->id] != 0 || E->view->inplace_of[n->id] >= 0;
+}
+static int inplace(const Em *E, const IrNode *n) {
+  return member(E, n) && E->view->inplace_of[n->id] >= 0;
+}
 
 /* ---- shapes, buffers, coordinates ------------------------------------------- */
 
@@ -102,11 +108,20 @@ static void push_arg(Em *E, int a) {
 }
 
 /* The buffer param of node n, declared on first use: out<id> when the
- * kernel stores it, in<id> when it reads it. */
+ * kernel stores it, in<id> when it reads it; a member written in place is
+ * stored through its leaf's param, inout<leaf> (declared before any load). */
 static int buffer(Em *E, const IrNode *n, KirAccess acc) {
   if (E->buf_of[n->id] >= 0) return E->buf_of[n->id];
+  if (inplace(E, n)) {
+    const IrNode *leaf = node(E, E->view->inplace_of[n->id]);
+    int b = buffer(E, leaf, KIR_INOUT);
+    if (E->k->params[b].access != KIR_INOUT)
+      return fail(E, "%s is read before its in-place update %%%d is declared", leaf->name, n->id);
+    return E->buf_of[n->id] = b;
+  }
   char name[32];
-  snprintf(name, sizeof name, "%s%d", acc == KIR_IN ? "in" : "out", n->id);
+  snprintf(name, sizeof name, "%s%d", acc == KIR_IN ? "in" : acc == KIR_OUT ? "out" : "inout",
+           n->id);
   int b = kir_buf(E->k, name, n->dtype == IR_I32 ? KIR_I32 : KIR_F32, acc);
   push_arg(E, n->id);
   E->buf_of[n->id] = b;
@@ -529,19 +544,58 @@ static void declare_outputs(Em *E) {
 }
 
 /* Stores every stored member at coordinates c of the iteration shape, whose
- * node is `shape_of` (all stored members have its shape). */
+ * node is `shape_of` (all stored members have its shape).  With a member
+ * written in place, every value is built before the first store, so each
+ * load of a leaf precedes the store into it (KIR: a load observes the stores
+ * built before it). */
 static void store_members(Em *E, const IrNode *shape_of, const Ix *c) {
-  for (int i = 0; i < E->ck->nnodes; i++) {
-    const IrNode *n = node(E, E->ck->nodes[i]);
-    if (!stored(E, n)) continue;
-    int same = n->rank == shape_of->rank;
-    for (int d = 0; same && d < n->rank; d++) same = n->shape[d] == shape_of->shape[d];
-    if (!same) {
-      fail(E, "stored member %%%d does not have the kernel's shape", n->id);
-      return;
+  int any_inplace = 0;
+  for (int i = 0; i < E->ck->nnodes; i++) any_inplace |= inplace(E, node(E, E->ck->nodes[i]));
+  KirVal *vals = any_inplace ? xrealloc(NULL, sizeof(KirVal) * (size_t)E->ck->nnodes) : NULL;
+  for (int pass = any_inplace ? 0 : 1; pass < 2; pass++)
+    for (int i = 0; i < E->ck->nnodes; i++) {
+      const IrNode *n = node(E, E->ck->nodes[i]);
+      if (!stored(E, n)) continue;
+      int same = n->rank == shape_of->rank;
+      for (int d = 0; same && d < n->rank; d++) same = n->shape[d] == shape_of->shape[d];
+      if (!same) {
+        fail(E, "stored member %%%d does not have the kernel's shape", n->id);
+        free(vals);
+        return;
+      }
+      if (pass == 0) {
+        vals[i] = value(E, n, c);
+        continue;
+      }
+      KirVal v = vals ? vals[i] : value(E, n, c);
+      kir_store(E->k, buffer(E, n, KIR_OUT), flat_ix(E, shape_of, c).v, v);
     }
-    KirVal v = value(E, n, c);
-    kir_store(E->k, buffer(E, n, KIR_OUT), flat_ix(E, shape_of, c).v, v);
+  free(vals);
+}
+
+/* The in-place invariant (cg_kernels.h, (a)) on the built kernel: each leaf
+ * param a member is written through is stored once, and loaded only at that
+ * store's index and before it, so iteration i reads element i of the leaf's
+ * old value and nothing else. */
+static void check_inplace(Em *E) {
+  const KirKernel *k = E->k;
+  for (int i = 0; i < E->ck->nnodes && !E->failed; i++) {
+    const IrNode *n = node(E, E->ck->nodes[i]);
+    if (!inplace(E, n)) continue;
+    int b = E->buf_of[n->id], stores = 0;
+    KirVal idx = KIR_NONE;
+    for (KirVal x = 0; x < k->nnodes; x++) {
+      const KirNode *d = &k->nodes[x];
+      if ((d->op != KIR_OP_LOAD && d->op != KIR_OP_STORE) || d->imm != b) continue;
+      if (idx == KIR_NONE) idx = d->arg[0];
+      if (d->arg[0] != idx || (d->op == KIR_OP_LOAD && stores) ||
+          (d->op == KIR_OP_STORE && stores++)) {
+        fail(E, "in-place update %%%d: its leaf %s is not read and written element by element",
+             n->id, node(E, E->view->inplace_of[n->id])->name);
+        return;
+      }
+    }
+    if (b < 0 || !stores) fail(E, "in-place update %%%d is never stored", n->id);
   }
 }
 
@@ -976,7 +1030,7 @@ int cg_emit_group(CgKernelPlan *p, const CgView *v, const CgGroup *g, int gi, ch
     v->stats_temp[g->rowop] = stats;
   }
   switch (g->tmpl) {
-  case CG_ELEM: emit_elem(&E); break;
+  case CG_ELEM: emit_elem(&E); check_inplace(&E); break;
   case CG_ROW: emit_row(&E, g, stats); break;
   case CG_REDUCE: emit_reduce(&E, temp); break;
   case CG_CONCAT: emit_concat(&E); break;

@@ -28,6 +28,8 @@ typedef struct {
   const IrModule *m;
   const int *group_of;              /* per node: group index, -1 for leaves and runtime */
   const unsigned char *materialize;
+  const int *inplace_of;            /* per node: the leaf an update value is stored
+                                       into (CgKernelPlan.inplace_of), or -1 */
   const unsigned char *writes_stats;/* per node: a norm gradient whose kernel writes its
                                        row statistics for a wgrad (CgGroup.stats) */
   int *stats_temp;                  /* per node: the temporary it wrote them to, or -1 */

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "codegen/cg_internal.h"
+#include "passes/passes.h"
 
 int cg_runtime_op(IrOp op) {
   switch (op) {
@@ -313,6 +314,38 @@ static void sort_groups(Planner *P) {
   free(renum);
 }
 
+/* Binds update values to their leaves' buffers (cg_kernels.h, In-place
+ * updates) where (a) and (b) hold; run once the kernels' roots are final.
+ * Invariant: inplace_of[v] = L only if every member of v's kernel that
+ * reads L reads it elementwise at the kernel's coordinates, and every other
+ * reader of L runs before that kernel (synchronously). */
+static void plan_inplace(const Planner *P, int *inplace_of) {
+  const IrModule *m = P->m;
+  for (int i = 0; i < m->nnodes; i++) inplace_of[i] = -1;
+  for (int u = 0; u < m->nupdates; u++) {
+    const IrNode *L = m->updates[u].leaf, *v = m->updates[u].value;
+    int g = P->group_of[v->id];
+    if (g < 0) continue; /* a runtime op's result or a leaf: copied */
+    const CgGroup *G = &P->groups[g];
+    const IrNode *root = nd(P, G->root);
+    /* (a) one store per element of L's shape, at the iteration's coordinates
+     * (a rope root stores two elements per iteration) */
+    if (G->tmpl != CG_ELEM || G->deferred || root->op == IR_OP_ROPE ||
+        root->op == IR_OP_ROPE_GRAD || !same_shape(v, root) || !same_shape(L, v) ||
+        L->dtype != v->dtype)
+      continue;
+    int ok = 1;
+    for (int c = P->cons_start[L->id]; ok && c < P->cons_start[L->id + 1]; c++) {
+      const IrNode *q = nd(P, P->cons[c]);
+      if (P->group_of[q->id] == g) /* (a): element i of L read where i of v is stored */
+        ok = (ir_op_info[q->op].flags & IR_F_POINTWISE) && same_shape(q, L) && P->at_s[q->id];
+      else /* (b): L's old value is dead once K has run */
+        ok = position(P, q->id) < G->root && !dp_grads_is_bucket(q);
+    }
+    if (ok) inplace_of[v->id] = L->id;
+  }
+}
+
 void cg_plan_free(CgKernelPlan *p) {
   if (!p) return;
   for (int i = 0; i < p->nkernels; i++) {
@@ -323,6 +356,7 @@ void cg_plan_free(CgKernelPlan *p) {
   free(p->kernel_of);
   free(p->materialize);
   free(p->view_of);
+  free(p->inplace_of);
   free(p->temps);
   kir_module_free(p->km);
   memset(p, 0, sizeof *p);
@@ -380,6 +414,12 @@ int cg_plan_kernels(const IrModule *m, int fuse, CgKernelPlan *out, char *err, s
                    P.groups[g].root);
     }
   }
+  if (rc == 0) { /* an update value written into its leaf has no buffer of its own */
+    out->inplace_of = xcalloc((size_t)m->nnodes, sizeof(int));
+    plan_inplace(&P, out->inplace_of);
+    for (int i = 0; i < m->nnodes; i++)
+      if (out->inplace_of[i] >= 0) out->materialize[i] = 0;
+  }
   if (rc == 0) {
     out->view_of = xcalloc((size_t)m->nnodes, sizeof(int));
     for (int i = 0; i < m->nnodes; i++) {
@@ -397,7 +437,7 @@ int cg_plan_kernels(const IrModule *m, int fuse, CgKernelPlan *out, char *err, s
     int *stats_temp = xcalloc((size_t)m->nnodes, sizeof(int));
     for (int i = 0; i < m->nnodes; i++) stats_temp[i] = -1;
     int *main_kernel = xcalloc((size_t)P.ngroups + 1, sizeof(int));
-    CgView v = {m, P.group_of, out->materialize, P.writes_stats, stats_temp};
+    CgView v = {m, P.group_of, out->materialize, out->inplace_of, P.writes_stats, stats_temp};
     for (int g = 0; g < P.ngroups && rc == 0; g++) {
       rc = cg_emit_group(out, &v, &P.groups[g], g, err, errlen);
       main_kernel[g] = out->nkernels - 1;  /* after a group's _stats kernel */

@@ -24,7 +24,8 @@
  *   materialize[n] is 1 for every node that
  *   needs its own buffer: leaves, runtime results, nodes read by a runtime
  *   op or by another kernel, the loss and ce_loss, parameter gradients,
- *   update values and grad_norm, and (defensively) nodes nothing reads.
+ *   update values and grad_norm, and (defensively) nodes nothing reads --
+ *   except an update value written in place (below), which has none.
  *
  *   Kernel params are buffers only, in KIR declaration order; arg_node[i]
  *   is the IR node whose buffer param i is (f32 or i32 as the node's
@@ -34,6 +35,28 @@
  *   the KIR caller contract holds as long as distinct nodes get disjoint
  *   buffers.  Rows are independent: the host may split [0, rows) over
  *   threads.
+ *
+ * IN-PLACE UPDATES
+ *
+ *   inplace_of[v] = L says that update value v (m->updates: L <- v) has no
+ *   buffer of its own: its kernel K stores it straight into the buffer of its
+ *   leaf L, and from then on v lives there (a host reads v at L's buffer and
+ *   copies nothing at the end of the step).  K takes L as one KIR_INOUT
+ *   param (arg_node L), which it both reads (L's old value) and stores (v).
+ *   That is sound because the plan binds v to L only when
+ *     (a) K is an elementwise kernel whose iteration shape is L's shape, and
+ *         every member of K that reads L is pointwise, of L's shape and
+ *         computed at K's own coordinates: K reads element i of L only in
+ *         the iteration that stores element i of v, and builds every load of
+ *         L before its store of v (cg_emit.c checks this on the built
+ *         kernel: one index for every access of the param, loads first);
+ *     (b) every other reader of L runs before K (its position, as above, is
+ *         less than K's root; none is an asynchronous dp bucket collective),
+ *         so L's old value is dead once K has run;
+ *   readers of v after K read L's buffer, which holds v.  Every other update
+ *   (a value computed by a runtime op, read from L at another index, or
+ *   with a reader of L after K) keeps its buffer, and the host copies it
+ *   into L at the end of the step.  inplace_of is -1 for every other node.
  *
  * TEMPORARIES
  *
@@ -138,6 +161,8 @@ typedef struct {
                           order), x; else -1.  A host that aliases buffers
                           may point the reshape at x's buffer (keeping x
                           alive as long) and skip the copy kernel. */
+  int *inplace_of;     /* per node: for an update value written in place, its
+                          leaf's id (see In-place updates); else -1 */
   int ntemps;
   CgTemp *temps;
 } CgKernelPlan;

@@ -5,7 +5,8 @@
  * buffers at the offsets cg_plan_leaves gives.  The step runs the IR's
  * nodes in order: a node is either computed by a fused kernel (emitted at
  * its kernel's root), by a runtime routine, or is a leaf.  At the end the
- * module's updates are copied into the parameter and state buffers. */
+ * module's updates are copied into the parameter and state buffers, except
+ * those their kernels stored there in place (cg_kernels.h). */
 #include "codegen/host.h"
 
 #include <inttypes.h>
@@ -113,8 +114,10 @@ static const char *flit(char *s, size_t len, double v) {
   return s;
 }
 
-/* The C expression for node n's buffer. */
+/* The C expression for node n's buffer (an update value written in place:
+ * its leaf's). */
 static const char *buf(Emit *e, const IrNode *n, char *s, size_t len) {
+  if (e->kp && e->kp->inplace_of[n->id] >= 0) n = e->m->nodes[e->kp->inplace_of[n->id]];
   if ((n->op == IR_OP_PARAM || n->op == IR_OP_STATE) && e->lp->offset[n->id] < 0)
     fail(e, "%s is not in this rank's buffers (a pipeline stage reads a parameter of another)",
          n->name);
@@ -804,6 +807,38 @@ static void emit_save_grad(Emit *e, const IrNode *n) {
           buf(e, n, b, sizeof b), ir_numel(n), e->m->nodes[i]->name);
 }
 
+/* The end of the step for the updates (of the leaves stage holds; stage -1:
+ * every one): a copy of each value into its leaf, but for the values their
+ * kernels stored into the leaf in place (cg_kernels.h, In-place updates),
+ * which only a comment counts.  Through the hooks when the GPU trainer's. */
+static void emit_update_copies(Emit *e, int stage) {
+  const IrModule *m = e->m;
+  int total = 0, inplace = 0;
+  for (int i = 0; i < m->nupdates; i++) {
+    const IrUpdate *u = &m->updates[i];
+    if (stage >= 0 && !(e->pipe->holders[u->leaf->id] >> stage & 1)) continue;
+    total++;
+    inplace += e->kp->inplace_of[u->value->id] == u->leaf->id;
+  }
+  if (inplace)
+    fprintf(e->out, "  /* %d of %d updates were stored into their parameter or state by their "
+                    "kernels (in place)%s */\n", inplace, total,
+            inplace < total ? "; the others are copied" : "");
+  for (int i = 0; i < m->nupdates; i++) {
+    const IrUpdate *u = &m->updates[i];
+    char dst[96], src[96];
+    if (stage >= 0 && !(e->pipe->holders[u->leaf->id] >> stage & 1)) continue;
+    if (e->kp->inplace_of[u->value->id] == u->leaf->id) continue;
+    if (e->hooks)
+      e->hooks->copy(e->hooks->ctx, buf(e, u->leaf, dst, sizeof dst),
+                     buf(e, u->value, src, sizeof src), ir_numel(u->leaf), u->leaf->name);
+    else
+      fprintf(e->out, "  memcpy(%s, %s, %" PRId64 " * sizeof(float)); /* %s */\n",
+              buf(e, u->leaf, dst, sizeof dst), buf(e, u->value, src, sizeof src),
+              ir_numel(u->leaf), u->leaf->name);
+  }
+}
+
 /* ---- pipelined trainers (info->pipe): stage programs and their tables ---- */
 
 #define ROUND64(x) (((x) + 63) / 64 * 64)
@@ -997,19 +1032,7 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
     else
       fprintf(f, "  io->grad_norm = %s%s;\n", m->grad_norm ? "*" : "0",
               m->grad_norm ? buf(e, m->grad_norm, b, sizeof b) : "");
-    for (int i = 0; i < m->nupdates; i++) {
-      const IrUpdate *u = &m->updates[i];
-      char dst[96];
-      if (!(pp->holders[u->leaf->id] >> s & 1)) continue;
-      if (e->hooks) {
-        e->hooks->copy(e->hooks->ctx, buf(e, u->leaf, dst, sizeof dst),
-                       buf(e, u->value, b, sizeof b), ir_numel(u->leaf), u->leaf->name);
-        continue;
-      }
-      fprintf(f, "  memcpy(%s, %s, %" PRId64 " * sizeof(float)); /* %s */\n",
-              buf(e, u->leaf, dst, sizeof dst), buf(e, u->value, b, sizeof b),
-              ir_numel(u->leaf), u->leaf->name);
-    }
+    emit_update_copies(e, s);
     fprintf(f, "  return 0;\n}\n\n");
   }
   e->lp = whole;
@@ -1253,13 +1276,7 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
   if (m->ce_loss) fprintf(out, "  io->ce_loss = *%s;\n", buf(&e, m->ce_loss, b, sizeof b));
   fprintf(out, "  io->grad_norm = %s%s;\n", m->grad_norm ? "*" : "0",
           m->grad_norm ? buf(&e, m->grad_norm, b, sizeof b) : "");
-  for (int i = 0; i < m->nupdates; i++) {
-    const IrUpdate *u = &m->updates[i];
-    char dst[96];
-    fprintf(out, "  memcpy(%s, %s, %" PRId64 " * sizeof(float)); /* %s */\n",
-            buf(&e, u->leaf, dst, sizeof dst), buf(&e, u->value, b, sizeof b), ir_numel(u->leaf),
-            u->leaf->name);
-  }
+  emit_update_copies(&e, -1);
   fprintf(out, "  return 0;\n}\n\n");
   emit_desc(&e, info, 1);
   free(wait_at);

@@ -47,8 +47,10 @@ static void fail(Cu *e, const char *fmt, ...) {
 }
 
 /* The C expression of node n's device buffer (host.c's, with the inputs on
- * the device: tokens, targets, and lr / t as device scalars). */
+ * the device: tokens, targets, and lr / t as device scalars; an update value
+ * written in place: its leaf's). */
 static const char *buf(Cu *e, const IrNode *n, char *s, size_t len) {
+  if (e->kp->inplace_of[n->id] >= 0) n = e->m->nodes[e->kp->inplace_of[n->id]];
   switch (n->op) {
   case IR_OP_PARAM:
     snprintf(s, len, "P + %" PRId64, e->lp->offset[n->id]);
@@ -533,8 +535,16 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
   if (next != kp->nkernels) fail(e, "kernel %d runs out of node order", next);
   char b[96], c[96], g[96];
   fprintf(out, "\n  /* ---- results ---- */\n");
+  int inplace = 0; /* written into their leaves by their kernels (cg_kernels.h) */
+  for (int i = 0; i < m->nupdates; i++)
+    inplace += kp->inplace_of[m->updates[i].value->id] == m->updates[i].leaf->id;
+  if (inplace)
+    fprintf(out, "  /* %d of %d updates were stored into their parameter or state by their "
+                 "kernels (in place)%s */\n", inplace, m->nupdates,
+            inplace < m->nupdates ? "; the others are copied" : "");
   for (int i = 0; i < m->nupdates; i++) {
     const IrUpdate *u = &m->updates[i];
+    if (kp->inplace_of[u->value->id] == u->leaf->id) continue;
     fprintf(out, "  CHECK(rt_cuda_copy(dev, %s, %s, %" PRId64 ")); /* %s */\n",
             buf(e, u->leaf, c, sizeof c), buf(e, u->value, b, sizeof b), ir_numel(u->leaf),
             u->leaf->name);

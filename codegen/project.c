@@ -266,6 +266,14 @@ static int write_plan(const CgProject *p, const IrModule *m, const CgKernelPlan 
   cJSON_AddNumberToObject(cost, "state_numel", (double)lp->state_numel);
   cJSON_AddNumberToObject(cost, "arena_bytes", (double)cg_arena_bytes(kp, bp, NULL));
   cJSON_AddNumberToObject(cost, "arena_live_peak_bytes", (double)bp->live_peak);
+  /* updates their kernels store into the leaf (no buffer, no copy; cg_kernels.h)
+   * and those copied into it at the end of the step */
+  int inplace = 0;
+  for (int i = 0; i < m->nupdates; i++)
+    inplace += kp->inplace_of[m->updates[i].value->id] == m->updates[i].leaf->id;
+  cJSON *upd = cJSON_AddObjectToObject(root, "updates");
+  cJSON_AddNumberToObject(upd, "in_place", inplace);
+  cJSON_AddNumberToObject(upd, "copied", m->nupdates - inplace);
   cJSON *comm = cJSON_AddArrayToObject(root, "communication");
   static const char *const group[COMM_GROUPS] = {"tp", "dp", "ep", "ep_dp"};
   static const char *const kind[] = {"all_reduce", "all_gather", "reduce_scatter"};

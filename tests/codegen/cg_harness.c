@@ -216,8 +216,9 @@ int cg_execute(const IrModule *m, const CgKernelPlan *plan, const CgLib *L, cons
           if (!is_out && !ready[x])
             rc = failf(err, errlen, "%s reads %%%d before it is computed", ck->k->name, x);
           if (is_out) {
-            int mine = 0;
-            for (int j = 0; j < ck->nnodes; j++) mine |= ck->nodes[j] == x;
+            int mine = 0; /* a member, or the leaf a member is written into */
+            for (int j = 0; j < ck->nnodes; j++)
+              mine |= ck->nodes[j] == x || plan->inplace_of[ck->nodes[j]] == x;
             if (!mine) rc = failf(err, errlen, "%s writes %%%d, not its own", ck->k->name, x);
             if ((m->nodes[x]->dtype == IR_I32) != (p->elem == KIR_I32))
               rc = failf(err, errlen, "%s: %%%d has the wrong element type", ck->k->name, x);
@@ -233,6 +234,15 @@ int cg_execute(const IrModule *m, const CgKernelPlan *plan, const CgLib *L, cons
       for (int64_t r = mid - 1; r >= 0; r--) L->fns[kk](args, r, r + 1);
       for (int a = 0; a < ck->nargs; a++)
         if (ck->arg_node[a] >= 0 && ck->k->params[a].access != KIR_IN) ready[ck->arg_node[a]] = 1;
+      /* an update written in place now owns its leaf's buffer: the leaf's old
+       * value is gone, and a later kernel reading the leaf finds no buffer */
+      for (int j = 0; j < ck->nnodes; j++) {
+        int v = ck->nodes[j], leaf = plan->inplace_of[v];
+        if (leaf < 0) continue;
+        out->f[v] = out->f[leaf];
+        out->f[leaf] = NULL;
+        ready[v] = 1;
+      }
     }
   }
   if (rc == 0 && kk != plan->nkernels) rc = failf(err, errlen, "kernel %d never ran", kk);
@@ -241,6 +251,9 @@ int cg_execute(const IrModule *m, const CgKernelPlan *plan, const CgLib *L, cons
     if (plan->materialize[i] && cg_kernel_op(n->op) && writes[i] != 1)
       rc = failf(err, errlen, "%%%d (%s) is written by %d kernels", i, ir_op_info[n->op].name,
                  writes[i]);
+    if (rc == 0 && plan->inplace_of[i] >= 0 && writes[plan->inplace_of[i]] != 1)
+      rc = failf(err, errlen, "%%%d (%s), written in place, is written by %d kernels", i,
+                 ir_op_info[n->op].name, writes[plan->inplace_of[i]]);
     void *p = out->f[i] ? (void *)out->f[i] : (void *)out->i[i];
     if (rc == 0 && p && !canary_ok(p, ir_numel(n), out->f[i] ? sizeof(float) : sizeof(int32_t)))
       rc = failf(err, errlen, "a kernel wrote past the end of %%%d (%s)", i,

@@ -11,7 +11,9 @@
  * reading and writing f32 buffers.  It checks the plan's promises as it
  * goes: each kernel reads only buffers already computed, writes only its
  * own materialised nodes, writes every element of them (buffers start as
- * NaN) and nothing past their ends (canaries). */
+ * NaN) and nothing past their ends (canaries).  An update value written in
+ * place (plan->inplace_of) is written into its leaf's buffer, which then
+ * becomes the value's: no later kernel may read the leaf. */
 #ifndef PARC_TESTS_CG_HARNESS_H
 #define PARC_TESTS_CG_HARNESS_H
 
@@ -33,8 +35,9 @@ typedef struct {
 int cg_lib_open(CgLib *L, const KirModule *km, char *err, size_t errlen);
 void cg_lib_close(CgLib *L);
 
-/* f32 buffers of one run: f[id] for materialised f32 nodes, i[id] for i32
- * nodes (NULL where a node has no buffer). */
+/* f32 buffers of one run: f[id] for materialised f32 nodes and in-place
+ * update values, i[id] for i32 nodes (NULL where a node has no buffer, as a
+ * leaf updated in place has after its update). */
 typedef struct {
   int nnodes;
   float **f;

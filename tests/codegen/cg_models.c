@@ -12,7 +12,8 @@
  * entropy) take the interpreter's value rounded to f32, every other node is
  * computed by the plan's kernels from f32 buffers.  Every materialised
  * kernel node must match the interpreter, and the fused and unfused runs
- * must agree where both materialise a node.  Prints the kernel counts.
+ * must agree where both materialise a node.  Prints the kernel counts, and
+ * the fused plan's arena with the updates in place and with a buffer each.
  *
  * --plan prints the fused plan (one line per kernel), --kir its KIR text,
  * --ll writes its optimized LLVM IR to FILE.  --compile only plans and
@@ -34,6 +35,7 @@
 #include <unistd.h>
 
 #include "cg_harness.h"
+#include "codegen/host.h"
 #include "codegen/kir_llvm.h"
 #include "passes/passes.h"
 #include "tests/support/load.h"
@@ -82,6 +84,45 @@ static void print_plan(const IrModule *m, const CgKernelPlan *p) {
              ir_op_info[m->nodes[ck->nodes[j]]->op].name);
     printf("\n");
   }
+}
+
+/* The fused plan's buffers as the trainer plans them (codegen/project.c, one
+ * rank: no asynchronous collectives), and as they were planned when every
+ * update value had a buffer of its own, kept to the end of the step for its
+ * copy.  An update written in place must have no buffer, every other one
+ * must; the most bytes live at once cannot grow.  Prints both arenas. */
+static int arena_check(IrModule *m, const CgKernelPlan *kp) {
+  int *pos = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));
+  unsigned char *copied = arena_alloc(&m->arena, (size_t)m->nnodes + 1);
+  for (int i = 0; i < m->nnodes; i++) {
+    pos[i] = kp->kernel_of[i] >= 0 ? kp->kernels[kp->kernel_of[i]].root : i;
+    copied[i] = kp->materialize[i] || kp->inplace_of[i] >= 0;
+  }
+  BufPlan now_bp, then_bp;
+  bufplan_build(m, kp->materialize, cg_results(m), pos, &now_bp);
+  bufplan_build(m, copied, cg_results(m), pos, &then_bp);
+  int fails = 0, inplace = 0;
+  for (int u = 0; u < m->nupdates; u++) {
+    const IrNode *v = m->updates[u].value;
+    int in = kp->inplace_of[v->id] == m->updates[u].leaf->id;
+    inplace += in;
+    if (in != (now_bp.offset[v->id] < 0) && cg_kernel_op(v->op)) {
+      printf("FAIL: update %%%d (%s) is %s but has %s buffer\n", v->id,
+             m->updates[u].leaf->name, in ? "in place" : "copied", in ? "a" : "no");
+      fails++;
+    }
+  }
+  int64_t a_now = cg_arena_bytes(kp, &now_bp, NULL), a_then = cg_arena_bytes(kp, &then_bp, NULL);
+  if (now_bp.live_peak > then_bp.live_peak) {
+    printf("FAIL: %lld bytes live at once with updates in place, %lld without\n",
+           (long long)now_bp.live_peak, (long long)then_bp.live_peak);
+    fails++;
+  }
+  printf("%s %s arena: %d of %d updates in place: %lld bytes (live peak %lld); with a buffer "
+         "each: %lld (live peak %lld)\n", fails ? "FAIL" : "ok  ", m->name, inplace,
+         m->nupdates, (long long)a_now, (long long)now_bp.live_peak, (long long)a_then,
+         (long long)then_bp.live_peak);
+  return fails;
 }
 
 static int compile_both(IrModule *m) {
@@ -183,7 +224,9 @@ int main(int argc, char **argv) {
     int checked = 0;
     for (int i = 0; i < m->nnodes; i++) {
       const IrNode *n = m->nodes[i];
-      if (!plan[fuse].materialize[i] || plan[fuse].kernel_of[i] < 0) continue;
+      if ((!plan[fuse].materialize[i] && plan[fuse].inplace_of[i] < 0) ||
+          plan[fuse].kernel_of[i] < 0)
+        continue;
       double e;
       if (n->dtype == IR_I32) {
         e = 0;
@@ -200,9 +243,12 @@ int main(int argc, char **argv) {
         fails++;
       }
     }
-    printf("     fuse=%d: %d kernels, %d nodes checked, max rel L2 %.2e; plan %.3fs, LLVM+cc "
-           "%.2fs, run %.3fs\n",
-           fuse, plan[fuse].nkernels, checked, worst[fuse], t_plan, lib.compile_s, t_run);
+    int inplace = 0;
+    for (int i = 0; i < m->nnodes; i++) inplace += plan[fuse].inplace_of[i] >= 0;
+    printf("     fuse=%d: %d kernels, %d nodes checked (%d of %d updates written in place), "
+           "max rel L2 %.2e; plan %.3fs, LLVM+cc %.2fs, run %.3fs\n",
+           fuse, plan[fuse].nkernels, checked, inplace, m->nupdates, worst[fuse], t_plan,
+           lib.compile_s, t_run);
     cg_lib_close(&lib);
   }
   int views = 0;
@@ -225,6 +271,7 @@ int main(int argc, char **argv) {
          "fused vs unfused, max rel L2 %.2e; interpreter %.2fs\n",
          fails ? "FAIL" : "ok  ", m->name, m->nnodes, nkernel_nodes, plan[0].nkernels,
          plan[1].nkernels, plan[0].nkernels - plan[1].nkernels, views, both, worst_ff, t_interp);
+  fails += arena_check(m, &plan[1]);
   for (int f = 0; f < 2; f++) {
     cg_bufs_free(&bufs[f]);
     cg_plan_free(&plan[f]);

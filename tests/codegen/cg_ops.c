@@ -6,7 +6,9 @@
  * compiles each plan through LLVM, runs the kernels (rows in several ranges)
  * and compares every materialised node with ir_interp at the case's
  * relative-L2 tolerance; fused and unfused results must agree with each
- * other too.  Pattern cases also state how many kernels fusion must leave.
+ * other too.  Pattern cases also state how many kernels fusion must leave,
+ * and cases with updates how many the plans write in place (cg_kernels.h)
+ * and how many copies train.c's step then ends with.
  *
  *   cg_ops CASE        run one case
  *   cg_ops             run them all
@@ -24,6 +26,7 @@
 #include <string.h>
 
 #include "cg_harness.h"
+#include "codegen/host.h"
 
 /* ---- building modules ---------------------------------------------------------- */
 
@@ -388,6 +391,39 @@ static void c_p_adamw(B *b) {
   ir_add_update(b->m, p, p2);
   b->m->grad_norm = norm;
 }
+/* In-place updates (cg_kernels.h).  A kernel that reads its leaf across
+ * elements (here a transpose fused into the update) keeps a buffer and the
+ * copy; unfused, the transpose is its own earlier kernel and the add may
+ * overwrite p. */
+static void c_p_inplace_transpose(B *b) {
+  int64_t n = dim(b, 3, 9);
+  IrNode *p = leaf(b, IR_OP_PARAM, V_NORMAL, 1, 0, S(n, n));
+  ir_add_update(b->m, p, op2(b, IR_OP_ADD, p, op1(b, IR_OP_TRANSPOSE, p, 0, 1, 0, 0), 0, 0));
+}
+/* a reader of p after p's update kernel: p's old value must survive, so p's
+ * update is copied (s's, written by that reader's kernel, is in place) */
+static void c_p_inplace_late_reader(B *b) {
+  int64_t sh[] = {dim(b, 2, 5), dim(b, 2, 30), -1};
+  IrNode *p = leaf(b, IR_OP_PARAM, V_NORMAL, 1, 0, sh), *s = state(b, V_NORMAL, 1, 0, sh);
+  s->name = arena_printf(&b->m->arena, "%s.exp_avg", p->name); /* p's state (host.c) */
+  ir_add_update(b->m, p, op1(b, IR_OP_SCALE, p, 0, 0, 0, 0.5));
+  ir_add_update(b->m, s, op2(b, IR_OP_ADD, s, op1(b, IR_OP_EXP, p, 0, 0, 0, 0), 0, 0));
+}
+/* the update value read by a later kernel (unfused: from the leaf's buffer) */
+static void c_p_inplace_value_reader(B *b) {
+  int64_t sh[] = {dim(b, 2, 5), dim(b, 2, 30), -1};
+  IrNode *p = leaf(b, IR_OP_PARAM, V_NORMAL, 1, 0, sh), *g = normal(b, sh);
+  IrNode *v = op2(b, IR_OP_SUB, p, g, 0, 0);
+  ir_add_update(b->m, p, v);
+  op1(b, IR_OP_EXP, v, 0, 0, 0, 0);
+}
+/* an update computed by a reduction: not elementwise, copied */
+static void c_p_inplace_reduce(B *b) {
+  int64_t D = dim(b, 2, 12);
+  IrNode *p = leaf(b, IR_OP_PARAM, V_NORMAL, 1, 0, S(D));
+  IrNode *x = op2(b, IR_OP_ADD, normal(b, S(3, D)), p, 0, 0);
+  ir_add_update(b->m, p, shaped(b, IR_OP_SUM_TO, x, S(D), 0));
+}
 /* dq | dk | dv of sdpa_grad back to [B, T, 3 W]: slices, merge_heads, concat */
 static void c_p_concat_views(B *b) {
   int64_t H = dim(b, 1, 3), T = dim(b, 1, 6), hd = dim(b, 1, 5);
@@ -554,6 +590,10 @@ static const Case cases[] = {
     {"p_ln_grad_epilogue", c_p_ln_grad_epilogue, 3e-5, 1},
     {"p_ln_backward", c_p_ln_backward, 3e-5, 2},
     {"p_adamw", c_p_adamw, 1e-5, 4},
+    {"p_inplace_transpose", c_p_inplace_transpose, 1e-6, 1},
+    {"p_inplace_late_reader", c_p_inplace_late_reader, 1e-6, 2},
+    {"p_inplace_value_reader", c_p_inplace_value_reader, 1e-6, 1},
+    {"p_inplace_reduce", c_p_inplace_reduce, 1e-6, 1},
     {"p_concat_views", c_p_concat_views, 0, 1},
     {"p_rope_views", c_p_rope_views, 2e-5, 1},
     {"p_rope_grad_merge", c_p_rope_grad_merge, 2e-5, 1},
@@ -570,6 +610,48 @@ static const Case cases[] = {
     {"p_row_views", c_p_row_views, 1e-5, 2},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
+/* Updates the plans write in place (cg_kernels.h), unfused and fused (0 for
+ * every case not listed), and the copies train.c then ends its step with
+ * (-1: not checked; the host reads only PARAM and STATE leaves here). */
+static const struct {
+  const char *name;
+  int inplace[2], copies[2];
+} inplace_counts[] = {
+    {"p_adamw", {3, 3}, {-1, -1}},
+    {"p_inplace_transpose", {1, 0}, {0, 1}},
+    {"p_inplace_late_reader", {1, 1}, {1, 1}}, /* s's update; p's is copied */
+    {"p_inplace_value_reader", {1, 1}, {-1, -1}},
+    {"p_inplace_reduce", {0, 0}, {-1, -1}},
+};
+
+/* The update copies at the end of train.c's step (codegen/host.c) for plan
+ * kp: statements memcpy(P + ..) or memcpy(S + ..); -1 if the host C cannot
+ * be written. */
+static int host_copies(IrModule *m, const CgKernelPlan *kp) {
+  int *pos = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));
+  for (int i = 0; i < m->nnodes; i++)
+    pos[i] = kp->kernel_of[i] >= 0 ? kp->kernels[kp->kernel_of[i]].root : i;
+  BufPlan bp;
+  bufplan_build(m, kp->materialize, cg_results(m), pos, &bp);
+  CgLeafPlan lp;
+  cg_plan_leaves(m, &lp);
+  CgHostInfo info = {"case.dsl", "test", 0, NULL, NULL, NULL};
+  FILE *f = tmpfile();
+  char err[512], line[1024];
+  if (!f) return -1;
+  int n = -1;
+  if (cg_emit_host(f, m, kp, &bp, &lp, &info, err, sizeof err) == 0) {
+    n = 0;
+    rewind(f);
+    while (fgets(line, sizeof line, f))
+      n += !strncmp(line, "  memcpy(P + ", 13) || !strncmp(line, "  memcpy(S + ", 13);
+  } else {
+    printf("     host: %s\n", err);
+  }
+  fclose(f);
+  return n;
+}
 
 /* ---- running ------------------------------------------------------------------------------------- */
 
@@ -629,7 +711,9 @@ static int run_case(const Case *c, int verbose) {
     cg_lib_close(&lib);
     for (int i = 0; i < m->nnodes; i++) {
       const IrNode *n = m->nodes[i];
-      if (!plan[fuse].materialize[i] || plan[fuse].kernel_of[i] < 0) continue;
+      if ((!plan[fuse].materialize[i] && plan[fuse].inplace_of[i] < 0) ||
+          plan[fuse].kernel_of[i] < 0)
+        continue;
       double e;
       if (n->dtype == IR_I32) {
         e = 0;
@@ -653,6 +737,24 @@ static int run_case(const Case *c, int verbose) {
     if (!(e <= 2 * c->tol + 1e-6)) {
       printf("FAIL %s: fused and unfused differ at %%%d (%s): %.3g\n", c->name, i,
              ir_op_info[n->op].name, e);
+      fails++;
+    }
+  }
+  for (int f = 0; f < 2; f++) {
+    int inplace = 0, want = 0, copies = -1;
+    for (int i = 0; i < m->nnodes; i++) inplace += plan[f].inplace_of[i] >= 0;
+    for (size_t k = 0; k < sizeof inplace_counts / sizeof inplace_counts[0]; k++)
+      if (!strcmp(inplace_counts[k].name, c->name))
+        want = inplace_counts[k].inplace[f], copies = inplace_counts[k].copies[f];
+    if (inplace != want) {
+      printf("FAIL %s (fuse=%d): %d updates written in place, expected %d\n", c->name, f,
+             inplace, want);
+      fails++;
+    }
+    int got = copies >= 0 ? host_copies(m, &plan[f]) : -1;
+    if (got != copies) {
+      printf("FAIL %s (fuse=%d): train.c copies %d updates, expected %d\n", c->name, f, got,
+             copies);
       fails++;
     }
   }
