@@ -22,14 +22,14 @@ shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 TINY = ["-D", "layers=2", "-D", "d=32", "-D", "heads=2", "-D", "seq=16", "-D", "batch=4"]
 
-def dsl(optimizer):
+def dsl(name, optimizer):
     """gpt2_tiny.dsl with its optimizer line replaced (None: as it is)."""
     text = open(os.path.join(src, "examples", "gpt2_tiny.dsl")).read()
     if optimizer:
         text, n = re.subn(r"optimizer = adamw\([^)]*\)", "optimizer = " + optimizer, text)
         if n != 1:
             sys.exit("FAIL: gpt2_tiny.dsl has no adamw(...) line to replace")
-    path = os.path.join(work, "gpt2_tiny_%s.dsl" % (optimizer or "adamw").split("(")[0])
+    path = os.path.join(work, "gpt2_tiny_%s.dsl" % name)
     open(path, "w").write(text)
     return path
 
@@ -49,7 +49,7 @@ NOTE = re.compile(r"/\* (\d+) of (\d+) updates were stored into their parameter 
 fails = []
 for name, opt, flags, defines in CASES:
     out = os.path.join(work, name)
-    r = subprocess.run([parc, dsl(opt), "-o", out, *TINY, *defines, *flags],
+    r = subprocess.run([parc, dsl(name, opt), "-o", out, *TINY, *defines, *flags],
                        capture_output=True, text=True)
     if r.returncode:
         sys.exit(f"FAIL {name}: parc exited {r.returncode}\n{r.stderr[-2000:]}")
