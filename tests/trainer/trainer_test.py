@@ -877,6 +877,37 @@ elif case == "mesh_pp":
                     sys.exit(f"FAIL {tag}: rank {rank}: compute events overlap: {a} {b}")
         return d
 
+    def check_pp_comm(d, plan, steps, tag):
+        """plan.json's per-stage communication against what each rank's trace moved a
+        step: the pp sends (receives) are the boundary sends (receives) plus the
+        shared gradients exchanged, floats for floats; the dp (and ep_dp)
+        all-reduces are the accumulated gradients' reduction (a dense model has no
+        dp collective inside its chunks)."""
+        ev = [e for e in d["traceEvents"] if e["ph"] == "X"]
+        od = d["otherData"]
+        for rank in range(od["ranks"]):
+            st = rank // (od["tp"] * od["dp"])
+            mine = {(c["group"], c["kind"]): c for c in plan["communication"]
+                    if c.get("stage") == st}
+            for step in range(steps):
+                f = {}
+                for e in ev:
+                    if e["pid"] == rank and e["args"]["step"] == step:
+                        f[e["cat"]] = f.get(e["cat"], 0) + e["args"].get("floats", 0)
+                shared = f.get("shared gradients (pp)", 0)
+                sends = f.get("SEND_ACT", 0) + f.get("SEND_GRAD", 0) + shared
+                recvs = f.get("RECV_ACT", 0) + f.get("RECV_GRAD", 0) + shared
+                grads = f.get("all-reduce gradients (dp)", 0)
+                want = [(k, mine.get(k, {}).get("payload_bytes", 0)) for k in
+                        (("pp", "send"), ("pp", "recv"))]
+                want.append((("dp+ep_dp", "all_reduce"),
+                             sum(mine.get((g, "all_reduce"), {}).get("payload_bytes", 0)
+                                 for g in ("dp", "ep_dp"))))
+                for (k, planned), moved in zip(want, (sends, recvs, grads)):
+                    if planned != 4 * moved:
+                        sys.exit(f"FAIL {tag}: rank {rank} (stage {st}) step {step}: {k} moved "
+                                 f"{moved} floats, plan.json {planned} bytes")
+
     # pipeline parallelism: 4 layers at pp 2 and 4, every schedule, M in {P, 2P}, with
     # tp and dp beside it (tp*dp*pp <= 8), against the one-rank trainer: 20-step
     # losses and step-1 gradients; a checkpoint saved under pp 2 resumed on one rank;
@@ -923,7 +954,8 @@ elif case == "mesh_pp":
         for tag in (f"{model}_pp4_1f1b_m8_t1_d1", f"{model}_pp2_zb_m4_t2_d2"):
             tr = os.path.join(work, f"trace_{tag}.json")
             train(os.path.join(work, tag, "build", "train"), *const[:-1], "3", "--trace", tr)
-            check_trace(tr, os.path.join(work, tag), 3, tag)
+            d = check_trace(tr, os.path.join(work, tag), 3, tag)
+            check_pp_comm(d, json.load(open(os.path.join(work, tag, "plan.json"))), 3, tag)
         tr = os.path.join(work, f"trace_{model}_r1.json")
         train(one, *const[:-1], "3", "--trace", tr)
         steps1 = [e for e in json.load(open(tr))["traceEvents"] if e.get("cat") == "step"]
