@@ -10,7 +10,10 @@
  * and backward: counted as all-gathers of 4 floats per row.  The vocab-
  * parallel embedding's result is all-reduced by an all_reduce node.  An
  * expert_all_to_all (expert parallelism) is counted apart (a2a_*): every
- * slot's row at most, the rank's own experts' share staying local. */
+ * slot's row at most, the rank's own experts' share staying local.
+ * A pipelined trainer (pp > 1, or a routed model's microbatches at pp 1) runs
+ * another module: comm_analyze_pipe counts what its stage's rank runs, the
+ * runtime's own collectives (runtime/rt_pipe.c) included. */
 #include <stdlib.h>
 #include <string.h>
 
