@@ -776,10 +776,12 @@ static void emit_loop(Kc *c, FILE *f, int l, const char *ind) {
   }
   before_loop(c, f, l, ind);
   /* E > 0: a ROW_GROUP loop's constant extent that a lane covers in at most
-   * KC_UNROLL_PASSES passes of T columns (else 0: a loop to the extent) */
+   * KC_UNROLL_PASSES passes of T columns, or of 4 T under float4 (else 0: a
+   * loop to the extent) */
   const KirNode *ext = &k->nodes[lp->extent];
+  int64_t wide = c->loop_vec[l] ? 4 * (int64_t)T : T;
   int64_t E = ext->op == KIR_OP_ICONST && ext->imm > 0 &&
-              (ext->imm + T - 1) / T <= KC_UNROLL_PASSES ? ext->imm : 0;
+              (ext->imm + wide - 1) / wide <= KC_UNROLL_PASSES ? ext->imm : 0;
   char in2[64], in3[64];
   snprintf(in2, sizeof in2, "%s  ", ind);
   snprintf(in3, sizeof in3, "%s    ", ind);
@@ -800,7 +802,9 @@ static void emit_loop(Kc *c, FILE *f, int l, const char *ind) {
     fprintf(f, "%s{\n%sconstexpr int W_ = VEC ? 4 : 1;\n", ind, in2);
     fprintf(f, "%sconstexpr int N_ = (%" PRId64 " + W_ * %d - 1) / (W_ * %d); /* passes a lane "
             "runs at most */\n", in2, E, T, T);
-    fprintf(f, "#pragma unroll\n%sfor (int pass_ = 0; pass_ < N_; pass_++) {\n", in2);
+    /* (the single-column fallback's passes may be 4 times as many: by 4 then) */
+    fprintf(f, "#pragma unroll (N_ <= %d ? N_ : 4)\n%sfor (int pass_ = 0; pass_ < N_; pass_++) {\n",
+            KC_UNROLL_PASSES, in2);
     fprintf(f, "%sconst int64_t cb_ = (int64_t)W_ * lane_ + (int64_t)pass_ * (W_ * %d);\n", in3, T);
     fprintf(f, "%sif (%" PRId64 " %% (W_ * %d) != 0 && cb_ >= %" PRId64 ") break;\n", in3, E, T,
             E);

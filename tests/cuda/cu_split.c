@@ -241,18 +241,25 @@ int main(int argc, char **argv) {
     CHECK(!strstr(s, "slot_") && !strstr(s, "kcu_split"), "%s source:\n%s", keep[i], s);
     free(s);
   }
-  /* a constant loop of at most 8 passes of the group: a trip count nvcc sees, the
-   * partial last pass guarded (rowsum_4095: 16 passes, a loop to the extent) */
+  /* a constant loop of at most 8 passes of the group (of its float4 columns): a
+   * trip count nvcc sees, the partial last pass guarded (rowsum_4095: 16 passes
+   * of single columns, a loop to the extent) */
   s = cu_section(text, "rowsum_4095");
   CHECK(!strstr(s, "pass_") && strstr(s, "c0_ < 4095; c0_ += 256)"),
         "rowsum_4095 source:\n%s", s);
   free(s);
   s = cu_section(text, "rowsum_768");
   CHECK(strstr(s, "constexpr int N_ = (768 + W_ * 256 - 1) / (W_ * 256);") &&
-            strstr(s, "#pragma unroll\n      for (int pass_ = 0; pass_ < N_; pass_++) {") &&
+            strstr(s, "#pragma unroll (N_ <= 8 ? N_ : 4)\n      for (int pass_ = 0; pass_ < N_; pass_++) {") &&
             strstr(s, "const int64_t cb_ = (int64_t)W_ * lane_ + (int64_t)pass_ * (W_ * 256);") &&
             strstr(s, "if (768 % (W_ * 256) != 0 && cb_ >= 768) break;"),
         "rowsum_768 source:\n%s", s);
+  free(s);
+  /* 8192 float4 columns: 8 passes of 1024 (the single-column fallback's 32 by 4) */
+  s = cu_section(text, "rowsum_32");
+  CHECK(strstr(s, "constexpr int N_ = (8192 + W_ * 256 - 1) / (W_ * 256);") &&
+            strstr(s, "#pragma unroll (N_ <= 8 ? N_ : 4)"),
+        "rowsum_32 source:\n%s", s);
   free(s);
   L = plan_of(m, "rowsum_701");
   CHECK(L.mapping == KIR_CUDA_ROW_GROUP && L.row_threads == 256 && !L.vector, "rowsum_701 plan");
