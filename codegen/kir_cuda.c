@@ -45,6 +45,8 @@ enum {
   KC_THREAD_BLOCK = 128,  /* threads per block, THREAD_ROW */
   KC_WARP_BLOCK = 256,    /* threads per block, ROW_GROUP of one warp (8 rows) */
   KC_MAX_GROUP = 256,     /* largest ROW_GROUP (one block per row) */
+  KC_UNROLL_PASSES = 8,   /* ROW_GROUP: a constant loop of at most this many passes of
+                             the group's threads is unrolled whole */
   /* split reductions (kir_cuda.h: ROW_SPLIT, COL_TILE) */
   KC_SPLIT_ROWS = 32,       /* ROW_SPLIT: fewer rows than this (below the SM count) */
   KC_SPLIT_MIN_LOOP = 4096, /* ROW_SPLIT: loops of at least this many columns */
@@ -773,6 +775,13 @@ static void emit_loop(Kc *c, FILE *f, int l, const char *ind) {
     else fprintf(f, "%sint a%d_ = %s;\n", ind, v, d->imm == KIR_MAX ? "KCU_KEY_NEG_INF" : "KCU_KEY_POS_INF");
   }
   before_loop(c, f, l, ind);
+  /* E > 0: a ROW_GROUP loop's constant extent that a lane covers in at most
+   * KC_UNROLL_PASSES passes of T columns, or of 4 T under float4 (else 0: a
+   * loop to the extent) */
+  const KirNode *ext = &k->nodes[lp->extent];
+  int64_t wide = c->loop_vec[l] ? 4 * (int64_t)T : T;
+  int64_t E = ext->op == KIR_OP_ICONST && ext->imm > 0 &&
+              (ext->imm + wide - 1) / wide <= KC_UNROLL_PASSES ? ext->imm : 0;
   char in2[64], in3[64];
   snprintf(in2, sizeof in2, "%s  ", ind);
   snprintf(in3, sizeof in3, "%s    ", ind);
@@ -787,6 +796,20 @@ static void emit_loop(Kc *c, FILE *f, int l, const char *ind) {
     fprintf(f, "; c%d_++) {\n", l);
     emit_column(c, f, l, 0, in2);
     fprintf(f, "%s}\n", ind);
+  } else if (c->loop_vec[l] && E > 0) {
+    /* few passes over a constant extent: a trip count the compiler sees (no
+     * 64-bit trip arithmetic, no remainder loop), fully unrolled */
+    fprintf(f, "%s{\n%sconstexpr int W_ = VEC ? 4 : 1;\n", ind, in2);
+    fprintf(f, "%sconstexpr int N_ = (%" PRId64 " + W_ * %d - 1) / (W_ * %d); /* passes a lane "
+            "runs at most */\n", in2, E, T, T);
+    /* (the single-column fallback's passes may be 4 times as many: by 4 then) */
+    fprintf(f, "#pragma unroll (N_ <= %d ? N_ : 4)\n%sfor (int pass_ = 0; pass_ < N_; pass_++) {\n",
+            KC_UNROLL_PASSES, in2);
+    fprintf(f, "%sconst int64_t cb_ = (int64_t)W_ * lane_ + (int64_t)pass_ * (W_ * %d);\n", in3, T);
+    fprintf(f, "%sif (%" PRId64 " %% (W_ * %d) != 0 && cb_ >= %" PRId64 ") break;\n", in3, E, T,
+            E);
+    emit_lanes(c, f, l, in3);
+    fprintf(f, "%s}\n%s}\n", in2, ind);
   } else if (c->loop_vec[l]) {
     fprintf(f, "%s{\n%sconstexpr int W_ = VEC ? 4 : 1;\n", ind, in2);
     fprintf(f, "%sfor (int64_t cb_ = (int64_t)W_ * lane_; cb_ < ", in2);
@@ -794,6 +817,13 @@ static void emit_loop(Kc *c, FILE *f, int l, const char *ind) {
     fprintf(f, "; cb_ += (int64_t)W_ * %d) {\n", T);
     emit_lanes(c, f, l, in3);
     fprintf(f, "%s}\n%s}\n", in2, ind);
+  } else if (E > 0) {
+    fprintf(f, "#pragma unroll\n%sfor (int pass_ = 0; pass_ < %" PRId64 "; pass_++) {\n", ind,
+            (E + T - 1) / T);
+    fprintf(f, "%sconst int64_t c%d_ = lane_ + (int64_t)pass_ * %d;\n", in2, l, T);
+    if (E % T) fprintf(f, "%sif (c%d_ >= %" PRId64 ") break;\n", in2, l, E);
+    emit_column(c, f, l, 0, in2);
+    fprintf(f, "%s}\n", ind);
   } else {
     fprintf(f, "%sfor (int64_t c%d_ = lane_; c%d_ < ", ind, l, l);
     opnd(c, f, lp->extent);

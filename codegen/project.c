@@ -245,6 +245,41 @@ static void moe_json(cJSON *root, const IrModule *m, const CgProject *p) {
   free(v);
 }
 
+/* plan.json's "communication": one entry per group and kind one rank runs a
+ * step (stage >= 0: a rank of that pipeline stage, with "stage"). */
+static void comm_json(cJSON *comm, const CommCost *c, int stage) {
+  static const char *const group[COMM_GROUPS] = {"tp", "dp", "ep", "ep_dp", "pp"};
+  static const char *const kind[COMM_KINDS] = {"all_reduce", "all_gather", "reduce_scatter",
+                                               "send", "recv"};
+  for (int g = 0; g < COMM_GROUPS; g++)
+    for (int k = 0; k < COMM_KINDS; k++) {
+      const CommEntry *e = &c->e[g][k];
+      if (!e->count) continue;
+      cJSON *o = cJSON_CreateObject();
+      if (stage >= 0) cJSON_AddNumberToObject(o, "stage", stage);
+      cJSON_AddStringToObject(o, "group", group[g]);
+      cJSON_AddNumberToObject(o, "ranks", c->group_size[g]);
+      cJSON_AddStringToObject(o, "kind", kind[k]);
+      cJSON_AddNumberToObject(o, "count", e->count);
+      cJSON_AddNumberToObject(o, "payload_bytes", e->payload_bytes);
+      cJSON_AddNumberToObject(o, "sent_bytes_per_rank", e->sent_bytes);
+      cJSON_AddItemToArray(comm, o);
+    }
+  if (c->a2a_count) {
+    /* expert parallelism: only filled slots travel, so the bytes are at most */
+    cJSON *o = cJSON_CreateObject();
+    if (stage >= 0) cJSON_AddNumberToObject(o, "stage", stage);
+    cJSON_AddStringToObject(o, "group", "ep");
+    cJSON_AddNumberToObject(o, "ranks", c->a2a_group);
+    cJSON_AddStringToObject(o, "kind", "all_to_all");
+    cJSON_AddNumberToObject(o, "count", c->a2a_count);
+    cJSON_AddNumberToObject(o, "payload_bytes", c->a2a_payload_bytes);
+    cJSON_AddNumberToObject(o, "sent_bytes_per_rank", c->a2a_sent_bytes);
+    cJSON_AddBoolToObject(o, "upper_bound", 1);
+    cJSON_AddItemToArray(comm, o);
+  }
+}
+
 /* plan.json: what the compiler decided, for tools and for people. */
 static int write_plan(const CgProject *p, const IrModule *m, const CgKernelPlan *kp,
                       const int *canon, const BufPlan *bp, const CgLeafPlan *lp, char *err,
@@ -275,34 +310,11 @@ static int write_plan(const CgProject *p, const IrModule *m, const CgKernelPlan 
   cJSON_AddNumberToObject(upd, "in_place", inplace);
   cJSON_AddNumberToObject(upd, "copied", m->nupdates - inplace);
   cJSON *comm = cJSON_AddArrayToObject(root, "communication");
-  static const char *const group[COMM_GROUPS] = {"tp", "dp", "ep", "ep_dp"};
-  static const char *const kind[] = {"all_reduce", "all_gather", "reduce_scatter"};
-  for (int g = 0; p->cost->has_comm && g < COMM_GROUPS; g++)
-    for (int k = 0; k < COMM_KINDS; k++) {
-      const CommEntry *e = &p->cost->comm.e[g][k];
-      if (!e->count) continue;
-      cJSON *o = cJSON_CreateObject();
-      cJSON_AddStringToObject(o, "group", group[g]);
-      cJSON_AddNumberToObject(o, "ranks", p->cost->comm.group_size[g]);
-      cJSON_AddStringToObject(o, "kind", kind[k]);
-      cJSON_AddNumberToObject(o, "count", e->count);
-      cJSON_AddNumberToObject(o, "payload_bytes", e->payload_bytes);
-      cJSON_AddNumberToObject(o, "sent_bytes_per_rank", e->sent_bytes);
-      cJSON_AddItemToArray(comm, o);
-    }
-  if (p->cost->has_comm && p->cost->comm.a2a_count) {
-    /* expert parallelism: only filled slots travel, so the bytes are at most */
-    const CommCost *c = &p->cost->comm;
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "group", "ep");
-    cJSON_AddNumberToObject(o, "ranks", c->a2a_group);
-    cJSON_AddStringToObject(o, "kind", "all_to_all");
-    cJSON_AddNumberToObject(o, "count", c->a2a_count);
-    cJSON_AddNumberToObject(o, "payload_bytes", c->a2a_payload_bytes);
-    cJSON_AddNumberToObject(o, "sent_bytes_per_rank", c->a2a_sent_bytes);
-    cJSON_AddBoolToObject(o, "upper_bound", 1);
-    cJSON_AddItemToArray(comm, o);
-  }
+  if (p->cost->has_comm && p->cost->stage_comm)
+    for (int st = 0; st < p->cost->nstage_comm; st++)
+      comm_json(comm, &p->cost->stage_comm[st], st);
+  else if (p->cost->has_comm)
+    comm_json(comm, &p->cost->comm, -1);
   moe_json(root, m, p);
   /* dp bucket collectives started in the backward pass and waited for after it
    * (they overlap the rest of it); 0 with --no-overlap or without dp buckets */

@@ -113,6 +113,35 @@ static void predicted_step(FILE *out, const Layout *lay, const Cost *c) {
           duration(d, sizeof d, comm), PP_SIM_LINK_BYTES_PER_S / 1e9, PP_SIM_LINK_LATENCY_S * 1e6);
 }
 
+/* The collectives one rank runs a step (stage >= 0: a rank of that pipeline
+ * stage), by group and kind, as passes/comm_cost.c counts them. */
+static void communication(FILE *out, const CommCost *cc, int stage) {
+  static const char *const group[COMM_GROUPS] = {"tp", "dp", "ep", "ep_dp", "pp"};
+  static const char *const kind[COMM_KINDS] = {"all-reduce", "all-gather", "reduce-scatter",
+                                               "send", "receive"};
+  for (int g = 0; g < COMM_GROUPS; g++) {
+    int a2a = g == 2 ? cc->a2a_count : 0; /* the expert all-to-alls run on the ep group */
+    if (!cc->group_size[g] && !a2a) continue;
+    if (stage >= 0) fprintf(out, "communication per step, a rank of stage %d, ", stage);
+    else fprintf(out, "communication per step and rank, ");
+    fprintf(out, "%s group of %d ranks:\n", group[g], a2a ? cc->a2a_group : cc->group_size[g]);
+    for (int k = 0; k < COMM_KINDS; k++) {
+      const CommEntry *e = &cc->e[g][k];
+      char p[32], s[32];
+      if (e->count)
+        fprintf(out, "    %-15s %4d x, payload %10s, sent %10s (%s)\n", kind[k], e->count,
+                bytes(p, sizeof p, e->payload_bytes), bytes(s, sizeof s, e->sent_bytes),
+                k >= COMM_SEND ? "point to point" : "ring");
+    }
+    if (a2a) {
+      char p[32], s[32];
+      fprintf(out, "    %-15s %4d x, payload %10s, sent %10s (at most: filled slots only)\n",
+              "all-to-all", a2a, bytes(p, sizeof p, cc->a2a_payload_bytes),
+              bytes(s, sizeof s, cc->a2a_sent_bytes));
+    }
+  }
+}
+
 /* ---- mixture of experts ----------------------------------------------------
  * A dispatch writes each token's choices into an [experts, C, d_model]
  * buffer, C slots an expert; the expert GEMMs run over every slot, filled or
@@ -313,27 +342,10 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
     else if (zero)
       fprintf(out, "    (--zero 1: optimizer state sharded over the %d dp ranks)\n", lay->dp);
   }
-  static const char *const group[COMM_GROUPS] = {"tp", "dp", "ep", "ep_dp"};
-  static const char *const kind[] = {"all-reduce", "all-gather", "reduce-scatter"};
-  for (int g = 0; c->has_comm && g < COMM_GROUPS; g++) {
-    int a2a = g == 2 ? c->comm.a2a_count : 0; /* the expert all-to-alls run on the ep group */
-    if (!c->comm.group_size[g] && !a2a) continue;
-    fprintf(out, "communication per step and rank, %s group of %d ranks:\n", group[g],
-            a2a ? c->comm.a2a_group : c->comm.group_size[g]);
-    for (int k = 0; k < COMM_KINDS; k++) {
-      const CommEntry *e = &c->comm.e[g][k];
-      char p[32], s[32];
-      if (e->count)
-        fprintf(out, "    %-15s %4d x, payload %10s, sent %10s (ring)\n", kind[k], e->count,
-                bytes(p, sizeof p, e->payload_bytes), bytes(s, sizeof s, e->sent_bytes));
-    }
-    if (a2a) {
-      char p[32], s[32];
-      fprintf(out, "    %-15s %4d x, payload %10s, sent %10s (at most: filled slots only)\n",
-              "all-to-all", a2a, bytes(p, sizeof p, c->comm.a2a_payload_bytes),
-              bytes(s, sizeof s, c->comm.a2a_sent_bytes));
-    }
-  }
+  if (c->has_comm && c->stage_comm)
+    for (int st = 0; st < c->nstage_comm; st++) communication(out, &c->stage_comm[st], st);
+  else if (c->has_comm)
+    communication(out, &c->comm, -1);
   moe(out, m, lay, c);
   if (c->arena_bytes)
     fprintf(out, "activation arena (planned, fp32): %s (%" PRId64 " bytes), allocated exactly by "

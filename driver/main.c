@@ -413,9 +413,11 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
     snprintf(why, len, "internal error: passes after sharding");
     rc = -1;
   }
-  if (!rc) {
+  if (!rc && !cost->has_comm) { /* (a routed model's microbatches: pipe_comm's) */
     comm_analyze(r, &cost->comm);
     cost->has_comm = 1;
+  }
+  if (!rc) {
     rc = cg_plan_arena(r, !o->no_fuse, &cost->arena_bytes, why, len);
   }
   ir_module_free(r);
@@ -475,6 +477,20 @@ static IrModule *pipe_module(Program *prog, const Options *o, const IrModule *m,
     return NULL;
   }
   return r;
+}
+
+/* The communication of a pipelined trainer's ranks (tm and pp from
+ * pipe_module) into cost: per stage, in m's arena; cost->comm is stage 0's. */
+static void pipe_comm(const Options *o, IrModule *m, const IrModule *tm, const PpProgram *pp,
+                      Cost *cost) {
+  if (o->lay.tp * o->lay.pp * o->lay.dp < 2) return;
+  int P = pp->nstages;
+  CommCost *sc = arena_alloc(&m->arena, sizeof *sc * (size_t)P);
+  for (int s = 0; s < P; s++) comm_analyze_pipe(tm, pp, &o->lay, s, &sc[s]);
+  cost->comm = sc[0];
+  cost->has_comm = 1;
+  cost->stage_comm = P > 1 ? sc : NULL;
+  cost->nstage_comm = P > 1 ? P : 0;
 }
 
 int main(int argc, char **argv) {
@@ -561,8 +577,9 @@ int main(int argc, char **argv) {
   }
   /* A routed model (pp_split_matters) with M > 1 microbatches trains as a
    * one-stage pipeline at pp 1: the same microbatches as on every layout. */
-  int pipe1 = o.lay.pp == 1 && o.pipe.microbatches > 1 && o.outdir;
-  if (o.lay.pp > 1 || pipe1) {
+  int routed_mb = o.lay.pp == 1 && o.pipe.microbatches > 1;
+  int pipe1 = routed_mb && o.outdir;
+  if (o.lay.pp > 1 || routed_mb) { /* (without -o too: the report's communication) */
     /* the pipeline plan on the differentiated module; the report's stages follow it */
     char why[512];
     if (pp_plan(m, &o.lay, &o.pipe, &pipe, why, sizeof why)) {
@@ -595,6 +612,17 @@ int main(int argc, char **argv) {
       rc = strstr(why, "internal error") ? EXIT_INTERNAL : EXIT_BAD;
       goto done;
     }
+    /* what the trainer's ranks communicate: its microbatch module's collectives
+     * M times, the step's once (the whole-batch module counted above is not run) */
+    pipe_comm(&o, m, tm, &stage_prog, &cost);
+  } else if (!o.outdir && (o.lay.pp > 1 || routed_mb) && !(o.lay.zero >= 1 && o.lay.dp > 1) &&
+             ranks > 1) {
+    /* the report alone: the same trainer's communication, its module then freed */
+    char why[512] = "";
+    PpProgram pp = {0};
+    IrModule *r = pipe_module(&prog, &o, m, &pipe, &pp, why, sizeof why);
+    if (r) pipe_comm(&o, m, r, &pp, &cost);
+    ir_module_free(r);
   }
   if (o.outdir) {
     if (make_dir(o.outdir)) {

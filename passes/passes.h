@@ -112,9 +112,13 @@ typedef struct {
 } StageCost;
 
 /* passes/comm_cost.c: collectives per step of a rank-local module, by
- * group (the mesh axes: 0 tp, 1 dp, 2 ep, 3 ep_dp) and kind. */
-#define COMM_GROUPS 4
-typedef enum { COMM_ALL_REDUCE, COMM_ALL_GATHER, COMM_REDUCE_SCATTER, COMM_KINDS } CommKind;
+ * group (the mesh axes: 0 tp, 1 dp, 2 ep, 3 ep_dp; 4 pp: a pipelined
+ * trainer's stage boundaries, shared gradients, loss and norm) and kind (send
+ * and receive: point to point, pp only). */
+#define COMM_GROUPS 5
+typedef enum {
+  COMM_ALL_REDUCE, COMM_ALL_GATHER, COMM_REDUCE_SCATTER, COMM_SEND, COMM_RECV, COMM_KINDS
+} CommKind;
 typedef struct {
   int count;
   double payload_bytes;      /* the tensors the group combines */
@@ -142,8 +146,13 @@ typedef struct {
   StageCost *stages;         /* nstages entries, in the module's arena */
   int64_t arena_bytes;       /* the trainer's planned activation arena; 0 until
                                 code generation has planned it */
-  int has_comm;              /* comm holds the rank-local module's collectives */
+  int has_comm;              /* comm holds the collectives one rank runs a step: the
+                                rank-local module's, or a pipelined trainer's
+                                (comm_analyze_pipe; with pp > 1, stage 0's) */
   CommCost comm;
+  const CommCost *stage_comm; /* pp > 1 with has_comm: per stage (nstage_comm of them:
+                                 pp, not the chunks), else NULL */
+  int nstage_comm;
   const struct PpPlan *pipe; /* --pp > 1: the pipeline plan (report section), else NULL */
   int microbatches;          /* microbatches a step routes (pp_request_check's, so
                                 --microbatches at pp 1 too); 0: unknown, the report
@@ -359,5 +368,16 @@ typedef struct {
  * Returns 0, or -1 with a one-line internal error in err (a value crossing
  * chunks against the pipeline's direction). */
 int pass_pp_split(IrModule *m, const PpPlan *plan, PpProgram *out, char *err, size_t len);
+
+/* passes/comm_cost.c: what one rank of pipeline stage `stage` communicates a
+ * step in the trainer pass_pp_split's program describes (m: that program's
+ * one-microbatch module): the collectives of the stage's chunks once per
+ * microbatch, its optimizer's once, plus what rt_pipe_step adds around them
+ * (runtime/rt_pipe.h): the accumulated gradients' all-reduces over dp (the
+ * expert regions' over ep_dp) once, the stage boundaries' sends and receives
+ * once per action of the schedule, the shared parameters' gradient exchange,
+ * the loss's all-reduce and the optimizer's norm sums over pp once. */
+void comm_analyze_pipe(const IrModule *m, const PpProgram *pp, const Layout *lay, int stage,
+                       CommCost *out);
 
 #endif

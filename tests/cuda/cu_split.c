@@ -150,6 +150,11 @@ int main(int argc, char **argv) {
   rowsum(m, "rowsum_4095", 1, 4095);   /* below the loop threshold */
   rowsum(m, "rowsum_4096", 31, 4096);  /* at it, 31 rows */
   rowsum(m, "rowsum_32", 32, 8192);    /* 32 rows: enough rows */
+  /* row groups of 256 over a few passes: unrolled whole (a pass of every lane
+   * at 768 columns; the last pass partial at 700; float4 rows at both, not at 701) */
+  rowsum(m, "rowsum_768", 8, 768);
+  rowsum(m, "rowsum_700", 5, 700);
+  rowsum(m, "rowsum_701", 3, 701);
   char err[512], cu[4096], h[4096];
   CHECK(!kir_verify(m, err, sizeof err), "%s", err);
   snprintf(cu, sizeof cu, "%s/kernels.cu", argv[1]);
@@ -236,6 +241,34 @@ int main(int argc, char **argv) {
     CHECK(!strstr(s, "slot_") && !strstr(s, "kcu_split"), "%s source:\n%s", keep[i], s);
     free(s);
   }
+  /* a constant loop of at most 8 passes of the group (of its float4 columns): a
+   * trip count nvcc sees, the partial last pass guarded (rowsum_4095: 16 passes
+   * of single columns, a loop to the extent) */
+  s = cu_section(text, "rowsum_4095");
+  CHECK(!strstr(s, "pass_") && strstr(s, "c0_ < 4095; c0_ += 256)"),
+        "rowsum_4095 source:\n%s", s);
+  free(s);
+  s = cu_section(text, "rowsum_768");
+  CHECK(strstr(s, "constexpr int N_ = (768 + W_ * 256 - 1) / (W_ * 256);") &&
+            strstr(s, "#pragma unroll (N_ <= 8 ? N_ : 4)\n      for (int pass_ = 0; pass_ < N_; pass_++) {") &&
+            strstr(s, "const int64_t cb_ = (int64_t)W_ * lane_ + (int64_t)pass_ * (W_ * 256);") &&
+            strstr(s, "if (768 % (W_ * 256) != 0 && cb_ >= 768) break;"),
+        "rowsum_768 source:\n%s", s);
+  free(s);
+  /* 8192 float4 columns: 8 passes of 1024 (the single-column fallback's 32 by 4) */
+  s = cu_section(text, "rowsum_32");
+  CHECK(strstr(s, "constexpr int N_ = (8192 + W_ * 256 - 1) / (W_ * 256);") &&
+            strstr(s, "#pragma unroll (N_ <= 8 ? N_ : 4)"),
+        "rowsum_32 source:\n%s", s);
+  free(s);
+  L = plan_of(m, "rowsum_701");
+  CHECK(L.mapping == KIR_CUDA_ROW_GROUP && L.row_threads == 256 && !L.vector, "rowsum_701 plan");
+  s = cu_section(text, "rowsum_701");
+  CHECK(strstr(s, "for (int pass_ = 0; pass_ < 3; pass_++) {") &&
+            strstr(s, "const int64_t c0_ = lane_ + (int64_t)pass_ * 256;") &&
+            strstr(s, "if (c0_ >= 701) break;"),
+        "rowsum_701 source:\n%s", s);
+  free(s);
   L = plan_of(m, "rowsum_4096");  /* 1024 / 31 = 33 blocks: 2048-column chunks */
   CHECK(L.mapping == KIR_CUDA_ROW_SPLIT && L.parts == 2 && L.chunk == 2048, "rowsum_4096 plan %d %lld",
         (int)L.mapping, (long long)L.parts);

@@ -327,6 +327,17 @@ int main() {
   test_rowsum("rowsum_32", 32, 8192, [](float *o, const float *x, int64_t rb, int64_t re) {
     rowsum_32_launch(o, x, rb, re, S0);
   });
+  /* row groups unrolled over their few passes: every lane, the partial last pass,
+   * float4 rows (768, 700) and single columns (701) */
+  test_rowsum("rowsum_768", 8, 768, [](float *o, const float *x, int64_t rb, int64_t re) {
+    rowsum_768_launch(o, x, rb, re, S0);
+  });
+  test_rowsum("rowsum_700", 5, 700, [](float *o, const float *x, int64_t rb, int64_t re) {
+    rowsum_700_launch(o, x, rb, re, S0);
+  });
+  test_rowsum("rowsum_701", 3, 701, [](float *o, const float *x, int64_t rb, int64_t re) {
+    rowsum_701_launch(o, x, rb, re, S0);
+  });
   test_others();
 
   /* lanes: S0 and 0x10 have 0 and 1; more streams take the rest; then none */

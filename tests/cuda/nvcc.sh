@@ -7,6 +7,10 @@
 #       as errors), and its saved report WORK/build/ptxas_report.txt is checked.
 #   nvcc.sh source KERNELS.cu WORK
 #       nvcc compiles one kernels.cu the same way (its header beside it).
+#   nvcc.sh kernels PARC MODEL.dsl WORK [parc options...]
+#       parc --target cuda --cuda-arch 90 -o WORK/proj, then nvcc compiles its
+#       kernels.cu alone for sm_90 (a full-size model's kernels, without
+#       building its project).
 #   nvcc.sh trainer PARC MODEL.dsl WORK [parc options...]
 #       parc --target all --cuda-arch 90 -o WORK/proj, then the generated
 #       CMakeLists.txt with -DPARC_CUDA=ON -DTRAIN_WERROR=ON builds the GPU
@@ -69,6 +73,20 @@ elif [ "$mode" = project ]; then
   t1=$(date +%s)
   report=$work/build/ptxas_report.txt
   [ -f "$work/build/libparc_kernels_cuda.a" ] || { echo "no libparc_kernels_cuda.a"; exit 1; }
+elif [ "$mode" = kernels ]; then
+  parc=$1 model=$2 work=$3
+  shift 3
+  rm -rf "$work"
+  mkdir -p "$work"
+  "$parc" "$model" --target cuda --cuda-arch 90 -o "$work/proj" "$@" > "$work/parc.log" 2>&1 ||
+    { cat "$work/parc.log"; exit 1; }
+  cu=$work/proj/kernels.cu
+  report=$work/ptxas_report.txt
+  archs=sm_90
+  t0=$(date +%s)
+  "$NVCC" -std=c++17 -c "$cu" -o "$work/kernels_cuda.o" --Werror=all-warnings --ptxas-options=-v \
+    -gencode arch=compute_90,code=sm_90 2> "$report" || { cat "$report"; exit 1; }
+  t1=$(date +%s)
 elif [ "$mode" = source ]; then
   cu=$1 work=$2
   mkdir -p "$work"
@@ -79,7 +97,8 @@ elif [ "$mode" = source ]; then
     { cat "$report"; exit 1; }
   t1=$(date +%s)
 else
-  echo "usage: nvcc.sh project|trainer PARC MODEL.dsl WORK [parc options] | source KERNELS.cu WORK" >&2
+  echo "usage: nvcc.sh project|trainer|kernels PARC MODEL.dsl WORK [parc options] |" \
+    "source KERNELS.cu WORK" >&2
   exit 2
 fi
 
@@ -99,8 +118,10 @@ done
 spills=$(grep 'bytes spill stores' "$report" | grep -v ' 0 bytes spill stores, 0 bytes spill loads' || true)
 if [ -n "$spills" ]; then
   echo "FAIL: register spills:"
-  grep -B2 'bytes spill stores' "$report" | grep -B2 -v ' 0 bytes spill stores, 0 bytes spill loads' |
-    grep -E 'entry function|spill'
+  # each spilling instantiation: its entry line, then its spill line
+  awk '/Compiling entry function/ { entry = $0 }
+       /bytes spill stores/ && !/ 0 bytes spill stores, 0 bytes spill loads/ { print entry; print }' \
+    "$report"
   status=1
 fi
 regs=$(sed -n 's/.*Used \([0-9]*\) registers.*/\1/p' "$report" | sort -n)

@@ -97,6 +97,46 @@ with tempfile.TemporaryDirectory(prefix="parc_moe_plan_") as tmp:
         check(all(e["ranks"] == ranks for e in ar),
               f"--dp 4 --ep 2: {group} all_reduce over {[e['ranks'] for e in ar]} ranks, want {ranks}")
 
+    # microbatches = 2 (a one-stage pipeline accumulating over two routed halves):
+    # the expert all-to-alls and the routing statistics' all-reduces run once per
+    # microbatch, the gradients' reduction and the clip norm's once a step; the
+    # communication entries count what the trainer runs, as the moe entries do
+    m1 = p = plan(tmp, "--dp", "2", "--ep", "2")
+    m2 = plan(tmp, "--dp", "2", "--ep", "2", "-D", "microbatches=2")
+    check_moe(m2, "--dp 2 --ep 2 microbatches=2", layers, 2)
+    a1, a2 = entries(m1, "ep", "all_to_all")[0], entries(m2, "ep", "all_to_all")[0]
+    check(a2["count"] == 2 * a1["count"], f"microbatches=2: {a2['count']} all-to-alls a step, "
+          f"want twice microbatches=1's {a1['count']}")
+    e1, e2 = entries(m1, "ep", "all_reduce"), entries(m2, "ep", "all_reduce")
+    check(len(e1) == len(e2) == 1 and e1[0]["count"] == e2[0]["count"],
+          "microbatches=2: the clip norm's ep all-reduces are not once a step like at 1")
+    d1, d2 = entries(m1, "dp", "all_reduce")[0], entries(m2, "dp", "all_reduce")[0]
+    check(d2["count"] > d1["count"] and d2["payload_bytes"] > d1["payload_bytes"],
+          f"microbatches=2: dp all-reduces {d2['count']} ({d2['payload_bytes']} B) not above "
+          f"microbatches=1's {d1['count']} ({d1['payload_bytes']} B): routing statistics "
+          "counted once a step")
+    check(all("stage" not in c for c in m2["communication"]), "pp 1: entries with a stage")
+
+    # pp 2 (layers split 2 + rest): each stage's entries count its own layers' all-to-alls
+    half = layers // 2
+    p = plan(tmp, "--pp", "2", "--dp", "2", "--ep", "2", "-D", "microbatches=2",
+             "--stage-layers", f"{half},{layers - half}")
+    for st, (lo, hi) in enumerate(((0, half), (half, layers))):
+        a = [c for c in p["communication"] if c.get("stage") == st and c["kind"] == "all_to_all"]
+        want = sum(m["all_to_all_count"] for m in p["moe"] if lo <= m["layer"] < hi)
+        check(len(a) == 1 and a[0]["count"] == want,
+              f"--pp 2 stage {st}: all_to_all entries {a}, want one of {want} (its layers' moe "
+              "entries)")
+        pp = [c for c in p["communication"] if c.get("stage") == st and c["group"] == "pp"]
+        check({c["kind"] for c in pp} >= {"send", "recv", "all_reduce"},
+              f"--pp 2 stage {st}: pp entries {[c['kind'] for c in pp]}, want send, recv, "
+              "all_reduce")
+    sends = [c for c in p["communication"] if c["group"] == "pp" and c["kind"] == "send"]
+    recvs = [c for c in p["communication"] if c["group"] == "pp" and c["kind"] == "recv"]
+    check(sum(c["count"] for c in sends) == sum(c["count"] for c in recvs) and
+          sum(c["payload_bytes"] for c in sends) == sum(c["payload_bytes"] for c in recvs),
+          "--pp 2: the stages' sends and receives do not pair up")
+
     p = plan(tmp, "--dp", "2")  # ep 1: the experts stay whole, nothing to exchange
     check_moe(p, "--dp 2", layers, 1)
     check(not entries(p, "ep", "all_to_all"), "--dp 2 (ep 1): an ep all_to_all in communication")

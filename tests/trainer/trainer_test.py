@@ -257,6 +257,75 @@ def check_comm_trace(path, plan, steps, ranks, tag):
                              f"plan.json {c['payload_bytes'] // 4}")
     return [e for e in ev if e["pid"] == 0 and e["args"].get("step") == 1]
 
+def check_pipe_comm_trace(path, train_c, plan, steps, ranks, tag):
+    """train --trace of a one-stage pipelined trainer (pp 1, M > 1 microbatches; tp 1):
+    its trace holds the schedule's actions, not each collective, so the collectives
+    run are counted as the collective calls of train.c's chunk functions (fwd_c, bwd_c,
+    wgt_c) times the traced F, B, W actions that ran them, plus optimizer_0's per
+    traced optimizer event, plus the gradients' reduction (one traced event, its
+    floats).  Per rank and step that must give plan.json's communication: every
+    (group, kind) count but dp's and ep_dp's exactly, all-reduce floats exactly, and
+    the dp and ep_dp all-reduces as the calls plus at least one for the reduction,
+    their floats adding up to the calls' plus the reduction's."""
+    import re
+    src = open(train_c).read()
+    calls = {}  # function name -> [(group, kind, floats or None)]
+    for fn, body in re.findall(r"^static int ((?:fwd|bwd|wgt|optimizer)_\d+)\(RtStepIO \*io\) "
+                               r"\{\n(.*?)^\}", src, re.M | re.S):
+        got = []
+        for cond, call, group, args in re.findall(
+                r"(if \(io->pp_group\) )?CHECK\((rt_\w+)\(io->(\w+)_group, ([^;]*)\)\);", body):
+            if cond:  # pp 1: no pp group, never runs
+                continue
+            if call == "rt_comm_all_reduce":
+                got.append((group, "all_reduce", int(args.split(",")[-1])))
+            elif call.startswith("rt_expert_all_to_all"):
+                got.append((group, "all_to_all", None))
+            elif call.startswith("rt_comm_"):
+                sys.exit(f"FAIL {tag}: {fn} calls {call}, which this check does not count")
+        calls[fn] = got
+    if not any(calls.values()):
+        sys.exit(f"FAIL {tag}: no collective calls found in {train_c}")
+    ev = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
+    want = {(c["group"], c["kind"]): c for c in plan["communication"]}
+    for r in range(ranks):
+        for t in range(steps):
+            mine = [e for e in ev if e["pid"] == r and e["args"].get("step") == t]
+            split_w = any(e["cat"] == "W" for e in mine)
+            count, floats, reduced, nmb = {}, {}, 0, 0
+            for e in mine:
+                c = e["args"].get("chunk")
+                fns = {"F": [f"fwd_{c}"], "W": [f"wgt_{c}"], "optimizer": ["optimizer_0"],
+                       "B": [f"bwd_{c}"] + ([] if split_w else [f"wgt_{c}"])}.get(e["cat"], [])
+                nmb += e["cat"] == "F"
+                if e["cat"].startswith("all-reduce gradients"):
+                    reduced += e["args"].get("floats", 0)
+                for fn in fns:
+                    for g, k, n in calls.get(fn, []):
+                        count[(g, k)] = count.get((g, k), 0) + 1
+                        floats[(g, k)] = floats.get((g, k), 0) + (n or 0)
+            if nmb != plan["moe"][0]["microbatches"]:
+                sys.exit(f"FAIL {tag}: rank {r} step {t} traced {nmb} forward actions, plan.json "
+                         f"{plan['moe'][0]['microbatches']} microbatches")
+            grads = [("dp", "all_reduce"), ("ep_dp", "all_reduce")]
+            for k in set(want) | set(count):
+                if k in grads:
+                    continue
+                c = want.get(k, {})
+                if c.get("count", 0) != count.get(k, 0) or \
+                        (k[1] == "all_reduce" and c["payload_bytes"] != 4 * floats[k]):
+                    sys.exit(f"FAIL {tag}: rank {r} step {t} ran {count.get(k, 0)} {k} "
+                             f"({floats.get(k, 0)} floats), plan.json {c}")
+            ran = sum(count.get(k, 0) for k in grads)
+            planned = sum(want[k]["count"] for k in grads if k in want)
+            bytes_ = sum(want[k]["payload_bytes"] for k in grads if k in want)
+            moved = sum(floats.get(k, 0) for k in grads) + reduced
+            if not (reduced > 0 and planned > ran and bytes_ == 4 * moved):
+                sys.exit(f"FAIL {tag}: rank {r} step {t}: dp/ep_dp all-reduces: {ran} calls "
+                         f"and the reduction of {reduced} floats ran, plan.json {planned} of "
+                         f"{bytes_} bytes")
+    return count
+
 def torch_ok():
     return os.path.exists(ORACLE_PY) and subprocess.run(
         [ORACLE_PY, "-c", "import torch"], capture_output=True).returncode == 0
@@ -350,8 +419,21 @@ elif case == "moe":
                 sys.exit(f"FAIL: dp 2 ep 2 z_loss 1e-3: moe log layer {l} lacks aux, z")
     plan = json.load(open(os.path.join(work, "ep_z", "plan.json")))
     ev = check_comm_trace(tr, plan, 3, 2, "dp 2 ep 2 --trace")
+    # with microbatches = 2 the trainer is a one-stage pipeline: the expert all-to-alls
+    # and routing statistics run per microbatch, and plan.json counts them so
+    exe = build("moe_tiny", MOE + ["-D", "microbatches=2"], "ep_m2",
+                ["--dp", "2", "--ep", "2", "--target", "cpu"])
+    tr = os.path.join(work, "trace_ep_m2.json")
+    train(exe, "--data", data_file(), "--steps", "3", "--trace", tr)
+    plan2 = json.load(open(os.path.join(work, "ep_m2", "plan.json")))
+    ran = check_pipe_comm_trace(tr, os.path.join(work, "ep_m2", "train.c"), plan2, 3, 2,
+                                "dp 2 ep 2 microbatches 2 --trace")
+    a2a1 = {(c["group"], c["kind"]): c["count"] for c in plan["communication"]}
     print(f"moe: the log has aux and z apart at z_loss 1e-3; dp 2 ep 2 --trace has plan.json's "
-          f"collectives ({len([e for e in ev if e['tid'] == 1])} a step on rank 0)")
+          f"collectives ({len([e for e in ev if e['tid'] == 1])} a step on rank 0); with "
+          f"microbatches 2 the traced actions run plan.json's collectives "
+          f"({ran.get(('ep', 'all_to_all'), 0)} all-to-alls a step, "
+          f"{a2a1.get(('ep', 'all_to_all'))} at 1)")
 elif case == "mesh_moe":
     def check_moe_log(rows, ref, tag, choices=4 * 16 * 2):
         """Every step logs each MoE layer's routing: kept choices per expert
@@ -795,6 +877,37 @@ elif case == "mesh_pp":
                     sys.exit(f"FAIL {tag}: rank {rank}: compute events overlap: {a} {b}")
         return d
 
+    def check_pp_comm(d, plan, steps, tag):
+        """plan.json's per-stage communication against what each rank's trace moved a
+        step: the pp sends (receives) are the boundary sends (receives) plus the
+        shared gradients exchanged, floats for floats; the dp (and ep_dp)
+        all-reduces are the accumulated gradients' reduction (a dense model has no
+        dp collective inside its chunks)."""
+        ev = [e for e in d["traceEvents"] if e["ph"] == "X"]
+        od = d["otherData"]
+        for rank in range(od["ranks"]):
+            st = rank // (od["tp"] * od["dp"])
+            mine = {(c["group"], c["kind"]): c for c in plan["communication"]
+                    if c.get("stage") == st}
+            for step in range(steps):
+                f = {}
+                for e in ev:
+                    if e["pid"] == rank and e["args"]["step"] == step:
+                        f[e["cat"]] = f.get(e["cat"], 0) + e["args"].get("floats", 0)
+                shared = f.get("shared gradients (pp)", 0)
+                sends = f.get("SEND_ACT", 0) + f.get("SEND_GRAD", 0) + shared
+                recvs = f.get("RECV_ACT", 0) + f.get("RECV_GRAD", 0) + shared
+                grads = f.get("all-reduce gradients (dp)", 0)
+                want = [(k, mine.get(k, {}).get("payload_bytes", 0)) for k in
+                        (("pp", "send"), ("pp", "recv"))]
+                want.append((("dp+ep_dp", "all_reduce"),
+                             sum(mine.get((g, "all_reduce"), {}).get("payload_bytes", 0)
+                                 for g in ("dp", "ep_dp"))))
+                for (k, planned), moved in zip(want, (sends, recvs, grads)):
+                    if planned != 4 * moved:
+                        sys.exit(f"FAIL {tag}: rank {rank} (stage {st}) step {step}: {k} moved "
+                                 f"{moved} floats, plan.json {planned} bytes")
+
     # pipeline parallelism: 4 layers at pp 2 and 4, every schedule, M in {P, 2P}, with
     # tp and dp beside it (tp*dp*pp <= 8), against the one-rank trainer: 20-step
     # losses and step-1 gradients; a checkpoint saved under pp 2 resumed on one rank;
@@ -841,7 +954,8 @@ elif case == "mesh_pp":
         for tag in (f"{model}_pp4_1f1b_m8_t1_d1", f"{model}_pp2_zb_m4_t2_d2"):
             tr = os.path.join(work, f"trace_{tag}.json")
             train(os.path.join(work, tag, "build", "train"), *const[:-1], "3", "--trace", tr)
-            check_trace(tr, os.path.join(work, tag), 3, tag)
+            d = check_trace(tr, os.path.join(work, tag), 3, tag)
+            check_pp_comm(d, json.load(open(os.path.join(work, tag, "plan.json"))), 3, tag)
         tr = os.path.join(work, f"trace_{model}_r1.json")
         train(one, *const[:-1], "3", "--trace", tr)
         steps1 = [e for e in json.load(open(tr))["traceEvents"] if e.get("cat") == "step"]
