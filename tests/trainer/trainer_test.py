@@ -918,6 +918,11 @@ elif case == "mesh_pad":
         report = open(os.path.join(work, f"{model}_r1_pad", "report.txt")).read()
         if "(--pad-vocab 64, --tp 1): 257 -> 320 rows" not in report:
             sys.exit(f"FAIL {model}: report.txt does not state the padding:\n{report}")
+        plan = json.load(open(os.path.join(work, f"{model}_r1_pad", "plan.json")))
+        pt = [p for p in plan["params"] if p["name"] == table]
+        if (plan["cost"].get("vocab"), plan["cost"].get("padded_vocab")) != (257, 320) or \
+                not pt or pt[0]["shape"] != [320, 32] or pt[0].get("global_shape") != [257, 32]:
+            sys.exit(f"FAIL {model}: plan.json cost {plan['cost']}, {table} {pt}")
         got = train(padded, *const, "--save-grads", out("g_pad"), "--save-weights", out("w_pad"))
         wl = max(rel(g["loss"], r["loss"]) for g, r in zip(got, ref))
         if len(got) != len(ref) or wl > 1e-6:
