@@ -22,9 +22,10 @@ CASE is one of:
                              trainer's [320, d] table gives the unpadded trainer's
                              losses and step-1 gradients (1e-6 relative; GPT-2 tied,
                              Llama untied head) and files of the same shapes; GPT-2 at
-                             tp 2 (384 rows), tp 2 x dp 2, pp 2 and pp 2 x tp 2 equals
-                             the unpadded one rank (1e-4 losses, 1e-5 gradients);
-                             checkpoints resume padded <-> unpadded, tp 2 -> 1, 1 -> pp 2
+                             tp 2 (384 rows), tp 2 x dp 2, dp 2 --zero 1, pp 2 and
+                             pp 2 x tp 2 equals the unpadded one rank (1e-4 losses, 1e-5
+                             gradients); checkpoints resume padded <-> unpadded, tp 2 -> 1,
+                             dp 2 --zero 1 -> 1, 1 -> pp 2
   mesh_pp                    pipelined trainers (--pp 2, 4; every schedule; M = P, 2P; with
                              tp, dp) equal one rank: 20-step losses within 1e-4 relative,
                              step-1 gradients within 1e-5 relative L2; a pp 2 x tp 2
@@ -943,6 +944,7 @@ elif case == "mesh_pad":
             # tp 2 (384 rows, 192 a rank), tp 2 x dp 2, pp 2 (tp 1, padded), pp 2 x tp 2
             worst = worst_grad = 0.0
             for tag, flags in (("tp2", ["--tp", "2"]), ("tp2dp2", ["--tp", "2", "--dp", "2"]),
+                               ("dp2zero", ["--dp", "2", "--zero", "1"]),
                                ("pp2", ["--pp", "2"]), ("pp2tp2", ["--pp", "2", "--tp", "2"])):
                 exe = build(model, defines, f"{model}_{tag}", flags)
                 got = train(exe, *const, "--save-grads", out("g_" + tag))
@@ -956,14 +958,16 @@ elif case == "mesh_pad":
             ck = os.path.join(work, "ckpt")
             tp2 = os.path.join(work, f"{model}_tp2", "build", "train")
             pp2 = os.path.join(work, f"{model}_pp2", "build", "train")
+            zero = os.path.join(work, f"{model}_dp2zero", "build", "train")
             for first, then, what in ((padded, one, "padded -> unpadded"),
                                       (one, padded, "unpadded -> padded"),
                                       (tp2, one, "tp 2 padded -> unpadded one rank"),
+                                      (zero, one, "dp 2 --zero 1 padded -> unpadded one rank"),
                                       (one, pp2, "unpadded -> pp 2 padded")):
                 resumes_like(f"{model} {what}", first, then, const, ref, ck)
-            note += f"; tp 2, tp 2 x dp 2, pp 2, pp 2 x tp 2 equal it (losses {worst:.1e}, " \
-                    f"gradients {worst_grad:.1e}); checkpoints resume padded <-> unpadded, " \
-                    f"tp 2 -> 1, 1 -> pp 2"
+            note += f"; tp 2, tp 2 x dp 2, dp 2 --zero 1, pp 2, pp 2 x tp 2 equal it (losses " \
+                    f"{worst:.1e}, gradients {worst_grad:.1e}); checkpoints resume padded <-> " \
+                    f"unpadded, tp 2 -> 1, dp 2 zero -> 1, 1 -> pp 2"
         notes.append(note + ")")
     print("; ".join(notes))
 elif case.startswith("mesh_"):
