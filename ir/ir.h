@@ -121,7 +121,9 @@ struct IrNode {
                               STATE: its parameter's; INPUT: 0 once
                               pass_shard splits its batch over dp */
   int shard_degree;        /* after pass_shard: ranks shard_dim is split over
-                              (0 or 1: whole on every rank); PARAM: over tp;
+                              (0 or 1: whole on every rank, padded rows
+                              included for a padded PARAM at tp 1,
+                              ir_param_padded); PARAM: over tp;
                               INPUT: over dp, shard_dim 0 (the batch) */
   int shard_blocks;        /* PARAM after pass_shard with shard_degree > 1:
                               shard_dim is `blocks` equal blocks, each split
