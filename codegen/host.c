@@ -574,7 +574,7 @@ static void emit_tables(Emit *e) {
     for (int d = 0; d < n->rank; d++) fprintf(f, "%s%" PRId64, d ? ", " : "", n->shape[d]);
     static const char *const init[] = {"RT_INIT_NORMAL", "RT_INIT_ZEROS", "RT_INIT_ONES"};
     char fl[48];
-    int sharded = n->shard_degree > 1;
+    int sharded = n->shard_degree > 1 || ir_param_padded(n); /* padded at tp 1: global V */
     fprintf(f, "}, %" PRId64 ", %" PRId64 ", %s, %s,\n   {", e->lp->offset[i], ir_numel(n),
             init[n->init], flit(fl, sizeof fl, n->init == IR_INIT_NORMAL ? n->init_std : 0.0));
     for (int d = 0; d < n->rank; d++)

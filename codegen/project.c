@@ -295,6 +295,10 @@ static int write_plan(const CgProject *p, const IrModule *m, const CgKernelPlan 
   cJSON_AddNumberToObject(lay, "ep", p->layout->ep);
   cJSON *cost = cJSON_AddObjectToObject(root, "cost");
   cJSON_AddNumberToObject(cost, "parameters", (double)p->cost->params);
+  if (p->cost->padding_params) { /* --pad-vocab and tp: the tables' rows, true and padded */
+    cJSON_AddNumberToObject(cost, "vocab", (double)p->cost->vocab);
+    cJSON_AddNumberToObject(cost, "padded_vocab", (double)p->cost->padded_vocab);
+  }
   cJSON_AddNumberToObject(cost, "tokens_per_step", (double)p->cost->tokens);
   cJSON_AddNumberToObject(cost, "flops_per_step", 3 * p->cost->flops_fwd);
   cJSON_AddNumberToObject(cost, "params_numel", (double)lp->params_numel);
@@ -337,6 +341,12 @@ static int write_plan(const CgProject *p, const IrModule *m, const CgKernelPlan 
         if (n->init == IR_INIT_NORMAL) cJSON_AddNumberToObject(o, "std", n->init_std);
         cJSON_AddStringToObject(o, "shard", ir_shard_name[n->shard]);
         if (n->shard_dim >= 0) cJSON_AddNumberToObject(o, "shard_dim", n->shard_dim);
+        if (n->shard_degree > 1 || ir_param_padded(n)) { /* the file's (true) shape */
+          cJSON *g = cJSON_CreateArray();
+          for (int d = 0; d < n->rank; d++)
+            cJSON_AddItemToArray(g, cJSON_CreateNumber((double)n->global_shape[d]));
+          cJSON_AddItemToObject(o, "global_shape", g);
+        }
       }
       cJSON_AddItemToArray(n->op == IR_OP_PARAM ? params : state, o);
     } else if (bp->offset[i] >= 0) {

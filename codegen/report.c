@@ -307,8 +307,10 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
           c->nparam_tensors, m->nnodes);
   fprintf(out, "parameters: %" PRId64 "\n", c->params);
   if (c->padding_params)
-    fprintf(out, "vocab padding for --tp %d: %" PRId64 " -> %" PRId64 " rows, +%" PRId64
-            " parameters\n", lay->tp, c->vocab, c->padded_vocab, c->padding_params);
+    fprintf(out, "vocab padding to a multiple of %d (--pad-vocab %d, --tp %d): %" PRId64 " -> %"
+            PRId64 " rows, +%" PRId64 " parameters\n", (m->pad_vocab > 1 ? m->pad_vocab : 1) *
+            lay->tp, m->pad_vocab > 1 ? m->pad_vocab : 1, lay->tp, c->vocab, c->padded_vocab,
+            c->padding_params);
   if (c->tokens) {
     double t = (double)c->tokens;
     fprintf(out, "flops per token: %s forward+backward (attention %s)\n",

@@ -81,6 +81,12 @@ static void usage(FILE *out) {
           "      --sp               sequence parallelism over the tp group (the sequence\n"
           "                         must divide by tp; no effect with --tp 1)\n"
           "      --ep N             expert-parallel degree, carved from dp (default 1)\n"
+          "      --pad-vocab N      pad the vocabulary to the smallest multiple of N * tp rows\n"
+          "                         (each tp rank's rows a multiple of N, for aligned GEMMs;\n"
+          "                         the padding rows are zero, masked in the loss and never\n"
+          "                         in weight files), at every tp, 1 included; 1: only what\n"
+          "                         tp needs.  Default: the train section's pad_vocab, else\n"
+          "                         64; N in [1, 4096]\n"
           "      --zero 0|1         ZeRO stage: 1 shards the optimizer state over the dp ranks\n"
           "                         (reduce-scatter gradients, update the rank's piece,\n"
           "                         all-gather parameters); a no-op with dp 1 (default 0)\n"
@@ -195,6 +201,9 @@ typedef struct {
   int verify, timing, no_fuse, generic_cpu, sp;
   int64_t bucket_bytes;      /* --bucket-mb in bytes; 0: the default */
   int no_overlap;            /* --no-overlap: blocking dp bucket collectives */
+  int pad_vocab;             /* --pad-vocab; 0: not given (the train section's, else 64) */
+  int pads;                  /* the layout pads the vocabulary (set after the cost):
+                                pass_shard runs even for one rank */
   PpRequest pipe;            /* --schedule, --microbatches, --virtual-stages, --stage-layers */
 } Options;
 
@@ -247,7 +256,7 @@ static const char *cuda_arch_list(const char *s) {
 
 static int parse_args(int argc, char **argv, Options *o) {
   enum { O_EMIT = 256, O_TP, O_PP, O_DP, O_EP, O_DUMP, O_NOVERIFY, O_TIME, O_VERSION, O_NOFUSE,
-         O_CPU, O_SP, O_ZERO, O_BUCKET, O_NO_OVERLAP };
+         O_CPU, O_SP, O_ZERO, O_BUCKET, O_NO_OVERLAP, O_PAD_VOCAB };
   static const struct option longs[] = {
       {"output", required_argument, 0, 'o'},  {"emit", required_argument, 0, O_EMIT},
       {"tp", required_argument, 0, O_TP},     {"pp", required_argument, 0, O_PP},
@@ -259,6 +268,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       {"sp", no_argument, 0, O_SP},
       {"zero", required_argument, 0, O_ZERO}, {"bucket-mb", required_argument, 0, O_BUCKET},
       {"no-overlap", no_argument, 0, O_NO_OVERLAP},
+      {"pad-vocab", required_argument, 0, O_PAD_VOCAB},
       {"target", required_argument, 0, 512}, {"cuda-arch", required_argument, 0, 513},
       {"schedule", required_argument, 0, 600}, {"microbatches", required_argument, 0, 601},
       {"virtual-stages", required_argument, 0, 602}, {"stage-layers", required_argument, 0, 603},
@@ -302,6 +312,18 @@ static int parse_args(int argc, char **argv, Options *o) {
       o->lay.zero = optarg[0] - '0';
       break;
     case O_NO_OVERLAP: o->no_overlap = 1; break;
+    case O_PAD_VOCAB: {
+      char *end;
+      errno = 0;
+      long v = strtol(optarg, &end, 10);
+      if (!*optarg || *end || errno || v < 1 || v > IR_PAD_VOCAB_MAX) {
+        fprintf(stderr, "parc: error: --pad-vocab '%s': must be an integer in [1, %d]\n", optarg,
+                IR_PAD_VOCAB_MAX);
+        return EXIT_BAD;
+      }
+      o->pad_vocab = (int)v;
+      break;
+    }
     case O_BUCKET: {
       char *end;
       errno = 0;
@@ -395,12 +417,14 @@ static int parse_args(int argc, char **argv, Options *o) {
  * then says what it could not plan; the compile itself is fine). */
 static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, char *why,
                       size_t len) {
-  if (o->lay.tp * o->lay.dp == 1) return cg_plan_arena(m, !o->no_fuse, &cost->arena_bytes, why, len);
+  if (o->lay.tp * o->lay.dp == 1 && !o->pads)
+    return cg_plan_arena(m, !o->no_fuse, &cost->arena_bytes, why, len);
   IrModule *r = lower_program(prog, o->ov, o->nov);
   if (!r) {
     snprintf(why, len, "internal error: the model did not lower a second time");
     return -1;
   }
+  r->pad_vocab = m->pad_vocab;
   PassOptions popt = {.verify = o->verify, .stop_after = "dce", .zero = o->lay.zero,
                       .bucket_bytes = o->bucket_bytes, .no_overlap = o->no_overlap};
   int rc = pass_run_all(r, &popt) ? -1 : 0;
@@ -413,7 +437,9 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
     snprintf(why, len, "internal error: passes after sharding");
     rc = -1;
   }
-  if (!rc && !cost->has_comm) { /* (a routed model's microbatches: pipe_comm's) */
+  /* (a routed model's microbatches: pipe_comm's; one rank padding its
+   * vocabulary has no collectives) */
+  if (!rc && !cost->has_comm && o->lay.tp * o->lay.dp > 1) {
     comm_analyze(r, &cost->comm);
     cost->has_comm = 1;
   }
@@ -457,7 +483,9 @@ static IrModule *pipe_module(Program *prog, const Options *o, const IrModule *m,
   PassOptions popt = {.verify = o->verify, .stop_after = "dce"};
   int rc = pass_run_all(r, &popt) ? -1 : 0;
   r->mesh_ep = o->lay.ep; /* experts split over ep of the dp ranks */
-  if (!rc && o->lay.tp * o->lay.dp > 1 && pass_shard(r, o->lay.tp, o->lay.dp, o->sp, why, len))
+  r->pad_vocab = m->pad_vocab;
+  if (!rc && (o->lay.tp * o->lay.dp > 1 || o->pads) &&
+      pass_shard(r, o->lay.tp, o->lay.dp, o->sp, why, len))
     rc = -1;
   popt.start_after = "dce"; /* autodiff; then, past dp_grads, the optimizer */
   popt.stop_after = "autodiff";
@@ -528,6 +556,9 @@ int main(int argc, char **argv) {
     rc = EXIT_BAD;
     goto done;
   }
+  /* the vocabulary padding: --pad-vocab, else the train section's, else 64 */
+  const IrSetting *pv = ir_setting(m->train, m->ntrain, "pad_vocab");
+  m->pad_vocab = o.pad_vocab ? o.pad_vocab : pv && !pv->is_float && !pv->sym ? (int)pv->i : 64;
   /* The forward module first: the layout is checked and costed on it. */
   PassOptions popt = {.verify = o.verify, .dump_after = o.dump_after, .dump = stdout,
                       .stop_after = "dce", .zero = o.lay.zero, .bucket_bytes = o.bucket_bytes,
@@ -552,8 +583,10 @@ int main(int argc, char **argv) {
   cost.microbatches = o.pipe.microbatches;
   FILE *rep = o.emit || o.dump_after ? stderr : stdout;
   int ranks = o.lay.tp * o.lay.pp * o.lay.dp;
-  if (o.outdir && ranks > 1 && o.lay.pp == 1) { /* pipelines: refused after their plan */
-    /* a trainer for several ranks runs the rank-local module */
+  o.pads = cost.padding_params > 0;
+  if (o.outdir && (ranks > 1 || o.pads) && o.lay.pp == 1) { /* pipelines: refused after their
+                                                               plan */
+    /* a trainer for several ranks (or a padded vocabulary) runs the rank-local module */
     char why[512] = "";
     m->mesh_ep = o.lay.ep; /* experts split over ep of the dp ranks (ep divides dp) */
     if (pass_shard(m, o.lay.tp, o.lay.dp, o.sp, why, sizeof why) && !why[0])

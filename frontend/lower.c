@@ -1179,7 +1179,8 @@ static void exec(Lower *L, Frame *f, StmtList *body, Where where) {
 /* ---- settings: config, train, -D ------------------------------------------ */
 
 static const char *const train_keys[] = {"batch", "microbatches", "steps", "lr", "optimizer",
-                                         "schedule", "clip", "precision", "seed", NULL};
+                                         "schedule", "clip", "precision", "seed", "pad_vocab",
+                                         NULL};
 
 static int parse_override(const char *s, Value *v) {
   char *end;
@@ -1329,6 +1330,8 @@ static void check_train_value(Lower *L, const char *key, Value v) {
   double d;
   if (!strcmp(key, "batch") || !strcmp(key, "microbatches"))
     want_int(L, v, key, 1, 1 << 30, &i);
+  else if (!strcmp(key, "pad_vocab"))
+    want_int(L, v, key, 1, IR_PAD_VOCAB_MAX, &i);
   else if (!strcmp(key, "steps"))
     want_int(L, v, key, 0, INT64_C(1) << 40, &i);
   else if (!strcmp(key, "seed"))
@@ -1358,14 +1361,22 @@ static void eval_train(Lower *L, const Override *ov, int nov, int *used) {
           h.name ? h.name : "", h.name ? "'?" : "");
     }
   }
-  static const struct { const char *key; double def; int is_float; const char *sym; } plain[] = {
-      {"batch", 8, 0, NULL}, {"microbatches", 1, 0, NULL}, {"steps", 100, 0, NULL},
-      {"lr", 3e-4, 1, NULL}, {"clip", 1.0, 1, NULL},       {"precision", 0, 0, "fp32"},
-      {"seed", 1337, 0, NULL}};
+  /* optional: a setting only where given (the driver has its default) */
+  static const struct {
+    const char *key;
+    double def;
+    int is_float;
+    const char *sym;
+    int optional;
+  } plain[] = {{"batch", 8, 0, NULL, 0},   {"microbatches", 1, 0, NULL, 0},
+               {"steps", 100, 0, NULL, 0}, {"lr", 3e-4, 1, NULL, 0},
+               {"clip", 1.0, 1, NULL, 0},  {"precision", 0, 0, "fp32", 0},
+               {"seed", 1337, 0, NULL, 0}, {"pad_vocab", 64, 0, NULL, 1}};
   for (size_t k = 0; k < sizeof plain / sizeof plain[0]; k++) {
     Expr *e = NULL;
     for (int i = 0; i < tr->n; i++)
       if (!strcmp(tr->items[i].name, plain[k].key)) e = tr->items[i].value;
+    if (plain[k].optional && !e && !find_override(ov, nov, plain[k].key, used)) continue;
     Value v = plain[k].sym ? vsym(plain[k].sym, L->prog->train_loc)
               : plain[k].is_float ? vfloat(plain[k].def, L->prog->train_loc)
                                   : vint((int64_t)plain[k].def, L->prog->train_loc);

@@ -121,7 +121,9 @@ struct IrNode {
                               STATE: its parameter's; INPUT: 0 once
                               pass_shard splits its batch over dp */
   int shard_degree;        /* after pass_shard: ranks shard_dim is split over
-                              (0 or 1: whole on every rank); PARAM: over tp;
+                              (0 or 1: whole on every rank, padded rows
+                              included for a padded PARAM at tp 1,
+                              ir_param_padded); PARAM: over tp;
                               INPUT: over dp, shard_dim 0 (the batch) */
   int shard_blocks;        /* PARAM after pass_shard with shard_degree > 1:
                               shard_dim is `blocks` equal blocks, each split
@@ -132,12 +134,14 @@ struct IrNode {
                               (j / b) * B + c * b + j % b with B the global
                               block and b = B / shard_degree */
   int64_t global_shape[IR_MAX_RANK]; /* PARAM or INPUT after pass_shard with
-                              shard_degree > 1: the unsharded shape (shape
-                              is the local one).  Vocabulary padding: a
-                              PARAM with shard_blocks 1 may have
-                              shape[d] * shard_degree (the padded size, d =
-                              shard_dim) above global_shape[d] (the true
-                              one) by less than shard_degree; the rows at
+                              shard_degree > 1, or a padded PARAM
+                              (ir_param_padded, shard_degree 1 at tp 1):
+                              the unsharded shape (shape is the local one).
+                              Vocabulary padding: a PARAM with shard_blocks
+                              1 may have shape[d] * shard_degree (the padded
+                              size, d = shard_dim) above global_shape[d]
+                              (the true one) by less than
+                              IR_PAD_VOCAB_MAX * shard_degree; the rows at
                               padded indices >= global_shape[d] are padding,
                               exactly 0, never in files */
   int flat_shards;         /* STATE (and PARAM gradients) under ZeRO-1: the
@@ -196,6 +200,12 @@ typedef struct {
   int mesh_tp, mesh_dp;    /* after pass_shard: the tp x dp mesh this module is
                               the rank-local program of (shapes are local);
                               0 before */
+  int pad_vocab;           /* vocabulary padding quantum, set before pass_shard
+                              (parc --pad-vocab, the train setting pad_vocab):
+                              a vocab table of V rows gets ir_padded_vocab(V,
+                              tp, pad_vocab) rows, so that each tp rank's rows
+                              are a multiple of pad_vocab; 0 or 1: only what
+                              tp needs */
   int mesh_ep;             /* expert parallelism: set before pass_shard (0 or
                               1: none); ep divides dp, and PARAMs with shard
                               IR_SHARD_EXPERT and shard_degree > 1 hold
@@ -248,6 +258,24 @@ static inline int ir_zero_pieces(const IrModule *m, const IrNode *n) {
   if (m->mesh_zero <= 1) return 1;
   if (n->shard == IR_SHARD_EXPERT && n->shard_degree > 1) return m->mesh_zero / n->shard_degree;
   return m->mesh_zero;
+}
+/* Vocabulary padding: the largest --pad-vocab, and the padded size of a
+ * vocabulary of V rows over tp ranks, the smallest multiple of pad * tp
+ * that is >= V (pad < 1 reads as 1), so every rank's rows are a multiple of
+ * pad.  Equal to V when nothing is padded. */
+#define IR_PAD_VOCAB_MAX 4096
+static inline int64_t ir_padded_vocab(int64_t V, int tp, int pad) {
+  int64_t q = (int64_t)(pad > 1 ? pad : 1) * (tp > 1 ? tp : 1);
+  return (V + q - 1) / q * q;
+}
+/* 1 if n is a PARAM whose local rows (times its degree) exceed its true
+ * global size: a padded vocabulary table (global_shape valid, shard_dim the
+ * rows), at any shard_degree >= 1. */
+static inline int ir_param_padded(const IrNode *n) {
+  int d = n->shard_dim, deg = n->shard_degree > 1 ? n->shard_degree : 1;
+  return n->op == IR_OP_PARAM && n->shard_degree >= 1 && d >= 0 && d < n->rank &&
+         n->shard_blocks == 1 && n->global_shape[d] > 0 &&
+         n->shape[d] * deg > n->global_shape[d];
 }
 const IrSetting *ir_setting(const IrSetting *s, int n, const char *name);
 /* 1 if n is one of the auxiliary loss terms (add_loss, coefficient applied)

@@ -55,14 +55,16 @@ static int verify_nodes(const IrModule *m, Arena *scratch, char *why, size_t len
       return bad(why, len, n, "graph value without a name");
     if (n->op == IR_OP_STATE && n->dtype != IR_F32)
       return bad(why, len, n, "optimizer state is not f32");
-    if ((n->op == IR_OP_PARAM || n->op == IR_OP_INPUT) && n->shard_degree > 1) {
+    if (((n->op == IR_OP_PARAM || n->op == IR_OP_INPUT) && n->shard_degree > 1) ||
+        ir_param_padded(n)) {
       int d = n->shard_dim, ok = d >= 0 && d < n->rank && n->shard_blocks >= 1;
+      int64_t deg = n->shard_degree;
       for (int k = 0; ok && k < n->rank; k++)
-        ok = k == d ? (n->global_shape[k] == n->shape[k] * n->shard_degree &&
-                       n->global_shape[k] % ((int64_t)n->shard_blocks * n->shard_degree) == 0) ||
+        ok = k == d ? (n->global_shape[k] == n->shape[k] * deg &&
+                       n->global_shape[k] % ((int64_t)n->shard_blocks * deg) == 0) ||
                           (n->op == IR_OP_PARAM && n->shard_blocks == 1 && /* padded */
-                           n->global_shape[k] < n->shape[k] * n->shard_degree &&
-                           n->shape[k] * n->shard_degree - n->global_shape[k] < n->shard_degree)
+                           n->global_shape[k] < n->shape[k] * deg &&
+                           n->shape[k] * deg - n->global_shape[k] < IR_PAD_VOCAB_MAX * deg)
                     : n->global_shape[k] == n->shape[k];
       if (!ok) return bad(why, len, n, "sharded parameter's local and global shapes disagree");
     }

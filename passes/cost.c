@@ -88,7 +88,7 @@ int cost_analyze_split(IrModule *m, const Layout *lay, const int *stage_layers, 
       c->flops_attn_fwd += f;
     }
   }
-  c->padded_vocab = c->vocab ? (c->vocab + lay->tp - 1) / lay->tp * lay->tp : 0;
+  c->padded_vocab = c->vocab ? ir_padded_vocab(c->vocab, lay->tp, m->pad_vocab) : 0;
   if (m->ce_loss && m->ce_loss->op == IR_OP_CROSS_ENTROPY) c->tokens = ir_numel(m->ce_loss->inputs[1]);
   for (int i = 0; !c->tokens && i < m->nnodes; i++)
     if (m->nodes[i]->op == IR_OP_INPUT) c->tokens = ir_numel(m->nodes[i]);

@@ -66,7 +66,8 @@ int pass_autodiff(IrModule *m);
 int pass_optimizer(IrModule *m);
 
 /* passes/shard.c: tensor (Megatron column/row), sequence (sp != 0, with
- * tp > 1; a no-op with tp == 1) and data parallelism.
+ * tp > 1; a no-op with tp == 1) and data parallelism, and vocabulary
+ * padding (m->pad_vocab, at tp 1 too).
  * Rewrites the forward module (after intent and dce, before autodiff) into
  * the rank-local module every rank of a tp x dp mesh runs: local shapes,
  * sharded PARAMs recording shard_degree, shard_blocks and global_shape
@@ -138,7 +139,9 @@ void comm_analyze(const IrModule *m, CommCost *out);
 typedef struct {
   int64_t params;            /* the model as written */
   int nparam_tensors;
-  int64_t vocab, padded_vocab, padding_params;
+  int64_t vocab, padded_vocab, padding_params; /* the vocab tables' rows, padded
+                                (ir_padded_vocab with m->pad_vocab), and the
+                                padding's parameters over the whole mesh */
   double flops_fwd;          /* one forward pass over the whole batch */
   double flops_attn_fwd;     /* of which the attention score/value products */
   int64_t tokens;            /* tokens in one batch */

@@ -59,10 +59,17 @@
  * global layout of the weight stays Hugging Face's [d, 3d].
  *
  * Vocabulary parallelism (Megatron).  A `vocab` table [V, D] is split by
- * rows over tp, padded to Vp = ceil(V / tp) tp rows: rank c holds rows
- * [c Vp/tp, (c + 1) Vp/tp), and the rows >= V are padding, exactly 0 (the
- * runtime initialises them so and never reads or writes them in files; the
- * PARAM keeps global_shape [V, D], its local shape says Vp / tp).
+ * rows over tp, padded to Vp = ir_padded_vocab(V, tp, m->pad_vocab) rows,
+ * the smallest multiple of pad_vocab * tp >= V (pad_vocab 0 or 1: of tp),
+ * so every rank's Vp / tp rows are a multiple of pad_vocab (GEMM-friendly
+ * logits): rank c holds rows [c Vp/tp, (c + 1) Vp/tp), and the rows >= V
+ * are padding, exactly 0 (the runtime initialises them so and never reads
+ * or writes them in files; the PARAM keeps global_shape [V, D], its local
+ * shape says Vp / tp).  At tp 1 the table is padded the same way when Vp >
+ * V (shard_degree 1, S(0) with padding): the lookup stays a plain
+ * embedding (R; the padded rows are never looked up) and no collective is
+ * inserted (a tp-1 group_copy or all_reduce would be a no-op), but the head
+ * and the loss are the padded ones below.  With tp > 1:
  * Embedding becomes vocab_embedding (the rank's rows, zero elsewhere: P,
  * reduced by its consumers), a head matmul with the table (tied) or a
  * vocab lm_head is column-parallel (logits S on the last dimension, padded
@@ -164,6 +171,12 @@ static int64_t gcd64(int64_t a, int64_t b) {
   return a < 0 ? -a : a;
 }
 
+/* At tp 1 a padded vocabulary comes from --pad-vocab alone: say how to drop it. */
+static const char *pad_hint(const Sh *s) {
+  return s->tp == 1 ? " (at tp 1 the padding is --pad-vocab's; --pad-vocab 1 leaves the "
+                      "vocabulary unpadded)" : "";
+}
+
 static Lay R(void) { return (Lay){L_REP, -1, 1, 0}; }
 static Lay S(int d, int b) { return (Lay){L_SHARD, d, b, 0}; }
 static Lay P(void) { return (Lay){L_PARTIAL, -1, 1, 0}; }
@@ -223,8 +236,9 @@ static IrNode *need_rep(Sh *s, IrNode *x) {
   if (l->kind == L_SHARD) {
     if (l->blocks != 1 || l->vocab) {
       fail(s, "operand %%%d is sharded on dimension %d %s but needed whole: only a plain "
-              "split can be gathered",
-           x->id, l->dim, l->vocab ? "with vocabulary padding" : "in blocks");
+              "split can be gathered%s",
+           x->id, l->dim, l->vocab ? "with vocabulary padding" : "in blocks",
+           l->vocab ? pad_hint(s) : "");
       return x;
     }
     if (!s->rp[x->id]) s->rp[x->id] = collective(s, IR_OP_REPLICATE, x, l->dim, R());
@@ -360,18 +374,19 @@ static void find_blocks(IrModule *m, int64_t *gw) {
 
 /* Sets a PARAM's local shape and global record. */
 static int shard_param(Sh *s, IrNode *p, int64_t gwid) {
-  /* vocab-parallel: padded to Vp = ceil(V / tp) tp rows, rows
-   * [c Vp/tp, (c + 1) Vp/tp) on tp coordinate c; the rows >= V are padding
-   * (global_shape keeps V: see ir/ir.h) */
-  if (s->tp > 1 && p->shard == IR_SHARD_VOCAB && p->rank == 2) {
+  /* vocab-parallel: padded to Vp = ir_padded_vocab(V, tp, pad_vocab) rows,
+   * rows [c Vp/tp, (c + 1) Vp/tp) on tp coordinate c; the rows >= V are
+   * padding (global_shape keeps V: see ir/ir.h); at tp 1 only when Vp > V */
+  int64_t Vp = p->rank == 2 ? ir_padded_vocab(p->shape[0], s->tp, s->m->pad_vocab) : 0;
+  if (p->shard == IR_SHARD_VOCAB && p->rank == 2 && (s->tp > 1 || Vp != p->shape[0])) {
     int64_t V = p->shape[0];
     memcpy(p->global_shape, p->shape, sizeof p->shape);
     p->shard_dim = 0;
-    p->shape[0] = (V + s->tp - 1) / s->tp;
+    p->shape[0] = Vp / s->tp;
     p->shard_degree = s->tp;
     p->shard_blocks = 1;
     *L(s, p) = S(0, 1);
-    if (p->shape[0] * s->tp != V) L(s, p)->vocab = V;
+    if (Vp != V) L(s, p)->vocab = V;
     return 0;
   }
   /* expert-parallel: dimension 0 (experts) split over the ep group, rank
@@ -585,7 +600,7 @@ static int rule_slice(Sh *s, IrNode *n) {
     *L(s, n) = l;
     return 0;
   }
-  if (l.vocab) return fail(s, "slice of a padded vocabulary dimension");
+  if (l.vocab) return fail(s, "slice of a padded vocabulary dimension%s", pad_hint(s));
   int64_t w = x->shape[axis] * s->tp, blk = w / l.blocks; /* global width, block */
   if (n->ia[1] % blk || n->ia[2] % blk)
     return fail(s, "slice [%lld, %lld) cuts the sharded blocks of width %lld",
@@ -611,7 +626,7 @@ static int rule_reduce(Sh *s, IrNode *n) {
     s->no_batch = 1;
   }
   if (l.kind == L_SHARD && l.dim == axis && l.vocab)
-    return fail(s, "reduction over a padded vocabulary dimension");
+    return fail(s, "reduction over a padded vocabulary dimension%s", pad_hint(s));
   if (l.kind == L_SHARD && l.dim == axis && n->op == IR_OP_MEAN) {
     x = n->inputs[0] = need_rep(s, x); /* a mean needs the whole dimension */
     l = *L(s, x);
@@ -785,6 +800,10 @@ static int rule(Sh *s, IrNode *n, int64_t gwid) {
     if (lt.kind != L_SHARD) return rule_whole(s, n);
     if (lt.dim != 0 || lt.blocks != 1)
       return fail(s, "a table sharded on dimension %d: only rows (vocab) are supported", lt.dim);
+    if (s->tp == 1) { /* the one rank's whole (padded) table: a plain lookup */
+      *L(s, n) = R();
+      return 0;
+    }
     /* vocab-parallel: each rank looks up its rows, a partial sum */
     n->inputs[0] = need_rep(s, n->inputs[0]);
     n->op = IR_OP_VOCAB_EMBEDDING;

@@ -26,7 +26,9 @@
  * holds it whole.  Vocabulary padding: when shape[shard_dim] * tp exceeds
  * global_shape[shard_dim] (shard_blocks 1), the dimension is padded to
  * shape[shard_dim] * tp and the entries past the global size are padding:
- * zero, never in weight or checkpoint files (rt_param_padded).  Data-parallel ranks hold identical parameters and take
+ * zero, never in weight or checkpoint files (rt_param_padded).  This holds
+ * at tp 1 too (parc --pad-vocab): a one-rank parameter with shard_dim >= 0
+ * and a smaller global size is a padded whole tensor.  Data-parallel ranks hold identical parameters and take
  * rows [d * batch / dp, (d + 1) * batch / dp) of each global batch.  A
  * one-rank model sets tp = dp = 1 (0 is read as 1) and shard_dim = -1. */
 #ifndef PARC_RT_MODEL_H
@@ -56,11 +58,13 @@ typedef struct {
 } RtParamDesc;
 
 /* The padded size of p's split dimension over tp ranks (vocabulary padding:
- * shape[shard_dim] * tp), or 0 where p is whole or splits evenly. */
+ * shape[shard_dim] * tp, at tp 1 too), or 0 where p is whole or splits evenly
+ * (a one-rank description that leaves global_shape 0 is whole). */
 static inline int64_t rt_param_padded(const RtParamDesc *p, int tp) {
-  if (tp <= 1 || p->shard_dim < 0 || p->shard_dim >= p->rank || p->ep > 1) return 0;
-  int64_t n = p->shape[p->shard_dim] * tp;
-  return n != p->global_shape[p->shard_dim] ? n : 0;
+  if (p->shard_dim < 0 || p->shard_dim >= p->rank || p->ep > 1) return 0;
+  int64_t n = p->shape[p->shard_dim] * (tp > 1 ? tp : 1), g = p->global_shape[p->shard_dim];
+  if (tp <= 1 && (g < 1 || g >= n)) return 0;
+  return n != g ? n : 0;
 }
 
 typedef struct {
@@ -202,6 +206,15 @@ typedef struct {
    * rt_fail() called. */
   int (*to_host)(float *params, float *state);
 } RtModelDesc;
+
+/* 1 if some parameter of m is padded over tp ranks (rt_param_padded): its
+ * files hold fewer rows than the ranks do, so weights and checkpoints go
+ * through the whole model, at tp 1 too. */
+static inline int rt_model_padded(const RtModelDesc *m, int tp) {
+  for (int i = 0; i < m->nparams; i++)
+    if (rt_param_padded(&m->params[i], tp)) return 1;
+  return 0;
+}
 
 /* The generated main calls this.  Returns the process exit code:
  * 0 success, 1 bad options or input files, 3 internal error. */

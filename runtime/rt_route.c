@@ -582,11 +582,25 @@ static int64_t real_columns(int64_t V, int64_t Vl, int part) {
   return nv < 0 ? 0 : nv > Vl ? Vl : nv;
 }
 
+/* A vocab group g: NULL is the one-rank trainer's tp group, one member. */
+static int vgroup_size(const RtComm *g) { return g ? rt_comm_size(g) : 1; }
+static int vgroup_rank(const RtComm *g) { return g ? rt_comm_rank(g) : 0; }
+
+/* all_gather over g of n floats a member; a copy for the one-member NULL group. */
+static int vgather(RtComm *g, const float *send, float *all, int64_t n, int64_t *counts) {
+  if (!g) {
+    memcpy(all, send, sizeof(float) * (size_t)n);
+    return RT_OK;
+  }
+  for (int k = 0; k < rt_comm_size(g); k++) counts[k] = n;
+  return rt_comm_all_gather(g, send, all, counts);
+}
+
 /* The group's row maxima (mx [N]), sums of exp (s [N], double) and target
  * logits (t [N], double; NULL: not wanted), over the first V columns. */
 static int vxent_stats(const char *op, RtComm *g, const float *logits, const int32_t *targets,
                        int64_t N, int64_t Vl, int64_t V, float *mx, double *s, double *t) {
-  int parts = rt_comm_size(g), part = rt_comm_rank(g);
+  int parts = vgroup_size(g), part = vgroup_rank(g);
   if (fits(op, N, Vl, parts)) return RT_ERR;
   if (V < 1 || V > Vl * parts)
     return rt_fail("%s: vocabulary %lld outside [1, %lld], the group's columns", op,
@@ -602,8 +616,7 @@ static int vxent_stats(const char *op, RtComm *g, const float *logits, const int
     goto out;
   }
   for (int64_t p = 0; p < N; p++) send[p] = row_max(logits + p * Vl, nv);
-  for (int k = 0; k < parts; k++) counts[k] = N;
-  if (rt_comm_all_gather(g, send, all, counts)) {
+  if (vgather(g, send, all, N, counts)) {
     rc = RT_ERR;
     goto out;
   }
@@ -615,8 +628,7 @@ static int vxent_stats(const char *op, RtComm *g, const float *logits, const int
   VXent a = {.logits = logits, .targets = targets, .Vl = Vl, .lo = (int64_t)part * Vl,
              .nv = nv, .mx = mx, .send = send};
   rt_parallel_for(N, row_grain(Vl), vxent_stats_range, &a);
-  for (int k = 0; k < parts; k++) counts[k] = 3 * N;
-  if (rt_comm_all_gather(g, send, all, counts)) {
+  if (vgather(g, send, all, 3 * N, counts)) {
     rc = RT_ERR;
     goto out;
   }
@@ -639,9 +651,8 @@ out:
 
 int rt_vocab_cross_entropy(RtComm *g, float *loss, const float *logits, const int32_t *targets,
                            int64_t N, int64_t Vl, int64_t V) {
-  if (!g || !loss || !logits || !targets)
-    return null_arg("vocab_cross_entropy",
-                    !g ? "group" : !loss ? "output" : !logits ? "logits" : "targets");
+  if (!loss || !logits || !targets)
+    return null_arg("vocab_cross_entropy", !loss ? "output" : !logits ? "logits" : "targets");
   if (POSITIVE("vocab_cross_entropy", "N Vl", N, Vl)) return RT_ERR;
   float *mx = malloc(sizeof(float) * (size_t)N);
   double *s = malloc(sizeof(double) * (size_t)N), *t = malloc(sizeof(double) * (size_t)N);
@@ -663,9 +674,8 @@ int rt_vocab_cross_entropy(RtComm *g, float *loss, const float *logits, const in
 int rt_vocab_cross_entropy_grad(RtComm *g, float *dlogits, const float *logits,
                                 const int32_t *targets, const float *dloss, int64_t N,
                                 int64_t Vl, int64_t V) {
-  if (!g || !dlogits || !logits || !targets || !dloss)
-    return null_arg("vocab_cross_entropy_grad", !g         ? "group"
-                                                : !dlogits ? "output"
+  if (!dlogits || !logits || !targets || !dloss)
+    return null_arg("vocab_cross_entropy_grad", !dlogits  ? "output"
                                                 : !logits  ? "logits"
                                                 : !targets ? "targets"
                                                            : "dloss");
@@ -678,7 +688,7 @@ int rt_vocab_cross_entropy_grad(RtComm *g, float *dlogits, const float *logits,
                                    s, NULL);
   if (rc == RT_OK) {
     VXent a = {.logits = logits, .targets = targets, .Vl = Vl,
-               .lo = (int64_t)rt_comm_rank(g) * Vl, .nv = real_columns(V, Vl, rt_comm_rank(g)),
+               .lo = (int64_t)vgroup_rank(g) * Vl, .nv = real_columns(V, Vl, vgroup_rank(g)),
                .mx = mx, .s = s, .dlogits = dlogits,
                .scale = (float)((double)*dloss / (double)N)};
     rt_parallel_for(N, row_grain(Vl), vxent_grad_range, &a);

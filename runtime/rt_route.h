@@ -124,7 +124,8 @@ int rt_vocab_embedding_grad(float *dtable, const int32_t *ids, const float *dy, 
  * columns (V <= Vl parts; the columns >= V are vocabulary padding, masked as
  * if -inf: out of the max and the sum of exp), each member holding its
  * columns [N, Vl]; targets in [0, V); every member of g calls it and gets
- * the same *loss.  Two all_gathers: the row maxima, then per row the local
+ * the same *loss (g NULL: one member, the one-rank trainer's tp group, with
+ * a padded vocabulary).  Two all_gathers: the row maxima, then per row the local
  * sum of exp(x - max) (a double sent as two floats) and the target logit
  * (0 off its owner); summed in member order in double.  No member holds a
  * whole row. */

@@ -72,12 +72,12 @@ static int geometry(int rank, const int64_t *shape, const RtShard *sh, const cha
                    "tensor-parallel axis", pre, sep, describe(d, sizeof d, rank, shape, sh),
                    sh->coord, sh->degree - 1);
   int64_t G = shape[sh->dim];
-  if (sh->padded && (sh->padded <= G || sh->padded % sh->degree || sh->padded - G >= sh->degree ||
-                     sh->blocks != 1))
+  if (sh->padded && (sh->padded <= G || sh->padded % sh->degree ||
+                     sh->padded - G >= (int64_t)RT_SHARD_PAD_MAX * sh->degree || sh->blocks != 1))
     return rt_fail("%s%s%s: padded size %lld of dim %d must be a multiple of the degree "
-                   "above %lld by less than the degree, in one block", pre, sep,
+                   "above %lld by less than %d times the degree, in one block", pre, sep,
                    describe(d, sizeof d, rank, shape, sh), (long long)sh->padded, sh->dim,
-                   (long long)G);
+                   (long long)G, RT_SHARD_PAD_MAX);
   if (sh->padded) { /* cut as if the dimension had `padded` entries */
     int64_t outer = 1, inner = 1, b = sh->padded / sh->degree;
     for (int i = 0; i < sh->dim; i++) outer *= shape[i];

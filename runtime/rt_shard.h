@@ -12,8 +12,9 @@
  * GPT-2's fused q|k|v weight [d, 3d] uses dim 1, blocks 3: each rank gets its own
  * heads' q, k and v columns. All other dimensions are whole.
  *
- * Padding (a vocabulary table split over more ranks than divide it): padded = Gp > G,
- * a multiple of degree below G + degree, blocks 1. The dimension is cut as if it had
+ * Padding (a vocabulary table padded to a multiple of degree, or of pad * degree for
+ * parc's --pad-vocab pad, degree 1 included): padded = Gp > G, a multiple of degree
+ * below G + RT_SHARD_PAD_MAX * degree, blocks 1. The dimension is cut as if it had
  * Gp entries: b = Gp / degree, local index j <-> global index coord * b + j, and the
  * local entries whose global index would be >= G are padding: not part of the global
  * tensor, zero after init, extract and reads, skipped by insert.
@@ -25,7 +26,7 @@
  *    global one and degree, blocks and coord are ignored. For dim >= 0 the
  *    descriptor must be valid: 0 <= dim < rank, degree >= 1, blocks >= 1,
  *    0 <= coord < degree, blocks divides G and degree divides G / blocks (or, padded,
- *    blocks 1, degree divides padded, G < padded < G + degree);
+ *    blocks 1, degree divides padded, G < padded < G + RT_SHARD_PAD_MAX * degree);
  *    otherwise every function fails (RT_ERR or -1) with a one-line message
  *    naming the descriptor and shape, and writes nothing.
  *  - The shards of coordinates 0..degree-1 partition the global tensor: every
@@ -43,6 +44,7 @@
 #include "runtime/rt_safetensors.h"
 
 #define RT_SHARD_MAXRANK 16
+#define RT_SHARD_PAD_MAX 4096 /* parc's largest --pad-vocab (IR_PAD_VOCAB_MAX) */
 
 typedef struct {
   int dim;      /* dimension split; -1: not sharded */

@@ -323,9 +323,9 @@ typedef struct {
   char msg[RT_ERR_MAX + 512];
 } MeshFail;
 
-/* The whole (unsharded) model that world rank 0 writes when tp > 1 or ep > 1: a
- * description with global shapes and packed offsets, its buffers, and the gather
- * scratch. */
+/* The whole (unsharded) model that world rank 0 writes when tp > 1, ep > 1 or a
+ * parameter is padded (Run.whole_out): a description with global shapes and packed
+ * offsets, its buffers, and the gather scratch. */
 typedef struct {
   RtModelDesc m;
   RtParamDesc *p;
@@ -359,6 +359,8 @@ typedef struct {
   /* the mesh (tp = dp = pp = ep = 1, world NULL for one rank) */
   int tp, dp, pp, wrank;
   int ep;                    /* expert parallelism: ep consecutive dp ranks */
+  int whole_out;             /* weights and checkpoints go through `whole`: tp > 1,
+                                ep > 1 or a padded vocabulary (rt_model_padded) */
   RtComm *world;
   RtMesh mesh;
   MeshFail *shared;          /* thread backend: where failures go */
@@ -433,7 +435,7 @@ static int save_ckpt(Run *r, const RtModelDesc *m, const float *params, const fl
   return rt_train_save_ckpt(r->o.save, m, params, state, &info);
 }
 
-/* The whole-model description (global shapes, packed offsets) for tp > 1 or ep > 1. */
+/* The whole-model description (global shapes, packed offsets) for r->whole_out. */
 static int whole_init(Run *r) {
   const RtModelDesc *m = r->pp_whole ? r->pp_whole : r->m;
   Whole *w = &r->whole;
@@ -496,6 +498,8 @@ static int gather_one(Run *r, const RtParamDesc *p, const float *local, int64_t 
     if (dst) memcpy(dst, local, (size_t)n * sizeof *dst);
     return RT_OK;
   }
+  if (sh.degree == 1) /* a padded tensor on one tp rank: its real rows */
+    return dst ? rt_shard_insert(dst, local, p->rank, g, &sh) : RT_OK;
   for (int c = 0; c < sh.degree; c++) w->counts[c] = n;
   if (rt_comm_all_gather(expert ? r->mesh.ep_comm : r->mesh.tp_comm, local, w->scratch,
                          w->counts))
@@ -552,7 +556,7 @@ static int save_out(Run *r, int ckpt, int64_t step, const float *src, const char
     m = &r->zview.m;
     state = r->zview.state;
   }
-  if (r->tp > 1 || r->ep > 1) {
+  if (r->whole_out) {
     if (r->mesh.dp_rank < r->ep) { /* gather_one: tp on dp rank 0, ep on dp ranks < ep */
       Whole *w = &r->whole;
       for (int i = 0; i < m->nparams && rc == RT_OK; i++)
@@ -840,7 +844,8 @@ static int run(Run *r) {
   const RtModelDesc *m = r->m;
   if (!r->world && rt_pool_init(r->o.threads))
     return fail(r, 3, "internal error: --threads: ");
-  if ((r->tp > 1 || r->ep > 1) && whole_init(r)) return fail(r, 3, "internal error: ");
+  r->whole_out = r->tp > 1 || r->ep > 1 || rt_model_padded(r->pp_whole ? r->pp_whole : m, r->tp);
+  if (r->whole_out && whole_init(r)) return fail(r, 3, "internal error: ");
 
   size_t ntok = (size_t)m->batch * (size_t)m->seq;
   r->params = alloc64((size_t)m->params_numel * sizeof(float));
@@ -890,7 +895,7 @@ static int run(Run *r) {
   int64_t nparam = 0;
   const RtModelDesc *wm = r->pp_whole ? r->pp_whole : m; /* the whole model's count */
   for (int i = 0; i < wm->nparams; i++)
-    nparam += r->tp > 1 || r->ep > 1 ? r->whole.p[i].numel : wm->params[i].numel;
+    nparam += r->whole_out ? r->whole.p[i].numel : wm->params[i].numel;
   /* A resumed run appends to its log: one file then tells the whole story. */
   if (r->wrank == 0 && r->o.log &&
       (rt_log_open(&r->log, r->o.log, r->o.resume != NULL) ||

@@ -120,7 +120,8 @@ int rt_train_load_weights_tp(const RtModelDesc *m, float *params, const char *pa
 /* Parameter p's shard descriptor and its global shape: an expert-parallel parameter
  * (p->ep > 1) on coordinate ep_coord of its ep group (dim shard_dim, degree p->ep);
  * any other on coordinate coord of tp (dim -1 when tp == 1 or shard_dim < 0, and
- * then p->shape when tp == 1). */
+ * then p->shape when tp == 1), except that a padded parameter (rt_param_padded) at
+ * tp 1 is degree 1 with its padding, and its global shape the true one. */
 const int64_t *rt_train_param_shard(const RtParamDesc *p, int tp, int coord, int ep_coord,
                                     RtShard *sh);
 /* Writes every parameter, by name and shape, to path atomically. */

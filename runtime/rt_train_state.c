@@ -58,7 +58,8 @@ static const char *stored_name(const RtSt *st, const char *path, const RtParamDe
 
 /* Parameter p's shard on tp coordinate coord, and its global shape.  With tp == 1
  * (or shard_dim < 0) the parameter is whole: dim -1 and its own shape, whatever
- * the shard fields hold.  An expert-parallel one (p->ep > 1) is split over its
+ * the shard fields hold, except a padded one (rt_param_padded: degree 1, its
+ * true global shape).  An expert-parallel one (p->ep > 1) is split over its
  * ep group instead: ep coordinate ep_coord, blocks 1, no padding. */
 const int64_t *rt_train_param_shard(const RtParamDesc *p, int tp, int coord, int ep_coord,
                                     RtShard *sh) {
@@ -73,7 +74,9 @@ const int64_t *rt_train_param_shard(const RtParamDesc *p, int tp, int coord, int
     sh->coord = ep_coord;
     return p->global_shape;
   }
-  if (tp <= 1 || p->shard_dim < 0) return tp <= 1 ? p->shape : p->global_shape;
+  if (p->shard_dim < 0) return tp <= 1 ? p->shape : p->global_shape;
+  if (tp <= 1 && !rt_param_padded(p, 1)) return p->shape;
+  if (tp < 1) tp = 1;
   sh->dim = p->shard_dim;
   sh->degree = tp;
   sh->blocks = p->shard_blocks >= 1 ? p->shard_blocks : 1;
@@ -398,8 +401,7 @@ static int read_tensors(const RtCkpt *ck, const char *file, const RtModelDesc *m
         rc = rt_fail("checkpoint %s: out of memory", rt_ckpt_dir(ck));
         break;
       }
-      if (tp > 1 || m->params[s->param].ep > 1)
-        gshape = rt_train_param_shard(&m->params[s->param], tp, coord, ep_coord, &sh);
+      gshape = rt_train_param_shard(&m->params[s->param], tp, coord, ep_coord, &sh);
       if (sh.dim < 0) {
         int64_t shape[1] = {nl};
         rc = rt_st_read(st, s->name, local, 1, shape);

@@ -386,7 +386,9 @@ static void test_safetensors(void) {
 
 /* ---- padded: a vocabulary of 7 rows over 2, 3 and 4 ranks ---- */
 
-/* For [7, 3] (dim 0) and [2, 7] (dim 1), degrees 2..4 (padded 8, 9, 8): each
+/* For [7, 3] (dim 0) and [2, 7] (dim 1), degrees 2..4 (padded 8, 9, 8), and
+ * parc's --pad-vocab paddings of at least the degree: degree 1 (padded 8, the
+ * one-rank trainer's), 2 and 3 (padded 12, a multiple of 6 and of 4): each
  * coordinate holds padded / degree entries of dim, coord * b + j global, the
  * ones >= 7 padding; init, extract and safetensors reads give the global
  * values there and exactly 0 on padding; global_index says -2 on padding;
@@ -409,8 +411,10 @@ static void test_padded(void) {
     const Shape *s = &sh[k];
     int dim = k;
     memcpy(glob, data[k], sizeof glob);
-    for (int degree = 2; degree <= 4; degree++) {
-      int64_t padded = (7 + degree - 1) / degree * degree, b = padded / degree;
+    static const int64_t cut[][2] = {{2, 8}, {3, 9}, {4, 8}, {1, 8}, {2, 12}, {3, 12}};
+    for (size_t q = 0; q < sizeof cut / sizeof cut[0]; q++) {
+      int degree = (int)cut[q][0];
+      int64_t padded = cut[q][1], b = padded / degree;
       fill_sentinel(back, 22);
       for (int c = 0; c < degree; c++) {
         RtShard r = {dim, degree, 1, c, padded};
@@ -467,7 +471,7 @@ static void test_errors(void) {
     {{1, 0, 1, 0, 0}, "degree and blocks must be at least 1"},
     {{1, 2, 0, 0, 0}, "degree and blocks must be at least 1"},
     {{1, 5, 1, 0, 24}, "padded size 24 of dim 1 must be a multiple"},
-    {{1, 5, 1, 0, 30}, "padded size 30 of dim 1 must be a multiple"},
+    {{1, 5, 1, 0, 20505}, "padded size 20505 of dim 1 must be a multiple"}, /* 4096 * 5 past */
     {{1, 5, 3, 0, 25}, "padded size 25 of dim 1 must be a multiple"},
     {{1, 5, 1, 0, 26}, "padded size 26 of dim 1 must be a multiple"},
   };

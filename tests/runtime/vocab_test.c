@@ -9,10 +9,13 @@
  *     gradient columns within 1e-6 (relative to the largest) of
  *     rt_cross_entropy_grad's;
  *   - a target outside the vocabulary fails on every member with one line;
- *   - padding: a true vocabulary of VL parts - (parts - 1) columns, the
- *     padded columns holding 1000 (they would dominate if not masked): loss
- *     and real gradient columns as against the whole true vocabulary, the
- *     padded gradient columns exactly 0. */
+ *   - padding: a true vocabulary of VL parts - (parts - 1) columns, and of
+ *     VL parts - 13 (parc --pad-vocab's padding, beyond the member count, one
+ *     member included), the padded columns holding 1000 (they would dominate
+ *     if not masked): loss and real gradient columns as against the whole true
+ *     vocabulary, the padded gradient columns exactly 0;
+ *   - one member: the NULL group (a one-rank trainer's tp group) gives the
+ *     one-member communicator's loss and gradient bits. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,6 +136,17 @@ static int vocab_rank(RtComm *w, void *arg) {
            lw, lerr, gerr);
   if (lerr > 1e-6 || gerr > 1e-6)
     rc = rt_fail("rank %d: loss rel err %.2e, grad rel err %.2e", me, lerr, gerr);
+  if (rc == RT_OK && parts == 1) { /* the NULL group: one member, no communicator */
+    float l0 = 0;
+    float *d0 = malloc(sizeof(float) * N * VL);
+    if (!d0 || rt_vocab_cross_entropy(NULL, &l0, lp, tg, N, VL, Vr) ||
+        rt_vocab_cross_entropy_grad(NULL, d0, lp, tg, &dloss, N, VL, Vr))
+      rc = d0 ? RT_ERR : rt_fail("out of memory");
+    else if (memcmp(&l0, &loss, sizeof loss) || memcmp(d0, dlp, sizeof(float) * N * VL))
+      rc = rt_fail("the NULL group's loss %.9g or gradient differs from one member's %.9g", l0,
+                   loss);
+    free(d0);
+  }
 out:
   free(table), free(dy), free(whole), free(part), free(dtab), free(dpart);
   free(lg), free(lp), free(dl), free(dlp), free(losses);
@@ -143,12 +157,15 @@ int main(void) {
   int fails = 0;
   for (int parts = 1; parts <= 4; parts++)
     for (int bad = 0; bad < 2; bad++)
-      for (int pad = 0; pad < (parts > 1 ? 2 : 1); pad++) {
-        Case c = {parts, bad, pad ? parts - 1 : 0};
+      for (int pad = 0; pad < 3; pad++) {
+        if (pad == 1 && parts == 1) continue; /* no padding: the first case */
+        Case c = {parts, bad, pad == 2 ? 13 : pad ? parts - 1 : 0};
         int rc = rt_comm_threads_run(parts, vocab_rank, &c);
+        char padded[48] = "";
+        if (c.pad) snprintf(padded, sizeof padded, " (%d padding columns, masked)", c.pad);
         printf("%s %d members%s%s%s%s\n", rc ? "FAIL" : "ok  ", parts,
                bad ? ": a bad target refused on every member" : ": equal the whole vocabulary",
-               pad ? " (padded, masked)" : "", rc ? ": " : "", rc ? rt_last_error() : "");
+               padded, rc ? ": " : "", rc ? rt_last_error() : "");
         fails += rc != 0;
       }
   return fails != 0;

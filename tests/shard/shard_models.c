@@ -18,6 +18,9 @@
  *       re-assembled from the tp shards, is equal on every dp rank and
  *       equals the one-rank gradient, both within 1e-10 relative, and is
  *       exactly 0 on vocabulary padding.
+ *       --pad N: the vocabulary padding quantum (m->pad_vocab, parc's
+ *       --pad-vocab): tables of ir_padded_vocab(V, TP, N) rows, padded at
+ *       TP 1 too (a plain embedding, vocab_cross_entropy, no collective).
  *       --ep E: expert parallelism over E of the DP ranks (m->mesh_ep):
  *       the expert weights' slices by ep coordinate, the mesh run with
  *       ir_interp_run_mesh_ep; MoE models: the routing statistics are
@@ -41,6 +44,7 @@
 
 #define TOL 1e-10
 static int use_sp; /* --sp: sequence parallelism */
+static int use_pad; /* --pad N: m->pad_vocab */
 
 
 
@@ -93,6 +97,7 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
   if (!ref || !sh) return 1;
   char err[512];
   sh->mesh_ep = shard_ep;
+  sh->pad_vocab = use_pad;
   if (pass_shard(sh, tp, dp, use_sp, err, sizeof err)) {
     printf("FAIL: %s\n", err);
     return 1;
@@ -126,27 +131,30 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
     if (ref->nodes[i]->op == IR_OP_EMBEDDING) vocab = ref->nodes[i]->inputs[1]->shape[0];
   printf("     vocab %lld: vocab_embedding %d, vocab_cross_entropy %d\n", (long long)vocab, nve,
          nvce);
-  /* vocab-parallel whenever tp > 1: padded to a multiple of tp */
+  /* vocab-parallel whenever tp > 1: padded to a multiple of pad * tp; at tp 1
+   * padded (a plain lookup, the padded loss) only where pad does not divide V */
   int vp = tp > 1;
-  shard_expect(nve == vp && nvce == vp && count_op(sh, IR_OP_EMBEDDING, IR_PHASE_FWD) == !vp,
-         "%s: embedding and cross-entropy vocab-parallel iff tp > 1 (%g)", "vocab",
-         (double)tp);
+  int64_t Vp = ir_padded_vocab(vocab, tp, use_pad);
+  int vce = vp || Vp != vocab;
+  shard_expect(nve == vp && nvce == vce && count_op(sh, IR_OP_EMBEDDING, IR_PHASE_FWD) == !vp,
+         "%s: embedding vocab-parallel iff tp > 1, cross-entropy iff tp > 1 or padded (%g)",
+         "vocab", (double)tp);
   int padded = 0;
   for (int i = 0; i < sh->nnodes; i++) {
     const IrNode *n = sh->nodes[i];
-    if (n->op == IR_OP_PARAM && n->shard == IR_SHARD_VOCAB && vp) {
-      int64_t rows = (vocab + tp - 1) / tp;
+    if (n->op == IR_OP_PARAM && n->shard == IR_SHARD_VOCAB && vce) {
+      int64_t rows = Vp / tp;
       padded += rows * tp != vocab;
-      shard_expect(n->shape[0] == rows && n->global_shape[0] == vocab,
-                   "%s: vocabulary table holds ceil(V / tp) rows per rank, global V (%g)",
-                   n->name, (double)rows);
+      shard_expect(n->shape[0] == rows && n->global_shape[0] == vocab &&
+                       n->shape[0] % (use_pad > 1 ? use_pad : 1) == 0,
+                   "%s: vocabulary table holds Vp / tp rows per rank (a multiple of --pad), "
+                   "global V (%g)", n->name, (double)rows);
     }
     if (n->op == IR_OP_VOCAB_CROSS_ENTROPY)
       shard_expect(n->ia[2] == vocab, "%s: vocab_cross_entropy masks past the true vocabulary %g",
                    "vocab", (double)vocab);
   }
-  if (padded) printf("     vocabulary %lld padded to %lld\n", (long long)vocab,
-                     (long long)((vocab + tp - 1) / tp * tp));
+  if (padded) printf("     vocabulary %lld padded to %lld\n", (long long)vocab, (long long)Vp);
   int nrs = count_op(sh, IR_OP_REDUCE_SCATTER, IR_PHASE_FWD);
   int nag = count_op(sh, IR_OP_ALL_GATHER, IR_PHASE_FWD);
   int nls = count_op(sh, IR_OP_LOCAL_SLICE, IR_PHASE_FWD);
@@ -211,8 +219,8 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
                  "and local_slice (%g)", "sp", (double)(brs + bag));
   }
   /* no rank materialises anything with the whole vocabulary (logits,
-   * their gradient, the table or its gradient) */
-  if (vp) {
+   * their gradient, the table or its gradient), padded at tp 1 too */
+  if (vce) {
     int whole = 0;
     for (int i = 0; i < nmodel; i++) {
       const IrNode *n = sh->nodes[i];
@@ -315,6 +323,13 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
 
 int main(int argc, char **argv) {
   use_sp = shard_take_flag(&argc, argv, "--sp");
+  for (int i = 1; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "--pad")) { /* --pad N: m->pad_vocab */
+      use_pad = atoi(argv[i + 1]);
+      memmove(argv + i, argv + i + 2, sizeof *argv * (size_t)(argc - i - 1));
+      argc -= 2;
+      break;
+    }
   for (int i = 1; i + 1 < argc; i++)
     if (!strcmp(argv[i], "--ep")) { /* --ep E: expert parallelism, E dividing DP */
       shard_ep = atoi(argv[i + 1]);

@@ -30,9 +30,10 @@ IrNode *shard_find_leaf(IrModule *m, IrOp op, const char *name) {
 int64_t shard_global_index(const IrNode *p, int64_t e, int c) {
   int64_t idx[IR_MAX_RANK];
   for (int d = p->rank - 1; d >= 0; d--) idx[d] = e % p->shape[d], e /= p->shape[d];
-  if (p->shard_degree > 1) {
-    /* b: the local piece of a block; a padded vocabulary (one block) has
-     * pieces of ceil(V / degree) and no global index past V */
+  int sharded = p->shard_degree > 1 || ir_param_padded(p);
+  if (sharded) {
+    /* b: the local piece of a block; a padded vocabulary (one block, at any
+     * degree) has pieces of Vp / degree and no global index past V */
     int d = p->shard_dim;
     int64_t B = p->global_shape[d] / p->shard_blocks, b = p->shape[d] / p->shard_blocks;
     int64_t j = idx[d];
@@ -41,7 +42,7 @@ int64_t shard_global_index(const IrNode *p, int64_t e, int c) {
   }
   int64_t g = 0;
   for (int d = 0; d < p->rank; d++)
-    g = g * (p->shard_degree > 1 ? p->global_shape[d] : p->shape[d]) + idx[d];
+    g = g * (sharded ? p->global_shape[d] : p->shape[d]) + idx[d];
   return g;
 }
 

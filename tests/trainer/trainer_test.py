@@ -18,6 +18,14 @@ CASE is one of:
                              (losses within 1e-4 relative), with the sequence-parallel
                              collectives plan.json counts; GPT-2 with vocab 257 at tp 2
                              (padded to 258) equals one rank and saves [257, d] weights
+  mesh_pad                   --pad-vocab (default 64) with vocab 257: the one-rank
+                             trainer's [320, d] table gives the unpadded trainer's
+                             losses and step-1 gradients (1e-6 relative; GPT-2 tied,
+                             Llama untied head) and files of the same shapes; GPT-2 at
+                             tp 2 (384 rows), tp 2 x dp 2, dp 2 --zero 1, pp 2 and
+                             pp 2 x tp 2 equals the unpadded one rank (1e-4 losses, 1e-5
+                             gradients); checkpoints resume padded <-> unpadded, tp 2 -> 1,
+                             dp 2 --zero 1 -> 1, 1 -> pp 2
   mesh_pp                    pipelined trainers (--pp 2, 4; every schedule; M = P, 2P; with
                              tp, dp) equal one rank: 20-step losses within 1e-4 relative,
                              step-1 gradients within 1e-5 relative L2; a pp 2 x tp 2
@@ -639,8 +647,9 @@ elif case == "mesh_sp":
         if c.get(key) != n:
             sys.exit(f"FAIL: gpt2 --sp 2x1 plan.json communication {key}: {c.get(key)}, "
                      f"expected {n}")
-    # padding: vocab 257 under tp 2 (129 rows a rank, one of padding)
-    pad = ["-D", "vocab=257"]
+    # padding: vocab 257 under tp 2 with --pad-vocab 1 (129 rows a rank, one of
+    # padding: only what tp needs; case mesh_pad tests the default, 64)
+    pad = ["-D", "vocab=257", "--pad-vocab", "1"]
     ref = train(build("gpt2_tiny", GPT2 + ["-D", "heads=4"] + pad, "pad_r1"), *const)
     wfile = os.path.join(work, "pad.safetensors")
     got = train(build("gpt2_tiny", GPT2 + ["-D", "heads=4"] + pad, "pad_tp2", ["--tp", "2"]),
@@ -651,7 +660,7 @@ elif case == "mesh_sp":
             sys.exit(f"FAIL vocab 257 tp 2 step {r['step']}: loss {g['loss']}, one rank "
                      f"{r['loss']}")
     report = open(os.path.join(work, "pad_tp2", "report.txt")).read()
-    if "vocab padding for --tp 2: 257 -> 258 rows" not in report:
+    if "(--pad-vocab 1, --tp 2): 257 -> 258 rows" not in report:
         sys.exit("FAIL: report.txt does not state the vocab padding:\n" + report)
     raw = open(wfile, "rb").read()
     header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
@@ -995,6 +1004,86 @@ elif case == "mesh_pp":
           f"{worst:.1e}, step-1 gradients {worst_grad:.1e} relative L2); pp 2 x tp 2 -> 1 rank "
           f"and 1 rank -> pp 4 resume; pp 2 stages hold about half the parameters each; --trace "
           f"well-formed, one event per action; {note}")
+elif case == "mesh_pad":
+    # --pad-vocab (default 64): vocab 257 padded to a multiple of 64 * tp rows, at tp 1
+    # too; every trainer equals the unpadded one-rank trainer (--pad-vocab 1)
+    data = data_file()
+    const = ["--data", data, "--lr", "3e-3", "--steps", "20"]
+    pad = ["-D", "vocab=257"]
+
+    def st_header(path):
+        raw = open(path, "rb").read()
+        return json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+
+    def shapes(path):
+        return {k: v["shape"] for k, v in st_header(path).items() if k != "__metadata__"}
+
+    notes = []
+    for model, defines, table in (("gpt2_tiny", GPT2 + ["-D", "heads=4"] + pad, "wte.weight"),
+                                  ("llama_tiny", LLAMA + pad, "lm_head.weight")):
+        def out(name):
+            return os.path.join(work, f"{model}_{name}.safetensors")
+        one = build(model, defines, f"{model}_r1_nopad", ["--pad-vocab", "1"])
+        ref = train(one, *const, "--save-grads", out("g_nopad"), "--save-weights", out("w_nopad"))
+        # the one-rank trainer with the padded table: the same model, to 1e-6 relative
+        padded = build(model, defines, f"{model}_r1_pad")
+        train_c = open(os.path.join(work, f"{model}_r1_pad", "train.c")).read()
+        if f'{{"{table}", 2, {{320, 32}}' not in train_c:
+            sys.exit(f"FAIL {model}: the one-rank trainer's {table} is not [320, 32]")
+        report = open(os.path.join(work, f"{model}_r1_pad", "report.txt")).read()
+        if "(--pad-vocab 64, --tp 1): 257 -> 320 rows" not in report:
+            sys.exit(f"FAIL {model}: report.txt does not state the padding:\n{report}")
+        plan = json.load(open(os.path.join(work, f"{model}_r1_pad", "plan.json")))
+        pt = [p for p in plan["params"] if p["name"] == table]
+        if (plan["cost"].get("vocab"), plan["cost"].get("padded_vocab")) != (257, 320) or \
+                not pt or pt[0]["shape"] != [320, 32] or pt[0].get("global_shape") != [257, 32]:
+            sys.exit(f"FAIL {model}: plan.json cost {plan['cost']}, {table} {pt}")
+        got = train(padded, *const, "--save-grads", out("g_pad"), "--save-weights", out("w_pad"))
+        wl = max(rel(g["loss"], r["loss"]) for g, r in zip(got, ref))
+        if len(got) != len(ref) or wl > 1e-6:
+            sys.exit(f"FAIL {model} padded one rank: losses differ by {wl:.1e} (relative) from "
+                     f"the unpadded trainer's")
+        wg, name = grads_rel_l2(out("g_nopad"), out("g_pad"))
+        if wg > 1e-6:
+            sys.exit(f"FAIL {model} padded one rank: step-1 gradient of {name} differs by "
+                     f"{wg:.1e}")
+        for kind in ("g", "w"):
+            if shapes(out(kind + "_pad")) != shapes(out(kind + "_nopad")):
+                sys.exit(f"FAIL {model}: padded {kind} file shapes {shapes(out(kind + '_pad'))}")
+        if shapes(out("w_pad"))[table] != [257, 32]:
+            sys.exit(f"FAIL {model}: saved {table} is {shapes(out('w_pad'))[table]}")
+        note = f"{model}: one rank padded 257 -> 320 equals unpadded (losses {wl:.1e}, " \
+               f"gradients {wg:.1e}"
+        if model == "gpt2_tiny":
+            # tp 2 (384 rows, 192 a rank), tp 2 x dp 2, pp 2 (tp 1, padded), pp 2 x tp 2
+            worst = worst_grad = 0.0
+            for tag, flags in (("tp2", ["--tp", "2"]), ("tp2dp2", ["--tp", "2", "--dp", "2"]),
+                               ("dp2zero", ["--dp", "2", "--zero", "1"]),
+                               ("pp2", ["--pp", "2"]), ("pp2tp2", ["--pp", "2", "--tp", "2"])):
+                exe = build(model, defines, f"{model}_{tag}", flags)
+                got = train(exe, *const, "--save-grads", out("g_" + tag))
+                a, b = equals_one_rank(f"{model} pad {tag}", got, ref, out("g_nopad"),
+                                       out("g_" + tag))
+                worst, worst_grad = max(worst, a), max(worst_grad, b)
+            if "(--pad-vocab 64, --tp 2): 257 -> 384 rows" not in \
+                    open(os.path.join(work, f"{model}_tp2", "report.txt")).read():
+                sys.exit("FAIL: the tp 2 report does not pad to 384 rows")
+            # checkpoints hold the true shapes: padded -> unpadded and back, tp 2 -> one rank
+            ck = os.path.join(work, "ckpt")
+            tp2 = os.path.join(work, f"{model}_tp2", "build", "train")
+            pp2 = os.path.join(work, f"{model}_pp2", "build", "train")
+            zero = os.path.join(work, f"{model}_dp2zero", "build", "train")
+            for first, then, what in ((padded, one, "padded -> unpadded"),
+                                      (one, padded, "unpadded -> padded"),
+                                      (tp2, one, "tp 2 padded -> unpadded one rank"),
+                                      (zero, one, "dp 2 --zero 1 padded -> unpadded one rank"),
+                                      (one, pp2, "unpadded -> pp 2 padded")):
+                resumes_like(f"{model} {what}", first, then, const, ref, ck)
+            note += f"; tp 2, tp 2 x dp 2, dp 2 --zero 1, pp 2, pp 2 x tp 2 equal it (losses " \
+                    f"{worst:.1e}, gradients {worst_grad:.1e}); checkpoints resume padded <-> " \
+                    f"unpadded, tp 2 -> 1, dp 2 zero -> 1, 1 -> pp 2"
+        notes.append(note + ")")
+    print("; ".join(notes))
 elif case.startswith("mesh_"):
     # heads and KV heads divisible by 4, so tp can be 4
     if case == "mesh_gpt2":
