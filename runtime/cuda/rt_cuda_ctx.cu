@@ -324,6 +324,9 @@ int rt_cuda_open(RtCuda **out, const RtCudaSetup *s, const float *params, const 
   if (c->use_nccl && nccl_open(c)) return RT_ERR;
 #endif
   if (c->local_dev && rt_cuda_local_open(c)) return RT_ERR;
+  /* an explicit PARC_CUDA_LOCAL is confirmed by one line of world rank 0 */
+  const char *loc = getenv("PARC_CUDA_LOCAL");
+  if (loc && *loc && c->wrank == 0) fprintf(stderr, "parcrt_cuda: %s\n", c->desc);
   return rt_cuda_prof_open(c);
 }
 
