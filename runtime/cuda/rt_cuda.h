@@ -49,9 +49,11 @@
  *              no host synchronisation), sums them with a kernel in the same
  *              rank order (the same bits) or gathers them with device copies,
  *              and no peer writes a buffer another still reads
- *              (rt_cuda_local.cu, rt_cuda_local.h).  The thread communicator
- *              only (not MPI).  Pipeline transfers and the expert all-to-all
- *              stay host-staged.
+ *              (rt_cuda_local.cu, rt_cuda_local.h); pipeline transfers are
+ *              device copies through buffers of the device's stream-ordered
+ *              pool, the address and an event passed as a host message.  The
+ *              thread communicator only (not MPI).  The expert all-to-all and
+ *              the routing ops stay host-staged.
  *   Chosen by PARC_CUDA_COMM=nccl|host; by default nccl when every rank has
  *   a GPU of its own (thread backend: ranks <= GPUs; MPI: always), else host;
  *   PARC_CUDA_LOCAL=host|device (any value rules NCCL out; with

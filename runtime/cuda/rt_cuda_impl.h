@@ -155,6 +155,10 @@ int rt_cuda_local_open(RtCuda *c);
 void rt_cuda_local_close(RtCuda *c);
 int rt_cuda_local_collective(RtCuda *c, int op, int g, const float *send, float *recv,
                              int64_t count);
+/* A pipeline transfer over pp on the device-local backend: rt_comm_send's
+ * buffered semantics (send: x may change once it returns) on device values;
+ * n > 0 floats, the same on both sides. */
+int rt_cuda_local_p2p(RtCuda *c, int send, float *x, int64_t n, int peer, int tag);
 
 /* The profile (rt_cuda_prof.cu): made at the end of rt_cuda_open when
  * PARC_CUDA_PROFILE asks for it (0, or -1 with the error recorded), and its

@@ -1,7 +1,7 @@
 /* runtime/cuda/rt_cuda_local.cu -- the device-local backend's collectives
- * (PARC_CUDA_LOCAL=device): the ranks of a group are threads of this process
- * on one GPU (one CUDA context), each with its own compute stream.  The
- * ranges and the order of the sums are rt_cuda_local.h's.
+ * and pipeline transfers (PARC_CUDA_LOCAL=device): the ranks of a group are
+ * threads of this process on one GPU (one CUDA context), each with its own
+ * compute stream.  The ranges and the order of the sums are rt_cuda_local.h's.
  *
  * One collective of member i over group g, all on i's compute stream, with
  * no host synchronisation of any stream:
@@ -172,5 +172,57 @@ int rt_cuda_local_collective(RtCuda *c, int op, int g, const float *send, float 
   if (pl.scratch)
     CU_CHECK(c, cudaMemcpyAsync(recv, out, (size_t)pl.out * 4, cudaMemcpyDeviceToDevice,
                                 c->compute), what);
+  return RT_OK;
+}
+
+/* ---- pipeline transfers (rt_cuda_pipe.cu's host_p2p on this backend) ----
+ *
+ * rt_comm_send's semantics (buffered: the sender goes on at once, and may
+ * overwrite its value) with the data on the device: the sender copies the
+ * value into a fresh buffer from the device's stream-ordered pool
+ * (cudaMallocAsync) on its stream and records a fresh event after the copy;
+ * the buffer's address and the event go to the receiver as a small host
+ * message (rt_comm_send over pp: its order per (peer, tag), its deadline).
+ * The receiver's stream waits for the event, copies the value out and frees
+ * the buffer (cudaFreeAsync, on the receiver's stream: the pool reuses it
+ * only after that point); the receiver destroys the event (its resources go
+ * once it has completed). */
+typedef struct {
+  uint64_t buf, ready;
+  int64_t count, wrank;
+} LocalMsg;
+#define MSG_FLOATS ((int)(sizeof(LocalMsg) / sizeof(float)))
+static_assert(sizeof(LocalMsg) % sizeof(float) == 0, "a message is whole floats");
+
+int rt_cuda_local_p2p(RtCuda *c, int send, float *x, int64_t n, int peer, int tag) {
+  RtComm *g = c->hgroup[RT_CUDA_PP];
+  char what[160];
+  snprintf(what, sizeof what, "device-local pipeline %s of %lld floats %s stage %d (tag %d)",
+           send ? "send" : "receive", (long long)n, send ? "to" : "from", peer, tag);
+  if (!g) return rt_fail("rank %d: %s: no pp group", c->wrank, what);
+  float buf[MSG_FLOATS];
+  LocalMsg m;
+  if (send) {
+    void *d = NULL;
+    cudaEvent_t ev = NULL;
+    CU_CHECK(c, cudaMallocAsync(&d, (size_t)n * 4, c->compute), what);
+    CU_CHECK(c, cudaMemcpyAsync(d, x, (size_t)n * 4, cudaMemcpyDeviceToDevice, c->compute), what);
+    CU_CHECK(c, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), what);
+    CU_CHECK(c, cudaEventRecord(ev, c->compute), what);
+    m = (LocalMsg){(uint64_t)(uintptr_t)d, (uint64_t)(uintptr_t)ev, n, c->wrank};
+    memcpy(buf, &m, sizeof m);
+    return rt_comm_send(g, buf, MSG_FLOATS, peer, tag);
+  }
+  if (rt_comm_recv(g, buf, MSG_FLOATS, peer, tag)) return RT_ERR;
+  memcpy(&m, buf, sizeof m);
+  if (m.count != n)
+    return rt_fail("rank %d: %s: rank %lld sent %lld floats", c->wrank, what, (long long)m.wrank,
+                   (long long)m.count);
+  cudaEvent_t ev = peer_event(m.ready);
+  void *d = (void *)(uintptr_t)m.buf;
+  CU_CHECK(c, cudaStreamWaitEvent(c->compute, ev, 0), what);
+  CU_CHECK(c, cudaEventDestroy(ev), what);
+  CU_CHECK(c, cudaMemcpyAsync(x, d, (size_t)n * 4, cudaMemcpyDeviceToDevice, c->compute), what);
+  CU_CHECK(c, cudaFreeAsync(d, c->compute), what);
   return RT_OK;
 }

@@ -324,8 +324,8 @@ done
 
 # 3d. the layouts of 3, 3b and 3c again with the device-local collectives
 # (PARC_CUDA_LOCAL=device: the ranks' streams wait on each other's events, sums
-# by a reduction kernel in rank order, gathers by device copies; no host
-# staging): against the same CPU reference at the same tolerance, and against
+# by a reduction kernel in rank order, gathers and pipeline transfers by device
+# copies; no host staging but the expert all-to-all's): against the same CPU reference at the same tolerance, and against
 # the host-staged run of 3 to 3c bit for bit (tolerance 0: both sum in the CPU
 # communicator's order, and every kernel is reproducible run to run)
 for pair in gpt2_tiny_tp2:gpt2_tiny llama_tiny_tp2:llama_tiny gpt2_tiny_tp2_pp2 \
