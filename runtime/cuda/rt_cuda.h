@@ -37,13 +37,28 @@
  *              harness, rt_comm.h: so the same code serves threads and MPI),
  *              then every group of more than one member split from it
  *              (ncclCommSplit, rt_comm_mesh's colours and keys).
- *   host       the device-local backend: several ranks may share one GPU;
- *              a collective copies the device buffer to the host, runs the
- *              harness's communicator (rt_comm.h: deterministic sums in rank
- *              order, its timeouts) and copies back.  Slow, exact: the sums
- *              are bit-identical to the CPU trainer's.
+ *   host       the device-local backend: several ranks may share one GPU,
+ *              its collectives in one of two ways (PARC_CUDA_LOCAL):
+ *     host     (default) a collective copies the device buffer to the host,
+ *              runs the harness's communicator (rt_comm.h: deterministic sums
+ *              in rank order, its timeouts) and copies back.  Slow, exact: the
+ *              sums are bit-identical to the CPU trainer's.
+ *     device   the ranks are threads of one process on the first visible GPU;
+ *              a collective reads the peers' send buffers in place once their
+ *              streams reach it (events exchanged through the harness's group:
+ *              no host synchronisation), sums them with a kernel in the same
+ *              rank order (the same bits) or gathers them with device copies,
+ *              and no peer writes a buffer another still reads
+ *              (rt_cuda_local.cu, rt_cuda_local.h); pipeline transfers are
+ *              device copies through buffers of the device's stream-ordered
+ *              pool, the address and an event passed as a host message.  The
+ *              thread communicator only (not MPI).  The expert all-to-all and
+ *              the routing ops stay host-staged.
  *   Chosen by PARC_CUDA_COMM=nccl|host; by default nccl when every rank has
- *   a GPU of its own (thread backend: ranks <= GPUs; MPI: always), else host.
+ *   a GPU of its own (thread backend: ranks <= GPUs; MPI: always), else host;
+ *   PARC_CUDA_LOCAL=host|device (any value rules NCCL out; with
+ *   PARC_CUDA_COMM=nccl it is an error) and world rank 0 then prints the
+ *   choice ("parcrt_cuda: GPU 0 (...), ..., collectives device-local ...").
  *   With nccl, ranks > GPUs in one process is refused with a message.
  * Watchdog (nccl): a thread per rank polls the last collective enqueued;
  * when NCCL reports an asynchronous error (ncclCommGetAsyncError) or the

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "runtime/cuda/rt_cuda_impl.h"
+#include "runtime/cuda/rt_cuda_local.h"
 
 /* ---- errors ---- */
 
@@ -169,14 +170,31 @@ static int choose_device(RtCuda *c, const RtCudaSetup *s) {
                    c->ranks, s->tp, s->dp, c->gsize[RT_CUDA_PP],
                    mpi ? "this node" : "this process", ngpu,
                    ngpu == 1 ? "" : "s");
-  c->device = local % ngpu;
+  /* without NCCL: device-local collectives (PARC_CUDA_LOCAL=device) or
+   * host-staged ones (the default, or =host) */
+  const char *loc = getenv("PARC_CUDA_LOCAL");
+  if (loc && *loc && strcmp(loc, "device") && strcmp(loc, "host"))
+    return rt_fail("PARC_CUDA_LOCAL='%s': expected device or host", loc);
+  if (loc && *loc) {
+    if (want && !strcmp(want, "nccl"))
+      return rt_fail("PARC_CUDA_LOCAL=%s and PARC_CUDA_COMM=nccl: the device-local backend "
+                     "does not use NCCL; unset one of them", loc);
+    c->use_nccl = 0;
+    c->local_dev = c->ranks > 1 && !strcmp(loc, "device");
+  }
+  /* device-local collectives read the peers' buffers: every rank on the first
+   * visible GPU (CUDA_VISIBLE_DEVICES chooses it) */
+  c->device = c->local_dev ? 0 : local % ngpu;
   CU_CHECK(c, cudaSetDevice(c->device), "cudaSetDevice");
   cudaDeviceProp prop;
   CU_CHECK(c, cudaGetDeviceProperties(&prop, c->device), "cudaGetDeviceProperties");
   snprintf(c->name, sizeof c->name, "GPU %d (%.100s)", c->device, prop.name);
   snprintf(c->desc, sizeof c->desc, "%s, sm_%d%d, %d rank%s, collectives %s", c->name,
            prop.major, prop.minor, c->ranks, c->ranks == 1 ? "" : "s",
-           c->ranks == 1 ? "none" : c->use_nccl ? "NCCL" : "host-staged (device-local)");
+           c->ranks == 1   ? "none"
+           : c->use_nccl   ? "NCCL"
+           : c->local_dev  ? "device-local (device copies, reduction kernels)"
+                           : "host-staged (device-local)");
   return RT_OK;
 }
 
@@ -305,6 +323,10 @@ int rt_cuda_open(RtCuda **out, const RtCudaSetup *s, const float *params, const 
 #ifdef PARC_HAVE_NCCL
   if (c->use_nccl && nccl_open(c)) return RT_ERR;
 #endif
+  if (c->local_dev && rt_cuda_local_open(c)) return RT_ERR;
+  /* an explicit PARC_CUDA_LOCAL is confirmed by one line of world rank 0 */
+  const char *loc = getenv("PARC_CUDA_LOCAL");
+  if (loc && *loc && c->wrank == 0) fprintf(stderr, "parcrt_cuda: %s\n", c->desc);
   return rt_cuda_prof_open(c);
 }
 
@@ -325,6 +347,7 @@ void rt_cuda_close(RtCuda *c) {
   if (c->world_comm) ncclCommDestroy(c->world_comm);
   if (c->pending_ev) cudaEventDestroy(c->pending_ev);
 #endif
+  rt_cuda_local_close(c);
   for (int i = 0; i < RT_CUDA_GEMM_CACHE; i++) {
     GemmPlan *p = &c->plans[i];
     if (!p->used) continue;
@@ -425,12 +448,18 @@ int rt_cuda_copy(RtCuda *c, float *dst, const float *src, int64_t n) {
 
 /* ---- collectives ---- */
 
-enum { OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER };
+enum { /* rt_cuda_local.h's RT_CUDA_OP_ */
+  OP_ALL_REDUCE = RT_CUDA_OP_ALL_REDUCE,
+  OP_ALL_GATHER = RT_CUDA_OP_ALL_GATHER,
+  OP_REDUCE_SCATTER = RT_CUDA_OP_REDUCE_SCATTER
+};
 static const char *const op_name[] = {"all_reduce", "all_gather", "reduce_scatter"};
 const char *const rt_cuda_group_name[RT_CUDA_NGROUPS] = {"tp", "dp", "ep", "ep_dp", "pp"};
 #define group_name rt_cuda_group_name
 
-/* The host-staged (device-local) backend: exact, the CPU communicator's sums. */
+/* The host-staged (device-local) backend: exact, the CPU communicator's sums.
+ * The device-local one (rt_cuda_local.cu, PARC_CUDA_LOCAL=device) gives the
+ * same bits without leaving the device. */
 static int host_collective(RtCuda *c, int op, int g, const float *send, float *recv,
                            int64_t count) {
   int p = c->gsize[g];
@@ -480,7 +509,8 @@ static int collective(RtCuda *c, int op, int g, const float *send, float *recv, 
   if (!c->use_nccl) {
     if (!c->hgroup[g]) return rt_fail("rank %d: %s over group %s: no host group", c->wrank,
                                       op_name[op], group_name[g]);
-    return host_collective(c, op, g, send, recv, count);
+    return c->local_dev ? rt_cuda_local_collective(c, op, g, send, recv, count)
+                        : host_collective(c, op, g, send, recv, count);
   }
 #ifdef PARC_HAVE_NCCL
   char what[160];

@@ -31,6 +31,7 @@ enum {
   WS_BF16_A,     /* bf16 GEMMs: our a (activations) rounded to bf16 */
   WS_BF16_B,     /* bf16 GEMMs: our b (weights, or the other activation) rounded to bf16 */
   WS_GEMM_OUT,   /* bf16 GEMMs: a result with rows padded to 16 bytes */
+  WS_LOCAL,      /* device-local collectives: an in-place result before it is copied */
   WS_COUNT
 };
 
@@ -51,7 +52,7 @@ typedef struct {
 struct RtCuda {
   int device, wrank, ranks;
   char name[128];            /* "GPU 0 (NVIDIA H200)" */
-  char desc[192];
+  char desc[256];
   const char *model;
   float *params, *state, *scalars;
   char *arena;
@@ -73,6 +74,12 @@ struct RtCuda {
   int grank[RT_CUDA_NGROUPS], gsize[RT_CUDA_NGROUPS];
   int gcolor[RT_CUDA_NGROUPS];     /* rt_comm_mesh's split: colour, key = grank */
   int use_nccl;
+  int local_dev;             /* not NCCL: 1 device-local collectives (rt_cuda_local.cu),
+                                0 host-staged (PARC_CUDA_LOCAL) */
+  cudaEvent_t lready[RT_CUDA_NGROUPS], ldone[RT_CUDA_NGROUPS]; /* device-local, per group
+                                of 2 or more: this rank's send is ready / read by it */
+  void *ldesc;               /* device-local: the members' descriptors of a collective */
+  int64_t *lcounts;          /* device-local: the descriptors' sizes, for rt_comm_all_gather */
 #ifdef PARC_HAVE_NCCL
   ncclComm_t world_comm, gcomm[RT_CUDA_NGROUPS]; /* NULL where the group has one member */
 #endif
@@ -139,6 +146,19 @@ void *rt_cuda_ws(RtCuda *c, int slot, size_t bytes);
 void *rt_cuda_host_stage(RtCuda *c, size_t bytes);
 
 extern const char *const rt_cuda_group_name[RT_CUDA_NGROUPS]; /* "tp", "dp", ... */
+
+/* The device-local collectives (rt_cuda_local.cu; PARC_CUDA_LOCAL=device):
+ * open makes the per-group events (RT_OK, or RT_ERR with the error recorded),
+ * close frees them; a collective is op RT_CUDA_OP_* (rt_cuda_local.h) over
+ * group g of two or more members, count > 0 as rt_cuda_all_reduce etc. */
+int rt_cuda_local_open(RtCuda *c);
+void rt_cuda_local_close(RtCuda *c);
+int rt_cuda_local_collective(RtCuda *c, int op, int g, const float *send, float *recv,
+                             int64_t count);
+/* A pipeline transfer over pp on the device-local backend: rt_comm_send's
+ * buffered semantics (send: x may change once it returns) on device values;
+ * n > 0 floats, the same on both sides. */
+int rt_cuda_local_p2p(RtCuda *c, int send, float *x, int64_t n, int peer, int tag);
 
 /* The profile (rt_cuda_prof.cu): made at the end of rt_cuda_open when
  * PARC_CUDA_PROFILE asks for it (0, or -1 with the error recorded), and its

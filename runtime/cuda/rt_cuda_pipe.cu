@@ -111,9 +111,12 @@ extern "C" int rt_cuda_pipe_norm(RtCuda *c, const float *grad_norm) {
 /* ---- point to point over the pp group ---- */
 
 /* Host-staged: the device value to the host and rt_comm_send (buffered), or
- * rt_comm_recv and to the device.  Synchronous: the stage buffer is reused. */
+ * rt_comm_recv and to the device.  Synchronous: the stage buffer is reused.
+ * On the device-local backend (PARC_CUDA_LOCAL=device) the same semantics
+ * with device copies instead (rt_cuda_local_p2p: no host synchronisation). */
 static int host_p2p(RtCuda *c, int send, float *x, int64_t n, int peer, int tag) {
   if (n <= 0) return RT_OK;
+  if (c->local_dev) return rt_cuda_local_p2p(c, send, x, n, peer, tag);
   float *h = (float *)rt_cuda_host_stage(c, (size_t)n * 4);
   if (!h) return RT_ERR;
   RtComm *g = c->hgroup[RT_CUDA_PP];
@@ -241,7 +244,7 @@ static int transfers(RtCuda *c, const RtPipeDesc *p, int s, int i, int end, char
       for (int k = 0; k < x.n; k++) bytes += 4.0 * (double)x.v[k].count;
     }
     ps.set(RT_PROF_COMM, bytes, 0, "pipeline transfers pp (%s)",
-           c->pipe_p2p ? "NCCL" : "host-staged");
+           c->pipe_p2p ? "NCCL" : c->local_dev ? "device-local" : "host-staged");
   }
   if (!c->pipe_p2p) {
     for (; i < end; i++) {

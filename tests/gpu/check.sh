@@ -20,7 +20,9 @@
 #               as parc stores them against bf16 ones) and runtime/cuda's ops against the CPU runtime's (gpu_ops_check:
 #               GEMMs, flash attention forward and backward, embedding,
 #               cross-entropy, their gradients, vocab-parallel at 2 members),
-#               with each one's time and achieved TFLOP/s or GB/s;
+#               with each one's time and achieved TFLOP/s or GB/s; the
+#               device-local collectives (gpu_local_check: PARC_CUDA_LOCAL=device
+#               against the thread communicator, bit for bit);
 #   2. fp32     for gpt2_tiny, llama_tiny, moe_tiny (and with z-loss and a
 #               shared expert): train (CPU) and train_cuda
 #               (GPU) from the same seed for $STEPS steps, losses within 1e-4
@@ -39,6 +41,10 @@
 #               2 microbatches (gradient accumulation), at dp=4 ep=2 --zero 1, and
 #               gpt2_tiny at dp=2 --zero 1: train_cuda against train of the same
 #               layout, $STEPS steps, 1e-4 relative;
+#   3d. device  the layouts of 3, 3b and 3c again with PARC_CUDA_LOCAL=device (the
+#               device-local collectives: device copies and reduction kernels, no
+#               host staging): against the same CPU references at 1e-4, and the
+#               losses bit for bit equal to the host-staged run's;
 #   4. bf16     GPT-2 small (examples/gpt2.dsl, precision = bf16) for
 #               $BENCH_STEPS steps: tokens/s and MFU against $PEAK_TFLOPS;
 #   4a. the same with PARC_CUDA_GEMM_OPERANDS=fp32 (what bf16 GEMM operands buy);
@@ -98,7 +104,8 @@ result() {
 # need that are neither the C library's nor CUDA's, into $WORK.tar.xz
 bundle() {
   mkdir -p "$WORK/lib"
-  find "$WORK" -type f \( -name train_cuda -o -name gpu_ops_check -o -name gemm_gpu \) | while read -r exe; do
+  find "$WORK" -type f \( -name train_cuda -o -name gpu_ops_check -o -name gpu_local_check \
+      -o -name gemm_gpu \) | while read -r exe; do
     ldd "$exe" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }'
   done | sort -u | while read -r so; do
     case $(basename "$so") in
@@ -108,7 +115,7 @@ bundle() {
     esac
   done
   (cd "$(dirname "$WORK")" && find "$(basename "$WORK")" -type f \( -name train_cuda \
-      -o -name gpu_ops_check -o -name gemm_gpu -o -name plan.json -o -name '*.log' -o -name '*.jsonl' \
+      -o -name gpu_ops_check -o -name gpu_local_check -o -name gemm_gpu -o -name plan.json -o -name '*.log' -o -name '*.jsonl' \
       -o -name '*.safetensors' -o -name '*.built' -o -name table.txt -o -path '*/lib/*' \) |
     tar -cJf "$WORK.tar.xz" -T -)
   echo "bundle: $WORK.tar.xz, $(du -h "$WORK.tar.xz" | cut -f1) (libraries: $(ls "$WORK/lib" | tr '\n' ' '))"
@@ -152,7 +159,7 @@ if building; then
   if ! { cmake -S "$ROOT" -B "$WORK/parc" -DCMAKE_BUILD_TYPE=Release \
            -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON -DPARC_CUDA_ARCHITECTURES="$ARCH" \
            > "$WORK/parc_cmake.log" 2>&1 &&
-         cmake --build "$WORK/parc" -j "$JOBS" --target parc gpu_ops_check \
+         cmake --build "$WORK/parc" -j "$JOBS" --target parc gpu_ops_check gpu_local_check \
            > "$WORK/parc_build.log" 2>&1; }; then
     tail -40 "$WORK/parc_cmake.log" "$WORK/parc_build.log"
     row "build parc + libparcrt_cuda" FAIL "see parc_build.log"
@@ -176,6 +183,11 @@ if running; then
   then v=PASS; else v=FAIL; STATUS=1; fi
   grep 'matmul.*(bf16)' "$WORK/ops_bf16.log" || tail -5 "$WORK/ops_bf16.log"
   row "ops, bf16 operands everywhere" "$v" "$(grep -c '(bf16).* ok ' "$WORK/ops_bf16.log" || true) bf16 cases ok"
+  # the device-local collectives (PARC_CUDA_LOCAL=device) against the thread
+  # communicator, bit for bit: tp 3, tp 2 x dp 2, tp 10 as threads on the one GPU
+  if timeout "$LIMIT" "$WORK/parc/gpu_local_check" > "$WORK/local.log" 2>&1; then v=PASS; else v=FAIL; STATUS=1; fi
+  cat "$WORK/local.log"
+  row "device-local collectives, bits" "$v" "$(grep -c '^tp .*: ok$' "$WORK/local.log" || true) of 3 meshes equal"
   if [ -x "$WORK/parc/gemm_gpu" ]; then
     timeout "$LIMIT" "$WORK/parc/gemm_gpu" > "$WORK/gemm_gpu.log" 2>&1 || true
     cat "$WORK/gemm_gpu.log"
@@ -223,13 +235,18 @@ cpu() {
     > "$WORK/$name.cpu.log" 2>&1 || cat "$WORK/$name.cpu.log"
 }
 # gpu NAME [train_cuda options]: the GPU trainer in fp32 (run phase); with
-# PARC_CUDA_COMM=host the ranks of a layout are threads sharing the one GPU
+# PARC_CUDA_COMM=host the ranks of a layout are threads sharing the one GPU,
+# their collectives host-staged (logs NAME.gpu.*), or with LOCAL=device device
+# copies and reduction kernels (PARC_CUDA_LOCAL=device; logs NAME.dev.*)
 gpu() {
   name=$1
   shift
-  PARC_CUDA_COMM=host PARC_CUDA_GEMM=fp32 timeout "$LIMIT" "$WORK/$name/build/train_cuda" --steps "$STEPS" \
-    --log "$WORK/$name.gpu.jsonl" --quiet "$@" > "$WORK/$name.gpu.log" 2>&1 ||
-    cat "$WORK/$name.gpu.log"
+  lmode=${LOCAL:-host}
+  tag=gpu
+  [ "$lmode" = device ] && tag=dev
+  PARC_CUDA_COMM=host PARC_CUDA_LOCAL=$lmode PARC_CUDA_GEMM=fp32 timeout "$LIMIT" \
+    "$WORK/$name/build/train_cuda" --steps "$STEPS" --log "$WORK/$name.$tag.jsonl" --quiet "$@" \
+    > "$WORK/$name.$tag.log" 2>&1 || cat "$WORK/$name.$tag.log"
 }
 # bench NAME ROWNAME: tokens/s and MFU of $WORK/NAME.jsonl (GPT-2's FLOPs from its
 # plan.json, steps after the fifth) into the table
@@ -303,6 +320,35 @@ for cfg in moe_tiny_pp2_dp2_ep2:--pp:2:--dp:2:--ep:2:--microbatches:2 \
   gpu "$name"
   compare losses "$WORK/$name.cpu.jsonl" "$WORK/$name.gpu.jsonl" "$name vs CPU, same layout" \
     "$WORK/$name.cmp.log"
+done
+
+# 3d. the layouts of 3, 3b and 3c again with the device-local collectives
+# (PARC_CUDA_LOCAL=device: the ranks' streams wait on each other's events, sums
+# by a reduction kernel in rank order, gathers and pipeline transfers by device
+# copies; no host staging but the expert all-to-all's): against the same CPU
+# reference at the same tolerance, and against the host-staged run of 3 to 3c
+# bit for bit (tolerance 0: both sum in the CPU communicator's order, and every
+# kernel is reproducible run to run)
+for pair in gpt2_tiny_tp2:gpt2_tiny llama_tiny_tp2:llama_tiny gpt2_tiny_tp2_pp2 \
+            llama_tiny_tp2_pp2 moe_tiny_tp2_pp2 moe_tiny_pp2_dp2_ep2 moe_tiny_dp2_ep2_mb2 \
+            moe_tiny_dp4_ep2_zero gpt2_tiny_dp2_zero; do
+  name=${pair%%:*}
+  ref=${pair#*:}
+  running && [ -f "$WORK/$name.built" ] || continue # a build failure has its row already
+  say "3d. fp32 $name, device-local collectives (device copies and reduction kernels)"
+  LOCAL=device
+  gpu "$name"
+  LOCAL=host
+  if ! grep -q 'collectives device-local (device copies' "$WORK/$name.dev.log"; then
+    row "$name device-local" FAIL "the start-up line does not name the device-local collectives"
+    STATUS=1
+    continue
+  fi
+  compare losses "$WORK/$ref.cpu.jsonl" "$WORK/$name.dev.jsonl" "$name device vs CPU" \
+    "$WORK/$name.dev.cmp.log"
+  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/$name.gpu.jsonl" "$WORK/$name.dev.jsonl" 0 \
+    > "$WORK/$name.dev.bits.log" 2>&1 || true
+  result "$name device = host bits" "$WORK/$name.dev.bits.log"
 done
 
 say "4. bf16 GPT-2 small: $BENCH_STEPS steps"
