@@ -34,9 +34,12 @@
  * boundary c in [a, b): it is in act[c], sent after F(mb, c) by chunk c's
  * stage and received before F(mb, c + 1).  A backward value v of chunk a
  * read by chunk b < a is in grad[c] for c in [b, a), sent after B(mb, c + 1)
- * and received before B(mb, c).  Anything else crossing chunks (a forward
+ * and received before B(mb, c) (a sum of gradients made by later chunks runs
+ * on the earliest of them: hoist_grad_sums).  Anything else crossing chunks (a forward
  * value read by an earlier chunk, a gradient read by a later one, a W value
- * read by an earlier chunk under a split schedule) is refused.
+ * read by an earlier chunk under a split schedule) is refused.  A forward
+ * all-reduce read only by later chunks runs on the earliest of them when its
+ * input crosses anyway (sink_all_reduces).
  *
  * Stage-local parameters.  A stage holds the parameters its chunks' nodes
  * read (a parameter no chunk reads: stage 0) and their optimizer state
@@ -73,6 +76,7 @@
  * opt_pub 1 node of that one stage).  The owned nodes those read (opt_pub 2)
  * run on the lowest holder alone too.  No other owned node may read either
  * kind (refused).  Everything runs in node order. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,6 +103,62 @@ static int mark_terms(IrNode *t, const IrNode *p, const int *nusers, int *chunk,
     return fail(err, len, "a gradient term that is a leaf or already a term", t);
   grad_param[t->id] = p->id;
   return 0;
+}
+
+/* Moves each input-gradient sum whose terms are all computed by later chunks
+ * up to the earliest of those chunks (a residual stream's gradient is the sum
+ * of the skip path's and the block's, both made by the layer after the
+ * boundary): one value then crosses the boundaries in between instead of
+ * every term.  The same add of the same operands runs, so results do not
+ * change.  Sound: a backward value is read only by chunks at or before its
+ * own (refused otherwise below), so the add's readers, at or before its old
+ * chunk, are at or before the new one, which still sees every term.  Node
+ * order is topological, so a chain of such sums moves as a whole. */
+static void hoist_grad_sums(const IrModule *m, int *chunk) {
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *n = m->nodes[i];
+    if (n->op != IR_OP_ADD || n->phase != IR_PHASE_B || chunk[i] < 0) continue;
+    int to = INT_MAX, ok = n->ninputs > 0;
+    for (int k = 0; k < n->ninputs && ok; k++) {
+      const IrNode *x = n->inputs[k];
+      ok = x->phase == IR_PHASE_B && chunk[x->id] >= 0 && ir_numel(x) == ir_numel(n);
+      if (ok && chunk[x->id] < to) to = chunk[x->id];
+    }
+    if (ok && to > chunk[i]) chunk[i] = to;
+  }
+}
+
+/* Moves a forward all-reduce whose readers all belong to later chunks onto
+ * the earliest of them, when its input crosses there anyway (read there by
+ * another node).  Megatron's residual stream under --tp is held as per-rank
+ * partial sums; the norm reads their all-reduce, the next residual add the
+ * partial sum itself, so without this both would cross the boundary.  The same
+ * collective runs over the same tp group (every stage has one), one stage
+ * later, so results do not change.  Computed from the readers before any move
+ * (an all-reduce never reads another here: its input is a sum). */
+static void sink_all_reduces(const IrModule *m, int *chunk) {
+  int N = m->nnodes;
+  int *lo = malloc(sizeof(int) * (size_t)(N + 1)), *hi = malloc(sizeof(int) * (size_t)(N + 1));
+  if (!lo || !hi) { /* an optimisation only */
+    free(lo), free(hi);
+    return;
+  }
+  for (int i = 0; i < N; i++) lo[i] = INT_MAX, hi[i] = INT_MIN;
+  for (int i = 0; i < N; i++)
+    for (int k = 0; k < m->nodes[i]->ninputs; k++) {
+      int v = m->nodes[i]->inputs[k]->id, c = chunk[i] < 0 ? INT_MIN : chunk[i];
+      if (c < lo[v]) lo[v] = c;
+      if (c > hi[v]) hi[v] = c;
+    }
+  for (int i = 0; i < N; i++) {
+    const IrNode *n = m->nodes[i];
+    if (n->op != IR_OP_ALL_REDUCE || n->phase != IR_PHASE_FWD || chunk[i] < 0 ||
+        lo[i] == INT_MAX || lo[i] <= chunk[i])
+      continue;
+    const IrNode *x = n->inputs[0];
+    if (chunk[x->id] >= 0 && x->phase == IR_PHASE_FWD && hi[x->id] >= lo[i]) chunk[i] = lo[i];
+  }
+  free(lo), free(hi);
 }
 
 /* Sort key: the groups of the head comment. */
@@ -284,6 +344,8 @@ int pass_pp_split(IrModule *m, const PpPlan *plan, PpProgram *out, char *err, si
     else if (n->phase == IR_PHASE_OPT) chunk[i] = PP_NODE_OPT;
     for (int k = 0; k < n->ninputs; k++) nusers[n->inputs[k]->id]++;
   }
+  hoist_grad_sums(m, chunk);
+  sink_all_reduces(m, chunk);
   for (int i = 0; i < N; i++) {
     const IrNode *p = m->nodes[i];
     if (p->op != IR_OP_PARAM || !p->grad) continue;

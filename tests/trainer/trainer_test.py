@@ -916,6 +916,15 @@ elif case == "mesh_pp":
                     if planned != 4 * moved:
                         sys.exit(f"FAIL {tag}: rank {rank} (stage {st}) step {step}: {k} moved "
                                  f"{moved} floats, plan.json {planned} bytes")
+                # a boundary's gradient crosses it once, as one value the size of the
+                # activation (the residual stream's two gradient terms are summed on
+                # the later stage before they are sent: pp_split.c hoist_grad_sums)
+                if f.get("SEND_ACT", 0) != f.get("RECV_GRAD", 0) or \
+                        f.get("RECV_ACT", 0) != f.get("SEND_GRAD", 0):
+                    sys.exit(f"FAIL {tag}: rank {rank} (stage {st}) step {step}: activations "
+                             f"sent/received {f.get('SEND_ACT', 0)}/{f.get('RECV_ACT', 0)} "
+                             f"floats, their gradients received/sent "
+                             f"{f.get('RECV_GRAD', 0)}/{f.get('SEND_GRAD', 0)}")
 
     # pipeline parallelism: 4 layers at pp 2 and 4, every schedule, M in {P, 2P}, with
     # tp and dp beside it (tp*dp*pp <= 8), against the one-rank trainer: 20-step
