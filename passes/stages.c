@@ -44,6 +44,15 @@ static double node_flops(const IrNode *n) {
   }
 }
 
+/* Elements of parameter p as its stage holds it over the tp group: a
+ * vocabulary table with its padding rows (ir_padded_vocab), as pass_shard
+ * will lay it out. */
+static int64_t param_numel(const IrModule *m, const Layout *lay, const IrNode *p) {
+  int64_t n = ir_numel(p);
+  if (p->shard != IR_SHARD_VOCAB || p->rank < 1 || p->shape[0] < 1) return n;
+  return n / p->shape[0] * ir_padded_vocab(p->shape[0], lay->tp, m->pad_vocab);
+}
+
 /* Cost of chunk s of n holding layers [j, k): the layers' plus the ends'. */
 static double seg_cost(const double *prefix, int j, int k, int s, int n, double pre, double post) {
   return prefix[k] - prefix[j] + (s == 0 ? pre : 0) + (s == n - 1 ? post : 0);
@@ -243,7 +252,7 @@ int pass_stages(IrModule *m, const Layout *lay, const PpRequest *req, PpStages *
         /* forward nodes run in chunk order: a parameter counts once a chunk */
         if (in->op == IR_OP_PARAM && stamp[in->id] != c + 1) {
           stamp[in->id] = c + 1;
-          ch[c].params += ir_numel(in);
+          ch[c].params += param_numel(m, lay, in);
         }
       }
     } else if (x->phase == IR_PHASE_B || x->phase == IR_PHASE_W) {

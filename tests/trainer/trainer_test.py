@@ -1077,6 +1077,22 @@ elif case == "mesh_pad":
             if "(--pad-vocab 64, --tp 2): 257 -> 384 rows" not in \
                     open(os.path.join(work, f"{model}_tp2", "report.txt")).read():
                 sys.exit("FAIL: the tp 2 report does not pad to 384 rows")
+            # pp 2: each stage allocates its parameters with the padded rows, as many floats
+            # as the report's pipeline section gives that stage (its per-rank lines too)
+            import re
+            d2 = os.path.join(work, f"{model}_pp2")
+            run_out = run([os.path.join(d2, "build", "train"), "--steps", "1", "--data",
+                           data]).stdout
+            m = re.search(r"stage parameter buffers \(floats per rank\): ([0-9, ]+)", run_out)
+            rep = open(os.path.join(d2, "report.txt")).read()
+            pipe = [int(x) for x in re.findall(r"stage \d+: layers [^\n]*?, ([0-9]+) parameters",
+                                               rep)]
+            per_rank = [int(x) for x in re.findall(r"stage \d+, layers [^\n]*?per rank: ([0-9]+) "
+                                                   r"parameters", rep)]
+            got = [int(x) for x in m.group(1).split(",")] if m else None
+            if not got or got != pipe or got != per_rank:
+                sys.exit(f"FAIL {model} pp 2 padded: stage parameter buffers {got}, the report's "
+                         f"pipeline stages {pipe}, its per-rank stages {per_rank}")
             # checkpoints hold the true shapes: padded -> unpadded and back, tp 2 -> one rank
             ck = os.path.join(work, "ckpt")
             tp2 = os.path.join(work, f"{model}_tp2", "build", "train")
