@@ -10,6 +10,7 @@
 
 #include "runtime/cuda/rt_cuda_impl.h"
 #include "runtime/cuda/rt_cuda_local.h"
+#include "runtime/cuda/rt_cuda_memcheck.h"
 
 /* ---- errors ---- */
 
@@ -198,16 +199,43 @@ static int choose_device(RtCuda *c, const RtCudaSetup *s) {
   return RT_OK;
 }
 
+/* The plan fits in the free memory of this rank's GPU, together with the
+ * plans of the other ranks on it (rt_cuda_memcheck.h).  Every rank calls it
+ * before any rank allocates. */
 static int check_memory(RtCuda *c) {
   size_t free_b = 0, total_b = 0;
   CU_CHECK(c, cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
   int64_t io = 2 * c->ntok * 4 + 64;
   int64_t need = 4 * c->params_numel + 4 * c->state_numel + c->arena_bytes + io +
                  RT_CUDA_GEMM_WORKSPACE;
-  if ((uint64_t)need > (uint64_t)free_b)
+  char host[256] = "";
+  if (gethostname(host, sizeof host - 1)) host[0] = 0;
+  RtDeviceNeed mine = {need, c->device, rt_cuda_host_hash(host)};
+  RtDeviceNeed *all = (RtDeviceNeed *)calloc((size_t)c->ranks, sizeof *all);
+  if (!all) return rt_fail("rank %d: out of host memory", c->wrank);
+  /* records travel as raw bytes in float slots, as share_id's id does */
+  float rec[RT_DEVICE_NEED_FLOATS] = {0};
+  memcpy(rec, &mine, sizeof mine);
+  RtComm *g[3] = {c->hgroup[RT_CUDA_TP], c->hgroup[RT_CUDA_DP], c->hgroup[RT_CUDA_PP]};
+  int rc = RT_OK, sharers = 1;
+  if (c->ranks == 1) all[0] = mine;
+  else rc = rt_cuda_gather_world(g, rec, RT_DEVICE_NEED_FLOATS, c->ranks, (float *)(void *)all);
+  int64_t together = rc == RT_OK ? rt_cuda_device_need(all, c->ranks, c->wrank, &sharers) : 0;
+  free(all);
+  if (rc != RT_OK) return rc;
+  if (together < 0) return rt_fail("rank %d: the ranks' planned bytes overflow", c->wrank);
+  if ((uint64_t)together > (uint64_t)free_b && sharers == 1)
     return rt_fail("rank %d on %s: the plan does not fit: planned %lld bytes (parameters %lld, "
                    "optimizer state %lld, arena %lld, GEMM workspace %d) but only %zu bytes are "
                    "free of %zu", c->wrank, c->name, (long long)need,
+                   (long long)(4 * c->params_numel), (long long)(4 * c->state_numel),
+                   (long long)c->arena_bytes, RT_CUDA_GEMM_WORKSPACE, free_b, total_b);
+  if ((uint64_t)together > (uint64_t)free_b)
+    return rt_fail("rank %d on %s: the plans of the %d ranks sharing this GPU do not fit: "
+                   "planned %lld bytes together (this rank %lld: parameters %lld, optimizer "
+                   "state %lld, arena %lld, GEMM workspace %d) but only %zu bytes are free of "
+                   "%zu; give each rank its own GPU or use a smaller batch",
+                   c->wrank, c->name, sharers, (long long)together, (long long)need,
                    (long long)(4 * c->params_numel), (long long)(4 * c->state_numel),
                    (long long)c->arena_bytes, RT_CUDA_GEMM_WORKSPACE, free_b, total_b);
   return RT_OK;

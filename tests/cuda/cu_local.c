@@ -11,13 +11,19 @@
  * the members' reads one after another, then checks every send buffer, then
  * the scratch copies).  Inputs span 2^-20 .. 2^20, so the sums' order shows:
  * the test checks that the reverse order gives other bits, and that the
- * emulation with the in-place scratch switched off is caught. */
+ * emulation with the in-place scratch switched off is caught.
+ *
+ * Also the start-up memory check of ranks sharing a GPU
+ * (runtime/cuda/rt_cuda_memcheck.c): the sum over the ranks on one host and
+ * device, and the world gather of the ranks' records over thread meshes of up
+ * to 12 ranks (every rank gets every record, in world rank order). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/cuda/rt_cuda_local.h"
+#include "runtime/cuda/rt_cuda_memcheck.h"
 #include "runtime/rt_comm.h"
 #include "runtime/rt_err.h"
 
@@ -230,11 +236,66 @@ static void check_plan_args(void) {
         rt_cuda_local_passes(RT_LOCAL_ADDS + 2) == 2);
 }
 
+/* The start-up memory check: the sum over the ranks on one host and GPU. */
+static void check_device_need(void) {
+  const int64_t h0 = rt_cuda_host_hash("node0"), h1 = rt_cuda_host_hash("node1");
+  CHECK(h0 != h1 && h0 >= 0 && h1 >= 0 && h0 == rt_cuda_host_hash("node0"));
+  /* ranks 0-3 on node0: 0, 2 on GPU 0 and 1, 3 on GPU 1; ranks 4, 5 on node1 GPU 0 */
+  RtDeviceNeed all[6] = {{100, 0, h0}, {200, 1, h0}, {300, 0, h0},
+                         {400, 1, h0}, {500, 0, h1}, {600, 0, h1}};
+  int k = 0;
+  CHECK(rt_cuda_device_need(all, 6, 0, &k) == 400 && k == 2);
+  CHECK(rt_cuda_device_need(all, 6, 3, &k) == 600 && k == 2);
+  CHECK(rt_cuda_device_need(all, 6, 5, &k) == 1100 && k == 2);
+  CHECK(rt_cuda_device_need(all, 1, 0, &k) == 100 && k == 1);
+  CHECK(rt_cuda_device_need(all, 6, 6, &k) == -1 && rt_cuda_device_need(NULL, 6, 0, &k) == -1);
+  RtDeviceNeed big[2] = {{INT64_MAX - 1, 0, h0}, {2, 0, h0}};
+  CHECK(rt_cuda_device_need(big, 2, 1, &k) == -1);
+}
+
+/* rt_cuda_gather_world over a thread mesh: every rank gets every rank's
+ * record in world order. */
+typedef struct {
+  int tp, dp, pp;
+} GatherCase;
+
+static int gather_rank(RtComm *world, void *arg) {
+  const GatherCase *gc = arg;
+  RtMesh mesh;
+  if (rt_comm_mesh(world, gc->tp, gc->dp, gc->pp, 1, &mesh)) return 1;
+  int w = rt_comm_world_rank(world), n = gc->tp * gc->dp * gc->pp, bad = 0;
+  RtDeviceNeed mine = {((int64_t)w << 33) + 7 * w, w % 3, 1000 + w}, *all = calloc((size_t)n, sizeof *all);
+  float rec[RT_DEVICE_NEED_FLOATS];
+  memcpy(rec, &mine, sizeof mine);
+  RtComm *g[3] = {mesh.tp_comm, mesh.dp_comm, mesh.pp_comm};
+  if (!all || rt_cuda_gather_world(g, rec, RT_DEVICE_NEED_FLOATS, n, (float *)(void *)all)) bad = 1;
+  for (int r = 0; r < n && !bad; r++)
+    bad = all[r].need != ((int64_t)r << 33) + 7 * r || all[r].device != r % 3 ||
+          all[r].host != 1000 + r;
+  free(all);
+  rt_comm_mesh_free(&mesh);
+  return bad;
+}
+
+static void check_gather_world(void) {
+  static const GatherCase cases[] = {{1, 1, 1}, {2, 1, 1}, {1, 2, 1}, {1, 1, 2},
+                                     {2, 2, 1}, {2, 1, 2}, {1, 3, 2}, {2, 2, 2}, {3, 2, 2}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    GatherCase gc = cases[i];
+    int ok = rt_comm_threads_run(gc.tp * gc.dp * gc.pp, gather_rank, &gc) == RT_OK;
+    if (!ok) fprintf(stderr, "cu_local: gather_world tp %d dp %d pp %d: %s\n", gc.tp, gc.dp,
+                     gc.pp, rt_last_error());
+    CHECK(ok);
+  }
+}
+
 int main(void) {
   static const int members[] = {1, 2, 3, 4, 5, RT_LOCAL_ADDS + 1, RT_LOCAL_ADDS + 2, MAXM};
   static const int64_t counts[] = {1, 7, MAXC};
   int cases = 0;
   check_plan_args();
+  check_device_need();
+  check_gather_world();
   for (int op = RT_CUDA_OP_ALL_REDUCE; op <= RT_CUDA_OP_REDUCE_SCATTER; op++)
     for (size_t mi = 0; mi < sizeof members / sizeof *members; mi++)
       for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++)
