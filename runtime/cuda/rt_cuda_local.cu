@@ -80,6 +80,17 @@ int rt_cuda_local_open(RtCuda *c) {
     CU_CHECK(c, cudaEventCreateWithFlags(&c->ldone[g], cudaEventDisableTiming), op);
     if (c->gsize[g] > most) most = c->gsize[g];
   }
+  if (c->gsize[RT_CUDA_PP] > 1) {
+    /* the pipeline transfers' buffers come from the device's default pool: keep
+     * what it has between steps (its release threshold is 0 by default, which
+     * hands the memory back at every synchronisation and maps it again at the
+     * next cudaMallocAsync); it holds at most the transfers in flight */
+    cudaMemPool_t pool;
+    uint64_t keep = UINT64_MAX;
+    CU_CHECK(c, cudaDeviceGetDefaultMemPool(&pool, c->device), "cudaDeviceGetDefaultMemPool");
+    CU_CHECK(c, cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+             "cudaMemPoolSetAttribute(release threshold)");
+  }
   c->ldesc = calloc((size_t)most, sizeof(LocalDesc));
   c->lcounts = (int64_t *)calloc((size_t)most, sizeof(int64_t));
   if (!c->ldesc || !c->lcounts) return rt_fail("rank %d: out of memory", c->wrank);
