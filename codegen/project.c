@@ -374,6 +374,8 @@ static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes
     cJSON_AddStringToObject(o, "name", k->k->name);
     if (canon[i] != i) cJSON_AddStringToObject(o, "code", kp->kernels[canon[i]].k->name);
     cJSON_AddNumberToObject(o, "rows", (double)kir_kernel_rows(k->k));
+    /* a reshape written over its input (passes/bufplan.h): no host runs it */
+    if (cg_kernel_is_view(kp, bp, i)) cJSON_AddTrueToObject(o, "view");
     cJSON *nodes = cJSON_AddArrayToObject(o, "nodes");
     for (int j = 0; j < k->nnodes; j++) cJSON_AddItemToArray(nodes, cJSON_CreateNumber(k->nodes[j]));
     cJSON_AddItemToArray(ks, o);
