@@ -16,7 +16,7 @@ int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, char *err, size_t
     pos[i] = kp.kernel_of[i] >= 0 ? kp.kernels[kp.kernel_of[i]].root : i;
   BufPlan bp;
   int *held = cg_async_waits(m, &kp); /* as cg_write_project: async dp buckets */
-  bufplan_build_held(m, kp.materialize, cg_results(m), pos, held, &bp);
+  bufplan_build_views(m, kp.materialize, cg_results(m), pos, held, kp.view_of, &bp);
   free(held);
   *arena_bytes = cg_arena_bytes(&kp, &bp, NULL);
   cg_plan_free(&kp);

@@ -40,6 +40,12 @@ unsigned char *cg_results(IrModule *m) {
   return keep;
 }
 
+int cg_kernel_is_view(const CgKernelPlan *kp, const BufPlan *bp, int k) {
+  const CgKernel *kk = &kp->kernels[k];
+  return kk->nnodes == 1 && kk->nodes[0] == kk->root && kp->view_of[kk->root] >= 0 &&
+         bp->alias[kk->root] == kp->view_of[kk->root];
+}
+
 /* ---- emission helpers ------------------------------------------------------ */
 
 int64_t cg_arena_bytes(const CgKernelPlan *kp, const BufPlan *bp, int64_t *temp_off) {
@@ -528,9 +534,18 @@ static const char *code_name(const Emit *e, int i) {
   return e->kp->kernels[e->canon ? e->canon[i] : i].k->name;
 }
 
+int cg_view_note(FILE *out, const CgKernelPlan *kp, const BufPlan *bp, int index) {
+  if (!cg_kernel_is_view(kp, bp, index)) return 0;
+  int r = kp->kernels[index].root;
+  fprintf(out, "  /* a view: %%%d is written over %%%d, whose bytes already hold it */\n", r,
+          kp->view_of[r]);
+  return 1;
+}
+
 static void emit_kernel_call(Emit *e, int index) {
   const CgKernel *k = &e->kp->kernels[index];
   char b[96];
+  if (cg_view_note(e->out, e->kp, e->bp, index)) return;
   fprintf(e->out, "  {\n    void *a[] = {");
   for (int i = 0; i < k->nargs; i++) {
     int a = k->arg_node[i];
@@ -548,7 +563,8 @@ static void emit_thunks(Emit *e) {
     if (e->canon && e->canon[i] != i) continue; /* runs another kernel's code */
     int used = 0;
     for (int j = i; j < e->kp->nkernels && !used; j++)
-      used = (e->canon ? e->canon[j] : j) == i && kernel_runs(e, j);
+      used = (e->canon ? e->canon[j] : j) == i && kernel_runs(e, j) &&
+             !cg_kernel_is_view(e->kp, e->bp, j);
     if (!used) continue;
     fprintf(e->out, "static void run_%s(void *c, int64_t b, int64_t e) {\n  void **a = c;\n  %s(",
             k->k->name, k->k->name);

@@ -47,6 +47,15 @@ void cg_plan_leaves(IrModule *m, CgLeafPlan *out);
  * cross-entropy, the gradient norm and every update value (keep[id] = 1). */
 unsigned char *cg_results(IrModule *m);
 
+/* 1 if kernel k of kp runs nowhere: a reshape the buffer plan made a view of
+ * its input (bp->alias[root] == kp->view_of[root]: bufplan_build_views), whose
+ * bytes already hold its value.  Every host skips its call. */
+int cg_kernel_is_view(const CgKernelPlan *kp, const BufPlan *bp, int k);
+
+/* When kernel k is such a view: a comment saying so in its place, and 1;
+ * else 0 (nothing written). */
+int cg_view_note(FILE *out, const CgKernelPlan *kp, const BufPlan *bp, int k);
+
 /* Places the plan's temporaries after the planned peak (temp_off[t], bytes,
  * 64-byte aligned; temp_off may be NULL) and returns the whole arena size. */
 int64_t cg_arena_bytes(const CgKernelPlan *kp, const BufPlan *bp, int64_t *temp_off);

@@ -449,6 +449,7 @@ static void emit_kernel_call(Cu *e, int index) {
   const CgKernel *k = &e->kp->kernels[index];
   const char *name = e->kp->kernels[e->canon ? e->canon[index] : index].k->name;
   char b[96];
+  if (cg_view_note(e->out, e->kp, e->bp, index)) return;
   fprintf(e->out, "  PROF_BEGIN();\n  %s_launch(", name);
   for (int i = 0; i < k->nargs; i++) {
     int a = k->arg_node[i];

@@ -281,7 +281,8 @@ static void comm_json(cJSON *comm, const CommCost *c, int stage) {
 }
 
 /* plan.json: what the compiler decided, for tools and for people. */
-static int write_plan(const CgProject *p, const IrModule *m, const CgKernelPlan *kp,
+static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes,
+                      const CgKernelPlan *kp,
                       const int *canon, const BufPlan *bp, const CgLeafPlan *lp, char *err,
                       size_t len) {
   cJSON *root = cJSON_CreateObject();
@@ -305,6 +306,8 @@ static int write_plan(const CgProject *p, const IrModule *m, const CgKernelPlan 
   cJSON_AddNumberToObject(cost, "state_numel", (double)lp->state_numel);
   cJSON_AddNumberToObject(cost, "arena_bytes", (double)cg_arena_bytes(kp, bp, NULL));
   cJSON_AddNumberToObject(cost, "arena_live_peak_bytes", (double)bp->live_peak);
+  /* the same plan with every buffer its own (passes/bufplan.h, In place) */
+  cJSON_AddNumberToObject(cost, "arena_bytes_apart", (double)apart_bytes);
   /* updates their kernels store into the leaf (no buffer, no copy; cg_kernels.h)
    * and those copied into it at the end of the step */
   int inplace = 0;
@@ -357,6 +360,8 @@ static int write_plan(const CgProject *p, const IrModule *m, const CgKernelPlan 
       cJSON_AddNumberToObject(o, "offset", (double)bp->offset[i]);
       cJSON_AddNumberToObject(o, "bytes", (double)bp->size[i]);
       cJSON_AddNumberToObject(o, "last_use", bp->last_use[i]);
+      /* In place (passes/bufplan.h): written over that input's bytes */
+      if (bp->alias[i] >= 0) cJSON_AddNumberToObject(o, "written_over", bp->alias[i]);
       cJSON_AddItemToArray(bufs, o);
     } else {
       cJSON_Delete(o);
@@ -369,6 +374,8 @@ static int write_plan(const CgProject *p, const IrModule *m, const CgKernelPlan 
     cJSON_AddStringToObject(o, "name", k->k->name);
     if (canon[i] != i) cJSON_AddStringToObject(o, "code", kp->kernels[canon[i]].k->name);
     cJSON_AddNumberToObject(o, "rows", (double)kir_kernel_rows(k->k));
+    /* a reshape written over its input (passes/bufplan.h): no host runs it */
+    if (cg_kernel_is_view(kp, bp, i)) cJSON_AddTrueToObject(o, "view");
     cJSON *nodes = cJSON_AddArrayToObject(o, "nodes");
     for (int j = 0; j < k->nnodes; j++) cJSON_AddItemToArray(nodes, cJSON_CreateNumber(k->nodes[j]));
     cJSON_AddItemToArray(ks, o);
@@ -462,7 +469,9 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
   BufPlan bp;
   /* an asynchronous dp bucket collective reads its input until its wait */
   int *held = p->pipe ? NULL : cg_async_waits(m, &kp);
-  bufplan_build_held(m, kp.materialize, cg_results(m), pos, held, &bp);
+  bufplan_build_views(m, kp.materialize, cg_results(m), pos, held, kp.view_of, &bp);
+  BufPlan apart; /* for plan.json: the arena were no buffer written over another */
+  bufplan_build_apart(m, kp.materialize, cg_results(m), pos, held, &apart);
   free(held);
   CgLeafPlan lp;
   cg_plan_leaves(m, &lp);
@@ -509,7 +518,8 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
   if (kir_llvm_emit(&code, &opt, path, ll, err, len)) goto out;
 cuda_only:
   if (write_cmake(p, m, err, len)) goto out;
-  if (write_plan(p, m, &kp, canon, &bp, &lp, err, len)) goto out;
+  if (write_plan(p, m, cg_arena_bytes(&kp, &apart, NULL), &kp, canon, &bp, &lp, err, len))
+    goto out;
   rc = 0;
 out:
   cg_plan_free(&kp);

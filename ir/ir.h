@@ -46,6 +46,13 @@ enum {
                           VJP rule, so autodiff refuses a loss that depends
                           on one through a parameter */
   IR_F_INTERNAL = 16,  /* made by passes only: not a DSL primitive */
+  IR_F_INPLACE0 = 32,  /* the result may be written over input 0 (same
+                          element count and dtype): every backend's kernel
+                          reads each element of input 0 before it writes the
+                          result's element at the same offset, and writes no
+                          element of input 0 it has yet to read.  The buffer
+                          plan uses it (passes/bufplan.c, In place); each
+                          kernel states why it holds where it is written. */
 };
 
 typedef enum {

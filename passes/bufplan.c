@@ -3,7 +3,9 @@
  * Greedy best fit over a free list kept sorted by offset: each node, in
  * order, takes the smallest free gap that holds it (or the arena grows at
  * its end); buffers whose last reader has run are returned to the free
- * list and coalesced with their neighbours. */
+ * list and coalesced with their neighbours.  A node written in place
+ * (bufplan.h) takes its input's bytes instead, and they return to the free
+ * list when the node dies, not when the input does. */
 #include "passes/bufplan.h"
 
 #include <string.h>
@@ -70,22 +72,82 @@ static int has_buffer(const IrNode *n, const unsigned char *materialize) {
 
 static int at(const int *pos, int i) { return pos ? pos[i] : i; }
 
+/* In place (bufplan.h): the input whose bytes node i may take, or -1.  i is
+ * being planned at position t = pos[i], after every node of an earlier
+ * position.  Input 0, x, qualifies when
+ *   (a) i's op allows it (IR_F_INPLACE0: its kernels read each element of x
+ *       before writing the result's element at the same offset), or i is a
+ *       view of x (view_of[i] == x: x's bytes are already i's value, and
+ *       the host runs no kernel for i),
+ *   (b) x has a buffer of exactly i's size, element count and dtype, written
+ *       at an earlier position (an arena value: leaves and values fused away
+ *       have none; x may itself be an in-place result),
+ *   (c) i is x's last reader: x's life ends at t (not kept, not the loss),
+ *       every other reader runs at an earlier position and no asynchronous
+ *       one is still reading at t, and i reads x as input 0 only,
+ *   (d) i itself is synchronous (its kernel is done with x when it returns).
+ * Then nothing reads x's bytes as x after i has started, and i's result is
+ * the next value they hold. */
+static int in_place_input(const IrModule *m, const BufPlan *p, const int *pos, const int *held,
+                          const int *view_of, int i) {
+  const IrNode *n = m->nodes[i];
+  int t = at(pos, i);
+  if (n->ninputs < 1 || (held && held[i] >= 0)) return -1;
+  const IrNode *x = n->inputs[0];
+  if (!(ir_op_info[n->op].flags & IR_F_INPLACE0) &&
+      !(view_of && view_of[i] == x->id && n->op == IR_OP_RESHAPE))
+    return -1;
+  if (p->offset[x->id] < 0 || at(pos, x->id) >= t || p->last_use[x->id] != t ||
+      x->dtype != n->dtype || ir_numel(x) != ir_numel(n) || p->size[x->id] != p->size[i])
+    return -1;
+  for (int k = 1; k < n->ninputs; k++)
+    if (n->inputs[k] == x) return -1;
+  for (int r = 0; r < m->nnodes; r++) {
+    if (r == i) continue;
+    for (int k = 0; k < m->nodes[r]->ninputs; k++)
+      if (m->nodes[r]->inputs[k] == x && (at(pos, r) >= t || (held && held[r] >= t))) return -1;
+  }
+  return x->id;
+}
+
+static int plan(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
+                const int *pos, const int *held, int in_place, const int *view_of, BufPlan *p);
+
 int bufplan_build(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                   const int *pos, BufPlan *p) {
-  return bufplan_build_held(m, materialize, keep, pos, NULL, p);
+  return plan(m, materialize, keep, pos, NULL, 1, NULL, p);
 }
 
 int bufplan_build_held(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                        const int *pos, const int *held, BufPlan *p) {
+  return plan(m, materialize, keep, pos, held, 1, NULL, p);
+}
+
+int bufplan_build_views(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
+                        const int *pos, const int *held, const int *view_of, BufPlan *p) {
+  return plan(m, materialize, keep, pos, held, 1, view_of, p);
+}
+
+int bufplan_build_apart(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
+                        const int *pos, const int *held, BufPlan *p) {
+  return plan(m, materialize, keep, pos, held, 0, NULL, p);
+}
+
+static int plan(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
+                const int *pos, const int *held, int in_place, const int *view_of, BufPlan *p) {
   int n = m->nnodes;
   Arena *a = &m->arena;
   memset(p, 0, sizeof *p);
   p->offset = arena_alloc(a, sizeof(int64_t) * (size_t)(n + 1));
   p->size = arena_alloc(a, sizeof(int64_t) * (size_t)(n + 1));
   p->last_use = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  p->alias = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  /* handed[x]: x's bytes went to its in-place result, which frees them */
+  unsigned char *handed = arena_alloc(a, (size_t)n + 1);
   int end = 0; /* one past the last position */
   for (int i = 0; i < n; i++) {
     p->offset[i] = -1;
+    p->alias[i] = -1;
     p->last_use[i] = at(pos, i);
     if (at(pos, i) + 1 > end) end = at(pos, i) + 1;
   }
@@ -118,25 +180,60 @@ int bufplan_build_held(IrModule *m, const unsigned char *materialize, const unsi
       if (!has_buffer(m->nodes[i], materialize)) continue;
       int64_t bytes = ir_numel(m->nodes[i]) * 4;
       p->size[i] = (bytes + BUFPLAN_ALIGN - 1) / BUFPLAN_ALIGN * BUFPLAN_ALIGN;
-      p->offset[i] = take(&f, p->size[i]);
-      live += p->size[i];
-      if (live > p->live_peak) p->live_peak = live;
+      int x = in_place ? in_place_input(m, p, pos, held, view_of, i) : -1;
+      if (x >= 0) {
+        p->offset[i] = p->offset[x];
+        p->alias[i] = x;
+        handed[x] = 1;
+      } else {
+        p->offset[i] = take(&f, p->size[i]);
+        live += p->size[i];
+        if (live > p->live_peak) p->live_peak = live;
+      }
       int d = p->last_use[i];
       die_next[i] = die_head[d];
       die_head[d] = i;
     }
     for (int j = die_head[t]; j >= 0; j = die_next[j]) {
+      if (handed[j]) continue;
       give(a, &f, p->offset[j], p->size[j]);
       live -= p->size[j];
     }
   }
   p->peak = f.end;
+  /* Best fit is a heuristic: another layout can fragment more than the bytes
+   * in place saves (tiny models, where no buffer dominates).  In place never
+   * costs arena: where the plan apart is smaller, it is the plan. */
+  int any = 0;
+  for (int i = 0; i < n && !any; i++) any = p->alias[i] >= 0;
+  if (any) {
+    BufPlan apart;
+    plan(m, materialize, keep, pos, held, 0, NULL, &apart);
+    if (apart.peak < p->peak) *p = apart;
+  }
   return 0;
 }
 
 int bufplan_check(const IrModule *m, const BufPlan *p, const int *pos, char *why, size_t len) {
   for (int i = 0; i < m->nnodes; i++) {
     if (p->offset[i] < 0) continue;
+    int x = p->alias[i];
+    if (x >= 0) { /* In place: the conditions in_place_input checked */
+      const IrNode *n = m->nodes[i];
+      int ok = ((ir_op_info[n->op].flags & IR_F_INPLACE0) || n->op == IR_OP_RESHAPE) &&
+               n->ninputs > 0 &&
+               n->inputs[0]->id == x && p->offset[x] == p->offset[i] &&
+               p->size[x] == p->size[i] && p->last_use[x] == at(pos, i) &&
+               at(pos, x) < at(pos, i);
+      for (int r = 0; ok && r < m->nnodes; r++)
+        for (int k = 0; ok && k < m->nodes[r]->ninputs; k++)
+          if (m->nodes[r]->inputs[k]->id == x && (r != i || k != 0))
+            ok = at(pos, r) < at(pos, i);
+      if (!ok) {
+        snprintf(why, len, "node %%%d is written over %%%d, which it may not be", i, x);
+        return -1;
+      }
+    }
     if (p->offset[i] + p->size[i] > p->peak || p->offset[i] % BUFPLAN_ALIGN) {
       snprintf(why, len, "node %%%d: [%lld, +%lld) outside the arena or misaligned", i,
                (long long)p->offset[i], (long long)p->size[i]);
@@ -144,9 +241,10 @@ int bufplan_check(const IrModule *m, const BufPlan *p, const int *pos, char *why
     }
     for (int j = 0; j < m->nnodes; j++) {
       if (j == i || p->offset[j] < 0) continue;
-      /* j is written while i is live: at or after i's write, up to i's last read */
+      /* j is written while i is live: at or after i's write, up to i's last read
+       * (j written over i in place, by i's last reader, is i's successor) */
       int ti = at(pos, i), tj = at(pos, j);
-      if (tj < ti || tj > p->last_use[i]) continue;
+      if (tj < ti || tj > p->last_use[i] || p->alias[j] == i) continue;
       int overlap = p->offset[i] < p->offset[j] + p->size[j] &&
                     p->offset[j] < p->offset[i] + p->size[i];
       if (overlap) {

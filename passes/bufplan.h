@@ -10,7 +10,24 @@
  * Time is execution position, not node id: a fused kernel computes all its
  * nodes, and reads all its inputs, at the position of its root.  pos[id]
  * gives that position (NULL: pos[id] = id); a node is written at pos[id]
- * and read at pos[c] of each consumer c. */
+ * and read at pos[c] of each consumer c.
+ *
+ * In place.  The one exception to "never aliases its own inputs": a node
+ * whose op has IR_F_INPLACE0 (ir/ir.h; cross_entropy_grad and its
+ * vocabulary-parallel form), or a reshape that is a view of its input
+ * (bufplan_build_views), takes the bytes of its input 0, x, when it is x's
+ * last reader (every other reader runs at an earlier position, none
+ * asynchronously past it, x not kept), x has a buffer of the same size,
+ * element count and dtype written at an earlier position, and the node is
+ * synchronous.  alias[id] = x then, offset[id] = offset[x], and the bytes
+ * return to the free list at the node's death, not at x's.  The node's
+ * kernel overwrites x while reading it, which IR_F_INPLACE0 promises is
+ * sound (a view runs no kernel).  So, as llm.c does, dlogits are written
+ * over the logits and the weight gradient's reshape of them is a view: at
+ * GPT-2's vocabulary the step's largest buffers, three live at once
+ * otherwise.  Best fit being a heuristic, the plan with aliases can come out
+ * larger than the one without (fragmentation, on tiny models): then the
+ * one without is the plan (no alias at all), so In place never grows peak. */
 #ifndef PARC_BUFPLAN_H
 #define PARC_BUFPLAN_H
 
@@ -24,6 +41,7 @@ typedef struct {
   int64_t *offset;     /* per node id; -1 when the node has no buffer */
   int64_t *size;       /* per node id, bytes rounded up to BUFPLAN_ALIGN */
   int *last_use;       /* per node id: the last position that reads it */
+  int *alias;          /* per node id: the input it is written over (In place), or -1 */
   int64_t peak;        /* arena bytes: the largest offset + size */
   int64_t live_peak;   /* the most bytes live at once: a lower bound on peak */
 } BufPlan;
@@ -43,7 +61,23 @@ int bufplan_build(IrModule *m, const unsigned char *materialize, const unsigned 
 int bufplan_build_held(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                        const int *pos, const int *held, BufPlan *out);
 
-/* Checks the invariant above (with the same pos); 0 or -1 with a reason. */
+/* bufplan_build_held where view_of[id] == x (NULL: none) says reshape id is
+ * a view of its input x: its kernel would only copy x's bytes, unchanged.
+ * Such a reshape is written over x under the conditions of In place, as if
+ * its op had IR_F_INPLACE0, and then the host runs no kernel for it (x's
+ * bytes already hold its value: codegen/host.h, cg_kernel_is_view). */
+int bufplan_build_views(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
+                        const int *pos, const int *held, const int *view_of, BufPlan *out);
+
+/* bufplan_build_held with every node in bytes of its own (no In place):
+ * what the plan would be without it, for reports and tests. */
+int bufplan_build_apart(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
+                        const int *pos, const int *held, BufPlan *out);
+
+/* Checks the invariant above (with the same pos), In place included: an
+ * alias is to input 0 of an IR_F_INPLACE0 node or a reshape, the input's
+ * last reader;
+ * 0 or -1 with a reason. */
 int bufplan_check(const IrModule *m, const BufPlan *p, const int *pos, char *why, size_t len);
 
 #endif

@@ -434,7 +434,11 @@ static double row_sum(const float *e, int64_t n) {
 }
 
 /* Per row: e = exp(x - max) (into the output row, or the task's scratch row for
- * the loss), its sum in double, then the loss or softmax - onehot. */
+ * the loss), its sum in double, then the loss or softmax - onehot.
+ * In place (dlogits == logits, rt_route.h): row_max reads the row before any
+ * write; the exp loop reads row[v] and then writes e[v], the same element,
+ * and nothing reads the row after it (only e, which is the output); a row is
+ * one task's, so rows on other threads are never touched. */
 static void xent_range(void *ctx, int64_t begin, int64_t end) {
   Xent *a = ctx;
   int64_t V = a->V;
@@ -562,6 +566,9 @@ static void vxent_stats_range(void *ctx, int64_t begin, int64_t end) {
   }
 }
 
+/* In place (dlogits == logits, rt_route.h): vxent_stats has read every logit
+ * it needs before this runs; here row[v] is read only to write e[v], the same
+ * element, and the padding columns are written without being read. */
 static void vxent_grad_range(void *ctx, int64_t begin, int64_t end) {
   VXent *a = ctx;
   int64_t Vl = a->Vl;

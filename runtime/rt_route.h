@@ -85,7 +85,9 @@ int rt_cross_entropy(float *loss, const float *logits, const int32_t *targets, i
                      int64_t V);
 
 /* cross_entropy_grad: logits [N, V], targets i32 [N], dloss (one float) ->
- * dlogits [N, V] = *dloss / N * (softmax(logits[p, :]) - onehot(targets[p])). */
+ * dlogits [N, V] = *dloss / N * (softmax(logits[p, :]) - onehot(targets[p])).
+ * dlogits may be logits (in place, the same bits): a row's logits are read
+ * for its max, then each element once more just before it is overwritten. */
 int rt_cross_entropy_grad(float *dlogits, const float *logits, const int32_t *targets,
                           const float *dloss, int64_t N, int64_t V);
 
@@ -134,7 +136,9 @@ int rt_vocab_cross_entropy(RtComm *g, float *loss, const float *logits, const in
 
 /* The member's columns of cross_entropy_grad: *dloss / N (softmax - onehot),
  * with the group's max and sum of exp gathered as in rt_vocab_cross_entropy;
- * exactly 0 in the padding columns (global index >= V). */
+ * exactly 0 in the padding columns (global index >= V).  dlogits may be
+ * logits (in place, the same bits): the statistics are gathered before the
+ * first write, then each element is read just before it is overwritten. */
 int rt_vocab_cross_entropy_grad(RtComm *g, float *dlogits, const float *logits,
                                 const int32_t *targets, const float *dloss, int64_t N,
                                 int64_t Vl, int64_t V);

@@ -169,7 +169,8 @@ int rt_cuda_sdpa_grad(RtCuda *c, float *dqkv, const float *q, const float *k, co
                       const float *dy, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
                       float scale, int causal);
 
-/* ---- embedding and cross-entropy (rt_route.h) ---- */
+/* ---- embedding and cross-entropy (rt_route.h; as there, the gradients'
+ * dlogits may be their logits: in place, rt_cuda_ops.cu) ---- */
 int rt_cuda_embedding(RtCuda *c, float *out, const int32_t *ids, const float *table,
                       int64_t count, int64_t V, int64_t D);
 int rt_cuda_embedding_grad(RtCuda *c, float *dtable, const int32_t *ids, const float *dy,

@@ -183,7 +183,13 @@ __global__ void __launch_bounds__(BLOCK) mean_rows(float *loss, const double *ro
   if (threadIdx.x == 0) *loss = (float)(s / (double)N);
 }
 
-/* Backward: dlogits = dloss / N (softmax - onehot), the softmax recomputed. */
+/* Backward: dlogits = dloss / N (softmax - onehot), the softmax recomputed.
+ * In place (dlogits == logits; the buffer plan does this: IR_F_INPLACE0):
+ * row p belongs to one block; both of its reductions end in block_reduce's
+ * second __syncthreads, which every thread passes only after its last read
+ * of the row for them; after that, thread x reads row[v] only for the v it
+ * then writes itself (e[v], same index, same thread).  No element is
+ * overwritten before every read of it, and no pointer is __restrict__. */
 __global__ void __launch_bounds__(BLOCK) xent_grad(float *dlogits, const float *logits,
                                                    const int32_t *targets, const float *dloss,
                                                    int64_t N, int64_t V) {
@@ -283,6 +289,10 @@ __global__ void vxent_sum(double *s, double *rows, const float *all, const float
   }
 }
 
+/* In place (dlogits == logits, as xent_grad): the statistics kernels that
+ * read the logits (vxent_max, vxent_stats) ran before it on the same stream;
+ * here thread x reads row[v] only for the e[v] it then writes itself, and
+ * writes the padding columns without reading them. */
 __global__ void __launch_bounds__(BLOCK) vxent_grad(float *dlogits, const float *logits,
                                                     const int32_t *targets, const float *dloss,
                                                     const float *mx, const double *s, int64_t N,

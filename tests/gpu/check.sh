@@ -19,7 +19,8 @@
 #   1. ops      bench/gemm_gpu.cu (cuBLASLt on GPT-2's GEMM shapes: fp32 operands
 #               as parc stores them against bf16 ones) and runtime/cuda's ops against the CPU runtime's (gpu_ops_check:
 #               GEMMs, flash attention forward and backward, embedding,
-#               cross-entropy, their gradients, vocab-parallel at 2 members),
+#               cross-entropy, their gradients, vocab-parallel at 2 members;
+#               the cross-entropy gradients also in place, bit for bit),
 #               with each one's time and achieved TFLOP/s or GB/s; the
 #               device-local collectives (gpu_local_check: PARC_CUDA_LOCAL=device
 #               against the thread communicator, bit for bit);

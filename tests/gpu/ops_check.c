@@ -8,7 +8,10 @@
  * Tolerance: relative L2 error (|gpu - cpu| / |cpu|) <= 1e-5 for fp32 (2e-5 for
  * the attention backward, whose sums run in another order).  Two ranks as
  * threads on the one GPU (the host-staged backend) check the vocabulary-parallel
- * cross-entropy and embedding against the CPU's at two members.
+ * cross-entropy and embedding against the CPU's at two members.  The
+ * cross-entropy gradients again in place (dlogits == logits, as parc's buffer
+ * plan calls them: IR_F_INPLACE0) must give the out-of-place device result bit
+ * for bit (the "in place" rows: the fraction of floats that differ, 0).
  *
  * The "bf16 tc" attention rows run a second context in GEMM mode bf16, where
  * sdpa and sdpa_grad take the tensor-core kernels (rt_cuda_attn_tc.cu; with
@@ -70,6 +73,13 @@ static double rel_l2(const float *a, const float *ref, int64_t n) {
     den += (double)ref[i] * (double)ref[i];
   }
   return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* The fraction of a's floats whose bits differ from b's (0: bit for bit). */
+static double differing(const float *a, const float *b, int64_t n) {
+  int64_t k = 0;
+  for (int64_t i = 0; i < n; i++) k += memcmp(&a[i], &b[i], 4) != 0;
+  return (double)k / (double)(n ? n : 1);
 }
 
 /* Times `reps` calls of the op (ms per call) through events on its stream. */
@@ -296,6 +306,15 @@ static void check_embed_xent(RtCuda *c, int64_t count, int64_t V, int64_t D) {
   to_host(got, x.dlogits, 4 * (size_t)(count * V));
   if (err == 0) err = rel_l2(got, ref, count * V);
   row("cross_entropy_grad", shape, err, 1e-5, time_op(c, ce_bwd, &x, 10), 0, 8.0 * count * V);
+  /* in place (dlogits == logits, as the buffer plan calls it): the out-of-place
+   * device bits (got), compared after time_op's calls wrote the same again */
+  to_host(got, x.dlogits, 4 * (size_t)(count * V));
+  float *ip = dev_copy(logits, 4 * (size_t)(count * V));
+  err = rt_cuda_cross_entropy_grad(c, ip, ip, x.ids, x.dloss, count, V) ? INFINITY : 0;
+  to_host(ref, ip, 4 * (size_t)(count * V));
+  if (err == 0) err = differing(ref, got, count * V);
+  row("xent_grad in place", shape, err, 0, 0, 0, 0);
+  cudaFree(ip);
   cudaFree(x.out), cudaFree(x.table), cudaFree(x.dy), cudaFree(x.logits), cudaFree(x.dlogits);
   cudaFree(x.loss), cudaFree(x.dloss), cudaFree(x.ids);
   free(ids), free(table), free(dy), free(logits), free(ref), free(got);
@@ -332,12 +351,20 @@ static int vocab_rank(RtComm *world, void *arg) {
            rt_cuda_vocab_cross_entropy(c, RT_CUDA_TP, loss_d, dl, ids_d, VN, VL, VV) ||
            rt_vocab_cross_entropy_grad(mesh.tp_comm, ref, mine, v_ids, &dloss, VN, VL, VV) ||
            rt_cuda_vocab_cross_entropy_grad(c, RT_CUDA_TP, dg, dl, ids_d, dloss_d, VN, VL, VV);
-  double e1 = INFINITY, e2 = INFINITY, e3 = INFINITY;
+  double e1 = INFINITY, e2 = INFINITY, e3 = INFINITY, e4 = INFINITY;
   if (!rc) {
     to_host(&loss_got, loss_d, 4);
     to_host(got, dg, 4 * VN * VL);
     e1 = rel_l2(&loss_got, &loss_ref, 1);
     e2 = rel_l2(got, ref, VN * VL);
+    /* in place (dlogits == logits): the out-of-place device bits; both members
+     * call it (the gathers inside), whatever the errors so far */
+    float *ip = dev_copy(mine, 4 * VN * VL), *back = malloc(4 * VN * VL);
+    if (!rt_cuda_vocab_cross_entropy_grad(c, RT_CUDA_TP, ip, ip, ids_d, dloss_d, VN, VL, VV)) {
+      to_host(back, ip, 4 * VN * VL);
+      e4 = differing(back, got, VN * VL);
+    }
+    cudaFree(ip), free(back);
     float *tb = dev_copy(v_table + part * VL * VD, 4 * VL * VD), *o = dev_copy(NULL, 4 * VN * VD);
     rc = rt_vocab_embedding(ref, v_ids, v_table + part * VL * VD, VN, VL, VD, part, 2) ||
          rt_cuda_vocab_embedding(c, o, ids_d, tb, VN, VL, VD, part, 2);
@@ -353,6 +380,7 @@ static int vocab_rank(RtComm *world, void *arg) {
     snprintf(shape, sizeof shape, "N %d Vl %d V %d, 2 members", VN, VL, VV);
     row("vocab_cross_entropy", shape, e1, 1e-6, 0, 0, 0);
     row("vocab_xent_grad", shape, e2, 1e-5, 0, 0, 0);
+    row("vocab_xent_grad in pl.", shape, e4, 0, 0, 0, 0);
     row("vocab_embedding", shape, e3, 0, 0, 0, 0);
   }
   cudaFree(dl), cudaFree(dg), cudaFree(dloss_d), cudaFree(loss_d), cudaFree(ids_d);

@@ -69,11 +69,15 @@ static int simulate(const IrModule *m, const BufPlan *p, const int *pos, const i
   return bad;
 }
 
-static void check_plan(IrModule *m, const unsigned char *mat, const unsigned char *keep,
-                       const int *pos, const int *held, const char *what) {
+static int aliases; /* nodes written over an input, over all the plans checked */
+
+static void check_plan_views(IrModule *m, const unsigned char *mat, const unsigned char *keep,
+                             const int *pos, const int *held, const int *view_of,
+                             const char *what) {
   BufPlan p;
   char why[256];
-  bufplan_build_held(m, mat, keep, pos, held, &p);
+  bufplan_build_views(m, mat, keep, pos, held, view_of, &p);
+  for (int i = 0; i < m->nnodes; i++) aliases += p.alias[i] >= 0;
   checks++;
   if (bufplan_check(m, &p, pos, why, sizeof why)) fail(what, why);
   checks++;
@@ -86,6 +90,20 @@ static void check_plan(IrModule *m, const unsigned char *mat, const unsigned cha
              (long long)p.live_peak, (long long)total);
     fail(what, why);
   }
+  /* In place never costs bytes: each alias saves its node's, at no later death */
+  BufPlan apart;
+  bufplan_build_apart(m, mat, keep, pos, held, &apart);
+  checks++;
+  if (p.live_peak > apart.live_peak) {
+    snprintf(why, sizeof why, "live peak %lld in place, %lld apart", (long long)p.live_peak,
+             (long long)apart.live_peak);
+    fail(what, why);
+  }
+}
+
+static void check_plan(IrModule *m, const unsigned char *mat, const unsigned char *keep,
+                       const int *pos, const int *held, const char *what) {
+  check_plan_views(m, mat, keep, pos, held, NULL, what);
 }
 
 static IrNode *leaf(IrModule *m, int64_t len, int id) {
@@ -120,6 +138,56 @@ static IrModule *random_dag(unsigned seed, int nodes) {
   return m;
 }
 
+static IrNode *leaf2(IrModule *m, IrDType t, int rank, int64_t d0, int64_t d1, const char *name) {
+  IrNode *n = ir_add(m, IR_OP_INPUT, NULL, 0);
+  n->name = name;
+  n->dtype = t;
+  n->rank = rank;
+  n->shape[0] = d0;
+  n->shape[1] = d1;
+  return n;
+}
+
+/* A random DAG over logits-like [6, 10] values: gelu, add, reshape to [60] and
+ * back, and cross_entropy_grad (IR_F_INPLACE0), which may write over its
+ * logits.  view_of marks some reshapes as views (as codegen's view_of does).
+ * Each op's reads come before its writes, as simulate models them: so a plan
+ * with aliases is checked by running it like any other. */
+static IrModule *random_inplace_dag(unsigned seed, int nodes, int **view_of) {
+  srand(seed);
+  IrModule *m = ir_module_new("random_inplace");
+  IrNode *tg = leaf2(m, IR_I32, 1, 6, 0, "targets"), *dl = leaf2(m, IR_F32, 0, 0, 0, "dloss");
+  IrNode *last[8];
+  int count = 0;
+  last[count++] = leaf2(m, IR_F32, 2, 6, 10, "logits");
+  char why[128];
+  for (int i = 0; i < nodes; i++) {
+    IrNode *a = last[rand() % count], *b = last[rand() % count], *n;
+    int kind = rand() % 4;
+    if (kind == 0) {
+      IrNode *in[3] = {a, tg, dl};
+      n = ir_add(m, IR_OP_CROSS_ENTROPY_GRAD, in, 3);
+    } else if (kind == 1) { /* a round trip through [60]: two reshapes */
+      IrNode *flat = ir_add(m, IR_OP_RESHAPE, &a, 1);
+      flat->rank = 1, flat->shape[0] = 60;
+      ir_infer(flat, why, sizeof why);
+      n = ir_add(m, IR_OP_RESHAPE, &flat, 1);
+      n->rank = 2, n->shape[0] = 6, n->shape[1] = 10;
+    } else {
+      IrNode *in[2] = {a, b};
+      n = ir_add(m, kind == 2 ? IR_OP_ADD : IR_OP_GELU, in, kind == 2 ? 2 : 1);
+    }
+    if (!ir_infer(n, why, sizeof why)) fail("random in-place dag", why);
+    if (count < 8) last[count++] = n;
+    else last[rand() % 8] = n;
+  }
+  *view_of = calloc((size_t)m->nnodes, sizeof(int));
+  for (int i = 0; i < m->nnodes; i++)
+    (*view_of)[i] = m->nodes[i]->op == IR_OP_RESHAPE && rand() % 2 ? m->nodes[i]->inputs[0]->id
+                                                                   : -1;
+  return m;
+}
+
 int main(int argc, char **argv) {
   for (unsigned seed = 1; seed <= 200; seed++) {
     IrModule *m = random_dag(seed, 5 + (int)(seed % 60));
@@ -148,6 +216,32 @@ int main(int argc, char **argv) {
     free(keep);
     ir_module_free(m);
   }
+  /* In place: the same checks with nodes written over their inputs */
+  int before = aliases;
+  for (unsigned seed = 1; seed <= 200; seed++) {
+    int *view_of;
+    IrModule *m = random_inplace_dag(seed, 4 + (int)(seed % 40), &view_of);
+    unsigned char *mat = calloc((size_t)m->nnodes, 1), *keep = calloc((size_t)m->nnodes, 1);
+    for (int i = 0; i < m->nnodes; i++) mat[i] = rand() % 5 != 0, keep[i] = rand() % 11 == 0;
+    char what[64];
+    snprintf(what, sizeof what, "random in-place dag %u", seed);
+    int *pos = calloc((size_t)m->nnodes, sizeof(int)), *held = calloc((size_t)m->nnodes, sizeof(int));
+    for (int i = 0; i < m->nnodes; i++) {
+      pos[i] = i + rand() % 3;
+      for (int k = 0; k < m->nodes[i]->ninputs; k++)
+        if (pos[m->nodes[i]->inputs[k]->id] > pos[i]) pos[i] = pos[m->nodes[i]->inputs[k]->id];
+      held[i] = rand() % 6 == 0 ? pos[i] + rand() % 8 : -1;
+    }
+    check_plan_views(m, NULL, NULL, NULL, NULL, view_of, what);
+    check_plan_views(m, mat, keep, pos, NULL, view_of, what);
+    check_plan_views(m, mat, keep, pos, held, view_of, what);
+    free(pos), free(held), free(mat), free(keep), free(view_of);
+    ir_module_free(m);
+  }
+  checks++;
+  printf("random in-place dags: %d nodes written over their inputs\n", aliases - before);
+  if (aliases - before < 100) fail("random in-place dags", "fewer than 100 aliases: untested");
+
   /* real models: a plan must also reuse memory, not just stack buffers */
   const char *const defs[] = {"layers=2"};
   for (int i = 1; i < argc; i++) {

@@ -5,7 +5,9 @@
  * cross_entropy and its gradient) within relative L2 1e-5.  Shapes include
  * 1-sized dimensions, ties in topk, k = n, experts filled past capacity and
  * large logits; out-of-range indices fail like the reference, with the value,
- * position and range in the message; the same bits for 1, 2 and 3 pool threads. */
+ * position and range in the message; the same bits for 1, 2 and 3 pool threads.
+ * cross_entropy_grad written over its logits (dlogits == logits, as the buffer
+ * plan calls it: IR_F_INPLACE0) gives the out-of-place bits. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,6 +271,12 @@ static void test_cross_entropy(void) {
         CHECK_OK(rt_cross_entropy_grad(g, lg, tg, &dl, N, V));
         EXPECT_CLOSE("cross_entropy_grad", g, r, N * V, d);
         ref_out_free(&r);
+        /* in place (dlogits == logits, as the buffer plan calls it): the same bits */
+        float *h = malloc(sizeof(float) * (size_t)(N * V));
+        memcpy(h, lg, sizeof(float) * (size_t)(N * V));
+        CHECK_OK(rt_cross_entropy_grad(h, h, tg, &dl, N, V));
+        CHECK(memcmp(h, g, sizeof(float) * (size_t)(N * V)) == 0);
+        free(h);
       }
       free(lg), free(tg), free(g);
     }
@@ -295,6 +303,11 @@ static void test_determinism(void) {
     CHECK_OK(rt_embedding_grad(dt[t], ids, dy, P, V, D));
     CHECK_OK(rt_cross_entropy(&loss[t], lg, tg, N, VC));
     CHECK_OK(rt_cross_entropy_grad(g[t], lg, tg, &dl, N, VC));
+    float *h = malloc(sizeof(float) * (size_t)N * VC); /* in place, rows over t + 1 threads */
+    memcpy(h, lg, sizeof(float) * (size_t)N * VC);
+    CHECK_OK(rt_cross_entropy_grad(h, h, tg, &dl, N, VC));
+    CHECK(memcmp(h, g[t], sizeof(float) * (size_t)N * VC) == 0);
+    free(h);
     CHECK_OK(rt_combine(cb[t], y, idx, w, NT, K, D, E, C));
   }
   for (int t = 1; t < 3; t++) {

@@ -15,7 +15,10 @@
  *     if not masked): loss and real gradient columns as against the whole true
  *     vocabulary, the padded gradient columns exactly 0;
  *   - one member: the NULL group (a one-rank trainer's tp group) gives the
- *     one-member communicator's loss and gradient bits. */
+ *     one-member communicator's loss and gradient bits;
+ *   - in place: the gradient written over the member's logits (dlogits ==
+ *     logits, as the buffer plan calls it) equals the out-of-place one bit
+ *     for bit, padding included. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,6 +106,21 @@ static int vocab_rank(RtComm *w, void *arg) {
     rc = RT_ERR;
     goto out;
   }
+  /* in place, as the buffer plan calls it (IR_F_INPLACE0): the gradient
+   * written over the member's logits is the out-of-place one, bit for bit
+   * (judged after the collectives below, which every member must reach) */
+  float *ip = malloc(sizeof(float) * N * VL);
+  int ip_same = 0;
+  if (ip) {
+    memcpy(ip, lp, sizeof(float) * N * VL);
+    if (rt_vocab_cross_entropy_grad(w, ip, ip, tg, &dloss, N, VL, Vr)) {
+      free(ip);
+      rc = RT_ERR;
+      goto out;
+    }
+    ip_same = memcmp(ip, dlp, sizeof(float) * N * VL) == 0;
+    free(ip);
+  }
   int64_t cnt[64];
   for (int k = 0; k < parts; k++) cnt[k] = 1;
   if (rt_comm_all_gather(w, &loss, losses, cnt)) {
@@ -136,6 +154,8 @@ static int vocab_rank(RtComm *w, void *arg) {
            lw, lerr, gerr);
   if (lerr > 1e-6 || gerr > 1e-6)
     rc = rt_fail("rank %d: loss rel err %.2e, grad rel err %.2e", me, lerr, gerr);
+  if (rc == RT_OK && !ip_same)
+    rc = rt_fail("rank %d: the gradient written over the logits differs from out of place", me);
   if (rc == RT_OK && parts == 1) { /* the NULL group: one member, no communicator */
     float l0 = 0;
     float *d0 = malloc(sizeof(float) * N * VL);
