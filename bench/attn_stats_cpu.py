@@ -15,7 +15,7 @@ The arena of the new trainer is larger by out + lse of every attention layer;
 report.txt gives both figures (the old one from --arena-old, if given).
 
 usage: bench/attn_stats_cpu.py [--build build] [--steps 20] [--rounds 3] [--out DIR]
-                               [--timing-only | --layouts-only]
+                               [--timing-only | --layouts-only] [--only SUBSTRING]
 """
 import argparse, json, os, re, shutil, statistics, subprocess, sys
 
@@ -29,6 +29,8 @@ CASES = [
     ("gpt2 d 768, 2 layers, seq 256, batch 2", "gpt2",
      ["-D", "layers=2", "-D", "seq=256", "-D", "batch=2", "-D", "microbatches=1",
       "-D", "precision=fp32"], [], True),
+    ("gpt2_tiny, seq 512 (attention-heavy: T^2 d against T d^2)", "gpt2_tiny", ["-D", "seq=512"],
+     [], True),
     ("llama_tiny (example size)", "llama_tiny", [], [], False),
     ("moe_tiny (example size)", "moe_tiny", [], [], False),
     ("gpt2_tiny small tp 2", "gpt2_tiny", SMALL + ["-D", "heads=2"], ["--tp", "2"], False),
@@ -88,6 +90,7 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--timing-only", action="store_true")
     ap.add_argument("--layouts-only", action="store_true")
+    ap.add_argument("--only", default=None, help="cases whose name contains this")
     a = ap.parse_args()
     parc = os.path.join(os.path.abspath(a.build), "parc")
     work = a.out or os.path.join(os.path.abspath(a.build), "bench-attn-stats")
@@ -98,6 +101,8 @@ def main():
         f.write(open(os.path.join(ROOT, "README.md")).read() * 4)
     for name, model, defines, layout, timed in CASES:
         if (a.timing_only and not timed) or (a.layouts_only and timed):
+            continue
+        if a.only and a.only not in name:
             continue
         tag = re.sub(r"[^a-z0-9]+", "_", name.lower())[:40]
         new = os.path.join(work, tag + "_new")

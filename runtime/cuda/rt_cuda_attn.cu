@@ -396,7 +396,9 @@ extern "C" int rt_cuda_sdpa_grad(RtCuda *c, float *dqkv, const float *q, const f
   /* workspace: lse (when recomputed), then D */
   float *st = (float *)rt_cuda_ws(c, WS_ATTN, (size_t)(2 * B * H * T) * sizeof(float));
   if (!st) return RT_ERR;
-  float *st_lse = kept ? (float *)lse : st, *st_d = st + B * H * T; /* lse only read when kept */
+  /* kept: the forward's lse, only read (AttnArgs' pointer is not const: the statistics
+   * kernel, not run then, writes through it); else the workspace that kernel fills */
+  float *st_lse = kept ? (float *)lse : st, *st_d = st + B * H * T;
   if (kept) {
     const int64_t rows = B * H * T;
     attn_rowdot<<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32, 0, c->compute>>>(
