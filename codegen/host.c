@@ -376,18 +376,21 @@ static void emit_runtime(Emit *e, const IrNode *n) {
             n->ia[0] ? "RT_MM_TRANSPOSE_B | " : "", b->rank > 2 ? "RT_MM_B_BATCHED | " : "");
     return;
   }
-  case IR_OP_ATTENTION:
-    fprintf(f, "  CHECK(rt_sdpa(%s, NULL, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
-            ", %" PRId64 ", %s, %d));\n", out, x, y, z, dim(in[0], 0), dim(in[0], 1),
-            dim(in[1], 1), dim(in[0], 2), dim(in[0], 3), flit(fl, sizeof fl, n->fa),
-            (int)n->ia[0]);
+  case IR_OP_ATTENTION: /* lse [B, H, T] right after out (ir_aux_numel) */
+    fprintf(f, "  CHECK(rt_sdpa(%s, %s + %" PRId64 ", %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            ", %" PRId64 ", %" PRId64 ", %s, %d));\n", out, out, ir_numel(n), x, y, z,
+            dim(in[0], 0), dim(in[0], 1), dim(in[1], 1), dim(in[0], 2), dim(in[0], 3),
+            flit(fl, sizeof fl, n->fa), (int)n->ia[0]);
     return;
-  case IR_OP_ATTENTION_GRAD:
-    fprintf(f, "  CHECK(rt_sdpa_grad(%s, %s, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
-            ", %" PRId64 ", %" PRId64 ", %s, %d));\n", out, x, y, z, w, dim(in[0], 0),
-            dim(in[0], 1), dim(in[1], 1), dim(in[0], 2), dim(in[0], 3), flit(fl, sizeof fl, n->fa),
-            (int)n->ia[0]);
+  case IR_OP_ATTENTION_GRAD: { /* the forward's out and lse from in[4]'s buffer */
+    char yo[96];
+    const char *yb = buf(e, in[4], yo, sizeof yo);
+    fprintf(f, "  CHECK(rt_sdpa_grad(%s, %s, %s, %s, %s, %s, %s + %" PRId64 ", %" PRId64
+            ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %d));\n", out, x, y, z, w,
+            yb, yb, ir_numel(in[4]), dim(in[0], 0), dim(in[0], 1), dim(in[1], 1), dim(in[0], 2),
+            dim(in[0], 3), flit(fl, sizeof fl, n->fa), (int)n->ia[0]);
     return;
+  }
   case IR_OP_TOPK:
     fprintf(f, "  CHECK(rt_topk(%s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n", out, x,
             lead(in[0], 1), dim(in[0], -1), n->ia[0]);
@@ -974,7 +977,7 @@ static void emit_values(Emit *e, const char *name, int c, const int *ids, int n)
     const IrNode *v = e->m->nodes[ids[i]];
     char ty[160];
     fprintf(e->out, "\n    {%" PRId64 ", %" PRId64 "}, /* %%%d : %s */", e->bp->offset[v->id],
-            ir_numel(v), v->id, ir_type_str(v, ty, sizeof ty));
+            ir_buf_numel(v), v->id, ir_type_str(v, ty, sizeof ty)); /* sdpa: lse too */
     if (e->bp->offset[v->id] < 0) fail(e, "boundary value %%%d has no buffer", v->id);
   }
   fprintf(e->out, "%s};\n", n ? "\n" : "{0, 0}");

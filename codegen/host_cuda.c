@@ -135,18 +135,21 @@ static void emit_runtime(Cu *e, const IrNode *n) {
             b->rank > 2 ? "RT_MM_B_BATCHED | " : "");
     return;
   }
-  case IR_OP_ATTENTION:
-    fprintf(f, "  CHECK(rt_cuda_sdpa(dev, %s, NULL, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
-            ", %" PRId64 ", %" PRId64 ", %s, %d));\n", out, x, y, z, dim(in[0], 0), dim(in[0], 1),
-            dim(in[1], 1), dim(in[0], 2), dim(in[0], 3), flit(fl, sizeof fl, n->fa),
-            (int)n->ia[0]);
+  case IR_OP_ATTENTION: /* lse [B, H, T] right after out (ir_aux_numel) */
+    fprintf(f, "  CHECK(rt_cuda_sdpa(dev, %s, %s + %" PRId64 ", %s, %s, %s, %" PRId64 ", %" PRId64
+            ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %d));\n", out, out, ir_numel(n), x, y, z,
+            dim(in[0], 0), dim(in[0], 1), dim(in[1], 1), dim(in[0], 2), dim(in[0], 3),
+            flit(fl, sizeof fl, n->fa), (int)n->ia[0]);
     return;
-  case IR_OP_ATTENTION_GRAD:
-    fprintf(f, "  CHECK(rt_cuda_sdpa_grad(dev, %s, %s, %s, %s, %s, %" PRId64 ", %" PRId64
-            ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %d));\n", out, x, y, z, w, dim(in[0], 0),
-            dim(in[0], 1), dim(in[1], 1), dim(in[0], 2), dim(in[0], 3), flit(fl, sizeof fl, n->fa),
-            (int)n->ia[0]);
+  case IR_OP_ATTENTION_GRAD: { /* the forward's out and lse from in[4]'s buffer */
+    char yo[96];
+    const char *yb = buf(e, in[4], yo, sizeof yo);
+    fprintf(f, "  CHECK(rt_cuda_sdpa_grad(dev, %s, %s, %s, %s, %s, %s, %s + %" PRId64 ", %" PRId64
+            ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %d));\n", out, x, y, z, w,
+            yb, yb, ir_numel(in[4]), dim(in[0], 0), dim(in[0], 1), dim(in[1], 1), dim(in[0], 2),
+            dim(in[0], 3), flit(fl, sizeof fl, n->fa), (int)n->ia[0]);
     return;
+  }
   case IR_OP_TOPK:
     fprintf(f, "  CHECK(rt_cuda_topk(dev, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n", out,
             x, lead(in[0], 1), dim(in[0], -1), n->ia[0]);

@@ -37,7 +37,7 @@ IrInterp *ir_interp_new(const IrModule *m) {
   it->i = xcalloc((size_t)m->nnodes, sizeof *it->i);
   for (int k = 0; k < m->nnodes; k++) {
     const IrNode *n = m->nodes[k];
-    size_t numel = (size_t)ir_numel(n);
+    size_t numel = (size_t)ir_buf_numel(n); /* sdpa: lse after out */
     if (n->dtype == IR_I32) it->i[k] = xcalloc(numel, sizeof(int32_t));
     else it->f[k] = xcalloc(numel, sizeof(double));
   }
@@ -322,8 +322,9 @@ static int eval_softmax_grad(Ctx *c) {
 
 /* Attention probabilities of query row t for (batch b, head h) into p[0..T):
  * s[u] = scale * q[b,h,t,:] . k[b,h/(H/KV),u,:], u > t masked out (p = 0)
- * when causal, p = softmax(s) over the unmasked u. */
-static void attn_probs(Ctx *c, int64_t b, int64_t h, int64_t t, double *p) {
+ * when causal, p = softmax(s) over the unmasked u.  Returns the row's lse,
+ * log sum_u exp(s[u]) over the unmasked u. */
+static double attn_probs(Ctx *c, int64_t b, int64_t h, int64_t t, double *p) {
   const IrNode *qn = ARG(c, 0), *kn = ARG(c, 1);
   int64_t H = qn->shape[1], KV = kn->shape[1], T = qn->shape[2], hd = qn->shape[3];
   int64_t kh = h / (H / KV);
@@ -341,11 +342,27 @@ static void attn_probs(Ctx *c, int64_t b, int64_t h, int64_t t, double *p) {
   }
   for (int64_t u = 0; u < end; u++) s += p[u] = exp(p[u] - mx);
   for (int64_t u = 0; u < end; u++) p[u] /= s;
+  return mx + log(s);
+}
+
+/* The scores of query row t for (b, h) into s[0..T), masked ones -inf. */
+static void attn_scores(Ctx *c, int64_t b, int64_t h, int64_t t, double *s) {
+  const IrNode *qn = ARG(c, 0), *kn = ARG(c, 1);
+  int64_t H = qn->shape[1], KV = kn->shape[1], T = qn->shape[2], hd = qn->shape[3];
+  const double *q = IN(c, 0) + ((b * H + h) * T + t) * hd;
+  const double *k = IN(c, 1) + (b * KV + h / (H / KV)) * T * hd;
+  int64_t end = c->n->ia[0] ? t + 1 : T;
+  for (int64_t u = 0; u < T; u++) {
+    double dot = 0;
+    for (int64_t i = 0; u < end && i < hd; i++) dot += q[i] * k[u * hd + i];
+    s[u] = u < end ? dot * c->n->fa : -INFINITY;
+  }
 }
 
 /* sdpa(q[B,H,T,hd], k[B,KV,T,hd], v[B,KV,T,hd]) causal scale:
  * out[b,h,t,:] = sum_u p[u] * v[b,h/(H/KV),u,:] with p from attn_probs
- * (grouped-query attention: query head h reads kv head h / (H/KV)). */
+ * (grouped-query attention: query head h reads kv head h / (H/KV)); the
+ * buffer's aux part (ir_aux_numel) holds lse[b,h,t] from attn_probs. */
 static int eval_attention(Ctx *c) {
   const IrNode *qn = ARG(c, 0), *kn = ARG(c, 1);
   int64_t B = qn->shape[0], H = qn->shape[1], KV = kn->shape[1], T = qn->shape[2];
@@ -354,7 +371,7 @@ static int eval_attention(Ctx *c) {
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++)
       for (int64_t t = 0; t < T; t++) {
-        attn_probs(c, b, h, t, p);
+        OUT(c)[B * H * T * hd + (b * H + h) * T + t] = attn_probs(c, b, h, t, p);
         const double *v = IN(c, 2) + (b * KV + h / (H / KV)) * T * hd;
         double *o = OUT(c) + ((b * H + h) * T + t) * hd;
         for (int64_t i = 0; i < hd; i++) {
@@ -367,10 +384,12 @@ static int eval_attention(Ctx *c) {
   return 0;
 }
 
-/* sdpa_grad(q, k, v, dy) causal scale -> [B, H + 2 KV, T, hd]: the
+/* sdpa_grad(q, k, v, dy, y) causal scale -> [B, H + 2 KV, T, hd]: the
  * gradients of sdpa packed along dimension 1: channels [0, H) hold dq,
- * [H, H + KV) dk, [H + KV, H + 2 KV) dv.  With p as in sdpa,
- *   dp[u] = dy[b,h,t,:] . v[b,g,u,:],  ds[u] = p[u] (dp[u] - sum_w p[w] dp[w]),
+ * [H, H + KV) dk, [H + KV, H + 2 KV) dv.  y = sdpa(q, k, v) gives out and lse
+ * (its buffer's aux part): p[u] = exp(s[u] - lse[b,h,t]) is sdpa's p, and
+ * D = dy[b,h,t,:] . out[b,h,t,:] equals sum_w p[w] dp[w]; then
+ *   dp[u] = dy[b,h,t,:] . v[b,g,u,:],  ds[u] = p[u] (dp[u] - D),
  *   dq[b,h,t,:]  = scale * sum_u ds[u] k[b,g,u,:],
  *   dk[b,g,u,:] += scale * ds[u] q[b,h,t,:],   dv[b,g,u,:] += p[u] dy[b,h,t,:]
  * summed over every query head h of group g = h / (H/KV) and every t. */
@@ -392,13 +411,15 @@ static int eval_attention_grad(Ctx *c) {
         double *dq = out + ((b * C + h) * T + t) * hd;
         double *dk = out + (b * C + H + g) * T * hd;
         double *dv = out + (b * C + H + KV + g) * T * hd;
-        attn_probs(c, b, h, t, p);
-        double sum = 0;
+        const double *o = IN(c, 4) + ((b * H + h) * T + t) * hd;
+        double lse = IN(c, 4)[B * H * T * hd + (b * H + h) * T + t], sum = 0;
+        attn_scores(c, b, h, t, p);
+        for (int64_t u = 0; u < T; u++) p[u] = exp(p[u] - lse); /* masked: exp(-inf) = 0 */
+        for (int64_t i = 0; i < hd; i++) sum += dy[i] * o[i];
         for (int64_t u = 0; u < T; u++) {
           double dp = 0;
           for (int64_t i = 0; i < hd; i++) dp += dy[i] * v[u * hd + i];
           ds[u] = dp;
-          sum += p[u] * dp;
         }
         for (int64_t u = 0; u < T; u++) {
           ds[u] = p[u] * (ds[u] - sum);

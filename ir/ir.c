@@ -67,6 +67,11 @@ int64_t ir_numel(const IrNode *n) {
   return k;
 }
 
+int64_t ir_aux_numel(const IrNode *n) {
+  if (n->op == IR_OP_ATTENTION && n->rank == 4) return n->shape[0] * n->shape[1] * n->shape[2];
+  return 0;
+}
+
 const IrSetting *ir_setting(const IrSetting *s, int n, const char *name) {
   for (int i = 0; i < n; i++)
     if (strcmp(s[i].name, name) == 0) return &s[i];

@@ -256,6 +256,13 @@ IrNode *ir_add_like(IrModule *m, const IrNode *proto);
 int ir_infer(IrNode *n, char *why, size_t whylen);
 
 int64_t ir_numel(const IrNode *n);
+/* Extra f32 values a node's buffer holds right after its own ir_numel(n):
+ * sdpa keeps the row statistics its backward reads, lse [B, H, T]
+ * (logsumexp over the keys of the scaled scores, natural log) at
+ * buffer + ir_numel(n); 0 for every other op.  Everything that sizes,
+ * allocates, sends or copies a node's buffer uses ir_buf_numel. */
+int64_t ir_aux_numel(const IrNode *n);
+static inline int64_t ir_buf_numel(const IrNode *n) { return ir_numel(n) + ir_aux_numel(n); }
 /* ZeRO-1 (m->mesh_zero > 1): the pieces a PARAM's gradient and state (or a
  * STATE, which carries its parameter's sharding) are cut in: mesh_zero (the
  * dp ranks) for a dense tensor; for an expert-parallel one (shard EXPERT,

@@ -530,7 +530,14 @@ int ir_infer(IrNode *n, char *why, size_t len) {
 
   case IR_OP_ATTENTION_GRAD:
     /* packed result: [B, H + 2 KV, T, hd] holds dq, dk, dv along dimension 1 */
-    if (!attention_operands(n, why, len) || !same_as(n, 0, 3, 4, why, len)) return 0;
+    if (!attention_operands(n, why, len) || !same_as(n, 0, 3, 5, why, len)) return 0;
+    /* y is the very sdpa whose gradient this is: its buffer's lse (ir_aux_numel) and
+     * out are the statistics the backward reuses */
+    if (n->inputs[4]->op != IR_OP_ATTENTION || n->inputs[4]->inputs[0] != a ||
+        n->inputs[4]->inputs[1] != b || n->inputs[4]->inputs[2] != n->inputs[2] ||
+        n->inputs[4]->ia[0] != n->ia[0] || n->inputs[4]->fa != n->fa)
+      return fail(why, len, n, "the fifth operand must be the sdpa of q, k, v with the same "
+                  "causal and scale");
     memcpy(s, a->shape, sizeof s);
     s[1] = a->shape[1] + 2 * b->shape[1];
     set(n, IR_F32, 4, s);

@@ -310,10 +310,11 @@ static void vjp_softmax(Ad *ad, IrNode *y, IrNode *dy) {
 }
 
 /* sdpa: one sdpa_grad computes dq, dk, dv packed along dimension 1 (see
- * ir/interp.c); slices take them apart. */
+ * ir/interp.c); slices take them apart.  It reads y itself, whose buffer
+ * holds the forward's out and lse, so no statistics are recomputed. */
 static void vjp_attention(Ad *ad, IrNode *y, IrNode *dy) {
   IrNode *q = y->inputs[0], *k = y->inputs[1], *v = y->inputs[2];
-  IrNode *g = mk(ad, IR_OP_ATTENTION_GRAD, (IrNode *[]){q, k, v, dy}, y->ia[0], 0, y->fa);
+  IrNode *g = mk(ad, IR_OP_ATTENTION_GRAD, (IrNode *[]){q, k, v, dy, y}, y->ia[0], 0, y->fa);
   int64_t H = q->shape[1], KV = k->shape[1];
   if (wants(ad, q)) give(ad, q, slice(ad, g, 1, 0, H));
   if (wants(ad, k)) give(ad, k, slice(ad, g, 1, H, KV));

@@ -178,7 +178,7 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
   for (int t = 0; t < end; t++) {
     for (int i = def_head[t]; i >= 0; i = def_next[i]) {
       if (!has_buffer(m->nodes[i], materialize)) continue;
-      int64_t bytes = ir_numel(m->nodes[i]) * 4;
+      int64_t bytes = ir_buf_numel(m->nodes[i]) * 4; /* sdpa: lse after out */
       p->size[i] = (bytes + BUFPLAN_ALIGN - 1) / BUFPLAN_ALIGN * BUFPLAN_ALIGN;
       int x = in_place ? in_place_input(m, p, pos, held, view_of, i) : -1;
       if (x >= 0) {

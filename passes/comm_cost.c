@@ -111,7 +111,7 @@ static void grad_reduction(CommCost *c, const IrModule *m, const PpProgram *pp,
 /* The floats of boundary list ids[0..n) (each value its own send). */
 static void transfers(CommCost *c, const IrModule *m, const int *ids, int n, CommKind kind,
                       int P) {
-  for (int i = 0; i < n; i++) add(c, 4, kind, P, 4.0 * (double)ir_numel(m->nodes[ids[i]]), 1);
+  for (int i = 0; i < n; i++) add(c, 4, kind, P, 4.0 * (double)ir_buf_numel(m->nodes[ids[i]]), 1);
 }
 
 void comm_analyze_pipe(const IrModule *m, const PpProgram *pp, const Layout *lay, int stage,

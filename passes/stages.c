@@ -269,13 +269,13 @@ int pass_stages(IrModule *m, const Layout *lay, const PpRequest *req, PpStages *
       /* backward nodes run in reverse chunk order: one stamp suffices */
       if (stamp[in->id] == chunk[i] + 1) continue;
       stamp[in->id] = chunk[i] + 1;
-      stash[chunk[i]] += 4.0 * (double)ir_numel(in);
+      stash[chunk[i]] += 4.0 * (double)ir_buf_numel(in);
     }
   }
   for (int i = 0; i < N; i++) {
     const IrNode *x = m->nodes[i];
     if (x->phase != IR_PHASE_FWD || (ir_op_info[x->op].flags & IR_F_LEAF)) continue;
-    for (int c = chunk[i]; c < last_reader[i] - 1; c++) bound[c] += 4.0 * (double)ir_numel(x);
+    for (int c = chunk[i]; c < last_reader[i] - 1; c++) bound[c] += 4.0 * (double)ir_buf_numel(x);
   }
   /* one microbatch on one rank */
   double rows = (double)(m->mesh_dp > 1 ? 1 : lay->dp) * req->microbatches;

@@ -22,6 +22,7 @@
 typedef struct {
   const float *q, *k, *v, *dy;
   float *out, *lse, *dqkv;
+  const float *fout, *flse;  /* backward: the forward's out and lse, or both NULL */
   int64_t B, H, KV, T, hd, nqb;
   float scale;
   int causal;
@@ -236,13 +237,17 @@ static void block_backward(const Attn *a, int64_t b, int64_t h, int64_t i0, int6
   const float *qb = qh + i0 * hd, *dyb = dyh + i0 * hd;
   float scale = a->scale;
 
-  block_forward(a, qh, kh, vh, i0, i1, w);
+  /* the row statistics: from the forward's out and lse when given (the same
+   * bits block_forward would give: forward_range stored exactly these), else
+   * recomputed */
+  if (!a->fout) block_forward(a, qh, kh, vh, i0, i1, w);
   for (int64_t r = 0; r < nq; r++) {
-    const float *dyr = dyb + r * hd, *o = w->o + r * hd;
+    const float *dyr = dyb + r * hd;
+    const float *o = a->fout ? a->fout + ((b * H + h) * T + i0 + r) * hd : w->o + r * hd;
     float d = 0;
     for (int64_t x = 0; x < hd; x++) d += dyr[x] * o[x];
     w->d[r] = d;
-    w->lse[r] = w->m[r] + logf(w->l[r]);
+    w->lse[r] = a->fout ? a->flse[(b * H + h) * T + i0 + r] : w->m[r] + logf(w->l[r]);
   }
   memset(w->dq, 0, sizeof(float) * (size_t)(nq * hd));
 
@@ -330,10 +335,14 @@ int rt_sdpa(float *out, float *lse, const float *q, const float *k, const float 
 }
 
 int rt_sdpa_grad(float *dqkv, const float *q, const float *k, const float *v,
-                 const float *dy, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
-                 float scale, int causal) {
+                 const float *dy, const float *out, const float *lse, int64_t B, int64_t H,
+                 int64_t KV, int64_t T, int64_t hd, float scale, int causal) {
   if (check_args("sdpa_grad", dqkv, q, k, v, dy, 1, B, H, KV, T, hd)) return RT_ERR;
-  Attn a = {.q = q, .k = k, .v = v, .dy = dy, .dqkv = dqkv, .B = B, .H = H, .KV = KV,
+  if (!out != !lse)
+    return rt_fail("sdpa_grad: the forward's %s is NULL but not its %s", !out ? "out" : "lse",
+                   !out ? "lse" : "out");
+  Attn a = {.q = q, .k = k, .v = v, .dy = dy, .dqkv = dqkv, .fout = out, .flse = lse,
+            .B = B, .H = H, .KV = KV,
             .T = T, .hd = hd, .nqb = (T + BLK - 1) / BLK, .scale = scale,
             .causal = causal != 0};
   atomic_init(&a.oom, 0);

@@ -14,10 +14,12 @@
  * time streams over key blocks of RT_SDPA_BLOCK rows with an online softmax
  * (running max and sum, rescaling the partial output), so no T x T matrix exists;
  * scratch is O(RT_SDPA_BLOCK * (RT_SDPA_BLOCK + hd)) floats per chunk.  The backward
- * first recomputes each query block's statistics (row max m, sum l, output o; then
- * lse = m + log l and D = dy . o, which equals sum_u p[u] dp[u]), then walks the key
- * blocks again: p = exp(s - lse), dp = dy . v, ds = p (dp - D),
- * dq += scale ds k, dk += scale ds q, dv += p dy.
+ * needs each query row's statistics lse = m + log l (row max m, sum l) and
+ * D = dy . o (o the output row; D equals sum_u p[u] dp[u]): from the forward's out
+ * and lse when the caller kept them (the trainers do: the IR's sdpa buffer holds
+ * lse after out), else it recomputes them by the forward's own block loop, the
+ * same bits either way.  Then it walks the key blocks: p = exp(s - lse),
+ * dp = dy . v, ds = p (dp - D), dq += scale ds k, dk += scale ds q, dv += p dy.
  *
  * Parallelism and determinism: the forward runs one task per (b, h, query block);
  * the backward one task per (b, kv head), which owns dq of its H/KV query heads
@@ -52,9 +54,11 @@
 int rt_sdpa(float *out, float *lse, const float *q, const float *k, const float *v,
             int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd, float scale, int causal);
 
-/* dqkv = sdpa_grad(q, k, v, dy) causal scale (layout above). */
+/* dqkv = sdpa_grad(q, k, v, dy) causal scale (layout above).  out and lse are
+ * rt_sdpa's results for the same q, k, v, scale and causal (then no forward is
+ * recomputed), or both NULL (recomputed: the cost of a forward more). */
 int rt_sdpa_grad(float *dqkv, const float *q, const float *k, const float *v,
-                 const float *dy, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
-                 float scale, int causal);
+                 const float *dy, const float *out, const float *lse, int64_t B, int64_t H,
+                 int64_t KV, int64_t T, int64_t hd, float scale, int causal);
 
 #endif

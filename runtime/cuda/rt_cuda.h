@@ -165,9 +165,11 @@ int rt_cuda_matmul_ta(RtCuda *c, float *out, const float *a, const float *b, int
 int rt_cuda_sdpa(RtCuda *c, float *out, float *lse, const float *q, const float *k,
                  const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
                  float scale, int causal);
+/* out, lse: rt_cuda_sdpa's for the same q, k, v (the backward then reads lse and
+ * computes D = dy . out, no forward again), or both NULL (recomputed). */
 int rt_cuda_sdpa_grad(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
-                      const float *dy, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
-                      float scale, int causal);
+                      const float *dy, const float *out, const float *lse, int64_t B, int64_t H,
+                      int64_t KV, int64_t T, int64_t hd, float scale, int causal);
 
 /* ---- embedding and cross-entropy (rt_route.h; as there, the gradients'
  * dlogits may be their logits: in place, rt_cuda_ops.cu) ---- */
@@ -280,8 +282,9 @@ int rt_cuda_flat_piece(RtCuda *c, int group, const float *x, int64_t n, float *o
  *   sdpa, sdpa_grad "BxHxKVxTxhd[ causal]": 4 B H P hd FLOPs forward, 10 B H
  *       P hd backward (2.5 times; the kernels recompute more), P = T^2, or
  *       T (T + 1) / 2 causal; bytes q, k, v, out (and lse) / q, k, v, dy,
- *       dqkv; kind attention (fp32, CUDA cores) or attention_tc (the bf16
- *       tensor-core kernels, rt_cuda_attn_tc.cu);
+ *       dqkv (and the forward's out, lse when given); kind attention (fp32,
+ *       CUDA cores) or attention_tc (the bf16 tensor-core kernels,
+ *       rt_cuda_attn_tc.cu);
  *   embedding: ids, the rows read, out; embedding_grad: ids, dy, the whole
  *       dtable (zeroed and written); cross_entropy: logits, targets;
  *       cross_entropy_grad: logits, targets, dlogits; their vocab_ forms

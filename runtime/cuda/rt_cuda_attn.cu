@@ -15,8 +15,11 @@
  * shuffle.  Every sum runs in a fixed order: results are reproducible.
  *
  * Backward (three kernels, no atomics, each output written by one warp):
- *   stats   the forward again, per query row: lse = m + log l, D = dy . o
- *           (2 floats per row of workspace);
+ *   stats   per query row lse = m + log l and D = dy . o (2 floats per row of
+ *           workspace).  Given the forward's out and lse (the trainers keep
+ *           them: the IR's sdpa buffer holds lse after out), lse is read where
+ *           it is and attn_rowdot computes D = dy . out, a warp per row;
+ *           without them, the forward runs again (attn_fwd<.., true>);
  *   dk, dv  a warp per KR keys of one kv head, streaming the query rows of its
  *           H/KV heads in tiles of 32 (lane i a query row):
  *           p = exp(scale q.k - lse), ds = p (dy.v - D),
@@ -137,6 +140,19 @@ __global__ void __launch_bounds__(WARPS * 32) attn_fwd(AttnArgs a) {
       if (a.lse && lane == 0) a.lse[bh * T + row] = m[i] + logf(l[i]);
     }
   }
+}
+
+/* d[r] = dy[r, :] . out[r, :] for rows r < rows of [rows, hd] (a warp per row,
+ * lanes over hd, a fixed shuffle tree: reproducible). */
+__global__ void __launch_bounds__(WARPS * 32) attn_rowdot(const float *dy, const float *out,
+                                                          float *d, int64_t rows, int hd) {
+  const int lane = threadIdx.x & 31;
+  const int64_t r = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
+  if (r >= rows) return; /* warp-uniform */
+  float s = 0.0f;
+  for (int c = lane; c < hd; c += 32) s += dy[r * hd + c] * out[r * hd + c];
+  s = warp_sum(s);
+  if (lane == 0) d[r] = s;
 }
 
 /* dk, dv of keys [k0, k0 + WARPS KR) of kv head (b, g). */
@@ -312,10 +328,11 @@ static int fwd(RtCuda *c, const AttnArgs &a, bool stats) {
                : launch(c, "sdpa", attn_fwd<NC, false>, grid, bytes, a);
 }
 
+/* stat_lse, stat_d filled already (kept) or recomputed by the forward. */
 template <int NC>
-static int bwd(RtCuda *c, const AttnArgs &a) {
+static int bwd(RtCuda *c, const AttnArgs &a, bool kept) {
   int hd = a.hd, KB = WARPS * KR;
-  if (fwd<NC>(c, a, true)) return RT_ERR;
+  if (!kept && fwd<NC>(c, a, true)) return RT_ERR;
   dim3 gkv((unsigned)((a.T + KB - 1) / KB), (unsigned)(a.B * a.KV));
   size_t bkv = (size_t)(2 * KB * hd + 2 * TILE * (hd + 1) + 2 * TILE) * sizeof(float);
   if (launch(c, "sdpa_grad (dk, dv)", attn_bwd_kv<NC>, gkv, bkv, a)) return RT_ERR;
@@ -339,8 +356,8 @@ int rt_cuda_sdpa_tc(RtCuda *c, float *out, float *lse, const float *q, const flo
                     const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
                     float scale, int causal);
 int rt_cuda_sdpa_grad_tc(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
-                         const float *dy, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
-                         float scale, int causal);
+                         const float *dy, const float *lse, const float *d, int64_t B, int64_t H,
+                         int64_t KV, int64_t T, int64_t hd, float scale, int causal);
 
 extern "C" int rt_cuda_sdpa(RtCuda *c, float *out, float *lse, const float *q, const float *k,
                             const float *v, int64_t B, int64_t H, int64_t KV, int64_t T,
@@ -361,21 +378,38 @@ extern "C" int rt_cuda_sdpa(RtCuda *c, float *out, float *lse, const float *q, c
 }
 
 extern "C" int rt_cuda_sdpa_grad(RtCuda *c, float *dqkv, const float *q, const float *k,
-                                 const float *v, const float *dy, int64_t B, int64_t H,
-                                 int64_t KV, int64_t T, int64_t hd, float scale, int causal) {
+                                 const float *v, const float *dy, const float *out,
+                                 const float *lse, int64_t B, int64_t H, int64_t KV, int64_t T,
+                                 int64_t hd, float scale, int causal) {
   if (check_args("sdpa_grad", dqkv, q, k, v, dy, 1, B, H, KV, T, hd)) return RT_ERR;
-  RtProfScope ps(c); /* reads q, k, v, dy; writes dqkv [B, H + 2 KV, T, hd] */
+  if (!out != !lse)
+    return rt_fail("sdpa_grad: the forward's %s is NULL but not its %s", !out ? "out" : "lse",
+                   !out ? "lse" : "out");
+  const bool kept = out != NULL, tc = rt_cuda_attn_tc(c, T, hd);
+  RtProfScope ps(c); /* reads q, k, v, dy (and out, lse); writes dqkv [B, H + 2 KV, T, hd] */
   if (ps.on())
-    ps.set(rt_cuda_attn_tc(c, T, hd) ? RT_PROF_ATTENTION_TC : RT_PROF_ATTENTION,
-           4.0 * (double)((3 * H + 4 * KV) * T * hd) * B,
+    ps.set(tc ? RT_PROF_ATTENTION_TC : RT_PROF_ATTENTION,
+           4.0 * (double)((3 * H + 4 * KV) * T * hd + (kept ? H * T * (hd + 1) : 0)) * B,
            10 * attn_pairs(B, H, T, hd, causal), "sdpa_grad %lldx%lldx%lldx%lldx%lld%s",
            (long long)B, (long long)H, (long long)KV, (long long)T, (long long)hd,
            causal ? " causal" : "");
-  if (rt_cuda_attn_tc(c, T, hd))
-    return rt_cuda_sdpa_grad_tc(c, dqkv, q, k, v, dy, B, H, KV, T, hd, scale, causal);
+  /* workspace: lse (when recomputed), then D */
   float *st = (float *)rt_cuda_ws(c, WS_ATTN, (size_t)(2 * B * H * T) * sizeof(float));
   if (!st) return RT_ERR;
-  AttnArgs a = {q, k, v, dy, NULL, NULL, st, st + B * H * T, dqkv, B, H, KV, T, (int)hd, scale,
+  /* kept: the forward's lse, only read (AttnArgs' pointer is not const: the statistics
+   * kernel, not run then, writes through it); else the workspace that kernel fills */
+  float *st_lse = kept ? (float *)lse : st, *st_d = st + B * H * T;
+  if (kept) {
+    const int64_t rows = B * H * T;
+    attn_rowdot<<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32, 0, c->compute>>>(
+        dy, out, st_d, rows, (int)hd);
+    LAUNCH_CHECK(c, "sdpa_grad (D = dy . out)");
+  }
+  if (tc)
+    return rt_cuda_sdpa_grad_tc(c, dqkv, q, k, v, dy, kept ? lse : NULL, kept ? st_d : NULL, B,
+                                H, KV, T, hd, scale, causal);
+  AttnArgs a = {q, k, v, dy, NULL, NULL, st_lse, st_d, dqkv, B, H, KV, T, (int)hd, scale,
                 causal != 0};
-  return hd <= 32 ? bwd<1>(c, a) : hd <= 64 ? bwd<2>(c, a) : hd <= 128 ? bwd<4>(c, a) : bwd<8>(c, a);
+  return hd <= 32 ? bwd<1>(c, a, kept) : hd <= 64 ? bwd<2>(c, a, kept)
+         : hd <= 128 ? bwd<4>(c, a, kept) : bwd<8>(c, a, kept);
 }

@@ -36,8 +36,11 @@
  *              P V (16 x hd) going through the scratch into the lane's row of
  *              O held in registers (hd / 2 floats: the same lane mapping over hd
  *              columns).  out = O / l; lse = (m + log2 l) ln 2.  With STATS
- *              (the backward's first kernel) it writes lse and D = dy . out per
- *              row to the workspace instead of out.
+ *              it writes lse and D = dy . out per row to the workspace instead
+ *              of out: the backward's first kernel, only when the caller has
+ *              not kept the forward's out and lse (the trainers keep them; then
+ *              rt_cuda_attn.cu's attn_rowdot computes D from out and the
+ *              backward is the two kernels below).
  *   tc_bwd_kv  grid (T / 64 key tiles, B KV): dk, dv of 64 keys of one kv head,
  *              over every query of its H / KV query heads in tiles of QT rows
  *              (64; 16 for hd > 64, to stay within registers), causal: from
@@ -109,7 +112,8 @@ typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragC;
 struct TcArgs {
   const float *q, *k, *v, *dy;
   float *out, *lse;       /* forward (lse may be NULL) */
-  float *st_lse, *st_d;   /* backward statistics: [B, H, T] each */
+  float *st_lse, *st_d;   /* backward statistics: [B, H, T] each (st_lse only read when
+                             the caller passed the forward's: tc_fwd<.., true> is not run) */
   float *dqkv;
   int64_t H, KV;
   int T;
@@ -495,27 +499,29 @@ static int tc_launch(RtCuda *c, const char *op, K kern, dim3 grid, size_t bytes,
 }
 
 template <int HD>
-static int tc_run(RtCuda *c, const TcArgs &a, int64_t B, bool grad) {
+static int tc_run(RtCuda *c, const TcArgs &a, int64_t B, bool grad, bool kept) {
   typedef TcShape<HD> S;
   const unsigned tiles = (unsigned)((a.T + TC_TILE - 1) / TC_TILE);
   const dim3 gq(tiles, (unsigned)(B * a.H)), gkv(tiles, (unsigned)(B * a.KV));
   if (!grad) return tc_launch(c, "sdpa (tensor cores)", tc_fwd<HD, false>, gq, S::fwd, a);
-  if (tc_launch(c, "sdpa_grad (statistics, tensor cores)", tc_fwd<HD, true>, gq, S::fwd, a) ||
+  if ((!kept &&
+       tc_launch(c, "sdpa_grad (statistics, tensor cores)", tc_fwd<HD, true>, gq, S::fwd, a)) ||
       tc_launch(c, "sdpa_grad (dk, dv, tensor cores)", tc_bwd_kv<HD>, gkv, S::kv, a))
     return RT_ERR;
   return tc_launch(c, "sdpa_grad (dq, tensor cores)", tc_bwd_q<HD>, gq, S::dq, a);
 }
 
-static int tc_dispatch(RtCuda *c, const TcArgs &a, int64_t B, int64_t hd, bool grad) {
+static int tc_dispatch(RtCuda *c, const TcArgs &a, int64_t B, int64_t hd, bool grad,
+                       bool kept) {
   switch (hd) {
-  case 16: return tc_run<16>(c, a, B, grad);
-  case 32: return tc_run<32>(c, a, B, grad);
-  case 48: return tc_run<48>(c, a, B, grad);
-  case 64: return tc_run<64>(c, a, B, grad);
-  case 80: return tc_run<80>(c, a, B, grad);
-  case 96: return tc_run<96>(c, a, B, grad);
-  case 112: return tc_run<112>(c, a, B, grad);
-  case 128: return tc_run<128>(c, a, B, grad);
+  case 16: return tc_run<16>(c, a, B, grad, kept);
+  case 32: return tc_run<32>(c, a, B, grad, kept);
+  case 48: return tc_run<48>(c, a, B, grad, kept);
+  case 64: return tc_run<64>(c, a, B, grad, kept);
+  case 80: return tc_run<80>(c, a, B, grad, kept);
+  case 96: return tc_run<96>(c, a, B, grad, kept);
+  case 112: return tc_run<112>(c, a, B, grad, kept);
+  case 128: return tc_run<128>(c, a, B, grad, kept);
   default: return rt_fail("sdpa (tensor cores): head dimension %lld", (long long)hd);
   }
 }
@@ -539,15 +545,18 @@ int rt_cuda_sdpa_tc(RtCuda *c, float *out, float *lse, const float *q, const flo
                     const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
                     float scale, int causal) {
   TcArgs a = {q, k, v, NULL, out, lse, NULL, NULL, NULL, H, KV, (int)T, scale, causal != 0};
-  return tc_dispatch(c, a, B, hd, false);
+  return tc_dispatch(c, a, B, hd, false, false);
 }
 
+/* lse, d: the rows' statistics (the forward's lse, D = dy . out), or both NULL
+ * (then tc_fwd<.., true> computes them into the workspace). */
 int rt_cuda_sdpa_grad_tc(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
-                         const float *dy, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
-                         float scale, int causal) {
-  float *st = (float *)rt_cuda_ws(c, WS_ATTN, (size_t)(2 * B * H * T) * sizeof(float));
-  if (!st) return RT_ERR;
-  TcArgs a = {q, k, v, dy, NULL, NULL, st, st + B * H * T, dqkv, H, KV, (int)T, scale,
-              causal != 0};
-  return tc_dispatch(c, a, B, hd, true);
+                         const float *dy, const float *lse, const float *d, int64_t B, int64_t H,
+                         int64_t KV, int64_t T, int64_t hd, float scale, int causal) {
+  const bool kept = lse != NULL;
+  float *st = kept ? NULL : (float *)rt_cuda_ws(c, WS_ATTN, (size_t)(2 * B * H * T) * sizeof(float));
+  if (!kept && !st) return RT_ERR;
+  TcArgs a = {q, k, v, dy, NULL, NULL, kept ? (float *)lse : st,
+              kept ? (float *)d : st + B * H * T, dqkv, H, KV, (int)T, scale, causal != 0};
+  return tc_dispatch(c, a, B, hd, true, kept);
 }

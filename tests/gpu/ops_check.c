@@ -6,7 +6,9 @@
  *   gpu_ops_check            one table row per case; exit 0 iff all within tolerance
  *
  * Tolerance: relative L2 error (|gpu - cpu| / |cpu|) <= 1e-5 for fp32 (2e-5 for
- * the attention backward, whose sums run in another order).  Two ranks as
+ * the attention backward, whose sums run in another order).  The attention
+ * backward runs twice: as the trainers call it, from the GPU forward's out and
+ * lse (sdpa_grad), and recomputing them (sdpa_grad (recomputed)).  Two ranks as
  * threads on the one GPU (the host-staged backend) check the vocabulary-parallel
  * cross-entropy and embedding against the CPU's at two members.  The
  * cross-entropy gradients again in place (dlogits == logits, as parc's buffer
@@ -156,6 +158,7 @@ typedef struct {
   float scale;
   int causal;
   float *lse; /* NULL: not asked for */
+  int kept;   /* at_bwd passes the forward's out and lse (both computed by at_fwd) */
 } At;
 static int at_fwd(RtCuda *c, void *p) {
   At *x = p;
@@ -164,8 +167,9 @@ static int at_fwd(RtCuda *c, void *p) {
 }
 static int at_bwd(RtCuda *c, void *p) {
   At *x = p;
-  return rt_cuda_sdpa_grad(c, x->dqkv, x->q, x->k, x->v, x->dy, x->B, x->H, x->KV, x->T, x->hd,
-                           x->scale, x->causal);
+  return rt_cuda_sdpa_grad(c, x->dqkv, x->q, x->k, x->v, x->dy, x->kept ? x->out : NULL,
+                           x->kept ? x->lse : NULL, x->B, x->H, x->KV, x->T, x->hd, x->scale,
+                           x->causal);
 }
 static void check_attn(RtCuda *c, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
                        int causal) {
@@ -175,22 +179,26 @@ static void check_attn(RtCuda *c, int64_t B, int64_t H, int64_t KV, int64_t T, i
   float scale = 1.0f / sqrtf((float)hd);
   At x = {dev_copy(NULL, 4 * (size_t)nq), dev_copy(q, 4 * (size_t)nq), dev_copy(k, 4 * (size_t)nk),
           dev_copy(v, 4 * (size_t)nk), dev_copy(dy, 4 * (size_t)nq), dev_copy(NULL, 4 * (size_t)ng),
-          B, H, KV, T, hd, scale, causal, NULL};
+          B, H, KV, T, hd, scale, causal, dev_copy(NULL, 4 * (size_t)(B * H * T)), 0};
   char shape[96];
   snprintf(shape, sizeof shape, "B%lld H%lld KV%lld T%lld hd%lld%s", (long long)B, (long long)H,
            (long long)KV, (long long)T, (long long)hd, causal ? " causal" : "");
   double fl = 4.0 * B * H * T * T * hd * (causal ? 0.5 : 1.0);
   rt_sdpa(ref, NULL, q, k, v, B, H, KV, T, hd, scale, causal);
-  double err = at_fwd(c, &x) ? INFINITY : 0;
+  double err = at_fwd(c, &x) ? INFINITY : 0; /* leaves out and lse for the kept backward */
   to_host(got, x.out, 4 * (size_t)nq);
   if (err == 0) err = rel_l2(got, ref, nq);
   row("sdpa", shape, err, 1e-5, time_op(c, at_fwd, &x, 5), fl, 0);
-  rt_sdpa_grad(ref, q, k, v, dy, B, H, KV, T, hd, scale, causal);
-  err = at_bwd(c, &x) ? INFINITY : 0;
-  to_host(got, x.dqkv, 4 * (size_t)ng);
-  if (err == 0) err = rel_l2(got, ref, ng);
-  row("sdpa_grad", shape, err, 2e-5, time_op(c, at_bwd, &x, 5), 2.5 * fl, 0);
+  rt_sdpa_grad(ref, q, k, v, dy, NULL, NULL, B, H, KV, T, hd, scale, causal);
+  for (x.kept = 1; x.kept >= 0; x.kept--) {
+    err = at_bwd(c, &x) ? INFINITY : 0;
+    to_host(got, x.dqkv, 4 * (size_t)ng);
+    if (err == 0) err = rel_l2(got, ref, ng);
+    row(x.kept ? "sdpa_grad" : "sdpa_grad (recomputed)", shape, err, 2e-5,
+        time_op(c, at_bwd, &x, 5), 2.5 * fl, 0);
+  }
   cudaFree(x.out), cudaFree(x.q), cudaFree(x.k), cudaFree(x.v), cudaFree(x.dy), cudaFree(x.dqkv);
+  cudaFree(x.lse);
   free(q), free(k), free(v), free(dy), free(ref), free(got);
 }
 
@@ -219,7 +227,7 @@ static void check_attn_bf16(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_
   float scale = 1.0f / sqrtf((float)hd);
   At x = {dev_copy(NULL, 4 * (size_t)nq), dev_copy(q, 4 * (size_t)nq), dev_copy(k, 4 * (size_t)nk),
           dev_copy(v, 4 * (size_t)nk), dev_copy(dy, 4 * (size_t)nq), dev_copy(NULL, 4 * (size_t)ng),
-          B, H, KV, T, hd, scale, causal, dev_copy(NULL, 4 * (size_t)nl)};
+          B, H, KV, T, hd, scale, causal, dev_copy(NULL, 4 * (size_t)nl), 0};
   char shape[96];
   snprintf(shape, sizeof shape, "B%lld H%lld KV%lld T%lld hd%lld%s", (long long)B, (long long)H,
            (long long)KV, (long long)T, (long long)hd, causal ? " causal" : "");
@@ -234,16 +242,19 @@ static void check_attn_bf16(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_
       err = isnan(lgot[i]) ? INFINITY : fmax(err, fabs((double)lgot[i] - (double)lref[i]));
   } else fprintf(stderr, "%s\n", rt_last_error());
   row("sdpa (bf16 tc)", shape, err, 2e-2, time_op(cb, at_fwd, &x, 5), fl, 0);
-  rt_sdpa_grad(ref, q, k, v, dy, B, H, KV, T, hd, scale, causal);
-  err = at_bwd(cb, &x) ? INFINITY : 0;
-  if (err == 0) {
-    int64_t C = H + 2 * KV;
-    to_host(got, x.dqkv, 4 * (size_t)ng);
-    err = fmax(rel_max(got, ref, B, C, 0, H, T * hd),
-               fmax(rel_max(got, ref, B, C, H, H + KV, T * hd),
-                    rel_max(got, ref, B, C, H + KV, C, T * hd)));
-  } else fprintf(stderr, "%s\n", rt_last_error());
-  row("sdpa_grad (bf16 tc)", shape, err, 2e-2, time_op(cb, at_bwd, &x, 5), 2.5 * fl, 0);
+  rt_sdpa_grad(ref, q, k, v, dy, NULL, NULL, B, H, KV, T, hd, scale, causal);
+  for (x.kept = 1; x.kept >= 0; x.kept--) { /* x.out, x.lse: the tc forward's */
+    err = at_bwd(cb, &x) ? INFINITY : 0;
+    if (err == 0) {
+      int64_t C = H + 2 * KV;
+      to_host(got, x.dqkv, 4 * (size_t)ng);
+      err = fmax(rel_max(got, ref, B, C, 0, H, T * hd),
+                 fmax(rel_max(got, ref, B, C, H, H + KV, T * hd),
+                      rel_max(got, ref, B, C, H + KV, C, T * hd)));
+    } else fprintf(stderr, "%s\n", rt_last_error());
+    row(x.kept ? "sdpa_grad (bf16 tc)" : "sdpa_grad (bf16 tc, recomputed)", shape, err, 2e-2,
+        time_op(cb, at_bwd, &x, 5), 2.5 * fl, 0);
+  }
   cudaFree(x.out), cudaFree(x.q), cudaFree(x.k), cudaFree(x.v), cudaFree(x.dy), cudaFree(x.dqkv);
   cudaFree(x.lse);
   free(q), free(k), free(v), free(dy), free(ref), free(got), free(lref), free(lgot);

@@ -92,6 +92,33 @@ int main(void) {
   mm->inputs[1] = m->nodes[1]; /* matmul of f32 by an i32 input */
   expect("operand type", m, "must be f32"), checks++;
 
+  /* sdpa_grad's fifth operand is the sdpa of its q, k, v (its buffer holds lse
+   * after out: B H T extra floats, none for other ops) */
+  for (int bad = 0; bad < 3; bad++) {
+    m = ir_module_new("t");
+    int64_t s4[4] = {2, 4, 8, 16}, kv4[4] = {2, 2, 8, 16};
+    IrNode *q = leaf(m, IR_OP_INPUT, "q", IR_F32, 4, s4);
+    IrNode *k = leaf(m, IR_OP_INPUT, "k", IR_F32, 4, kv4);
+    IrNode *v = leaf(m, IR_OP_INPUT, "v", IR_F32, 4, kv4);
+    IrNode *dy = leaf(m, IR_OP_INPUT, "dy", IR_F32, 4, s4);
+    IrNode *y = ir_add(m, IR_OP_ATTENTION, (IrNode *[]){q, k, v}, 3);
+    y->ia[0] = 1, y->fa = 0.25;
+    IrNode *other = ir_add(m, IR_OP_ATTENTION, (IrNode *[]){q, v, k}, 3);
+    other->ia[0] = 1, other->fa = 0.25;
+    char why[256];
+    checks++;
+    if (!ir_infer(y, why, sizeof why) || !ir_infer(other, why, sizeof why) ||
+        ir_aux_numel(y) != 2 * 4 * 8 || ir_buf_numel(y) != 2 * 4 * 8 * 17 || ir_aux_numel(q))
+      printf("FAIL sdpa's lse: aux %lld\n", (long long)ir_aux_numel(y)), failures++;
+    IrNode *g = ir_add(m, IR_OP_ATTENTION_GRAD,
+                       (IrNode *[]){q, k, v, dy, bad == 1 ? other : bad == 2 ? dy : y}, 5);
+    g->ia[0] = 1, g->fa = 0.25;
+    g->dtype = IR_F32, g->rank = 4;
+    memcpy(g->shape, (int64_t[]){2, 8, 8, 16}, sizeof(int64_t) * 4);
+    expect(bad ? "sdpa_grad of another sdpa" : "sdpa_grad", m,
+           bad ? "fifth operand must be the sdpa of q, k, v" : NULL), checks++;
+  }
+
   printf("%d passed, %d failed\n", checks - failures, failures);
   return failures != 0;
 }

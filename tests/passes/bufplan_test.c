@@ -253,6 +253,14 @@ int main(int argc, char **argv) {
     check_plan(m, NULL, NULL, NULL, NULL, argv[i]);
     BufPlan p;
     bufplan_build(m, NULL, NULL, NULL, &p);
+    /* an sdpa's buffer holds its lse [B, H, T] after out [B, H, T, hd] */
+    for (int k = 0; k < m->nnodes; k++) {
+      const IrNode *n = m->nodes[k];
+      if (n->op != IR_OP_ATTENTION) continue;
+      checks++;
+      int64_t want = 4 * n->shape[0] * n->shape[1] * n->shape[2] * (n->shape[3] + 1);
+      if (p.size[k] < want) fail(argv[i], "an sdpa buffer has no room for its lse");
+    }
     int64_t total = 0;
     for (int k = 0; k < m->nnodes; k++) total += p.offset[k] >= 0 ? p.size[k] : 0;
     checks++;

@@ -36,6 +36,15 @@ int ref_op(IrOp op, const RefArg *args, int nargs, int64_t ia0, int64_t ia1, int
     n->name = arena_printf(&m->arena, "in%d", k);
     n->shard_dim = -1;
   }
+  if (op == IR_OP_ATTENTION_GRAD && nargs == 4) { /* its fifth operand: sdpa of the first three */
+    in[4] = ir_add(m, IR_OP_ATTENTION, in, 3);
+    in[4]->ia[0] = ia0, in[4]->fa = fa;
+    if (!ir_infer(in[4], why, len)) {
+      ir_module_free(m);
+      return -1;
+    }
+    nargs = 5;
+  }
   IrNode *y = ir_add(m, op, in, nargs);
   y->ia[0] = ia0, y->ia[1] = ia1, y->ia[2] = ia2;
   y->fa = fa;
@@ -44,7 +53,7 @@ int ref_op(IrOp op, const RefArg *args, int nargs, int64_t ia0, int64_t ia1, int
     return -1;
   }
   IrInterp *it = ir_interp_new(m);
-  for (int k = 0; k < nargs; k++) {
+  for (int k = 0; k < nargs && in[k]->op == IR_OP_INPUT; k++) {
     int64_t n = ir_numel(in[k]);
     for (int64_t e = 0; e < n; e++) {
       if (args[k].dtype == IR_I32) it->i[k][e] = args[k].i[e];

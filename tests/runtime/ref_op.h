@@ -35,7 +35,8 @@ RefArg ref_i32(const int32_t *p, int rank, const int64_t *shape);
 #define RF(p, ...) ref_f32(p, RSHAPE(__VA_ARGS__))
 #define RI(p, ...) ref_i32(p, RSHAPE(__VA_ARGS__))
 
-/* Evaluates op(args) with integer attributes ia0..ia2 and float attribute fa.
+/* Evaluates op(args) with integer attributes ia0..ia2 and float attribute fa
+ * (sdpa_grad takes q, k, v, dy: its fifth operand, their sdpa, is added here).
  * Returns 0 with *out filled, or -1 with the checker's or interpreter's one-line
  * reason in why (a bad shape, an index out of range). */
 int ref_op(IrOp op, const RefArg *args, int nargs, int64_t ia0, int64_t ia1, int64_t ia2,

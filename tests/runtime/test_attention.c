@@ -5,8 +5,9 @@
  * scores large enough to overflow exp without the max shift (held to 1e-4: a score
  * of size S carries S * 2^-24 of float rounding into exp, so the relative error of
  * p, and of the gradient, grows with S; at |S| ~ 200 it is ~1e-5); the lse output
- * against logsumexp in double; the same bits for 1, 2 and 3 pool threads;
- * argument errors. */
+ * against logsumexp in double; the backward from the forward's out and lse (the
+ * trainers' call) gives the same bits as the one that recomputes them; the same
+ * bits for 1, 2 and 3 pool threads; argument errors. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,8 +87,12 @@ static void run_case(TRng *rng, const Case *c, int causal) {
   report_err("sdpa", c, causal, rel_l2(out, fwd.f, nq));
   report_err("sdpa lse", c, causal, lse_err(lse, q, k, c, scale, causal));
 
-  CHECK_OK(rt_sdpa_grad(g, q, k, v, dy, B, H, KV, T, hd, scale, causal));
+  CHECK_OK(rt_sdpa_grad(g, q, k, v, dy, out, lse, B, H, KV, T, hd, scale, causal));
   report_err("sdpa_grad", c, causal, rel_l2(g, bwd.f, ng));
+  float *g2 = malloc(sizeof(float) * (size_t)ng);
+  CHECK_OK(rt_sdpa_grad(g2, q, k, v, dy, NULL, NULL, B, H, KV, T, hd, scale, causal));
+  CHECK(memcmp(g, g2, sizeof(float) * (size_t)ng) == 0); /* kept == recomputed statistics */
+  free(g2);
   /* Each part on its own (dk and dv are smaller than dq when H > KV). */
   static const char *part[3] = {"sdpa_grad dq", "sdpa_grad dk", "sdpa_grad dv"};
   int64_t lo[3] = {0, H, H + KV}, hi[3] = {H, H + KV, H + 2 * KV}, C = H + 2 * KV;
@@ -135,8 +140,10 @@ static void test_determinism(void) {
     CHECK_OK(rt_pool_init(t + 1));
     out[t] = malloc(sizeof(float) * (size_t)nq);
     g[t] = malloc(sizeof(float) * (size_t)ng);
-    CHECK_OK(rt_sdpa(out[t], NULL, q, k, v, B, H, KV, T, HD, 0.25f, 1));
-    CHECK_OK(rt_sdpa_grad(g[t], q, k, v, dy, B, H, KV, T, HD, 0.25f, 1));
+    float *lse = malloc(sizeof(float) * (size_t)(B * H * T));
+    CHECK_OK(rt_sdpa(out[t], lse, q, k, v, B, H, KV, T, HD, 0.25f, 1));
+    CHECK_OK(rt_sdpa_grad(g[t], q, k, v, dy, out[t], lse, B, H, KV, T, HD, 0.25f, 1));
+    free(lse);
   }
   for (int t = 1; t < 3; t++) {
     CHECK(memcmp(out[0], out[t], sizeof(float) * (size_t)nq) == 0);
@@ -150,8 +157,11 @@ static void test_errors(void) {
   float x[64] = {0};
   CHECK_FAILS(rt_sdpa(x, NULL, x, x, x, 1, 3, 2, 2, 2, 1, 0), "3 query heads are not a multiple");
   CHECK_FAILS(rt_sdpa(NULL, NULL, x, x, x, 1, 1, 1, 2, 2, 1, 0), "sdpa: NULL output");
-  CHECK_FAILS(rt_sdpa_grad(x, x, x, x, NULL, 1, 1, 1, 2, 2, 1, 0), "sdpa_grad: NULL dy");
-  CHECK_FAILS(rt_sdpa_grad(x, x, x, x, x, 1, 1, 1, 0, 2, 1, 0), "T 0");
+  CHECK_FAILS(rt_sdpa_grad(x, x, x, x, NULL, NULL, NULL, 1, 1, 1, 2, 2, 1, 0),
+              "sdpa_grad: NULL dy");
+  CHECK_FAILS(rt_sdpa_grad(x, x, x, x, x, NULL, NULL, 1, 1, 1, 0, 2, 1, 0), "T 0");
+  CHECK_FAILS(rt_sdpa_grad(x, x, x, x, x, x, NULL, 1, 1, 1, 2, 2, 1, 0),
+              "forward's lse is NULL but not its out");
   CHECK_FAILS(rt_sdpa(x, NULL, x, x, x, (int64_t)1 << 40, 1, 1, (int64_t)1 << 40, 2, 1, 0),
               "too large");
 }
