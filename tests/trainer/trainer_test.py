@@ -75,18 +75,20 @@ CASE is one of:
                              embedding held by the first and last stage) and llama_tiny
                              at pp 2 x dp 2, pp 2 x tp 2 x dp 2, pp 2 x dp 4 (1f1b and
                              gpipe), zb, interleaved, pp 4 x dp 2, with several gather
-                             buckets per stage, equal one rank (20-step losses 1e-4,
-                             step-1 gradients 1e-5 relative L2, grad norm 1e-3); a
-                             rank's optimizer state per stage is the --zero 0
-                             trainer's / dp (plus padding); per stage one dp
-                             reduce-scatter per gradient held and several all-gathers
-                             in plan.json, and train --trace's reduce-scatters move
-                             what plan.json counts; checkpoints pp 2 x dp 2 zero -> one rank and one
-                             rank -> pp 2 x tp 2 x dp 2 zero resume; --save-weights
-                             after 20 steps within 1e-3 of one rank's; moe_tiny (microbatches 2, dropless) at
-                             dp 2 (a one-stage pipeline), pp 2 x dp 2, pp 2 x dp 4 ep 2
-                             and pp 2 x tp 2 x dp 2 ep 2 equals one rank; mpirun
-                             equals threads
+                             buckets per stage, and SGD with momentum at pp 2 x dp 2,
+                             equal one rank (20-step losses 1e-4, step-1 gradients 1e-5
+                             relative L2, grad norm 1e-3); a rank's optimizer state per
+                             stage is the --zero 0 trainer's / dp (plus padding); per
+                             stage one dp reduce-scatter per gradient held and several
+                             all-gathers in plan.json, and train --trace's
+                             reduce-scatters move what plan.json counts; checkpoints
+                             pp 2 x dp 2 zero -> one rank and one rank -> pp 2 x tp 2 x
+                             dp 2 zero resume; --save-weights after 20 steps within
+                             1e-3 of one rank's (AdamW on near-zero biases amplifies
+                             rounding: the --zero 0 pipeline is 4e-4 away); moe_tiny
+                             (microbatches 2, dropless) at dp 2 (a one-stage
+                             pipeline), pp 2 x dp 2, pp 2 x dp 4 ep 2 and pp 2 x tp 2 x
+                             dp 2 ep 2 equals one rank; mpirun equals threads
   mesh_gpt2, mesh_llama      trainers for every tp x dp with tp, dp in {1, 2, 4} and
                              tp*dp <= 8 train the same model as one rank from the
                              same seed: 20 steps, losses within 1e-4 relative,
@@ -119,9 +121,11 @@ def run(cmd, **kw):
         sys.exit(f"FAIL: {' '.join(cmd)} exited {r.returncode}\n{r.stdout[-3000:]}{r.stderr[-3000:]}")
     return r
 
-def build(model, defines, name, extra=()):
+def build(model, defines, name, extra=(), path=None):
+    """Compiles examples/MODEL.dsl (or the file at path) into work/NAME and builds it."""
     out = os.path.join(work, name)
-    run([parc, os.path.join(src, "examples", model + ".dsl"), "-o", out, *defines, *extra])
+    path = path or os.path.join(src, "examples", model + ".dsl")
+    run([parc, path, "-o", out, *defines, *extra])
     run(["cmake", "-S", out, "-B", out + "/build", "-DTRAIN_WERROR=ON"])
     r = run(["cmake", "--build", out + "/build"])
     if "warning" in r.stdout + r.stderr:
@@ -1131,6 +1135,25 @@ elif case == "mesh_pp_zero":
         if e > 1e-3:
             sys.exit(f"FAIL {model} --save-weights under pp 2 x dp 4 zero: {name} differs by "
                      f"{e:.2e} (relative L2) from one rank's")
+    # SGD with momentum (its momentum_buffer in pieces): gpt2_tiny at pp 2 x dp 2
+    sgd = os.path.join(work, "gpt2_sgd.dsl")
+    text = open(os.path.join(src, "examples", "gpt2_tiny.dsl")).read()
+    adamw = "optimizer = adamw(beta1 = 0.9, beta2 = 0.95, wd = 0.1)"
+    if adamw not in text:
+        sys.exit("FAIL: examples/gpt2_tiny.dsl's optimizer line changed; update this test")
+    open(sgd, "w").write(text.replace(adamw, "optimizer = sgd(momentum = 0.9, wd = 0.1)"))
+    defines = GPT2 + pp_dims + ["-D", "d=34", "-D", "heads=2"]
+    one = build("gpt2_sgd", defines, "sgd_r1", path=sgd)
+    gs1 = os.path.join(work, "sgd_grads_r1.safetensors")
+    ref = train(one, *const, "--save-grads", gs1)
+    exe = build("gpt2_sgd", defines, "sgd_pp2_d2_z", ["--pp", "2", "--dp", "2", "--zero", "1",
+                                                      "--bucket-mb", "0.01"], path=sgd)
+    if "momentum_buffer" not in open(os.path.join(work, "sgd_pp2_d2_z", "train.c")).read():
+        sys.exit("FAIL: the SGD trainer keeps no momentum buffer")
+    gs = os.path.join(work, "sgd_grads_z.safetensors")
+    wl, wg = equals_one_rank("sgd pp 2 x dp 2 zero", train(exe, *const, "--save-grads", gs), ref,
+                             gs1, gs)
+    worst, worst_grad = max(worst, wl), max(worst_grad, wg)
     # MoE (microbatches 2, dropless): the one-stage pipeline at dp 2, pp 2 x dp 2, and
     # experts over ep (their pieces over ep_dp; whole where ep == dp)
     defines = MOE + ["-D", "capacity=0.0", "-D", "microbatches=2", "-D", "batch=8"]
@@ -1149,7 +1172,8 @@ elif case == "mesh_pp_zero":
     if mpi_equals_threads("gpt2 pp 2 x dp 2 zero", os.path.join(
             work, "gpt2_tiny_pp2_1f1b_m2_t1_d2_z", "build", "train"), 4, const):
         note = "mpirun -np 4 equals 4 threads bit for bit (pp 2 x dp 2 zero)"
-    print(f"--zero 1 in pipelines: {2 * len(layouts)} gpt2/llama layouts and 4 MoE ones equal "
+    print(f"--zero 1 in pipelines: {2 * len(layouts)} gpt2/llama layouts, SGD at pp 2 x dp 2 "
+          f"and 4 MoE layouts equal "
           f"one rank (worst loss difference {worst:.1e}, step-1 gradients {worst_grad:.1e} "
           f"relative L2); {'; '.join(notes)}; checkpoints pp 2 x dp 2 zero -> 1 and 1 -> "
           f"pp 2 x tp 2 x dp 2 zero resume; --save-weights within {worst_w:.1e} of one rank's; "
