@@ -1106,6 +1106,24 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
     nexpert++;
   }
   fprintf(f, "%s};\n\n", nexpert ? "\n" : "0");
+  /* ZeRO-1: every parameter with a gradient, reduce-scattered over its group
+   * (rt_pipe_step; the GPU trainer's step all-reduces the accumulator instead,
+   * its optimizer taking the same pieces) */
+  int zero = m->mesh_zero > 1 && !e->hooks, ngrads = 0;
+  if (zero) {
+    fprintf(f, "/* ZeRO-1: the parameters' gradients, each reduce-scattered over its group: "
+               "numel, group (1 dp, 3 ep_dp), then per stage its offset in that stage's "
+               "accumulator, -1 where not held. */\nstatic const int64_t pp_grads[] = {");
+    for (int i = 0; i < m->nnodes; i++) {
+      const IrNode *p = m->nodes[i];
+      if (p->op != IR_OP_PARAM || !p->grad) continue;
+      fprintf(f, "\n    %" PRId64 ", %d,", ir_numel(p), ep_sharded(p) ? 3 : 1);
+      for (int s = 0; s < P; s++) fprintf(f, " %" PRId64 ",", pp->stage_offset[s][i]);
+      fprintf(f, " /* %s */", p->name);
+      ngrads++;
+    }
+    fprintf(f, "%s};\n\n", ngrads ? "\n" : "0");
+  }
 
   /* the schedule: one action list per stage */
   static const char *const kind[] = {"RT_PIPE_F", "RT_PIPE_B", "RT_PIPE_W", "RT_PIPE_SEND_ACT",
@@ -1149,6 +1167,10 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
   fprintf(f, "static const RtPipeFn optimizer[] = {");
   for (int s = 0; s < P; s++) fprintf(f, "%soptimizer_%d", s ? ", " : "", s);
   fprintf(f, "};\n");
+  char zbuf[96] = "";
+  if (zero)
+    snprintf(zbuf, sizeof zbuf, "    .zero = %d, .ngrads = %d, .grads = pp_grads,\n",
+             m->mesh_zero, ngrads);
   int64_t mb_tokens = 0;
   for (int i = 0; i < m->nnodes; i++)
     if (m->nodes[i]->op == IR_OP_INPUT && !strcmp(m->nodes[i]->name, "tokens"))
@@ -1160,11 +1182,12 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
              ",\n"
              "    .nshared = %d, .shared = pp_shared, .shared_max = %" PRId64 ",\n"
              "    .nexpert = %d, .expert = pp_expert,\n"
+             "%s"
              "    .nactions = nactions, .actions = actions, .nact = nact, .act = act,\n"
              "    .ngrad = ngrad, .grad = grad, .fwd = fwd, .bwd = bwd, .wgt = wgt,\n"
              "    .optimizer = optimizer,\n};\n\n%s\n",
           pp_schedule_name[sc->kind], P, C, pp->microbatches, pp->slots, pp->split_w,
-          ROUND64(slot_bytes), mb_tokens, nshared, pp->shared_numel_max, nexpert,
+          ROUND64(slot_bytes), mb_tokens, nshared, pp->shared_numel_max, nexpert, zbuf,
           e->hooks ? e->hooks->step
                    : "static int step(RtStepIO *io) { return rt_pipe_step(io, &pipe); }\n");
   free(slp);

@@ -89,7 +89,8 @@ static void usage(FILE *out) {
           "                         64; N in [1, 4096]\n"
           "      --zero 0|1         ZeRO stage: 1 shards the optimizer state over the dp ranks\n"
           "                         (reduce-scatter gradients, update the rank's piece,\n"
-          "                         all-gather parameters); a no-op with dp 1 (default 0)\n"
+          "                         all-gather parameters; with --pp, each stage its own\n"
+          "                         after the microbatches); a no-op with dp 1 (default 0)\n"
           "      --bucket-mb X      MiB of gradient per bucket of the dp reduction, each\n"
           "                         bucket one collective issued as soon as it is complete in\n"
           "                         the backward pass (default 25)\n"
@@ -490,9 +491,22 @@ static IrModule *pipe_module(Program *prog, const Options *o, const IrModule *m,
   popt.start_after = "dce"; /* autodiff; then, past dp_grads, the optimizer */
   popt.stop_after = "autodiff";
   if (!rc && pass_run_all(r, &popt)) rc = -1;
+  /* ZeRO-1: the optimizer takes the rank's piece of each accumulated gradient
+   * and gathers each stage's parameters apart (passes/optimizer.c) */
+  r->grads_whole = 1;
+  r->mesh_zero = o->lay.zero >= 1 && o->lay.dp > 1 ? o->lay.dp : 0;
+  r->dp_bucket_bytes = o->bucket_bytes;
+  uint64_t *stages = r->mesh_zero ? arena_alloc(&r->arena, sizeof *stages * (size_t)(r->nnodes + 1))
+                                  : NULL;
+  if (!rc && stages && pp_param_stages(r, &plan->st, stages)) {
+    snprintf(why, len, "internal error: the pipeline's parameter stages");
+    rc = -1;
+  }
+  r->opt_stages = stages;
   popt.start_after = "dp_grads";
   popt.stop_after = NULL;
   if (!rc && pass_run_all(r, &popt)) rc = -1;
+  r->opt_stages = NULL; /* (its ids are the optimizer's input's) */
   if (!rc && pass_pp_split(r, plan, pp, why, len)) rc = -1;
   char vwhy[384];
   if (!rc && ir_verify(r, vwhy, sizeof vwhy)) {
@@ -633,11 +647,7 @@ int main(int argc, char **argv) {
   if (o.emit && !strcmp(o.emit, "trace")) cg_timeline_trace(stdout, m->name, &pipe);
   if (o.outdir && (o.lay.pp > 1 || pipe1)) {
     char why[512] = "";
-    if (o.lay.zero >= 1 && o.lay.dp > 1)
-      snprintf(why, sizeof why, "-o with %s and --zero 1: the pipelined trainer does not shard "
-               "the optimizer state yet; use --zero 0", pipe1 ? "microbatches above 1 (MoE "
-               "accumulates gradients over them)" : "--pp above 1");
-    else if (!(tm = pipe_module(&prog, &o, m, &pipe, &stage_prog, why, sizeof why)) && !why[0])
+    if (!(tm = pipe_module(&prog, &o, m, &pipe, &stage_prog, why, sizeof why)) && !why[0])
       snprintf(why, sizeof why, "internal error: the pipelined trainer");
     if (why[0]) {
       cg_report(rep, m, &o.lay, &cost);
@@ -648,8 +658,7 @@ int main(int argc, char **argv) {
     /* what the trainer's ranks communicate: its microbatch module's collectives
      * M times, the step's once (the whole-batch module counted above is not run) */
     pipe_comm(&o, m, tm, &stage_prog, &cost);
-  } else if (!o.outdir && (o.lay.pp > 1 || routed_mb) && !(o.lay.zero >= 1 && o.lay.dp > 1) &&
-             ranks > 1) {
+  } else if (!o.outdir && (o.lay.pp > 1 || routed_mb) && ranks > 1) {
     /* the report alone: the same trainer's communication, its module then freed */
     char why[512] = "";
     PpProgram pp = {0};

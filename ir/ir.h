@@ -229,6 +229,16 @@ typedef struct {
                               collectives as blocking calls; 0: started where
                               they stand and waited for where their result is
                               first read (codegen/host.h cg_async_waits) */
+  int grads_whole;         /* a pipelined trainer's module (passes/pp_split.c):
+                              p->grad stays the whole gradient, which the
+                              trainer accumulates over the microbatches and
+                              reduces over dp itself (runtime/rt_pipe.h); under
+                              ZeRO-1 the optimizer takes the rank's piece of it
+                              (flat_shard) instead of reading a piece */
+  const uint64_t *opt_stages; /* a pipelined trainer's module, before the
+                              optimizer: per node id, a PARAM's pipeline stages
+                              (pp_param_stages), else NULL.  ZeRO-1's gather
+                              buckets hold parameters of one set of stages */
   IrNode *grad_norm;       /* after pass_optimizer: the global gradient norm
                               before clipping (logged); NULL before, or when
                               no parameter has a gradient */

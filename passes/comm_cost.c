@@ -87,6 +87,16 @@ static void grad_reduction(CommCost *c, const IrModule *m, const PpProgram *pp,
                            const Layout *lay, int s) {
   int dp = lay->dp, ep_dp = lay->ep > 1 ? lay->dp / lay->ep : 1, n = 0;
   int64_t gn = pp->stage_params_numel[s];
+  if (lay->zero >= 1 && dp > 1) { /* ZeRO-1: each held gradient reduce-scattered */
+    for (int i = 0; i < m->nnodes; i++) {
+      const IrNode *p = m->nodes[i];
+      if (p->op != IR_OP_PARAM || !p->grad || pp->stage_offset[s][i] < 0) continue;
+      int e = ep_sharded(p);
+      if (e ? ep_dp > 1 : 1)
+        add(c, e ? 3 : 1, COMM_REDUCE_SCATTER, e ? ep_dp : dp, 4.0 * (double)ir_numel(p), 1);
+    }
+    return;
+  }
   int64_t *r = malloc(sizeof(int64_t) * 2 * ((size_t)m->nnodes + 1)); /* [offset, numel] */
   if (!r || dp < 2) {
     free(r);
@@ -149,14 +159,17 @@ void comm_analyze_pipe(const IrModule *m, const PpProgram *pp, const Layout *lay
     count_node(c, n, 1);
   }
   grad_reduction(c, m, pp, lay, stage);
-  /* parameters several stages hold: every holder sends its part to the others */
+  /* parameters several stages hold: every holder sends its part to the others
+   * (under ZeRO-1 its piece: dp rank 0's, the largest) */
+  int zdp = lay->zero >= 1 && lay->dp > 1 ? lay->dp : 1;
   for (int i = 0; P > 1 && i < m->nnodes; i++) {
     uint64_t h = pp->holders[i];
     if (m->nodes[i]->op != IR_OP_PARAM || !(h & (h - 1)) || !(h >> stage & 1)) continue;
+    int64_t n = (ir_numel(m->nodes[i]) + zdp - 1) / zdp;
     for (int k = 0; k < P; k++)
       if (k != stage && (h >> k & 1)) {
-        add(c, 4, COMM_SEND, P, 4.0 * (double)ir_numel(m->nodes[i]), 1);
-        add(c, 4, COMM_RECV, P, 4.0 * (double)ir_numel(m->nodes[i]), 1);
+        add(c, 4, COMM_SEND, P, 4.0 * (double)n, 1);
+        add(c, 4, COMM_RECV, P, 4.0 * (double)n, 1);
       }
   }
   if (P > 1) add(c, 4, COMM_ALL_REDUCE, P, 4.0 * 2, 1); /* the loss and ce_loss */

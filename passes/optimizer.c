@@ -88,7 +88,19 @@
  * are updated whole, as without ZeRO.  Their sumsq is one more term of u
  * (whole over tp, like a replicated one): the dp ranks hold every (ep,
  * ep_dp) coordinate pair once, so the all_reduce over dp counts every
- * expert element once, with no ep or ep_dp collective of its own. */
+ * expert element once, with no ep or ep_dp collective of its own.
+ *
+ * ZeRO-1 in a pipelined trainer (m->grads_whole: no pass_dp_grads; the
+ * trainer accumulates p->grad whole over the microbatches and sums it over
+ * dp, or ep_dp, itself, runtime/rt_pipe.h): the rank's piece of the mean
+ * gradient is g = flat_shard(p->grad) over the same group as x, taken twice
+ * (one copy for the norm's sumsq, one for the update: passes/pp_split.c runs
+ * the norm's per-parameter values on a parameter's lowest holder alone, the
+ * update on every holder).  There the sumsq of every parameter precedes the
+ * partial sums that add them (one sum over pp for all of them, pp_split.c's
+ * shared scalar adds).  The gather buckets never mix parameters of
+ * different pipeline stage sets (m->opt_stages), so each stage gathers its
+ * own parameters, over its own dp group. */
 #include <stdarg.h>
 #include <string.h>
 
@@ -174,7 +186,7 @@ static IrNode *state(Opt *o, IrNode *p, const char *key) {
   int z = ir_zero_pieces(o->m, p);
   if (z > 1) {
     n->rank = 1;
-    n->shape[0] = ir_numel(p->grad);
+    n->shape[0] = (ir_numel(p) + z - 1) / z; /* the gradient's piece */
     n->flat_shards = z;
   }
   n->name = arena_printf(&o->m->arena, "%s.%s", p->name, key);
@@ -222,6 +234,7 @@ typedef struct {
   int64_t cap, bytes;
   IrNode **ps;        /* the bucket: parameter, new piece, ... */
   int n;
+  uint64_t stages;    /* a pipeline's: the bucket's parameters' stages */
 } Gather;
 
 /* One all_gather over the bucket's pieces laid side by side, [1, S] ->
@@ -251,11 +264,23 @@ static void gather_flush(Opt *o, Gather *g) {
 
 static void gather_add(Opt *o, Gather *g, IrNode *p, IrNode *piece) {
   if (!piece) return;
+  uint64_t st = g->m->opt_stages ? g->m->opt_stages[p->id] : 0;
+  if (g->n && st != g->stages) gather_flush(o, g); /* never across pipeline stages */
+  g->stages = st;
   g->ps[2 * g->n] = p;
   g->ps[2 * g->n + 1] = piece;
   g->n++;
   g->bytes += 4 * ir_numel(piece) * g->dp;
   if (g->bytes >= g->cap) gather_flush(o, g);
+}
+
+/* What the update reads of p's gradient: p->grad, or in a pipelined
+ * trainer under ZeRO-1 (m->grads_whole) the rank's piece of it, a new node
+ * on each call (head comment). */
+static IrNode *piece_of_grad(Opt *o, IrNode *p) {
+  int z = ir_zero_pieces(o->m, p);
+  if (!o->m->grads_whole || z <= 1) return p->grad;
+  return op_ia(o, IR_OP_FLAT_SHARD, (IrNode *[]){p->grad}, 1, ep_sharded(p) ? 3 : 1, z, 0);
 }
 
 /* The hyper-parameters, read and checked once. */
@@ -368,12 +393,14 @@ int pass_optimizer(IrModule *m) {
   IrNode *lr = scalar_input(&o, "lr"), *step = scalar_input(&o, "step");
   IrNode **sq = arena_alloc(&m->arena, sizeof(IrNode *) * (size_t)nparams);
   IrNode *sharded = NULL; /* the local sum of the sharded gradients' sumsq */
+  IrNode **ssq = arena_alloc(&m->arena, sizeof(IrNode *) * (size_t)nparams);
+  int nss = 0; /* a pipeline's sharded sumsq, added after the loop */
   int k = nsharded ? 1 : 0; /* sq[0]: their all_reduce, filled below */
   for (int i = 0; i < nfwd; i++) {
     IrNode *p = m->nodes[i];
     if (!p->grad) continue;
     o.at = p;
-    IrNode *s = op1(&o, IR_OP_SUMSQ, p->grad, 0, 0);
+    IrNode *s = op1(&o, IR_OP_SUMSQ, piece_of_grad(&o, p), 0, 0);
     if (ep_sharded(p) && !zero) { /* the rank's experts: summed over the ep group (axis 2) */
       o.at = NULL;
       sq[k++] = op_ia(&o, IR_OP_ALL_REDUCE, (IrNode *[]){s}, 1, 2, p->shard_degree, 0);
@@ -383,10 +410,15 @@ int pass_optimizer(IrModule *m) {
       sq[k++] = s;
       continue;
     }
+    if (m->grads_whole) { /* added below, after every sumsq (passes/pp_split.c) */
+      ssq[nss++] = s;
+      continue;
+    }
     o.at = NULL;
     sharded = sharded ? op2(&o, IR_OP_ADD, sharded, s, 0) : s;
   }
   o.at = NULL;
+  for (int j = 0; j < nss; j++) sharded = sharded ? op2(&o, IR_OP_ADD, sharded, ssq[j], 0) : ssq[j];
   if (nsharded) {
     /* axis 0 (tp), the whole group */
     sq[0] = op_ia(&o, IR_OP_ALL_REDUCE, (IrNode *[]){sharded}, 1, 0, m->mesh_tp, 0);
@@ -415,6 +447,7 @@ int pass_optimizer(IrModule *m) {
     IrNode *p = m->nodes[i], *g = p->grad;
     if (!g) continue;
     o.at = p;
+    g = piece_of_grad(&o, p);
     double wd = p->rank >= 2 ? h.wd : 0;
     /* under ZeRO-1 the rank updates its piece of p, shaped like g: of z pieces
      * over dp, or over ep_dp for an expert-parallel p (z = 1: whole) */

@@ -372,6 +372,12 @@ typedef struct {
  * chunks against the pipeline's direction). */
 int pass_pp_split(IrModule *m, const PpPlan *plan, PpProgram *out, char *err, size_t len);
 
+/* Per node id of m (the differentiated module, before or after its
+ * optimizer): a PARAM's stages as pass_pp_split's holders will give them,
+ * bit s for stage s; 0 for other nodes.  0, or -1 (out of memory, above 64
+ * stages). */
+int pp_param_stages(const IrModule *m, const PpStages *st, uint64_t *h);
+
 /* passes/comm_cost.c: what one rank of pipeline stage `stage` communicates a
  * step in the trainer pass_pp_split's program describes (m: that program's
  * one-microbatch module): the collectives of the stage's chunks once per

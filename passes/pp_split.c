@@ -60,7 +60,11 @@
  * each parameter held by several stages between those stages alone (in
  * stage order, so every holder gets the same bits), and scales by
  * 1 / (M dp): the mean gradient of the global batch, the one-rank
- * trainer's.  The optimizer then reads it from p->grad's buffer.
+ * trainer's.  The optimizer then reads it from p->grad's buffer.  Under
+ * ZeRO-1 (m->mesh_zero, m->grads_whole) the CPU trainer reduce-scatters each
+ * parameter's region over its group instead and sums only the rank's piece
+ * between the stages: the optimizer reads that piece alone (flat_shard of
+ * p->grad, passes/optimizer.c).
  *
  * Optimizer.  An optimizer node computes for one parameter (opt_owner: it
  * reads, directly or through such nodes, only that parameter, its state or
@@ -75,7 +79,14 @@
  * squares is first summed over its ep group by its all_reduce, an owned
  * opt_pub 1 node of that one stage).  The owned nodes those read (opt_pub 2)
  * run on the lowest holder alone too.  No other owned node may read either
- * kind (refused).  Everything runs in node order. */
+ * kind (refused).  Everything runs in node order.
+ *
+ * A non-scalar optimizer node that reads owned values of several parameters,
+ * all held by the same stages (a ZeRO-1 gather bucket: passes/optimizer.c
+ * makes them per set of stages, from pp_param_stages), computes for those
+ * stages: its owner is the first such parameter.  Scalars reading several
+ * parameters' values, and scalar adds to a shared value (the global norm's
+ * partial sums), are shared. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,6 +219,26 @@ static int count_slots(const PpSchedule *s) {
   return slots;
 }
 
+int pp_param_stages(const IrModule *m, const PpStages *st, uint64_t *h) {
+  int N = m->nnodes, P = st->nstages;
+  int *chunk = malloc(sizeof(int) * ((size_t)N + 1));
+  if (!chunk || P > 64 || pp_node_chunks(m, st, chunk)) {
+    free(chunk);
+    return -1;
+  }
+  for (int i = 0; i < N; i++) h[i] = 0;
+  for (int i = 0; i < N; i++) { /* stage_local's rule, before the optimizer exists */
+    const IrNode *n = m->nodes[i];
+    if ((ir_op_info[n->op].flags & IR_F_LEAF) || n->phase == IR_PHASE_OPT) continue;
+    for (int k = 0; k < n->ninputs; k++)
+      if (n->inputs[k]->op == IR_OP_PARAM) h[n->inputs[k]->id] |= UINT64_C(1) << (chunk[i] % P);
+  }
+  for (int i = 0; i < N; i++)
+    if (m->nodes[i]->op == IR_OP_PARAM && !h[i]) h[i] = 1;
+  free(chunk);
+  return 0;
+}
+
 /* The parameter a STATE node belongs to ("<param>.<key>"), or -1. */
 static int state_param(const IrModule *m, const IrNode *st) {
   size_t len = strlen(st->name);
@@ -279,10 +310,12 @@ static int stage_local(IrModule *m, PpProgram *out, char *err, size_t len) {
     const IrNode *n = m->nodes[i];
     own[i] = -1;
     if (chunk[i] != PP_NODE_OPT) continue;
-    int o = -1, multi = 0;
+    int o = -1, distinct = 0, mixed = 0;
     for (int k = 0; k < n->ninputs; k++) {
       const IrNode *v = n->inputs[k];
       int j = v->id;
+      if (n->op == IR_OP_ADD && ir_numel(n) == 1 && chunk[j] == PP_NODE_OPT && own[j] < 0)
+        mixed = 1; /* a partial sum of the norm's: shared, as what it adds to */
       int ov = v->op == IR_OP_PARAM   ? j
                : v->op == IR_OP_STATE ? sparam[j]
                : chunk[j] >= 0 || chunk[j] == PP_NODE_SKIP ? grad_of[j]
@@ -290,9 +323,9 @@ static int stage_local(IrModule *m, PpProgram *out, char *err, size_t len) {
                                          : -1;
       if (ov < 0) continue;
       if (o < 0) o = ov;
-      else if (o != ov) multi = 1;
+      else if (o != ov) distinct = 1, mixed |= h[o] != h[ov];
     }
-    own[i] = multi ? -1 : o;
+    own[i] = mixed || (distinct && ir_numel(n) == 1) ? -1 : o;
   }
   for (int i = 0; i < N; i++) {
     const IrNode *n = m->nodes[i];

@@ -102,7 +102,9 @@ typedef struct {
                                 parameter's gradient there (at the parameter's
                                 offset, as the optimizer reads it: averaged
                                 over dp, before clipping; under zero, the
-                                rank's piece of it, laid out as a state piece) */
+                                rank's piece of it, laid out as a state piece,
+                                but a pipelined step's (pp > 1 or microbatches
+                                > 1), which is whole: its accumulator's) */
   /* results */
   float loss;                /* the objective on this rank's rows; the harness
                                 averages it over dp for the log */

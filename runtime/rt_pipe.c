@@ -126,6 +126,61 @@ static int reduce_grads(RtStepIO *io, const RtPipeDesc *p, int s, float *g, int6
   return RT_OK;
 }
 
+void rt_pipe_zero_counts(int64_t n, int z, int64_t *counts) {
+  int64_t s = (n + z - 1) / z;
+  for (int k = 0; k < z; k++) {
+    int64_t lo = (int64_t)k * s < n ? (int64_t)k * s : n;
+    counts[k] = n - lo < s ? n - lo : s;
+  }
+}
+
+/* ZeRO-1's group of gradient row e (RtPipeDesc.grads), and its size. */
+static RtComm *zero_group(RtStepIO *io, const int64_t *e, int *z) {
+  RtComm *c = e[1] == 3 ? io->ep_dp_group : io->dp_group;
+  *z = c ? rt_comm_size(c) : 1;
+  return c;
+}
+
+/* ZeRO-1: each parameter's region reduce-scattered in place over its group, so
+ * that the rank's piece (rt_pipe_zero_counts) holds the sum (one event in the
+ * trace, the regions' floats). */
+static int scatter_grads(RtStepIO *io, const RtPipeDesc *p, int s, float *g) {
+  int64_t counts[RT_COMM_MAX_RANKS], moved = 0;
+  double t0 = io->trace ? rt_trace_clock() : 0;
+  for (int j = 0; j < p->ngrads; j++) {
+    const int64_t *e = p->grads + (int64_t)j * (p->stages + 2), n = e[0], off = e[2 + s];
+    int z;
+    RtComm *c = zero_group(io, e, &z);
+    if (off < 0 || z <= 1 || n <= 0) continue;
+    if (z > RT_COMM_MAX_RANKS) return rt_fail("pipeline: a ZeRO-1 group of %d ranks", z);
+    rt_pipe_zero_counts(n, z, counts);
+    int64_t at = 0;
+    for (int k = 0; k < rt_comm_rank(c); k++) at += counts[k];
+    if (rt_comm_reduce_scatter(c, g + off, g + off + at, counts)) return RT_ERR;
+    moved += n;
+  }
+  if (io->trace) rt_trace_add(io->trace, RT_TRACE_SCATTER_DP, 0, 0, t0, rt_trace_clock(), moved);
+  return RT_OK;
+}
+
+/* ZeRO-1, --save-grads: the whole gradients into io->grads from every rank's
+ * pieces (the accumulator holds only the rank's pieces summed). */
+static int gather_grads(RtStepIO *io, const RtPipeDesc *p, int s, const float *g, int64_t gn) {
+  int64_t counts[RT_COMM_MAX_RANKS];
+  memcpy(io->grads, g, (size_t)gn * sizeof *g);
+  for (int j = 0; j < p->ngrads; j++) {
+    const int64_t *e = p->grads + (int64_t)j * (p->stages + 2), n = e[0], off = e[2 + s];
+    int z;
+    RtComm *c = zero_group(io, e, &z);
+    if (off < 0 || z <= 1 || n <= 0) continue;
+    rt_pipe_zero_counts(n, z, counts);
+    int64_t at = 0;
+    for (int k = 0; k < rt_comm_rank(c); k++) at += counts[k];
+    if (rt_comm_all_gather(c, g + off + at, io->grads + off, counts)) return RT_ERR;
+  }
+  return RT_OK;
+}
+
 int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p) {
   char *base = io->arena;
   const int32_t *tokens = io->tokens, *targets = io->targets;
@@ -148,20 +203,28 @@ int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p) {
   io->tokens = tokens;
   io->targets = targets;
   if (rc) return RT_ERR;
-  int dp = io->dp_group ? rt_comm_size(io->dp_group) : 1;
-  if (dp > 1 && reduce_grads(io, p, s, g, gn, dp)) return RT_ERR;
+  int dp = io->dp_group ? rt_comm_size(io->dp_group) : 1, zero = p->zero > 1 && dp > 1;
+  if (zero ? scatter_grads(io, p, s, g) : dp > 1 && reduce_grads(io, p, s, g, gn, dp))
+    return RT_ERR;
   double t0 = io->trace ? rt_trace_clock() : 0;
   int64_t moved = 0;
   for (int j = 0; j < p->nshared; j++) {
-    const int64_t *sh = p->shared + (int64_t)j * (p->stages + 1), n = sh[0], *off = sh + 1;
+    const int64_t *sh = p->shared + (int64_t)j * (p->stages + 1), *off = sh + 1;
+    int64_t n = sh[0], at = 0; /* under ZeRO-1 the rank's piece alone: [at, at + n) */
     int tag = p->chunks * p->microbatches * 2 + j, first = 1;
     if (off[s] < 0) continue;
+    if (zero) {
+      int64_t counts[RT_COMM_MAX_RANKS];
+      rt_pipe_zero_counts(sh[0], dp, counts);
+      for (int k = 0; k < rt_comm_rank(io->dp_group); k++) at += counts[k];
+      n = counts[rt_comm_rank(io->dp_group)];
+    }
     for (int k = 0; k < p->stages; k++) /* buffered: never waits */
-      if (k != s && off[k] >= 0 && rt_comm_send(io->pp_group, g + off[s], n, k, tag))
+      if (k != s && off[k] >= 0 && rt_comm_send(io->pp_group, g + off[s] + at, n, k, tag))
         return RT_ERR;
     for (int k = 0; k < p->stages; k++) { /* sum = the parts in stage order */
       if (off[k] < 0) continue;
-      const float *x = g + off[s];
+      const float *x = g + off[s] + at;
       if (k != s) {
         if (rt_comm_recv(io->pp_group, part, n, k, tag)) return RT_ERR;
         x = part;
@@ -174,13 +237,14 @@ int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p) {
         for (int64_t i = 0; i < n; i++) sum[i] += x[i];
       }
     }
-    memcpy(g + off[s], sum, (size_t)n * sizeof *g);
+    memcpy(g + off[s] + at, sum, (size_t)n * sizeof *g);
   }
   if (io->trace && p->nshared)
     rt_trace_add(io->trace, RT_TRACE_REDUCE_PP, 0, 0, t0, rt_trace_clock(), moved);
   float scale = 1.0f / (float)((int64_t)p->microbatches * dp);
   for (int64_t i = 0; i < gn; i++) g[i] *= scale;
-  if (io->grads) memcpy(io->grads, g, (size_t)gn * sizeof *g);
+  if (io->grads && zero && gather_grads(io, p, s, g, gn)) return RT_ERR;
+  if (io->grads && !zero) memcpy(io->grads, g, (size_t)gn * sizeof *g);
   /* the loss: the last stage's mean over microbatches, on every stage */
   float both[2] = {0, 0};
   if (s == (p->chunks - 1) % p->stages)

@@ -19,12 +19,16 @@
  * a schedule without W actions runs bwd then wgt as B; sends are buffered,
  * receives wait); sums the accumulator over dp, except the expert-parallel
  * parameters' parts (RtPipeDesc.expert), which it sums over the ep_dp group
- * instead (the dp ranks holding the same experts; passes/ep_grads.c); sums
- * each parameter held by several stages between its holders (every holder
- * sends its part to the others, and adds all parts in stage order: the
- * same bits on each); scales
+ * instead (the dp ranks holding the same experts; passes/ep_grads.c); under
+ * ZeRO-1 (zero > 1, with dp > 1) instead reduce-scatters each parameter's
+ * region in place over its group (RtPipeDesc.grads), so that only the
+ * rank's piece of it (rt_pipe_zero_counts), the part its optimizer reads,
+ * holds the sum; sums each parameter held by several stages between its
+ * holders, the rank's piece alone under ZeRO-1 (every holder sends its part
+ * to the others, and adds all parts in stage order: the same bits on each);
+ * scales
  * by 1 / (microbatches * dp); stores it to io->grads when asked (the stage's
- * layout); sets io->loss (and ce_loss) to the mean of the microbatches'
+ * layout; under ZeRO-1 all-gathered from the pieces first); sets io->loss (and ce_loss) to the mean of the microbatches'
  * losses, which the last chunk's forward reports, on every rank; then runs
  * stage s's optimizer on slot 0's arena, which reads the accumulator (and
  * sums its part of the global norm over pp itself, an expert-parallel
@@ -32,7 +36,8 @@
  *
  * Tracing (io->trace, runtime/rt_trace.h): every action is one event (F, B,
  * W: compute; SEND/RECV: communication, a RECV's interval being the time
- * blocked plus the copy), then the dp (with ep_dp: one event) and pp
+ * blocked plus the copy), then the dp (with ep_dp: one event; under ZeRO-1 the
+ * reduce-scatters, one event) and pp
  * all-reduces of the accumulator, the loss's, and the optimizer.
  *
  * Messages: boundary c's values travel over the pp group, each in its own
@@ -76,6 +81,12 @@ typedef struct {
   int nexpert;               /* expert-parallel parameters (RtParamDesc.ep > 1) */
   const int64_t *expert;     /* per such parameter: numel, then per stage its offset in
                                 the stage's accumulator (-1: not held); stages + 1 each */
+  int zero;                  /* ZeRO-1 (RtModelDesc.zero): the dp degree; 0 or 1: none */
+  int ngrads;                /* under zero: the parameters with a gradient */
+  const int64_t *grads;      /* per such parameter: numel, its pieces' group (1: dp,
+                                3: ep_dp, an expert-parallel one's), then per stage its
+                                offset in the stage's accumulator (-1: not held);
+                                stages + 2 each */
   int64_t mb_tokens;         /* tokens of one microbatch on one rank: rows * seq */
   const int *nactions;       /* per stage */
   const RtPipeAction *const *actions; /* per stage */
@@ -90,6 +101,11 @@ typedef struct {
 
 /* The step above.  0, or -1 with rt_fail() called. */
 int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p);
+
+/* ZeRO-1's pieces of a parameter of n floats over a group of z ranks: rank k's
+ * piece is counts[k] floats from min(k s, n), s = ceil(n / z) (the pieces
+ * rt_comm_flat_piece cuts, less their zero padding). */
+void rt_pipe_zero_counts(int64_t n, int z, int64_t *counts);
 
 /* The end-of-step reduction's plan (rt_pipe_step here, rt_cuda_pipe_step on
  * the GPU): [*lo, *hi) is the next run of stage s's adjacent expert regions at

@@ -123,7 +123,7 @@ typedef struct {
 
 static const char *const kind_name[RT_TRACE_NKINDS] = {
     "F", "B", "W", "SEND_ACT", "RECV_ACT", "SEND_GRAD", "RECV_GRAD",
-    "all-reduce gradients (dp)", "shared gradients (pp)", "all-reduce loss (pp)",
+    "all-reduce gradients (dp)", "reduce-scatter gradients (dp)", "shared gradients (pp)", "all-reduce loss (pp)",
     "optimizer", "step", "all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
 
 static const char *const group_name[RT_TRACE_NGROUPS] = {"tp", "dp", "ep", "ep_dp", "pp"};

@@ -49,6 +49,7 @@ typedef enum {
   RT_TRACE_F, RT_TRACE_B, RT_TRACE_W, RT_TRACE_SEND_ACT, RT_TRACE_RECV_ACT,
   RT_TRACE_SEND_GRAD, RT_TRACE_RECV_GRAD,
   RT_TRACE_REDUCE_DP,        /* the gradient accumulator's all-reduce over dp */
+  RT_TRACE_SCATTER_DP,       /* ZeRO-1: its reduce-scatters over dp (and ep_dp) */
   RT_TRACE_REDUCE_PP,        /* the gradients of parameters several stages hold (the
                                 tied embedding), summed between those stages */
   RT_TRACE_REDUCE_LOSS,      /* the microbatches' loss to every stage */

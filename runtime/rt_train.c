@@ -550,8 +550,9 @@ static int save_out(Run *r, int ckpt, int64_t step, const float *src, const char
     params = r->ppw_params;
     state = r->ppw_state;
   }
-  if (ckpt && m->zero > 1) { /* ZeRO-1: every dp rank's pieces first */
-    if (rt_train_zero_gather(m, r->mesh.dp_comm, r->mesh.ep_dp_comm, r->state, &r->zview))
+  if (ckpt && m->zero > 1) { /* ZeRO-1: every dp rank's pieces first (a pipeline's of
+                                 every stage, gathered above) */
+    if (rt_train_zero_gather(m, r->mesh.dp_comm, r->mesh.ep_dp_comm, state, &r->zview))
       return fail(r, 3, "internal error: gathering the optimizer state: ");
     m = &r->zview.m;
     state = r->zview.state;
@@ -793,7 +794,9 @@ static int train_loop(Run *r, double entropy) {
     double ms = now_ms() - t0;
     loss = io.loss;
     if (io.grads) {
-      if (m->zero > 1 && zero_whole_grads(r)) {
+      /* (a pipelined step stores its whole accumulated gradients, rt_pipe.h) */
+      int piped = (m->pp > 1) || m->microbatches > 1;
+      if (m->zero > 1 && !piped && zero_whole_grads(r)) {
         rt_progress_done(&prog);
         return fail(r, 3, "internal error: --save-grads: gathering the gradient pieces: ");
       }

@@ -247,7 +247,11 @@ int rt_cuda_pipe_norm(RtCuda *c, const float *grad_norm);
  * summed between their holders in stage order, scaled by 1 / (M dp), stored
  * to io->grads when asked; the loss the mean of the microbatches' (summed in
  * double on the host, as rt_pipe_step); then the stage's optimizer on slot
- * 0.  Sets io->loss, ce_loss, grad_norm.  0, or -1 with rt_fail(). */
+ * 0.  Sets io->loss, ce_loss, grad_norm.  Under ZeRO-1 too the accumulator is
+ * all-reduced whole (train_cuda.c leaves RtPipeDesc.zero at 0: no in-place
+ * reduce-scatter of uneven pieces here), the optimizer then taking the rank's
+ * pieces of it; plan.json's reduce-scatters are train.c's.  0, or -1 with
+ * rt_fail(). */
 int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p);
 
 /* ---- collectives over a group (rt_comm.h, rt_route.h), device buffers ---- */

@@ -9,7 +9,8 @@ collectives passes/comm_cost.c counts in the sharded module), so they must
 agree: the ep all-to-all count and bytes are the sums over the layers.
 Also: a dispatch buffer never exceeds the dropless one, and with a capacity
 factor of 0.5 it is strictly smaller; under --dp 4 --ep 2 the expert
-gradients reduce over ep_dp and the router's over ep.
+gradients reduce over ep_dp and the router's over ep; with --pp 2 --zero 1
+every gradient is reduce-scattered once, by its stage, over dp or ep_dp.
 usage: moe_plan.py PARC EXAMPLES_DIR
 """
 import json, os, re, subprocess, sys, tempfile
@@ -136,6 +137,34 @@ with tempfile.TemporaryDirectory(prefix="parc_moe_plan_") as tmp:
     check(sum(c["count"] for c in sends) == sum(c["count"] for c in recvs) and
           sum(c["payload_bytes"] for c in sends) == sum(c["payload_bytes"] for c in recvs),
           "--pp 2: the stages' sends and receives do not pair up")
+
+    # --zero 1 in that pipeline (pp 2 x dp 4 ep 2): every gradient is reduce-scattered
+    # once, by the stage holding it (moe_tiny ties nothing), dense ones over dp, the
+    # experts over ep_dp, their whole floats; each stage all-gathers its own pieces
+    # over both groups; nothing is all-reduced over ep_dp
+    p = plan(tmp, "--pp", "2", "--dp", "4", "--ep", "2", "--zero", "1", "-D", "microbatches=2",
+             "-D", "batch=8")
+    numel = 0
+    for t in p["params"]:
+        n = 1
+        for d in t["shape"]:
+            n *= d
+        numel += n
+    nexp = sum(1 for t in p["params"] if t.get("shard") == "expert")
+    rs = [c for c in p["communication"] if c["kind"] == "reduce_scatter"]
+    check(sum(c["count"] for c in rs) == len(p["params"]) and
+          sum(c["payload_bytes"] for c in rs) == 4 * numel,
+          f"--pp 2 --zero 1: reduce-scatters {rs}, want {len(p['params'])} of {4 * numel} bytes "
+          "in all")
+    check(sum(c["count"] for c in rs if c["group"] == "ep_dp") == nexp > 0,
+          f"--pp 2 --zero 1: ep_dp reduce-scatters {rs}, want one per expert tensor ({nexp})")
+    for st in (0, 1):
+        for g in ("dp", "ep_dp"):
+            ag = [c for c in p["communication"] if c.get("stage") == st and c["group"] == g and
+                  c["kind"] == "all_gather"]
+            check(len(ag) == 1 and ag[0]["count"] >= 1,
+                  f"--pp 2 --zero 1 stage {st}: {g} all_gather entries {ag}")
+    check(not entries(p, "ep_dp", "all_reduce"), "--pp 2 --zero 1: an ep_dp all_reduce")
 
     p = plan(tmp, "--dp", "2")  # ep 1: the experts stay whole, nothing to exchange
     check_moe(p, "--dp 2", layers, 1)

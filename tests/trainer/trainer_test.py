@@ -71,6 +71,24 @@ CASE is one of:
                              plan.json iff ep < dp; checkpoints move zero dp 4 ep 2 ->
                              1x1 (its tensors equal one rank's after 10 steps) and 1x1
                              -> zero tp 2 dp 4 ep 2; mpirun equals threads
+  mesh_pp_zero               --zero 1 in pipelined trainers: gpt2_tiny (its tied
+                             embedding held by the first and last stage) and llama_tiny
+                             at pp 2 x dp 2, pp 2 x tp 2 x dp 2, pp 2 x dp 4 (1f1b and
+                             gpipe), zb, interleaved, pp 4 x dp 2, with several gather
+                             buckets per stage, and SGD with momentum at pp 2 x dp 2,
+                             equal one rank (20-step losses 1e-4, step-1 gradients 1e-5
+                             relative L2, grad norm 1e-3); a rank's optimizer state per
+                             stage is the --zero 0 trainer's / dp (plus padding); per
+                             stage one dp reduce-scatter per gradient held and several
+                             all-gathers in plan.json, and train --trace's
+                             reduce-scatters move what plan.json counts; checkpoints
+                             pp 2 x dp 2 zero -> one rank and one rank -> pp 2 x tp 2 x
+                             dp 2 zero resume; --save-weights after 20 steps within
+                             1e-3 of one rank's (AdamW on near-zero biases amplifies
+                             rounding: the --zero 0 pipeline is 4e-4 away); moe_tiny
+                             (microbatches 2, dropless) at dp 2 (a one-stage
+                             pipeline), pp 2 x dp 2, pp 2 x dp 4 ep 2 and pp 2 x tp 2 x
+                             dp 2 ep 2 equals one rank; mpirun equals threads
   mesh_gpt2, mesh_llama      trainers for every tp x dp with tp, dp in {1, 2, 4} and
                              tp*dp <= 8 train the same model as one rank from the
                              same seed: 20 steps, losses within 1e-4 relative,
@@ -103,9 +121,11 @@ def run(cmd, **kw):
         sys.exit(f"FAIL: {' '.join(cmd)} exited {r.returncode}\n{r.stdout[-3000:]}{r.stderr[-3000:]}")
     return r
 
-def build(model, defines, name, extra=()):
+def build(model, defines, name, extra=(), path=None):
+    """Compiles examples/MODEL.dsl (or the file at path) into work/NAME and builds it."""
     out = os.path.join(work, name)
-    run([parc, os.path.join(src, "examples", model + ".dsl"), "-o", out, *defines, *extra])
+    path = path or os.path.join(src, "examples", model + ".dsl")
+    run([parc, path, "-o", out, *defines, *extra])
     run(["cmake", "-S", out, "-B", out + "/build", "-DTRAIN_WERROR=ON"])
     r = run(["cmake", "--build", out + "/build"])
     if "warning" in r.stdout + r.stderr:
@@ -1013,6 +1033,160 @@ elif case == "mesh_pp":
           f"{worst:.1e}, step-1 gradients {worst_grad:.1e} relative L2); pp 2 x tp 2 -> 1 rank "
           f"and 1 rank -> pp 4 resume; pp 2 stages hold about half the parameters each; --trace "
           f"well-formed, one event per action; {note}")
+elif case == "mesh_pp_zero":
+    # --zero 1 in pipelined trainers: after the microbatches each stage's optimizer
+    # takes the rank's piece of every accumulated gradient it holds, updates it with
+    # state in pieces over dp (an expert's over ep_dp) and all-gathers the stage's
+    # parameters in buckets that never hold another stage's; small buckets (several
+    # per stage); sizes dp 4 does not divide (pieces end in padding)
+    data = data_file()
+    const = ["--data", data, "--lr", "3e-3", "--steps", "20"]
+    pp_dims = ["-D", "layers=4", "-D", "batch=8"]
+    layouts = [(2, "1f1b", 2, 1, 2), (2, "1f1b", 2, 2, 2), (2, "1f1b", 2, 1, 4),
+               (2, "gpipe", 2, 1, 4), (2, "zb", 4, 1, 2), (2, "interleaved", 2, 1, 2),
+               (4, "1f1b", 4, 1, 2)]
+    worst = worst_grad = worst_w = 0.0
+    notes = []
+    for model, defines in (("gpt2_tiny", GPT2 + pp_dims + ["-D", "d=34", "-D", "heads=2"]),
+                           ("llama_tiny", LLAMA + pp_dims + ["-D", "d=36", "-D", "heads=2",
+                                                             "-D", "kv_heads=2",
+                                                             "-D", "ffn=62"])):
+        one = build(model, defines, f"{model}_r1")
+        grads1 = os.path.join(work, f"{model}_grads_r1.safetensors")
+        w1 = os.path.join(work, f"{model}_w_r1.safetensors")
+        ref = train(one, *const, "--save-grads", grads1, "--save-weights", w1)
+        for pp, sched, mb, tp, dp in layouts:
+            tag = f"{model}_pp{pp}_{sched}_m{mb}_t{tp}_d{dp}"
+            flags = ["--pp", str(pp), "--schedule", sched, "--microbatches", str(mb),
+                     "--tp", str(tp), "--dp", str(dp), "--bucket-mb", "0.01"]
+            exe = build(model, defines, tag + "_z", flags + ["--zero", "1"])
+            grads = os.path.join(work, f"grads_{tag}_z.safetensors")
+            got = train(exe, *const, "--save-grads", grads)
+            wl, wg = equals_one_rank(tag + " zero", got, ref, grads1, grads)
+            worst, worst_grad = max(worst, wl), max(worst_grad, wg)
+            if (pp, sched, tp, dp) != (2, "1f1b", 1, 2):
+                continue
+            # what a rank holds and moves, against the same pipeline without ZeRO: per
+            # stage, the state of the stage's parameters / dp (plus padding), and its
+            # dp all-gathers (several buckets, none across stages)
+            build(model, defines, tag, flags)
+            plan_z = [[c for c in json.load(open(os.path.join(work, tag + "_z", "plan.json")))
+                       ["communication"] if c.get("stage") == s] for s in range(pp)]
+            for s in range(pp):
+                rep = {z: open(os.path.join(work, tag + z, "report.txt")).read()
+                       for z in ("", "_z")}
+                import re
+                adam = {z: re.findall(r"fp32 +weights .*? adam +([0-9.]+ [KM]?i?B)", r)
+                        for z, r in rep.items()}
+                code = {z: open(os.path.join(work, tag + z, "train.c")).read()
+                       for z in ("", "_z")}
+                held = {z: [int(x) for x in re.search(
+                    r"static const int64_t pp_state_numel\[\] = \{([0-9, ]+)\}",
+                    code[z]).group(1).split(",")] for z in code}
+                nstate = code["_z"].count(".exp_avg")
+                if not held[""][s] / dp <= held["_z"][s] <= held[""][s] / dp + 16 * nstate:
+                    sys.exit(f"FAIL {tag}: stage {s} holds {held['_z'][s]} state floats under "
+                             f"--zero 1, {held[''][s]} without (dp {dp})")
+                if adam[""] == adam["_z"]:
+                    sys.exit(f"FAIL {tag}: the report's optimizer state {adam['_z']} is the "
+                             f"--zero 0 trainer's")
+                # dp: one reduce-scatter per gradient the stage holds (none reduced whole),
+                # the all-gathers, and the global norm's one float
+                plan = json.load(open(os.path.join(work, tag + "_z", "plan.json")))
+                comm = {(c["group"], c["kind"]): c for c in plan["communication"]
+                        if c.get("stage") == s}
+                held_grads = sum(1 for row in re.search(
+                    r"static const int64_t pp_grads\[\] = \{(.*?)\};", code["_z"],
+                    re.S).group(1).strip().split("\n")
+                    if int(row.split(",")[2 + s]) >= 0)
+                rs = comm.get(("dp", "reduce_scatter"), {}).get("count", 0)
+                ag = comm.get(("dp", "all_gather"), {}).get("count", 0)
+                ar = comm.get(("dp", "all_reduce"), {})
+                if rs != held_grads or not 2 <= ag < held_grads or \
+                        (ar.get("count"), ar.get("payload_bytes")) != (1, 4):
+                    sys.exit(f"FAIL {tag}: stage {s} holds {held_grads} gradients, dp "
+                             f"collectives {comm}")
+            # train --trace: each rank's reduce-scatters move its stage's gradients, as
+            # plan.json counts them, and nothing is all-reduced whole over dp
+            tr = os.path.join(work, f"trace_{tag}.json")
+            train(exe, *const[:-1], "2", "--trace", tr)
+            ev = [e for e in json.load(open(tr))["traceEvents"] if e.get("ph") == "X"]
+            for rank in range(pp * tp * dp):
+                st = rank // (tp * dp)
+                want = sum(c["payload_bytes"] for c in plan_z[st]
+                           if c["kind"] == "reduce_scatter" and c["group"] in ("dp", "ep_dp"))
+                for step in range(2):
+                    mine = [e for e in ev if e["pid"] == rank and e["args"]["step"] == step]
+                    got = sum(e["args"].get("floats", 0) for e in mine
+                              if e["cat"] == "reduce-scatter gradients (dp)")
+                    whole = [e for e in mine if e["cat"] == "all-reduce gradients (dp)"]
+                    if 4 * got != want or whole:
+                        sys.exit(f"FAIL {tag} --trace: rank {rank} step {step} reduce-scattered "
+                                 f"{got} floats, plan.json {want} bytes; {len(whole)} "
+                                 "whole all-reduces")
+            notes.append(f"{model} stage state {held['_z']} floats a rank under --zero 1, "
+                         f"{held['']} without")
+        # layout-free checkpoints: 10 steps under pp 2 x dp 2 zero, 10 more on one rank;
+        # 10 on one rank, 10 more under pp 2 x tp 2 x dp 2 zero
+        ck = os.path.join(work, f"{model}_ckpt")
+        z22 = os.path.join(work, f"{model}_pp2_1f1b_m2_t1_d2_z", "build", "train")
+        z222 = os.path.join(work, f"{model}_pp2_1f1b_m2_t2_d2_z", "build", "train")
+        resumes_like(f"{model} pp 2 x dp 2 zero -> 1 rank", z22, one, const, ref, ck)
+        resumes_like(f"{model} 1 rank -> pp 2 x tp 2 x dp 2 zero", one, z222, const, ref, ck)
+        # the weights after 20 steps (gathered over pp and dp) equal one rank's to
+        # float rounding: 1e-3 relative L2 (AdamW's steps on the near-zero biases
+        # amplify it: the --zero 0 pipeline of this layout is 4e-4 from one rank)
+        wz = os.path.join(work, f"{model}_w_z.safetensors")
+        train(os.path.join(work, f"{model}_pp2_1f1b_m2_t1_d4_z", "build", "train"), *const,
+              "--save-weights", wz)
+        e, name = grads_rel_l2(w1, wz)
+        worst_w = max(worst_w, e)
+        if e > 1e-3:
+            sys.exit(f"FAIL {model} --save-weights under pp 2 x dp 4 zero: {name} differs by "
+                     f"{e:.2e} (relative L2) from one rank's")
+    # SGD with momentum (its momentum_buffer in pieces): gpt2_tiny at pp 2 x dp 2
+    sgd = os.path.join(work, "gpt2_sgd.dsl")
+    text = open(os.path.join(src, "examples", "gpt2_tiny.dsl")).read()
+    adamw = "optimizer = adamw(beta1 = 0.9, beta2 = 0.95, wd = 0.1)"
+    if adamw not in text:
+        sys.exit("FAIL: examples/gpt2_tiny.dsl's optimizer line changed; update this test")
+    open(sgd, "w").write(text.replace(adamw, "optimizer = sgd(momentum = 0.9, wd = 0.1)"))
+    defines = GPT2 + pp_dims + ["-D", "d=34", "-D", "heads=2"]
+    one = build("gpt2_sgd", defines, "sgd_r1", path=sgd)
+    gs1 = os.path.join(work, "sgd_grads_r1.safetensors")
+    ref = train(one, *const, "--save-grads", gs1)
+    exe = build("gpt2_sgd", defines, "sgd_pp2_d2_z", ["--pp", "2", "--dp", "2", "--zero", "1",
+                                                      "--bucket-mb", "0.01"], path=sgd)
+    if "momentum_buffer" not in open(os.path.join(work, "sgd_pp2_d2_z", "train.c")).read():
+        sys.exit("FAIL: the SGD trainer keeps no momentum buffer")
+    gs = os.path.join(work, "sgd_grads_z.safetensors")
+    wl, wg = equals_one_rank("sgd pp 2 x dp 2 zero", train(exe, *const, "--save-grads", gs), ref,
+                             gs1, gs)
+    worst, worst_grad = max(worst, wl), max(worst_grad, wg)
+    # MoE (microbatches 2, dropless): the one-stage pipeline at dp 2, pp 2 x dp 2, and
+    # experts over ep (their pieces over ep_dp; whole where ep == dp)
+    defines = MOE + ["-D", "capacity=0.0", "-D", "microbatches=2", "-D", "batch=8"]
+    m2 = build("moe_tiny", defines, "moe_m2")
+    gm = os.path.join(work, "moe_grads_m2.safetensors")
+    ref = train(m2, *const, "--save-grads", gm)
+    for pp, tp, dp, ep in ((1, 1, 2, 1), (2, 1, 2, 1), (2, 1, 4, 2), (2, 2, 2, 2)):
+        tag = f"moe_pp{pp}_t{tp}_d{dp}_ep{ep}_z"
+        exe = build("moe_tiny", defines, tag, ["--pp", str(pp), "--tp", str(tp), "--dp",
+                                               str(dp), "--ep", str(ep), "--zero", "1",
+                                               "--target", "cpu", "--bucket-mb", "0.01"])
+        grads = os.path.join(work, f"grads_{tag}.safetensors")
+        wl, wg = equals_one_rank(tag, train(exe, *const, "--save-grads", grads), ref, gm, grads)
+        worst, worst_grad = max(worst, wl), max(worst_grad, wg)
+    note = "no mpirun: MPI run skipped"
+    if mpi_equals_threads("gpt2 pp 2 x dp 2 zero", os.path.join(
+            work, "gpt2_tiny_pp2_1f1b_m2_t1_d2_z", "build", "train"), 4, const):
+        note = "mpirun -np 4 equals 4 threads bit for bit (pp 2 x dp 2 zero)"
+    print(f"--zero 1 in pipelines: {2 * len(layouts)} gpt2/llama layouts, SGD at pp 2 x dp 2 "
+          f"and 4 MoE layouts equal "
+          f"one rank (worst loss difference {worst:.1e}, step-1 gradients {worst_grad:.1e} "
+          f"relative L2); {'; '.join(notes)}; checkpoints pp 2 x dp 2 zero -> 1 and 1 -> "
+          f"pp 2 x tp 2 x dp 2 zero resume; --save-weights within {worst_w:.1e} of one rank's; "
+          f"{note}")
 elif case == "mesh_pad":
     # --pad-vocab (default 64): vocab 257 padded to a multiple of 64 * tp rows, at tp 1
     # too; every trainer equals the unpadded one-rank trainer (--pad-vocab 1)

@@ -1,4 +1,4 @@
-# ARGS: --pp 2 --dp 2 --zero 1 -o parc-out-not-written
+# ARGS: --pp 2 --dp 2 --zero 1
 model m {
   config { d = 8  seq = 4 }
   input tokens : i32[batch, seq]
