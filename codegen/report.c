@@ -306,6 +306,10 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
   fprintf(out, "model %s: %d layers, %d parameter tensors, %d IR nodes\n", m->name, m->nlayers,
           c->nparam_tensors, m->nnodes);
   fprintf(out, "parameters: %" PRId64 "\n", c->params);
+  if (m->pad_dropped)
+    fprintf(out, "vocab padding: none (the default --pad-vocab was dropped: the model needs "
+            "the vocabulary dimension whole, %s; give --pad-vocab N to insist)\n",
+            m->pad_dropped);
   if (c->padding_params)
     fprintf(out, "vocab padding to a multiple of %d (--pad-vocab %d, --tp %d): %" PRId64 " -> %"
             PRId64 " rows, +%" PRId64 " parameters\n", (m->pad_vocab > 1 ? m->pad_vocab : 1) *

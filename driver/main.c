@@ -86,7 +86,9 @@ static void usage(FILE *out) {
           "                         the padding rows are zero, masked in the loss and never\n"
           "                         in weight files), at every tp, 1 included; 1: only what\n"
           "                         tp needs.  Default: the train section's pad_vocab, else\n"
-          "                         64; N in [1, 4096]\n"
+          "                         64 (dropped, as the report says, for a model that reads\n"
+          "                         the vocabulary dimension whole, e.g. a z-loss over the\n"
+          "                         logits); N in [1, 4096]\n"
           "      --zero 0|1         ZeRO stage: 1 shards the optimizer state over the dp ranks\n"
           "                         (reduce-scatter gradients, update the rank's piece,\n"
           "                         all-gather parameters; with --pp, each stage its own\n"
@@ -521,6 +523,35 @@ static IrModule *pipe_module(Program *prog, const Options *o, const IrModule *m,
   return r;
 }
 
+/* 1 if m (past dce) pads a vocabulary table at this layout only because of
+ * m->pad_vocab (tp alone would not) and the partitioner refuses that padding: the model
+ * slices, reduces or gathers the padded dimension (a z-loss over the logits,
+ * say).  Then why gets the partitioner's message.  A second lowering of the
+ * model is sharded to find out, only when something would be padded; any
+ * other failure is left to the compile itself to report. */
+static int padding_refused(Program *prog, const Options *o, const IrModule *m, char *why,
+                           size_t len) {
+  int pads = 0, needs = 0; /* padded at m->pad_vocab; padded even at 1 (tp's) */
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *p = m->nodes[i];
+    if (p->op != IR_OP_PARAM || p->shard != IR_SHARD_VOCAB || p->rank < 1) continue;
+    pads |= ir_padded_vocab(p->shape[0], o->lay.tp, m->pad_vocab) != p->shape[0];
+    needs |= ir_padded_vocab(p->shape[0], o->lay.tp, 1) != p->shape[0];
+  }
+  if (!pads || needs) return 0; /* nothing to drop, or dropping it would not help */
+  IrModule *r = lower_program(prog, o->ov, o->nov);
+  if (!r) return 0;
+  r->pad_vocab = m->pad_vocab;
+  r->mesh_ep = o->lay.ep;
+  PassOptions popt = {.stop_after = "dce"};
+  int refused = !pass_run_all(r, &popt) && pass_shard(r, o->lay.tp, o->lay.dp, o->sp, why, len) &&
+                r->pad_refused;
+  ir_module_free(r);
+  char *hint = refused ? strstr(why, PASS_SHARD_PAD_HINT) : NULL;
+  if (hint) *hint = 0; /* the report says what happened instead */
+  return refused;
+}
+
 /* The communication of a pipelined trainer's ranks (tm and pp from
  * pipe_module) into cost: per stage, in m's arena; cost->comm is stage 0's. */
 static void pipe_comm(const Options *o, IrModule *m, const IrModule *tm, const PpProgram *pp,
@@ -580,6 +611,12 @@ int main(int argc, char **argv) {
   if (pass_run_all(m, &popt)) {
     rc = EXIT_INTERNAL;
     goto done;
+  }
+  /* a padding nobody asked for that the model cannot take: dropped, said */
+  char dropped[512] = "";
+  if (!o.pad_vocab && !pv && padding_refused(&prog, &o, m, dropped, sizeof dropped)) {
+    m->pad_vocab = 1;
+    m->pad_dropped = arena_strdup(&m->arena, dropped);
   }
   if (layout_check(m, &o.lay, stderr)) {
     rc = EXIT_BAD;

@@ -213,6 +213,12 @@ typedef struct {
                               tp, pad_vocab) rows, so that each tp rank's rows
                               are a multiple of pad_vocab; 0 or 1: only what
                               tp needs */
+  int pad_refused;         /* set by pass_shard when it fails because a padded
+                              vocabulary dimension reaches an op that needs it
+                              whole or cuts it (a gather, slice, reduction) */
+  const char *pad_dropped; /* the driver dropped a defaulted padding the model
+                              refused: why (pass_shard's message; the report
+                              says so), else NULL */
   int mesh_ep;             /* expert parallelism: set before pass_shard (0 or
                               1: none); ep divides dp, and PARAMs with shard
                               IR_SHARD_EXPERT and shard_degree > 1 hold

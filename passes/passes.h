@@ -77,6 +77,10 @@ int pass_optimizer(IrModule *m);
  * the default pass list.  Returns 0, or -1 with a one-line reason in err
  * for what it cannot shard yet (the module must then be freed, not used). */
 int pass_shard(IrModule *m, int tp, int dp, int sp, char *err, size_t len);
+/* What pass_shard's messages append at tp 1 when the padding is the reason
+ * (IrModule.pad_refused): how to drop it. */
+#define PASS_SHARD_PAD_HINT " (at tp 1 the padding is --pad-vocab's; --pad-vocab 1 leaves the " \
+                            "vocabulary unpadded)"
 
 /* passes/ep_grads.c: expert-parallel weights' gradients (ep_sharded: shard
  * IR_SHARD_EXPERT split over ep > 1) summed over the ranks holding the same

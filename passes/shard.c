@@ -171,10 +171,11 @@ static int64_t gcd64(int64_t a, int64_t b) {
   return a < 0 ? -a : a;
 }
 
-/* At tp 1 a padded vocabulary comes from --pad-vocab alone: say how to drop it. */
-static const char *pad_hint(const Sh *s) {
-  return s->tp == 1 ? " (at tp 1 the padding is --pad-vocab's; --pad-vocab 1 leaves the "
-                      "vocabulary unpadded)" : "";
+/* At tp 1 a padded vocabulary comes from --pad-vocab alone: say how to drop it.
+ * Marks the module: the failure is the padding's (IrModule.pad_refused). */
+static const char *pad_hint(Sh *s) {
+  s->m->pad_refused = 1; /* called exactly where padding is the reason */
+  return s->tp == 1 ? PASS_SHARD_PAD_HINT : "";
 }
 
 static Lay R(void) { return (Lay){L_REP, -1, 1, 0}; }

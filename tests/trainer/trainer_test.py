@@ -1202,6 +1202,24 @@ elif case == "mesh_pad":
         return {k: v["shape"] for k, v in st_header(path).items() if k != "__metadata__"}
 
     notes = []
+    # a model reading the vocabulary dimension whole (a z-loss over the logits): the
+    # default padding is dropped, so its trainer is exactly the --pad-vocab 1 one
+    zsrc = open(os.path.join(src, "examples", "gpt2_tiny.dsl")).read().replace(
+        "  loss = cross_entropy(logits, targets)",
+        "  z = logsumexp(logits)\n  add_loss(mean(mean(sum(z * z, -1), 1), 0), 0.0001)\n"
+        "  loss = cross_entropy(logits, targets)")
+    zdsl = os.path.join(work, "gpt2_tiny_zloss.dsl")
+    open(zdsl, "w").write(zsrc)
+    gen = {}
+    for tag, flags in (("default", []), ("pad1", ["--pad-vocab", "1"])):
+        d = os.path.join(work, "zloss_" + tag)
+        run([parc, zdsl, "-o", d, "--target", "cpu", *pad, *flags])
+        gen[tag] = (open(os.path.join(d, "train.c")).read(),
+                    open(os.path.join(d, "report.txt")).read())
+    if gen["default"][0] != gen["pad1"][0] or "the default --pad-vocab was dropped" not in \
+            gen["default"][1]:
+        sys.exit("FAIL: a z-loss over the logits at the default --pad-vocab: train.c differs "
+                 "from --pad-vocab 1's, or the report does not say the padding was dropped")
     for model, defines, table in (("gpt2_tiny", GPT2 + ["-D", "heads=4"] + pad, "wte.weight"),
                                   ("llama_tiny", LLAMA + pad, "lm_head.weight")):
         def out(name):
