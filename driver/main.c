@@ -524,9 +524,9 @@ static IrModule *pipe_module(Program *prog, const Options *o, const IrModule *m,
 }
 
 /* 1 if m (past dce) pads a vocabulary table at this layout only because of
- * m->pad_vocab (tp alone would not) and the partitioner refuses that padding: the model
- * slices, reduces or gathers the padded dimension (a z-loss over the logits,
- * say).  Then why gets the partitioner's message.  A second lowering of the
+ * m->pad_vocab (tp alone would not) and the partitioner refuses that
+ * padding: the model slices, reduces or gathers the padded dimension (a
+ * z-loss over the logits, say).  Then why gets the partitioner's message.  A second lowering of the
  * model is sharded to find out, only when something would be padded; any
  * other failure is left to the compile itself to report. */
 static int padding_refused(Program *prog, const Options *o, const IrModule *m, char *why,
@@ -612,15 +612,16 @@ int main(int argc, char **argv) {
     rc = EXIT_INTERNAL;
     goto done;
   }
-  /* a padding nobody asked for that the model cannot take: dropped, said */
+  if (layout_check(m, &o.lay, stderr)) {
+    rc = EXIT_BAD;
+    goto done;
+  }
+  /* a padding nobody asked for that the model cannot take: dropped, said
+   * (after the layout check: the probe shards the model at this layout) */
   char dropped[512] = "";
   if (!o.pad_vocab && !pv && padding_refused(&prog, &o, m, dropped, sizeof dropped)) {
     m->pad_vocab = 1;
     m->pad_dropped = arena_strdup(&m->arena, dropped);
-  }
-  if (layout_check(m, &o.lay, stderr)) {
-    rc = EXIT_BAD;
-    goto done;
   }
   o.pipe.emit = o.emit;
   if (pp_request_check(m, &o.lay, &o.pipe, stderr)) {
