@@ -120,6 +120,15 @@ static const char *flit(char *s, size_t len, double v) {
   return s;
 }
 
+const char *cg_sdpa_dims(const IrNode *n, char *s, size_t len) {
+  const IrNode *q = n->inputs[0], *k = n->inputs[1];
+  char fl[32];
+  snprintf(s, len, "%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %d",
+           q->shape[0], q->shape[1], k->shape[1], q->shape[2], q->shape[3],
+           flit(fl, sizeof fl, n->fa), (int)n->ia[0]);
+  return s;
+}
+
 /* The C expression for node n's buffer (an update value written in place:
  * its leaf's). */
 static const char *buf(Emit *e, const IrNode *n, char *s, size_t len) {
@@ -356,7 +365,7 @@ static int emit_async_start(Emit *e, const IrNode *n, const char *x, const char 
 
 /* One runtime call for a node the kernels do not compute. */
 static void emit_runtime(Emit *e, const IrNode *n) {
-  char o[96], a0[96], a1[96], a2[96], a3[96], fl[48];
+  char o[96], a0[96], a1[96], a2[96], a3[96], ds[160];
   IrNode *const *in = n->inputs;
   const char *out = buf(e, n, o, sizeof o);
   const char *x = n->ninputs > 0 ? buf(e, in[0], a0, sizeof a0) : NULL;
@@ -377,18 +386,14 @@ static void emit_runtime(Emit *e, const IrNode *n) {
     return;
   }
   case IR_OP_ATTENTION: /* lse [B, H, T] right after out (ir_aux_numel) */
-    fprintf(f, "  CHECK(rt_sdpa(%s, %s + %" PRId64 ", %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
-            ", %" PRId64 ", %" PRId64 ", %s, %d));\n", out, out, ir_numel(n), x, y, z,
-            dim(in[0], 0), dim(in[0], 1), dim(in[1], 1), dim(in[0], 2), dim(in[0], 3),
-            flit(fl, sizeof fl, n->fa), (int)n->ia[0]);
+    fprintf(f, "  CHECK(rt_sdpa(%s, %s + %" PRId64 ", %s, %s, %s, %s));\n", out, out, ir_numel(n),
+            x, y, z, cg_sdpa_dims(n, ds, sizeof ds));
     return;
   case IR_OP_ATTENTION_GRAD: { /* the forward's out and lse from in[4]'s buffer */
     char yo[96];
     const char *yb = buf(e, in[4], yo, sizeof yo);
-    fprintf(f, "  CHECK(rt_sdpa_grad(%s, %s, %s, %s, %s, %s, %s + %" PRId64 ", %" PRId64
-            ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %d));\n", out, x, y, z, w,
-            yb, yb, ir_numel(in[4]), dim(in[0], 0), dim(in[0], 1), dim(in[1], 1), dim(in[0], 2),
-            dim(in[0], 3), flit(fl, sizeof fl, n->fa), (int)n->ia[0]);
+    fprintf(f, "  CHECK(rt_sdpa_grad(%s, %s, %s, %s, %s, %s, %s + %" PRId64 ", %s));\n", out, x,
+            y, z, w, yb, yb, ir_numel(in[4]), cg_sdpa_dims(n, ds, sizeof ds));
     return;
   }
   case IR_OP_TOPK:

@@ -47,6 +47,11 @@ void cg_plan_leaves(IrModule *m, CgLeafPlan *out);
  * cross-entropy, the gradient norm and every update value (keep[id] = 1). */
 unsigned char *cg_results(IrModule *m);
 
+/* The arguments every attention call (rt_sdpa, rt_sdpa_grad and their CUDA
+ * forms) ends with, for sdpa or sdpa_grad node n: "B, H, KV, T, hd, scale,
+ * causal" into s (160 bytes suffice); returns s. */
+const char *cg_sdpa_dims(const IrNode *n, char *s, size_t len);
+
 /* 1 if kernel k of kp runs nowhere: a reshape the buffer plan made a view of
  * its input (bp->alias[root] == kp->view_of[root]: bufplan_build_views), whose
  * bytes already hold its value.  Every host skips its call. */
@@ -105,7 +110,7 @@ int cg_emit_pipe(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
  * the end of the step, nnodes or more, when nothing reads it).  Returns, per
  * node id, that wait position, -1 for every other node; NULL when there is
  * none (no buckets, or m->dp_blocking).  malloc'd: the caller frees it.  The
- * buffer plan takes it as bufplan_build_held's held (the collective's input
+ * buffer plan takes it as bufplan_build_views's held (the collective's input
  * must survive until the wait); cg_emit_host emits the same waits. */
 int *cg_async_waits(const IrModule *m, const CgKernelPlan *kp);
 

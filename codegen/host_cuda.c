@@ -89,14 +89,6 @@ static const char *grp(int64_t axis) {
   return axis >= 0 && axis < 4 ? name[axis] : "RT_CUDA_TP";
 }
 
-/* A float literal C accepts. */
-static const char *flit(char *s, size_t len, double v) {
-  int k = snprintf(s, len, "%.9g", v);
-  if (!strpbrk(s, ".en") && k + 3 < (int)len) strcat(s, ".0");
-  if (strlen(s) + 2 < len) strcat(s, "f");
-  return s;
-}
-
 /* all_gather / reduce_scatter along dimension ia[2], replicate, local_slice:
  * [outer, n, inner] with n the whole size (rt_cuda.h). */
 static void emit_dim_collective(Cu *e, const IrNode *n, const char *x, const char *out) {
@@ -115,7 +107,7 @@ static void emit_dim_collective(Cu *e, const IrNode *n, const char *x, const cha
 /* One runtime call for a node the kernels do not compute (host.c's
  * emit_runtime, op for op, on rt_cuda.h). */
 static void emit_runtime(Cu *e, const IrNode *n) {
-  char o[96], a0[96], a1[96], a2[96], a3[96], fl[48];
+  char o[96], a0[96], a1[96], a2[96], a3[96], ds[160];
   IrNode *const *in = n->inputs;
   const char *out = buf(e, n, o, sizeof o);
   const char *x = n->ninputs > 0 ? buf(e, in[0], a0, sizeof a0) : NULL;
@@ -136,18 +128,14 @@ static void emit_runtime(Cu *e, const IrNode *n) {
     return;
   }
   case IR_OP_ATTENTION: /* lse [B, H, T] right after out (ir_aux_numel) */
-    fprintf(f, "  CHECK(rt_cuda_sdpa(dev, %s, %s + %" PRId64 ", %s, %s, %s, %" PRId64 ", %" PRId64
-            ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %d));\n", out, out, ir_numel(n), x, y, z,
-            dim(in[0], 0), dim(in[0], 1), dim(in[1], 1), dim(in[0], 2), dim(in[0], 3),
-            flit(fl, sizeof fl, n->fa), (int)n->ia[0]);
+    fprintf(f, "  CHECK(rt_cuda_sdpa(dev, %s, %s + %" PRId64 ", %s, %s, %s, %s));\n", out, out,
+            ir_numel(n), x, y, z, cg_sdpa_dims(n, ds, sizeof ds));
     return;
   case IR_OP_ATTENTION_GRAD: { /* the forward's out and lse from in[4]'s buffer */
     char yo[96];
     const char *yb = buf(e, in[4], yo, sizeof yo);
-    fprintf(f, "  CHECK(rt_cuda_sdpa_grad(dev, %s, %s, %s, %s, %s, %s, %s + %" PRId64 ", %" PRId64
-            ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %d));\n", out, x, y, z, w,
-            yb, yb, ir_numel(in[4]), dim(in[0], 0), dim(in[0], 1), dim(in[1], 1), dim(in[0], 2),
-            dim(in[0], 3), flit(fl, sizeof fl, n->fa), (int)n->ia[0]);
+    fprintf(f, "  CHECK(rt_cuda_sdpa_grad(dev, %s, %s, %s, %s, %s, %s, %s + %" PRId64 ", %s));\n",
+            out, x, y, z, w, yb, yb, ir_numel(in[4]), cg_sdpa_dims(n, ds, sizeof ds));
     return;
   }
   case IR_OP_TOPK:

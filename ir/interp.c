@@ -320,32 +320,8 @@ static int eval_softmax_grad(Ctx *c) {
 
 /* ---- attention -------------------------------------------------------------- */
 
-/* Attention probabilities of query row t for (batch b, head h) into p[0..T):
- * s[u] = scale * q[b,h,t,:] . k[b,h/(H/KV),u,:], u > t masked out (p = 0)
- * when causal, p = softmax(s) over the unmasked u.  Returns the row's lse,
- * log sum_u exp(s[u]) over the unmasked u. */
-static double attn_probs(Ctx *c, int64_t b, int64_t h, int64_t t, double *p) {
-  const IrNode *qn = ARG(c, 0), *kn = ARG(c, 1);
-  int64_t H = qn->shape[1], KV = kn->shape[1], T = qn->shape[2], hd = qn->shape[3];
-  int64_t kh = h / (H / KV);
-  const double *q = IN(c, 0) + ((b * H + h) * T + t) * hd;
-  const double *k = IN(c, 1) + (b * KV + kh) * T * hd;
-  int64_t end = c->n->ia[0] ? t + 1 : T;
-  double mx = -INFINITY, s = 0;
-  for (int64_t u = 0; u < T; u++) {
-    p[u] = 0;
-    if (u >= end) continue;
-    double dot = 0;
-    for (int64_t i = 0; i < hd; i++) dot += q[i] * k[u * hd + i];
-    p[u] = dot * c->n->fa;
-    mx = fmax(mx, p[u]);
-  }
-  for (int64_t u = 0; u < end; u++) s += p[u] = exp(p[u] - mx);
-  for (int64_t u = 0; u < end; u++) p[u] /= s;
-  return mx + log(s);
-}
-
-/* The scores of query row t for (b, h) into s[0..T), masked ones -inf. */
+/* The scores of query row t for (b, h) into s[0..T): s[u] = scale *
+ * q[b,h,t,:] . k[b,h/(H/KV),u,:], u > t masked out (-inf) when causal. */
 static void attn_scores(Ctx *c, int64_t b, int64_t h, int64_t t, double *s) {
   const IrNode *qn = ARG(c, 0), *kn = ARG(c, 1);
   int64_t H = qn->shape[1], KV = kn->shape[1], T = qn->shape[2], hd = qn->shape[3];
@@ -357,6 +333,20 @@ static void attn_scores(Ctx *c, int64_t b, int64_t h, int64_t t, double *s) {
     for (int64_t i = 0; u < end && i < hd; i++) dot += q[i] * k[u * hd + i];
     s[u] = u < end ? dot * c->n->fa : -INFINITY;
   }
+}
+
+/* Attention probabilities of query row t for (batch b, head h) into p[0..T):
+ * p = softmax(s) over the unmasked u of attn_scores, 0 at the masked ones.
+ * Returns the row's lse, log sum_u exp(s[u]) over the unmasked u. */
+static double attn_probs(Ctx *c, int64_t b, int64_t h, int64_t t, double *p) {
+  int64_t T = ARG(c, 0)->shape[2], end = c->n->ia[0] ? t + 1 : T;
+  double mx = -INFINITY, s = 0;
+  attn_scores(c, b, h, t, p);
+  for (int64_t u = 0; u < end; u++) mx = fmax(mx, p[u]);
+  for (int64_t u = 0; u < end; u++) s += p[u] = exp(p[u] - mx);
+  for (int64_t u = 0; u < end; u++) p[u] /= s;
+  for (int64_t u = end; u < T; u++) p[u] = 0;
+  return mx + log(s);
 }
 
 /* sdpa(q[B,H,T,hd], k[B,KV,T,hd], v[B,KV,T,hd]) causal scale:

@@ -118,11 +118,6 @@ int bufplan_build(IrModule *m, const unsigned char *materialize, const unsigned 
   return plan(m, materialize, keep, pos, NULL, 1, NULL, p);
 }
 
-int bufplan_build_held(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
-                       const int *pos, const int *held, BufPlan *p) {
-  return plan(m, materialize, keep, pos, held, 1, NULL, p);
-}
-
 int bufplan_build_views(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                         const int *pos, const int *held, const int *view_of, BufPlan *p) {
   return plan(m, materialize, keep, pos, held, 1, view_of, p);

@@ -52,24 +52,21 @@ typedef struct {
 int bufplan_build(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                   const int *pos, BufPlan *out);
 
-/* bufplan_build for a step with asynchronous operations: held[id] >= 0 says
- * node id keeps reading its inputs after it starts at pos[id], up to position
- * held[id] (an asynchronous collective and its wait): each input stays live
- * through held[id].  Its output is live from pos[id] as always (the operation
- * writes it in the background), to its last reader, which comes at or after
- * the wait.  held NULL, or every entry -1: bufplan_build. */
-int bufplan_build_held(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
-                       const int *pos, const int *held, BufPlan *out);
-
-/* bufplan_build_held where view_of[id] == x (NULL: none) says reshape id is
- * a view of its input x: its kernel would only copy x's bytes, unchanged.
- * Such a reshape is written over x under the conditions of In place, as if
- * its op had IR_F_INPLACE0, and then the host runs no kernel for it (x's
- * bytes already hold its value: codegen/host.h, cg_kernel_is_view). */
+/* bufplan_build for a step with asynchronous operations and views.  held
+ * (NULL: none) -- held[id] >= 0 says node id keeps reading its inputs after
+ * it starts at pos[id], up to position held[id] (an asynchronous collective
+ * and its wait): each input stays live through held[id].  Its output is live
+ * from pos[id] as always (the operation writes it in the background), to its
+ * last reader, which comes at or after the wait.  view_of (NULL: none) --
+ * view_of[id] == x says reshape id is a view of its input x: its kernel would
+ * only copy x's bytes, unchanged.  Such a reshape is written over x under the
+ * conditions of In place, as if its op had IR_F_INPLACE0, and then the host
+ * runs no kernel for it (x's bytes already hold its value: codegen/host.h,
+ * cg_kernel_is_view). */
 int bufplan_build_views(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                         const int *pos, const int *held, const int *view_of, BufPlan *out);
 
-/* bufplan_build_held with every node in bytes of its own (no In place):
+/* bufplan_build_views without views, every node in bytes of its own (no In place):
  * what the plan would be without it, for reports and tests. */
 int bufplan_build_apart(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                         const int *pos, const int *held, BufPlan *out);

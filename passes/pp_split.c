@@ -219,6 +219,19 @@ static int count_slots(const PpSchedule *s) {
   return slots;
 }
 
+/* The stages holding each PARAM: bit s for every stage whose chunk nodes
+ * (chunk[i] >= 0) read it, stage 0 for one no chunk reads; 0 for other nodes
+ * (stage_local's rule, shared with pp_param_stages). */
+static void param_holders(const IrModule *m, const int *chunk, int P, uint64_t *h) {
+  for (int i = 0; i < m->nnodes; i++) h[i] = 0;
+  for (int i = 0; i < m->nnodes; i++)
+    for (int k = 0; chunk[i] >= 0 && k < m->nodes[i]->ninputs; k++)
+      if (m->nodes[i]->inputs[k]->op == IR_OP_PARAM)
+        h[m->nodes[i]->inputs[k]->id] |= UINT64_C(1) << (chunk[i] % P);
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->op == IR_OP_PARAM && !h[i]) h[i] = 1;
+}
+
 int pp_param_stages(const IrModule *m, const PpStages *st, uint64_t *h) {
   int N = m->nnodes, P = st->nstages;
   int *chunk = malloc(sizeof(int) * ((size_t)N + 1));
@@ -226,15 +239,10 @@ int pp_param_stages(const IrModule *m, const PpStages *st, uint64_t *h) {
     free(chunk);
     return -1;
   }
-  for (int i = 0; i < N; i++) h[i] = 0;
-  for (int i = 0; i < N; i++) { /* stage_local's rule, before the optimizer exists */
-    const IrNode *n = m->nodes[i];
-    if ((ir_op_info[n->op].flags & IR_F_LEAF) || n->phase == IR_PHASE_OPT) continue;
-    for (int k = 0; k < n->ninputs; k++)
-      if (n->inputs[k]->op == IR_OP_PARAM) h[n->inputs[k]->id] |= UINT64_C(1) << (chunk[i] % P);
-  }
-  for (int i = 0; i < N; i++)
-    if (m->nodes[i]->op == IR_OP_PARAM && !h[i]) h[i] = 1;
+  for (int i = 0; i < N; i++) /* as pass_pp_split: leaves and the optimizer in no chunk */
+    if ((ir_op_info[m->nodes[i]->op].flags & IR_F_LEAF) || m->nodes[i]->phase == IR_PHASE_OPT)
+      chunk[i] = -1;
+  param_holders(m, chunk, P, h);
   free(chunk);
   return 0;
 }
@@ -274,13 +282,10 @@ static int stage_local(IrModule *m, PpProgram *out, char *err, size_t len) {
     if (n->op == IR_OP_PARAM && n->grad) grad_of[n->grad->id] = i;
     if (n->op == IR_OP_STATE && (sparam[i] = state_param(m, n)) < 0)
       return fail(err, len, "optimizer state of no parameter", n);
-    for (int k = 0; chunk[i] >= 0 && k < n->ninputs; k++)
-      if (n->inputs[k]->op == IR_OP_PARAM) h[n->inputs[k]->id] |= UINT64_C(1) << (chunk[i] % P);
   }
-  for (int i = 0; i < N; i++) {
-    if (m->nodes[i]->op == IR_OP_PARAM && !h[i]) h[i] = 1; /* read by no chunk: stage 0 */
+  param_holders(m, chunk, P, h);
+  for (int i = 0; i < N; i++)
     if (m->nodes[i]->op == IR_OP_STATE) h[i] = h[sparam[i]];
-  }
   out->holders = h;
   out->stage_offset = arena_alloc(&m->arena, sizeof(int64_t *) * (size_t)P);
   out->stage_params_numel = arena_alloc(&m->arena, sizeof(int64_t) * (size_t)P);

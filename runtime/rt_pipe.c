@@ -126,12 +126,18 @@ static int reduce_grads(RtStepIO *io, const RtPipeDesc *p, int s, float *g, int6
   return RT_OK;
 }
 
-void rt_pipe_zero_counts(int64_t n, int z, int64_t *counts) {
+/* ZeRO-1's pieces of a parameter of n floats over group c (z ranks; NULL:
+ * one): rank k's piece is counts[k] floats from min(k s, n), s = ceil(n / z)
+ * (the pieces rt_comm_flat_piece cuts, less their zero padding).  Returns
+ * this rank's offset. */
+static int64_t zero_pieces(int64_t n, const RtComm *c, int64_t *counts) {
+  int z = c ? rt_comm_size(c) : 1, me = c ? rt_comm_rank(c) : 0;
   int64_t s = (n + z - 1) / z;
   for (int k = 0; k < z; k++) {
     int64_t lo = (int64_t)k * s < n ? (int64_t)k * s : n;
     counts[k] = n - lo < s ? n - lo : s;
   }
+  return (int64_t)me * s < n ? (int64_t)me * s : n;
 }
 
 /* ZeRO-1's group of gradient row e (RtPipeDesc.grads), and its size. */
@@ -142,7 +148,7 @@ static RtComm *zero_group(RtStepIO *io, const int64_t *e, int *z) {
 }
 
 /* ZeRO-1: each parameter's region reduce-scattered in place over its group, so
- * that the rank's piece (rt_pipe_zero_counts) holds the sum (one event in the
+ * that the rank's piece (zero_pieces) holds the sum (one event in the
  * trace, the regions' floats). */
 static int scatter_grads(RtStepIO *io, const RtPipeDesc *p, int s, float *g) {
   int64_t counts[RT_COMM_MAX_RANKS], moved = 0;
@@ -153,9 +159,7 @@ static int scatter_grads(RtStepIO *io, const RtPipeDesc *p, int s, float *g) {
     RtComm *c = zero_group(io, e, &z);
     if (off < 0 || z <= 1 || n <= 0) continue;
     if (z > RT_COMM_MAX_RANKS) return rt_fail("pipeline: a ZeRO-1 group of %d ranks", z);
-    rt_pipe_zero_counts(n, z, counts);
-    int64_t at = 0;
-    for (int k = 0; k < rt_comm_rank(c); k++) at += counts[k];
+    int64_t at = zero_pieces(n, c, counts);
     if (rt_comm_reduce_scatter(c, g + off, g + off + at, counts)) return RT_ERR;
     moved += n;
   }
@@ -173,9 +177,7 @@ static int gather_grads(RtStepIO *io, const RtPipeDesc *p, int s, const float *g
     int z;
     RtComm *c = zero_group(io, e, &z);
     if (off < 0 || z <= 1 || n <= 0) continue;
-    rt_pipe_zero_counts(n, z, counts);
-    int64_t at = 0;
-    for (int k = 0; k < rt_comm_rank(c); k++) at += counts[k];
+    int64_t at = zero_pieces(n, c, counts);
     if (rt_comm_all_gather(c, g + off + at, io->grads + off, counts)) return RT_ERR;
   }
   return RT_OK;
@@ -215,8 +217,7 @@ int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p) {
     if (off[s] < 0) continue;
     if (zero) {
       int64_t counts[RT_COMM_MAX_RANKS];
-      rt_pipe_zero_counts(sh[0], dp, counts);
-      for (int k = 0; k < rt_comm_rank(io->dp_group); k++) at += counts[k];
+      at = zero_pieces(sh[0], io->dp_group, counts);
       n = counts[rt_comm_rank(io->dp_group)];
     }
     for (int k = 0; k < p->stages; k++) /* buffered: never waits */

@@ -22,13 +22,13 @@
  * instead (the dp ranks holding the same experts; passes/ep_grads.c); under
  * ZeRO-1 (zero > 1, with dp > 1) instead reduce-scatters each parameter's
  * region in place over its group (RtPipeDesc.grads), so that only the
- * rank's piece of it (rt_pipe_zero_counts), the part its optimizer reads,
+ * rank's piece of it (rt_comm_flat_piece's cut), the part its optimizer reads,
  * holds the sum; sums each parameter held by several stages between its
  * holders, the rank's piece alone under ZeRO-1 (every holder sends its part
  * to the others, and adds all parts in stage order: the same bits on each);
- * scales
- * by 1 / (microbatches * dp); stores it to io->grads when asked (the stage's
- * layout; under ZeRO-1 all-gathered from the pieces first); sets io->loss (and ce_loss) to the mean of the microbatches'
+ * scales by 1 / (microbatches * dp); stores it to io->grads when asked (the
+ * stage's layout; under ZeRO-1 all-gathered from the pieces first); sets
+ * io->loss (and ce_loss) to the mean of the microbatches'
  * losses, which the last chunk's forward reports, on every rank; then runs
  * stage s's optimizer on slot 0's arena, which reads the accumulator (and
  * sums its part of the global norm over pp itself, an expert-parallel
@@ -101,11 +101,6 @@ typedef struct {
 
 /* The step above.  0, or -1 with rt_fail() called. */
 int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p);
-
-/* ZeRO-1's pieces of a parameter of n floats over a group of z ranks: rank k's
- * piece is counts[k] floats from min(k s, n), s = ceil(n / z) (the pieces
- * rt_comm_flat_piece cuts, less their zero padding). */
-void rt_pipe_zero_counts(int64_t n, int z, int64_t *counts);
 
 /* The end-of-step reduction's plan (rt_pipe_step here, rt_cuda_pipe_step on
  * the GPU): [*lo, *hi) is the next run of stage s's adjacent expert regions at
