@@ -5,11 +5,14 @@
 
 #include "codegen/cg_kernels.h"
 #include "codegen/host.h"
+#include "codegen/step_model.h"
 #include "passes/bufplan.h"
 
-int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, char *err, size_t len) {
+int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc, int bf16,
+                  StepTime *st, char *err, size_t len) {
   CgKernelPlan kp;
   if (cg_plan_kernels(m, fuse, &kp, err, len)) return -1;
+  if (st) cg_step_model(m, &kp, mc ? mc : machine_default, bf16, st);
   /* as in cg_write_project: a kernel's nodes live from where its root runs */
   int *pos = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));
   for (int i = 0; i < m->nnodes; i++)

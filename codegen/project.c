@@ -14,6 +14,7 @@
 #include "codegen/kir_cuda.h"
 #include "codegen/kir_llvm.h"
 #include "codegen/report.h"
+#include "codegen/step_model.h"
 #include "passes/bufplan.h"
 
 #ifndef PARC_SOURCE_DIR
@@ -323,6 +324,24 @@ static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes
   else if (p->cost->has_comm)
     comm_json(comm, &p->cost->comm, -1);
   moe_json(root, m, p);
+  if (p->step_out && p->step_out->valid) { /* the report's predicted step time */
+    Cost c = *p->cost;
+    c.step = *p->step_out;
+    CgPredicted pr;
+    cg_predict_step(p->layout, &c, &pr);
+    cJSON *ps = cJSON_AddObjectToObject(root, "predicted_step");
+    cJSON_AddStringToObject(ps, "machine", c.machine ? c.machine->name : machine_default->name);
+    cJSON_AddStringToObject(ps, "precision", c.bf16 ? "bf16" : "fp32");
+    cJSON_AddNumberToObject(ps, "seconds", pr.total_s);
+    cJSON_AddNumberToObject(ps, "compute_s", pr.compute_s);
+    cJSON_AddNumberToObject(ps, "gemm_s", c.step.gemm_s);
+    cJSON_AddNumberToObject(ps, "attention_s", c.step.attn_s);
+    cJSON_AddNumberToObject(ps, "memory_bound_s", c.step.mem_s);
+    cJSON_AddNumberToObject(ps, "calls", c.step.calls);
+    cJSON_AddNumberToObject(ps, "communication_s", pr.comm_s);
+    cJSON_AddNumberToObject(ps, "hidden_s", pr.hidden_s);
+    cJSON_AddNumberToObject(ps, "mfu", pr.mfu);
+  }
   /* dp bucket collectives started in the backward pass and waited for after it
    * (they overlap the rest of it); 0 with --no-overlap or without dp buckets */
   int *async = p->pipe ? NULL : cg_async_waits(m, kp), nasync = 0;
@@ -518,6 +537,9 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
   if (kir_llvm_emit(&code, &opt, path, ll, err, len)) goto out;
 cuda_only:
   if (write_cmake(p, m, err, len)) goto out;
+  if (p->step_out && !p->pipe) /* the report's predicted step time (pp = 1) */
+    cg_step_model(m, &kp, p->cost->machine ? p->cost->machine : machine_default, p->cost->bf16,
+                  p->step_out);
   if (write_plan(p, m, cg_arena_bytes(&kp, &apart, NULL), &kp, canon, &bp, &lp, err, len))
     goto out;
   rc = 0;

@@ -33,6 +33,8 @@ typedef struct {
   const char *cuda_arch;   /* CMake CUDA architectures, "80;90" when NULL */
   const PpProgram *pipe;   /* NULL, or the module is one microbatch of a pipelined
                               (or gradient-accumulating) trainer: codegen/host.h */
+  StepTime *step_out;      /* when not NULL and not pipe: the predicted compute time
+                              (codegen/step_model.h, on cost->machine), also in plan.json */
 } CgProject;
 
 enum { CG_TARGET_CPU = 1, CG_TARGET_CUDA = 2 };

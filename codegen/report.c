@@ -25,6 +25,15 @@ static const char *flops(char *buf, size_t len, double f) {
   return buf;
 }
 
+/* "989 TFLOP/s", "123 GFLOP/s"; "3.00 TB/s", "8.00 GB/s" */
+static const char *rate(char *buf, size_t len, double r, const char *what) {
+  static const char *const unit[] = {"", "K", "M", "G", "T", "P"};
+  int u = 0;
+  while (r >= 1000 && u < 5) r /= 1000, u++;
+  snprintf(buf, len, "%.3g %s%s/s", r, unit[u], what);
+  return buf;
+}
+
 static void row(FILE *out, const char *what, double p, double w, double g, double master,
                 double opt) {
   char a[32], b[32], c[32], d[32], e[32];
@@ -44,9 +53,9 @@ static void pipeline(FILE *out, const PpPlan *p, int tp) {
   fprintf(out, "pipeline: %s, %d stages", pp_schedule_name[p->req.schedule], P);
   if (V > 1) fprintf(out, " x %d virtual (%d chunks, chunk c on stage c %% %d)", V, st->nchunks, P);
   fprintf(out, ", %d microbatches\n", st->microbatches);
-  fprintf(out, "  simulated at %.0f TFLOP/s per rank, %.0f GB/s and %.0f us a transfer between "
-          "stages\n", PP_SIM_FLOPS_PER_S / 1e12, PP_SIM_LINK_BYTES_PER_S / 1e9,
-          PP_SIM_LINK_LATENCY_S * 1e6);
+  fprintf(out, "  simulated at %s per rank (the machine's GEMM rate), %s and %.3g us a "
+          "transfer between stages\n", rate(a, sizeof a, p->flops_per_s, "FLOP"),
+          rate(b, sizeof b, p->link_bytes_per_s, "B"), p->latency_s * 1e6);
   if (tp > 1)
     fprintf(out, "  (FLOPs are per tp rank; stashed activations are whole over the tp group, an "
             "upper bound)\n");
@@ -74,11 +83,6 @@ static void pipeline(FILE *out, const PpPlan *p, int tp) {
           p->analytic_bubble, formula[p->req.schedule]);
 }
 
-/* A predicted step time for one pipeline stage's ranks (pp = 1): the forward +
- * backward FLOPs split evenly over the tp x dp ranks at the simulator's
- * sustained rate, plus every collective of the rank-local plan at its ring
- * bytes over the simulator's link bandwidth and latency, without overlap.  A
- * model to compare layouts by, not a measurement. */
 static const char *duration(char *buf, size_t len, double s) {
   static const char *const unit[] = {"s", "ms", "us", "ns"};
   int u = 0;
@@ -87,30 +91,76 @@ static const char *duration(char *buf, size_t len, double s) {
   return buf;
 }
 
-static void predicted_step(FILE *out, const Layout *lay, const Cost *c) {
-  double compute = 3 * c->flops_fwd / (lay->tp * lay->dp) / PP_SIM_FLOPS_PER_S, comm = 0;
-  int n = 0;
-  for (size_t g = 0; c->has_comm && g < sizeof c->comm.e / sizeof c->comm.e[0]; g++)
+/* The consecutive world ranks a group spans (ranks: tp fastest, then dp,
+ * then pp; ep is ep consecutive dp ranks, ep_dp every ep-th). */
+static int group_span(const Layout *lay, int g) {
+  const int span[COMM_GROUPS] = {lay->tp, lay->tp * lay->dp, lay->tp * lay->ep, lay->tp * lay->dp,
+                                 lay->tp * lay->dp * lay->pp};
+  return span[g];
+}
+
+void cg_predict_step(const Layout *lay, const Cost *c, CgPredicted *o) {
+  const Machine *mc = c->machine ? c->machine : machine_default;
+  int p = c->bf16 ? 1 : 0;
+  double model = 3 * c->flops_fwd / (lay->tp * lay->dp);
+  *o = (CgPredicted){0};
+  o->compute_s = c->step.valid ? c->step.fwd_s + c->step.bwd_s + c->step.opt_s
+                               : model / mc->gemm_flops[p];
+  double dp_s = 0;
+  for (int g = 0; c->has_comm && g < COMM_GROUPS; g++) {
+    double link = machine_link_bytes_per_s(mc, group_span(lay, g)), t = 0;
     for (int k = 0; k < COMM_KINDS; k++) {
-      comm += c->comm.e[g][k].sent_bytes / PP_SIM_LINK_BYTES_PER_S +
-              c->comm.e[g][k].count * PP_SIM_LINK_LATENCY_S;
-      n += c->comm.e[g][k].count;
+      t += c->comm.e[g][k].sent_bytes / link + c->comm.e[g][k].count * mc->latency_s;
+      o->collectives += c->comm.e[g][k].count;
     }
-  if (c->has_comm) { /* expert all-to-alls at their upper bound (every slot filled) */
-    comm += c->comm.a2a_sent_bytes / PP_SIM_LINK_BYTES_PER_S +
-            c->comm.a2a_count * PP_SIM_LINK_LATENCY_S;
-    n += c->comm.a2a_count;
+    o->comm_s += t;
+    if (g == 1) dp_s = t;
   }
-  char a[32], b[32], d[32];
-  if (!n) {
-    fprintf(out, "predicted step time: %s (compute at %.0f TFLOP/s a rank; no communication)\n",
-            duration(a, sizeof a, compute), PP_SIM_FLOPS_PER_S / 1e12);
-    return;
+  if (c->has_comm && c->comm.a2a_count) {
+    o->comm_s += c->comm.a2a_sent_bytes / machine_link_bytes_per_s(mc, group_span(lay, 2)) +
+                 c->comm.a2a_count * mc->latency_s;
+    o->collectives += c->comm.a2a_count;
   }
-  fprintf(out, "predicted step time: %s = compute %s (%.0f TFLOP/s a rank) + %d collectives %s "
-          "(%.0f GB/s, %.0f us each, not overlapped)\n", duration(a, sizeof a, compute + comm),
-          duration(b, sizeof b, compute), PP_SIM_FLOPS_PER_S / 1e12, n,
-          duration(d, sizeof d, comm), PP_SIM_LINK_BYTES_PER_S / 1e9, PP_SIM_LINK_LATENCY_S * 1e6);
+  if (c->overlap_dp && c->step.valid) o->hidden_s = dp_s < c->step.bwd_s ? dp_s : c->step.bwd_s;
+  o->total_s = o->compute_s + o->comm_s - o->hidden_s;
+  o->mfu = o->total_s > 0 ? model / o->total_s / mc->peak_flops[p] : 0;
+}
+
+/* The predicted step time (cg_predict_step) and what it is made of. */
+static void predicted_step(FILE *out, const Layout *lay, const Cost *c) {
+  const Machine *mc = c->machine ? c->machine : machine_default;
+  int p = c->bf16 ? 1 : 0;
+  CgPredicted pr;
+  cg_predict_step(lay, c, &pr);
+  char a[32], b[32], d[32], e[32], f[32], g[32], h[32], r1[32], r2[32], r3[32];
+  fprintf(out, "predicted step time on %s (%s): %s, %.1f%% MFU (of %s)\n", mc->name,
+          p ? "bf16 mixed" : "fp32", duration(a, sizeof a, pr.total_s), 100 * pr.mfu,
+          rate(r1, sizeof r1, mc->peak_flops[p], "FLOP"));
+  const StepTime *st = &c->step;
+  if (st->valid) {
+    fprintf(out, "  compute %s: GEMMs %s (%s at %s)", duration(a, sizeof a, pr.compute_s),
+            duration(b, sizeof b, st->gemm_s), flops(d, sizeof d, st->gemm_flops),
+            rate(r1, sizeof r1, mc->gemm_flops[p], "FLOP"));
+    if (st->attn_flops > 0)
+      fprintf(out, ", attention %s (%s at %s)", duration(e, sizeof e, st->attn_s),
+              flops(f, sizeof f, st->attn_flops), rate(r2, sizeof r2, mc->attn_flops[p], "FLOP"));
+    fprintf(out, ",\n    memory-bound %s (%d calls in all moving %s at %s, %.3g us a call)\n",
+            duration(g, sizeof g, st->mem_s), st->calls, bytes(h, sizeof h, st->bytes),
+            rate(r3, sizeof r3, mc->mem_bytes_per_s, "B"), mc->kernel_s * 1e6);
+  }
+  else
+    fprintf(out, "  compute %s: %s at %s (no kernel plan: FLOPs only)\n",
+            duration(a, sizeof a, pr.compute_s),
+            flops(b, sizeof b, 3 * c->flops_fwd / (lay->tp * lay->dp)),
+            rate(r1, sizeof r1, mc->gemm_flops[p], "FLOP"));
+  if (pr.collectives)
+    fprintf(out, "  communication %s: %d collectives (%s within a node, %s between nodes of %d "
+            "ranks, %.3g us each)%s%s%s\n", duration(a, sizeof a, pr.comm_s), pr.collectives,
+            rate(r1, sizeof r1, mc->intra_bytes_per_s, "B"),
+            rate(r2, sizeof r2, mc->inter_bytes_per_s, "B"), mc->ranks_per_node,
+            mc->latency_s * 1e6, pr.hidden_s > 0 ? ";\n    " : "",
+            pr.hidden_s > 0 ? duration(b, sizeof b, pr.hidden_s) : "",
+            pr.hidden_s > 0 ? " of the dp part hidden behind the backward" : "");
 }
 
 /* The collectives one rank runs a step (stage >= 0: a rank of that pipeline

@@ -8,6 +8,21 @@
 
 void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c);
 
+/* A rank's predicted step time at pp = 1 on c->machine (the default when
+ * NULL): the compute time of c->step when valid (codegen/step_model.h), else
+ * the forward + backward FLOPs at the machine's GEMM rate; plus each
+ * collective of c->comm at its ring bytes over the link its group spans
+ * (passes/machine.h) and the machine's latency, the dp group's hidden behind
+ * the backward up to its length when c->overlap_dp and c->step is valid
+ * (buckets start as they fill).  The expert all-to-alls count at their upper
+ * bound (every slot filled). */
+typedef struct {
+  double total_s, compute_s, comm_s, hidden_s;
+  int collectives;
+  double mfu;                /* model FLOPs (3 x forward, a rank) / total / peak */
+} CgPredicted;
+void cg_predict_step(const Layout *lay, const Cost *c, CgPredicted *out);
+
 /* One mixture-of-experts layer (a dispatch) as one rank runs it: the
  * activation cost of its capacity and its expert-parallel all-to-all. */
 typedef struct {

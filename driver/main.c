@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "codegen/arena_plan.h"
+#include "codegen/machine_file.h"
 #include "codegen/project.h"
 #include "codegen/report.h"
 #include "codegen/timeline.h"
@@ -100,6 +101,14 @@ static void usage(FILE *out) {
           "                         (default: each is started when its bucket is complete\n"
           "                         and waited for after the backward pass, so it overlaps\n"
           "                         the rest of the backward pass)\n"
+          "      --machine M        predict the step time for M: a preset (h200, the default,\n"
+          "                         h100, a100) or a JSON file of sustained rates, e.g.\n"
+          "                         {\"base\": \"h100\", \"inter_node_bytes_per_s\": 90e9}\n"
+          "                         (fields: peak_flops, gemm_flops, attention_flops (a number\n"
+          "                         or {\"fp32\": x, \"bf16\": y}), memory_bytes_per_s, kernel_s,\n"
+          "                         intra_node_bytes_per_s, inter_node_bytes_per_s, latency_s,\n"
+          "                         ranks_per_node; all of them without \"base\");\n"
+          "                         bench/predict_cpu.py measures this machine's CPU\n"
           "      --dump-after PASS  print the IR after PASS (lower");
   for (int i = 0; pass_name(i); i++) fprintf(out, ", %s", pass_name(i));
   fprintf(out,
@@ -208,6 +217,7 @@ typedef struct {
   int pads;                  /* the layout pads the vocabulary (set after the cost):
                                 pass_shard runs even for one rank */
   PpRequest pipe;            /* --schedule, --microbatches, --virtual-stages, --stage-layers */
+  Machine machine;           /* --machine (passes/machine.h); the default preset if not given */
 } Options;
 
 /* 1 if an nvcc is found: $CUDACXX (as CMake takes it), PATH, /usr/local/cuda. */
@@ -273,11 +283,13 @@ static int parse_args(int argc, char **argv, Options *o) {
       {"no-overlap", no_argument, 0, O_NO_OVERLAP},
       {"pad-vocab", required_argument, 0, O_PAD_VOCAB},
       {"target", required_argument, 0, 512}, {"cuda-arch", required_argument, 0, 513},
+      {"machine", required_argument, 0, 514},
       {"schedule", required_argument, 0, 600}, {"microbatches", required_argument, 0, 601},
       {"virtual-stages", required_argument, 0, 602}, {"stage-layers", required_argument, 0, 603},
       {0, 0, 0, 0}};
   o->lay = (Layout){1, 1, 1, 1, 0};
   o->verify = 1;
+  o->machine = *machine_default;
   o->ov = calloc((size_t)argc + 1, sizeof *o->ov);
   if (!o->ov) return EXIT_INTERNAL;
   opterr = 0;
@@ -315,6 +327,14 @@ static int parse_args(int argc, char **argv, Options *o) {
       o->lay.zero = optarg[0] - '0';
       break;
     case O_NO_OVERLAP: o->no_overlap = 1; break;
+    case 514: {
+      char why[512];
+      if (machine_resolve(optarg, &o->machine, why, sizeof why)) {
+        fprintf(stderr, "parc: error: --machine %s\n", why);
+        return EXIT_BAD;
+      }
+      break;
+    }
     case O_PAD_VOCAB: {
       char *end;
       errno = 0;
@@ -421,7 +441,8 @@ static int parse_args(int argc, char **argv, Options *o) {
 static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, char *why,
                       size_t len) {
   if (o->lay.tp * o->lay.dp == 1 && !o->pads)
-    return cg_plan_arena(m, !o->no_fuse, &cost->arena_bytes, why, len);
+    return cg_plan_arena(m, !o->no_fuse, &cost->arena_bytes, cost->machine, cost->bf16,
+                         &cost->step, why, len);
   IrModule *r = lower_program(prog, o->ov, o->nov);
   if (!r) {
     snprintf(why, len, "internal error: the model did not lower a second time");
@@ -447,7 +468,8 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
     cost->has_comm = 1;
   }
   if (!rc) {
-    rc = cg_plan_arena(r, !o->no_fuse, &cost->arena_bytes, why, len);
+    rc = cg_plan_arena(r, !o->no_fuse, &cost->arena_bytes, cost->machine, cost->bf16,
+                       &cost->step, why, len);
   }
   ir_module_free(r);
   return rc;
@@ -624,12 +646,15 @@ int main(int argc, char **argv) {
     m->pad_dropped = arena_strdup(&m->arena, dropped);
   }
   o.pipe.emit = o.emit;
+  o.pipe.machine = &o.machine;
   if (pp_request_check(m, &o.lay, &o.pipe, stderr)) {
     rc = EXIT_BAD;
     goto done;
   }
   Cost cost;
   cost_analyze(m, &o.lay, &cost);
+  /* the machine the report predicts the step time on */
+  cost.machine = &o.machine, cost.bf16 = machine_bf16(m), cost.overlap_dp = !o.no_overlap;
   /* the microbatches a step routes, as pp_request_check settled them (a routed
    * model's at pp 1 too, --microbatches included); 0 for a dense model at pp 1 */
   cost.microbatches = o.pipe.microbatches;
@@ -674,6 +699,7 @@ int main(int argc, char **argv) {
     }
     if (o.lay.pp > 1) {
       cost_analyze_split(m, &o.lay, pipe.st.chunk_layers, pipe.st.nchunks, &cost);
+      cost.machine = &o.machine, cost.bf16 = machine_bf16(m), cost.overlap_dp = !o.no_overlap;
       cost.pipe = &pipe;
       cost.microbatches = pipe.st.microbatches;
     }
@@ -714,7 +740,7 @@ int main(int argc, char **argv) {
     int targets = o.targets ? o.targets
                             : have_nvcc() ? CG_TARGET_CPU | CG_TARGET_CUDA : CG_TARGET_CPU;
     CgProject proj = {o.outdir, o.model, PARC_VERSION, !o.no_fuse, o.generic_cpu, &cost, &o.lay,
-                      targets, o.cuda_arch, tm ? &stage_prog : NULL};
+                      targets, o.cuda_arch, tm ? &stage_prog : NULL, &cost.step};
     char why[512];
     if (cg_write_project(tm ? tm : m, &proj, &cost.arena_bytes, why, sizeof why)) {
       fprintf(stderr, "parc: error: %s\n", why);

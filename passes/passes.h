@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "ir/ir.h"
+#include "passes/machine.h"
 
 /* The device mesh the user asked for.  Rank order: tp fastest, then dp
  * (ep carved from it), then pp. */
@@ -110,6 +111,16 @@ int dp_grads_is_bucket(const IrNode *n);
  * per problem to err and returns how many there were. */
 int layout_check(const IrModule *m, const Layout *lay, FILE *err);
 
+/* codegen/step_model.c: a rank's predicted compute time a step (a rank of
+ * a layout at pp = 1: the rank-local module's kernels and runtime calls). */
+typedef struct {
+  int valid;                 /* 0: not predicted (the report falls back on FLOPs) */
+  double gemm_s, attn_s, mem_s; /* time of the GEMM, attention and memory-bound calls */
+  double fwd_s, bwd_s, opt_s;   /* the same time by phase (bwd: B and W) */
+  double gemm_flops, attn_flops, bytes;
+  int calls;                 /* kernels and runtime calls a step */
+} StepTime;
+
 /* passes/cost.c: what a layout costs, per rank and stage. */
 typedef struct {
   int first_layer, nlayers;  /* layers held, [first, first + n) */
@@ -164,6 +175,10 @@ typedef struct {
   int microbatches;          /* microbatches a step routes (pp_request_check's, so
                                 --microbatches at pp 1 too); 0: unknown, the report
                                 then takes the train section's.  Set by the caller */
+  const Machine *machine;    /* the step time's machine (the caller's; NULL: the default) */
+  int bf16;                  /* the train section's precision is bf16 */
+  int overlap_dp;            /* dp collectives overlap the backward (not --no-overlap) */
+  StepTime step;             /* set by the caller from the kernel plan, when it has one */
 } Cost;
 
 int cost_analyze(IrModule *m, const Layout *lay, Cost *out);
@@ -192,6 +207,7 @@ typedef struct {
   const int *stage_layers;   /* layer counts per chunk, or NULL: balanced */
   int nstage_layers;
   const char *emit;          /* --emit value, for "timeline"/"trace" needing a pipeline */
+  const Machine *machine;    /* --machine, for the simulation's rates (NULL: the default) */
 } PpRequest;
 
 typedef struct {
@@ -297,10 +313,6 @@ void pp_sim_free(PpSim *sim);
 /* "F(mb 3, chunk 1)" into buf. */
 const char *pp_action_str(const PpAction *a, char *buf, size_t len);
 
-/* Assumed rates for the simulation (the report states them). */
-#define PP_SIM_FLOPS_PER_S   100e12 /* sustained compute per rank */
-#define PP_SIM_LINK_BYTES_PER_S 50e9 /* point-to-point bandwidth between stages */
-#define PP_SIM_LINK_LATENCY_S 5e-6   /* per transfer */
 
 /* Everything the compiler decided about a pipeline. */
 typedef struct PpPlan {
@@ -310,6 +322,8 @@ typedef struct PpPlan {
   PpTiming *timing;          /* nchunks, malloc'd */
   PpSim sim;
   double analytic_bubble;    /* (P-1)/M, (P-1)/(V M), or ZB-H1's (P-1)(F+B-W)/(M(F+B+W)) */
+  double flops_per_s, link_bytes_per_s, latency_s; /* the simulation's rates (the
+                                report states them): req.machine's */
 } PpPlan;
 
 /* Checks the pipeline options against the model and fills in defaults:

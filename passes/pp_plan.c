@@ -14,8 +14,11 @@
  * pp == 1 and M > 1 the trainer is a one-stage pipeline (gradient
  * accumulation over the M microbatches) rather than one whole-batch step.
  *
- * Durations for the simulation: a chunk's FLOPs / PP_SIM_FLOPS_PER_S;
- * a boundary transfer: PP_SIM_LINK_LATENCY_S + bytes / PP_SIM_LINK_BYTES_PER_S. */
+ * Durations for the simulation, on the request's machine (passes/machine.h;
+ * the default without one): a chunk's FLOPs at the machine's GEMM rate for
+ * the model's precision (memory-bound kernels not counted); a boundary
+ * transfer: the machine's latency + bytes over the link between two
+ * adjacent stages (ranks tp dp apart: one node when 2 tp dp ranks fit). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -167,13 +170,17 @@ int pp_plan(IrModule *m, const Layout *lay, const PpRequest *req, PpPlan *out, c
     return -1;
   }
   double tf = 0, tb = 0, tw = 0;
+  const Machine *mc = req->machine ? req->machine : machine_default;
+  double rate = mc->gemm_flops[machine_bf16(m)];
+  double link = machine_link_bytes_per_s(mc, 2 * lay->tp * lay->dp);
+  out->flops_per_s = rate, out->link_bytes_per_s = link, out->latency_s = mc->latency_s;
   for (int c = 0; c < st->nchunks; c++) {
     const PpChunk *k = &st->chunks[c];
     PpTiming *t = &out->timing[c];
-    t->f = k->flops_f / PP_SIM_FLOPS_PER_S;
-    t->b = k->flops_b / PP_SIM_FLOPS_PER_S;
-    t->w = k->flops_w / PP_SIM_FLOPS_PER_S;
-    t->send = PP_SIM_LINK_LATENCY_S + (double)k->boundary_bytes / PP_SIM_LINK_BYTES_PER_S;
+    t->f = k->flops_f / rate;
+    t->b = k->flops_b / rate;
+    t->w = k->flops_w / rate;
+    t->send = mc->latency_s + (double)k->boundary_bytes / link;
     t->stash_bytes = k->stash_bytes;
     tf += t->f, tb += t->b, tw += t->w;
   }

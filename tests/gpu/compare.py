@@ -113,6 +113,12 @@ def bench(log_path, plan_path, peak_tflops, skip):
     print(f"RESULT INFO median of {len(keep)} steps: {ms:.1f} ms/step, {tps:,.0f} tokens/s, "
           f"{flops / 1e12:.2f} TFLOP/step -> {flops / (ms * 1e-3) / 1e12:.1f} TFLOP/s, "
           f"MFU {100 * mfu:.1f}% of {peak_tflops:g} TFLOP/s; loss {keep[-1]['loss']:.4f}")
+    ps = plan.get("predicted_step")
+    if ps:  # parc's prediction before launch (--machine, default h200) against the run
+        print(f"  predicted on {ps['machine']} ({ps['precision']}): "
+              f"{ps['seconds'] * 1e3:.1f} ms/step (GEMM {ps['gemm_s'] * 1e3:.1f}, attention "
+              f"{ps['attention_s'] * 1e3:.1f}, memory-bound {ps['memory_bound_s'] * 1e3:.1f} ms); "
+              f"measured / predicted {ms * 1e-3 / ps['seconds']:.2f}")
     return 0
 
 

@@ -1,0 +1,29 @@
+/* codegen/step_model.h -- a rank's predicted compute time a step, kernel by
+ * kernel, on a machine (passes/machine.h). */
+#ifndef PARC_CG_STEP_MODEL_H
+#define PARC_CG_STEP_MODEL_H
+
+#include "codegen/cg_kernels.h"
+#include "passes/passes.h"
+
+/* Fills *st for the step m runs (every pass done; kp its kernel plan, as
+ * cg_write_project makes it).  Every call -- a generated kernel, or a
+ * runtime op -- costs mc->kernel_s plus the longer of its FLOPs at the
+ * rate that bounds it and the bytes it moves at mc->mem_bytes_per_s:
+ *   matmul, matmul_ta      2 m n k FLOPs at gemm_flops (expert matmuls over
+ *                          their whole capacity, the GEMM the runtime calls,
+ *                          where passes/cost.c counts the filled slots only);
+ *   sdpa                   4 B H T^2 hd FLOPs (halved when causal: the
+ *                          kernels skip masked tiles) at attn_flops;
+ *   sdpa_grad              2.5 times its forward's (five products to two);
+ *   everything else        memory-bound: its buffers' bytes.
+ * A generated kernel moves the bytes of its buffer arguments (inputs and
+ * outputs, temporaries included) once, an argument larger than every value
+ * it computes counted at that size (it reads a slice); a reshape the host
+ * aliases (view_of) costs nothing.  Collectives are not compute: the report adds them from
+ * its CommCost.  bf16 picks the machine's bf16 rates; buffers stay fp32 in
+ * both precisions (the trainers keep fp32 activations). */
+void cg_step_model(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int bf16,
+                   StepTime *st);
+
+#endif

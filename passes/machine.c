@@ -1,0 +1,65 @@
+/* passes/machine.c -- machine presets (passes/machine.h).
+ *
+ * h200: measured.  Sustained rates of parc's CUDA trainer on one H200 SXM
+ * (bench/RESULTS.md, 2026-11-30, GPT-2 small bf16 profile): layer GEMMs
+ * 318-458 TFLOP/s (400 taken), flash attention forward 53 and backward 32
+ * TFLOP/s (40 taken), pointwise kernels 2.4-4.1 TB/s (3 taken).  The fp32
+ * trainer's rates were not profiled: 75% of the FP32 peak (67 TFLOP/s) for
+ * GEMMs, 15 TFLOP/s for attention (estimates).  Peaks: 989 TFLOP/s bf16
+ * dense, 67 fp32.  Links: NVLink 4 at 450 GB/s a direction (NCCL reaches
+ * ~80% of it: 360), 400 Gb/s InfiniBand a GPU between nodes (50 GB/s, 45
+ * taken), 8 GPUs a node, 10 us a collective.
+ * h100: the H200's compute (same peaks), memory-bound kernels scaled by the
+ * HBM bandwidth (3.35 against 4.8 TB/s).  a100: everything scaled from the
+ * H200 by the A100 SXM's peaks (312 TFLOP/s bf16, 19.5 fp32, 2.0 TB/s,
+ * NVLink 3 at 300 GB/s, 200 Gb/s InfiniBand).  h100 and a100 are scaled,
+ * not measured: a JSON file with measured rates (--machine FILE) beats them. */
+#include "passes/machine.h"
+
+#include <math.h>
+#include <string.h>
+
+const Machine machine_presets[] = {
+    {"h200", {67e12, 989e12}, {50e12, 400e12}, {15e12, 40e12}, 3.0e12, 3e-6, 360e9, 45e9, 10e-6,
+     8},
+    {"h100", {67e12, 989e12}, {50e12, 400e12}, {15e12, 40e12}, 2.1e12, 3e-6, 360e9, 45e9, 10e-6,
+     8},
+    {"a100", {19.5e12, 312e12}, {14.6e12, 126e12}, {4.4e12, 12.6e12}, 1.25e12, 3e-6, 240e9,
+     22e9, 10e-6, 8},
+};
+const int machine_npresets = (int)(sizeof machine_presets / sizeof machine_presets[0]);
+const Machine *const machine_default = &machine_presets[0];
+
+const Machine *machine_preset(const char *name) {
+  for (int i = 0; i < machine_npresets; i++)
+    if (!strcmp(machine_presets[i].name, name)) return &machine_presets[i];
+  return NULL;
+}
+
+double machine_link_bytes_per_s(const Machine *mc, int span) {
+  return span <= mc->ranks_per_node ? mc->intra_bytes_per_s : mc->inter_bytes_per_s;
+}
+
+int machine_bf16(const IrModule *m) {
+  const IrSetting *s = ir_setting(m->train, m->ntrain, "precision");
+  return s && s->sym && !strcmp(s->sym, "bf16");
+}
+
+static int bad(double v) { return !(v > 0) || !isfinite(v); }
+
+int machine_check(const Machine *mc, const char **field) {
+  static const char *const name[] = {"peak_flops.fp32", "peak_flops.bf16", "gemm_flops.fp32",
+                                     "gemm_flops.bf16", "attention_flops.fp32",
+                                     "attention_flops.bf16"};
+  const double *rate[] = {&mc->peak_flops[0], &mc->peak_flops[1], &mc->gemm_flops[0],
+                          &mc->gemm_flops[1], &mc->attn_flops[0], &mc->attn_flops[1]};
+  for (int i = 0; i < 6; i++)
+    if (bad(*rate[i])) return *field = name[i], -1;
+  if (bad(mc->mem_bytes_per_s)) return *field = "memory_bytes_per_s", -1;
+  if (!(mc->kernel_s >= 0) || !isfinite(mc->kernel_s)) return *field = "kernel_s", -1;
+  if (bad(mc->intra_bytes_per_s)) return *field = "intra_node_bytes_per_s", -1;
+  if (bad(mc->inter_bytes_per_s)) return *field = "inter_node_bytes_per_s", -1;
+  if (!(mc->latency_s >= 0) || !isfinite(mc->latency_s)) return *field = "latency_s", -1;
+  if (mc->ranks_per_node < 1) return *field = "ranks_per_node", -1;
+  return 0;
+}

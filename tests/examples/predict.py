@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""The predicted step time follows its model (codegen/step_model.h,
+codegen/report.h cg_predict_step) on machines made up to isolate each part.
+
+usage: predict.py PARC EXAMPLES_DIR WORK_DIR
+
+- GEMM and attention FLOPs: with memory and calls free, gemm_s * rate is the
+  forward matmul FLOPs x 3 (cost.c's flops_per_step less its attention) and
+  attention_s * rate is the attention forward, halved (causal), x 3.5
+  (forward + a 2.5x backward); doubling the GEMM rate halves gemm_s only.
+- calls: with every rate unbounded, the step is calls x kernel_s.
+- communication: each plan.json collective at its bytes over the link its
+  group spans (tp 2 within a node of 2 ranks, dp between nodes) plus the
+  latency; the dp part hidden behind the backward only without --no-overlap.
+- the parts add up to the total; MFU is the model FLOPs a rank over the total
+  and the peak; bf16 models use the bf16 rates; the pipeline simulation runs
+  at the machine's GEMM rate (report line).
+"""
+import json, os, subprocess, sys
+
+parc, examples, work = sys.argv[1:4]
+os.makedirs(work, exist_ok=True)
+BIG = 1e30
+B, H, T, HD, LAYERS = 4, 4, 64, 16, 4  # gpt2_tiny: batch 4, heads 4, seq 64, d 64, 4 layers
+
+
+def machine(name, **kw):
+    m = {"name": name, "peak_flops": 1e12, "gemm_flops": BIG, "attention_flops": BIG,
+         "memory_bytes_per_s": BIG, "kernel_s": 0, "intra_node_bytes_per_s": BIG,
+         "inter_node_bytes_per_s": BIG, "latency_s": 0, "ranks_per_node": 8}
+    m.update(kw)
+    path = os.path.join(work, name + ".json")
+    json.dump(m, open(path, "w"))
+    return path
+
+
+def compile_(tag, mc, *flags):
+    out = os.path.join(work, tag)
+    r = subprocess.run([parc, os.path.join(examples, "gpt2_tiny.dsl"), "-o", out, "--target",
+                        "cpu", "--machine", mc, *flags], capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"FAIL {tag}: parc exited {r.returncode}:\n{r.stderr}")
+    return json.load(open(os.path.join(out, "plan.json"))), r.stdout
+
+
+def near(a, b, what, tol=1e-9):
+    if abs(a - b) > tol * max(abs(a), abs(b), 1e-300):
+        sys.exit(f"FAIL {what}: {a!r} != {b!r}")
+
+
+def parts_add_up(ps, tag):
+    near(ps["compute_s"], ps["gemm_s"] + ps["attention_s"] + ps["memory_bound_s"],
+         f"{tag}: compute = GEMM + attention + memory-bound")
+    near(ps["seconds"], ps["compute_s"] + ps["communication_s"] - ps["hidden_s"],
+         f"{tag}: total = compute + communication - hidden")
+
+
+# FLOPs: GEMMs and attention at their rates, nothing else costs
+plan, _ = compile_("flops", machine("flops", gemm_flops=1e12, attention_flops=1e11))
+ps = plan["predicted_step"]
+attn_fwd = 4.0 * B * H * T * T * HD * LAYERS
+near(ps["gemm_s"] * 1e12, plan["cost"]["flops_per_step"] - 3 * attn_fwd,
+     "GEMM FLOPs = 3 x the forward's matmuls", 1e-6)
+near(ps["attention_s"] * 1e11, attn_fwd * 0.5 * 3.5, "attention FLOPs", 1e-6)
+if ps["memory_bound_s"] > 1e-15:
+    sys.exit(f"FAIL memory-bound time with free memory: {ps['memory_bound_s']}")
+parts_add_up(ps, "flops")
+fast, _ = compile_("flops2", machine("flops2", gemm_flops=2e12, attention_flops=1e11))
+near(fast["predicted_step"]["gemm_s"], ps["gemm_s"] / 2, "doubling the GEMM rate halves gemm_s")
+near(fast["predicted_step"]["attention_s"], ps["attention_s"], "attention_s unchanged")
+near(ps["mfu"], plan["cost"]["flops_per_step"] / ps["seconds"] / 1e12, "MFU")
+
+# calls: each costs kernel_s
+plan, _ = compile_("calls", machine("calls", kernel_s=1e-3))
+ps = plan["predicted_step"]
+if ps["calls"] < 50:
+    sys.exit(f"FAIL calls: {ps['calls']} calls a step")
+near(ps["seconds"], ps["calls"] * 1e-3, "calls x kernel_s")
+
+# communication: tp 2 within a node of 2 ranks, dp 2 spans 4 ranks: between nodes
+mc = machine("links", intra_node_bytes_per_s=1e9, inter_node_bytes_per_s=1e6, latency_s=1e-4,
+             ranks_per_node=2, memory_bytes_per_s=1e9)
+for tag, flags in (("overlap", []), ("blocking", ["--no-overlap"])):
+    plan, _ = compile_("comm_" + tag, mc, "--tp", "2", "--dp", "2", *flags)
+    ps = plan["predicted_step"]
+    want = {"tp": 0.0, "dp": 0.0}
+    for e in plan["communication"]:
+        link = 1e9 if e["group"] == "tp" else 1e6
+        want[e["group"]] += e["sent_bytes_per_rank"] / link + e["count"] * 1e-4
+    if not want["tp"] or not want["dp"]:
+        sys.exit(f"FAIL comm {tag}: expected tp and dp collectives: {plan['communication']}")
+    near(ps["communication_s"], want["tp"] + want["dp"], f"comm {tag}: bytes / link + latency")
+    parts_add_up(ps, "comm " + tag)
+    if tag == "blocking" and ps["hidden_s"] != 0:
+        sys.exit(f"FAIL --no-overlap hides {ps['hidden_s']} s of dp")
+    if tag == "overlap" and not 0 < ps["hidden_s"] <= want["dp"] * (1 + 1e-12):
+        sys.exit(f"FAIL overlap hides {ps['hidden_s']} s of a dp part of {want['dp']} s")
+    near(ps["mfu"], plan["cost"]["flops_per_step"] / 4 / ps["seconds"] / 1e12, f"MFU {tag}")
+
+# precision: a bf16 model takes the bf16 rates
+mc = machine("prec", gemm_flops={"fp32": 1e12, "bf16": 4e12}, attention_flops=1e11)
+fp32, _ = compile_("fp32", mc)
+bf16, rep = compile_("bf16", mc, "-D", "precision=bf16")
+if bf16["predicted_step"]["precision"] != "bf16" or "(bf16 mixed)" not in rep:
+    sys.exit(f"FAIL bf16: {bf16['predicted_step']}")
+near(bf16["predicted_step"]["gemm_s"], fp32["predicted_step"]["gemm_s"] / 4, "bf16 GEMM rate")
+
+# the pipeline simulation's rate
+_, rep = compile_("pp", machine("pp", gemm_flops=2e12), "--pp", "2")
+if "simulated at 2 TFLOP/s per rank" not in rep:
+    sys.exit("FAIL pp: the simulation does not run at the machine's GEMM rate:\n" + rep)
+print("ok: predicted step time follows its model (FLOPs, calls, links, overlap, precision, pp)")
