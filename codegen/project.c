@@ -324,9 +324,9 @@ static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes
   else if (p->cost->has_comm)
     comm_json(comm, &p->cost->comm, -1);
   moe_json(root, m, p);
-  if (p->step_out && p->step_out->valid) { /* the report's predicted step time */
-    Cost c = *p->cost;
-    c.step = *p->step_out;
+  if ((p->step_out && p->step_out->valid) || (p->cost->pipe && p->cost->pipe->kernel_timed)) {
+    Cost c = *p->cost; /* the report's predicted step time */
+    if (p->step_out) c.step = *p->step_out;
     CgPredicted pr;
     cg_predict_step(p->layout, &c, &pr);
     cJSON *ps = cJSON_AddObjectToObject(root, "predicted_step");
@@ -334,10 +334,15 @@ static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes
     cJSON_AddStringToObject(ps, "precision", c.bf16 ? "bf16" : "fp32");
     cJSON_AddNumberToObject(ps, "seconds", pr.total_s);
     cJSON_AddNumberToObject(ps, "compute_s", pr.compute_s);
-    cJSON_AddNumberToObject(ps, "gemm_s", c.step.gemm_s);
-    cJSON_AddNumberToObject(ps, "attention_s", c.step.attn_s);
-    cJSON_AddNumberToObject(ps, "memory_bound_s", c.step.mem_s);
-    cJSON_AddNumberToObject(ps, "calls", c.step.calls);
+    if (c.pipe) { /* pp > 1: the simulated schedule, then the optimizer */
+      cJSON_AddNumberToObject(ps, "pipeline_s", pr.pipeline_s);
+      cJSON_AddNumberToObject(ps, "optimizer_s", pr.opt_s);
+    } else {
+      cJSON_AddNumberToObject(ps, "gemm_s", c.step.gemm_s);
+      cJSON_AddNumberToObject(ps, "attention_s", c.step.attn_s);
+      cJSON_AddNumberToObject(ps, "memory_bound_s", c.step.mem_s);
+      cJSON_AddNumberToObject(ps, "calls", c.step.calls);
+    }
     cJSON_AddNumberToObject(ps, "communication_s", pr.comm_s);
     cJSON_AddNumberToObject(ps, "hidden_s", pr.hidden_s);
     cJSON_AddNumberToObject(ps, "mfu", pr.mfu);

@@ -53,9 +53,14 @@ static void pipeline(FILE *out, const PpPlan *p, int tp) {
   fprintf(out, "pipeline: %s, %d stages", pp_schedule_name[p->req.schedule], P);
   if (V > 1) fprintf(out, " x %d virtual (%d chunks, chunk c on stage c %% %d)", V, st->nchunks, P);
   fprintf(out, ", %d microbatches\n", st->microbatches);
-  fprintf(out, "  simulated at %s per rank (the machine's GEMM rate), %s and %.3g us a "
-          "transfer between stages\n", rate(a, sizeof a, p->flops_per_s, "FLOP"),
-          rate(b, sizeof b, p->link_bytes_per_s, "B"), p->latency_s * 1e6);
+  if (p->kernel_timed)
+    fprintf(out, "  simulated with each chunk's kernels timed as the predicted step below, "
+            "%s and %.3g us a transfer between stages\n",
+            rate(b, sizeof b, p->link_bytes_per_s, "B"), p->latency_s * 1e6);
+  else
+    fprintf(out, "  simulated at %s per rank (the machine's GEMM rate), %s and %.3g us a "
+            "transfer between stages\n", rate(a, sizeof a, p->flops_per_s, "FLOP"),
+            rate(b, sizeof b, p->link_bytes_per_s, "B"), p->latency_s * 1e6);
   if (tp > 1)
     fprintf(out, "  (FLOPs are per tp rank; stashed activations are whole over the tp group, an "
             "upper bound)\n");
@@ -99,31 +104,69 @@ static int group_span(const Layout *lay, int g) {
   return span[g];
 }
 
+/* The time of one rank's collectives in cc on mc (groups with skip_pp: all
+ * but the pp group, whose transfers the pipeline simulation holds); the dp
+ * group's part into *dp_s, the count into *n. */
+static double comm_time(const Layout *lay, const CommCost *cc, const Machine *mc, int skip_pp,
+                        double *dp_s, int *n) {
+  double total = 0;
+  *dp_s = 0, *n = 0;
+  for (int g = 0; g < COMM_GROUPS - (skip_pp ? 1 : 0); g++) {
+    double link = machine_link_bytes_per_s(mc, group_span(lay, g)), t = 0;
+    for (int k = 0; k < COMM_KINDS; k++) {
+      t += cc->e[g][k].sent_bytes / link + cc->e[g][k].count * mc->latency_s;
+      *n += cc->e[g][k].count;
+    }
+    total += t;
+    if (g == 1) *dp_s = t;
+  }
+  if (cc->a2a_count) { /* at their upper bound: every slot filled */
+    total += cc->a2a_sent_bytes / machine_link_bytes_per_s(mc, group_span(lay, 2)) +
+             cc->a2a_count * mc->latency_s;
+    *n += cc->a2a_count;
+  }
+  return total;
+}
+
 void cg_predict_step(const Layout *lay, const Cost *c, CgPredicted *o) {
   const Machine *mc = c->machine ? c->machine : machine_default;
   int p = c->bf16 ? 1 : 0;
-  double model = 3 * c->flops_fwd / (lay->tp * lay->dp);
+  double model = 3 * c->flops_fwd / ((double)lay->tp * lay->dp * (c->pipe ? lay->pp : 1)), dp_s = 0;
   *o = (CgPredicted){0};
-  o->compute_s = c->step.valid ? c->step.fwd_s + c->step.bwd_s + c->step.opt_s
-                               : model / mc->gemm_flops[p];
-  double dp_s = 0;
-  for (int g = 0; c->has_comm && g < COMM_GROUPS; g++) {
-    double link = machine_link_bytes_per_s(mc, group_span(lay, g)), t = 0;
-    for (int k = 0; k < COMM_KINDS; k++) {
-      t += c->comm.e[g][k].sent_bytes / link + c->comm.e[g][k].count * mc->latency_s;
-      o->collectives += c->comm.e[g][k].count;
+  if (c->pipe) { /* the simulated schedule, the optimizer, the busiest stage's collectives */
+    o->pipeline_s = c->pipe->sim.makespan, o->opt_s = c->pipe->opt_s;
+    o->compute_s = o->pipeline_s + o->opt_s;
+    for (int s = 0; c->has_comm && c->stage_comm && s < c->nstage_comm; s++) {
+      int k;
+      double t = comm_time(lay, &c->stage_comm[s], mc, 1, &dp_s, &k);
+      if (t > o->comm_s) o->comm_s = t, o->collectives = k;
     }
-    o->comm_s += t;
-    if (g == 1) dp_s = t;
+  } else {
+    o->compute_s = c->step.valid ? c->step.fwd_s + c->step.bwd_s + c->step.opt_s
+                                 : model / mc->gemm_flops[p];
+    if (c->has_comm) o->comm_s = comm_time(lay, &c->comm, mc, 0, &dp_s, &o->collectives);
+    if (c->overlap_dp && c->step.valid) o->hidden_s = dp_s < c->step.bwd_s ? dp_s : c->step.bwd_s;
   }
-  if (c->has_comm && c->comm.a2a_count) {
-    o->comm_s += c->comm.a2a_sent_bytes / machine_link_bytes_per_s(mc, group_span(lay, 2)) +
-                 c->comm.a2a_count * mc->latency_s;
-    o->collectives += c->comm.a2a_count;
-  }
-  if (c->overlap_dp && c->step.valid) o->hidden_s = dp_s < c->step.bwd_s ? dp_s : c->step.bwd_s;
   o->total_s = o->compute_s + o->comm_s - o->hidden_s;
   o->mfu = o->total_s > 0 ? model / o->total_s / mc->peak_flops[p] : 0;
+}
+
+/* A pipelined trainer's predicted step (cg_predict_step with c->pipe). */
+static void predicted_pipe_step(FILE *out, const Layout *lay, const Cost *c) {
+  const Machine *mc = c->machine ? c->machine : machine_default;
+  int prec = c->bf16 ? 1 : 0;
+  CgPredicted pr;
+  cg_predict_step(lay, c, &pr);
+  char a[32], b[32], d[32], e[32], r[32];
+  fprintf(out, "predicted step time on %s (%s): %s, %.1f%% MFU (of %s)\n  = pipeline %s + "
+          "optimizer %s (the slowest stage's)", mc->name, prec ? "bf16 mixed" : "fp32",
+          duration(a, sizeof a, pr.total_s), 100 * pr.mfu,
+          rate(r, sizeof r, mc->peak_flops[prec], "FLOP"), duration(b, sizeof b, pr.pipeline_s),
+          duration(d, sizeof d, pr.opt_s));
+  if (pr.collectives)
+    fprintf(out, " + %d collective%s %s (the busiest stage's tp/dp/ep, not overlapped)",
+            pr.collectives, pr.collectives == 1 ? "" : "s", duration(e, sizeof e, pr.comm_s));
+  fprintf(out, "\n");
 }
 
 /* The predicted step time (cg_predict_step) and what it is made of. */
@@ -154,8 +197,9 @@ static void predicted_step(FILE *out, const Layout *lay, const Cost *c) {
             flops(b, sizeof b, 3 * c->flops_fwd / (lay->tp * lay->dp)),
             rate(r1, sizeof r1, mc->gemm_flops[p], "FLOP"));
   if (pr.collectives)
-    fprintf(out, "  communication %s: %d collectives (%s within a node, %s between nodes of %d "
+    fprintf(out, "  communication %s: %d collective%s (%s within a node, %s between nodes of %d "
             "ranks, %.3g us each)%s%s%s\n", duration(a, sizeof a, pr.comm_s), pr.collectives,
+            pr.collectives == 1 ? "" : "s",
             rate(r1, sizeof r1, mc->intra_bytes_per_s, "B"),
             rate(r2, sizeof r2, mc->inter_bytes_per_s, "B"), mc->ranks_per_node,
             mc->latency_s * 1e6, pr.hidden_s > 0 ? ";\n    " : "",
@@ -406,6 +450,8 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
   if (c->arena_bytes)
     fprintf(out, "activation arena (planned, fp32): %s (%" PRId64 " bytes), allocated exactly by "
             "the trainer\n", bytes(a, sizeof a, (double)c->arena_bytes), c->arena_bytes);
-  if (c->pipe) pipeline(out, c->pipe, lay->tp);
-  else if (c->tokens && (c->has_comm || lay->tp * lay->dp == 1)) predicted_step(out, lay, c);
+  if (c->pipe) {
+    pipeline(out, c->pipe, lay->tp);
+    predicted_pipe_step(out, lay, c);
+  } else if (c->tokens && (c->has_comm || lay->tp * lay->dp == 1)) predicted_step(out, lay, c);
 }

@@ -8,16 +8,21 @@
 
 void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c);
 
-/* A rank's predicted step time at pp = 1 on c->machine (the default when
- * NULL): the compute time of c->step when valid (codegen/step_model.h), else
+/* A rank's predicted step time on c->machine (the default when NULL).
+ * pp = 1: the compute time of c->step when valid (codegen/step_model.h), else
  * the forward + backward FLOPs at the machine's GEMM rate; plus each
  * collective of c->comm at its ring bytes over the link its group spans
  * (passes/machine.h) and the machine's latency, the dp group's hidden behind
  * the backward up to its length when c->overlap_dp and c->step is valid
  * (buckets start as they fill).  The expert all-to-alls count at their upper
- * bound (every slot filled). */
+ * bound (every slot filled).
+ * c->pipe (pp > 1): the simulated schedule's makespan (chunks timed by their
+ * kernels when c->pipe->kernel_timed, cg_pipe_step_model; with the stage
+ * boundaries' transfers), then the slowest stage's optimizer, plus the tp /
+ * dp / ep collectives of the stage that has the most, not overlapped. */
 typedef struct {
   double total_s, compute_s, comm_s, hidden_s;
+  double pipeline_s, opt_s;  /* pp > 1: compute_s is their sum */
   int collectives;
   double mfu;                /* model FLOPs (3 x forward, a rank) / total / peak */
 } CgPredicted;

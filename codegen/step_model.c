@@ -2,6 +2,9 @@
  * (codegen/step_model.h). */
 #include "codegen/step_model.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
 static double node_bytes(const IrNode *n) { return 4.0 * (double)ir_numel(n); }
 
 /* A collective or a rank-coordinate op: communication, not compute. */
@@ -38,49 +41,104 @@ static double op_flops(const IrNode *n, int *attn) {
   }
 }
 
-static void add_call(StepTime *st, IrPhase phase, double t, int kind) {
-  st->calls++;
-  double *by_kind[] = {&st->mem_s, &st->gemm_s, &st->attn_s};
-  *by_kind[kind] += t;
-  if (phase == IR_PHASE_FWD) st->fwd_s += t;
-  else if (phase == IR_PHASE_OPT) st->opt_s += t;
-  else st->bwd_s += t;
+/* The time of the call rooted at node i (a generated kernel's root, or a
+ * runtime op), 0 for any other node; *kind 0 memory-bound, 1 GEMM, 2
+ * attention; FLOPs and bytes added to st. */
+static double call_time(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int p, int i,
+                        int *kind, StepTime *st) {
+  const IrNode *n = m->nodes[i];
+  int k = kp->kernel_of[i];
+  *kind = 0;
+  if (k >= 0) { /* a generated kernel, counted once, where it runs */
+    const CgKernel *kr = &kp->kernels[k];
+    if (kr->root != i || (kp->view_of[i] >= 0 && kr->nnodes == 1)) return 0;
+    /* an argument larger than every value the kernel computes is read in
+     * part (a slice of a flat gradient bucket): count at most that much */
+    double bytes = 0, cap = 0;
+    for (int j = 0; j < kr->nnodes; j++)
+      if (node_bytes(m->nodes[kr->nodes[j]]) > cap) cap = node_bytes(m->nodes[kr->nodes[j]]);
+    for (int a = 0; a < kr->nargs; a++) {
+      int id = kr->arg_node[a];
+      double b = id >= 0 ? node_bytes(m->nodes[id]) : 4.0 * (double)kp->temps[-1 - id].numel;
+      bytes += cap > 0 && b > cap ? cap : b;
+    }
+    st->bytes += bytes;
+    return mc->kernel_s + bytes / mc->mem_bytes_per_s;
+  }
+  if (!cg_runtime_op(n->op) || is_comm(n->op)) return 0; /* leaves, collectives */
+  double bytes = node_bytes(n);
+  for (int j = 0; j < n->ninputs; j++) bytes += node_bytes(n->inputs[j]);
+  int attn;
+  double f = op_flops(n, &attn), rate = attn ? mc->attn_flops[p] : mc->gemm_flops[p];
+  double tf = f / rate, tm = bytes / mc->mem_bytes_per_s;
+  st->bytes += bytes;
+  if (attn) st->attn_flops += f;
+  else st->gemm_flops += f;
+  *kind = f > 0 ? 1 + attn : 0;
+  return mc->kernel_s + (tf > tm ? tf : tm);
+}
+
+void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int bf16,
+                   StepTime *st, double *node_s) {
+  *st = (StepTime){0};
+  st->valid = 1;
+  for (int i = 0; i < m->nnodes; i++) {
+    int kind;
+    double t = call_time(m, kp, mc, bf16 ? 1 : 0, i, &kind, st);
+    if (node_s) node_s[i] = t;
+    if (t == 0) continue;
+    st->calls++;
+    double *by_kind[] = {&st->mem_s, &st->gemm_s, &st->attn_s};
+    *by_kind[kind] += t;
+    IrPhase phase = m->nodes[i]->phase;
+    if (phase == IR_PHASE_FWD) st->fwd_s += t;
+    else if (phase == IR_PHASE_OPT) st->opt_s += t;
+    else st->bwd_s += t;
+  }
 }
 
 void cg_step_model(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int bf16,
                    StepTime *st) {
-  *st = (StepTime){0};
-  st->valid = 1;
-  int p = bf16 ? 1 : 0;
-  for (int i = 0; i < m->nnodes; i++) {
-    const IrNode *n = m->nodes[i];
-    int k = kp->kernel_of[i];
-    if (k >= 0) { /* a generated kernel, counted once, where it runs */
-      const CgKernel *kr = &kp->kernels[k];
-      if (kr->root != i || (kp->view_of[i] >= 0 && kr->nnodes == 1)) continue;
-      /* an argument larger than every value the kernel computes is read in
-       * part (a slice of a flat gradient bucket): count at most that much */
-      double bytes = 0, cap = 0;
-      for (int j = 0; j < kr->nnodes; j++)
-        if (node_bytes(m->nodes[kr->nodes[j]]) > cap) cap = node_bytes(m->nodes[kr->nodes[j]]);
-      for (int a = 0; a < kr->nargs; a++) {
-        int id = kr->arg_node[a];
-        double b = id >= 0 ? node_bytes(m->nodes[id]) : 4.0 * (double)kp->temps[-1 - id].numel;
-        bytes += cap > 0 && b > cap ? cap : b;
-      }
-      st->bytes += bytes;
-      add_call(st, n->phase, mc->kernel_s + bytes / mc->mem_bytes_per_s, 0);
-      continue;
-    }
-    if (!cg_runtime_op(n->op) || is_comm(n->op)) continue; /* leaves, collectives */
-    double bytes = node_bytes(n);
-    for (int j = 0; j < n->ninputs; j++) bytes += node_bytes(n->inputs[j]);
-    int attn;
-    double f = op_flops(n, &attn), rate = attn ? mc->attn_flops[p] : mc->gemm_flops[p];
-    double tf = f / rate, tm = bytes / mc->mem_bytes_per_s;
-    st->bytes += bytes;
-    if (attn) st->attn_flops += f;
-    else st->gemm_flops += f;
-    add_call(st, n->phase, mc->kernel_s + (tf > tm ? tf : tm), f > 0 ? 1 + attn : 0);
+  cg_step_times(m, kp, mc, bf16, st, NULL);
+}
+
+int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine *mc, int bf16,
+                       PpPlan *plan, char *err, size_t len) {
+  CgKernelPlan kp;
+  if (cg_plan_kernels(m, fuse, &kp, err, len)) return -1;
+  double *t = calloc((size_t)m->nnodes + 1, sizeof *t);
+  if (!t) {
+    cg_plan_free(&kp);
+    snprintf(err, len, "out of memory");
+    return -1;
   }
+  StepTime st;
+  cg_step_times(m, &kp, mc, bf16, &st, t);
+  for (int c = 0; c < plan->st.nchunks; c++)
+    plan->timing[c].f = plan->timing[c].b = plan->timing[c].w = 0;
+  /* the optimizer: each stage updates the parameters it holds (an owned
+   * node runs on its parameter's holders, a shared one on every stage), the
+   * stages at once; the step waits for the slowest */
+  double opt[64] = {0};
+  int P = pp->nstages < 64 ? pp->nstages : 64;
+  for (int i = 0; i < m->nnodes; i++) {
+    int c = pp->chunk[i];
+    IrPhase ph = m->nodes[i]->phase;
+    if (ph == IR_PHASE_OPT || c == PP_NODE_OPT) {
+      int own = pp->opt_owner ? pp->opt_owner[i] : -1;
+      uint64_t on = own >= 0 && pp->holders[own] ? pp->holders[own] : ~(uint64_t)0;
+      for (int s = 0; s < P; s++)
+        if (on >> s & 1) opt[s] += t[i];
+    } else if (c >= 0 && c < plan->st.nchunks) {
+      PpTiming *tc = &plan->timing[c];
+      *(ph == IR_PHASE_FWD ? &tc->f : ph == IR_PHASE_B ? &tc->b : &tc->w) += t[i];
+    }
+  }
+  plan->opt_s = 0;
+  for (int s = 0; s < P; s++)
+    if (opt[s] > plan->opt_s) plan->opt_s = opt[s];
+  free(t);
+  cg_plan_free(&kp);
+  plan->kernel_timed = 1;
+  return pp_plan_simulate(plan, err, len);
 }

@@ -25,5 +25,19 @@
  * both precisions (the trainers keep fp32 activations). */
 void cg_step_model(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int bf16,
                    StepTime *st);
+/* As cg_step_model, also each node's call time into node_s[id] (0 where no
+ * call is rooted), when node_s is not NULL. */
+void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int bf16,
+                   StepTime *st, double *node_s);
+
+/* A pipelined trainer's chunk durations from its kernels: m is its module
+ * (one microbatch), pp its stage programs, plan the pipeline plan whose
+ * timing (per chunk: F, B and W, one microbatch) this replaces with the sums
+ * of the calls each chunk runs in each phase, the optimizer's into
+ * plan->opt_s, then simulates again (pp_plan_simulate).  The kernels are
+ * planned as cg_write_project plans them (fuse: its choice for pipelines).
+ * 0, or -1 with a one-line reason in err. */
+int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine *mc, int bf16,
+                       PpPlan *plan, char *err, size_t len);
 
 #endif

@@ -20,6 +20,7 @@
 #include "codegen/machine_file.h"
 #include "codegen/project.h"
 #include "codegen/report.h"
+#include "codegen/step_model.h"
 #include "codegen/timeline.h"
 #include "frontend/build.h"
 #include "frontend/lower.h"
@@ -433,6 +434,21 @@ static int parse_args(int argc, char **argv, Options *o) {
   return 0;
 }
 
+/* The pipeline's chunks timed by the kernels the trainer runs (tm, the
+ * microbatch module, and its stage programs) on --machine, simulated again
+ * (codegen/step_model.h); the plan's FLOP-rate timing is replaced.  0, or -1
+ * after an internal error message. */
+static int pipe_retime(const Options *o, const IrModule *m, IrModule *tm, const PpProgram *pp,
+                       PpPlan *plan) {
+  char why[512];
+  /* stage programs run one kernel a node (cg_write_project) */
+  if (cg_pipe_step_model(tm, pp, 0, &o->machine, machine_bf16(m), plan, why, sizeof why)) {
+    fprintf(stderr, "parc: internal error: timing the pipeline: %s\n", why);
+    return -1;
+  }
+  return 0;
+}
+
 /* The per-rank plan for a report without -o (pp = ep = 1): the rank-local
  * module's activation arena and, with several ranks, its communication, into
  * cost.  The module m has been through every pass unsharded; a sharded copy
@@ -707,8 +723,6 @@ int main(int argc, char **argv) {
   double t3 = now();
   if (o.emit && !strcmp(o.emit, "ir")) ir_print(stdout, m);
   if (o.emit && !strcmp(o.emit, "dot")) ir_print_dot(stdout, m);
-  if (o.emit && !strcmp(o.emit, "timeline")) cg_timeline_svg(stdout, m->name, &pipe);
-  if (o.emit && !strcmp(o.emit, "trace")) cg_timeline_trace(stdout, m->name, &pipe);
   if (o.outdir && (o.lay.pp > 1 || pipe1)) {
     char why[512] = "";
     if (!(tm = pipe_module(&prog, &o, m, &pipe, &stage_prog, why, sizeof why)) && !why[0])
@@ -722,14 +736,26 @@ int main(int argc, char **argv) {
     /* what the trainer's ranks communicate: its microbatch module's collectives
      * M times, the step's once (the whole-batch module counted above is not run) */
     pipe_comm(&o, m, tm, &stage_prog, &cost);
+    if (o.lay.pp > 1 && pipe_retime(&o, m, tm, &stage_prog, &pipe)) {
+      rc = EXIT_INTERNAL;
+      goto done;
+    }
   } else if (!o.outdir && (o.lay.pp > 1 || routed_mb) && ranks > 1) {
     /* the report alone: the same trainer's communication, its module then freed */
     char why[512] = "";
     PpProgram pp = {0};
     IrModule *r = pipe_module(&prog, &o, m, &pipe, &pp, why, sizeof why);
     if (r) pipe_comm(&o, m, r, &pp, &cost);
+    int bad = r && o.lay.pp > 1 && pipe_retime(&o, m, r, &pp, &pipe);
     ir_module_free(r);
+    if (bad) {
+      rc = EXIT_INTERNAL;
+      goto done;
+    }
   }
+  /* (after the pipeline's chunks were timed by their kernels) */
+  if (o.emit && !strcmp(o.emit, "timeline")) cg_timeline_svg(stdout, m->name, &pipe);
+  if (o.emit && !strcmp(o.emit, "trace")) cg_timeline_trace(stdout, m->name, &pipe);
   if (o.outdir) {
     if (make_dir(o.outdir)) {
       fprintf(stderr, "parc: error: cannot create directory '%s': %s\n", o.outdir,

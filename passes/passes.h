@@ -324,6 +324,9 @@ typedef struct PpPlan {
   double analytic_bubble;    /* (P-1)/M, (P-1)/(V M), or ZB-H1's (P-1)(F+B-W)/(M(F+B+W)) */
   double flops_per_s, link_bytes_per_s, latency_s; /* the simulation's rates (the
                                 report states them): req.machine's */
+  int kernel_timed;          /* timing holds each chunk's kernels' times
+                                (cg_pipe_step_model), not its FLOPs at flops_per_s */
+  double opt_s;              /* then: the optimizer's time a step, after the pipeline */
 } PpPlan;
 
 /* Checks the pipeline options against the model and fills in defaults:
@@ -353,6 +356,10 @@ int pp_node_chunks(const IrModule *m, const PpStages *st, int *chunk);
  * -1 with an internal error in err (a schedule the checker refused). */
 int pp_plan(IrModule *m, const Layout *lay, const PpRequest *req, PpPlan *out, char *err,
             size_t len);
+/* Simulates p->timing again (after a caller set it from better durations:
+ * cg_pipe_step_model) into p->sim and p->analytic_bubble.  0, or -1 with
+ * the checker's error in err. */
+int pp_plan_simulate(PpPlan *p, char *err, size_t len);
 void pp_plan_free(PpPlan *p);
 
 /* passes/pp_split.c: the program each pipeline stage runs, from the

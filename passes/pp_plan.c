@@ -169,7 +169,6 @@ int pp_plan(IrModule *m, const Layout *lay, const PpRequest *req, PpPlan *out, c
     pp_plan_free(out);
     return -1;
   }
-  double tf = 0, tb = 0, tw = 0;
   const Machine *mc = req->machine ? req->machine : machine_default;
   double rate = mc->gemm_flops[machine_bf16(m)];
   double link = machine_link_bytes_per_s(mc, 2 * lay->tp * lay->dp);
@@ -182,15 +181,27 @@ int pp_plan(IrModule *m, const Layout *lay, const PpRequest *req, PpPlan *out, c
     t->w = k->flops_w / rate;
     t->send = mc->latency_s + (double)k->boundary_bytes / link;
     t->stash_bytes = k->stash_bytes;
-    tf += t->f, tb += t->b, tw += t->w;
   }
-  if (pp_simulate(&out->sched, out->timing, 0, &out->sim, err, len)) {
+  if (pp_plan_simulate(out, err, len)) {
     pp_plan_free(out);
     return -1;
   }
-  if (req->schedule == PP_ZB_H1)
-    out->analytic_bubble = tf + tb + tw > 0 ? (P - 1) * (tf + tb - tw) / (M * (tf + tb + tw)) : 0;
+  return 0;
+}
+
+int pp_plan_simulate(PpPlan *p, char *err, size_t len) {
+  const PpStages *st = &p->st;
+  int P = st->nstages, V = st->nvirtual, M = st->microbatches;
+  double tf = 0, tb = 0, tw = 0;
+  for (int c = 0; c < st->nchunks; c++)
+    tf += p->timing[c].f, tb += p->timing[c].b, tw += p->timing[c].w;
+  PpSim sim;
+  if (pp_simulate(&p->sched, p->timing, 0, &sim, err, len)) return -1;
+  pp_sim_free(&p->sim);
+  p->sim = sim;
+  if (p->req.schedule == PP_ZB_H1)
+    p->analytic_bubble = tf + tb + tw > 0 ? (P - 1) * (tf + tb - tw) / (M * (tf + tb + tw)) : 0;
   else
-    out->analytic_bubble = (double)(P - 1) / ((double)V * M);
+    p->analytic_bubble = (double)(P - 1) / ((double)V * M);
   return 0;
 }

@@ -14,7 +14,7 @@ usage: predict.py PARC EXAMPLES_DIR WORK_DIR
   latency; the dp part hidden behind the backward only without --no-overlap.
 - the parts add up to the total; MFU is the model FLOPs a rank over the total
   and the peak; bf16 models use the bf16 rates; the pipeline simulation runs
-  at the machine's GEMM rate (report line).
+  by its chunks' kernels, then the optimizer.
 """
 import json, os, subprocess, sys
 
@@ -105,8 +105,17 @@ if bf16["predicted_step"]["precision"] != "bf16" or "(bf16 mixed)" not in rep:
     sys.exit(f"FAIL bf16: {bf16['predicted_step']}")
 near(bf16["predicted_step"]["gemm_s"], fp32["predicted_step"]["gemm_s"] / 4, "bf16 GEMM rate")
 
-# the pipeline simulation's rate
-_, rep = compile_("pp", machine("pp", gemm_flops=2e12), "--pp", "2")
-if "simulated at 2 TFLOP/s per rank" not in rep:
-    sys.exit("FAIL pp: the simulation does not run at the machine's GEMM rate:\n" + rep)
+# pipelines: chunks timed by their kernels (each call kernel_s here), the
+# optimizer after the schedule, transfers and collectives free
+plan, rep = compile_("pp", machine("pp", kernel_s=1e-3), "--pp", "2", "--dp", "2")
+ps = plan["predicted_step"]
+if "simulated with each chunk's kernels" not in rep:
+    sys.exit("FAIL pp: the simulation does not time chunks by their kernels:\n" + rep)
+near(ps["compute_s"], ps["pipeline_s"] + ps["optimizer_s"], "pp: compute = pipeline + optimizer")
+near(ps["seconds"], ps["compute_s"] + ps["communication_s"], "pp: total")
+for part in ("pipeline_s", "optimizer_s"):
+    calls = ps[part] / 1e-3
+    if calls < 10 or abs(calls - round(calls)) > 1e-6:
+        sys.exit(f"FAIL pp: {part} {ps[part]} is not a whole number of 1 ms calls")
+near(ps["mfu"], plan["cost"]["flops_per_step"] / 4 / ps["seconds"] / 1e12, "MFU pp")
 print("ok: predicted step time follows its model (FLOPs, calls, links, overlap, precision, pp)")
