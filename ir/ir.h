@@ -289,6 +289,12 @@ static inline int ir_zero_pieces(const IrModule *m, const IrNode *n) {
   if (n->shard == IR_SHARD_EXPERT && n->shard_degree > 1) return m->mesh_zero / n->shard_degree;
   return m->mesh_zero;
 }
+/* The floats of n's ZeRO-1 piece: ceil(numel / ir_zero_pieces) (the last
+ * rank's piece is padded with zeros to that size). */
+static inline int64_t ir_zero_piece_numel(const IrModule *m, const IrNode *n) {
+  int64_t z = ir_zero_pieces(m, n);
+  return (ir_numel(n) + z - 1) / z;
+}
 /* Vocabulary padding: the largest --pad-vocab, and the padded size of a
  * vocabulary of V rows over tp ranks, the smallest multiple of pad * tp
  * that is >= V (pad < 1 reads as 1), so every rank's rows are a multiple of

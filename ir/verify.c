@@ -41,7 +41,7 @@ static int verify_nodes(const IrModule *m, Arena *scratch, char *why, size_t len
                     m->nodes[n->grad->id] != n->grad))
       return bad(why, len, n, "gradient is not a node of this module, or not of a parameter");
     if (n->grad && ir_zero_pieces(m, n) > 1 && !m->grads_whole) {
-      int64_t z = ir_zero_pieces(m, n), s = (numel + z - 1) / z;
+      int64_t s = ir_zero_piece_numel(m, n);
       if (n->grad->dtype != IR_F32 || n->grad->rank != 1 || n->grad->shape[0] != s)
         return bad(why, len, n, "gradient is not the parameter's ZeRO-1 piece");
     } else if (n->grad && (n->grad->dtype != IR_F32 || n->grad->rank != n->rank ||

@@ -88,7 +88,7 @@ int pass_ep_grads(IrModule *m, int dp) {
     IrNode *g = p->grad;
     int z = ir_zero_pieces(m, p); /* > 1: ZeRO-1 pieces over ep_dp */
     if (z > 1) {
-      int64_t s = (ir_numel(g) + z - 1) / z;
+      int64_t s = ir_zero_piece_numel(m, p); /* g is shaped like p */
       if (!(g = scatter_piece(m, g, z)) || !(g = add(m, IR_OP_SCALE, g, 0, 0, 1.0 / dp)) ||
           !(g = reshape(m, g, 1, &s)))
         return -1;

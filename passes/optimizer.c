@@ -186,7 +186,7 @@ static IrNode *state(Opt *o, IrNode *p, const char *key) {
   int z = ir_zero_pieces(o->m, p);
   if (z > 1) {
     n->rank = 1;
-    n->shape[0] = (ir_numel(p) + z - 1) / z; /* the gradient's piece */
+    n->shape[0] = ir_zero_piece_numel(o->m, p); /* the gradient's piece */
     n->flat_shards = z;
   }
   n->name = arena_printf(&o->m->arena, "%s.%s", p->name, key);
