@@ -50,16 +50,18 @@ static int set_field(const Field *f, const cJSON *j, const char *path, char *err
     if (f->v[1]) *f->v[1] = j->valuedouble;
     return 0;
   }
-  if (f->v[1] && cJSON_IsObject(j)) {
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "fp32");
-    const cJSON *b = cJSON_GetObjectItemCaseSensitive(j, "bf16");
-    if (cJSON_IsNumber(a) && cJSON_IsNumber(b) && cJSON_GetArraySize(j) == 2) {
-      *f->v[0] = a->valuedouble, *f->v[1] = b->valuedouble;
-      return 0;
+  if (f->v[1] && cJSON_IsObject(j) && cJSON_GetArraySize(j) >= 1) {
+    /* {"fp32": x, "bf16": y}, either alone keeping the other (the base's) */
+    int ok = 1;
+    for (const cJSON *e = j->child; e && ok; e = e->next) {
+      int k = !strcmp(e->string, "fp32") ? 0 : !strcmp(e->string, "bf16") ? 1 : -1;
+      if (k < 0 || !cJSON_IsNumber(e)) ok = 0;
+      else *f->v[k] = e->valuedouble;
     }
+    if (ok) return 0;
   }
   snprintf(err, len, "'%s': \"%s\" must be a number%s", path, f->key,
-           f->v[1] ? " or {\"fp32\": number, \"bf16\": number}" : "");
+           f->v[1] ? " or {\"fp32\": number, \"bf16\": number} (either may be left out)" : "");
   return -1;
 }
 

@@ -2,7 +2,8 @@
  *
  * The file is one object; every field is the same-named Machine rate
  * (passes/machine.h), a per-precision one either a number (both
- * precisions) or {"fp32": x, "bf16": y}:
+ * precisions) or {"fp32": x, "bf16": y} (one of them alone changes that
+ * precision only):
  *   {"name": "my-cluster", "base": "h100",
  *    "gemm_flops": {"fp32": 45e12, "bf16": 520e12}, "inter_node_bytes_per_s": 90e9}
  * "base" names a preset the file starts from (then any field may be left

@@ -105,6 +105,14 @@ if bf16["predicted_step"]["precision"] != "bf16" or "(bf16 mixed)" not in rep:
     sys.exit(f"FAIL bf16: {bf16['predicted_step']}")
 near(bf16["predicted_step"]["gemm_s"], fp32["predicted_step"]["gemm_s"] / 4, "bf16 GEMM rate")
 
+# a file based on a preset changing one precision keeps the other's rate
+part = os.path.join(work, "partial.json")
+json.dump({"base": "h200", "gemm_flops": {"bf16": 8e12}}, open(part, "w"))
+_, rep32 = compile_("part32", part)
+_, rep16 = compile_("part16", part, "-D", "precision=bf16")
+if "at 50 TFLOP/s" not in rep32 or "at 8 TFLOP/s" not in rep16:
+    sys.exit(f"FAIL partial precision: fp32 report\n{rep32}\nbf16 report\n{rep16}")
+
 # pipelines: chunks timed by their kernels (each call kernel_s here), the
 # optimizer after the schedule, transfers and collectives free
 plan, rep = compile_("pp", machine("pp", kernel_s=1e-3), "--pp", "2", "--dp", "2")

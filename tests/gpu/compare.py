@@ -122,6 +122,34 @@ def bench(log_path, plan_path, peak_tflops, skip):
     return 0
 
 
+def machine_from_profile(st, ops):
+    """The sustained rates this profile shows, as a parc --machine JSON line
+    (passes/machine.h): GEMMs' and attention's FLOPs over their time, the
+    generated kernels' and memory ops' bytes over theirs, and what a call of
+    the fastest tenth of the generated kernels takes (a call's cost beyond its
+    bytes).  Only the profile's GEMM precision is measured; the other and the
+    links stay the base preset's."""
+    def rate(kinds, what):
+        sel = [o for o in ops if o["kind"] in kinds and o[what]]
+        t = sum(o["ms"] for o in sel) * 1e-3
+        return sum(o[what] for o in sel) / t if t else None
+    prec = "bf16" if "bf16" in str(st.get("gemm", "")) else "fp32"
+    m = {"name": f"{st['device']} (measured)", "base": "h200"}
+    for key, kinds in (("gemm_flops", ("gemm", "gemm_fp32")),
+                       ("attention_flops", ("attention", "attention_tc"))):
+        r = rate(kinds, "flops")
+        if r:
+            m[key] = {"fp32": r, "bf16": r} if prec == "fp32" else {"bf16": r}
+    mem = rate(("kernel", "op"), "bytes")
+    if mem:
+        m["memory_bytes_per_s"] = mem
+    calls = sorted(o["ms"] * 1e-3 / o["calls"] for o in ops if o["kind"] == "kernel" and o["calls"])
+    if calls:
+        m["kernel_s"] = calls[max(1, len(calls) // 10) - 1]
+    print("  machine (parc --machine FILE; a precision left out keeps the base's): " +
+          json.dumps(m))
+
+
 def profile(path, peak_tflops, peak_gbs, fp32_tflops=None, top=30):
     ranks = {}
     for rec in records(path):
@@ -187,6 +215,7 @@ def profile(path, peak_tflops, peak_gbs, fp32_tflops=None, top=30):
         print(f"  time-weighted: {eff:.1f}% of the ceilings over the {covered:.3f} ms per step "
               f"of ops that have one ({100 * covered / st['step_ms'] if st['step_ms'] else 0:.1f}% "
               f"of the step)")
+        machine_from_profile(st, ops)
         top3 = ", ".join(f"{o['name']} {o['pct_step']:.0f}%" for o in ops[:3])
         summary.append(f"rank {rank}: {st['step_ms']:.2f} ms/step, {eff:.0f}% of ceilings "
                        f"time-weighted; top {top3}")
