@@ -288,21 +288,30 @@ static void link_stats(Planner *P) {
 }
 
 /* Drops dead groups and numbers the rest by ascending root. */
+/* Group order: ascending root, then deferred, then the group's number (a
+ * stable sort: equal keys keep their order). */
+typedef struct {
+  int root, deferred, g;
+} GroupKey;
+static int by_root(const void *a, const void *b) {
+  const GroupKey *x = a, *y = b;
+  if (x->root != y->root) return x->root < y->root ? -1 : 1;
+  if (x->deferred != y->deferred) return x->deferred < y->deferred ? -1 : 1;
+  return (x->g > y->g) - (x->g < y->g);
+}
+
 static void sort_groups(Planner *P) {
   int n = 0;
   int *order = xcalloc((size_t)P->ngroups, sizeof(int));
   int *renum = xcalloc((size_t)P->ngroups, sizeof(int));
+  GroupKey *key = xcalloc((size_t)P->ngroups + 1, sizeof(GroupKey));
   for (int g = 0; g < P->ngroups; g++)
-    if (P->groups[g].root >= 0) order[n++] = g;
-  for (int i = 1; i < n; i++) /* insertion sort: groups are nearly sorted (descending) */
-    for (int j = i; j > 0 && (P->groups[order[j - 1]].root > P->groups[order[j]].root ||
-                              (P->groups[order[j - 1]].root == P->groups[order[j]].root &&
-                               P->groups[order[j - 1]].deferred > P->groups[order[j]].deferred));
-         j--) {
-      int t = order[j];
-      order[j] = order[j - 1];
-      order[j - 1] = t;
-    }
+    if (P->groups[g].root >= 0) key[n++] = (GroupKey){P->groups[g].root, P->groups[g].deferred, g};
+  /* (groups were made in descending root order: an insertion sort would be
+   * quadratic, seconds on GPT-3's unfused microbatch module) */
+  if (n > 1) qsort(key, (size_t)n, sizeof *key, by_root);
+  for (int i = 0; i < n; i++) order[i] = key[i].g;
+  free(key);
   CgGroup *sorted = xcalloc((size_t)(n ? n : 1), sizeof(CgGroup));
   for (int i = 0; i < n; i++) sorted[i] = P->groups[order[i]], renum[order[i]] = i;
   for (int i = 0; i < P->m->nnodes; i++)
@@ -422,14 +431,18 @@ int cg_plan_kernels(const IrModule *m, int fuse, CgKernelPlan *out, char *err, s
   }
   if (rc == 0) {
     out->view_of = xcalloc((size_t)m->nnodes, sizeof(int));
+    int *members = xcalloc((size_t)P.ngroups + 1, sizeof(int)); /* group_size, all at once */
+    for (int i = 0; i < m->nnodes; i++)
+      if (P.group_of[i] >= 0) members[P.group_of[i]]++;
     for (int i = 0; i < m->nnodes; i++) {
       const IrNode *n = m->nodes[i];
       int g = P.group_of[i];
       out->view_of[i] = n->op == IR_OP_RESHAPE && g >= 0 && P.groups[g].root == i &&
-                                group_size(&P, g) == 1 && out->materialize[n->inputs[0]->id]
+                                members[g] == 1 && out->materialize[n->inputs[0]->id]
                             ? n->inputs[0]->id
                             : -1;
     }
+    free(members);
   }
   if (rc == 0) {
     out->km = kir_module_new();

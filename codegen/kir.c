@@ -86,6 +86,7 @@ void kir_module_free(KirModule *m) {
     free(k);
   }
   free(m->kernels);
+  free(m->names);
   free(m);
 }
 
@@ -98,6 +99,36 @@ static int is_ident(const char *s) {
   return 1;
 }
 
+static uint64_t name_hash(const char *s) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  while (*s) h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+  return h;
+}
+
+/* Adds kernel index i to the name set; 1 if a kernel of that name was there. */
+static int name_seen(KirModule *m, int i) {
+  if (2 * (m->nkernels + 1) > m->cap_names) { /* rehash at double the size */
+    int cap = m->cap_names ? 2 * m->cap_names : 64;
+    int *t = xrealloc(NULL, sizeof(int) * (size_t)cap);
+    for (int j = 0; j < cap; j++) t[j] = -1;
+    for (int j = 0; j < m->cap_names; j++) {
+      int k = m->names[j];
+      if (k < 0) continue;
+      size_t h = (size_t)(name_hash(m->kernels[k]->name) & (uint64_t)(cap - 1));
+      while (t[h] >= 0) h = (h + 1) & (size_t)(cap - 1);
+      t[h] = k;
+    }
+    free(m->names);
+    m->names = t, m->cap_names = cap;
+  }
+  const char *name = m->kernels[i]->name;
+  size_t h = (size_t)(name_hash(name) & (uint64_t)(m->cap_names - 1));
+  for (; m->names[h] >= 0; h = (h + 1) & (size_t)(m->cap_names - 1))
+    if (strcmp(m->kernels[m->names[h]]->name, name) == 0) return 1;
+  m->names[h] = i;
+  return 0;
+}
+
 KirKernel *kir_kernel_new(KirModule *m, const char *name) {
   KirKernel *k = xrealloc(NULL, sizeof *k);
   memset(k, 0, sizeof *k);
@@ -107,8 +138,7 @@ KirKernel *kir_kernel_new(KirModule *m, const char *name) {
   grow((void **)&m->kernels, &m->cap_kernels, m->nkernels + 1, sizeof *m->kernels);
   m->kernels[m->nkernels++] = k;
   if (!is_ident(k->name)) fail(k, "kernel name is not a C identifier");
-  for (int i = 0; i + 1 < m->nkernels; i++)
-    if (strcmp(m->kernels[i]->name, k->name) == 0) fail(k, "kernel name used twice");
+  if (name_seen(m, m->nkernels - 1)) fail(k, "kernel name used twice");
   return k;
 }
 

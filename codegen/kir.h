@@ -212,6 +212,9 @@ typedef struct {
 struct KirModule {
   KirKernel **kernels;
   int nkernels, cap_kernels;
+  int *names, cap_names; /* kir.c: kernel indices hashed by name (open
+                            addressing, -1 empty, load <= 1/2), for the
+                            unique-name check */
   char error[320];     /* first builder error; "" if none */
 };
 
