@@ -22,7 +22,8 @@
 typedef struct {
   const float *q, *k, *v, *dy;
   float *out, *lse, *dqkv;
-  const float *fout, *flse;  /* backward: the forward's out and lse, or both NULL */
+  const float *fout, *flse;  /* backward: the forward's out and lse, lse alone (with fd),
+                                or both NULL (recomputed) */
   const float *fd;           /* backward: D per row (then fout is NULL, flse given) */
   int64_t B, H, KV, T, hd, nqb;
   float scale;
