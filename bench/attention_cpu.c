@@ -1,8 +1,9 @@
 /* bench/attention_cpu.c -- CPU throughput of the runtime's compute kernels at a
  * GPT-2-small-like layer: rt_sdpa / rt_sdpa_grad (causal, GQA optional) and
  * rt_matmul, for 1 .. N pool threads.  Not a test: prints one line per run.
- * sdpa_grad is timed twice: from the forward's out and lse (the trainers' call)
- * and recomputing them (the statistics pass; their ratio is printed).
+ * sdpa_grad is timed twice: from the forward's out and lse (the same work as the
+ * trainers' rt_sdpa_grad_stats from lse and D, less D's row sums) and
+ * recomputing them (the statistics pass; their ratio is printed).
  *
  *   bench_attention_cpu [B H KV T hd [max_threads]]     (default 4 12 12 1024 64, all CPUs)
  *

@@ -22,6 +22,7 @@
 int cg_runtime_op(IrOp op) {
   switch (op) {
   case IR_OP_MATMUL: case IR_OP_MATMUL_TA: case IR_OP_ATTENTION: case IR_OP_ATTENTION_GRAD:
+  case IR_OP_ATTENTION_LSE: case IR_OP_ATTENTION_DELTA:
   case IR_OP_TOPK: case IR_OP_GATHER: case IR_OP_SCATTER_ADD: case IR_OP_ONEHOT:
   case IR_OP_DISPATCH: case IR_OP_COMBINE: case IR_OP_COMBINE_GRAD_Y: case IR_OP_COMBINE_GRAD_W:
   case IR_OP_CAPACITY_DROP: case IR_OP_EXPERT_ALL_TO_ALL:

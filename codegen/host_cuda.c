@@ -131,13 +131,29 @@ static void emit_runtime(Cu *e, const IrNode *n) {
     fprintf(f, "  CHECK(rt_cuda_sdpa(dev, %s, %s + %" PRId64 ", %s, %s, %s, %s));\n", out, out,
             ir_numel(n), x, y, z, cg_sdpa_dims(n, ds, sizeof ds));
     return;
-  case IR_OP_ATTENTION_GRAD: { /* the forward's out and lse from in[4]'s buffer */
-    char yo[96];
+  case IR_OP_ATTENTION_GRAD: {
+    if (n->ninputs == 6) { /* lse and D on their own (passes/attn_delta.c) */
+      char lo[96], dl[96];
+      fprintf(f, "  CHECK(rt_cuda_sdpa_grad_stats(dev, %s, %s, %s, %s, %s, %s, %s, %s));\n",
+              out, x, y, z, w, buf(e, in[4], lo, sizeof lo), buf(e, in[5], dl, sizeof dl),
+              cg_sdpa_dims(n, ds, sizeof ds));
+      return;
+    }
+    char yo[96]; /* the forward's out and lse from in[4]'s buffer */
     const char *yb = buf(e, in[4], yo, sizeof yo);
     fprintf(f, "  CHECK(rt_cuda_sdpa_grad(dev, %s, %s, %s, %s, %s, %s, %s + %" PRId64 ", %s));\n",
             out, x, y, z, w, yb, yb, ir_numel(in[4]), cg_sdpa_dims(n, ds, sizeof ds));
     return;
   }
+  case IR_OP_ATTENTION_LSE: /* sdpa's lse, after its out (ir_aux_numel) */
+    fprintf(f, "  CHECK(rt_cuda_copy(dev, %s, %s + %" PRId64 ", %" PRId64 "));\n", out, x,
+            ir_numel(in[0]), ir_numel(n));
+    return;
+  case IR_OP_ATTENTION_DELTA: /* [B, T, H hd] x2 -> D [B, H, T] */
+    fprintf(f, "  CHECK(rt_cuda_sdpa_delta(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            ", %" PRId64 "));\n", out, x, y, dim(n, 0), dim(n, 1), dim(n, 2),
+            dim(in[0], -1) / dim(n, 1));
+    return;
   case IR_OP_TOPK:
     fprintf(f, "  CHECK(rt_cuda_topk(dev, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n", out,
             x, lead(in[0], 1), dim(in[0], -1), n->ia[0]);

@@ -110,6 +110,9 @@ static void usage(FILE *out) {
           "                         intra_node_bytes_per_s, inter_node_bytes_per_s, latency_s,\n"
           "                         ranks_per_node; all of them without \"base\");\n"
           "                         bench/predict_cpu.py measures this machine's CPU\n"
+          "      --keep-attn-out    attention's backward reads its forward output (no\n"
+          "                         attn_delta: the output stays alive until the backward;\n"
+          "                         for comparing plans)\n"
           "      --dump-after PASS  print the IR after PASS (lower");
   for (int i = 0; pass_name(i); i++) fprintf(out, ", %s", pass_name(i));
   fprintf(out,
@@ -214,6 +217,7 @@ typedef struct {
   int verify, timing, no_fuse, generic_cpu, sp;
   int64_t bucket_bytes;      /* --bucket-mb in bytes; 0: the default */
   int no_overlap;            /* --no-overlap: blocking dp bucket collectives */
+  int keep_attn_out;         /* --keep-attn-out: no attn_delta pass */
   int pad_vocab;             /* --pad-vocab; 0: not given (the train section's, else 64) */
   int pads;                  /* the layout pads the vocabulary (set after the cost):
                                 pass_shard runs even for one rank */
@@ -270,7 +274,7 @@ static const char *cuda_arch_list(const char *s) {
 
 static int parse_args(int argc, char **argv, Options *o) {
   enum { O_EMIT = 256, O_TP, O_PP, O_DP, O_EP, O_DUMP, O_NOVERIFY, O_TIME, O_VERSION, O_NOFUSE,
-         O_CPU, O_SP, O_ZERO, O_BUCKET, O_NO_OVERLAP, O_PAD_VOCAB };
+         O_CPU, O_SP, O_ZERO, O_BUCKET, O_NO_OVERLAP, O_PAD_VOCAB, O_KEEP_ATTN_OUT };
   static const struct option longs[] = {
       {"output", required_argument, 0, 'o'},  {"emit", required_argument, 0, O_EMIT},
       {"tp", required_argument, 0, O_TP},     {"pp", required_argument, 0, O_PP},
@@ -282,6 +286,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       {"sp", no_argument, 0, O_SP},
       {"zero", required_argument, 0, O_ZERO}, {"bucket-mb", required_argument, 0, O_BUCKET},
       {"no-overlap", no_argument, 0, O_NO_OVERLAP},
+      {"keep-attn-out", no_argument, 0, O_KEEP_ATTN_OUT},
       {"pad-vocab", required_argument, 0, O_PAD_VOCAB},
       {"target", required_argument, 0, 512}, {"cuda-arch", required_argument, 0, 513},
       {"machine", required_argument, 0, 514},
@@ -336,6 +341,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       }
       break;
     }
+    case O_KEEP_ATTN_OUT: o->keep_attn_out = 1; break;
     case O_PAD_VOCAB: {
       char *end;
       errno = 0;
@@ -466,7 +472,8 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
   }
   r->pad_vocab = m->pad_vocab;
   PassOptions popt = {.verify = o->verify, .stop_after = "dce", .zero = o->lay.zero,
-                      .bucket_bytes = o->bucket_bytes, .no_overlap = o->no_overlap};
+                      .bucket_bytes = o->bucket_bytes, .no_overlap = o->no_overlap,
+                      .keep_attn_out = o->keep_attn_out};
   int rc = pass_run_all(r, &popt) ? -1 : 0;
   if (rc) snprintf(why, len, "internal error: passes");
   r->mesh_ep = o->lay.ep; /* experts split over ep of the dp ranks */
@@ -521,15 +528,16 @@ static IrModule *pipe_module(Program *prog, const Options *o, const IrModule *m,
     snprintf(why, len, "internal error: the model did not lower for one microbatch");
     return NULL;
   }
-  PassOptions popt = {.verify = o->verify, .stop_after = "dce"};
+  PassOptions popt = {.verify = o->verify, .stop_after = "dce",
+                      .keep_attn_out = o->keep_attn_out};
   int rc = pass_run_all(r, &popt) ? -1 : 0;
   r->mesh_ep = o->lay.ep; /* experts split over ep of the dp ranks */
   r->pad_vocab = m->pad_vocab;
   if (!rc && (o->lay.tp * o->lay.dp > 1 || o->pads) &&
       pass_shard(r, o->lay.tp, o->lay.dp, o->sp, why, len))
     rc = -1;
-  popt.start_after = "dce"; /* autodiff; then, past dp_grads, the optimizer */
-  popt.stop_after = "autodiff";
+  popt.start_after = "dce"; /* autodiff, attn_delta; then, past dp_grads, the optimizer */
+  popt.stop_after = "attn_delta";
   if (!rc && pass_run_all(r, &popt)) rc = -1;
   /* ZeRO-1: the optimizer takes the rank's piece of each accumulated gradient
    * and gathers each stage's parameters apart (passes/optimizer.c) */
@@ -645,7 +653,7 @@ int main(int argc, char **argv) {
   /* The forward module first: the layout is checked and costed on it. */
   PassOptions popt = {.verify = o.verify, .dump_after = o.dump_after, .dump = stdout,
                       .stop_after = "dce", .zero = o.lay.zero, .bucket_bytes = o.bucket_bytes,
-                      .no_overlap = o.no_overlap};
+                      .no_overlap = o.no_overlap, .keep_attn_out = o.keep_attn_out};
   if (pass_run_all(m, &popt)) {
     rc = EXIT_INTERNAL;
     goto done;

@@ -374,11 +374,38 @@ static int eval_attention(Ctx *c) {
   return 0;
 }
 
+/* sdpa_lse(y) -> [B, H, T]: lse[b,h,t] of sdpa y (its buffer's aux part). */
+static int eval_attention_lse(Ctx *c) {
+  memcpy(OUT(c), IN(c, 0) + ir_numel(ARG(c, 0)), sizeof(double) * (size_t)ir_numel(c->n));
+  return 0;
+}
+
+/* sdpa_delta(m[B, T, H*hd], dm[B, T, H*hd]) heads=H -> [B, H, T]:
+ *   D[b,h,t] = sum_i m[b,t,h*hd + i] dm[b,t,h*hd + i], i ascending.
+ * With m = merge_heads(out) and dm such that split_heads(dm) is sdpa's dy,
+ * this is sdpa_grad's D = dy[b,h,t,:] . out[b,h,t,:], term for term. */
+static int eval_attention_delta(Ctx *c) {
+  int64_t B = c->n->shape[0], H = c->n->shape[1], T = c->n->shape[2];
+  int64_t hd = ARG(c, 0)->shape[2] / H;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t t = 0; t < T; t++) {
+        const double *m = IN(c, 0) + ((b * T + t) * H + h) * hd;
+        const double *dm = IN(c, 1) + ((b * T + t) * H + h) * hd;
+        double s = 0;
+        for (int64_t i = 0; i < hd; i++) s += m[i] * dm[i];
+        OUT(c)[(b * H + h) * T + t] = s;
+      }
+  return 0;
+}
+
 /* sdpa_grad(q, k, v, dy, y) causal scale -> [B, H + 2 KV, T, hd]: the
  * gradients of sdpa packed along dimension 1: channels [0, H) hold dq,
  * [H, H + KV) dk, [H + KV, H + 2 KV) dv.  y = sdpa(q, k, v) gives out and lse
  * (its buffer's aux part): p[u] = exp(s[u] - lse[b,h,t]) is sdpa's p, and
- * D = dy[b,h,t,:] . out[b,h,t,:] equals sum_w p[w] dp[w]; then
+ * D = dy[b,h,t,:] . out[b,h,t,:] equals sum_w p[w] dp[w].  The six-operand
+ * form sdpa_grad(q, k, v, dy, lse, d) takes lse and D from lse[b,h,t] and
+ * d[b,h,t] (sdpa_lse, sdpa_delta) instead of y.  Then
  *   dp[u] = dy[b,h,t,:] . v[b,g,u,:],  ds[u] = p[u] (dp[u] - D),
  *   dq[b,h,t,:]  = scale * sum_u ds[u] k[b,g,u,:],
  *   dk[b,g,u,:] += scale * ds[u] q[b,h,t,:],   dv[b,g,u,:] += p[u] dy[b,h,t,:]
@@ -401,11 +428,17 @@ static int eval_attention_grad(Ctx *c) {
         double *dq = out + ((b * C + h) * T + t) * hd;
         double *dk = out + (b * C + H + g) * T * hd;
         double *dv = out + (b * C + H + KV + g) * T * hd;
-        const double *o = IN(c, 4) + ((b * H + h) * T + t) * hd;
-        double lse = IN(c, 4)[B * H * T * hd + (b * H + h) * T + t], sum = 0;
+        double lse, sum = 0;
+        if (c->n->ninputs == 6) {
+          lse = IN(c, 4)[(b * H + h) * T + t];
+          sum = IN(c, 5)[(b * H + h) * T + t];
+        } else {
+          const double *o = IN(c, 4) + ((b * H + h) * T + t) * hd;
+          lse = IN(c, 4)[B * H * T * hd + (b * H + h) * T + t];
+          for (int64_t i = 0; i < hd; i++) sum += dy[i] * o[i];
+        }
         attn_scores(c, b, h, t, p);
         for (int64_t u = 0; u < T; u++) p[u] = exp(p[u] - lse); /* masked: exp(-inf) = 0 */
-        for (int64_t i = 0; i < hd; i++) sum += dy[i] * o[i];
         for (int64_t u = 0; u < T; u++) {
           double dp = 0;
           for (int64_t i = 0; i < hd; i++) dp += dy[i] * v[u * hd + i];
@@ -1058,6 +1091,8 @@ static int eval_node(Ctx *c) {
   case IR_OP_LAYERNORM_WGRAD: case IR_OP_RMSNORM_WGRAD: return eval_norm_wgrad(c);
   case IR_OP_SOFTMAX_GRAD: return eval_softmax_grad(c);
   case IR_OP_ATTENTION_GRAD: return eval_attention_grad(c);
+  case IR_OP_ATTENTION_LSE: return eval_attention_lse(c);
+  case IR_OP_ATTENTION_DELTA: return eval_attention_delta(c);
   case IR_OP_ROPE_GRAD: return eval_rope(c);
   case IR_OP_EMBEDDING_GRAD: case IR_OP_VOCAB_EMBEDDING_GRAD: return eval_embedding_grad(c);
   case IR_OP_CROSS_ENTROPY_GRAD: case IR_OP_VOCAB_CROSS_ENTROPY_GRAD:

@@ -275,7 +275,10 @@ int64_t ir_numel(const IrNode *n);
 /* Extra f32 values a node's buffer holds right after its own ir_numel(n):
  * sdpa keeps the row statistics its backward reads, lse [B, H, T]
  * (logsumexp over the keys of the scaled scores, natural log) at
- * buffer + ir_numel(n); 0 for every other op.  Everything that sizes,
+ * buffer + ir_numel(n); 0 for every other op.  sdpa_grad reads them there
+ * (with out) when its fifth operand is the sdpa; passes/attn_delta.c gives
+ * it a copy of its own instead (sdpa_lse), so the sdpa's buffer can die in
+ * the forward.  Everything that sizes,
  * allocates, sends or copies a node's buffer uses ir_buf_numel. */
 int64_t ir_aux_numel(const IrNode *n);
 static inline int64_t ir_buf_numel(const IrNode *n) { return ir_numel(n) + ir_aux_numel(n); }

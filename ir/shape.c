@@ -530,17 +530,44 @@ int ir_infer(IrNode *n, char *why, size_t len) {
 
   case IR_OP_ATTENTION_GRAD:
     /* packed result: [B, H + 2 KV, T, hd] holds dq, dk, dv along dimension 1 */
-    if (!attention_operands(n, why, len) || !same_as(n, 0, 3, 5, why, len)) return 0;
-    /* y is the very sdpa whose gradient this is: its buffer's lse (ir_aux_numel) and
-     * out are the statistics the backward reuses */
-    if (n->inputs[4]->op != IR_OP_ATTENTION || n->inputs[4]->inputs[0] != a ||
-        n->inputs[4]->inputs[1] != b || n->inputs[4]->inputs[2] != n->inputs[2] ||
-        n->inputs[4]->ia[0] != n->ia[0] || n->inputs[4]->fa != n->fa)
+    if (n->ninputs != 5 && n->ninputs != 6)
+      return fail(why, len, n, "takes 5 operands (q, k, v, dy, y) or 6 (q, k, v, dy, lse, d), "
+                  "got %d", n->ninputs);
+    if (!attention_operands(n, why, len) || !same_as(n, 0, 3, 4, why, len)) return 0;
+    if (n->ninputs == 6) { /* the row statistics, lse and D, each [B, H, T] */
+      for (int i = 4; i < 6; i++)
+        if (n->inputs[i]->rank != 3 || memcmp(n->inputs[i]->shape, a->shape, 3 * sizeof(int64_t)))
+          return fail(why, len, n, "%s %s is not [batch, heads, seq] of q %s",
+                      i == 4 ? "lse" : "d", T(i, y), T(0, x));
+    } else if (n->inputs[4]->op != IR_OP_ATTENTION || n->inputs[4]->inputs[0] != a ||
+               n->inputs[4]->inputs[1] != b || n->inputs[4]->inputs[2] != n->inputs[2] ||
+               n->inputs[4]->ia[0] != n->ia[0] || n->inputs[4]->fa != n->fa) {
+      /* y is the very sdpa whose gradient this is: its buffer's lse (ir_aux_numel) and
+       * out are the statistics the backward reuses */
       return fail(why, len, n, "the fifth operand must be the sdpa of q, k, v with the same "
                   "causal and scale");
+    }
     memcpy(s, a->shape, sizeof s);
     s[1] = a->shape[1] + 2 * b->shape[1];
     set(n, IR_F32, 4, s);
+    return 1;
+
+  case IR_OP_ATTENTION_LSE: /* sdpa's aux part, lse [B, H, T] */
+    if (a->op != IR_OP_ATTENTION || a->rank != 4)
+      return fail(why, len, n, "needs an sdpa result, got %s %s", ir_op_info[a->op].name, T(0, x));
+    set(n, IR_F32, 3, a->shape);
+    return 1;
+
+  case IR_OP_ATTENTION_DELTA: /* (m, dm) [B, T, H hd] -> [B, H, T] */
+    if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_F32) ||
+        !same_as(n, 0, 1, 2, why, len))
+      return 0;
+    if (a->rank != 3) return fail(why, len, n, "needs [batch, seq, width], got %s", T(0, x));
+    if (n->ia[0] < 1 || a->shape[2] % n->ia[0])
+      return fail(why, len, n, "width %lld is not divisible by %lld heads",
+                  (long long)a->shape[2], (long long)n->ia[0]);
+    s[0] = a->shape[0], s[1] = n->ia[0], s[2] = a->shape[1];
+    set(n, IR_F32, 3, s);
     return 1;
 
   case IR_OP_EMBEDDING_GRAD: case IR_OP_VOCAB_EMBEDDING_GRAD:

@@ -311,10 +311,13 @@ static void vjp_softmax(Ad *ad, IrNode *y, IrNode *dy) {
 
 /* sdpa: one sdpa_grad computes dq, dk, dv packed along dimension 1 (see
  * ir/interp.c); slices take them apart.  It reads y itself, whose buffer
- * holds the forward's out and lse, so no statistics are recomputed. */
+ * holds the forward's out and lse, so no statistics are recomputed
+ * (passes/attn_delta.c then lets it read lse and D alone where it can). */
 static void vjp_attention(Ad *ad, IrNode *y, IrNode *dy) {
   IrNode *q = y->inputs[0], *k = y->inputs[1], *v = y->inputs[2];
-  IrNode *g = mk(ad, IR_OP_ATTENTION_GRAD, (IrNode *[]){q, k, v, dy, y}, y->ia[0], 0, y->fa);
+  IrNode p = {.op = IR_OP_ATTENTION_GRAD, .inputs = (IrNode *[]){q, k, v, dy, y}, .ninputs = 5,
+              .ia = {y->ia[0], 0, 0}, .fa = y->fa};
+  IrNode *g = emit(ad, &p);
   int64_t H = q->shape[1], KV = k->shape[1];
   if (wants(ad, q)) give(ad, q, slice(ad, g, 1, 0, H));
   if (wants(ad, k)) give(ad, k, slice(ad, g, 1, H, KV));

@@ -31,6 +31,8 @@ typedef struct {
                              module sharded for dp > 1, before dp_grads */
   int64_t bucket_bytes;   /* dp gradient bucket bytes (m->dp_bucket_bytes); 0: default */
   int no_overlap;         /* 1 sets m->dp_blocking (blocking dp bucket collectives) */
+  int keep_attn_out;      /* 1 skips attn_delta: sdpa_grad reads sdpa's out (the
+                             plan before that pass, for comparison) */
 } PassOptions;
 
 /* Runs every pass in order.  Returns 0, or -1 after printing an internal
@@ -53,6 +55,12 @@ int pass_dce(IrModule *m);
  * list yet.  Returns -1 after printing why (an op with no gradient rule,
  * a module already differentiated). */
 int pass_autodiff(IrModule *m);
+
+/* passes/attn_delta.c: where sdpa's out has a merge_heads copy and its
+ * gradient arrives through split_heads, sdpa_grad(q, k, v, dy, y) becomes
+ * sdpa_grad(q, k, v, dy, sdpa_lse(y), sdpa_delta(merged, dmerged)), so out
+ * dies in the forward.  Returns -1 after printing an internal error. */
+int pass_attn_delta(IrModule *m);
 
 /* passes/optimizer.c: appends the optimizer step after autodiff, with
  * PyTorch's semantics: global-norm clipping (train setting clip), then

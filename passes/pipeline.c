@@ -18,6 +18,7 @@ static const Pass passes[] = {
     {"intent", pass_intent},       /* sharding intents -> tensor dimensions */
     {"dce", pass_dce},             /* drop what the loss does not need */
     {"autodiff", pass_autodiff},   /* gradients of the loss, B/W phases */
+    {"attn_delta", pass_attn_delta}, /* sdpa_grad from lse and D: sdpa's out dies early */
     {"dp_grads", dp_grads},        /* data-parallel gradient averaging */
     {"optimizer", pass_optimizer}, /* clipping and the update, as IR */
 };
@@ -45,7 +46,8 @@ int pass_run_all(IrModule *m, const PassOptions *opt) {
       m->dp_bucket_bytes = opt->bucket_bytes;
       m->dp_blocking = opt->no_overlap;
     }
-    if (passes[i].run(m)) {
+    int skip = passes[i].run == pass_attn_delta && opt->keep_attn_out;
+    if (!skip && passes[i].run(m)) {
       fprintf(stderr, "parc: internal error: pass %s failed\n", passes[i].name);
       return -1;
     }

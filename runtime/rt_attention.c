@@ -22,7 +22,9 @@
 typedef struct {
   const float *q, *k, *v, *dy;
   float *out, *lse, *dqkv;
-  const float *fout, *flse;  /* backward: the forward's out and lse, or both NULL */
+  const float *fout, *flse;  /* backward: the forward's out and lse, lse alone (with fd),
+                                or both NULL (recomputed) */
+  const float *fd;           /* backward: D per row (then fout is NULL, flse given) */
   int64_t B, H, KV, T, hd, nqb;
   float scale;
   int causal;
@@ -237,17 +239,22 @@ static void block_backward(const Attn *a, int64_t b, int64_t h, int64_t i0, int6
   const float *qb = qh + i0 * hd, *dyb = dyh + i0 * hd;
   float scale = a->scale;
 
-  /* the row statistics: from the forward's out and lse when given (the same
-   * bits block_forward would give: forward_range stored exactly these), else
+  /* the row statistics: lse from the forward and D given (rt_sdpa_delta, the
+   * same sum as below), or lse and out from the forward (the same bits
+   * block_forward would give: forward_range stored exactly these), else
    * recomputed */
-  if (!a->fout) block_forward(a, qh, kh, vh, i0, i1, w);
+  if (!a->flse) block_forward(a, qh, kh, vh, i0, i1, w);
   for (int64_t r = 0; r < nq; r++) {
-    const float *dyr = dyb + r * hd;
-    const float *o = a->fout ? a->fout + ((b * H + h) * T + i0 + r) * hd : w->o + r * hd;
-    float d = 0;
-    for (int64_t x = 0; x < hd; x++) d += dyr[x] * o[x];
-    w->d[r] = d;
-    w->lse[r] = a->fout ? a->flse[(b * H + h) * T + i0 + r] : w->m[r] + logf(w->l[r]);
+    int64_t row = (b * H + h) * T + i0 + r;
+    if (a->fd) {
+      w->d[r] = a->fd[row];
+    } else {
+      const float *dyr = dyb + r * hd, *o = a->fout ? a->fout + row * hd : w->o + r * hd;
+      float d = 0;
+      for (int64_t x = 0; x < hd; x++) d += dyr[x] * o[x];
+      w->d[r] = d;
+    }
+    w->lse[r] = a->flse ? a->flse[row] : w->m[r] + logf(w->l[r]);
   }
   memset(w->dq, 0, sizeof(float) * (size_t)(nq * hd));
 
@@ -334,14 +341,13 @@ int rt_sdpa(float *out, float *lse, const float *q, const float *k, const float 
   return RT_OK;
 }
 
-int rt_sdpa_grad(float *dqkv, const float *q, const float *k, const float *v,
-                 const float *dy, const float *out, const float *lse, int64_t B, int64_t H,
-                 int64_t KV, int64_t T, int64_t hd, float scale, int causal) {
-  if (check_args("sdpa_grad", dqkv, q, k, v, dy, 1, B, H, KV, T, hd)) return RT_ERR;
-  if (!out != !lse)
-    return rt_fail("sdpa_grad: the forward's %s is NULL but not its %s", !out ? "out" : "lse",
-                   !out ? "lse" : "out");
-  Attn a = {.q = q, .k = k, .v = v, .dy = dy, .dqkv = dqkv, .fout = out, .flse = lse,
+/* The backward with the row statistics from out and lse, from lse and d, or
+ * (all NULL) recomputed. */
+static int backward(float *dqkv, const float *q, const float *k, const float *v,
+                    const float *dy, const float *out, const float *lse, const float *d,
+                    int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd, float scale,
+                    int causal) {
+  Attn a = {.q = q, .k = k, .v = v, .dy = dy, .dqkv = dqkv, .fout = out, .flse = lse, .fd = d,
             .B = B, .H = H, .KV = KV,
             .T = T, .hd = hd, .nqb = (T + BLK - 1) / BLK, .scale = scale,
             .causal = causal != 0};
@@ -350,5 +356,55 @@ int rt_sdpa_grad(float *dqkv, const float *q, const float *k, const float *v,
   if (atomic_load(&a.oom))
     return rt_fail("sdpa_grad: out of memory for the block scratch (head_dim %lld)",
                    (long long)hd);
+  return RT_OK;
+}
+
+int rt_sdpa_grad(float *dqkv, const float *q, const float *k, const float *v,
+                 const float *dy, const float *out, const float *lse, int64_t B, int64_t H,
+                 int64_t KV, int64_t T, int64_t hd, float scale, int causal) {
+  if (check_args("sdpa_grad", dqkv, q, k, v, dy, 1, B, H, KV, T, hd)) return RT_ERR;
+  if (!out != !lse)
+    return rt_fail("sdpa_grad: the forward's %s is NULL but not its %s", !out ? "out" : "lse",
+                   !out ? "lse" : "out");
+  return backward(dqkv, q, k, v, dy, out, lse, NULL, B, H, KV, T, hd, scale, causal);
+}
+
+int rt_sdpa_grad_stats(float *dqkv, const float *q, const float *k, const float *v,
+                       const float *dy, const float *lse, const float *d, int64_t B, int64_t H,
+                       int64_t KV, int64_t T, int64_t hd, float scale, int causal) {
+  if (check_args("sdpa_grad", dqkv, q, k, v, dy, 1, B, H, KV, T, hd)) return RT_ERR;
+  if (!lse || !d) return rt_fail("sdpa_grad: NULL %s pointer", !lse ? "lse" : "d");
+  return backward(dqkv, q, k, v, dy, NULL, lse, d, B, H, KV, T, hd, scale, causal);
+}
+
+typedef struct {
+  float *d;
+  const float *m, *dm;
+  int64_t H, T, hd;
+} Delta;
+
+/* Rows [begin, end) of the merged tensors, row r = (b T + t) H + h. */
+static void delta_range(void *ctx, int64_t begin, int64_t end) {
+  const Delta *a = ctx;
+  for (int64_t r = begin; r < end; r++) {
+    int64_t h = r % a->H, bt = r / a->H, b = bt / a->T, t = bt % a->T;
+    const float *m = a->m + r * a->hd, *dm = a->dm + r * a->hd;
+    float d = 0;
+    for (int64_t x = 0; x < a->hd; x++) d += dm[x] * m[x];
+    a->d[(b * a->H + h) * a->T + t] = d;
+  }
+}
+
+int rt_sdpa_delta(float *d, const float *m, const float *dm, int64_t B, int64_t H, int64_t T,
+                  int64_t hd) {
+  if (!d || !m || !dm)
+    return rt_fail("sdpa_delta: NULL %s pointer", !d ? "output" : !m ? "m" : "dm");
+  int64_t n;
+  if (B < 1 || H < 1 || T < 1 || hd < 1 || __builtin_mul_overflow(B * H, T, &n) ||
+      __builtin_mul_overflow(n, hd, &n) || n > INT64_MAX / (int64_t)sizeof(float))
+    return rt_fail("sdpa_delta: dimensions must be >= 1 and fit, got B %lld, H %lld, T %lld, "
+                   "hd %lld", (long long)B, (long long)H, (long long)T, (long long)hd);
+  Delta a = {d, m, dm, H, T, hd};
+  rt_parallel_for(B * T * H, 256, delta_range, &a);
   return RT_OK;
 }

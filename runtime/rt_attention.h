@@ -15,10 +15,11 @@
  * (running max and sum, rescaling the partial output), so no T x T matrix exists;
  * scratch is O(RT_SDPA_BLOCK * (RT_SDPA_BLOCK + hd)) floats per chunk.  The backward
  * needs each query row's statistics lse = m + log l (row max m, sum l) and
- * D = dy . o (o the output row; D equals sum_u p[u] dp[u]): from the forward's out
- * and lse when the caller kept them (the trainers do: the IR's sdpa buffer holds
- * lse after out), else it recomputes them by the forward's own block loop, the
- * same bits either way.  Then it walks the key blocks: p = exp(s - lse),
+ * D = dy . o (o the output row; D equals sum_u p[u] dp[u]): given lse and D
+ * (rt_sdpa_grad_stats: the trainers keep lse and compute D from the merged
+ * output, passes/attn_delta.c), or from the forward's out and lse (the IR's sdpa
+ * buffer holds lse after out), else recomputed by the forward's own block loop,
+ * the same bits every way.  Then it walks the key blocks: p = exp(s - lse),
  * dp = dy . v, ds = p (dp - D), dq += scale ds k, dk += scale ds q, dv += p dy.
  *
  * Parallelism and determinism: the forward runs one task per (b, h, query block);
@@ -60,5 +61,19 @@ int rt_sdpa(float *out, float *lse, const float *q, const float *k, const float 
 int rt_sdpa_grad(float *dqkv, const float *q, const float *k, const float *v,
                  const float *dy, const float *out, const float *lse, int64_t B, int64_t H,
                  int64_t KV, int64_t T, int64_t hd, float scale, int causal);
+
+/* dqkv = sdpa_grad(q, k, v, dy) from the row statistics alone: lse (rt_sdpa's)
+ * and d [B, H, T], d[row] = dy[row, :] . out[row, :] (rt_sdpa_delta); out is
+ * not read.  The same bits as rt_sdpa_grad given out and lse. */
+int rt_sdpa_grad_stats(float *dqkv, const float *q, const float *k, const float *v,
+                       const float *dy, const float *lse, const float *d, int64_t B, int64_t H,
+                       int64_t KV, int64_t T, int64_t hd, float scale, int causal);
+
+/* d[b, h, t] = sum_i dm[b, t, h hd + i] m[b, t, h hd + i], i ascending, for
+ * m, dm [B, T, H hd] (the IR op sdpa_delta): with m = merge_heads(out) and
+ * dy = split_heads(dm), rt_sdpa_grad's D, term for term and in its order,
+ * so the same bits.  RT_ERR on a NULL pointer or a dimension < 1. */
+int rt_sdpa_delta(float *d, const float *m, const float *dm, int64_t B, int64_t H, int64_t T,
+                  int64_t hd);
 
 #endif

@@ -166,10 +166,21 @@ int rt_cuda_sdpa(RtCuda *c, float *out, float *lse, const float *q, const float 
                  const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
                  float scale, int causal);
 /* out, lse: rt_cuda_sdpa's for the same q, k, v (the backward then reads lse and
- * computes D = dy . out, no forward again), or both NULL (recomputed). */
+ * computes D = dy . out, no forward again), or both NULL (recomputed).  The
+ * trainers call rt_cuda_sdpa_grad_stats where sdpa's out has a merged copy
+ * (passes/attn_delta.c), this where it has not. */
 int rt_cuda_sdpa_grad(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
                       const float *dy, const float *out, const float *lse, int64_t B, int64_t H,
                       int64_t KV, int64_t T, int64_t hd, float scale, int causal);
+/* From the row statistics alone (rt_sdpa_grad_stats): lse (rt_cuda_sdpa's) and
+ * d = dy . out per row [B, H, T] (rt_cuda_sdpa_delta); out is not read. */
+int rt_cuda_sdpa_grad_stats(RtCuda *c, float *dqkv, const float *q, const float *k,
+                            const float *v, const float *dy, const float *lse, const float *d,
+                            int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd, float scale,
+                            int causal);
+/* d [B, H, T] = row sums of m * dm over the merged [B, T, H hd] (rt_sdpa_delta). */
+int rt_cuda_sdpa_delta(RtCuda *c, float *d, const float *m, const float *dm, int64_t B, int64_t H,
+                       int64_t T, int64_t hd);
 
 /* ---- embedding and cross-entropy (rt_route.h; as there, the gradients'
  * dlogits may be their logits: in place, rt_cuda_ops.cu) ---- */

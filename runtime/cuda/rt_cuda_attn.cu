@@ -16,10 +16,13 @@
  *
  * Backward (three kernels, no atomics, each output written by one warp):
  *   stats   per query row lse = m + log l and D = dy . o (2 floats per row of
- *           workspace).  Given the forward's out and lse (the trainers keep
- *           them: the IR's sdpa buffer holds lse after out), lse is read where
- *           it is and attn_rowdot computes D = dy . out, a warp per row;
- *           without them, the forward runs again (attn_fwd<.., true>);
+ *           workspace).  Given lse and D (rt_cuda_sdpa_grad_stats: the
+ *           trainers keep lse and compute D from the merged output by
+ *           rt_cuda_sdpa_delta, passes/attn_delta.c) both are read where
+ *           they are; given the forward's out and lse (the IR's sdpa buffer
+ *           holds lse after out), attn_rowdot computes D = dy . out, a warp
+ *           per row; without either, the forward runs again
+ *           (attn_fwd<.., true>);
  *   dk, dv  a warp per KR keys of one kv head, streaming the query rows of its
  *           H/KV heads in tiles of 32 (lane i a query row):
  *           p = exp(scale q.k - lse), ds = p (dy.v - D),
@@ -142,17 +145,20 @@ __global__ void __launch_bounds__(WARPS * 32) attn_fwd(AttnArgs a) {
   }
 }
 
-/* d[r] = dy[r, :] . out[r, :] for rows r < rows of [rows, hd] (a warp per row,
- * lanes over hd, a fixed shuffle tree: reproducible). */
+/* d[.] = dy[r, :] . out[r, :] for rows r < rows of [rows, hd] (a warp per row,
+ * lanes over hd, a fixed shuffle tree: reproducible).  H == 0: d[r]; else the
+ * rows are merged ones, r = (b T + t) H + h of [B, T, H hd], and the result
+ * goes to d[(b H + h) T + t] (sdpa_delta). */
 __global__ void __launch_bounds__(WARPS * 32) attn_rowdot(const float *dy, const float *out,
-                                                          float *d, int64_t rows, int hd) {
+                                                          float *d, int64_t rows, int hd,
+                                                          int64_t H, int64_t T) {
   const int lane = threadIdx.x & 31;
   const int64_t r = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (r >= rows) return; /* warp-uniform */
   float s = 0.0f;
   for (int c = lane; c < hd; c += 32) s += dy[r * hd + c] * out[r * hd + c];
   s = warp_sum(s);
-  if (lane == 0) d[r] = s;
+  if (lane == 0) d[H ? (r / H / T * H + r % H) * T + r / H % T : r] = s;
 }
 
 /* dk, dv of keys [k0, k0 + WARPS KR) of kv head (b, g). */
@@ -377,32 +383,32 @@ extern "C" int rt_cuda_sdpa(RtCuda *c, float *out, float *lse, const float *q, c
          : hd <= 128 ? fwd<4>(c, a, false) : fwd<8>(c, a, false);
 }
 
-extern "C" int rt_cuda_sdpa_grad(RtCuda *c, float *dqkv, const float *q, const float *k,
-                                 const float *v, const float *dy, const float *out,
-                                 const float *lse, int64_t B, int64_t H, int64_t KV, int64_t T,
-                                 int64_t hd, float scale, int causal) {
-  if (check_args("sdpa_grad", dqkv, q, k, v, dy, 1, B, H, KV, T, hd)) return RT_ERR;
-  if (!out != !lse)
-    return rt_fail("sdpa_grad: the forward's %s is NULL but not its %s", !out ? "out" : "lse",
-                   !out ? "lse" : "out");
-  const bool kept = out != NULL, tc = rt_cuda_attn_tc(c, T, hd);
-  RtProfScope ps(c); /* reads q, k, v, dy (and out, lse); writes dqkv [B, H + 2 KV, T, hd] */
+/* The backward with the row statistics from out and lse, from lse and d, or
+ * (all NULL) recomputed; the arguments are checked. */
+static int sdpa_grad(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
+                     const float *dy, const float *out, const float *lse, const float *d,
+                     int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd, float scale,
+                     int causal) {
+  const bool kept = lse != NULL, tc = rt_cuda_attn_tc(c, T, hd);
+  RtProfScope ps(c); /* reads q, k, v, dy (and out or d, lse); writes dqkv [B, H + 2 KV, T, hd] */
   if (ps.on())
     ps.set(tc ? RT_PROF_ATTENTION_TC : RT_PROF_ATTENTION,
-           4.0 * (double)((3 * H + 4 * KV) * T * hd + (kept ? H * T * (hd + 1) : 0)) * B,
+           4.0 * (double)((3 * H + 4 * KV) * T * hd +
+                          (out ? H * T * (hd + 1) : kept ? 2 * H * T : 0)) * B,
            10 * attn_pairs(B, H, T, hd, causal), "sdpa_grad %lldx%lldx%lldx%lldx%lld%s",
            (long long)B, (long long)H, (long long)KV, (long long)T, (long long)hd,
            causal ? " causal" : "");
-  /* workspace: lse (when recomputed), then D */
+  /* workspace: lse (when recomputed), then D (when not given) */
   float *st = (float *)rt_cuda_ws(c, WS_ATTN, (size_t)(2 * B * H * T) * sizeof(float));
   if (!st) return RT_ERR;
-  /* kept: the forward's lse, only read (AttnArgs' pointer is not const: the statistics
-   * kernel, not run then, writes through it); else the workspace that kernel fills */
-  float *st_lse = kept ? (float *)lse : st, *st_d = st + B * H * T;
-  if (kept) {
+  /* kept: the forward's lse (and d when given), only read (AttnArgs' pointers are not
+   * const: the statistics kernel, not run then, writes through them); else the
+   * workspace that kernel fills */
+  float *st_lse = kept ? (float *)lse : st, *st_d = d ? (float *)d : st + B * H * T;
+  if (out) {
     const int64_t rows = B * H * T;
     attn_rowdot<<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32, 0, c->compute>>>(
-        dy, out, st_d, rows, (int)hd);
+        dy, out, st_d, rows, (int)hd, 0, T);
     LAUNCH_CHECK(c, "sdpa_grad (D = dy . out)");
   }
   if (tc)
@@ -412,4 +418,44 @@ extern "C" int rt_cuda_sdpa_grad(RtCuda *c, float *dqkv, const float *q, const f
                 causal != 0};
   return hd <= 32 ? bwd<1>(c, a, kept) : hd <= 64 ? bwd<2>(c, a, kept)
          : hd <= 128 ? bwd<4>(c, a, kept) : bwd<8>(c, a, kept);
+}
+
+extern "C" int rt_cuda_sdpa_grad(RtCuda *c, float *dqkv, const float *q, const float *k,
+                                 const float *v, const float *dy, const float *out,
+                                 const float *lse, int64_t B, int64_t H, int64_t KV, int64_t T,
+                                 int64_t hd, float scale, int causal) {
+  if (check_args("sdpa_grad", dqkv, q, k, v, dy, 1, B, H, KV, T, hd)) return RT_ERR;
+  if (!out != !lse)
+    return rt_fail("sdpa_grad: the forward's %s is NULL but not its %s", !out ? "out" : "lse",
+                   !out ? "lse" : "out");
+  return sdpa_grad(c, dqkv, q, k, v, dy, out, lse, NULL, B, H, KV, T, hd, scale, causal);
+}
+
+extern "C" int rt_cuda_sdpa_grad_stats(RtCuda *c, float *dqkv, const float *q, const float *k,
+                                       const float *v, const float *dy, const float *lse,
+                                       const float *d, int64_t B, int64_t H, int64_t KV,
+                                       int64_t T, int64_t hd, float scale, int causal) {
+  if (check_args("sdpa_grad", dqkv, q, k, v, dy, 1, B, H, KV, T, hd)) return RT_ERR;
+  if (!lse || !d) return rt_fail("sdpa_grad: NULL %s pointer", !lse ? "lse" : "d");
+  return sdpa_grad(c, dqkv, q, k, v, dy, NULL, lse, d, B, H, KV, T, hd, scale, causal);
+}
+
+extern "C" int rt_cuda_sdpa_delta(RtCuda *c, float *d, const float *m, const float *dm,
+                                  int64_t B, int64_t H, int64_t T, int64_t hd) {
+  if (!d || !m || !dm)
+    return rt_fail("sdpa_delta: NULL %s pointer", !d ? "output" : !m ? "m" : "dm");
+  if (B < 1 || H < 1 || T < 1 || hd < 1 || B * H * T > ((int64_t)1 << 36))
+    return rt_fail("sdpa_delta: dimensions must be >= 1 and B H T at most 2^36, got B %lld, "
+                   "H %lld, T %lld, hd %lld", (long long)B, (long long)H, (long long)T,
+                   (long long)hd);
+  const int64_t rows = B * T * H;
+  RtProfScope ps(c); /* reads m, dm [B, T, H hd]; writes d [B, H, T] */
+  if (ps.on())
+    ps.set(RT_PROF_OP, 4.0 * (double)(2 * rows * hd + rows), 0,
+           "sdpa_delta %lldx%lldx%lldx%lld", (long long)B, (long long)H, (long long)T,
+           (long long)hd);
+  attn_rowdot<<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32, 0, c->compute>>>(
+      dm, m, d, rows, (int)hd, H, T);
+  LAUNCH_CHECK(c, "sdpa_delta");
+  return RT_OK;
 }

@@ -38,9 +38,10 @@
  *              columns).  out = O / l; lse = (m + log2 l) ln 2.  With STATS
  *              it writes lse and D = dy . out per row to the workspace instead
  *              of out: the backward's first kernel, only when the caller has
- *              not kept the forward's out and lse (the trainers keep them; then
- *              rt_cuda_attn.cu's attn_rowdot computes D from out and the
- *              backward is the two kernels below).
+ *              kept neither lse and D nor the forward's out and lse (the
+ *              trainers keep lse and give D from rt_cuda_sdpa_delta, or keep
+ *              out and rt_cuda_attn.cu's attn_rowdot computes D from it; then
+ *              the backward is the two kernels below).
  *   tc_bwd_kv  grid (T / 64 key tiles, B KV): dk, dv of 64 keys of one kv head,
  *              over every query of its H / KV query heads in tiles of QT rows
  *              (64; 16 for hd > 64, to stay within registers), causal: from
@@ -548,7 +549,8 @@ int rt_cuda_sdpa_tc(RtCuda *c, float *out, float *lse, const float *q, const flo
   return tc_dispatch(c, a, B, hd, false, false);
 }
 
-/* lse, d: the rows' statistics (the forward's lse, D = dy . out), or both NULL
+/* lse, d: the rows' statistics (the forward's lse, D = dy . out: given, or by
+ * attn_rowdot from the forward's out), or both NULL
  * (then tc_fwd<.., true> computes them into the workspace). */
 int rt_cuda_sdpa_grad_tc(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
                          const float *dy, const float *lse, const float *d, int64_t B, int64_t H,

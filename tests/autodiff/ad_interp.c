@@ -192,6 +192,53 @@ static void attention_gqa(void) {
   ir_module_free(b.m);
 }
 
+/* sdpa_lse and sdpa_delta against plain C: lse = log sum_u exp(scaled score)
+ * over the visible keys (no max shift; small scores), D = dy . out with dy
+ * split out of the merged dm by hand; and sdpa_grad from them equals
+ * sdpa_grad from sdpa's out and lse exactly (the same sums in the same
+ * order). */
+static void attention_stats(void) {
+  enum { B = 2, H = 4, KV = 2, T = 5, D = 3 };
+  Build b;
+  build_init(&b, "sdpa_stats", 16);
+  IrNode *in[3];
+  in[0] = t_param(&b, LEAF_NORMAL, 1, 0, S(B, H, T, D));
+  in[1] = t_param(&b, LEAF_NORMAL, 1, 0, S(B, KV, T, D));
+  in[2] = t_param(&b, LEAF_NORMAL, 1, 0, S(B, KV, T, D));
+  IrNode *y = t_op(&b, IR_OP_ATTENTION, in, 3, 1, 0, 0, 0.6);
+  IrNode *m = t_op1(&b, IR_OP_MERGE_HEADS, y, 0, 0, 0, 0);
+  IrNode *dm = t_param(&b, LEAF_NORMAL, 1, 0, S(B, T, H * D));
+  IrNode *dy = t_op1(&b, IR_OP_SPLIT_HEADS, dm, H, 0, 0, 0);
+  IrNode *lse = t_op1(&b, IR_OP_ATTENTION_LSE, y, 0, 0, 0, 0);
+  IrNode *d = t_op2(&b, IR_OP_ATTENTION_DELTA, m, dm, H, 0);
+  IrNode *g5 = t_op(&b, IR_OP_ATTENTION_GRAD, (IrNode *[]){in[0], in[1], in[2], dy, y}, 5, 1, 0,
+                    0, 0.6);
+  IrNode *g6 = t_op(&b, IR_OP_ATTENTION_GRAD, (IrNode *[]){in[0], in[1], in[2], dy, lse, d}, 6,
+                    1, 0, 0, 0.6);
+  IrInterp *it = run(&b);
+  const double *q = F(it, in[0]), *k = F(it, in[1]), *o = F(it, y), *dmv = F(it, dm);
+  double rl[B * H * T], rd[B * H * T];
+  for (int bi = 0; bi < B; bi++)
+    for (int h = 0; h < H; h++)
+      for (int t = 0; t < T; t++) {
+        int g = h / (H / KV), r = (bi * H + h) * T + t;
+        double z = 0, dot = 0;
+        for (int u = 0; u <= t; u++) {
+          double s = 0;
+          for (int i = 0; i < D; i++) s += q[r * D + i] * k[((bi * KV + g) * T + u) * D + i];
+          z += exp(0.6 * s);
+        }
+        for (int i = 0; i < D; i++) dot += o[r * D + i] * dmv[(bi * T + t) * H * D + h * D + i];
+        rl[r] = log(z), rd[r] = dot;
+      }
+  report("sdpa_lse against plain C", max_diff(F(it, lse), rl, B * H * T), 1e-12);
+  report("sdpa_delta against plain C", max_diff(F(it, d), rd, B * H * T), 1e-12);
+  report("sdpa_grad from lse and D equals from out", max_diff(F(it, g6), F(it, g5),
+                                                              ir_numel(g5)), 0);
+  ir_interp_free(it);
+  ir_module_free(b.m);
+}
+
 /* Hugging Face: cos/sin = cat(freqs, freqs), x * cos + rotate_half(x) * sin
  * with rotate_half(x) = cat(-x2, x1). */
 static void rope_hf(void) {
@@ -314,6 +361,7 @@ int main(void) {
   softmax_and_loss();
   log_and_logsumexp();
   attention_gqa();
+  attention_stats();
   rope_hf();
   layout_and_reduce();
   routing();

@@ -5,7 +5,8 @@
  *   ad_models --ir MODEL.dsl [NAME=VALUE ...]      print the IR after autodiff
  *
  * The model is parsed with the prelude, lowered with the overrides (as the
- * driver's -D), run through the default passes and pass_autodiff, then
+ * driver's -D), run through the default passes, pass_autodiff and
+ * pass_attn_delta (sdpa_grad from lse and D, as the trainers have it), then
  * evaluated by the double interpreter with random parameters and tokens.
  * For every parameter, sampled elements of its gradient (uniform picks and
  * picks among the nonzero entries) are compared with central differences.
@@ -108,12 +109,16 @@ static void expect(int ok, const char *what) {
  * order, i.e. W work can be deferred past all of B. */
 static int phase_check(IrModule *m) {
   int nb = 0, nw = 0, grads_w = 1, sdpa_b = 1, nsdpa = 0, ta_w = 1, mm_b = 0, emb_dy_b = 0;
+  int nstats = 0, delta_b = 1, lse_fwd = 1;
   for (int i = 0; i < m->nnodes; i++) {
     IrNode *n = m->nodes[i];
     nb += n->phase == IR_PHASE_B;
     nw += n->phase == IR_PHASE_W;
     if (n->grad) grads_w &= n->grad->phase == IR_PHASE_W;
     if (n->op == IR_OP_ATTENTION_GRAD) nsdpa++, sdpa_b &= n->phase == IR_PHASE_B;
+    if (n->op == IR_OP_ATTENTION_GRAD && n->ninputs == 6) nstats++;
+    if (n->op == IR_OP_ATTENTION_DELTA) delta_b &= n->phase == IR_PHASE_B;
+    if (n->op == IR_OP_ATTENTION_LSE) lse_fwd &= n->phase == IR_PHASE_FWD;
     if (n->op == IR_OP_MATMUL_TA) ta_w &= n->phase == IR_PHASE_W;
     if (n->op == IR_OP_MATMUL && n->phase == IR_PHASE_B) mm_b++;
     if (n->op == IR_OP_EMBEDDING_GRAD) emb_dy_b = n->inputs[1]->phase == IR_PHASE_B;
@@ -122,6 +127,8 @@ static int phase_check(IrModule *m) {
   expect(nb > 0 && nw > 0, "backward has both B and W nodes");
   expect(grads_w, "every parameter gradient is W");
   expect(nsdpa > 0 && sdpa_b, "sdpa_grad is B");
+  expect(nstats == nsdpa && delta_b && lse_fwd,
+         "every sdpa_grad reads lse (forward) and D (sdpa_delta, B), not sdpa's out");
   expect(ta_w, "every weight-gradient matmul_ta is W");
   expect(mm_b > 0, "input-gradient matmuls are B");
   expect(emb_dy_b, "the embedding's incoming gradient is B");
@@ -163,7 +170,7 @@ int main(int argc, char **argv) {
   IrModule *m = load(argv[i], argv + i + 1, argc - i - 1, &parse_arena, &user);
   if (!m) return 1;
   PassOptions popt = {.verify = 1, .stop_after = "dce"};
-  if (pass_run_all(m, &popt) || pass_autodiff(m)) {
+  if (pass_run_all(m, &popt) || pass_autodiff(m) || pass_attn_delta(m)) {
     printf("FAIL: passes\n");
     return 1;
   }

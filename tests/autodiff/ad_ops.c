@@ -2,9 +2,10 @@
  *
  * Each case builds a tiny module around one op (shapes drawn from a seeded
  * RNG, with broadcasting, GQA, causal and keepdim variants), takes as loss
- * sum(result * R) for a fixed random R, runs pass_autodiff and the IR
- * verifier, and compares every element of every parameter's gradient with
- * a central difference of the double-precision interpreter.
+ * sum(result * R) for a fixed random R, runs pass_autodiff and
+ * pass_attn_delta (as the trainers do) and the IR verifier, and compares
+ * every element of every parameter's gradient with a central difference of
+ * the double-precision interpreter.
  *
  *   ad_ops CASE        run one case
  *   ad_ops             run them all
@@ -153,6 +154,20 @@ static IrNode *sdpa(Build *b, int64_t B, int64_t H, int64_t KV, int64_t T, int64
 static IrNode *c_sdpa_causal(Build *b) { return sdpa(b, 2, 2, 2, dim(b, 3, 5), 4, 1, 0.5); }
 static IrNode *c_sdpa_gqa_causal(Build *b) { return sdpa(b, 1, 4, 2, dim(b, 3, 5), 4, 1, 0.5); }
 static IrNode *c_sdpa_gqa_full(Build *b) { return sdpa(b, 2, 4, 1, 3, 2, 0, 0.7); }
+
+/* sdpa read through merge_heads: attn_delta gives sdpa_grad lse and D
+ * (sdpa_lse, sdpa_delta) instead of sdpa's out (run_case checks it did) */
+static IrNode *sdpa_merged(Build *b, int64_t H, int64_t KV, int causal) {
+  int64_t B = 2, T = dim(b, 3, 5), hd = 3;
+  IrNode *in[3];
+  in[0] = t_param(b, LEAF_NORMAL, 1, 0, S(B, H, T, hd));
+  in[1] = t_param(b, LEAF_NORMAL, 1, 0, S(B, KV, T, hd));
+  in[2] = t_param(b, LEAF_NORMAL, 1, 0, S(B, KV, T, hd));
+  IrNode *y = t_op(b, IR_OP_ATTENTION, in, 3, causal, 0, 0, 0.6);
+  return t_weighted_sum(b, t_op1(b, IR_OP_MERGE_HEADS, y, 0, 0, 0, 0));
+}
+static IrNode *c_sdpa_merged(Build *b) { return sdpa_merged(b, 2, 2, 1); }
+static IrNode *c_sdpa_merged_gqa(Build *b) { return sdpa_merged(b, 4, 2, 0); }
 
 static IrNode *c_rope(Build *b) {
   IrNode *x = t_param(b, LEAF_NORMAL, 1, 0, S(2, 2, dim(b, 3, 6), 8));
@@ -386,6 +401,8 @@ static const Case cases[] = {
     {"sdpa_causal", IR_OP_ATTENTION, c_sdpa_causal},
     {"sdpa_gqa_causal", IR_OP_ATTENTION, c_sdpa_gqa_causal},
     {"sdpa_gqa_full", IR_OP_ATTENTION, c_sdpa_gqa_full},
+    {"sdpa_merged", IR_OP_ATTENTION, c_sdpa_merged},
+    {"sdpa_merged_gqa", IR_OP_ATTENTION, c_sdpa_merged_gqa},
     {"rope", IR_OP_ROPE, c_rope},
     {"rope_llama3", IR_OP_ROPE, c_rope_llama3},
     {"embedding", IR_OP_EMBEDDING, c_embedding},
@@ -430,11 +447,18 @@ static int run_case(const Case *c, int verbose) {
   b.m->loss = c->fn(&b);
   must_verify(b.m, "before autodiff");
   int nfwd = b.m->nnodes;
-  if (pass_autodiff(b.m)) {
-    printf("FAIL %s: pass_autodiff failed\n", c->name);
+  if (pass_autodiff(b.m) || pass_attn_delta(b.m)) {
+    printf("FAIL %s: pass_autodiff or pass_attn_delta failed\n", c->name);
     return 1;
   }
   must_verify(b.m, "after autodiff");
+  int stats = 0; /* sdpa_grads reading lse and D */
+  for (int i = 0; i < b.m->nnodes; i++)
+    stats += b.m->nodes[i]->op == IR_OP_ATTENTION_GRAD && b.m->nodes[i]->ninputs == 6;
+  if (stats != !strncmp(c->name, "sdpa_merged", 11)) {
+    printf("FAIL %s: %d sdpa_grads read lse and D\n", c->name, stats);
+    return 1;
+  }
   if (verbose) ir_print(stdout, b.m);
   int nparams = 0, ngrads = 0;
   for (int i = 0; i < nfwd; i++) {

@@ -4,8 +4,9 @@
  *   cg_models --compile MODEL.dsl [NAME=VALUE ...]
  *
  * The model is loaded as the driver does (prelude, -D overrides, default
- * passes), then pass_autodiff and pass_optimizer append the backward pass
- * and the AdamW/SGD step.  Leaves get random values (parameters around their
+ * passes), then pass_autodiff, pass_attn_delta and pass_optimizer append
+ * the backward pass (sdpa_grad from lse and D, as the trainers have it) and
+ * the AdamW/SGD step.  Leaves get random values (parameters around their
  * init, optimizer state as after a few steps, lr and step), the double
  * interpreter evaluates every node, and each plan (fuse = 0 and 1) runs in
  * node order: runtime ops (GEMMs, attention, routing, embedding, cross-
@@ -174,7 +175,8 @@ int main(int argc, char **argv) {
   IrModule *m = test_load(argv[1], (const char *const *)argv + 2, argc - 2);
   if (!m) return 1;
   char err[512];
-  if (pass_autodiff(m) || pass_optimizer(m) || ir_verify(m, err, sizeof err)) {
+  if (pass_autodiff(m) || pass_attn_delta(m) || pass_optimizer(m) ||
+      ir_verify(m, err, sizeof err)) {
     printf("FAIL: passes\n");
     return 1;
   }

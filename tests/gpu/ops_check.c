@@ -7,8 +7,11 @@
  *
  * Tolerance: relative L2 error (|gpu - cpu| / |cpu|) <= 1e-5 for fp32 (2e-5 for
  * the attention backward, whose sums run in another order).  The attention
- * backward runs twice: as the trainers call it, from the GPU forward's out and
- * lse (sdpa_grad), and recomputing them (sdpa_grad (recomputed)).  Two ranks as
+ * backward runs three times: as the trainers call it, from the GPU forward's lse
+ * and D (sdpa_grad (lse, D)), D by rt_cuda_sdpa_delta from the merged GPU out and
+ * dy ([B, T, H hd], as merge_heads lays them out; the "sdpa_delta" row, against
+ * rt_sdpa_delta on the same merged tensors); from the forward's out and lse
+ * (sdpa_grad); and recomputing them (sdpa_grad (recomputed)).  Two ranks as
  * threads on the one GPU (the host-staged backend) check the vocabulary-parallel
  * cross-entropy and embedding against the CPU's at two members.  The
  * cross-entropy gradients again in place (dlogits == logits, as parc's buffer
@@ -158,19 +161,60 @@ typedef struct {
   float scale;
   int causal;
   float *lse; /* NULL: not asked for */
-  int kept;   /* at_bwd passes the forward's out and lse (both computed by at_fwd) */
+  int kept;   /* at_bwd passes: 2 the forward's lse and d (at_delta), 1 its out and lse
+                 (both computed by at_fwd), 0 neither (recomputed) */
+  float *m, *dm, *d; /* merged out and dy [B, T, H hd]; D [B, H, T] */
 } At;
 static int at_fwd(RtCuda *c, void *p) {
   At *x = p;
   return rt_cuda_sdpa(c, x->out, x->lse, x->q, x->k, x->v, x->B, x->H, x->KV, x->T, x->hd,
                       x->scale, x->causal);
 }
+static int at_delta(RtCuda *c, void *p) {
+  At *x = p;
+  return rt_cuda_sdpa_delta(c, x->d, x->m, x->dm, x->B, x->H, x->T, x->hd);
+}
 static int at_bwd(RtCuda *c, void *p) {
   At *x = p;
+  if (x->kept == 2)
+    return rt_cuda_sdpa_grad_stats(c, x->dqkv, x->q, x->k, x->v, x->dy, x->lse, x->d, x->B, x->H,
+                                   x->KV, x->T, x->hd, x->scale, x->causal);
   return rt_cuda_sdpa_grad(c, x->dqkv, x->q, x->k, x->v, x->dy, x->kept ? x->out : NULL,
                            x->kept ? x->lse : NULL, x->B, x->H, x->KV, x->T, x->hd, x->scale,
                            x->causal);
 }
+/* merge_heads: dst[b, t, h hd + i] = src[b, h, t, i] */
+static void merge(float *dst, const float *src, int64_t B, int64_t H, int64_t T, int64_t hd) {
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t t = 0; t < T; t++)
+        memcpy(dst + ((b * T + t) * H + h) * hd, src + ((b * H + h) * T + t) * hd,
+               sizeof(float) * (size_t)hd);
+}
+
+/* x->m, x->dm: the merged GPU out (x->out) and dy (host copy dy); x->d = D by
+ * rt_cuda_sdpa_delta, checked against rt_sdpa_delta (the "sdpa_delta" row when
+ * tol > 0). */
+static void attn_delta(RtCuda *c, At *x, const float *dy, const char *shape, double tol) {
+  int64_t nq = x->B * x->H * x->T * x->hd, nl = x->B * x->H * x->T;
+  float *o = malloc(4 * (size_t)nq), *mo = malloc(4 * (size_t)nq), *mdy = malloc(4 * (size_t)nq);
+  float *dref = malloc(4 * (size_t)nl), *dgot = malloc(4 * (size_t)nl);
+  to_host(o, x->out, 4 * (size_t)nq);
+  merge(mo, o, x->B, x->H, x->T, x->hd);
+  merge(mdy, dy, x->B, x->H, x->T, x->hd);
+  x->m = dev_copy(mo, 4 * (size_t)nq), x->dm = dev_copy(mdy, 4 * (size_t)nq);
+  x->d = dev_copy(NULL, 4 * (size_t)nl);
+  rt_sdpa_delta(dref, mo, mdy, x->B, x->H, x->T, x->hd);
+  double err = at_delta(c, x) ? INFINITY : 0;
+  if (err == 0) {
+    to_host(dgot, x->d, 4 * (size_t)nl);
+    err = rel_l2(dgot, dref, nl);
+  } else fprintf(stderr, "%s\n", rt_last_error());
+  if (tol > 0)
+    row("sdpa_delta", shape, err, tol, time_op(c, at_delta, x, 5), 0, 4.0 * (double)(2 * nq + nl));
+  free(o), free(mo), free(mdy), free(dref), free(dgot);
+}
+
 static void check_attn(RtCuda *c, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
                        int causal) {
   int64_t nq = B * H * T * hd, nk = B * KV * T * hd, ng = B * (H + 2 * KV) * T * hd;
@@ -179,7 +223,8 @@ static void check_attn(RtCuda *c, int64_t B, int64_t H, int64_t KV, int64_t T, i
   float scale = 1.0f / sqrtf((float)hd);
   At x = {dev_copy(NULL, 4 * (size_t)nq), dev_copy(q, 4 * (size_t)nq), dev_copy(k, 4 * (size_t)nk),
           dev_copy(v, 4 * (size_t)nk), dev_copy(dy, 4 * (size_t)nq), dev_copy(NULL, 4 * (size_t)ng),
-          B, H, KV, T, hd, scale, causal, dev_copy(NULL, 4 * (size_t)(B * H * T)), 0};
+          B, H, KV, T, hd, scale, causal, dev_copy(NULL, 4 * (size_t)(B * H * T)), 0, NULL, NULL,
+          NULL};
   char shape[96];
   snprintf(shape, sizeof shape, "B%lld H%lld KV%lld T%lld hd%lld%s", (long long)B, (long long)H,
            (long long)KV, (long long)T, (long long)hd, causal ? " causal" : "");
@@ -189,16 +234,17 @@ static void check_attn(RtCuda *c, int64_t B, int64_t H, int64_t KV, int64_t T, i
   to_host(got, x.out, 4 * (size_t)nq);
   if (err == 0) err = rel_l2(got, ref, nq);
   row("sdpa", shape, err, 1e-5, time_op(c, at_fwd, &x, 5), fl, 0);
+  attn_delta(c, &x, dy, shape, 1e-5);
   rt_sdpa_grad(ref, q, k, v, dy, NULL, NULL, B, H, KV, T, hd, scale, causal);
-  for (x.kept = 1; x.kept >= 0; x.kept--) {
+  static const char *const name[3] = {"sdpa_grad (recomputed)", "sdpa_grad", "sdpa_grad (lse, D)"};
+  for (x.kept = 2; x.kept >= 0; x.kept--) {
     err = at_bwd(c, &x) ? INFINITY : 0;
     to_host(got, x.dqkv, 4 * (size_t)ng);
     if (err == 0) err = rel_l2(got, ref, ng);
-    row(x.kept ? "sdpa_grad" : "sdpa_grad (recomputed)", shape, err, 2e-5,
-        time_op(c, at_bwd, &x, 5), 2.5 * fl, 0);
+    row(name[x.kept], shape, err, 2e-5, time_op(c, at_bwd, &x, 5), 2.5 * fl, 0);
   }
   cudaFree(x.out), cudaFree(x.q), cudaFree(x.k), cudaFree(x.v), cudaFree(x.dy), cudaFree(x.dqkv);
-  cudaFree(x.lse);
+  cudaFree(x.lse), cudaFree(x.m), cudaFree(x.dm), cudaFree(x.d);
   free(q), free(k), free(v), free(dy), free(ref), free(got);
 }
 
@@ -227,7 +273,7 @@ static void check_attn_bf16(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_
   float scale = 1.0f / sqrtf((float)hd);
   At x = {dev_copy(NULL, 4 * (size_t)nq), dev_copy(q, 4 * (size_t)nq), dev_copy(k, 4 * (size_t)nk),
           dev_copy(v, 4 * (size_t)nk), dev_copy(dy, 4 * (size_t)nq), dev_copy(NULL, 4 * (size_t)ng),
-          B, H, KV, T, hd, scale, causal, dev_copy(NULL, 4 * (size_t)nl), 0};
+          B, H, KV, T, hd, scale, causal, dev_copy(NULL, 4 * (size_t)nl), 0, NULL, NULL, NULL};
   char shape[96];
   snprintf(shape, sizeof shape, "B%lld H%lld KV%lld T%lld hd%lld%s", (long long)B, (long long)H,
            (long long)KV, (long long)T, (long long)hd, causal ? " causal" : "");
@@ -242,8 +288,11 @@ static void check_attn_bf16(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_
       err = isnan(lgot[i]) ? INFINITY : fmax(err, fabs((double)lgot[i] - (double)lref[i]));
   } else fprintf(stderr, "%s\n", rt_last_error());
   row("sdpa (bf16 tc)", shape, err, 2e-2, time_op(cb, at_fwd, &x, 5), fl, 0);
+  attn_delta(cb, &x, dy, shape, 0); /* D of the tc forward's out */
   rt_sdpa_grad(ref, q, k, v, dy, NULL, NULL, B, H, KV, T, hd, scale, causal);
-  for (x.kept = 1; x.kept >= 0; x.kept--) { /* x.out, x.lse: the tc forward's */
+  static const char *const name[3] = {"sdpa_grad (bf16 tc, recomputed)", "sdpa_grad (bf16 tc)",
+                                      "sdpa_grad (bf16 tc, lse, D)"};
+  for (x.kept = 2; x.kept >= 0; x.kept--) { /* x.out, x.lse: the tc forward's */
     err = at_bwd(cb, &x) ? INFINITY : 0;
     if (err == 0) {
       int64_t C = H + 2 * KV;
@@ -252,11 +301,10 @@ static void check_attn_bf16(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_
                  fmax(rel_max(got, ref, B, C, H, H + KV, T * hd),
                       rel_max(got, ref, B, C, H + KV, C, T * hd)));
     } else fprintf(stderr, "%s\n", rt_last_error());
-    row(x.kept ? "sdpa_grad (bf16 tc)" : "sdpa_grad (bf16 tc, recomputed)", shape, err, 2e-2,
-        time_op(cb, at_bwd, &x, 5), 2.5 * fl, 0);
+    row(name[x.kept], shape, err, 2e-2, time_op(cb, at_bwd, &x, 5), 2.5 * fl, 0);
   }
   cudaFree(x.out), cudaFree(x.q), cudaFree(x.k), cudaFree(x.v), cudaFree(x.dy), cudaFree(x.dqkv);
-  cudaFree(x.lse);
+  cudaFree(x.lse), cudaFree(x.m), cudaFree(x.dm), cudaFree(x.d);
   free(q), free(k), free(v), free(dy), free(ref), free(got), free(lref), free(lgot);
 }
 

@@ -119,6 +119,44 @@ int main(void) {
            bad ? "fifth operand must be the sdpa of q, k, v" : NULL), checks++;
   }
 
+  /* the six-operand sdpa_grad (q, k, v, dy, lse, d): lse and d [B, H, T];
+   * sdpa_lse reads an sdpa; sdpa_delta's width splits into its heads */
+  for (int bad = 0; bad < 5; bad++) {
+    m = ir_module_new("t");
+    int64_t s4[4] = {2, 4, 8, 16}, kv4[4] = {2, 2, 8, 16}, s3[3] = {2, 8, 64};
+    IrNode *q = leaf(m, IR_OP_INPUT, "q", IR_F32, 4, s4);
+    IrNode *k = leaf(m, IR_OP_INPUT, "k", IR_F32, 4, kv4);
+    IrNode *v = leaf(m, IR_OP_INPUT, "v", IR_F32, 4, kv4);
+    IrNode *dm = leaf(m, IR_OP_INPUT, "dm", IR_F32, 3, s3);
+    IrNode *y = ir_add(m, IR_OP_ATTENTION, (IrNode *[]){q, k, v}, 3);
+    y->ia[0] = 1, y->fa = 0.25;
+    IrNode *mh = ir_add(m, IR_OP_MERGE_HEADS, &y, 1);
+    IrNode *dy = ir_add(m, IR_OP_SPLIT_HEADS, &dm, 1);
+    dy->ia[0] = 4;
+    IrNode *lse = ir_add(m, IR_OP_ATTENTION_LSE, bad == 2 ? &mh : &y, 1);
+    IrNode *d = ir_add(m, IR_OP_ATTENTION_DELTA, (IrNode *[]){mh, dm}, 2);
+    d->ia[0] = bad == 3 ? 5 : 4;
+    char why[256];
+    int typed = ir_infer(y, why, sizeof why) && ir_infer(mh, why, sizeof why) &&
+                ir_infer(dy, why, sizeof why);
+    if (!typed) printf("FAIL sdpa_lse/sdpa_delta setup: %s\n", why), failures++;
+    ir_infer(lse, why, sizeof why), ir_infer(d, why, sizeof why);
+    if (bad == 2) lse->dtype = IR_F32, lse->rank = 3, memcpy(lse->shape, s4, 3 * sizeof(int64_t));
+    if (bad == 3) d->dtype = IR_F32, d->rank = 3, memcpy(d->shape, s4, 3 * sizeof(int64_t));
+    IrNode *in[6] = {q, k, v, dy, bad == 1 ? dm : lse, d};
+    IrNode *g = ir_add(m, IR_OP_ATTENTION_GRAD, in, bad == 4 ? 4 : 6);
+    g->ia[0] = 1, g->fa = 0.25;
+    g->dtype = IR_F32, g->rank = 4;
+    memcpy(g->shape, (int64_t[]){2, 8, 8, 16}, sizeof(int64_t) * 4);
+    static const char *const what[5] = {"sdpa_grad from lse and d", "sdpa_grad's lse shape",
+                                        "sdpa_lse of a non-sdpa", "sdpa_delta heads",
+                                        "sdpa_grad of 4 operands"};
+    static const char *const needle[5] = {NULL, "lse f32[2, 8, 64] is not [batch, heads, seq]",
+                                          "needs an sdpa result", "not divisible by 5 heads",
+                                          "takes 5 operands"};
+    expect(what[bad], m, needle[bad]), checks++;
+  }
+
   printf("%d passed, %d failed\n", checks - failures, failures);
   return failures != 0;
 }

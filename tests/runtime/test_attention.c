@@ -6,8 +6,10 @@
  * of size S carries S * 2^-24 of float rounding into exp, so the relative error of
  * p, and of the gradient, grows with S; at |S| ~ 200 it is ~1e-5); the lse output
  * against logsumexp in double; the backward from the forward's out and lse (the
- * trainers' call) gives the same bits as the one that recomputes them; the same
- * bits for 1, 2 and 3 pool threads; argument errors. */
+ * trainers' old call) gives the same bits as the one that recomputes them, and
+ * the one from lse and D (rt_sdpa_grad_stats, D by rt_sdpa_delta from the merged
+ * out and dy, held to 1e-5 of a double dot product) the same bits again; the
+ * same bits for 1, 2 and 3 pool threads; argument errors. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +94,28 @@ static void run_case(TRng *rng, const Case *c, int causal) {
   float *g2 = malloc(sizeof(float) * (size_t)ng);
   CHECK_OK(rt_sdpa_grad(g2, q, k, v, dy, NULL, NULL, B, H, KV, T, hd, scale, causal));
   CHECK(memcmp(g, g2, sizeof(float) * (size_t)ng) == 0); /* kept == recomputed statistics */
+  /* D from the merged out and dy ([B, T, H hd], as merge_heads lays them out):
+   * against a double dot product, and sdpa_grad from lse and D bit for bit the
+   * one from out and lse */
+  float *mo = malloc(sizeof(float) * (size_t)nq), *mdy = malloc(sizeof(float) * (size_t)nq);
+  float *d = malloc(sizeof(float) * (size_t)(B * H * T));
+  double *dref = malloc(sizeof(double) * (size_t)(B * H * T));
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t t = 0; t < T; t++) {
+        int64_t r = (b * H + h) * T + t;
+        dref[r] = 0;
+        for (int64_t i = 0; i < hd; i++) {
+          int64_t four = r * hd + i, three = ((b * T + t) * H + h) * hd + i;
+          mo[three] = out[four], mdy[three] = dy[four];
+          dref[r] += (double)out[four] * dy[four];
+        }
+      }
+  CHECK_OK(rt_sdpa_delta(d, mo, mdy, B, H, T, hd));
+  report_err("sdpa_delta", c, causal, rel_l2(d, dref, B * H * T));
+  CHECK_OK(rt_sdpa_grad_stats(g2, q, k, v, dy, lse, d, B, H, KV, T, hd, scale, causal));
+  CHECK(memcmp(g, g2, sizeof(float) * (size_t)ng) == 0); /* lse and D == out and lse */
+  free(mo), free(mdy), free(d), free(dref);
   free(g2);
   /* Each part on its own (dk and dv are smaller than dq when H > KV). */
   static const char *part[3] = {"sdpa_grad dq", "sdpa_grad dk", "sdpa_grad dv"};
@@ -160,6 +184,9 @@ static void test_errors(void) {
   CHECK_FAILS(rt_sdpa_grad(x, x, x, x, NULL, NULL, NULL, 1, 1, 1, 2, 2, 1, 0),
               "sdpa_grad: NULL dy");
   CHECK_FAILS(rt_sdpa_grad(x, x, x, x, x, NULL, NULL, 1, 1, 1, 0, 2, 1, 0), "T 0");
+  CHECK_FAILS(rt_sdpa_grad_stats(x, x, x, x, x, x, NULL, 1, 1, 1, 2, 2, 1, 0), "NULL d");
+  CHECK_FAILS(rt_sdpa_delta(x, NULL, x, 1, 1, 2, 2), "NULL m");
+  CHECK_FAILS(rt_sdpa_delta(x, x, x, 1, 0, 2, 2), "H 0");
   CHECK_FAILS(rt_sdpa_grad(x, x, x, x, x, x, NULL, 1, 1, 1, 2, 2, 1, 0),
               "forward's lse is NULL but not its out");
   CHECK_FAILS(rt_sdpa(x, NULL, x, x, x, (int64_t)1 << 40, 1, 1, (int64_t)1 << 40, 2, 1, 0),

@@ -4,7 +4,9 @@
  *   shard_models [--sp] MODEL.dsl TP DP AR [NAME=VALUE ...]
  *       The model is compiled twice to its forward module: once whole
  *       (autodiff, one interpreter) and once through pass_shard(TP, DP, SP),
- *       autodiff and pass_dp_grads, run by ir_interp_run_mesh on TP x DP
+ *       autodiff, pass_attn_delta (the sharded module's sdpa_grads read
+ *       lse and D, as the trainers' do; the whole one's read sdpa's out)
+ *       and pass_dp_grads, run by ir_interp_run_mesh on TP x DP
  *       rank interpreters.  Every rank gets its slices of the same global
  *       parameter values (shard_dim, shard_blocks) and its rows of the same
  *       global batch.  Checks: the sharded forward has exactly AR
@@ -186,7 +188,7 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
     shard_expect(nnorm > 0 && onshards == nnorm,
                  "%s: every norm runs on seq / tp positions (%g norms)", "sp", (double)nnorm);
   }
-  if (pass_autodiff(ref) || pass_autodiff(sh)) {
+  if (pass_autodiff(ref) || pass_autodiff(sh) || pass_attn_delta(sh)) {
     printf("FAIL: autodiff\n");
     return 1;
   }

@@ -12,6 +12,15 @@ CASE is one of:
                              constant --lr
   nofuse                     --no-fuse gives the same losses as fused kernels
                              (1e-5 relative) over 10 steps
+  attn_delta                 the attention backward from lse and D (passes/attn_delta.c)
+                             equals the one from sdpa's out (--keep-attn-out) bit for
+                             bit: 10-step losses and --save-weights of GPT-2 and Llama
+                             (GQA) tiny at one rank, tp 2 and pp 2; the trainer calls
+                             rt_sdpa_grad_stats, the other rt_sdpa_grad, and its
+                             plan holds fewer bytes live at once (plan.json
+                             arena_live_peak_bytes; the report's arena too, but at
+                             pp 2, whose best-fit arena fragments by 2% more on
+                             this tiny model)
   moe                        the MoE model trains: loss falls over 30 steps
   mesh_sp                    --sp trainers of GPT-2 and Llama tiny at tp x dp in 2x1,
                              4x1, 2x2, 4x2 equal the one-rank trainer over 20 steps
@@ -428,6 +437,39 @@ elif case == "nofuse":
         sys.exit("FAIL: the two layers' kernels were not compiled once (no shared code)")
     print(f"fused and unfused agree over 10 steps; kernels {len(kf)} fused ({distinct} "
           f"distinct codes), {nu} unfused")
+elif case == "attn_delta":
+    data, shown = data_file(), []
+    for model, defs in (("gpt2_tiny", GPT2), ("llama_tiny", LLAMA)):
+        for lay in ([], ["--tp", "2"], ["--pp", "2"]):
+            tag = model + "".join(lay).replace("--", "_").replace(" ", "")
+            runs, arena = [], []
+            for keep in ([], ["--keep-attn-out"]):
+                name = tag + ("_keep" if keep else "")
+                exe = build(model, defs, name, lay + keep)
+                out = os.path.join(work, name)
+                c = open(os.path.join(out, "train.c")).read()
+                calls = (c.count("rt_sdpa_grad_stats("), c.count("rt_sdpa_grad("))
+                if (calls[0] == 0) == (not keep) or (calls[1] == 0) == bool(keep):
+                    sys.exit(f"FAIL {name}: train.c calls rt_sdpa_grad_stats {calls[0]}, "
+                             f"rt_sdpa_grad {calls[1]} times")
+                w = os.path.join(work, name + ".safetensors")
+                losses = [r["loss"] for r in train(exe, "--data", data, "--steps", "10",
+                                                   "--save-weights", w)]
+                runs.append((losses, open(w, "rb").read()))
+                rep = open(os.path.join(out, "report.txt")).read()
+                cost = json.load(open(os.path.join(out, "plan.json")))["cost"]
+                arena.append((cost["arena_live_peak_bytes"],
+                              int(rep.split("activation arena")[1].split("(")[2].split()[0])))
+            if runs[0] != runs[1]:
+                sys.exit(f"FAIL {tag}: losses or weights differ with --keep-attn-out:\n"
+                         f"{runs[0][0]}\n{runs[1][0]}")
+            smaller = arena[0][1] < arena[1][1] or "--pp" in lay
+            if not arena[0][0] < arena[1][0] or not smaller:
+                sys.exit(f"FAIL {tag}: live peak and arena {arena[0]} bytes, {arena[1]} with "
+                         "--keep-attn-out")
+            shown.append(f"{tag} {arena[0][0]}/{arena[1][0]} ({arena[0][1]}/{arena[1][1]})")
+    print("attn_delta: losses and weights equal --keep-attn-out's bit for bit; live peak "
+          "(report arena) bytes with/without: " + ", ".join(shown))
 elif case == "moe":
     exe = build("moe_tiny", MOE, "project")
     got = train(exe, "--data", data_file(), "--steps", "30")
