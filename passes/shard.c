@@ -28,7 +28,7 @@
  * that input is only partial; a group_copy(tp) is inserted (one per
  * producer), Megatron's "f", whose VJP all-reduces the gradient.  The
  * intents come from parameters (pass_intent): column/row weights are S on
- * their resolved shard_dim; everything else is R.
+ * their resolved shard_dim, expert(d) weights S(d); everything else is R.
  *
  * Other conversions (each once per producer): an S value (one block, no
  * padding) needed whole is replicated (an all_gather whose VJP takes the
@@ -87,7 +87,8 @@
  * those of the whole batch on every rank.  That all_reduce's VJP is an
  * all_reduce over dp (ir/ops.def).  A reshape of a dp-split value splits
  * dimension 0 again when dp divides it (row-major order is kept).
- * Mixture of experts and expert parallelism: see rule_dispatch.
+ * Mixture of experts, experts over tp and expert parallelism: see
+ * rule_dispatch.
  *
  * Not yet (rejected with a one-line error, never silently replicated):
  * gathering a value sharded in blocks or with padding, reshapes of sharded
@@ -727,9 +728,23 @@ static int own_shape_dp(Sh *s, IrNode *n) {
  *
  * Routing is per token, so it shards with the batch: under dp each rank
  * routes its own tokens (batch / dp sequences).  The router, top-k and the
- * routing ops run replicated over tp (their operands made whole); the
- * experts' weights are replicated over tp too (each tp rank computes the
- * whole expert MLP: no tp collective in the MoE block).
+ * routing ops run replicated over tp (their operands made whole).
+ *
+ * Experts over tp (expert(d) weights, the prelude's w1, w3 expert(1) and w2
+ * expert(2)): each expert's MLP is split like a dense one, w1 and w3 on
+ * their hidden outputs (column), w2 on its hidden inputs (row), so each tp
+ * rank computes a partial sum of every expert's output.  When every reader
+ * of a dispatch's slots is such a column matmul (find_split_experts), the
+ * tokens enter the region before the dispatch: group_copy on [tokens, d]
+ * (its VJP all-reduces that gradient) rather than on the E x C slots, and
+ * the dispatch is marked ent so the matmuls add no group_copy of their own.
+ * combine is linear in the expert outputs: a partial y gives a partial
+ * result, its routing weights entering through group_copy (each rank's
+ * gradient of them, from its partial y, is partial), and a reshape of a
+ * partial sum stays partial; the one tp all_reduce comes where the block's
+ * output is read ([tokens, d], joined with a shared expert's partial sum
+ * when there is one; under --sp a reduce_scatter onto the sequence
+ * shards).  Plain `expert` weights stay whole over tp.
  *
  * Dropless (capacity >= the global token count): each rank's dispatch has
  * its local token count as capacity; no token is dropped anywhere.  With a
@@ -742,7 +757,8 @@ static int own_shape_dp(Sh *s, IrNode *n) {
  * module's on every layout.
  *
  * Expert parallelism (ep > 1, ep consecutive dp ranks): the expert weights
- * hold experts / ep experts each (shard_param); the dispatch's slots go to
+ * hold experts / ep experts each (shard_param: ep_degree, on top of any tp
+ * split of each expert); the dispatch's slots go to
  * the rank holding their expert and the expert outputs come back through
  * expert_all_to_all (variable counts: filled slots only), both directions
  * each other's adjoints.  Values between the two have the rank's experts
