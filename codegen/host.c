@@ -613,16 +613,21 @@ static void emit_tables(Emit *e) {
     for (int d = 0; d < n->rank; d++) fprintf(f, "%s%" PRId64, d ? ", " : "", n->shape[d]);
     static const char *const init[] = {"RT_INIT_NORMAL", "RT_INIT_ZEROS", "RT_INIT_ONES"};
     char fl[48];
-    int sharded = n->shard_degree > 1 || ir_param_padded(n); /* padded at tp 1: global V */
+    int tps = n->shard_degree > 1 || ir_param_padded(n); /* padded at tp 1: global V */
+    int sharded = tps || n->ep_degree > 1;
     fprintf(f, "}, %" PRId64 ", %" PRId64 ", %s, %s,\n   {", e->lp->offset[i], ir_numel(n),
             init[n->init], flit(fl, sizeof fl, n->init == IR_INIT_NORMAL ? n->init_std : 0.0));
     for (int d = 0; d < n->rank; d++)
       fprintf(f, "%s%" PRId64, d ? ", " : "", sharded ? n->global_shape[d] : n->shape[d]);
-    /* ep: the experts split over the ep group (0: not expert-parallel) */
-    int ep = sharded && n->shard == IR_SHARD_EXPERT ? n->shard_degree : 0;
-    fprintf(f, "}, %d, %d, %d},%s\n", sharded ? n->shard_dim : -1,
-            sharded && n->shard_blocks > 1 ? n->shard_blocks : 1, ep,
-            ep ? " /* experts over the ep group */" : "");
+    /* ep: the experts (dimension 0) split over the ep group (0: not
+     * expert-parallel); shard_dim then the tp split of each expert, or 0
+     * when they are whole over tp (runtime/rt_model.h) */
+    int ep = n->shard == IR_SHARD_EXPERT && n->ep_degree > 1 ? n->ep_degree : 0;
+    fprintf(f, "}, %d, %d, %d},%s\n", tps ? n->shard_dim : ep ? 0 : -1,
+            tps && n->shard_blocks > 1 ? n->shard_blocks : 1, ep,
+            ep && tps ? " /* experts over the ep group, each over tp */"
+            : ep      ? " /* experts over the ep group */"
+                      : "");
     e->param_index[i] = np;
     np++;
   }

@@ -368,7 +368,9 @@ static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes
         if (n->init == IR_INIT_NORMAL) cJSON_AddNumberToObject(o, "std", n->init_std);
         cJSON_AddStringToObject(o, "shard", ir_shard_name[n->shard]);
         if (n->shard_dim >= 0) cJSON_AddNumberToObject(o, "shard_dim", n->shard_dim);
-        if (n->shard_degree > 1 || ir_param_padded(n)) { /* the file's (true) shape */
+        if (n->shard_degree > 1) cJSON_AddNumberToObject(o, "shard_degree", n->shard_degree);
+        if (n->ep_degree > 1) cJSON_AddNumberToObject(o, "ep_degree", n->ep_degree);
+        if (n->shard_degree > 1 || n->ep_degree > 1 || ir_param_padded(n)) { /* the file's (true) shape */
           cJSON *g = cJSON_CreateArray();
           for (int d = 0; d < n->rank; d++)
             cJSON_AddItemToArray(g, cJSON_CreateNumber((double)n->global_shape[d]));

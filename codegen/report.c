@@ -311,7 +311,12 @@ static void moe(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) 
   cg_moe_layers(m, lay, M, 1, v, n);
   char a[32], b[32], e[32];
   double buf = 0, worst = 0, payload = 0, sent = 0;
-  int count = 0;
+  int count = 0, xtp = 0; /* xtp: the tp degree each expert is split over */
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *p = m->nodes[i];
+    if (p->op == IR_OP_PARAM && p->shard == IR_SHARD_EXPERT && p->shard_degree > 1)
+      xtp = p->shard_degree;
+  }
   fprintf(out, "mixture of experts, per rank (dispatch buffers: experts x slots x d_model, "
           "fp32):\n");
   for (int i = 0, j; i < n; i = j) {
@@ -364,6 +369,10 @@ static void moe(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) 
     else
       fprintf(out, "    no all-to-all: ep 1, every rank holds all %" PRId64 " experts\n",
               l->experts);
+    if (xtp > 1)
+      fprintf(out, "    each expert split over tp %d (w1, w3 by hidden output, w2 by hidden "
+              "input): a rank holds 1/%d of its experts' weights; one tp all-reduce of the "
+              "combined output (and one of its input's gradient)\n", xtp, xtp);
   }
   if (n > 1) {
     fprintf(out, "  all %d MoE layers%s: dispatch buffers %s (dropless worst case %s)", n,
@@ -389,7 +398,10 @@ static double expert_share(const IrModule *m, const Layout *lay, const Cost *c,
     if (c->nstages > 1 &&
         (p->layer < st->first_layer || p->layer >= st->first_layer + st->nlayers))
       continue;
-    n += (double)ir_numel(p) / (p->shard_degree > 1 || lay->ep < 1 ? 1 : lay->ep);
+    /* the rank-local module's already hold their share (ep_degree, shard_degree) */
+    int local = p->ep_degree > 1 || p->shard_degree > 1;
+    n += (double)ir_numel(p) / (local || lay->ep < 1 ? 1 : lay->ep) /
+         (local || p->shard_dim < 0 || lay->tp < 1 ? 1 : lay->tp);
   }
   return n;
 }

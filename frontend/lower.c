@@ -974,7 +974,15 @@ static int parse_shard(Lower *L, Frame *f, Expr *e, IrNode *n) {
     if (!strcmp(name, ir_shard_name[k])) {
       n->shard = (IrShard)k;
       if (k == IR_SHARD_REPLICATED) n->shard_dim = -1;
-      else if (k == IR_SHARD_VOCAB || k == IR_SHARD_EXPERT) n->shard_dim = 0;
+      else if (k == IR_SHARD_VOCAB) n->shard_dim = 0;
+      /* experts (dimension 0) over ep; expert(d): dimension d of each expert
+       * over tp as well (shard_dim); plain expert: whole over tp */
+      else if (k == IR_SHARD_EXPERT && e->kind != E_CALL) n->shard_dim = -1;
+      else if (k == IR_SHARD_EXPERT && n->shard_dim == 0) {
+        err(L, e->args[0].loc, "expert(0): dimension 0 holds the experts; expert(d) names the "
+                               "dimension of each expert split over tp, 1 to %d", n->rank - 1);
+        return 0;
+      }
       return 1;
     }
   char b[96];

@@ -6,7 +6,7 @@
 # `as NAME` puts its parameters under NAME (h.0.attn.c_attn.weight).
 # Sharding intents are roles: `column` splits a weight's output features,
 # `row` its input features, `vocab` the rows of an embedding table, `expert`
-# the leading expert dimension.  A 1-d bias follows its weight: split with
+# the leading expert dimension (`expert(d)`: and dimension d of each over tp).  A 1-d bias follows its weight: split with
 # a column-parallel weight, replicated with a row-parallel one (it is added
 # after the partial sums are reduced).
 
@@ -104,7 +104,9 @@ block logsumexp(z, p = softmax(z)) {
 # over all experts, top_k chosen with weights renormalised to sum 1, SwiGLU
 # experts (w1 gate, w3 up, w2 down, each [out, in] per expert) or, with
 # gelu_experts = 1, GELU MLP experts (w1 up, w2 down; Switch/GShard style),
-# the weighted sum of the chosen experts' outputs.  capacity_factor 0 is dropless; else
+# the weighted sum of the chosen experts' outputs.  Experts split over ep (their leading
+# dimension) and each over tp like a dense MLP: w1, w3 on their hidden outputs, w2 on
+# its hidden inputs (expert(1), expert(2)).  capacity_factor 0 is dropless; else
 # each expert takes ceil(factor * tokens * top_k / experts) tokens, in token
 # order, and drops the rest.
 # Load-balancing loss: aux_loss * E * sum_e f_e * P_e (0 turns it off).
@@ -130,14 +132,14 @@ block moe(x, experts, top_k, hidden, aux_loss = 0.01, capacity_factor = 0.0, z_l
   w = w / sum(w, -1, keepdim = 1)
   e = dispatch(t, idx, experts = experts, capacity_factor = capacity_factor)
   if gelu_experts {
-    param w1 : [experts, hidden, d] shard expert
-    param w2 : [experts, d, hidden] shard expert
+    param w1 : [experts, hidden, d] shard expert(1)
+    param w2 : [experts, d, hidden] shard expert(2)
     h = gelu(matmul(e, w1, transpose_b = 1))
   }
   if 1 - gelu_experts {
-    param w1 : [experts, hidden, d] shard expert
-    param w3 : [experts, hidden, d] shard expert
-    param w2 : [experts, d, hidden] shard expert
+    param w1 : [experts, hidden, d] shard expert(1)
+    param w3 : [experts, hidden, d] shard expert(1)
+    param w2 : [experts, d, hidden] shard expert(2)
     h = silu(matmul(e, w1, transpose_b = 1)) * matmul(e, w3, transpose_b = 1)
   }
   y = combine(matmul(h, w2, transpose_b = 1), idx, w)

@@ -81,7 +81,8 @@ typedef enum {
   IR_SHARD_COLUMN,   /* last dim split over tp */
   IR_SHARD_ROW,      /* first (input) dim split over tp */
   IR_SHARD_VOCAB,    /* dim 0 (vocabulary) split over tp, padded */
-  IR_SHARD_EXPERT,   /* dim 0 (experts) split over ep */
+  IR_SHARD_EXPERT,   /* dim 0 (experts) split over ep; `expert(d)`: and
+                        dimension d of each expert over tp (shard_dim) */
   IR_SHARD_COUNT
 } IrShard;
 extern const char *const ir_shard_name[IR_SHARD_COUNT];
@@ -127,7 +128,7 @@ struct IrNode {
   int shard_dim;           /* PARAM: dimension split, -1 if none (pass_intent);
                               STATE: its parameter's; INPUT: 0 once
                               pass_shard splits its batch over dp */
-  int shard_degree;        /* after pass_shard: ranks shard_dim is split over
+  int shard_degree;        /* after pass_shard: tp ranks shard_dim is split over
                               (0 or 1: whole on every rank, padded rows
                               included for a padded PARAM at tp 1,
                               ir_param_padded); PARAM: over tp;
@@ -151,6 +152,12 @@ struct IrNode {
                               IR_PAD_VOCAB_MAX * shard_degree; the rows at
                               padded indices >= global_shape[d] are padding,
                               exactly 0, never in files */
+  int ep_degree;           /* PARAM (and its STATE) with shard IR_SHARD_EXPERT
+                              after pass_shard under ep > 1: dimension 0 (the
+                              experts) split contiguously over ep_degree ranks
+                              of the ep group, on top of the tp split above
+                              (shard_dim >= 1 or none); global_shape is then
+                              the unsharded shape of both.  0 or 1: none */
   int flat_shards;         /* STATE (and PARAM gradients) under ZeRO-1: the
                               (tp-local) tensor, flattened and padded with
                               zeros to flat_shards * s elements, is cut into
@@ -158,7 +165,7 @@ struct IrNode {
                               of the rank's dp coordinate d: elements
                               [d s, (d + 1) s) of the flattened tensor.
                               An expert-parallel tensor's (shard EXPERT,
-                              shard_degree ep > 1) is cut over its ep_dp
+                              ep_degree ep > 1) is cut over its ep_dp
                               group instead (dp / ep pieces, coordinate
                               d / ep; see ir_zero_pieces).  0 or 1: whole */
   int layer;               /* index of the repeat iteration, -1 outside;
@@ -221,9 +228,9 @@ typedef struct {
                               says so), else NULL */
   int mesh_ep;             /* expert parallelism: set before pass_shard (0 or
                               1: none); ep divides dp, and PARAMs with shard
-                              IR_SHARD_EXPERT and shard_degree > 1 hold
+                              IR_SHARD_EXPERT and ep_degree > 1 hold
                               experts / ep experts (dimension 0), split over
-                              the ep group (not tp) */
+                              the ep group (and over tp, when shard_dim says) */
   int mesh_zero;           /* ZeRO-1: the dp degree the optimizer state (and
                               each rank's update) is sharded over, as
                               flat_shards; 0 (or 1): not sharded.  Set right
@@ -285,11 +292,11 @@ static inline int64_t ir_buf_numel(const IrNode *n) { return ir_numel(n) + ir_au
 /* ZeRO-1 (m->mesh_zero > 1): the pieces a PARAM's gradient and state (or a
  * STATE, which carries its parameter's sharding) are cut in: mesh_zero (the
  * dp ranks) for a dense tensor; for an expert-parallel one (shard EXPERT,
- * shard_degree ep > 1) the ranks holding the same experts, the ep_dp group
+ * ep_degree ep > 1) the ranks holding the same experts, the ep_dp group
  * of mesh_zero / ep (1 when ep == dp: whole on the rank).  1 without ZeRO. */
 static inline int ir_zero_pieces(const IrModule *m, const IrNode *n) {
   if (m->mesh_zero <= 1) return 1;
-  if (n->shard == IR_SHARD_EXPERT && n->shard_degree > 1) return m->mesh_zero / n->shard_degree;
+  if (n->shard == IR_SHARD_EXPERT && n->ep_degree > 1) return m->mesh_zero / n->ep_degree;
   return m->mesh_zero;
 }
 /* The floats of n's ZeRO-1 piece: ceil(numel / ir_zero_pieces) (the last

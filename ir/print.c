@@ -69,8 +69,10 @@ void ir_print(FILE *out, const IrModule *m) {
     if (n->op == IR_OP_PARAM || n->op == IR_OP_STATE) {
       if (n->shard != IR_SHARD_REPLICATED) fprintf(out, " shard %s", ir_shard_name[n->shard]);
       if (n->shard_dim >= 0) fprintf(out, "(%d)", n->shard_dim);
-      if (n->op == IR_OP_PARAM && (n->shard_degree > 1 || ir_param_padded(n))) {
-        fprintf(out, " over %d", n->shard_degree);
+      if (n->op == IR_OP_PARAM && (n->shard_degree > 1 || n->ep_degree > 1 ||
+                                   ir_param_padded(n))) {
+        if (n->ep_degree > 1) fprintf(out, " experts over ep %d", n->ep_degree);
+        if (n->shard_degree > 1 || ir_param_padded(n)) fprintf(out, " over %d", n->shard_degree);
         if (n->shard_blocks > 1) fprintf(out, " blocks %d", n->shard_blocks);
         fprintf(out, " global [");
         for (int d = 0; d < n->rank; d++)

@@ -55,12 +55,17 @@ static int verify_nodes(const IrModule *m, Arena *scratch, char *why, size_t len
       return bad(why, len, n, "graph value without a name");
     if (n->op == IR_OP_STATE && n->dtype != IR_F32)
       return bad(why, len, n, "optimizer state is not f32");
-    if (((n->op == IR_OP_PARAM || n->op == IR_OP_INPUT) && n->shard_degree > 1) ||
+    int epd = n->op == IR_OP_PARAM && n->ep_degree > 1 ? n->ep_degree : 0;
+    if (epd && (n->shard != IR_SHARD_EXPERT || n->rank < 1 || n->shard_dim == 0))
+      return bad(why, len, n, "split over ep but not an expert weight with experts on dim 0");
+    if (((n->op == IR_OP_PARAM || n->op == IR_OP_INPUT) && (n->shard_degree > 1 || epd)) ||
         ir_param_padded(n)) {
-      int d = n->shard_dim, ok = d >= 0 && d < n->rank && n->shard_blocks >= 1;
+      int d = n->shard_degree > 1 || ir_param_padded(n) ? n->shard_dim : -1;
+      int ok = (d == -1 && epd) || (d >= 0 && d < n->rank && n->shard_blocks >= 1);
       int64_t deg = n->shard_degree;
       for (int k = 0; ok && k < n->rank; k++)
-        ok = k == d ? (n->global_shape[k] == n->shape[k] * deg &&
+        ok = k == 0 && epd ? n->global_shape[0] == n->shape[0] * epd
+             : k == d ? (n->global_shape[k] == n->shape[k] * deg &&
                        n->global_shape[k] % ((int64_t)n->shard_blocks * deg) == 0) ||
                           (n->op == IR_OP_PARAM && n->shard_blocks == 1 && /* padded */
                            n->global_shape[k] < n->shape[k] * deg &&

@@ -30,8 +30,8 @@ static int64_t per_rank(const IrNode *n, const Layout *lay, int64_t padded_vocab
     return n->shard_dim >= 0 ? numel / lay->tp : numel;
   case IR_SHARD_VOCAB:
     return numel / n->shape[0] * (padded_vocab / lay->tp);
-  case IR_SHARD_EXPERT:
-    return numel / lay->ep;
+  case IR_SHARD_EXPERT: /* experts over ep, each split over tp when shard_dim says */
+    return numel / lay->ep / (n->shard_dim >= 0 ? lay->tp : 1);
   default:
     return numel;
   }

@@ -1,7 +1,8 @@
 /* passes/ep_grads.c -- gradient averaging of expert-parallel weights.
  *
  * Under expert parallelism (passes/shard.c) a PARAM with shard
- * IR_SHARD_EXPERT and shard_degree ep > 1 holds experts / ep experts, and the
+ * IR_SHARD_EXPERT and ep_degree ep > 1 holds experts / ep experts (each
+ * whole, or its tp piece: the sums below are elementwise either way), and the
  * rank's gradient of it already sums the contributions of every token its
  * ep group routed there (expert_all_to_all's adjoint brings them back).
  * The ranks holding the same experts are the ep_dp group (axis 3, dp / ep
@@ -26,7 +27,7 @@
 #include "passes/passes.h"
 
 int ep_sharded(const IrNode *p) {
-  return p->op == IR_OP_PARAM && p->shard == IR_SHARD_EXPERT && p->shard_degree > 1;
+  return p->op == IR_OP_PARAM && p->shard == IR_SHARD_EXPERT && p->ep_degree > 1;
 }
 
 /* Appends op on in[0..nin) (attributes ia0..ia2, fa; a reshape or fill takes
@@ -79,7 +80,7 @@ int pass_ep_grads(IrModule *m, int dp) {
   for (int i = 0; i < nold; i++) {
     IrNode *p = m->nodes[i];
     if (!ep_sharded(p) || !p->grad) continue;
-    int ep = p->shard_degree;
+    int ep = p->ep_degree;
     if (dp % ep) {
       fprintf(stderr, "parc: internal error: %s split over ep = %d, which does not divide "
                       "dp = %d\n", p->name, ep, dp);

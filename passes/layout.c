@@ -38,15 +38,19 @@ int layout_check(const IrModule *m, const Layout *lay, FILE *err) {
       }
     }
     if (n->op != IR_OP_PARAM || n->shard_dim < 0) continue;
-    if (n->shard != IR_SHARD_COLUMN && n->shard != IR_SHARD_ROW) continue;
+    if (n->shard != IR_SHARD_COLUMN && n->shard != IR_SHARD_ROW &&
+        !(n->shard == IR_SHARD_EXPERT && n->shard_dim >= 1))
+      continue;
     int64_t w = n->shape[n->shard_dim];
     if (w % lay->tp == 0) continue;
     int dup = 0;
     for (int k = 0; k < nseen; k++) dup |= seen_width[k] == w;
     if (dup) continue;
     if (nseen < 16) seen_width[nseen++] = w;
-    fprintf(err, "parc: error: --tp %d must divide the width %lld that %s splits (%s-parallel)\n",
-            lay->tp, (long long)w, n->name, ir_shard_name[n->shard]);
+    fprintf(err, "parc: error: --tp %d must divide the width %lld that %s splits (%s)\n",
+            lay->tp, (long long)w, n->name,
+            n->shard == IR_SHARD_EXPERT ? "each expert over tp"
+            : n->shard == IR_SHARD_COLUMN ? "column-parallel" : "row-parallel");
     bad++;
   }
   if (lay->pp > 1 && m->nlayers == 0) {

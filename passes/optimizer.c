@@ -53,8 +53,8 @@
  * the same norm and coefficient (the all_reduce sums in one order).  A
  * module with no sharded parameter (one rank, or tp = 1) gets exactly the
  * nodes above, no collective.  State copies its parameter's sharding
- * (shard, shard_dim, and after pass_shard shard_degree, shard_blocks and
- * global_shape): local shape, so a runtime can save and load it unsharded
+ * (shard, shard_dim, and after pass_shard shard_degree, shard_blocks,
+ * ep_degree and global_shape): local shape, so a runtime can save and load it unsharded
  * as it does the parameter.  Which tensors decay is decided by rank, which
  * sharding does not change (a slice has its tensor's rank).
  *
@@ -193,7 +193,8 @@ static IrNode *state(Opt *o, IrNode *p, const char *key) {
   n->init = IR_INIT_ZEROS;
   n->shard = p->shard;
   n->shard_dim = p->shard_dim;
-  if (p->shard_degree > 1) {
+  n->ep_degree = p->ep_degree;
+  if (p->shard_degree > 1 || p->ep_degree > 1) {
     n->shard_degree = p->shard_degree;
     n->shard_blocks = p->shard_blocks;
     memcpy(n->global_shape, p->global_shape, sizeof n->global_shape);
@@ -365,7 +366,7 @@ int pass_optimizer(IrModule *m) {
   int nsharded = 0;
   for (int i = 0; i < nfwd; i++) {
     const IrNode *p = m->nodes[i];
-    if (!p->grad || p->shard_degree <= 1 || ep_sharded(p)) continue; /* ep: below */
+    if (!p->grad || p->shard_degree <= 1) continue;
     if (p->op != IR_OP_PARAM || p->shard_degree != m->mesh_tp) {
       fprintf(stderr, "parc: internal error: optimizer: %s is split over %d ranks, but the "
                       "module's tp group has %d\n", p->name, p->shard_degree, m->mesh_tp);
@@ -382,10 +383,10 @@ int pass_optimizer(IrModule *m) {
   }
   for (int i = 0; zero && i < nfwd; i++) {
     const IrNode *p = m->nodes[i];
-    if (p->grad && ep_sharded(p) && (dp % p->shard_degree || m->mesh_ep != p->shard_degree)) {
+    if (p->grad && ep_sharded(p) && (dp % p->ep_degree || m->mesh_ep != p->ep_degree)) {
       fprintf(stderr, "parc: internal error: optimizer: %s is split over ep = %d, which does "
                       "not divide the ZeRO-1 dp group of %d (mesh ep %d)\n", p->name,
-              p->shard_degree, dp, m->mesh_ep);
+              p->ep_degree, dp, m->mesh_ep);
       return -1;
     }
   }
@@ -403,10 +404,13 @@ int pass_optimizer(IrModule *m) {
     IrNode *s = op1(&o, IR_OP_SUMSQ, piece_of_grad(&o, p), 0, 0);
     if (ep_sharded(p) && !zero) { /* the rank's experts: summed over the ep group (axis 2) */
       o.at = NULL;
-      sq[k++] = op_ia(&o, IR_OP_ALL_REDUCE, (IrNode *[]){s}, 1, 2, p->shard_degree, 0);
-      continue;
+      s = op_ia(&o, IR_OP_ALL_REDUCE, (IrNode *[]){s}, 1, 2, p->ep_degree, 0);
+      if (p->shard_degree <= 1) { /* whole over tp */
+        sq[k++] = s;
+        continue;
+      }
     }
-    if (p->shard_degree <= 1 || ep_sharded(p)) { /* (ZeRO-1 experts: a piece over dp) */
+    if (p->shard_degree <= 1) { /* (ZeRO-1 experts whole over tp: a piece over dp) */
       sq[k++] = s;
       continue;
     }

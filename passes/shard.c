@@ -28,7 +28,7 @@
  * that input is only partial; a group_copy(tp) is inserted (one per
  * producer), Megatron's "f", whose VJP all-reduces the gradient.  The
  * intents come from parameters (pass_intent): column/row weights are S on
- * their resolved shard_dim; everything else is R.
+ * their resolved shard_dim, expert(d) weights S(d); everything else is R.
  *
  * Other conversions (each once per producer): an S value (one block, no
  * padding) needed whole is replicated (an all_gather whose VJP takes the
@@ -87,7 +87,8 @@
  * those of the whole batch on every rank.  That all_reduce's VJP is an
  * all_reduce over dp (ir/ops.def).  A reshape of a dp-split value splits
  * dimension 0 again when dp divides it (row-major order is kept).
- * Mixture of experts and expert parallelism: see rule_dispatch.
+ * Mixture of experts, experts over tp and expert parallelism: see
+ * rule_dispatch.
  *
  * Not yet (rejected with a one-line error, never silently replicated):
  * gathering a value sharded in blocks or with padding, reshapes of sharded
@@ -128,6 +129,13 @@ typedef struct {
                           it through dp_whole (all_reduce over dp) */
   unsigned char *exr;  /* exr[id]: dimension 0 of node id is the rank's experts
                           (experts / ep of them), under ep > 1 */
+  unsigned char *ent;  /* ent[id]: node id is replicated and its gradient is
+                          already summed over tp upstream (a dispatch of
+                          group_copy'd tokens, and its slots on the experts'
+                          ranks): enter() adds nothing */
+  int split_experts;   /* set for the dispatch being rewritten: every reader
+                          of its slots is a matmul with a tp-split expert
+                          weight (find_split_experts) */
   IrNode **dw;         /* dw[id]: the dp-whole value of a dpk node */
   IrNode **drop;       /* drop[id]: capacity_drop of the choices node id */
   IrNode **a2a;        /* a2a[id]: a dispatch's slots sent to the experts' ranks */
@@ -213,6 +221,7 @@ static IrNode *node_after(Sh *s, IrOp op, IrNode **in, int nin, int64_t ia0, int
   s->lay[n->id] = *L(s, x);
   s->bat[n->id] = s->bat[x->id];
   s->exr[n->id] = s->exr[x->id];
+  s->ent[n->id] = s->ent[x->id];
   return n;
 }
 
@@ -224,6 +233,7 @@ static IrNode *collective(Sh *s, IrOp op, IrNode *x, int dim, Lay lay) {
   if (n != x) {
     s->lay[n->id] = lay;
     s->exr[n->id] = 0; /* a tp collective's result is not split by experts */
+    s->ent[n->id] = 0;
   }
   return n;
 }
@@ -297,7 +307,7 @@ static IrNode *unpartial(Sh *s, IrNode *x) {
 
 /* x (replicated) entering an op whose result is sharded: Megatron's f. */
 static IrNode *enter(Sh *s, IrNode *x) {
-  if (x->dtype != IR_F32 || s->tp == 1 || L(s, x)->kind != L_REP) return x;
+  if (x->dtype != IR_F32 || s->tp == 1 || L(s, x)->kind != L_REP || s->ent[x->id]) return x;
   if (!s->cp[x->id]) s->cp[x->id] = collective(s, IR_OP_GROUP_COPY, x, 0, R());
   return s->cp[x->id];
 }
@@ -371,6 +381,23 @@ static void find_blocks(IrModule *m, int64_t *gw) {
   }
 }
 
+/* split[id] (old ids): dispatch id feeds only matmuls that read its slots
+ * with an expert weight split over tp (expert(d), tp > 1): its tokens
+ * enter the tp region before it (rule_dispatch). */
+static void find_split_experts(IrModule *m, int tp, unsigned char *split) {
+  for (int i = 0; i < m->nnodes; i++) {
+    IrNode *n = m->nodes[i];
+    for (int j = 0; j < n->ninputs; j++) {
+      IrNode *x = n->inputs[j];
+      if (x->op != IR_OP_DISPATCH) continue;
+      IrNode *w = n->ninputs > 1 ? n->inputs[1] : NULL;
+      int ok = tp > 1 && n->op == IR_OP_MATMUL && j == 0 && w->op == IR_OP_PARAM &&
+               w->shard == IR_SHARD_EXPERT && w->shard_dim >= 1 && w->shard_dim < w->rank;
+      split[x->id] = split[x->id] == 2 || !ok ? 2 : 1; /* 1: all readers so far split */
+    }
+  }
+}
+
 /* ---- rules ------------------------------------------------------------------- */
 
 /* Sets a PARAM's local shape and global record. */
@@ -390,19 +417,35 @@ static int shard_param(Sh *s, IrNode *p, int64_t gwid) {
     if (Vp != V) L(s, p)->vocab = V;
     return 0;
   }
-  /* expert-parallel: dimension 0 (experts) split over the ep group, rank
-   * e holding experts [e E/ep, (e + 1) E/ep); replicated over tp */
-  if (p->shard == IR_SHARD_EXPERT && s->ep > 1) {
-    if (p->rank < 1 || p->shape[0] % s->ep)
+  /* expert weights: dimension 0 (experts) split over the ep group, rank
+   * e holding experts [e E/ep, (e + 1) E/ep) (ep_degree); with expert(d),
+   * dimension d of each expert split over tp like a column or row weight
+   * (S(d)), else each expert whole on every tp rank (R) */
+  if (p->shard == IR_SHARD_EXPERT) {
+    int d = s->tp > 1 && p->shard_dim >= 1 && p->shard_dim < p->rank ? p->shard_dim : -1;
+    if (s->ep <= 1 && d < 0) {
+      *L(s, p) = R();
+      return 0;
+    }
+    if (s->ep > 1 && (p->rank < 1 || p->shape[0] % s->ep))
       return fail(s, "%lld experts are not divisible by ep = %d",
                   (long long)(p->rank ? p->shape[0] : 0), s->ep);
+    if (d >= 0 && p->shape[d] % s->tp)
+      return fail(s, "dimension %d of each expert (%lld) is not divisible by tp = %d", d,
+                  (long long)p->shape[d], s->tp);
     memcpy(p->global_shape, p->shape, sizeof p->shape);
-    p->shard_dim = 0;
-    p->shape[0] /= s->ep;
-    p->shard_degree = s->ep;
-    p->shard_blocks = 1;
-    s->exr[p->id] = 1;
+    if (s->ep > 1) {
+      p->shape[0] /= s->ep;
+      p->ep_degree = s->ep;
+      s->exr[p->id] = 1;
+    }
     *L(s, p) = R();
+    if (d >= 0) {
+      p->shape[d] /= s->tp;
+      p->shard_degree = s->tp;
+      p->shard_blocks = 1;
+      *L(s, p) = S(d, 1);
+    }
     return 0;
   }
   if (s->tp == 1 || p->shard_dim < 0 ||
@@ -685,9 +728,23 @@ static int own_shape_dp(Sh *s, IrNode *n) {
  *
  * Routing is per token, so it shards with the batch: under dp each rank
  * routes its own tokens (batch / dp sequences).  The router, top-k and the
- * routing ops run replicated over tp (their operands made whole); the
- * experts' weights are replicated over tp too (each tp rank computes the
- * whole expert MLP: no tp collective in the MoE block).
+ * routing ops run replicated over tp (their operands made whole).
+ *
+ * Experts over tp (expert(d) weights, the prelude's w1, w3 expert(1) and w2
+ * expert(2)): each expert's MLP is split like a dense one, w1 and w3 on
+ * their hidden outputs (column), w2 on its hidden inputs (row), so each tp
+ * rank computes a partial sum of every expert's output.  When every reader
+ * of a dispatch's slots is such a column matmul (find_split_experts), the
+ * tokens enter the region before the dispatch: group_copy on [tokens, d]
+ * (its VJP all-reduces that gradient) rather than on the E x C slots, and
+ * the dispatch is marked ent so the matmuls add no group_copy of their own.
+ * combine is linear in the expert outputs: a partial y gives a partial
+ * result, its routing weights entering through group_copy (each rank's
+ * gradient of them, from its partial y, is partial), and a reshape of a
+ * partial sum stays partial; the one tp all_reduce comes where the block's
+ * output is read ([tokens, d], joined with a shared expert's partial sum
+ * when there is one; under --sp a reduce_scatter onto the sequence
+ * shards).  Plain `expert` weights stay whole over tp.
  *
  * Dropless (capacity >= the global token count): each rank's dispatch has
  * its local token count as capacity; no token is dropped anywhere.  With a
@@ -700,13 +757,18 @@ static int own_shape_dp(Sh *s, IrNode *n) {
  * module's on every layout.
  *
  * Expert parallelism (ep > 1, ep consecutive dp ranks): the expert weights
- * hold experts / ep experts each (shard_param); the dispatch's slots go to
+ * hold experts / ep experts each (shard_param: ep_degree, on top of any tp
+ * split of each expert); the dispatch's slots go to
  * the rank holding their expert and the expert outputs come back through
  * expert_all_to_all (variable counts: filled slots only), both directions
  * each other's adjoints.  Values between the two have the rank's experts
  * on dimension 0 (exr). */
 static int rule_dispatch(Sh *s, IrNode *n) {
   rule_whole(s, n);
+  if (s->split_experts) { /* Megatron's f on the tokens, not on E x C slots */
+    n->inputs[0] = enter(s, n->inputs[0]);
+    s->ent[s->at->id] = 1;
+  }
   IrNode *x = n->inputs[0], *idx = n->inputs[1];
   s->no_batch = 1;
   if (s->dp == 1) return 0;
@@ -724,8 +786,20 @@ static int rule_dispatch(Sh *s, IrNode *n) {
   return 0;
 }
 
+/* combine(y, idx, w) is linear in the expert outputs y: partial sums of
+ * them (tp-split experts) give a partial sum, reduced where it is read
+ * (one all_reduce of [tokens, d], not of the E x C slots); the weights w
+ * enter through group_copy, as each rank's gradient of them (from its
+ * partial y) is only partial. */
 static int rule_combine(Sh *s, IrNode *n) {
-  rule_whole(s, n);
+  int part = L(s, n->inputs[0])->kind == L_PARTIAL;
+  if (part) {
+    n->inputs[1] = need_rep(s, n->inputs[1]);
+    n->inputs[2] = enter(s, need_rep(s, n->inputs[2]));
+  } else {
+    rule_whole(s, n);
+  }
+  *L(s, n) = part ? P() : R();
   IrNode *idx = n->inputs[1];
   if (s->drop[idx->id]) n->inputs[1] = idx = s->drop[idx->id];
   if (s->exr[n->inputs[0]->id]) {
@@ -782,6 +856,10 @@ static int rule(Sh *s, IrNode *n, int64_t gwid) {
   case IR_OP_SUM: case IR_OP_MEAN: return rule_reduce(s, n);
   case IR_OP_TRANSPOSE: return rule_transpose(s, n);
   case IR_OP_RESHAPE: case IR_OP_BROADCAST: case IR_OP_SUM_TO:
+    if (n->op == IR_OP_RESHAPE && L(s, n->inputs[0])->kind == L_PARTIAL) {
+      *L(s, n) = P(); /* linear: reduced where it is read (the MoE output) */
+      return own_shape_dp(s, n);
+    }
     n->inputs[0] = need_rep(s, n->inputs[0]);
     if (L(s, n->inputs[0])->kind != L_REP)
       return fail(s, "of a sharded value is not supported yet");
@@ -863,18 +941,21 @@ int pass_shard(IrModule *m, int tp, int dp, int sp, char *err, size_t len) {
   s.bat = calloc((size_t)s.cap, 1);
   s.dpk = calloc((size_t)s.cap, 1);
   s.exr = calloc((size_t)s.cap, 1);
+  s.ent = calloc((size_t)s.cap, 1);
+  unsigned char *split = calloc((size_t)nold + 1, 1);
   IrNode ***caches[] = {&s.ar, &s.cp, &s.rs, &s.ag, &s.rp, &s.ls, &s.dw, &s.drop, &s.a2a};
   int ok = 1;
   for (size_t k = 0; k < sizeof caches / sizeof *caches; k++)
     ok &= (*caches[k] = calloc((size_t)s.cap, sizeof(IrNode *))) != NULL;
   int64_t *gw = calloc((size_t)nold + 1, sizeof *gw);
   IrNode **old = malloc(sizeof *old * ((size_t)nold + 1));
-  if (!s.lay || !s.bat || !s.dpk || !s.exr || !ok || !gw || !old) {
+  if (!s.lay || !s.bat || !s.dpk || !s.exr || !s.ent || !split || !ok || !gw || !old) {
     fprintf(stderr, "parc: out of memory (shard)\n");
     exit(3);
   }
   memcpy(old, m->nodes, sizeof *old * (size_t)nold);
   find_blocks(m, gw);
+  find_split_experts(m, tp, split);
   m->nnodes = 0;
   for (int i = 0; i < nold && !s.failed; i++) {
     IrNode *n = old[i];
@@ -885,6 +966,8 @@ int pass_shard(IrModule *m, int tp, int dp, int sp, char *err, size_t len) {
     s.bat[scratch] = 0;
     s.dpk[scratch] = 0;
     s.exr[scratch] = 0;
+    s.ent[scratch] = 0;
+    s.split_experts = split[i] == 1;
     s.no_batch = 0;
     /* statistics of the global batch made whole, dispatched slots on their
      * experts' ranks, before any rule reads them */
@@ -911,6 +994,7 @@ int pass_shard(IrModule *m, int tp, int dp, int sp, char *err, size_t len) {
     s.bat[newid] = s.bat[scratch];
     s.dpk[newid] = s.dpk[scratch];
     s.exr[newid] = s.exr[scratch];
+    s.ent[newid] = s.ent[scratch];
     place(&s, n);
     char why[256];
     if (n->op != IR_OP_INPUT && n->op != IR_OP_PARAM && !ir_infer(n, why, sizeof why)) {
@@ -928,6 +1012,8 @@ int pass_shard(IrModule *m, int tp, int dp, int sp, char *err, size_t len) {
   free(s.bat);
   free(s.dpk);
   free(s.exr);
+  free(s.ent);
+  free(split);
   for (size_t k = 0; k < sizeof caches / sizeof *caches; k++) free(*caches[k]);
   free(gw);
   free(old);

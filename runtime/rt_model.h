@@ -50,11 +50,13 @@ typedef struct {
   int64_t global_shape[RT_MAX_RANK]; /* the whole tensor (== shape if unsharded) */
   int shard_dim;             /* -1: whole on every rank; else split over tp */
   int shard_blocks;          /* >= 1: blocks of the split dim (GPT-2's qkv: 3) */
-  int ep;                    /* > 1: an expert-parallel parameter: shard_dim (the
-                                experts, dimension 0) is split over the ep group
-                                instead (degree ep == RtModelDesc.ep, coord the ep
-                                rank, shard_blocks 1, no padding) and the tensor is
-                                whole over tp; 0 or 1: shard_dim is over tp */
+  int ep;                    /* > 1: an expert-parallel parameter: its experts
+                                (dimension 0) are split over the ep group (degree
+                                ep == RtModelDesc.ep, coord the ep rank, no
+                                padding); shard_dim 0: each expert whole over tp;
+                                shard_dim >= 1: each expert's shard_dim split over
+                                tp as well (rt_shard.h's edegree).  0 or 1:
+                                shard_dim is over tp */
 } RtParamDesc;
 
 /* The padded size of p's split dimension over tp ranks (vocabulary padding:

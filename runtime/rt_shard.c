@@ -17,6 +17,7 @@
  * unsharded tensor is outer = 1, G = numel, inner = 1, blocks = 1, b = B = G. */
 typedef struct {
   int64_t outer, G, inner;
+  int64_t o0;       /* the first outer index the shard holds (experts: edegree > 1) */
   int64_t blocks, B, b, coord;
   int64_t real;     /* entries of the piece inside the global tensor (<= b) */
   int64_t run;      /* real * inner: global floats per run */
@@ -27,8 +28,11 @@ typedef struct {
 /* "{dim 1, degree 2, blocks 3, coord 0} of shape [8, 24]" for messages. */
 static const char *describe(char *buf, size_t cap, int rank, const int64_t *shape,
                             const RtShard *sh) {
-  size_t k = (size_t)snprintf(buf, cap, "shard {dim %d, degree %d, blocks %d, coord %d} of "
-                              "shape [", sh->dim, sh->degree, sh->blocks, sh->coord);
+  size_t k = (size_t)snprintf(buf, cap, "shard {dim %d, degree %d, blocks %d, coord %d", sh->dim,
+                              sh->degree, sh->blocks, sh->coord);
+  if (sh->edegree > 1 && k < cap)
+    k += (size_t)snprintf(buf + k, cap - k, ", experts %d of %d", sh->ecoord, sh->edegree);
+  if (k < cap) k += (size_t)snprintf(buf + k, cap - k, "} of shape [");
   for (int i = 0; i < rank && k < cap; i++)
     k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
   if (k < cap) snprintf(buf + k, cap - k, "]");
@@ -71,7 +75,15 @@ static int geometry(int rank, const int64_t *shape, const RtShard *sh, const cha
     return rt_fail("%s%s%s: coord %d is outside 0..%d; pass the rank's coordinate on the "
                    "tensor-parallel axis", pre, sep, describe(d, sizeof d, rank, shape, sh),
                    sh->coord, sh->degree - 1);
-  int64_t G = shape[sh->dim];
+  int64_t G = shape[sh->dim], E = rank ? shape[0] : 0;
+  if (sh->edegree > 1 && (sh->dim < 1 || sh->padded || E % sh->edegree))
+    return rt_fail("%s%s%s: the experts (dim 0, %lld) must split evenly over %d, with the "
+                   "tensor-parallel split on a later dimension, unpadded", pre, sep,
+                   describe(d, sizeof d, rank, shape, sh), (long long)E, sh->edegree);
+  if (sh->edegree > 1 && (sh->ecoord < 0 || sh->ecoord >= sh->edegree))
+    return rt_fail("%s%s%s: ecoord %d is outside 0..%d; pass the rank's coordinate on the "
+                   "expert-parallel axis", pre, sep, describe(d, sizeof d, rank, shape, sh),
+                   sh->ecoord, sh->edegree - 1);
   if (sh->padded && (sh->padded <= G || sh->padded % sh->degree ||
                      sh->padded - G >= (int64_t)RT_SHARD_PAD_MAX * sh->degree || sh->blocks != 1))
     return rt_fail("%s%s%s: padded size %lld of dim %d must be a multiple of the degree "
@@ -101,16 +113,20 @@ static int geometry(int rank, const int64_t *shape, const RtShard *sh, const cha
   int64_t outer = 1, inner = 1;
   for (int i = 0; i < sh->dim; i++) outer *= shape[i];
   for (int i = sh->dim + 1; i < rank; i++) inner *= shape[i];
-  int64_t b = B / sh->degree;
-  *g = (Geo){.outer = outer, .G = G, .inner = inner, .blocks = sh->blocks, .B = B, .b = b,
-             .coord = sh->coord, .real = b, .run = b * inner, .lrun = b * inner,
+  int64_t b = B / sh->degree, o0 = 0;
+  if (sh->edegree > 1) { /* the rank's experts: a contiguous range of the outer indices */
+    outer /= sh->edegree;
+    o0 = sh->ecoord * outer;
+  }
+  *g = (Geo){.outer = outer, .G = G, .inner = inner, .o0 = o0, .blocks = sh->blocks, .B = B,
+             .b = b, .coord = sh->coord, .real = b, .run = b * inner, .lrun = b * inner,
              .numel = outer * sh->blocks * b * inner};
   return RT_OK;
 }
 
 /* Global offset of run (o, k). */
 static inline int64_t run_start(const Geo *g, int64_t o, int64_t k) {
-  return (o * g->G + k * g->B + g->coord * g->b) * g->inner;
+  return ((g->o0 + o) * g->G + k * g->B + g->coord * g->b) * g->inner;
 }
 
 int rt_shard_check(int rank, const int64_t *global_shape, const RtShard *sh) {
@@ -124,6 +140,7 @@ int rt_shard_local_shape(int rank, const int64_t *global_shape, const RtShard *s
   if (geometry(rank, global_shape, sh, NULL, &g)) return RT_ERR;
   for (int i = 0; i < rank; i++) local_shape[i] = global_shape[i];
   if (sh && sh->dim >= 0) local_shape[sh->dim] = g.blocks * g.b;
+  if (sh && sh->dim >= 1 && sh->edegree > 1) local_shape[0] /= sh->edegree;
   return RT_OK;
 }
 
@@ -145,7 +162,7 @@ int64_t rt_shard_global_index(int rank, const int64_t *global_shape, const RtSha
   int64_t i = local_index % g.inner, j = local_index / g.inner % L;
   int64_t o = local_index / (L * g.inner);
   if (j % g.b >= g.real) return -2; /* padding */
-  return (o * g.G + (j / g.b) * g.B + g.coord * g.b + j % g.b) * g.inner + i;
+  return ((g.o0 + o) * g.G + (j / g.b) * g.B + g.coord * g.b + j % g.b) * g.inner + i;
 }
 
 int rt_shard_init_normal(float *dst, uint64_t seed, uint64_t stream, float std, int rank,
@@ -209,6 +226,23 @@ int rt_st_read_shard(const RtSt *st, const char *name, float *dst, int rank,
   snprintf(what, sizeof what, "tensor '%s'", name ? name : "(null)");
   Geo g;
   if (geometry(rank, global_shape, sh, what, &g)) return RT_ERR;
+  if (sh && sh->dim >= 0 && sh->edegree > 1 && g.numel > 0) {
+    /* the rank's experts (a slice of dim 0), then their tp shard out of it */
+    int64_t es[RT_SHARD_MAXRANK], en = 1, E = global_shape[0] / sh->edegree;
+    for (int i = 0; i < rank; i++) en *= es[i] = global_shape[i];
+    en = en / global_shape[0] * E;
+    es[0] = E;
+    float *tmp = malloc(sizeof(float) * (size_t)(en + 1));
+    if (!tmp)
+      return rt_fail("tensor '%s': out of memory for a %lld-float expert read buffer", name,
+                     (long long)en);
+    RtShard tsh = *sh;
+    tsh.edegree = 0, tsh.ecoord = 0;
+    int rc = rt_st_read_slice(st, name, tmp, rank, global_shape, 0, sh->ecoord * E, E);
+    if (rc == RT_OK) rc = rt_shard_extract(tmp, dst, rank, es, &tsh);
+    free(tmp);
+    return rc;
+  }
   if (g.run < g.lrun) { /* padded: the real rows of each run, then zeros */
     memset(dst, 0, sizeof(float) * (size_t)g.numel);
     /* a piece of padding only still checks the file's tensor (an empty slice at G) */

@@ -19,6 +19,11 @@
  * local entries whose global index would be >= G are padding: not part of the global
  * tensor, zero after init, extract and reads, skipped by insert.
  *
+ * Experts (edegree > 1, with dim >= 1, no padding): dimension 0 of global size E is
+ * also cut, contiguously, into edegree pieces, and the shard is piece ecoord of it
+ * (entries [ecoord E / edegree, (ecoord + 1) E / edegree)) cut along dim as above:
+ * each expert of the rank's split over tp. Local dimension 0 is E / edegree.
+ *
  * Invariants:
  *  - Tensors are row-major, local ones over the local shape (the global shape with
  *    dimension dim replaced by G / degree, or Gp / degree when padded).
@@ -52,6 +57,9 @@ typedef struct {
   int blocks;   /* equal blocks of the dimension, each split over the ranks */
   int coord;    /* this rank's coordinate, 0..degree-1 */
   int64_t padded; /* 0: none; else the padded size of dim (see Padding above) */
+  int edegree;  /* > 1: dimension 0 too is split, contiguously, over edegree ranks
+                   (the experts over the ep group; see Experts above); 0 or 1: not */
+  int ecoord;   /* this rank's coordinate on dimension 0's split, 0..edegree-1 */
 } RtShard;
 
 /* Checks the descriptor against the global shape (rank dims). RT_OK or RT_ERR. */

@@ -135,8 +135,8 @@ static int check_mesh(const RtModelDesc *m) {
       return rt_fail("model description: parameter '%s' is split over ep %d, the mesh's ep "
                      "is %d", p->name, p->ep, ep);
     if (p->shard_dim >= 0 && (tp > 1 || p->ep > 1)) {
-      RtShard sh = {p->shard_dim, p->ep > 1 ? p->ep : tp, p->shard_blocks, 0, 0};
-      if (p->shard_dim < p->rank) sh.padded = rt_param_padded(p, tp);
+      RtShard sh;
+      if (p->shard_dim < p->rank) rt_train_param_shard(p, tp, 0, 0, &sh);
       if (p->shard_dim >= p->rank || p->shard_blocks < 1 ||
           rt_shard_local_shape(p->rank, p->global_shape, &sh, local)) {
         char why[RT_ERR_MAX];
@@ -443,6 +443,9 @@ static int whole_init(Run *r) {
   w->s = calloc(m->nstate > 0 ? (size_t)m->nstate : 1, sizeof *w->s);
   int parts = r->tp > r->ep ? r->tp : r->ep; /* the largest gather group */
   w->counts = calloc((size_t)parts, sizeof *w->counts);
+  /* experts split over tp and ep: the tp pieces (tp n), then the ep group's
+   * ep-local tensors (ep tp n) */
+  int64_t sparts = r->ep > 1 && r->tp > 1 ? (int64_t)r->tp * r->ep + r->tp : parts;
   if (!w->p || !w->s || !w->counts) return rt_fail("out of memory");
   int64_t off = 0, maxn = 0;
   for (int i = 0; i < m->nparams; i++) {
@@ -473,9 +476,9 @@ static int whole_init(Run *r) {
   w->m.state = w->s;
   w->m.state_numel = off;
   if (r->mesh.dp_rank < r->ep &&
-      !(w->scratch = malloc((size_t)(maxn * parts + 1) * sizeof(float))))
+      !(w->scratch = malloc((size_t)(maxn * sparts + 1) * sizeof(float))))
     return rt_fail("out of memory for the gather buffer (%lld floats)",
-                   (long long)(maxn * parts));
+                   (long long)(maxn * sparts));
   if (r->wrank == 0 &&
       (!(w->params = malloc((size_t)(w->m.params_numel + 1) * sizeof(float))) ||
        !(w->state = malloc((size_t)(w->m.state_numel + 1) * sizeof(float)))))
@@ -500,6 +503,30 @@ static int gather_one(Run *r, const RtParamDesc *p, const float *local, int64_t 
   }
   if (sh.degree == 1) /* a padded tensor on one tp rank: its real rows */
     return dst ? rt_shard_insert(dst, local, p->rank, g, &sh) : RT_OK;
+  if (sh.edegree > 1) { /* experts over ep, each over tp: tp first, then ep */
+    int64_t es[RT_MAX_RANK], en = n * sh.degree;
+    memcpy(es, g, sizeof es);
+    es[0] /= sh.edegree;
+    float *el = w->scratch + (size_t)en * (size_t)sh.edegree; /* the ep-local tensor */
+    for (int c = 0; c < sh.degree; c++) w->counts[c] = n;
+    if (rt_comm_all_gather(r->mesh.tp_comm, local, w->scratch, w->counts)) return RT_ERR;
+    RtShard tsh = sh;
+    tsh.edegree = 0;
+    for (int c = 0; c < sh.degree; c++) {
+      tsh.coord = c;
+      if (rt_shard_insert(el, w->scratch + (size_t)c * (size_t)n, p->rank, es, &tsh))
+        return RT_ERR;
+    }
+    for (int c = 0; c < sh.edegree; c++) w->counts[c] = en;
+    if (rt_comm_all_gather(r->mesh.ep_comm, el, w->scratch, w->counts)) return RT_ERR;
+    RtShard esh = {.dim = 0, .degree = sh.edegree, .blocks = 1}; /* dim 0 over ep */
+    for (int c = 0; dst && c < sh.edegree; c++) {
+      esh.coord = c;
+      if (rt_shard_insert(dst, w->scratch + (size_t)c * (size_t)en, p->rank, g, &esh))
+        return RT_ERR;
+    }
+    return RT_OK;
+  }
   for (int c = 0; c < sh.degree; c++) w->counts[c] = n;
   if (rt_comm_all_gather(expert ? r->mesh.ep_comm : r->mesh.tp_comm, local, w->scratch,
                          w->counts))

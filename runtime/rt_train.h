@@ -118,8 +118,9 @@ int rt_train_load_weights(const RtModelDesc *m, float *params, const char *path)
 int rt_train_load_weights_tp(const RtModelDesc *m, float *params, const char *path, int tp,
                              int coord, int ep_coord);
 /* Parameter p's shard descriptor and its global shape: an expert-parallel parameter
- * (p->ep > 1) on coordinate ep_coord of its ep group (dim shard_dim, degree p->ep);
- * any other on coordinate coord of tp (dim -1 when tp == 1 or shard_dim < 0, and
+ * (p->ep > 1) on coordinate ep_coord of its ep group (dim 0, degree p->ep; with
+ * shard_dim >= 1 and tp > 1 each expert split over tp as well: dim shard_dim, degree
+ * tp, coordinate coord, edegree p->ep, ecoord ep_coord); any other on coordinate coord of tp (dim -1 when tp == 1 or shard_dim < 0, and
  * then p->shape when tp == 1), except that a padded parameter (rt_param_padded) at
  * tp 1 is degree 1 with its padding, and its global shape the true one. */
 const int64_t *rt_train_param_shard(const RtParamDesc *p, int tp, int coord, int ep_coord,

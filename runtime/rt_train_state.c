@@ -59,8 +59,10 @@ static const char *stored_name(const RtSt *st, const char *path, const RtParamDe
 /* Parameter p's shard on tp coordinate coord, and its global shape.  With tp == 1
  * (or shard_dim < 0) the parameter is whole: dim -1 and its own shape, whatever
  * the shard fields hold, except a padded one (rt_param_padded: degree 1, its
- * true global shape).  An expert-parallel one (p->ep > 1) is split over its
- * ep group instead: ep coordinate ep_coord, blocks 1, no padding. */
+ * true global shape).  An expert-parallel one (p->ep > 1) has its experts
+ * (dimension 0) split over its ep group, ep coordinate ep_coord, no padding:
+ * with shard_dim >= 1 (and tp > 1) each of them split over tp as well
+ * (RtShard.edegree), else whole over tp. */
 const int64_t *rt_train_param_shard(const RtParamDesc *p, int tp, int coord, int ep_coord,
                                     RtShard *sh) {
   sh->dim = -1;
@@ -68,8 +70,19 @@ const int64_t *rt_train_param_shard(const RtParamDesc *p, int tp, int coord, int
   sh->blocks = 1;
   sh->coord = 0;
   sh->padded = 0;
-  if (p->ep > 1 && p->shard_dim >= 0) {
+  sh->edegree = 0;
+  sh->ecoord = 0;
+  if (p->ep > 1 && p->shard_dim >= 1 && tp > 1) { /* the rank's experts, each split over tp */
     sh->dim = p->shard_dim;
+    sh->degree = tp;
+    sh->blocks = p->shard_blocks >= 1 ? p->shard_blocks : 1;
+    sh->coord = coord;
+    sh->edegree = p->ep;
+    sh->ecoord = ep_coord;
+    return p->global_shape;
+  }
+  if (p->ep > 1) { /* the rank's experts, whole over tp */
+    sh->dim = 0;
     sh->degree = p->ep;
     sh->coord = ep_coord;
     return p->global_shape;
@@ -391,7 +404,7 @@ static int read_tensors(const RtCkpt *ck, const char *file, const RtModelDesc *m
       else rc = rt_st_read_shard(st, p->name, params + p->offset, p->rank, gshape, &sh);
     } else {
       const RtStateDesc *s = &m->state[i];
-      RtShard sh = {-1, 1, 1, 0, 0};
+      RtShard sh = {.dim = -1, .degree = 1, .blocks = 1};
       const int64_t *gshape = NULL;
       int z = rt_zero_pieces(m, &m->params[s->param]), zero = z > 1;
       int zc = m->params[s->param].ep > 1 && m->ep > 1 ? dp_coord / m->ep : dp_coord;

@@ -1,5 +1,6 @@
 /* tests/runtime/shard_test.c -- rt_shard.h case by case: `shard_test CASE` runs one
- * case (index, init, roundtrip, gpt2, safetensors, errors), no argument runs all.
+ * case (index, init, roundtrip, gpt2, safetensors, errors,
+ * padded, experts), no argument runs all.
  *
  * The sweeps cover ranks 1..4, every dim, degrees 1..4, blocks 1..3 and every
  * coordinate; combinations whose degree or blocks do not divide the dimension must
@@ -95,7 +96,7 @@ static long sweep(ConfigFn fn, void *ctx) {
       for (int degree = 1; degree <= 4; degree++)
         for (int blocks = 1; blocks <= 3; blocks++)
           for (int coord = 0; coord < degree; coord++) {
-            RtShard sh = {dim, degree, blocks, coord, 0};
+            RtShard sh = {dim, degree, blocks, coord, 0, 0, 0};
             if (!fits(s, dim, degree, blocks)) {
               CHECK(rt_shard_check(s->rank, s->shape, &sh) == RT_ERR);
               CHECK(rt_shard_numel(s->rank, s->shape, &sh) == -1);
@@ -144,7 +145,7 @@ static void test_partition(void) {
           if (!fits(s, dim, degree, blocks)) continue;
           memset(owners, 0, sizeof *owners * (size_t)(n + 1));
           for (int c = 0; c < degree; c++) {
-            RtShard sh = {dim, degree, blocks, c, 0};
+            RtShard sh = {dim, degree, blocks, c, 0, 0, 0};
             int64_t ln = rt_shard_numel(s->rank, s->shape, &sh);
             for (int64_t L = 0; L < ln; L++) {
               int64_t gi = rt_shard_global_index(s->rank, s->shape, &sh, L);
@@ -155,7 +156,7 @@ static void test_partition(void) {
           for (int64_t gi = 0; gi < n; gi++) CHECK(owners[gi] == 1);
         }
     /* Not sharded: the identity. */
-    RtShard none = {-1, 0, 0, 0, 0};
+    RtShard none = {-1, 0, 0, 0, 0, 0, 0};
     CHECK(rt_shard_numel(s->rank, s->shape, &none) == n);
     CHECK(rt_shard_numel(s->rank, s->shape, NULL) == n);
     for (int64_t gi = 0; gi < n; gi++)
@@ -170,7 +171,7 @@ static void test_index(void) {
   CHECK(valid > 300);
   test_partition();
   /* A scalar is its own (unsharded) shard. */
-  RtShard none = {-1, 1, 1, 0, 0};
+  RtShard none = {-1, 1, 1, 0, 0, 0, 0};
   CHECK(rt_shard_numel(0, NULL, &none) == 1 && rt_shard_global_index(0, NULL, &none, 0) == 0);
 }
 
@@ -234,7 +235,7 @@ static void test_init(void) {
   const Shape *s = &shapes[9];
   int64_t n = numel_of(s);
   float *a = alloc_floats(n), *b = alloc_floats(n);
-  RtShard none = {-1, 4, 3, 2, 0};   /* the other fields are ignored */
+  RtShard none = {-1, 4, 3, 2, 0, 0, 0};   /* the other fields are ignored */
   CHECK_OK(rt_shard_init_normal(a, ctx.seed, ctx.stream, ctx.std, s->rank, s->shape, &none));
   CHECK_OK(rt_init_normal_slice(b, ctx.seed, ctx.stream, ctx.std, s->rank, s->shape, -1, 0, 0));
   CHECK(memcmp(a, b, sizeof(float) * (size_t)n) == 0);
@@ -281,7 +282,7 @@ static void test_gpt2(void) {
   static const int cols[2][12] = {{0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19},
                                   {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23}};
   for (int c = 0; c < 2; c++) {
-    RtShard sh = {1, 2, 3, c, 0};
+    RtShard sh = {1, 2, 3, c, 0, 0, 0};
     int64_t lshape[2];
     CHECK_OK(rt_shard_local_shape(2, shape, &sh, lshape));
     CHECK(lshape[0] == 8 && lshape[1] == 12);
@@ -301,7 +302,7 @@ static void test_gpt2(void) {
   for (int degree = 2; degree <= 4; degree += 2) {
     fill_sentinel(assembled, n);
     for (int c = 0; c < degree; c++) {
-      RtShard sh = {1, degree, 3, c, 0};
+      RtShard sh = {1, degree, 3, c, 0, 0, 0};
       CHECK_OK(rt_shard_init_normal(part, seed, stream, 0.02f, 2, big, &sh));
       CHECK(part[0] == 0.02f * rt_rng_normal(seed, stream, (uint64_t)(c * 768 / degree)));
       CHECK_OK(rt_shard_insert(assembled, part, 2, big, &sh));
@@ -366,13 +367,13 @@ static void test_safetensors(void) {
     CHECK(memcmp(got, data[9], sizeof(float) * (size_t)n) == 0);
     /* A file made for another shape, or without the tensor, says so; dst untouched. */
     const int64_t wrong[2] = {12, 24};
-    RtShard sh = {1, 2, 3, 0, 0};
+    RtShard sh = {1, 2, 3, 0, 0, 0, 0};
     fill_sentinel(got, n);
     CHECK_FAILS(rt_st_read_shard(st, "t3", got, 2, wrong, &sh),
                 "tensor 't3' has shape [8, 24] but the model expects [12, 24]");
     CHECK_FAILS(rt_st_read_shard(st, "wte.weight", got, 2, shapes[3].shape, &sh),
                 "has no tensor 'wte.weight'");
-    RtShard bad = {1, 5, 3, 0, 0};
+    RtShard bad = {1, 5, 3, 0, 0, 0, 0};
     CHECK_FAILS(rt_st_read_shard(st, "t3", got, 2, shapes[3].shape, &bad),
                 "tensor 't3': shard {dim 1, degree 5, blocks 3, coord 0} of shape [8, 24]: "
                 "block width 8 of dim 1 is not divisible by degree 5");
@@ -417,7 +418,7 @@ static void test_padded(void) {
       int64_t padded = cut[q][1], b = padded / degree;
       fill_sentinel(back, 22);
       for (int c = 0; c < degree; c++) {
-        RtShard r = {dim, degree, 1, c, padded};
+        RtShard r = {dim, degree, 1, c, padded, 0, 0};
         int64_t ls[2];
         CHECK_OK(rt_shard_local_shape(2, s->shape, &r, ls));
         CHECK(ls[dim] == b && ls[1 - dim] == s->shape[1 - dim]);
@@ -460,20 +461,23 @@ static void test_errors(void) {
     RtShard sh;
     const char *needle;
   } bad[] = {
-    {{1, 5, 1, 0, 0}, "block width 24 of dim 1 is not divisible by degree 5"},
-    {{1, 3, 3, 0, 0}, "block width 8 of dim 1 is not divisible by degree 3"},
-    {{0, 2, 3, 0, 0}, "size 8 of dim 0 is not divisible into 3 equal blocks"},
-    {{1, 1, 5, 0, 0}, "size 24 of dim 1 is not divisible into 5 equal blocks"},
-    {{2, 2, 1, 0, 0}, "dim 2 is not a dimension of a rank-2 tensor"},
-    {{-2, 2, 1, 0, 0}, "dim -2 is not a dimension of a rank-2 tensor"},
-    {{1, 2, 1, 2, 0}, "coord 2 is outside 0..1"},
-    {{1, 2, 1, -1, 0}, "coord -1 is outside 0..1"},
-    {{1, 0, 1, 0, 0}, "degree and blocks must be at least 1"},
-    {{1, 2, 0, 0, 0}, "degree and blocks must be at least 1"},
-    {{1, 5, 1, 0, 24}, "padded size 24 of dim 1 must be a multiple"},
-    {{1, 5, 1, 0, 20505}, "padded size 20505 of dim 1 must be a multiple"}, /* 4096 * 5 past */
-    {{1, 5, 3, 0, 25}, "padded size 25 of dim 1 must be a multiple"},
-    {{1, 5, 1, 0, 26}, "padded size 26 of dim 1 must be a multiple"},
+    {{1, 5, 1, 0, 0, 0, 0}, "block width 24 of dim 1 is not divisible by degree 5"},
+    {{1, 3, 3, 0, 0, 0, 0}, "block width 8 of dim 1 is not divisible by degree 3"},
+    {{0, 2, 3, 0, 0, 0, 0}, "size 8 of dim 0 is not divisible into 3 equal blocks"},
+    {{1, 1, 5, 0, 0, 0, 0}, "size 24 of dim 1 is not divisible into 5 equal blocks"},
+    {{2, 2, 1, 0, 0, 0, 0}, "dim 2 is not a dimension of a rank-2 tensor"},
+    {{-2, 2, 1, 0, 0, 0, 0}, "dim -2 is not a dimension of a rank-2 tensor"},
+    {{1, 2, 1, 2, 0, 0, 0}, "coord 2 is outside 0..1"},
+    {{1, 2, 1, -1, 0, 0, 0}, "coord -1 is outside 0..1"},
+    {{1, 0, 1, 0, 0, 0, 0}, "degree and blocks must be at least 1"},
+    {{1, 2, 0, 0, 0, 0, 0}, "degree and blocks must be at least 1"},
+    {{1, 5, 1, 0, 24, 0, 0}, "padded size 24 of dim 1 must be a multiple"},
+    {{1, 5, 1, 0, 20505, 0, 0}, "padded size 20505 of dim 1 must be a multiple"}, /* 4096 * 5 past */
+    {{1, 5, 3, 0, 25, 0, 0}, "padded size 25 of dim 1 must be a multiple"},
+    {{1, 5, 1, 0, 26, 0, 0}, "padded size 26 of dim 1 must be a multiple"},
+    {{0, 2, 1, 0, 0, 2, 0}, "the experts (dim 0, 8) must split evenly over 2"},
+    {{1, 2, 1, 0, 0, 3, 0}, "the experts (dim 0, 8) must split evenly over 3"},
+    {{1, 2, 1, 0, 0, 2, 2}, "ecoord 2 is outside 0..1"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     const RtShard *s = &bad[i].sh;
@@ -491,7 +495,7 @@ static void test_errors(void) {
   CHECK(lshape[0] == -7 && lshape[1] == -7);
   for (int i = 0; i < 8 * 24; i++) CHECK(is_sentinel(global[i]) && is_sentinel(local[i]));
   /* The message names the operation, the descriptor and the shape. */
-  RtShard five = {1, 5, 1, 0, 0};
+  RtShard five = {1, 5, 1, 0, 0, 0, 0};
   CHECK_FAILS(rt_shard_init_normal(local, 1, 2, 1.0f, 2, sh2, &five),
               "init: shard {dim 1, degree 5, blocks 1, coord 0} of shape [8, 24]: block width "
               "24 of dim 1 is not divisible by degree 5; the layout does not fit this shape");
@@ -499,7 +503,7 @@ static void test_errors(void) {
   CHECK_FAILS(rt_shard_insert(global, local, 2, sh2, &five), "insert: shard {dim 1");
   /* Shapes and indices. */
   const int64_t neg[2] = {8, -24};
-  RtShard ok = {1, 2, 3, 1, 0};
+  RtShard ok = {1, 2, 3, 1, 0, 0, 0};
   CHECK_FAILS(rt_shard_check(2, neg, &ok), "dimension 1 of the global shape has negative size");
   CHECK_FAILS(rt_shard_check(17, sh2, &ok), "rank 17 is outside 0..16");
   CHECK_FAILS(rt_shard_check(2, NULL, &ok), "rank 2 but no shape given");
@@ -512,6 +516,59 @@ static void test_errors(void) {
   CHECK(rt_shard_global_index(2, sh2, &ok, 95) == 7 * 24 + 23);
 }
 
+/* Experts (edegree > 1): a [E, H, K] tensor with E split over ep and H (or K) over
+ * tp. Every (ecoord, coord) pair's shard is, by an independent formula, experts
+ * [ecoord E/ep, ...) with their piece [coord b, ...) of the split dimension; the
+ * shards partition the tensor; extract / insert, init and safetensors reads agree. */
+static void test_experts(void) {
+  const int64_t shape[3] = {4, 6, 3};
+  float global[72], back[72], local[72], want[72];
+  for (int i = 0; i < 72; i++) global[i] = (float)i * 0.5f + 1.0f;
+  RtStTensor t = {.name = "w", .rank = 3, .data = global};
+  memcpy(t.shape, shape, sizeof shape);
+  CHECK_OK(rt_st_write("shard_experts.safetensors", &t, 1, NULL, 0));
+  RtSt *st = NULL;
+  CHECK_OK(rt_st_open(&st, "shard_experts.safetensors"));
+  for (int dim = 1; dim <= 2; dim++)
+    for (int ep = 2; ep <= 4; ep += 2)
+      for (int tp = 1; tp <= 3; tp++) {
+        if (shape[dim] % tp) continue;
+        int owners[72] = {0};
+        fill_sentinel(back, 72);
+        for (int e = 0; e < ep; e++)
+          for (int c = 0; c < tp; c++) {
+            RtShard sh = {dim, tp, 1, c, 0, ep, e};
+            int64_t ls[3], le = 4 / ep, b = shape[dim] / tp, n = 0;
+            CHECK_OK(rt_shard_local_shape(3, shape, &sh, ls));
+            CHECK(ls[0] == le && ls[dim] == b && ls[3 - dim] == shape[3 - dim]);
+            CHECK(rt_shard_numel(3, shape, &sh) == 72 / ep / tp);
+            for (int64_t x = 0; x < le; x++) /* expected, in local row-major order */
+              for (int64_t y = 0; y < ls[1]; y++)
+                for (int64_t z = 0; z < ls[2]; z++) {
+                  int64_t gy = dim == 1 ? c * b + y : y, gz = dim == 2 ? c * b + z : z;
+                  int64_t gi = ((e * le + x) * 6 + gy) * 3 + gz;
+                  CHECK(rt_shard_global_index(3, shape, &sh, n) == gi);
+                  want[n++] = global[gi];
+                  owners[gi]++;
+                }
+            CHECK_OK(rt_shard_extract(global, local, 3, shape, &sh));
+            CHECK(memcmp(local, want, sizeof(float) * (size_t)n) == 0);
+            CHECK_OK(rt_shard_insert(back, local, 3, shape, &sh));
+            fill_sentinel(local, 72);
+            if (st) CHECK_OK(rt_st_read_shard(st, "w", local, 3, shape, &sh));
+            CHECK(memcmp(local, want, sizeof(float) * (size_t)n) == 0);
+            CHECK_OK(rt_shard_init_normal(local, 7, 3, 0.5f, 3, shape, &sh));
+            for (int64_t L = 0; L < n; L++)
+              CHECK(local[L] == 0.5f * rt_rng_normal(7, 3,
+                                                     (uint64_t)rt_shard_global_index(3, shape,
+                                                                                     &sh, L)));
+          }
+        for (int i = 0; i < 72; i++) CHECK(owners[i] == 1);
+        CHECK(memcmp(back, global, sizeof back) == 0);
+      }
+  rt_st_close(st);
+}
+
 int main(int argc, char **argv) {
   static const struct {
     const char *name;
@@ -519,7 +576,7 @@ int main(int argc, char **argv) {
   } cases[] = {{"index", test_index},       {"init", test_init},
                {"roundtrip", test_roundtrip}, {"gpt2", test_gpt2},
                {"safetensors", test_safetensors}, {"errors", test_errors},
-               {"padded", test_padded}};
+               {"padded", test_padded}, {"experts", test_experts}};
   const int ncases = (int)(sizeof cases / sizeof cases[0]);
   int ran = 0;
   for (int i = 0; i < ncases; i++)

@@ -114,7 +114,7 @@ static int grad_sq(RtStepIO *io, const float *gw, const float *gb, double *out) 
     if (rt_comm_all_gather(io->tp_group, gw, sc, counts)) return RT_ERR;
     const int64_t shape[2] = {V, V};
     for (int c = 0; c < tp; c++) {
-      RtShard sh = {1, tp, 1, c, 0};
+      RtShard sh = {1, tp, 1, c, 0, 0, 0};
       if (rt_shard_insert(g, sc + (size_t)c * V * VL, 2, shape, &sh)) return RT_ERR;
     }
     full = g;

@@ -47,6 +47,7 @@
 #define TOL 1e-10
 static int use_sp; /* --sp: sequence parallelism */
 static int use_pad; /* --pad N: m->pad_vocab */
+static int use_merged; /* --merged N: tp regions whose all_reduce another's serves */
 
 
 
@@ -65,8 +66,8 @@ static int count_op(const IrModule *m, IrOp op, IrPhase ph) {
  * capacity_drop iff the capacity drops tokens, and under ep > 1 one
  * expert_all_to_all each way with the expert weights holding experts / ep
  * experts. */
-static void moe_checks(const IrModule *sh, int tp, int dp) {
-  int ndisp = 0, ndp = 0, ndrop = 0, na2a = 0, nexp = 0, expok = 1, nz = 0;
+static int moe_checks(const IrModule *sh, int tp, int dp) {
+  int ndisp = 0, ndp = 0, ndrop = 0, na2a = 0, nexp = 0, expok = 1, nz = 0, ncw = 0;
   for (int i = 0; i < sh->nnodes; i++) {
     const IrNode *n = sh->nodes[i];
     ndisp += n->op == IR_OP_DISPATCH;
@@ -76,12 +77,24 @@ static void moe_checks(const IrModule *sh, int tp, int dp) {
     na2a += n->op == IR_OP_EXPERT_ALL_TO_ALL;
     if (n->op == IR_OP_PARAM && n->shard == IR_SHARD_EXPERT) {
       nexp++;
-      expok &= shard_ep > 1 ? n->shard_degree == shard_ep &&
+      expok &= shard_ep > 1 ? n->ep_degree == shard_ep &&
                                   n->shape[0] * shard_ep == n->global_shape[0]
-                            : n->shard_degree <= 1;
+                            : n->ep_degree <= 1;
+      /* each expert split over tp (expert(d)): the rank holds 1 / (ep tp) of it */
+      int64_t whole = 1;
+      for (int d = 0; d < n->rank; d++)
+        whole *= n->shard_degree > 1 || n->ep_degree > 1 ? n->global_shape[d] : n->shape[d];
+      int sd = n->shard_dim;
+      expok &= tp > 1 ? n->shard_degree == tp && sd >= 1 && n->shape[sd] * tp == n->global_shape[sd]
+                      : n->shard_degree <= 1;
+      expok &= ir_numel(n) * tp * shard_ep == whole;
     }
+    /* the routing weights enter combine through group_copy when the experts'
+     * outputs are partial sums over tp */
+    if (n->op == IR_OP_COMBINE && n->phase == IR_PHASE_FWD)
+      ncw += n->inputs[2]->op == IR_OP_GROUP_COPY;
   }
-  if (!ndisp) return;
+  if (!ndisp) return 0;
   printf("     moe: %d dispatch, %d dp all_reduce, %d capacity_drop, %d expert_all_to_all\n",
          ndisp, ndp, ndrop, na2a);
   shard_expect(ndp == (dp > 1 ? 2 * ndisp + nz : 0),
@@ -89,9 +102,12 @@ static void moe_checks(const IrModule *sh, int tp, int dp) {
                "z-loss (%g)", "moe", (double)ndp);
   shard_expect(na2a == (shard_ep > 1 ? 2 * ndisp : 0),
                "%s: one expert_all_to_all each way per MoE layer (%g)", "ep", (double)na2a);
-  shard_expect(nexp > 0 && expok, "%s: expert weights hold experts / ep experts (%g tensors)",
-               "ep", (double)nexp);
+  shard_expect(nexp > 0 && expok, "%s: expert weights hold experts / ep experts, each split "
+               "over tp: 1 / (ep tp) of the tensor on a rank (%g tensors)", "ep", (double)nexp);
+  shard_expect(ncw == (tp > 1 ? ndisp : 0), "%s: combine's weights enter through group_copy "
+               "(%g)", "tp", (double)ncw);
   if (dp > 1) printf("     capacity_drop: %d (tp %d)\n", ndrop, tp);
+  return ncw;
 }
 
 static int run_check(const char *path, int tp, int dp, int ar, const char *const *defs, int nd) {
@@ -105,7 +121,7 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
     return 1;
   }
   must_verify(sh, "after pass_shard");
-  moe_checks(sh, tp, dp);
+  int ncw = moe_checks(sh, tp, dp);
   int sp = use_sp && tp > 1;
   /* GPT-2's fused q|k|v: sharded blockwise, 3 blocks, HF's global [d, 3d] */
   int nqkv = 0, qkv_ok = 1;
@@ -164,8 +180,10 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
   if (!sp) {
     shard_expect(nar == ar + nve, "%s: forward all_reduce count as expected (%g)", "tp",
            (double)(ar + nve));
-    shard_expect(ncp == (tp > 1 ? ar + nvce + nrep : 0), "%s: one group_copy per region (%g)",
-           "tp", (double)(tp > 1 ? ar + nvce + nrep : 0));
+    /* a region whose partial sum joins another's before it is reduced (a
+     * shared expert's with the routed experts') has no all_reduce of its own */
+    int ecp = tp > 1 ? ar + nvce + nrep + ncw + use_merged : 0;
+    shard_expect(ncp == ecp, "%s: one group_copy per region (%g)", "tp", (double)ecp);
     shard_expect(nrs + nag + nls == 0, "%s: no sequence collectives without --sp (%g)", "tp",
                  (double)(nrs + nag + nls));
   } else {
@@ -173,8 +191,10 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
     shard_expect(nar == 0, "%s: no forward all_reduce under --sp (%g)", "sp", (double)nar);
     shard_expect(nrs == ar + nve, "%s: a reduce_scatter where all_reduce was (%g)", "sp",
                  (double)(ar + nve));
-    shard_expect(nag == ar + nvce, "%s: an all_gather before each column region (%g)", "sp",
-                 (double)(ar + nvce));
+    /* (the MoE block's tokens are gathered whole by a replicate: routing needs
+     * every token; they then enter the experts' region through group_copy) */
+    shard_expect(nag + nrep == ar + nvce, "%s: an all_gather (a replicate for the MoE "
+                 "tokens) before each column region (%g)", "sp", (double)(ar + nvce));
     int64_t T = 0;
     for (int i = 0; i < sh->nnodes; i++)
       if (sh->nodes[i]->op == IR_OP_INPUT && sh->nodes[i]->rank == 2) T = sh->nodes[i]->shape[1];
@@ -293,7 +313,7 @@ static int run_check(const char *path, int tp, int dp, int ar, const char *const
       for (int c = 0; c < tp; c++) {
         const double *L = rk[d * tp + c]->f[p->grad->id];
         for (int64_t e = 0; e < ir_numel(p); e++) {
-          int64_t gi = shard_global_index(p, e, shard_coord(p, d, c));
+          int64_t gi = shard_global_index(p, e, d, c);
           if (gi < 0) { /* vocabulary padding: no gradient */
             padmax = fmax(padmax, fabs(L[e]));
             continue;
@@ -328,6 +348,13 @@ int main(int argc, char **argv) {
   for (int i = 1; i + 1 < argc; i++)
     if (!strcmp(argv[i], "--pad")) { /* --pad N: m->pad_vocab */
       use_pad = atoi(argv[i + 1]);
+      memmove(argv + i, argv + i + 2, sizeof *argv * (size_t)(argc - i - 1));
+      argc -= 2;
+      break;
+    }
+  for (int i = 1; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "--merged")) { /* --merged N: regions sharing an all_reduce */
+      use_merged = atoi(argv[i + 1]);
       memmove(argv + i, argv + i + 2, sizeof *argv * (size_t)(argc - i - 1));
       argc -= 2;
       break;

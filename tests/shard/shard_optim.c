@@ -152,19 +152,19 @@ static const IrNode *param_of(IrModule *m, const IrNode *st) {
  * ep_dp coordinate d / ep. */
 static int64_t leaf_index(IrModule *m, const IrNode *p, int64_t e, int c, int d, int *pad) {
   *pad = 0;
-  if (p->flat_shards <= 1) return shard_global_index(p, e, shard_coord(p, d, c));
+  if (p->flat_shards <= 1) return shard_global_index(p, e, d, c);
   const IrNode *q = param_of(m, p);
-  int expert = p->shard == IR_SHARD_EXPERT && p->shard_degree > 1;
+  int expert = p->shard == IR_SHARD_EXPERT && p->ep_degree > 1;
   int64_t j = (int64_t)(expert ? d / shard_ep : d) * ir_numel(p) + e;
   if (!q || j >= ir_numel(q)) {
     *pad = 1;
     return -1;
   }
-  return shard_global_index(q, j, shard_coord(q, d, c));
+  return shard_global_index(q, j, d, c);
 }
 
 static int is_expert(const IrNode *p) {
-  return p->shard == IR_SHARD_EXPERT && p->shard_degree > 1;
+  return p->shard == IR_SHARD_EXPERT && p->ep_degree > 1;
 }
 
 /* Compares leaf q of the reference (values R) with its rank-local
@@ -325,6 +325,7 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on, i
 
   /* structure */
   int nsharded = 0, nparams = 0, state_ok = 1, nstate = 0, nexpert = 0;
+  int ntx = 0; /* expert-parallel tensors whose experts are split over tp too */
   int ez = shard_ep > 1 ? dp / shard_ep : dp; /* an expert tensor's ZeRO-1 pieces */
   for (int i = 0; i < sh->nnodes; i++) {
     const IrNode *p = sh->nodes[i];
@@ -332,6 +333,7 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on, i
     nparams++;
     nexpert += is_expert(p);
     nsharded += p->shard_degree > 1 && !is_expert(p);
+    ntx += p->shard_degree > 1 && is_expert(p);
     int z = is_expert(p) ? ez : dp; /* pieces under zero */
     for (int k = 0; k < 3; k++) {
       char name[256];
@@ -344,7 +346,8 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on, i
                                  : s->rank == p->rank && !memcmp(s->shape, p->shape, sizeof s->shape) &&
                               s->flat_shards <= 1) &&
                   s->shard == p->shard && s->shard_dim == p->shard_dim &&
-                  (p->shard_degree > 1
+                  s->ep_degree == p->ep_degree &&
+                  (p->shard_degree > 1 || p->ep_degree > 1
                        ? s->shard_degree == p->shard_degree &&
                              s->shard_blocks == p->shard_blocks &&
                              !memcmp(s->global_shape, p->global_shape, sizeof s->global_shape)
@@ -367,7 +370,7 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on, i
     int other = count_opt(sh, IR_OP_ALL_GATHER, 0) + count_opt(sh, IR_OP_REDUCE_SCATTER, -1) +
                 count_opt(sh, IR_OP_GROUP_COPY, -1) + count_opt(sh, IR_OP_ALL_REDUCE, 2) +
                 count_opt(sh, IR_OP_ALL_REDUCE, 3) + count_opt(sh, IR_OP_ALL_GATHER, 2);
-    int ndense = nparams - nexpert, want_tp = tp > 1 && nsharded ? 1 : 0;
+    int ndense = nparams - nexpert, want_tp = tp > 1 && nsharded + ntx ? 1 : 0;
     shard_expect(ar_tp == want_tp && ar_dp == 1 && ag_dp >= 1 && ag_dp <= ndense &&
                      other == 0 && nflat == ndense,
                  "%s: the optimizer: %g tp all_reduce, one dp all_reduce (the norm), bucketed "
@@ -403,17 +406,18 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on, i
   int ar_ep = count_opt(sh, IR_OP_ALL_REDUCE, 2);
   int other = count_opt(sh, IR_OP_ALL_GATHER, -1) + count_opt(sh, IR_OP_REDUCE_SCATTER, -1) +
               count_opt(sh, IR_OP_GROUP_COPY, -1) + count_opt(sh, IR_OP_ALL_REDUCE, 3);
-  int want_tp = tp > 1 && nsharded ? 1 : 0;
+  int want_tp = tp > 1 && nsharded + ntx ? 1 : 0;
   shard_expect(ar_tp == want_tp && ar_dp == 0 && ar_ep == nexpert && other == 0,
          "%s: the optimizer has %g all_reduce on tp, none on dp, one on ep per expert tensor, "
          "no other collective", "norm", (double)want_tp);
   int nopt_ref = 0, nopt_sh = 0;
   for (int i = 0; i < ref->nnodes; i++) nopt_ref += ref->nodes[i]->phase == IR_PHASE_OPT;
   for (int i = 0; i < sh->nnodes; i++) nopt_sh += sh->nodes[i]->phase == IR_PHASE_OPT;
-  int extra = (want_tp ? nsharded : 0) + nexpert; /* nsharded - 1 adds and the all_reduce;
-                                                      the experts' ep all_reduces */
+  /* nsharded + ntx - 1 adds and the all_reduce (tp-split experts' ep-reduced
+   * sumsqs join the tp sum); the experts' ep all_reduces */
+  int extra = (want_tp ? nsharded + ntx : 0) + nexpert;
   int nadd = count_opt(sh, IR_OP_ADD, -1);
-  shard_expect(nopt_sh == nopt_ref + extra && nadd == (want_tp ? nsharded - 1 : 0),
+  shard_expect(nopt_sh == nopt_ref + extra && nadd == (want_tp ? nsharded + ntx - 1 : 0),
          "%s: the one-rank optimizer's nodes plus %g (the sharded sumsqs' adds, all_reduce)",
          "opt", (double)extra);
   int nrep = 0;
@@ -422,7 +426,7 @@ static int run_check(const char *path, int tp, int dp, int adamw, int clip_on, i
   const IrNode *g0 = gn->inputs[0];
   shard_expect(want_tp ? g0->op == IR_OP_ALL_REDUCE && g0->ia[0] == 0 && g0->ia[1] == tp &&
                        g0->phase == IR_PHASE_OPT && nrep == nparams - nsharded - nexpert &&
-                       gn->ninputs == nrep + nexpert + 1
+                       gn->ninputs == nrep + nexpert - ntx + 1
                  : nrep == nparams - nexpert && gn->ninputs == nparams,
          "%s: grad_norm reads each replicated gradient's sumsq once (%g), and the reduced "
          "sharded sum when tp > 1", "norm",

@@ -9,10 +9,6 @@
 int shard_fails;
 int shard_ep = 1;
 
-int shard_coord(const IrNode *p, int d, int c) {
-  return p->shard == IR_SHARD_EXPERT && p->shard_degree > 1 ? d % shard_ep : c;
-}
-
 void shard_expect(int ok, const char *fmt, const char *what, double v) {
   printf("%s ", ok ? "ok  " : "FAIL");
   printf(fmt, what, v);
@@ -27,11 +23,13 @@ IrNode *shard_find_leaf(IrModule *m, IrOp op, const char *name) {
   return NULL;
 }
 
-int64_t shard_global_index(const IrNode *p, int64_t e, int c) {
+int64_t shard_global_index(const IrNode *p, int64_t e, int dc, int c) {
   int64_t idx[IR_MAX_RANK];
   for (int d = p->rank - 1; d >= 0; d--) idx[d] = e % p->shape[d], e /= p->shape[d];
-  int sharded = p->shard_degree > 1 || ir_param_padded(p);
-  if (sharded) {
+  int epd = p->shard == IR_SHARD_EXPERT && p->ep_degree > 1;
+  int sharded = p->shard_degree > 1 || ir_param_padded(p) || epd;
+  if (epd) idx[0] += (int64_t)(dc % shard_ep) * p->shape[0]; /* the rank's experts */
+  if (p->shard_degree > 1 || ir_param_padded(p)) {
     /* b: the local piece of a block; a padded vocabulary (one block, at any
      * degree) has pieces of Vp / degree and no global index past V */
     int d = p->shard_dim;
@@ -93,7 +91,7 @@ int shard_fill_ranks(IrModule *ref, const IrInterp *it, IrModule *sh, IrInterp *
       }
       int64_t ne = ir_numel(n);
       for (int64_t e = 0; e < ne; e++) {
-        int64_t src = n->op == IR_OP_PARAM ? shard_global_index(n, e, shard_coord(n, d, c))
+        int64_t src = n->op == IR_OP_PARAM ? shard_global_index(n, e, d, c)
                                            : (int64_t)d * ne + e;
         if (src < 0) rk[r]->f[k][e] = 0; /* padding: 0, as the runtime initialises it */
         else if (n->dtype == IR_I32) rk[r]->i[k][e] = it->i[g->id][src];

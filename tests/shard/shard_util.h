@@ -12,9 +12,6 @@
 extern int shard_fails;
 extern int shard_ep; /* the expert-parallel degree of the mesh (1: none) */
 
-/* The coordinate a rank (dp coordinate d, tp coordinate c) holds leaf p's
- * slice by: ep coordinate d % shard_ep for expert-parallel weights, else c. */
-int shard_coord(const IrNode *p, int d, int c);
 
 /* Prints "ok" or "FAIL" with fmt (one %s for what, one %g for v); counts fails. */
 void shard_expect(int ok, const char *fmt, const char *what, double v);
@@ -29,7 +26,7 @@ int shard_take_flag(int *argc, char **argv, const char *flag);
  * or not) on tp coordinate c (see shard_blocks in ir/ir.h), or -1 for an
  * element of vocabulary padding; written here independently of the
  * runtime's rt_shard_global_index. */
-int64_t shard_global_index(const IrNode *p, int64_t e, int c);
+int64_t shard_global_index(const IrNode *p, int64_t e, int dc, int c);
 
 /* Random global values for every INPUT and PARAM of the reference except
  * skip[0..nskip) (token ids below vocab).  Same sequence in every test. */

@@ -54,8 +54,12 @@ CASE is one of:
                              split over ep (dp 2 ep 2, dp 4 ep 2, dp 4 ep 4, tp 2 dp 2
                              ep 2, tp 2 dp 4 ep 4), dropless and at capacity 1.0, equals
                              one rank (20-step losses 1e-4, step-1 gradients 1e-5
-                             relative L2); checkpoints resume ep 2 -> 1x1 and 1x1 -> ep 4;
-                             --init / --save-weights under ep; mpirun equals threads;
+                             relative L2); under tp each expert's MLP is split: plan.json
+                             gives a rank 1/(tp ep) of every expert tensor; GELU experts
+                             and a shared expert at tp 2 and tp 2 x dp 2 ep 2 equal one
+                             rank; checkpoints resume tp 2 dp 2 ep 2 -> 1x1, 1x1 -> tp 2,
+                             tp 2 -> 1x1 and 1x1 -> ep 4; --init / --save-weights under
+                             ep and tp 2 x ep 2; mpirun equals threads;
                              with microbatches = 2 (routing per microbatch), pp 2,
                              pp 2 x dp 2, pp 2 x tp 2 and dp 2 equal the one-rank
                              trainer with the same microbatches (which differs from
@@ -520,8 +524,31 @@ elif case == "mesh_moe":
             if a["tokens"] != b["tokens"] or a["dropped"] != b["dropped"] or \
                     rel(a["aux"], b["aux"]) > 1e-5:
                 sys.exit(f"FAIL {tag} step 0 layer {a['layer']}: routing {a}, one rank {b}")
-    # MoE under dp, tp and ep (routing statistics all-reduced over dp, experts
-    # replicated over tp or split over ep consecutive dp ranks, dispatched slots
+    def experts_split(tag, tp, ep):
+        """plan.json of build `tag`: a rank holds 1/(tp ep) of every expert tensor
+        (each expert's MLP split over tp, the experts over ep), and the MoE block's
+        output is all-reduced over tp (its tp all-reduces outnumber attention's)."""
+        plan = json.load(open(os.path.join(work, tag, "plan.json")))
+        n = 0
+        for p in plan["params"]:
+            if p.get("shard") != "expert":
+                continue
+            n += 1
+            local, whole = 1, 1
+            for a, b in zip(p["shape"], p.get("global_shape", p["shape"])):
+                local, whole = local * a, whole * b
+            if local * tp * ep != whole:
+                sys.exit(f"FAIL {tag}: {p['name']} holds {local} of {whole} floats a rank, "
+                         f"not 1/{tp * ep}")
+        if n == 0:
+            sys.exit(f"FAIL {tag}: plan.json has no expert tensors")
+        if tp > 1:
+            comm = {(c["group"], c["kind"]): c["count"] for c in plan["communication"]}
+            # per layer and direction: attention's and the MoE block's
+            if comm.get(("tp", "all_reduce"), 0) < 2 * 2 * 2:
+                sys.exit(f"FAIL {tag}: tp collectives {comm}")
+    # MoE under dp, tp and ep (routing statistics all-reduced over dp, each expert's
+    # MLP split over tp, the experts split over ep consecutive dp ranks, dispatched slots
     # moved to their experts' ranks and back by all-to-all; with a capacity
     # factor, drops decided in global token order): 20 steps and the step-1
     # gradients equal the one-rank trainer's, dropless and at capacity factor 1.0
@@ -550,6 +577,23 @@ elif case == "mesh_moe":
             check_moe_log(got, ref, tag)
             wl, wg = equals_one_rank(tag, got, ref, grads1, grads)
             worst, worst_grad = max(worst, wl), max(worst_grad, wg)
+            experts_split(tag, tp, ep)
+    # the experts' variants split over tp the same way: GELU experts (w1, w2) and a
+    # shared SwiGLU expert (its partial sum joining the routed experts' before their
+    # one all-reduce) at tp 2 and tp 2 x dp 2 ep 2 equal one rank
+    for var, extra in (("gelu", ["-D", "gelu_experts=1"]), ("shared", ["-D", "shared_ffn=32"])):
+        defines = MOE + ["-D", "capacity=1.0"] + extra
+        grads_v = os.path.join(work, f"grads_{var}_r1.safetensors")
+        ref_v = train(build("moe_tiny", defines, f"{var}_r1"), *const, "--save-grads", grads_v)
+        for tp, dp, ep in ((2, 1, 1), (2, 2, 2)):
+            tag = f"{var}_r{tp}x{dp}_ep{ep}"
+            grads = os.path.join(work, f"grads_{tag}.safetensors")
+            exe = build("moe_tiny", defines, tag, ["--tp", str(tp), "--dp", str(dp), "--ep", str(ep)])
+            got = train(exe, *const, "--save-grads", grads)
+            check_moe_log(got, ref_v, tag)
+            wl, wg = equals_one_rank(tag, got, ref_v, grads_v, grads)
+            worst, worst_grad = max(worst, wl), max(worst_grad, wg)
+            experts_split(tag, tp, ep)
     # microbatches are part of a routed model (aux statistics and capacity per
     # microbatch): with microbatches = 2 the one-rank trainer accumulates over two
     # routed halves, and pipelines (pp 2, pp 2 x dp 2, pp 2 x tp 2) and dp 2 with
@@ -647,6 +691,8 @@ elif case == "mesh_moe":
     ref = train(exes[(1, 1, 1, cap)], *const)
     ck = os.path.join(work, "ckpt")
     for first, then, what in (((2, 2, 2), (1, 1, 1), "tp 2 dp 2 ep 2 -> 1x1"),
+                              ((1, 1, 1), (2, 1, 1), "1x1 -> tp 2"),
+                              ((2, 1, 1), (1, 1, 1), "tp 2 -> 1x1"),
                               ((1, 1, 1), (1, 4, 4), "1x1 -> dp 4 ep 4")):
         resumes_like(what, exes[(*first, cap)], exes[(*then, cap)], const, ref, ck)
     w1, w42 = os.path.join(work, "w_r1.safetensors"), os.path.join(work, "w_ep.safetensors")
@@ -660,15 +706,30 @@ elif case == "mesh_moe":
     e, name = grads_rel_l2(w1 + ".again", w42)
     if e > 1e-4:
         sys.exit(f"FAIL --save-weights under dp 4 ep 2: {name} differs by {e:.2e} (relative L2)")
+    # and with the experts split over tp and ep (gathered over tp, then over ep)
+    w222 = os.path.join(work, "w_tp_ep.safetensors")
+    b = train(exes[(2, 2, 2, cap)], *const, "--init", w1, "--save-weights", w222)
+    for r, g in zip(a, b):
+        if rel(g["loss"], r["loss"]) > 1e-4:
+            sys.exit(f"FAIL --init under tp 2 dp 2 ep 2 step {r['step']}: {g['loss']} vs "
+                     f"{r['loss']}")
+    e, name = grads_rel_l2(w1 + ".again", w222)
+    if e > 1e-4:
+        sys.exit(f"FAIL --save-weights under tp 2 dp 2 ep 2: {name} differs by {e:.2e} "
+                 "(relative L2)")
     # the dp 4 ep 2 trainer as 4 MPI processes gives the same bits as 4 threads
     note = "no mpirun: MPI run skipped"
-    if mpi_equals_threads("dp 4 ep 2", exes[(1, 4, 2, cap)], 4, const):
-        note = "mpirun -np 4 equals 4 threads bit for bit (dp 4 ep 2)"
+    if mpi_equals_threads("dp 4 ep 2", exes[(1, 4, 2, cap)], 4, const) and \
+            mpi_equals_threads("tp 2 dp 2 ep 2", exes[(2, 2, 2, cap)], 4, const):
+        note = "mpirun -np 4 equals 4 threads bit for bit (dp 4 ep 2, tp 2 dp 2 ep 2)"
     print(f"moe_tiny at tp x dp 2x1 1x2 2x2 1x4 2x4 and with ep (dp 2 ep 2, dp 4 ep 2, dp 4 "
           f"ep 4, tp 2 dp 2 ep 2, tp 2 dp 4 ep 4), dropless and capacity 1.0, equals one "
           f"rank over 20 steps (worst loss difference {worst:.1e}, step-1 gradients "
-          f"{worst_grad:.1e} relative L2); resumes tp 2 dp 2 ep 2 -> 1x1 and 1x1 -> dp 4 "
-          f"ep 4; --init / --save-weights under dp 4 ep 2; {note}; with microbatches = 2, "
+          f"{worst_grad:.1e} relative L2; each expert split over tp, a rank holding 1/(tp ep) "
+          f"of every expert tensor; GELU and shared experts at tp 2, tp 2 dp 2 ep 2 too); "
+          f"resumes tp 2 dp 2 ep 2 -> 1x1, 1x1 -> tp 2 -> 1x1 and 1x1 -> dp 4 "
+          f"ep 4; --init / --save-weights under dp 4 ep 2 and tp 2 dp 2 ep 2; {note}; "
+          f"with microbatches = 2, "
           f"pp 2, pp 2 x dp 2, pp 2 x tp 2 and dp 2 equal one rank (losses {worst_pp:.1e}, "
           f"step-1 gradients {worst_pp_grad:.1e}), and with experts over ep pp 2 x dp 2 ep 2, "
           f"pp 2 x tp 2 x dp 2 ep 2, dp 2 ep 2, pp 2 x dp 4 ep 2 and pp 2 x dp 4 ep 4 "
