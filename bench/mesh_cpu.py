@@ -10,7 +10,9 @@ after the first and its ratio to one rank.  dp 2 is built twice: with the
 gradient buckets' collectives asynchronous (the default: each started when its
 bucket is complete, overlapping the rest of the backward pass) and with
 --no-overlap (blocking calls); their step-time ratio async / blocking is printed
-last (below 1: the overlap pays)."""
+(below 1: the overlap pays).  Last, pp 2 (1F1B, 4 microbatches of one sequence)
+fused and with --no-fuse (one kernel a node, as pipelined trainers were before
+they fused): the ratio fused / unfused."""
 import argparse, json, os, shutil, statistics, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,8 +40,11 @@ def main():
     print(f"GPT-2 d 768, 2 layers, seq 128, batch 4; --threads {a.threads}; median of "
           f"{a.steps - 1} steps")
     times = {}
-    for tp, dp, extra in ((1, 1, []), (2, 1, []), (1, 2, []), (1, 2, ["--no-overlap"])):
-        out = os.path.join(work, f"r{tp}x{dp}" + ("_blocking" if extra else ""))
+    pp2 = ["--pp", "2", "--microbatches", "4"]
+    for tp, dp, name, extra in ((1, 1, "", []), (2, 1, "", []), (1, 2, "", []),
+                                (1, 2, "_blocking", ["--no-overlap"]), (1, 1, "_pp2", pp2),
+                                (1, 1, "_pp2_nofuse", pp2 + ["--no-fuse"])):
+        out = os.path.join(work, f"r{tp}x{dp}" + name)
         sh([os.path.join(a.build, "parc"), os.path.join(ROOT, "examples", "gpt2.dsl"), "-o", out,
             "-D", "layers=2", "-D", "seq=128", "-D", "batch=4", "-D", "microbatches=1",
             "--tp", str(tp), "--dp", str(dp), *extra])
@@ -50,11 +55,12 @@ def main():
             "--threads", str(a.threads), "--lr", "1e-4", "--log", log])
         ms = statistics.median(json.loads(l)["ms"] for l in list(open(log))[2:])
         base = base or ms
-        times[(tp, dp, bool(extra))] = ms
-        what = " --no-overlap" if extra else ""
-        print(f"  tp {tp} dp {dp}{what:13s}: {ms:8.1f} ms/step   ratio to one rank {ms / base:.2f}")
+        times[(tp, dp, name)] = ms
+        what = "".join(" " + x for x in extra if x not in ("--microbatches", "4"))
+        print(f"  tp {tp} dp {dp}{what:17s}: {ms:8.1f} ms/step   ratio to one rank {ms / base:.2f}")
     print(f"  dp 2 asynchronous / blocking bucket collectives: "
-          f"{times[(1, 2, False)] / times[(1, 2, True)]:.3f}")
+          f"{times[(1, 2, '')] / times[(1, 2, '_blocking')]:.3f}")
+    print(f"  pp 2 fused / --no-fuse: {times[(1, 1, '_pp2')] / times[(1, 1, '_pp2_nofuse')]:.3f}")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@
 int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc, int bf16,
                   StepTime *st, char *err, size_t len) {
   CgKernelPlan kp;
-  if (cg_plan_kernels(m, fuse, &kp, err, len)) return -1;
+  if (cg_plan_kernels(m, fuse, NULL, &kp, err, len)) return -1;
   if (st) cg_step_model(m, &kp, mc ? mc : machine_default, bf16, st);
   /* as in cg_write_project: a kernel's nodes live from where its root runs */
   int *pos = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));

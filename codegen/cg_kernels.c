@@ -101,9 +101,15 @@ typedef struct {
   int ngroups;
   unsigned char *at_s;        /* member computed at its kernel's iteration shape, elementwise */
   unsigned char *writes_stats;/* norm gradients whose kernel writes a wgrad's statistics */
+  const int *colour;          /* cg_plan_kernels's, or NULL: one colour */
 } Planner;
 
 static const IrNode *nd(const Planner *P, int id) { return P->m->nodes[id]; }
+
+/* Whether nodes a and b may share a kernel (and one run at the other's root). */
+static int same_colour(const Planner *P, int a, int b) {
+  return !P->colour || P->colour[a] == P->colour[b];
+}
 
 static void fill_consumers(Planner *P) {
   const IrModule *m = P->m;
@@ -172,6 +178,7 @@ static int try_join(Planner *P, const IrNode *n) {
     if (P->group_of[q] >= 0 && P->groups[P->group_of[q]].root < best)
       g = P->group_of[q], best = P->groups[g].root;
   }
+  if (g >= 0 && !same_colour(P, n->id, P->groups[g].root)) return 0;
   if (g < 0) return 0;
   CgGroup *G = &P->groups[g];
   int outside = 0;
@@ -231,6 +238,7 @@ static void merge_bias_sums(Planner *P) {
       const IrNode *U = nd(P, P->cons[i]);
       int gu = P->group_of[U->id];
       if (U->op != IR_OP_SUM_TO || U->inputs[0] != dy || U->rank != 1 ||
+          !same_colour(P, w, U->id) ||
           U->shape[0] != dy->shape[dy->rank - 1] || gu < 0 || gu == g || group_size(P, gu) != 1)
         continue;
       int late = w > U->id ? w : U->id, early = w > U->id ? U->id : w, ok = 1;
@@ -270,6 +278,7 @@ static void link_stats(Planner *P) {
       const IrNode *G = nd(P, P->cons[i]);
       int gg = P->group_of[G->id];
       if (G->op != want || G->inputs[0] != x || G->fa != W->fa || gg < 0 ||
+          !same_colour(P, w, G->id) ||
           P->groups[gg].tmpl != CG_ROW || P->groups[gg].rowop != G->id)
         continue;
       CgGroup *gw = &P->groups[P->group_of[w]];
@@ -372,9 +381,10 @@ void cg_plan_free(CgKernelPlan *p) {
   memset(p, 0, sizeof *p);
 }
 
-int cg_plan_kernels(const IrModule *m, int fuse, CgKernelPlan *out, char *err, size_t errlen) {
+int cg_plan_kernels(const IrModule *m, int fuse, const int *colour, CgKernelPlan *out,
+                    char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
-  Planner P = {.m = m};
+  Planner P = {.m = m, .colour = colour};
   fill_consumers(&P);
   fill_forced(&P);
   P.group_of = xcalloc((size_t)m->nnodes, sizeof(int));

@@ -168,10 +168,17 @@ typedef struct {
 } CgKernelPlan;
 
 /* Groups m's nodes into kernels and builds them (KIR module, one kernel
- * per group).  fuse: 0 one kernel per node, 1 fusion.  0, or -1 with a
- * one-line reason in err (an internal error: a KIR builder error names the
- * kernel).  On failure *out is left empty (cg_plan_free is still safe). */
-int cg_plan_kernels(const IrModule *m, int fuse, CgKernelPlan *out, char *err, size_t errlen);
+ * per group).  fuse: 0 one kernel per node, 1 fusion.  colour: NULL, or a
+ * colour per node id: nodes of two colours never share a kernel, no kernel
+ * runs at (takes its root from) a node of another colour, and a wgrad reads
+ * statistics only from a kernel of its own colour (a pipelined trainer runs
+ * each colour's kernels apart from the others': codegen/project.c).  A node
+ * read by a node of another colour is therefore materialised.  With colour
+ * NULL every node has the same one.  0, or -1 with a one-line reason in err
+ * (an internal error: a KIR builder error names the kernel).  On failure
+ * *out is left empty (cg_plan_free is still safe). */
+int cg_plan_kernels(const IrModule *m, int fuse, const int *colour, CgKernelPlan *out,
+                    char *err, size_t errlen);
 
 /* 1 if libparcrt implements op (no kernel): matmul, matmul_ta, sdpa,
  * sdpa_grad, topk, gather, scatter_add, onehot, dispatch, combine,

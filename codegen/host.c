@@ -896,10 +896,41 @@ int64_t cg_pipe_arena_bytes(const PpProgram *pp, int64_t slot_bytes, int64_t par
          2 * ROUND64(pp->shared_numel_max * 4);
 }
 
-/* The nodes of chunk c in phase ph, in node order, each followed by the
- * accumulation of a parameter-gradient term it computes.  stage >= 0 (the
- * optimizer, c == PP_NODE_OPT): stage's part of it (pp_split.c's head
- * comment): an owned node where the stage holds its parameter, a shared one
+/* A parameter-gradient term n into the accumulator, once n's kernel (or
+ * runtime op) has run: a term is read by its skipped gradient sum, of
+ * another colour (cg_pipe_colours), so it is always materialised. */
+static void acc_grad(Emit *e, const PpProgram *pp, const IrNode *n) {
+  int p = pp->grad_param[n->id]; /* n is a term of p's gradient */
+  char b[96];
+  if (p < 0) return;
+  if (!e->kp->materialize[n->id]) fail(e, "gradient term %%%d has no buffer", n->id);
+  fprintf(e->out, "  ACC_GRAD(%" PRId64 ", %s, %" PRId64 "); /* %s */\n", e->lp->offset[p],
+          buf(e, n, b, sizeof b), ir_numel(n), e->m->nodes[p]->name);
+}
+
+/* Nodes of two colours never share a kernel (cg_plan_kernels): the stage
+ * functions below run the kernels of one chunk and phase, or of one
+ * optimizer part, apart from the others'.  Colours: chunk c, phase ph;
+ * the skipped gradient sums; leaves; an optimizer node's (parameter,
+ * opt_pub, phase), an opt_pub 1 node one of its own (zeroed or summed over
+ * pp alone). */
+void cg_pipe_colours(const IrModule *m, const PpProgram *pp, int *colour) {
+  int ph = IR_PHASE_COUNT, k = pp->nchunks * ph;
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *n = m->nodes[i];
+    int c = pp->chunk[i], owner = pp->opt_owner[i];
+    if (c >= 0) colour[i] = c * ph + (int)n->phase;
+    else if (c == PP_NODE_SKIP) colour[i] = k;
+    else if (c == PP_NODE_LEAF) colour[i] = k + 1;
+    else if (pp->opt_pub[i] == 1) colour[i] = k + 2 + ph * 2 * (m->nnodes + 1) + i;
+    else colour[i] = k + 2 + ph * (2 * (owner + 1) + (pp->opt_pub[i] == 2)) + (int)n->phase;
+  }
+}
+
+/* The nodes of chunk c in phase ph, in node order (a kernel where its root
+ * is), each term of a parameter's gradient accumulated once computed
+ * (acc_grad).  stage >= 0 (the optimizer, c == PP_NODE_OPT): stage's part
+ * of it (pp_split.c's head comment): an owned node where the stage holds its parameter, a shared one
  * always; an opt_pub node on its parameter's lowest holder (1: set to zero
  * on the others; 2: skipped there), and the opt_pub 1 values not yet summed
  * over pp summed (one all-reduce) right before the first shared node that
@@ -974,12 +1005,9 @@ static void emit_group(Emit *e, const PpProgram *pp, int c, IrPhase ph, int stag
       if (e->hooks) e->hooks->kernel(e->hooks->ctx, e->lp, next);
       else emit_kernel_call(e, next);
       for (int j = 0; j < kk->nnodes; j++) emit_moe_stat(e, m->nodes[kk->nodes[j]]);
+      for (int j = 0; j < kk->nnodes && stage < 0; j++) acc_grad(e, pp, m->nodes[kk->nodes[j]]);
     }
-    int p = pp->grad_param[i]; /* the node is a term of p's gradient */
-    char b[96];
-    if (p >= 0 && stage < 0)
-      fprintf(e->out, "  ACC_GRAD(%" PRId64 ", %s, %" PRId64 "); /* %s */\n", e->lp->offset[p],
-              buf(e, n, b, sizeof b), ir_numel(n), m->nodes[p]->name);
+    if (runtime && stage < 0) acc_grad(e, pp, n);
   }
   if (npend) fail(e, "optimizer values summed over the stages but read by nothing shared");
   free(pend);

@@ -31,6 +31,10 @@ typedef struct {
                                 lines) written before .step (codegen/host_cuda.c) */
 } CgHostInfo;
 
+/* A colour per node of a pipelined module for cg_plan_kernels (colour[m->nnodes]):
+ * the nodes its stage functions run together (host.c). */
+void cg_pipe_colours(const IrModule *m, const PpProgram *pp, int *colour);
+
 /* The whole arena of a pipelined trainer whose one slot is slot_bytes. */
 int64_t cg_pipe_arena_bytes(const PpProgram *pp, int64_t slot_bytes, int64_t params_numel);
 

@@ -485,9 +485,14 @@ static int dedup_kernels(const CgKernelPlan *kp, int *canon) {
 int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char *err,
                      size_t len) {
   CgKernelPlan kp;
-  /* stage programs run a chunk's nodes apart from the others': one kernel a
-   * node there, until fusion learns to keep to one chunk and phase */
-  if (cg_plan_kernels(m, p->pipe ? 0 : p->fuse, &kp, err, len)) return -1;
+  /* stage programs run a chunk's nodes apart from the others' (one chunk
+   * and phase, one optimizer part, at a time): kernels keep to one colour */
+  int *colour = NULL;
+  if (p->pipe) {
+    colour = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));
+    cg_pipe_colours(m, p->pipe, colour);
+  }
+  if (cg_plan_kernels(m, p->fuse, colour, &kp, err, len)) return -1;
   /* a kernel's nodes are written, and its inputs read, where its root runs */
   int *pos = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));
   for (int i = 0; i < m->nnodes; i++)

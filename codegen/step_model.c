@@ -2,6 +2,8 @@
  * (codegen/step_model.h). */
 #include "codegen/step_model.h"
 
+#include "codegen/host.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -105,11 +107,20 @@ void cg_step_model(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
 int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine *mc, int bf16,
                        PpPlan *plan, char *err, size_t len) {
   CgKernelPlan kp;
-  if (cg_plan_kernels(m, fuse, &kp, err, len)) return -1;
+  /* planned as cg_write_project plans a pipelined module: fused within a
+   * (chunk, phase) colour */
+  int *colour = calloc((size_t)m->nnodes + 1, sizeof *colour);
   double *t = calloc((size_t)m->nnodes + 1, sizeof *t);
-  if (!t) {
-    cg_plan_free(&kp);
+  if (!colour || !t) {
+    free(colour), free(t);
     snprintf(err, len, "out of memory");
+    return -1;
+  }
+  cg_pipe_colours(m, pp, colour);
+  int rc = cg_plan_kernels(m, fuse, colour, &kp, err, len);
+  free(colour);
+  if (rc) {
+    free(t);
     return -1;
   }
   StepTime st;

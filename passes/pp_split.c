@@ -17,7 +17,9 @@
  * Node order.  The nodes are reordered to [leaves] [F(0)] ... [F(n-1)]
  * [B(n-1) W(n-1)] ... [B(0) W(0)] [gradient sums] [optimizer] (stable
  * within a group; -1 if that is not a topological order).  A rank then runs,
- * for one microbatch, a subsequence of node order, so the one buffer plan
+ * for one microbatch, a subsequence of node order (kernels at their roots: a
+ * fused kernel keeps to one chunk and phase, codegen/host.c cg_pipe_colours,
+ * and a value another chunk or phase reads has a buffer), so the one buffer plan
  * (bufplan: liveness in node order) is sound for it: a value is never
  * overwritten between its definition and its last use in node order, and a
  * stage's own subsequence keeps that order.  Values received from another

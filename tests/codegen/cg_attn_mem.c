@@ -72,7 +72,7 @@ int main(int argc, char **argv) {
 
   /* the plan as codegen/project.c makes it */
   CgKernelPlan kp;
-  if (cg_plan_kernels(m, 1, &kp, err, sizeof err)) {
+  if (cg_plan_kernels(m, 1, NULL, &kp, err, sizeof err)) {
     printf("FAIL: kernel plan: %s\n", err);
     return 1;
   }

@@ -13,8 +13,13 @@
  * entropy) take the interpreter's value rounded to f32, every other node is
  * computed by the plan's kernels from f32 buffers.  Every materialised
  * kernel node must match the interpreter, and the fused and unfused runs
- * must agree where both materialise a node.  Prints the kernel counts, and
- * the fused plan's arena with the updates in place and with a buffer each.
+ * must agree where both materialise a node.  A third plan fuses under
+ * colours (layer, phase), as a pipelined trainer's stage functions need
+ * (codegen/host.c cg_pipe_colours): it too must match the interpreter, no
+ * kernel may hold nodes of two colours, a node read by another colour must
+ * be materialised, and it must still fuse (fewer kernels than unfused, more
+ * than uncoloured).  Prints the kernel counts, and the fused plan's arena
+ * with the updates in place and with a buffer each.
  *
  * --plan prints the fused plan (one line per kernel), --kir its KIR text,
  * --ll writes its optimized LLVM IR to FILE.  --compile only plans and
@@ -126,13 +131,49 @@ static int arena_check(IrModule *m, const CgKernelPlan *kp) {
   return fails;
 }
 
+/* The coloured plan p (cg_plan_kernels's colour rule): every kernel's nodes
+ * of one colour, and its root's; a node read by a node of another colour
+ * (kernel or runtime op) materialised or written in place; fused, but less
+ * than without colours (unfused and plain fused kernel counts given). */
+static int colour_check(const IrModule *m, const CgKernelPlan *p, const int *colour, int unfused,
+                        int fused) {
+  int fails = 0;
+  for (int k = 0; k < p->nkernels; k++) {
+    const CgKernel *K = &p->kernels[k];
+    for (int j = 0; j < K->nnodes; j++)
+      if (colour[K->nodes[j]] != colour[K->root]) {
+        printf("FAIL (colours): kernel %d (root %%%d) holds %%%d of another colour\n", k,
+               K->root, K->nodes[j]);
+        fails++;
+      }
+  }
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *n = m->nodes[i];
+    for (int j = 0; j < n->ninputs; j++) {
+      const IrNode *x = n->inputs[j];
+      if (colour[x->id] != colour[i] && p->kernel_of[x->id] >= 0 && !p->materialize[x->id] &&
+          p->inplace_of[x->id] < 0) {
+        printf("FAIL (colours): %%%d is read by %%%d of another colour but has no buffer\n",
+               x->id, i);
+        fails++;
+      }
+    }
+  }
+  if (!(p->nkernels < unfused && p->nkernels > fused)) {
+    printf("FAIL (colours): %d kernels; unfused %d, fused without colours %d\n", p->nkernels,
+           unfused, fused);
+    fails++;
+  }
+  return fails;
+}
+
 static int compile_both(IrModule *m) {
   char err[512];
   int n[2];
   for (int fuse = 0; fuse < 2; fuse++) {
     CgKernelPlan plan;
     double t0 = now();
-    if (cg_plan_kernels(m, fuse, &plan, err, sizeof err)) {
+    if (cg_plan_kernels(m, fuse, NULL, &plan, err, sizeof err)) {
       printf("FAIL (fuse=%d): plan: %s\n", fuse, err);
       return 1;
     }
@@ -193,32 +234,36 @@ int main(int argc, char **argv) {
   int nkernel_nodes = 0;
   for (int i = 0; i < m->nnodes; i++) nkernel_nodes += cg_kernel_op(m->nodes[i]->op);
 
-  CgKernelPlan plan[2];
-  CgBufs bufs[2];
+  CgKernelPlan plan[3];
+  CgBufs bufs[3];
   int fails = 0;
-  double worst[2] = {0, 0};
-  for (int fuse = 0; fuse < 2; fuse++) {
+  double worst[3] = {0, 0, 0};
+  int *colour = malloc(sizeof(int) * ((size_t)m->nnodes + 1));
+  for (int i = 0; colour && i < m->nnodes; i++)
+    colour[i] = (m->nodes[i]->layer + 1) * IR_PHASE_COUNT + (int)m->nodes[i]->phase;
+  for (int v = 0; v < 3 && colour; v++) { /* unfused, fused, fused under colours */
+    int fuse = v > 0;
     CgLib lib;
     t0 = now();
-    if (cg_plan_kernels(m, fuse, &plan[fuse], err, sizeof err)) {
+    if (cg_plan_kernels(m, fuse, v == 2 ? colour : NULL, &plan[v], err, sizeof err)) {
       printf("FAIL (fuse=%d): plan: %s\n", fuse, err);
       return 1;
     }
     double t_plan = now() - t0;
-    if (fuse && show == 1) print_plan(m, &plan[fuse]);
-    if (fuse && show == 2) kir_print(stdout, plan[fuse].km);
+    if (v == 1 && show == 1) print_plan(m, &plan[v]);
+    if (v == 1 && show == 2) kir_print(stdout, plan[v].km);
     KirLlvmOptions o;
     kir_llvm_defaults(&o);
-    if (fuse && ll && kir_llvm_emit(plan[fuse].km, &o, NULL, ll, err, sizeof err)) {
+    if (v == 1 && ll && kir_llvm_emit(plan[v].km, &o, NULL, ll, err, sizeof err)) {
       printf("FAIL: %s\n", err);
       return 1;
     }
-    if (cg_lib_open(&lib, plan[fuse].km, err, sizeof err)) {
+    if (cg_lib_open(&lib, plan[v].km, err, sizeof err)) {
       printf("FAIL (fuse=%d): %s\n", fuse, err);
       return 1;
     }
     t0 = now();
-    if (cg_execute(m, &plan[fuse], &lib, ref, &bufs[fuse], err, sizeof err)) {
+    if (cg_execute(m, &plan[v], &lib, ref, &bufs[v], err, sizeof err)) {
       printf("FAIL (fuse=%d): %s\n", fuse, err);
       return 1;
     }
@@ -226,18 +271,18 @@ int main(int argc, char **argv) {
     int checked = 0;
     for (int i = 0; i < m->nnodes; i++) {
       const IrNode *n = m->nodes[i];
-      if ((!plan[fuse].materialize[i] && plan[fuse].inplace_of[i] < 0) ||
-          plan[fuse].kernel_of[i] < 0)
+      if ((!plan[v].materialize[i] && plan[v].inplace_of[i] < 0) ||
+          plan[v].kernel_of[i] < 0)
         continue;
       double e;
       if (n->dtype == IR_I32) {
         e = 0;
-        for (int64_t j = 0; j < ir_numel(n); j++) e += bufs[fuse].i[i][j] != ref->i[i][j];
+        for (int64_t j = 0; j < ir_numel(n); j++) e += bufs[v].i[i][j] != ref->i[i][j];
       } else {
-        e = cg_rel_l2(bufs[fuse].f[i], ref->f[i], ir_numel(n));
+        e = cg_rel_l2(bufs[v].f[i], ref->f[i], ir_numel(n));
       }
       checked++;
-      if (e > worst[fuse] || e != e) worst[fuse] = e;
+      if (e > worst[v] || e != e) worst[v] = e;
       if (!(e <= TOL)) {
         char ty[128];
         printf("FAIL (fuse=%d): %%%d (%s %s) rel L2 %.3g > %.0e\n", fuse, i,
@@ -246,13 +291,19 @@ int main(int argc, char **argv) {
       }
     }
     int inplace = 0;
-    for (int i = 0; i < m->nnodes; i++) inplace += plan[fuse].inplace_of[i] >= 0;
-    printf("     fuse=%d: %d kernels, %d nodes checked (%d of %d updates written in place), "
+    for (int i = 0; i < m->nnodes; i++) inplace += plan[v].inplace_of[i] >= 0;
+    printf("     fuse=%d%s: %d kernels, %d nodes checked (%d of %d updates written in place), "
            "max rel L2 %.2e; plan %.3fs, LLVM+cc %.2fs, run %.3fs\n",
-           fuse, plan[fuse].nkernels, checked, inplace, m->nupdates, worst[fuse], t_plan,
+           fuse, v == 2 ? " (colours: layer, phase)" : "", plan[v].nkernels, checked, inplace, m->nupdates, worst[v], t_plan,
            lib.compile_s, t_run);
     cg_lib_close(&lib);
   }
+  if (!colour) {
+    printf("FAIL: out of memory\n");
+    return 1;
+  }
+  fails += colour_check(m, &plan[2], colour, plan[0].nkernels, plan[1].nkernels);
+  free(colour);
   int views = 0;
   for (int i = 0; i < m->nnodes; i++) views += plan[1].view_of[i] >= 0;
   int both = 0;
@@ -274,7 +325,7 @@ int main(int argc, char **argv) {
          fails ? "FAIL" : "ok  ", m->name, m->nnodes, nkernel_nodes, plan[0].nkernels,
          plan[1].nkernels, plan[0].nkernels - plan[1].nkernels, views, both, worst_ff, t_interp);
   fails += arena_check(m, &plan[1]);
-  for (int f = 0; f < 2; f++) {
+  for (int f = 0; f < 3; f++) {
     cg_bufs_free(&bufs[f]);
     cg_plan_free(&plan[f]);
   }

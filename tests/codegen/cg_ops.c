@@ -700,7 +700,7 @@ static int run_case(const Case *c, int verbose) {
   double worst[2] = {0, 0};
   for (int fuse = 0; fuse < 2; fuse++) {
     CgLib lib;
-    if (cg_plan_kernels(m, fuse, &plan[fuse], err, sizeof err) ||
+    if (cg_plan_kernels(m, fuse, NULL, &plan[fuse], err, sizeof err) ||
         cg_lib_open(&lib, plan[fuse].km, err, sizeof err) ||
         cg_execute(m, &plan[fuse], &lib, ref, &bufs[fuse], err, sizeof err)) {
       printf("FAIL %s (fuse=%d): %s\n", c->name, fuse, err);

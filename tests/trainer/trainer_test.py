@@ -43,7 +43,11 @@ CASE is one of:
                              (the report's count, about half); mpirun equals threads;
                              train --trace gives Chrome trace JSON with one event per
                              schedule action per rank and step, compute never
-                             overlapping on a rank (threads and mpirun)
+                             overlapping on a rank (threads and mpirun); every
+                             pipelined trainer fuses (plan.json: fewer than 3/4 as many
+                             kernels as computed nodes), and pp 2 1f1b, pp 4 zb,
+                             interleaved and pp 2 x tp 2 equal their --no-fuse twins
+                             (losses 1e-6 relative, step-1 gradients 2e-6 relative L2)
   mesh_overlap               dp 2 trainers with several gradient buckets (all-reduce,
                              and reduce-scatter under --zero 1): train.c starts every
                              bucket's collective and waits for it after the backward
@@ -374,6 +378,17 @@ def torch_ok():
 def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
+def fused_kernels(tag, name):
+    """The kernels and computed nodes of the project work/NAME (plan.json): a
+    trainer without fusion has one kernel a node (and statistics kernels of none),
+    so fusion must have left fewer than 3/4 as many kernels as nodes (GPT-2 tiny
+    pipelines: about 0.55)."""
+    ks = json.load(open(os.path.join(work, name, "plan.json")))["kernels"]
+    nodes = sum(len(k["nodes"]) for k in ks)
+    if not len(ks) < 0.75 * nodes:
+        sys.exit(f"FAIL {tag}: {len(ks)} kernels for {nodes} computed nodes: not fused")
+    return len(ks), nodes
+
 if case.startswith("oracle_"):
     if not torch_ok():
         print("SKIP: /usr/bin/python3 cannot import torch (apt-get install python3-torch)")
@@ -630,6 +645,7 @@ elif case == "mesh_moe":
                 if len(got) != len(ref):
                     sys.exit(f"FAIL {tag}: {len(got)} steps logged")
                 check_moe_log(got, ref, tag, choices=batch * 16 * 2)
+                fused_kernels(tag, tag)
                 # (against one rank with microbatches = 2; losses and gradients only)
                 wl, wg = equals_one_rank(tag, got, ref, grads_m, grads, check_norm=False)
                 if ep > 1:
@@ -1059,6 +1075,10 @@ elif case == "mesh_pp":
     worst = worst_grad = 0.0
     nruns = 0
     pp_dims = ["-D", "layers=4", "-D", "batch=8"]  # 4 stages; 2P = 8 microbatches
+    # layouts also built with --no-fuse: fused kernels keep to one chunk and phase
+    NOFUSE_TWINS = {(2, "1f1b", 4, 1, 1, 0), (4, "zb", 4, 1, 1, 0),
+                    (2, "interleaved", 4, 1, 1, 0), (2, "1f1b", 2, 2, 1, 0)}
+    twins = []
     for model, defines in (("gpt2_tiny", GPT2 + pp_dims + ["-D", "heads=4"]),
                            ("llama_tiny", LLAMA + pp_dims)):
         one = build(model, defines, f"{model}_r1")
@@ -1088,6 +1108,27 @@ elif case == "mesh_pp":
             nruns += 1
             wl, wg = equals_one_rank(tag, got, ref, grads1, grads)
             worst, worst_grad = max(worst, wl), max(worst_grad, wg)
+            nk, nn = fused_kernels(tag, tag)
+            if (pp, sched, mb, tp, dp, sp) not in NOFUSE_TWINS:
+                continue
+            # the same pipeline with one kernel a node: fusion reorders float work
+            # (one rank's fused and unfused trainers differ in the last bits too), so
+            # as close as the one-rank nofuse case, closer than to one rank
+            exe = build(model, defines, tag + "_nofuse",
+                        ["--pp", str(pp), "--schedule", sched, "--microbatches", str(mb),
+                         "--tp", str(tp), "--dp", str(dp), "--no-fuse"])
+            g0 = os.path.join(work, f"grads_{tag}_nofuse.safetensors")
+            plain = train(exe, *const, "--save-grads", g0)
+            wl = max(rel(a["loss"], b["loss"]) for a, b in zip(got, plain))
+            wg = grads_rel_l2(g0, grads)[0]
+            if len(plain) != len(got) or wl > 1e-6 or wg > 2e-6:
+                sys.exit(f"FAIL {tag}: fused and --no-fuse pipelines differ: losses {wl:.1e} "
+                         f"relative, step-1 gradients {wg:.1e} relative L2")
+            nk0 = len(json.load(open(os.path.join(work, tag + "_nofuse", "plan.json")))
+                      ["kernels"])
+            if nk0 < nn:
+                sys.exit(f"FAIL {tag}: --no-fuse has {nk0} kernels for {nn} nodes")
+            twins.append(f"{tag} {nk}/{nk0} kernels, losses {wl:.0e}, gradients {wg:.0e}")
         if only:
             continue
         # train --trace: a 1F1B and a ZB-H1 (W actions) trainer, 3 steps; one rank: one
@@ -1135,7 +1176,8 @@ elif case == "mesh_pp":
           f"M = P, 2P; with tp, dp) equal one rank over 20 steps (worst loss difference "
           f"{worst:.1e}, step-1 gradients {worst_grad:.1e} relative L2); pp 2 x tp 2 -> 1 rank "
           f"and 1 rank -> pp 4 resume; pp 2 stages hold about half the parameters each; --trace "
-          f"well-formed, one event per action; {note}")
+          f"well-formed, one event per action; {note}; fused against --no-fuse: "
+          f"{'; '.join(twins)}")
 elif case == "mesh_pp_zero":
     # --zero 1 in pipelined trainers: after the microbatches each stage's optimizer
     # takes the rank's piece of every accumulated gradient it holds, updates it with
@@ -1167,6 +1209,7 @@ elif case == "mesh_pp_zero":
             got = train(exe, *const, "--save-grads", grads)
             wl, wg = equals_one_rank(tag + " zero", got, ref, grads1, grads)
             worst, worst_grad = max(worst, wl), max(worst_grad, wg)
+            fused_kernels(tag + " zero", tag + "_z")
             if (pp, sched, tp, dp) != (2, "1f1b", 1, 2):
                 continue
             # what a rank holds and moves, against the same pipeline without ZeRO: per
@@ -1280,6 +1323,7 @@ elif case == "mesh_pp_zero":
         grads = os.path.join(work, f"grads_{tag}.safetensors")
         wl, wg = equals_one_rank(tag, train(exe, *const, "--save-grads", grads), ref, gm, grads)
         worst, worst_grad = max(worst, wl), max(worst_grad, wg)
+        fused_kernels(tag, tag)
     note = "no mpirun: MPI run skipped"
     if mpi_equals_threads("gpt2 pp 2 x dp 2 zero", os.path.join(
             work, "gpt2_tiny_pp2_1f1b_m2_t1_d2_z", "build", "train"), 4, const):
