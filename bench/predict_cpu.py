@@ -3,17 +3,16 @@
 
 usage: bench/predict_cpu.py [--build build] [--threads 2] [--steps 8]
 
-Builds bench_machine_cpu and measures this machine's rates with it (GEMM,
-attention, memory bandwidth, cost of a call, the thread backend's all_reduce)
-into a --machine JSON file: once with THREADS pool threads (for one-rank
-trainers) and once with THREADS / 2 (each rank of a two-rank trainer gets half
-the threads).  Then, for each configuration, compiles it with --machine, reads
-plan.json's predicted_step, builds and trains it for STEPS steps with
---threads THREADS, and prints the median measured step (after the first two)
-next to the prediction, and their ratio measured / predicted (1: exact).  The
-prediction's parts (GEMMs, attention, memory-bound calls, communication) are
-printed too, to see which part of the model misses.  Calibration and
-measurement share one run: compare the ratios, not absolute times.
+For each configuration: compiles and builds its trainer; measures this
+machine's rates with bench_machine_cpu (GEMM, attention, memory bandwidth,
+cost of a call, the thread backend's all_reduce) into a --machine JSON file,
+with THREADS pool threads for a one-rank trainer and THREADS / 2 for each rank
+of a two-rank one; compiles it again with that --machine and reads plan.json's
+predicted_step; trains it for STEPS steps with --threads THREADS right after
+(the machine may be shared: calibration and training close in time); prints
+the median measured step (after the first two) next to the prediction, their
+ratio measured / predicted (1: exact), the prediction's parts (GEMMs,
+attention, memory-bound calls, communication) and the rates it used.
 """
 import argparse, json, os, shutil, statistics, subprocess, sys
 
@@ -52,33 +51,36 @@ def main():
     with open(data, "w") as f:
         f.write(" ".join("abcdefghij"[i % 10] * (1 + i % 7) for i in range(200000)))
     sh(["cmake", "--build", a.build, "--target", "bench_machine_cpu"])
-    machines = {}
-    for ranks in (1, 2):
+
+    def calibrate(ranks, tag):
+        """this CPU's rates now, for ranks ranks sharing --threads"""
         threads = max(1, a.threads // ranks)
-        path = os.path.join(work, f"machine_{threads}t.json")
+        path = os.path.join(work, f"machine_{tag}.json")
         with open(path, "w") as f:
             f.write(sh([os.path.join(a.build, "bench_machine_cpu"), str(threads)]))
-        machines[ranks] = path
-        m = json.load(open(path))
-        print(f"machine, {threads} thread(s) a rank: GEMM {m['gemm_flops'] / 1e9:.1f} GFLOP/s, "
-              f"attention {m['attention_flops'] / 1e9:.1f} GFLOP/s, memory "
-              f"{m['memory_bytes_per_s'] / 1e9:.2f} GB/s, {m['kernel_s'] * 1e6:.2f} us a call, "
-              f"all_reduce {m['intra_node_bytes_per_s'] / 1e9:.2f} GB/s + "
-              f"{m['latency_s'] * 1e6:.1f} us")
-    print(f"\n--threads {a.threads}; measured: median of {a.steps - 2} steps after the first two\n")
+        return path, json.load(open(path)), threads
+
+    print(f"--threads {a.threads}; each configuration: built, then this machine measured "
+          f"(bench_machine_cpu), then predicted on it and trained right after (the machine is "
+          f"shared: calibration and training close in time); measured: median of "
+          f"{a.steps - 2} steps after the first two\n")
     print(f"{'configuration':40s} {'predicted':>10s} {'measured':>10s} {'ratio':>6s}   "
-          f"predicted parts (ms): GEMM attention memory comm")
+          f"predicted parts (ms): GEMM attention memory comm | machine: GEMM GFLOP/s, "
+          f"GB/s, us a call")
     ratios = []
     for name, dsl, defines, flags, ranks in CONFIGS:
-        out = os.path.join(work, name.replace(" ", "_").replace(",", ""))
-        cmd = [os.path.join(a.build, "parc"), os.path.join(ROOT, "examples", dsl + ".dsl"), "-o",
-               out, "--target", "cpu", "--machine", machines[ranks], *flags]
+        tag = name.replace(" ", "_").replace(",", "")
+        out = os.path.join(work, tag)
+        cmd = [os.path.join(a.build, "parc"), os.path.join(ROOT, "examples", dsl + ".dsl"),
+               "--target", "cpu", *flags]
         for d in defines:
             cmd += ["-D", d]
-        sh(cmd)
-        ps = json.load(open(os.path.join(out, "plan.json")))["predicted_step"]
+        sh(cmd + ["-o", out])
         sh(["cmake", "-S", out, "-B", out + "/build"])
         sh(["cmake", "--build", out + "/build"])
+        mpath, m, threads = calibrate(ranks, tag)
+        sh(cmd + ["-o", out + "_predicted", "--machine", mpath])
+        ps = json.load(open(os.path.join(out + "_predicted", "plan.json")))["predicted_step"]
         log = os.path.join(out, "log.jsonl")
         sh([out + "/build/train", "--quiet", "--data", data, "--steps", str(a.steps),
             "--threads", str(a.threads), "--lr", "1e-4", "--log", log])
@@ -87,7 +89,9 @@ def main():
         ratios.append(ms / pred)
         print(f"{name:40s} {pred:8.2f}ms {ms:8.2f}ms {ms / pred:6.2f}   "
               f"{ps['gemm_s'] * 1e3:.2f} {ps['attention_s'] * 1e3:.2f} "
-              f"{ps['memory_bound_s'] * 1e3:.2f} {ps['communication_s'] * 1e3:.2f}")
+              f"{ps['memory_bound_s'] * 1e3:.2f} {ps['communication_s'] * 1e3:.2f} | "
+              f"{m['gemm_flops'] / 1e9:.0f}, {m['memory_bytes_per_s'] / 1e9:.1f}, "
+              f"{m['kernel_s'] * 1e6:.1f}")
     print(f"\nmeasured / predicted: {min(ratios):.2f} to {max(ratios):.2f} "
           f"(median {statistics.median(ratios):.2f})")
 
