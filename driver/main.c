@@ -809,7 +809,7 @@ int main(int argc, char **argv) {
   }
   if (o.timing)
     fprintf(stderr, "time: parse %.2f ms, lower %.2f ms, passes %.2f ms, total %.2f ms "
-            "(of it: report's per-rank plan %.2f ms, -o project %.2f ms)\n",
+            "(of it: report's per-rank plan %.2f ms, pipeline module and -o project %.2f ms)\n",
             (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3, (now() - t0) * 1e3,
             (t5 - t4) * 1e3, (t4 - t3) * 1e3);
 done:
