@@ -324,7 +324,8 @@ static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes
   else if (p->cost->has_comm)
     comm_json(comm, &p->cost->comm, -1);
   moe_json(root, m, p);
-  if ((p->step_out && p->step_out->valid) || (p->cost->pipe && p->cost->pipe->kernel_timed)) {
+  if ((p->step_out && p->step_out->valid) || (p->cost->pipe && p->cost->pipe->kernel_timed) ||
+      p->cost->accum) {
     Cost c = *p->cost; /* the report's predicted step time */
     if (p->step_out) c.step = *p->step_out;
     CgPredicted pr;
@@ -334,7 +335,7 @@ static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes
     cJSON_AddStringToObject(ps, "precision", c.bf16 ? "bf16" : "fp32");
     cJSON_AddNumberToObject(ps, "seconds", pr.total_s);
     cJSON_AddNumberToObject(ps, "compute_s", pr.compute_s);
-    if (c.pipe) { /* pp > 1: the simulated schedule, then the optimizer */
+    if (c.pipe || c.accum) { /* the simulated schedule (or accumulation), then the optimizer */
       cJSON_AddNumberToObject(ps, "pipeline_s", pr.pipeline_s);
       cJSON_AddNumberToObject(ps, "optimizer_s", pr.opt_s);
     } else {

@@ -133,14 +133,17 @@ void cg_predict_step(const Layout *lay, const Cost *c, CgPredicted *o) {
   int p = c->bf16 ? 1 : 0;
   double model = 3 * c->flops_fwd / ((double)lay->tp * lay->dp * (c->pipe ? lay->pp : 1)), dp_s = 0;
   *o = (CgPredicted){0};
-  if (c->pipe) { /* the simulated schedule, the optimizer, the busiest stage's collectives */
-    o->pipeline_s = c->pipe->sim.makespan, o->opt_s = c->pipe->opt_s;
+  const PpPlan *pl = c->pipe ? c->pipe : c->accum;
+  if (pl) { /* the simulated schedule, the optimizer, the busiest stage's collectives */
+    o->pipeline_s = pl->sim.makespan, o->opt_s = pl->opt_s;
     o->compute_s = o->pipeline_s + o->opt_s;
     for (int s = 0; c->has_comm && c->stage_comm && s < c->nstage_comm; s++) {
       int k;
       double t = comm_time(lay, &c->stage_comm[s], mc, 1, &dp_s, &k);
       if (t > o->comm_s) o->comm_s = t, o->collectives = k;
     }
+    if (c->has_comm && !c->stage_comm) /* one stage: the rank's collectives */
+      o->comm_s = comm_time(lay, &c->comm, mc, 1, &dp_s, &o->collectives);
   } else {
     o->compute_s = c->step.valid ? c->step.fwd_s + c->step.bwd_s + c->step.opt_s
                                  : model / mc->gemm_flops[p];
@@ -151,21 +154,26 @@ void cg_predict_step(const Layout *lay, const Cost *c, CgPredicted *o) {
   o->mfu = o->total_s > 0 ? model / o->total_s / mc->peak_flops[p] : 0;
 }
 
-/* A pipelined trainer's predicted step (cg_predict_step with c->pipe). */
+/* A pipelined trainer's predicted step (cg_predict_step with c->pipe or
+ * c->accum). */
 static void predicted_pipe_step(FILE *out, const Layout *lay, const Cost *c) {
   const Machine *mc = c->machine ? c->machine : machine_default;
   int prec = c->bf16 ? 1 : 0;
   CgPredicted pr;
   cg_predict_step(lay, c, &pr);
   char a[32], b[32], d[32], e[32], r[32];
-  fprintf(out, "predicted step time on %s (%s): %s, %.1f%% MFU (of %s)\n  = pipeline %s + "
-          "optimizer %s (the slowest stage's)", mc->name, prec ? "bf16 mixed" : "fp32",
+  int acc = !c->pipe; /* a routed model's microbatches accumulated on one stage */
+  fprintf(out, "predicted step time on %s (%s): %s, %.1f%% MFU (of %s)\n  = %s %s + "
+          "optimizer %s%s", mc->name, prec ? "bf16 mixed" : "fp32",
           duration(a, sizeof a, pr.total_s), 100 * pr.mfu,
-          rate(r, sizeof r, mc->peak_flops[prec], "FLOP"), duration(b, sizeof b, pr.pipeline_s),
-          duration(d, sizeof d, pr.opt_s));
+          rate(r, sizeof r, mc->peak_flops[prec], "FLOP"),
+          acc ? "the microbatches (kernel by kernel)" : "pipeline",
+          duration(b, sizeof b, pr.pipeline_s), duration(d, sizeof d, pr.opt_s),
+          acc ? "" : " (the slowest stage's)");
   if (pr.collectives)
-    fprintf(out, " + %d collective%s %s (the busiest stage's tp/dp/ep, not overlapped)",
-            pr.collectives, pr.collectives == 1 ? "" : "s", duration(e, sizeof e, pr.comm_s));
+    fprintf(out, " + %d collective%s %s (%s, not overlapped)", pr.collectives,
+            pr.collectives == 1 ? "" : "s", duration(e, sizeof e, pr.comm_s),
+            acc ? "tp/dp/ep" : "the busiest stage's tp/dp/ep");
   fprintf(out, "\n");
 }
 
@@ -465,5 +473,6 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
   if (c->pipe) {
     pipeline(out, c->pipe, lay->tp);
     predicted_pipe_step(out, lay, c);
-  } else if (c->tokens && (c->has_comm || lay->tp * lay->dp == 1)) predicted_step(out, lay, c);
+  } else if (c->accum) predicted_pipe_step(out, lay, c);
+  else if (c->tokens && (c->has_comm || lay->tp * lay->dp == 1)) predicted_step(out, lay, c);
 }

@@ -16,7 +16,8 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c);
  * the backward up to its length when c->overlap_dp and c->step is valid
  * (buckets start as they fill).  The expert all-to-alls count at their upper
  * bound (every slot filled).
- * c->pipe (pp > 1): the simulated schedule's makespan (chunks timed by their
+ * c->pipe (pp > 1), or c->accum (pp 1, a routed model's microbatches
+ * accumulated: a one-stage schedule): the simulated schedule's makespan (chunks timed by their
  * kernels when c->pipe->kernel_timed, cg_pipe_step_model; with the stage
  * boundaries' transfers), then the slowest stage's optimizer, plus the tp /
  * dp / ep collectives of the stage that has the most, not overlapped. */

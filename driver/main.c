@@ -744,23 +744,26 @@ int main(int argc, char **argv) {
     /* what the trainer's ranks communicate: its microbatch module's collectives
      * M times, the step's once (the whole-batch module counted above is not run) */
     pipe_comm(&o, m, tm, &stage_prog, &cost);
-    if (o.lay.pp > 1 && pipe_retime(&o, m, tm, &stage_prog, &pipe)) {
+    if (pipe_retime(&o, m, tm, &stage_prog, &pipe)) {
       rc = EXIT_INTERNAL;
       goto done;
     }
-  } else if (!o.outdir && (o.lay.pp > 1 || routed_mb) && ranks > 1) {
-    /* the report alone: the same trainer's communication, its module then freed */
+  } else if (!o.outdir && (o.lay.pp > 1 || routed_mb)) {
+    /* the report alone: the same trainer's communication and timing, its module then
+     * freed */
     char why[512] = "";
     PpProgram pp = {0};
     IrModule *r = pipe_module(&prog, &o, m, &pipe, &pp, why, sizeof why);
     if (r) pipe_comm(&o, m, r, &pp, &cost);
-    int bad = r && o.lay.pp > 1 && pipe_retime(&o, m, r, &pp, &pipe);
+    int bad = r && pipe_retime(&o, m, r, &pp, &pipe);
     ir_module_free(r);
     if (bad) {
       rc = EXIT_INTERNAL;
       goto done;
     }
   }
+  /* a routed model's microbatches at pp 1: the step is their accumulation */
+  if (routed_mb && pipe.kernel_timed) cost.accum = &pipe;
   /* (after the pipeline's chunks were timed by their kernels) */
   if (o.emit && !strcmp(o.emit, "timeline")) cg_timeline_svg(stdout, m->name, &pipe);
   if (o.emit && !strcmp(o.emit, "trace")) cg_timeline_trace(stdout, m->name, &pipe);

@@ -180,6 +180,9 @@ typedef struct {
                                  pp, not the chunks), else NULL */
   int nstage_comm;
   const struct PpPlan *pipe; /* --pp > 1: the pipeline plan (report section), else NULL */
+  const struct PpPlan *accum; /* pp 1, a routed model's M > 1 microbatches: their
+                                 one-stage plan when timed by its kernels (the
+                                 predicted step), else NULL */
   int microbatches;          /* microbatches a step routes (pp_request_check's, so
                                 --microbatches at pp 1 too); 0: unknown, the report
                                 then takes the train section's.  Set by the caller */

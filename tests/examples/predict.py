@@ -34,9 +34,9 @@ def machine(name, **kw):
     return path
 
 
-def compile_(tag, mc, *flags):
+def compile_(tag, mc, *flags, model="gpt2_tiny"):
     out = os.path.join(work, tag)
-    r = subprocess.run([parc, os.path.join(examples, "gpt2_tiny.dsl"), "-o", out, "--target",
+    r = subprocess.run([parc, os.path.join(examples, model + ".dsl"), "-o", out, "--target",
                         "cpu", "--machine", mc, *flags], capture_output=True, text=True)
     if r.returncode:
         sys.exit(f"FAIL {tag}: parc exited {r.returncode}:\n{r.stderr}")
@@ -126,4 +126,13 @@ for part in ("pipeline_s", "optimizer_s"):
     if calls < 10 or abs(calls - round(calls)) > 1e-6:
         sys.exit(f"FAIL pp: {part} {ps[part]} is not a whole number of 1 ms calls")
 near(ps["mfu"], plan["cost"]["flops_per_step"] / 4 / ps["seconds"] / 1e12, "MFU pp")
-print("ok: predicted step time follows its model (FLOPs, calls, links, overlap, precision, pp)")
+# a routed model's microbatches at pp 1: accumulated on one stage, timed the same way
+plan, rep = compile_("accum", machine("accum", kernel_s=1e-3), "-D", "microbatches=2",
+                     model="moe_tiny")
+ps = plan["predicted_step"]
+if "the microbatches (kernel by kernel)" not in rep or "pipeline_s" not in ps:
+    sys.exit("FAIL accum: the microbatches are not timed by their kernels:\n" + rep)
+near(ps["compute_s"], ps["pipeline_s"] + ps["optimizer_s"], "accum: compute")
+if ps["pipeline_s"] / 1e-3 < 20 or abs(ps["pipeline_s"] / 1e-3 - round(ps["pipeline_s"] / 1e-3)) > 1e-6:
+    sys.exit(f"FAIL accum: {ps['pipeline_s']} s is not a whole number of 1 ms calls")
+print("ok: predicted step time follows its model (FLOPs, calls, links, overlap, precision, pp, accumulation)")
