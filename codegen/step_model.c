@@ -43,31 +43,30 @@ static double op_flops(const IrNode *n, int *attn) {
   }
 }
 
-/* The time of the call rooted at node i (a generated kernel's root, or a
- * runtime op), 0 for any other node; *kind 0 memory-bound, 1 GEMM, 2
- * attention; FLOPs and bytes added to st. */
-static double call_time(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int p, int i,
-                        int *kind, StepTime *st) {
-  const IrNode *n = m->nodes[i];
-  int k = kp->kernel_of[i];
-  *kind = 0;
-  if (k >= 0) { /* a generated kernel, counted once, where it runs */
-    const CgKernel *kr = &kp->kernels[k];
-    if (kr->root != i || (kp->view_of[i] >= 0 && kr->nnodes == 1)) return 0;
-    /* an argument larger than every value the kernel computes is read in
-     * part (a slice of a flat gradient bucket): count at most that much */
-    double bytes = 0, cap = 0;
-    for (int j = 0; j < kr->nnodes; j++)
-      if (node_bytes(m->nodes[kr->nodes[j]]) > cap) cap = node_bytes(m->nodes[kr->nodes[j]]);
-    for (int a = 0; a < kr->nargs; a++) {
-      int id = kr->arg_node[a];
-      double b = id >= 0 ? node_bytes(m->nodes[id]) : 4.0 * (double)kp->temps[-1 - id].numel;
-      bytes += cap > 0 && b > cap ? cap : b;
-    }
-    st->bytes += bytes;
-    return mc->kernel_s + bytes / mc->mem_bytes_per_s;
+/* The time of generated kernel k (0 for a reshape the host aliases). */
+static double kernel_time(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int k,
+                          StepTime *st) {
+  const CgKernel *kr = &kp->kernels[k];
+  if (kr->nnodes == 1 && kp->view_of[kr->nodes[0]] >= 0) return 0;
+  /* an argument larger than every value the kernel computes is read in
+   * part (a slice of a flat gradient bucket): count at most that much */
+  double bytes = 0, cap = 0;
+  for (int j = 0; j < kr->nnodes; j++)
+    if (node_bytes(m->nodes[kr->nodes[j]]) > cap) cap = node_bytes(m->nodes[kr->nodes[j]]);
+  for (int a = 0; a < kr->nargs; a++) {
+    int id = kr->arg_node[a];
+    double b = id >= 0 ? node_bytes(m->nodes[id]) : 4.0 * (double)kp->temps[-1 - id].numel;
+    bytes += cap > 0 && b > cap ? cap : b;
   }
-  if (!cg_runtime_op(n->op) || is_comm(n->op)) return 0; /* leaves, collectives */
+  st->bytes += bytes;
+  return mc->kernel_s + bytes / mc->mem_bytes_per_s;
+}
+
+/* The time of runtime op n (0 for a leaf, a collective or a generated
+ * kernel's node); *kind 0 memory-bound, 1 GEMM, 2 attention. */
+static double op_time(const IrNode *n, const Machine *mc, int p, int *kind, StepTime *st) {
+  *kind = 0;
+  if (!cg_runtime_op(n->op) || is_comm(n->op)) return 0;
   double bytes = node_bytes(n);
   for (int j = 0; j < n->ninputs; j++) bytes += node_bytes(n->inputs[j]);
   int attn;
@@ -80,22 +79,33 @@ static double call_time(const IrModule *m, const CgKernelPlan *kp, const Machine
   return mc->kernel_s + (tf > tm ? tf : tm);
 }
 
+static void add_call(StepTime *st, IrPhase phase, double t, int kind) {
+  if (t == 0) return;
+  st->calls++;
+  double *by_kind[] = {&st->mem_s, &st->gemm_s, &st->attn_s};
+  *by_kind[kind] += t;
+  if (phase == IR_PHASE_FWD) st->fwd_s += t;
+  else if (phase == IR_PHASE_OPT) st->opt_s += t;
+  else st->bwd_s += t;
+}
+
 void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int bf16,
                    StepTime *st, double *node_s) {
   *st = (StepTime){0};
   st->valid = 1;
-  for (int i = 0; i < m->nnodes; i++) {
+  if (node_s)
+    for (int i = 0; i < m->nnodes; i++) node_s[i] = 0;
+  for (int k = 0; k < kp->nkernels; k++) { /* generated kernels (a _stats one too), at roots */
+    int r = kp->kernels[k].root;
+    double t = kernel_time(m, kp, mc, k, st);
+    add_call(st, m->nodes[r]->phase, t, 0);
+    if (node_s) node_s[r] += t;
+  }
+  for (int i = 0; i < m->nnodes; i++) { /* runtime ops */
     int kind;
-    double t = call_time(m, kp, mc, bf16 ? 1 : 0, i, &kind, st);
-    if (node_s) node_s[i] = t;
-    if (t == 0) continue;
-    st->calls++;
-    double *by_kind[] = {&st->mem_s, &st->gemm_s, &st->attn_s};
-    *by_kind[kind] += t;
-    IrPhase phase = m->nodes[i]->phase;
-    if (phase == IR_PHASE_FWD) st->fwd_s += t;
-    else if (phase == IR_PHASE_OPT) st->opt_s += t;
-    else st->bwd_s += t;
+    double t = kp->kernel_of[i] >= 0 ? 0 : op_time(m->nodes[i], mc, bf16 ? 1 : 0, &kind, st);
+    add_call(st, m->nodes[i]->phase, t, kind);
+    if (node_s) node_s[i] += t;
   }
 }
 
