@@ -754,7 +754,13 @@ static int own_shape_dp(Sh *s, IrNode *n) {
  * ops then skip dropped choices (-1), and the rank's dispatch holds
  * min(capacity, local tokens) slots per expert, enough for every choice it
  * keeps.  So the kept choices, and each token's result, are the one-rank
- * module's on every layout.
+ * module's on every layout -- in exact arithmetic.  In float the layouts differ
+ * in the last bits (dp sums gradients in another order; OpenBLAS rounds a row of
+ * an NT sgemm differently by the call's size, so a rank's fewer rows are not the
+ * one-rank call's bits even at step 0), and a choice within a few ulp of a tie
+ * between two experts' router probabilities can flip, after which the layouts
+ * train different models (tests/trainer mesh_moe_ties; scripts/moe_route_diff.py
+ * finds the flip and its margin).
  *
  * Expert parallelism (ep > 1, ep consecutive dp ranks): the expert weights
  * hold experts / ep experts each (shard_param: ep_degree, on top of any tp

@@ -106,6 +106,15 @@ CASE is one of:
                              (microbatches 2, dropless) at dp 2 (a one-stage
                              pipeline), pp 2 x dp 2, pp 2 x dp 4 ep 2 and pp 2 x tp 2 x
                              dp 2 ep 2 equals one rank; mpirun equals threads
+  mesh_moe_ties              moe_tiny at capacity 1.0, batch 8, microbatches 2 under
+                             dp 2, dp 2 ep 2, dp 2 --zero 1 and dp 2 ep 2 --zero 1
+                             against one rank, router probabilities dumped
+                             (scripts/moe_route_diff.py): every row routed on both,
+                             step 0's within 8 ulp; until the first top-k flip (if
+                             any), which must be a near tie (experts within 8 ulp on
+                             one rank), losses within 1e-6 relative; step-1
+                             gradients within 1e-6 relative L2; the check rejects
+                             a trainer that drops differently (capacity 0 vs 1.0)
   mesh_gpt2, mesh_llama      trainers for every tp x dp with tp, dp in {1, 2, 4} and
                              tp*dp <= 8 train the same model as one rank from the
                              same seed: 20 steps, losses within 1e-4 relative,
@@ -567,6 +576,8 @@ elif case == "mesh_moe":
     # moved to their experts' ranks and back by all-to-all; with a capacity
     # factor, drops decided in global token order): 20 steps and the step-1
     # gradients equal the one-rank trainer's, dropless and at capacity factor 1.0
+    # (at capacity 1.0 a change of rounding alone can tip a near tie of two experts
+    # and fail a layout here: scripts/moe_route_diff.py tells a tie from a bug)
     data = data_file()
     const = ["--data", data, "--lr", "3e-3", "--steps", "20"]
     worst = worst_grad = 0.0
@@ -1334,6 +1345,69 @@ elif case == "mesh_pp_zero":
           f"relative L2); {'; '.join(notes)}; checkpoints pp 2 x dp 2 zero -> 1 and 1 -> "
           f"pp 2 x tp 2 x dp 2 zero resume; --save-weights within {worst_w:.1e} of one rank's; "
           f"{note}")
+elif case == "mesh_moe_ties":
+    # Capacity drops make routing discontinuous: a layout whose sums run in another
+    # order (dp's gradient all-reduce; OpenBLAS rounds a row of an NT sgemm
+    # differently once the call's M x N reaches 2048, so 32 rows a rank and 64 on one
+    # rank differ in the last bits from step 0) can tip a near tie of two experts'
+    # router probabilities, after which the models differ by more than rounding.
+    # So: every row routed on both trainers, step 0's probabilities within a few
+    # ulp, and the losses one rank's (1e-6) up to the first flip, which must be such a
+    # tie
+    data = data_file()
+    const = ["--data", data, "--lr", "3e-3", "--steps", "20"]
+    diff = os.path.join(src, "scripts", "moe_route_diff.py")
+    max_ulp = "8"
+
+    def route_check(ref_dir, got_dir):
+        """scripts/moe_route_diff.py --max-ulp on two projects: (exit status, its
+        output, the first flip's step or None)."""
+        r = subprocess.run([sys.executable, diff, "--max-ulp", max_ulp, ref_dir, got_dir,
+                            "--threads", "2", *const], capture_output=True, text=True)
+        last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+        flip = int(last.split()[-1]) if last.startswith("first flip: step") else None
+        return r.returncode, r.stdout + r.stderr, flip
+    defines = MOE + ["-D", "capacity=1.0", "-D", "microbatches=2", "-D", "batch=8"]
+    one = build("moe_tiny", defines, "r1")
+    grads1 = os.path.join(work, "grads_r1.safetensors")
+    ref = train(one, *const, "--save-grads", grads1)
+    if not any(l["dropped"] for r in ref for l in r["moe"]):
+        sys.exit("FAIL: capacity 1.0 dropped no choice in 20 steps (the test sees no drops)")
+    notes, worst, worst_grad = [], 0.0, 0.0
+    for tag, flags in (("dp2", ["--dp", "2"]), ("dp2_ep2", ["--dp", "2", "--ep", "2"]),
+                       ("dp2_z", ["--dp", "2", "--zero", "1", "--bucket-mb", "0.01"]),
+                       ("dp2_ep2_z", ["--dp", "2", "--ep", "2", "--zero", "1",
+                                      "--bucket-mb", "0.01"])):
+        exe = build("moe_tiny", defines, tag, flags + ["--target", "cpu"])
+        grads = os.path.join(work, f"grads_{tag}.safetensors")
+        got = train(exe, *const, "--save-grads", grads)
+        if len(got) != len(ref):
+            sys.exit(f"FAIL {tag}: {len(got)} steps logged")
+        rc, out, flip = route_check(os.path.join(work, "r1"), os.path.join(work, tag))
+        if rc != 0:
+            sys.exit(f"FAIL {tag}: routing differs from one rank's beyond a near tie:\n{out}")
+        e, name = grads_rel_l2(grads1, grads)
+        if e > 1e-6:
+            sys.exit(f"FAIL {tag}: step-1 gradient of {name} differs by {e:.2e} (relative L2)")
+        worst_grad = max(worst_grad, e)
+        until = len(ref) if flip is None else flip
+        for r, g in zip(ref[:until], got[:until]):
+            if rel(g["loss"], r["loss"]) > 1e-6:
+                sys.exit(f"FAIL {tag} step {r['step']}: loss {g['loss']}, one rank {r['loss']} "
+                         f"(no top-k flip before step {until})")
+            worst = max(worst, rel(g["loss"], r["loss"]))
+        notes.append(f"{tag} {'no flip' if flip is None else f'a near tie flips at step {flip}'}")
+    # the check can fail: a trainer that drops differently (dropless) routes layer 1's
+    # rows on other inputs from step 0
+    build("moe_tiny", MOE + ["-D", "capacity=0.0", "-D", "microbatches=2", "-D", "batch=8"],
+          "r1_dropless")
+    rc, out, _ = route_check(os.path.join(work, "r1"), os.path.join(work, "r1_dropless"))
+    if rc == 0 or "ulp apart" not in out:
+        sys.exit(f"FAIL: the route check passes capacity 0 against capacity 1.0:\n{out}")
+    print(f"moe_tiny capacity 1.0, batch 8, microbatches 2 ({'; '.join(notes)}): losses "
+          f"within {worst:.1e} of one rank's up to any flip, step-1 gradients {worst_grad:.1e} "
+          f"relative L2; step-0 router probabilities within {max_ulp} ulp; capacity 0 vs 1.0 "
+          f"rejected")
 elif case == "mesh_pad":
     # --pad-vocab (default 64): vocab 257 padded to a multiple of 64 * tp rows, at tp 1
     # too; every trainer equals the unpadded one-rank trainer (--pad-vocab 1)
