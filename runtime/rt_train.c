@@ -288,7 +288,7 @@ static int log_config(RtLog *log, const RtModelDesc *m, const RtTrainOpts *o, do
               {"vocab", (double)m->vocab},     {"params", (double)nparam},
               {"arena_bytes", (double)m->arena_bytes},
               {"lr", lr},                      {"beta1", m->beta1},
-              {"beta2", m->beta2},             {"eps", m->eps},
+              {"beta2", m->beta2},             {"adam_eps", m->eps}, /* "eps": a norm's */
               {"weight_decay", m->weight_decay}, {"momentum", m->momentum},
               {"grad_clip", m->clip},          {"warmup", (double)m->warmup},
               {"min_lr", m->min_lr},           {"steps", (double)o->steps},

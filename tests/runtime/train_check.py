@@ -191,7 +191,7 @@ def case_save_every():
         fail(f"staging directories left behind: {left}")
 
 
-CONFIG_KEYS = ["batch", "seq", "vocab", "params", "lr", "beta1", "beta2", "eps",
+CONFIG_KEYS = ["batch", "seq", "vocab", "params", "lr", "beta1", "beta2", "adam_eps",
                "weight_decay", "momentum", "grad_clip", "optimizer", "schedule", "warmup",
                "min_lr", "steps", "seed", "d"]
 STEP_KEYS = ["step", "loss", "lr", "grad_norm", "tokens_per_s", "ms"]
@@ -207,7 +207,7 @@ def case_log():
         if k not in cfg:
             fail(f"config lacks {k}: {cfg}")
     want = {"batch": B, "seq": T, "vocab": V, "params": NPARAM, "d": V, "lr": 0.03,
-            "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.01, "momentum": 0,
+            "beta1": 0.9, "beta2": 0.95, "adam_eps": 1e-8, "weight_decay": 0.01, "momentum": 0,
             "grad_clip": 1, "optimizer": "adamw", "schedule": "cosine", "warmup": 10,
             "min_lr": 0.003, "steps": 5, "seed": 1337, "model": "bigram"}
     for k, v in want.items():
