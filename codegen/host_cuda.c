@@ -11,6 +11,9 @@
  * boundary and stage-buffer tables through cg_emit_pipe, this file's hooks
  * writing their statements on device memory; its step is rt_cuda_pipe_step
  * (the same slots, accumulator and order as rt_pipe_step).
+ * The graph (PARC_CUDA_GRAPH, runtime/cuda/rt_cuda_graph.h): the unpipelined
+ * step's device work is its own function, step_body, reading every input
+ * from device memory, so that rt_cuda_graph_step may capture and replay it.
  * The profile (PARC_CUDA_PROFILE, runtime/cuda/rt_cuda_prof.h): each kernel
  * launch is bracketed by PROF_BEGIN() and LAUNCHED(name, bytes), the bytes
  * from the kernel's KIR (kernel_bytes); prof_, read once per step or stage
@@ -481,10 +484,30 @@ static int bf16_precision(const IrModule *m) {
   return s && s->sym && !strcmp(s->sym, "bf16");
 }
 
+/* Ops whose runtime routine stages through the host (rt_cuda_ops.cu's routing
+ * and expert all-to-all): they wait for the stream, so no graph holds them. */
+static int host_staged(const IrNode *n) {
+  switch (n->op) {
+  case IR_OP_TOPK: case IR_OP_GATHER: case IR_OP_SCATTER_ADD: case IR_OP_ONEHOT:
+  case IR_OP_DISPATCH: case IR_OP_CAPACITY_DROP: case IR_OP_EXPERT_ALL_TO_ALL:
+  case IR_OP_COMBINE: case IR_OP_COMBINE_GRAD_Y: case IR_OP_COMBINE_GRAD_W:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+/* The step in two functions: step_body, the device work between the uploads
+ * and the read-backs (plain, or captured and replayed as a CUDA graph by
+ * rt_cuda_graph_step: PARC_CUDA_GRAPH), and step around it. */
 static void emit_step(Cu *e, int64_t rows, int64_t seq) {
   const IrModule *m = e->m;
   const CgKernelPlan *kp = e->kp;
   FILE *out = e->out;
+  int host_ops = 0;
+  for (int i = 0; i < m->nnodes; i++)
+    host_ops += !(ir_op_info[m->nodes[i]->op].flags & IR_F_LEAF) && kp->kernel_of[i] < 0 &&
+                host_staged(m->nodes[i]);
   fprintf(out,
           "/* This rank's device: made by the first step (ranks are threads or processes). */\n"
           "static _Thread_local RtCuda *dev;\n\n"
@@ -492,28 +515,19 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
           " * buffers, before it saves them. */\n"
           "static int to_host(float *params_host, float *state_host) {\n"
           "  return dev ? rt_cuda_download(dev, params_host, state_host) : 0;\n}\n\n"
-          "static int step(RtStepIO *io) {\n"
-          "  if (!dev) {\n"
-          "    RtCudaSetup s = {.params_numel = PARAMS_NUMEL, .state_numel = STATE_NUMEL,\n"
-          "                     .arena_bytes = ARENA_BYTES, .rows = %" PRId64 ", .seq = %" PRId64
-          ",\n"
-          "                     .tp = MESH_TP, .dp = MESH_DP, .tp_group = io->tp_group,\n"
-          "                     .dp_group = io->dp_group, .tp_rank = io->tp_rank,\n"
-          "                     .dp_rank = io->dp_rank, .ep = MESH_EP, .ep_group = io->ep_group,\n"
-          "                     .ep_dp_group = io->ep_dp_group, .gemm = GEMM_MODE,\n"
-          "                     .model = \"%s\"};\n"
-          "    CHECK(rt_cuda_open(&dev, &s, io->params, io->state));\n"
-          "  }\n"
-          "  CHECK(rt_cuda_step_begin(dev, io->tokens, io->targets, io->lr, io->step));\n"
+          "/* The step's device work, after the uploads of rt_cuda_step_begin and before\n"
+          " * the read-backs of rt_cuda_step_end: every pointer is fixed for the run and\n"
+          " * lr and step are read from device memory, so a CUDA graph of it replays the\n"
+          " * step (rt_cuda_graph_step, PARC_CUDA_GRAPH=1). */\n"
+          "static int step_body(RtStepIO *io) {\n"
           "  const int prof_ = rt_cuda_profiling(dev); /* PARC_CUDA_PROFILE: this step records */\n"
           "  char *A = rt_cuda_arena(dev);\n"
           "  float *P = rt_cuda_params(dev), *S = rt_cuda_state(dev);\n"
           "  int32_t *tokens = rt_cuda_tokens(dev), *targets = rt_cuda_targets(dev);\n"
           "  float *lr = rt_cuda_scalar(dev, 0), *t = rt_cuda_scalar(dev, 1);\n"
           "  struct CUstream_st *st = rt_cuda_stream(dev);\n"
-          "  (void)A, (void)P, (void)S, (void)tokens, (void)targets, (void)lr, (void)t, (void)st,\n"
-          "      (void)prof_;\n",
-          rows, seq, m->name);
+          "  (void)io, (void)A, (void)P, (void)S, (void)tokens, (void)targets, (void)lr, (void)t,\n"
+          "      (void)st, (void)prof_;\n");
   IrPhase phase = IR_PHASE_COUNT;
   static const char *const phase_title[] = {"forward", "backward: input gradients",
                                             "backward: weight gradients", "optimizer"};
@@ -557,6 +571,28 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
             buf(e, u->leaf, c, sizeof c), buf(e, u->value, b, sizeof b), ir_numel(u->leaf),
             u->leaf->name);
   }
+  fprintf(out, "  return 0;\n}\n\n"
+               "static int step_body_(void *io) { return step_body((RtStepIO *)io); }\n\n"
+               "static int step(RtStepIO *io) {\n"
+               "  if (!dev) {\n"
+               "    RtCudaSetup s = {.params_numel = PARAMS_NUMEL, .state_numel = STATE_NUMEL,\n"
+               "                     .arena_bytes = ARENA_BYTES, .rows = %" PRId64 ", .seq = %" PRId64
+               ",\n"
+               "                     .tp = MESH_TP, .dp = MESH_DP, .tp_group = io->tp_group,\n"
+               "                     .dp_group = io->dp_group, .tp_rank = io->tp_rank,\n"
+               "                     .dp_rank = io->dp_rank, .ep = MESH_EP, .ep_group = io->ep_group,\n"
+               "                     .ep_dp_group = io->ep_dp_group, .gemm = GEMM_MODE,\n"
+               "                     .model = \"%s\"};\n"
+               "    CHECK(rt_cuda_open(&dev, &s, io->params, io->state));\n"
+               "  }\n"
+               "  CHECK(rt_cuda_step_begin(dev, io->tokens, io->targets, io->lr, io->step));\n"
+               "  /* %d host-staged op%s (routing, expert all-to-all)%s; --save-grads copies to the\n"
+               "   * host mid-step */\n"
+               "  CHECK(rt_cuda_graph_step(dev, step_body_, io, %d, io->grads != NULL));\n"
+               "  char *A = rt_cuda_arena(dev);\n"
+               "  (void)A;\n",
+          rows, seq, m->name, host_ops, host_ops == 1 ? "" : "s",
+          host_ops ? ": no graph" : "", host_ops);
   if (!m->loss) fail(e, "the module has no loss");
   else
     fprintf(out, "  CHECK(rt_cuda_step_end(dev, %s, %s, %s, &io->loss, &io->ce_loss, "
@@ -704,7 +740,9 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
           " * A pipelined trainer has train.c's stage functions and schedule tables\n"
           " * (codegen/host.c) on device memory; step = rt_cuda_pipe_step.\n"
           " * PARC_CUDA_PROFILE=1 (or =FILE.jsonl) times every kernel and runtime op of\n"
-          " * the steps after the first and prints a table at exit (rt_cuda_prof.h). */\n"
+          " * the steps after the first and prints a table at exit (rt_cuda_prof.h).\n"
+          " * PARC_CUDA_GRAPH=1 captures step_body (the device work) into a CUDA graph\n"
+          " * on the second step and replays it after (rt_cuda_graph.h). */\n"
           "#include <stdint.h>\n#include <string.h>\n\n"
           "#include \"kernels_cuda.h\"\n"
           "#include \"runtime/cuda/rt_cuda.h\"\n"

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/cuda/rt_cuda_graph.h"
 #include "runtime/cuda/rt_cuda_impl.h"
 #include "runtime/cuda/rt_cuda_local.h"
 #include "runtime/cuda/rt_cuda_memcheck.h"
@@ -32,6 +33,13 @@ static double now_s(void) {
 void *rt_cuda_ws(RtCuda *c, int slot, size_t bytes) {
   if (bytes == 0) bytes = 1;
   if (c->ws_bytes[slot] >= bytes) return c->ws[slot];
+  if (c->graph_capturing) { /* growing waits for the stream: not in a capture */
+    char what[160];
+    snprintf(what, sizeof what, "workspace slot %d grows to %zu bytes during the graph capture",
+             slot, bytes);
+    rt_cuda_fail_at(c, __FILE__, __LINE__, "rt_cuda_ws", what);
+    return NULL;
+  }
   /* grows once per size (the first step): wait for users of the old buffer */
   cudaError_t e = cudaStreamSynchronize(c->compute);
   if (e == cudaSuccess && c->ws[slot]) e = cudaFree(c->ws[slot]);
@@ -52,6 +60,11 @@ void *rt_cuda_ws(RtCuda *c, int slot, size_t bytes) {
 void *rt_cuda_host_stage(RtCuda *c, size_t bytes) {
   if (bytes == 0) bytes = 1;
   if (c->host_stage_bytes >= bytes) return c->host_stage;
+  if (c->graph_capturing) {
+    rt_cuda_fail_at(c, __FILE__, __LINE__, "rt_cuda_host_stage",
+                    "the host staging buffer grows during the graph capture");
+    return NULL;
+  }
   if (c->host_stage) cudaFreeHost(c->host_stage);
   c->host_stage = NULL;
   c->host_stage_bytes = 0;
@@ -315,6 +328,10 @@ int rt_cuda_open(RtCuda **out, const RtCudaSetup *s, const float *params, const 
   c->arena_bytes = s->arena_bytes;
   c->ntok = s->rows * s->seq;
   c->gemm = s->gemm;
+  if (rt_cuda_graph_parse(getenv("PARC_CUDA_GRAPH"), &c->graph_on)) {
+    free(c);
+    return RT_ERR;
+  }
   const char *g = getenv("PARC_CUDA_GEMM");
   if (g && *g) {
     if (!strcmp(g, "fp32")) c->gemm = RT_CUDA_GEMM_FP32;
@@ -376,6 +393,7 @@ void rt_cuda_close(RtCuda *c) {
   if (c->pending_ev) cudaEventDestroy(c->pending_ev);
 #endif
   rt_cuda_local_close(c);
+  if (c->graph_exec) cudaGraphExecDestroy(c->graph_exec);
   for (int i = 0; i < RT_CUDA_GEMM_CACHE; i++) {
     GemmPlan *p = &c->plans[i];
     if (!p->used) continue;

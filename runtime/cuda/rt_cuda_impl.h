@@ -101,6 +101,12 @@ struct RtCuda {
   RtProf *prof;
   cudaEvent_t *prof_ev;      /* its events, on the compute stream */
   int prof_nev, prof_cap;
+  /* the step as a CUDA graph (PARC_CUDA_GRAPH; rt_cuda_graph.h, rt_cuda_graph.cu) */
+  int graph_on;              /* switched on and not refused */
+  int graph_checked;         /* the blockers were looked at (the first step) */
+  int graph_capturing;       /* inside the capture: nothing may allocate or wait */
+  int64_t graph_steps;       /* steps run through rt_cuda_graph_step */
+  cudaGraphExec_t graph_exec; /* the captured step; NULL before the capture */
 };
 
 /* Records "FILE:LINE: rank R: op: what" and returns RT_ERR. */
@@ -159,6 +165,12 @@ int rt_cuda_local_collective(RtCuda *c, int op, int g, const float *send, float 
  * buffered semantics (send: x may change once it returns) on device values;
  * n > 0 floats, the same on both sides. */
 int rt_cuda_local_p2p(RtCuda *c, int send, float *x, int64_t n, int peer, int tag);
+
+/* PARC_CUDA_GRAPH (rt_cuda_graph.cu): at a step's start, whether anything
+ * keeps the run's steps out of a graph; the first call looks (pipelined:
+ * rt_cuda_pipe_step's, host_ops: the step's host-staged ops) and, when
+ * something does, world rank 0 prints one notice line and graph_on drops. */
+void rt_cuda_graph_check(RtCuda *c, int pipelined, int host_ops);
 
 /* The profile (rt_cuda_prof.cu): made at the end of rt_cuda_open when
  * PARC_CUDA_PROFILE asks for it (0, or -1 with the error recorded), and its

@@ -355,6 +355,7 @@ extern "C" int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p) {
   if (s < 0 || s >= p->stages || c->gsize[RT_CUDA_PP] != p->stages)
     return rt_fail("rank %d: pipeline: stage %d of %d, the device context has %d", c->wrank, s,
                    p->stages, c->gsize[RT_CUDA_PP]);
+  rt_cuda_graph_check(c, 1, 0); /* PARC_CUDA_GRAPH: pipelined steps stay plain */
   if (c->pipe_desc != p) { /* decided once: the same on every rank */
     c->pipe_desc = p;
     c->pipe_p2p = c->use_nccl && p->stages > 1 && rendezvous_safe(p);

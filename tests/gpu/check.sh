@@ -30,6 +30,10 @@
 #               relative at every step; the step-1 gradients (--save-grads)
 #               per tensor within 1e-4 relative L2 (this localises a wrong
 #               fused kernel to the parameters it feeds);
+#   2g. graph   gpt2_tiny and llama_tiny fp32 with PARC_CUDA_GRAPH=1 (the step
+#               captured on step 2, replayed after) against =0, $STEPS steps,
+#               losses bit for bit, and no fallback notice; moe_tiny with =1
+#               prints the routing notice once and equals =0 bit for bit;
 #   3. tp=2     gpt2_tiny and llama_tiny at --tp 2 on the device-local backend
 #               (2 ranks as threads sharing the one GPU, host-staged exact
 #               collectives) against the one-rank CPU losses;
@@ -48,6 +52,8 @@
 #               losses bit for bit equal to the host-staged run's;
 #   4. bf16     GPT-2 small (examples/gpt2.dsl, precision = bf16) for
 #               $BENCH_STEPS steps: tokens/s and MFU against $PEAK_TFLOPS;
+#   4g. the same with PARC_CUDA_GRAPH=1: tokens/s next to 4's, losses bit for
+#               bit equal to 4's;
 #   4a. the same with PARC_CUDA_GEMM_OPERANDS=fp32 (what bf16 GEMM operands buy);
 #   4b. profile the same, 6 steps, PARC_CUDA_PROFILE: per kernel and op the
 #               time, share of the step and achieved GB/s or TFLOP/s against
@@ -280,6 +286,34 @@ for name in gpt2_tiny llama_tiny moe_tiny moe_tiny_zloss; do
     "fp32 $model step-1 gradients" "$WORK/$model.grads.log"
 done
 
+# 2g. the step as a CUDA graph (PARC_CUDA_GRAPH=1): one rank, no --save-grads, so
+# step 1 runs plainly, step 2 is captured and launched, the rest replay; the
+# same kernels with the same arguments in the same order: bit for bit (0).
+# moe_tiny's routing is staged through the host: one notice, plain launches.
+# graph_run NAME G: train_cuda fp32 with PARC_CUDA_GRAPH=G (logs NAME.graphG.*)
+graph_run() {
+  PARC_CUDA_GRAPH=$2 PARC_CUDA_GEMM=fp32 timeout "$LIMIT" "$WORK/$1/build/train_cuda" \
+    --steps "$STEPS" --log "$WORK/$1.graph$2.jsonl" --quiet > "$WORK/$1.graph$2.log" 2>&1 ||
+    cat "$WORK/$1.graph$2.log"
+}
+for model in gpt2_tiny llama_tiny moe_tiny; do
+  running && [ -f "$WORK/$model.built" ] || continue # a build failure has its row already
+  say "2g. fp32 $model: PARC_CUDA_GRAPH=1 vs 0, $STEPS steps"
+  graph_run "$model" 0
+  graph_run "$model" 1
+  notices=$(grep -c 'PARC_CUDA_GRAPH=1: ' "$WORK/$model.graph1.log" || true)
+  want=0
+  [ "$model" = moe_tiny ] && want=1
+  if [ "$notices" != "$want" ]; then
+    row "$model graph notice" FAIL "$notices fallback notices, expected $want (see $model.graph1.log)"
+    STATUS=1
+  fi
+  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/$model.graph0.jsonl" \
+    "$WORK/$model.graph1.jsonl" 0 > "$WORK/$model.graph.bits.log" 2>&1 || true
+  cat "$WORK/$model.graph.bits.log"
+  result "fp32 $model graph = plain bits" "$WORK/$model.graph.bits.log"
+done
+
 for model in gpt2_tiny llama_tiny; do
   say "3. fp32 $model at tp=2 on the device-local backend"
   name=${model}_tp2
@@ -358,6 +392,23 @@ if project gpt2 gpt2.dsl "train_cuda" && running; then
     > "$WORK/gpt2.bf16.log" 2>&1 || cat "$WORK/gpt2.bf16.log"
   tail -3 "$WORK/gpt2.bf16.log"
   bench gpt2.bf16 "bf16 gpt2 (124M) B8xT1024"
+fi
+
+say "4g. bf16 GPT-2 small as a CUDA graph (PARC_CUDA_GRAPH=1): $BENCH_STEPS steps"
+if [ -f "$WORK/gpt2.built" ] && running; then
+  PARC_CUDA_GRAPH=1 timeout $((2 * LIMIT)) "$WORK/gpt2/build/train_cuda" --steps "$BENCH_STEPS" \
+    --log "$WORK/gpt2.bf16_graph.jsonl" > "$WORK/gpt2.bf16_graph.log" 2>&1 ||
+    cat "$WORK/gpt2.bf16_graph.log"
+  tail -3 "$WORK/gpt2.bf16_graph.log"
+  if grep -q 'PARC_CUDA_GRAPH=1: ' "$WORK/gpt2.bf16_graph.log"; then
+    row "bf16 gpt2 graph" FAIL "fell back to plain launches (see gpt2.bf16_graph.log)"
+    STATUS=1
+  fi
+  bench gpt2.bf16_graph "bf16 gpt2 (124M) B8xT1024 graph"
+  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/gpt2.bf16.jsonl" \
+    "$WORK/gpt2.bf16_graph.jsonl" 0 > "$WORK/gpt2.bf16_graph.bits.log" 2>&1 || true
+  cat "$WORK/gpt2.bf16_graph.bits.log"
+  result "bf16 gpt2 graph = plain bits" "$WORK/gpt2.bf16_graph.bits.log"
 fi
 
 say "4a. bf16 GPT-2 small with fp32 GEMM operands (cuBLASLt rounding them), 15 steps"
