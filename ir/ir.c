@@ -1,6 +1,7 @@
 /* ir/ir.c -- op tables, module and node construction. */
 #include "ir/ir.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,21 @@ IrNode *ir_add_like(IrModule *m, const IrNode *proto) {
   memcpy(n->shape, proto->shape, sizeof n->shape);
   memcpy(n->ia, proto->ia, sizeof n->ia);
   n->fa = proto->fa;
+  return n;
+}
+
+IrNode *ir_add_inferred(IrModule *m, IrNode *proto, const IrNode *at, IrPhase phase,
+                        const char *what) {
+  char why[512];
+  if (!ir_infer(proto, why, sizeof why)) {
+    fprintf(stderr, "parc: internal error: %s: %s\n", what, why);
+    return NULL;
+  }
+  IrNode *n = ir_add_like(m, proto);
+  n->shard_dim = -1;
+  n->layer = at->layer;
+  n->loc = at->loc;
+  n->phase = phase;
   return n;
 }
 

@@ -272,6 +272,12 @@ void ir_add_update(IrModule *m, IrNode *leaf, IrNode *value);
  * type must already be inferred (ir_infer); layer, location and phase are
  * the caller's to set. */
 IrNode *ir_add_like(IrModule *m, const IrNode *proto);
+/* A pass's new node: proto's type inferred (ir_infer), then appended as
+ * ir_add_like, placed like `at` (its layer and source location), in phase,
+ * not sharded (shard_dim -1).  NULL after printing "parc: internal error:
+ * WHAT: why" when its type does not check. */
+IrNode *ir_add_inferred(IrModule *m, IrNode *proto, const IrNode *at, IrPhase phase,
+                        const char *what);
 
 /* Shape inference.  Fills n->dtype, n->rank and n->shape from the op, its
  * inputs and its attributes.  On failure returns 0 and writes a one-line

@@ -46,17 +46,7 @@ static void *xcalloc(size_t n, size_t size) {
 static IrNode *mk(IrModule *m, IrOp op, IrNode **in, int nin, int64_t ia0, const IrNode *at,
                   IrPhase phase) {
   IrNode p = {.op = op, .inputs = in, .ninputs = nin, .ia = {ia0, 0, 0}};
-  char why[512];
-  if (!ir_infer(&p, why, sizeof why)) {
-    fprintf(stderr, "parc: internal error: attn_delta: %s\n", why);
-    return NULL;
-  }
-  IrNode *n = ir_add_like(m, &p);
-  n->shard_dim = -1;
-  n->layer = at->layer;
-  n->loc = at->loc;
-  n->phase = phase;
-  return n;
+  return ir_add_inferred(m, &p, at, phase, "attn_delta");
 }
 
 int pass_attn_delta(IrModule *m) {

@@ -68,17 +68,8 @@ static IrNode *mk(Mk *k, IrOp op, IrNode **in, int nin, int64_t ia0, int64_t ia1
     p.rank = rank;
     memcpy(p.shape, shape, sizeof(int64_t) * (size_t)rank);
   }
-  char why[512];
-  if (!ir_infer(&p, why, sizeof why)) {
-    fprintf(stderr, "parc: internal error: dp gradients: %s\n", why);
-    k->failed = 1;
-    return NULL;
-  }
-  IrNode *n = ir_add_like(k->m, &p);
-  n->shard_dim = -1;
-  n->layer = k->at->layer;
-  n->loc = k->at->loc;
-  n->phase = IR_PHASE_W;
+  IrNode *n = ir_add_inferred(k->m, &p, k->at, IR_PHASE_W, "dp gradients");
+  if (!n) k->failed = 1;
   return n;
 }
 

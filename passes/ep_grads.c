@@ -39,17 +39,7 @@ static IrNode *mk(IrModule *m, const IrNode *at, IrOp op, IrNode **in, int nin, 
     p.rank = rank;
     memcpy(p.shape, shape, sizeof(int64_t) * (size_t)rank);
   }
-  char why[256];
-  if (!ir_infer(&p, why, sizeof why)) {
-    fprintf(stderr, "parc: internal error: expert gradients: %s\n", why);
-    return NULL;
-  }
-  IrNode *n = ir_add_like(m, &p);
-  n->shard_dim = -1;
-  n->layer = at->layer;
-  n->loc = at->loc;
-  n->phase = IR_PHASE_W;
-  return n;
+  return ir_add_inferred(m, &p, at, IR_PHASE_W, "expert gradients");
 }
 
 static IrNode *add(IrModule *m, IrOp op, IrNode *x, int64_t ia0, int64_t ia1, double fa) {
