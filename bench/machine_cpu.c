@@ -16,9 +16,11 @@
  *                    codegen/step_model.h counts them (forward 4 B H T^2 hd / 2,
  *                    backward 2.5 times that)
  *   memory_bytes_per_s  a parallel triad over 3 x 64 MiB (12 bytes an element)
- *   kernel_s         what a generated kernel costs beyond its work: a triad of
- *                    32K elements as two tasks at codegen's grain (waking a
- *                    pool thread), less the same triad run directly / threads
+ *   kernel_s, parallel_call_s  what a generated kernel costs beyond its
+ *                    work at codegen's grain (16K elements a task): a triad of
+ *                    one task (on the calling thread), and what two tasks
+ *                    (waking a pool thread) cost more, each less its work
+ *                    run directly (split ideally over the threads)
  *   intra_node_bytes_per_s, latency_s  the thread backend's all_reduce over
  *                    2 ranks: bytes one rank sends (ring: (n-1)/n of 2x the
  *                    buffer) over the time at 4 MiB; latency: a 4-byte one
@@ -128,27 +130,30 @@ static double memory_rate(void) {
   return 12.0 * (double)n / best;
 }
 
-/* What a generated kernel costs beyond its bytes: one that just reaches two
- * tasks (codegen/host.c's grain: 16K elements a task, so it wakes a pool
- * thread, as most of a small model's kernels do), less its work done
- * directly on this thread and split ideally over the pool's threads. */
-static double call_cost(void) {
+/* What a generated kernel costs beyond its work, at codegen/host.c's grain
+ * (16K elements a task): *one for a kernel of one task (run on the calling
+ * thread), *two for one of two tasks (it wakes a pool thread), each less its
+ * work done directly on this thread (split ideally over the threads). */
+static void call_costs(double *one, double *two) {
   const int64_t n = 2 * 16384;
   Triad t = {filled(n, 1), filled(n, 2), filled(n, 0)};
-  double pooled = 0, direct = 0;
-  for (int r = 0; r <= REPEATS; r++) {
-    double t0 = now_s();
-    for (int k = 0; k < 1000; k++) rt_parallel_for(n, 16384, triad, &t);
-    double t1 = now_s();
-    for (int k = 0; k < 1000; k++) triad(&t, 0, n);
-    double t2 = now_s(), p = (t1 - t0) / 1000, d = (t2 - t1) / 1000;
-    if (r > 0 && (pooled == 0 || p < pooled)) pooled = p;
-    if (r > 0 && (direct == 0 || d < direct)) direct = d;
-  }
+  double pooled[2] = {0, 0}, direct[2] = {0, 0};
+  for (int r = 0; r <= REPEATS; r++)
+    for (int tasks = 1; tasks <= 2; tasks++) {
+      int64_t len = tasks * 16384;
+      double t0 = now_s();
+      for (int k = 0; k < 1000; k++) rt_parallel_for(len, 16384, triad, &t);
+      double t1 = now_s();
+      for (int k = 0; k < 1000; k++) triad(&t, 0, len);
+      double t2 = now_s(), p = (t1 - t0) / 1000, d = (t2 - t1) / 1000;
+      if (r > 0 && (pooled[tasks - 1] == 0 || p < pooled[tasks - 1])) pooled[tasks - 1] = p;
+      if (r > 0 && (direct[tasks - 1] == 0 || d < direct[tasks - 1])) direct[tasks - 1] = d;
+    }
   free(t.a), free(t.b), free(t.c);
-  int th = rt_pool_threads() < 2 ? rt_pool_threads() : 2; /* two tasks */
-  double c = pooled - direct / th;
-  return c > 0 ? c : 0;
+  int th = rt_pool_threads() < 2 ? rt_pool_threads() : 2;
+  *one = pooled[0] - direct[0] > 0 ? pooled[0] - direct[0] : 0;
+  *two = pooled[1] - direct[1] / th - *one > 0 ? pooled[1] - direct[1] / th - *one : 0;
+  if (th < 2) *two = 0; /* one thread: nothing to wake */
 }
 
 /* ---- the thread backend's all_reduce ---- */
@@ -182,7 +187,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   check(rt_pool_init(threads));
-  double gemm = gemm_rate(d), attn = attention_rate(d), mem = memory_rate(), call = call_cost();
+  double gemm = gemm_rate(d), attn = attention_rate(d), mem = memory_rate(), call, wake;
+  call_costs(&call, &wake);
   rt_pool_shutdown();
   Job big = {(int64_t)1 << 20, 0}, small = {1, 0};
   check(rt_comm_threads_run(2, reduce_rank, &big));
@@ -196,6 +202,7 @@ int main(int argc, char **argv) {
   printf("  \"peak_flops\": %.4g,\n  \"gemm_flops\": %.4g,\n  \"attention_flops\": %.4g,\n", gemm,
          gemm, attn);
   printf("  \"memory_bytes_per_s\": %.4g,\n  \"kernel_s\": %.4g,\n", mem, call);
+  printf("  \"parallel_call_s\": %.4g,\n  \"parallel_min_elements\": 32768,\n", wake);
   printf("  \"intra_node_bytes_per_s\": %.4g,\n  \"inter_node_bytes_per_s\": %.4g,\n", link, link);
   printf("  \"latency_s\": %.4g,\n  \"ranks_per_node\": 1024\n}\n", small.secs);
   return 0;

@@ -91,7 +91,7 @@ def main():
               f"{ps['gemm_s'] * 1e3:.2f} {ps['attention_s'] * 1e3:.2f} "
               f"{ps['memory_bound_s'] * 1e3:.2f} {ps['communication_s'] * 1e3:.2f} | "
               f"{m['gemm_flops'] / 1e9:.0f}, {m['memory_bytes_per_s'] / 1e9:.1f}, "
-              f"{m['kernel_s'] * 1e6:.1f}")
+              f"{m['kernel_s'] * 1e6:.1f} + {m.get('parallel_call_s', 0) * 1e6:.1f} split")
     print(f"\nmeasured / predicted: {min(ratios):.2f} to {max(ratios):.2f} "
           f"(median {statistics.median(ratios):.2f})")
 

@@ -91,6 +91,8 @@ static int parse(const char *path, const char *text, Machine *out, char *err, si
       {"attention_flops", {&out->attn_flops[0], &out->attn_flops[1]}, 0},
       {"memory_bytes_per_s", {&out->mem_bytes_per_s, NULL}, 0},
       {"kernel_s", {&out->kernel_s, NULL}, 0},
+      {"parallel_call_s", {&out->parallel_call_s, NULL}, 0},
+      {"parallel_min_elements", {&out->parallel_min_elements, NULL}, 0},
       {"intra_node_bytes_per_s", {&out->intra_bytes_per_s, NULL}, 0},
       {"inter_node_bytes_per_s", {&out->inter_bytes_per_s, NULL}, 0},
       {"latency_s", {&out->latency_s, NULL}, 0},
@@ -116,7 +118,8 @@ static int parse(const char *path, const char *text, Machine *out, char *err, si
     if (set_field(&fields[f], j, path, err, len)) goto done;
   }
   for (int f = 0; !base && f < nf; f++)
-    if (!cJSON_GetObjectItemCaseSensitive(root, fields[f].key)) {
+    if (!cJSON_GetObjectItemCaseSensitive(root, fields[f].key) &&
+        strncmp(fields[f].key, "parallel_", 9)) { /* (those two default to 0) */
       snprintf(err, len, "'%s': \"%s\" is missing (or give \"base\": a preset to start from)",
                path, fields[f].key);
       goto done;
@@ -129,7 +132,9 @@ static int parse(const char *path, const char *text, Machine *out, char *err, si
   if (machine_check(out, &bad)) {
     snprintf(err, len, "'%s': \"%s\" must be %s", path, bad,
              !strcmp(bad, "ranks_per_node") ? "a whole number in [1, 1048576]"
-             : !strcmp(bad, "kernel_s") || !strcmp(bad, "latency_s") ? "finite and >= 0"
+             : !strcmp(bad, "kernel_s") || !strcmp(bad, "latency_s") ||
+                     !strncmp(bad, "parallel_", 9)
+                 ? "finite and >= 0"
                                                                     : "finite and > 0");
     goto done;
   }

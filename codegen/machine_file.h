@@ -9,7 +9,8 @@
  * "base" names a preset the file starts from (then any field may be left
  * out); without it every field is required: peak_flops, gemm_flops,
  * attention_flops, memory_bytes_per_s, kernel_s, intra_node_bytes_per_s,
- * inter_node_bytes_per_s, latency_s, ranks_per_node.  Unknown fields are
+ * inter_node_bytes_per_s, latency_s, ranks_per_node (parallel_call_s and
+ * parallel_min_elements are optional, 0 when left out).  Unknown fields are
  * errors (a misspelt one would otherwise be silently ignored). */
 #ifndef PARC_CG_MACHINE_FILE_H
 #define PARC_CG_MACHINE_FILE_H

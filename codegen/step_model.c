@@ -59,7 +59,10 @@ static double kernel_time(const IrModule *m, const CgKernelPlan *kp, const Machi
     bytes += cap > 0 && b > cap ? cap : b;
   }
   st->bytes += bytes;
-  return mc->kernel_s + bytes / mc->mem_bytes_per_s;
+  /* split over threads when its largest value is big enough (cap: its bytes) */
+  double wake = mc->parallel_call_s > 0 && cap / 4 >= mc->parallel_min_elements
+                    ? mc->parallel_call_s : 0;
+  return mc->kernel_s + wake + bytes / mc->mem_bytes_per_s;
 }
 
 /* The time of runtime op n (0 for a leaf, a collective or a generated
@@ -67,8 +70,14 @@ static double kernel_time(const IrModule *m, const CgKernelPlan *kp, const Machi
 static double op_time(const IrNode *n, const Machine *mc, int p, int *kind, StepTime *st) {
   *kind = 0;
   if (!cg_runtime_op(n->op) || is_comm(n->op)) return 0;
-  double bytes = node_bytes(n);
-  for (int j = 0; j < n->ninputs; j++) bytes += node_bytes(n->inputs[j]);
+  double bytes = node_bytes(n), big = node_bytes(n);
+  for (int j = 0; j < n->ninputs; j++) {
+    bytes += node_bytes(n->inputs[j]);
+    if (node_bytes(n->inputs[j]) > big) big = node_bytes(n->inputs[j]);
+  }
+  /* split over threads when its largest operand is big enough */
+  double wake = mc->parallel_call_s > 0 && big / 4 >= mc->parallel_min_elements
+                    ? mc->parallel_call_s : 0;
   int attn;
   double f = op_flops(n, &attn), rate = attn ? mc->attn_flops[p] : mc->gemm_flops[p];
   double tf = f / rate, tm = bytes / mc->mem_bytes_per_s;
@@ -76,7 +85,7 @@ static double op_time(const IrNode *n, const Machine *mc, int p, int *kind, Step
   if (attn) st->attn_flops += f;
   else st->gemm_flops += f;
   *kind = f > 0 ? 1 + attn : 0;
-  return mc->kernel_s + (tf > tm ? tf : tm);
+  return mc->kernel_s + wake + (tf > tm ? tf : tm);
 }
 
 static void add_call(StepTime *st, IrPhase phase, double t, int kind) {

@@ -8,7 +8,9 @@
 
 /* Fills *st for the step m runs (every pass done; kp its kernel plan, as
  * cg_write_project makes it).  Every call -- a generated kernel, or a
- * runtime op -- costs mc->kernel_s plus the longer of its FLOPs at the
+ * runtime op -- costs mc->kernel_s (one whose largest value or operand has
+ * parallel_min_elements or more, split over threads, parallel_call_s more)
+ * plus the longer of its FLOPs at the
  * rate that bounds it and the bytes it moves at mc->mem_bytes_per_s:
  *   matmul, matmul_ta      2 m n k FLOPs at gemm_flops (expert matmuls over
  *                          their whole capacity, the GEMM the runtime calls,

@@ -107,6 +107,7 @@ static void usage(FILE *out) {
           "                         {\"base\": \"h100\", \"inter_node_bytes_per_s\": 90e9}\n"
           "                         (fields: peak_flops, gemm_flops, attention_flops (a number\n"
           "                         or {\"fp32\": x, \"bf16\": y}), memory_bytes_per_s, kernel_s,\n"
+          "                         parallel_call_s, parallel_min_elements (optional),\n"
           "                         intra_node_bytes_per_s, inter_node_bytes_per_s, latency_s,\n"
           "                         ranks_per_node; all of them without \"base\");\n"
           "                         bench/predict_cpu.py measures this machine's CPU\n"

@@ -20,11 +20,11 @@
 #include <string.h>
 
 const Machine machine_presets[] = {
-    {"h200", {67e12, 989e12}, {50e12, 400e12}, {15e12, 40e12}, 3.0e12, 3e-6, 360e9, 45e9, 10e-6,
-     8},
-    {"h100", {67e12, 989e12}, {50e12, 400e12}, {15e12, 40e12}, 2.1e12, 3e-6, 360e9, 45e9, 10e-6,
-     8},
-    {"a100", {19.5e12, 312e12}, {14.6e12, 126e12}, {4.4e12, 12.6e12}, 1.25e12, 3e-6, 240e9,
+    {"h200", {67e12, 989e12}, {50e12, 400e12}, {15e12, 40e12}, 3.0e12, 3e-6, 0, 0, 360e9, 45e9,
+     10e-6, 8},
+    {"h100", {67e12, 989e12}, {50e12, 400e12}, {15e12, 40e12}, 2.1e12, 3e-6, 0, 0, 360e9, 45e9,
+     10e-6, 8},
+    {"a100", {19.5e12, 312e12}, {14.6e12, 126e12}, {4.4e12, 12.6e12}, 1.25e12, 3e-6, 0, 0, 240e9,
      22e9, 10e-6, 8},
 };
 const int machine_npresets = (int)(sizeof machine_presets / sizeof machine_presets[0]);
@@ -57,6 +57,10 @@ int machine_check(const Machine *mc, const char **field) {
     if (bad(*rate[i])) return *field = name[i], -1;
   if (bad(mc->mem_bytes_per_s)) return *field = "memory_bytes_per_s", -1;
   if (!(mc->kernel_s >= 0) || !isfinite(mc->kernel_s)) return *field = "kernel_s", -1;
+  if (!(mc->parallel_call_s >= 0) || !isfinite(mc->parallel_call_s))
+    return *field = "parallel_call_s", -1;
+  if (!(mc->parallel_min_elements >= 0) || !isfinite(mc->parallel_min_elements))
+    return *field = "parallel_min_elements", -1;
   if (bad(mc->intra_bytes_per_s)) return *field = "intra_node_bytes_per_s", -1;
   if (bad(mc->inter_bytes_per_s)) return *field = "inter_node_bytes_per_s", -1;
   if (!(mc->latency_s >= 0) || !isfinite(mc->latency_s)) return *field = "latency_s", -1;

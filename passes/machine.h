@@ -22,6 +22,10 @@ typedef struct Machine {
   double attn_flops[2];      /* sustained by the fused attention (sdpa, sdpa_grad) */
   double mem_bytes_per_s;    /* sustained by memory-bound kernels */
   double kernel_s;           /* fixed cost of every kernel or runtime call */
+  double parallel_call_s;    /* more for a generated kernel that splits over threads
+                                (a CPU pool waking its workers; 0 on a GPU) ... */
+  double parallel_min_elements; /* ... when its result has at least this many
+                                elements (codegen/host.c grain: 2 tasks of 16K) */
   double intra_bytes_per_s;  /* what one rank sends a second over a ring, within a node */
   double inter_bytes_per_s;  /* the same between nodes */
   double latency_s;          /* fixed cost of every collective or transfer */

@@ -76,6 +76,18 @@ ps = plan["predicted_step"]
 if ps["calls"] < 50:
     sys.exit(f"FAIL calls: {ps['calls']} calls a step")
 near(ps["seconds"], ps["calls"] * 1e-3, "calls x kernel_s")
+# a call split over threads (largest value >= parallel_min_elements) costs parallel_call_s more
+every, _ = compile_("split_all", machine("split_all", parallel_call_s=1e-3, parallel_min_elements=0))
+none, _ = compile_("split_none", machine("split_none", parallel_call_s=1e-3,
+                                         parallel_min_elements=1e12))
+some, _ = compile_("split_some", machine("split_some", parallel_call_s=1e-3,
+                                         parallel_min_elements=16384))
+near(every["predicted_step"]["seconds"], ps["calls"] * 1e-3, "every call split")
+if none["predicted_step"]["seconds"] > 1e-15:
+    sys.exit(f"FAIL no call split: {none['predicted_step']['seconds']}")
+k = some["predicted_step"]["seconds"] / 1e-3
+if not 0 < k < ps["calls"] or abs(k - round(k)) > 1e-6:
+    sys.exit(f"FAIL split at 16384 elements: {k} of {ps['calls']} calls")
 
 # communication: tp 2 within a node of 2 ranks, dp 2 spans 4 ranks: between nodes
 mc = machine("links", intra_node_bytes_per_s=1e9, inter_node_bytes_per_s=1e6, latency_s=1e-4,
