@@ -111,7 +111,7 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
     if (node_s) node_s[r] += t;
   }
   for (int i = 0; i < m->nnodes; i++) { /* runtime ops */
-    int kind;
+    int kind = 0;
     double t = kp->kernel_of[i] >= 0 ? 0 : op_time(m->nodes[i], mc, bf16 ? 1 : 0, &kind, st);
     add_call(st, m->nodes[i]->phase, t, kind);
     if (node_s) node_s[i] += t;
