@@ -43,6 +43,13 @@ static double op_flops(const IrNode *n, int *attn) {
   }
 }
 
+/* What a call costs more for splitting over threads: its largest value or
+ * operand (bytes) reaches the machine's parallel_min_elements. */
+static double split_cost(const Machine *mc, double largest_bytes) {
+  return mc->parallel_call_s > 0 && largest_bytes / 4 >= mc->parallel_min_elements
+             ? mc->parallel_call_s : 0;
+}
+
 /* The time of generated kernel k (0 for a reshape the host aliases). */
 static double kernel_time(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int k,
                           StepTime *st) {
@@ -59,10 +66,7 @@ static double kernel_time(const IrModule *m, const CgKernelPlan *kp, const Machi
     bytes += cap > 0 && b > cap ? cap : b;
   }
   st->bytes += bytes;
-  /* split over threads when its largest value is big enough (cap: its bytes) */
-  double wake = mc->parallel_call_s > 0 && cap / 4 >= mc->parallel_min_elements
-                    ? mc->parallel_call_s : 0;
-  return mc->kernel_s + wake + bytes / mc->mem_bytes_per_s;
+  return mc->kernel_s + split_cost(mc, cap) + bytes / mc->mem_bytes_per_s;
 }
 
 /* The time of runtime op n (0 for a leaf, a collective or a generated
@@ -75,9 +79,6 @@ static double op_time(const IrNode *n, const Machine *mc, int p, int *kind, Step
     bytes += node_bytes(n->inputs[j]);
     if (node_bytes(n->inputs[j]) > big) big = node_bytes(n->inputs[j]);
   }
-  /* split over threads when its largest operand is big enough */
-  double wake = mc->parallel_call_s > 0 && big / 4 >= mc->parallel_min_elements
-                    ? mc->parallel_call_s : 0;
   int attn;
   double f = op_flops(n, &attn), rate = attn ? mc->attn_flops[p] : mc->gemm_flops[p];
   double tf = f / rate, tm = bytes / mc->mem_bytes_per_s;
@@ -85,7 +86,7 @@ static double op_time(const IrNode *n, const Machine *mc, int p, int *kind, Step
   if (attn) st->attn_flops += f;
   else st->gemm_flops += f;
   *kind = f > 0 ? 1 + attn : 0;
-  return mc->kernel_s + wake + (tf > tm ? tf : tm);
+  return mc->kernel_s + split_cost(mc, big) + (tf > tm ? tf : tm);
 }
 
 static void add_call(StepTime *st, IrPhase phase, double t, int kind) {

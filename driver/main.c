@@ -456,6 +456,13 @@ static int pipe_retime(const Options *o, const IrModule *m, IrModule *tm, const 
   return 0;
 }
 
+/* The machine the report predicts the step time on, into a fresh cost. */
+static void predict_on(Cost *cost, const Options *o, const IrModule *m) {
+  cost->machine = &o->machine;
+  cost->bf16 = machine_bf16(m);
+  cost->overlap_dp = !o->no_overlap;
+}
+
 /* The per-rank plan for a report without -o (pp = ep = 1): the rank-local
  * module's activation arena and, with several ranks, its communication, into
  * cost.  The module m has been through every pass unsharded; a sharded copy
@@ -678,8 +685,7 @@ int main(int argc, char **argv) {
   }
   Cost cost;
   cost_analyze(m, &o.lay, &cost);
-  /* the machine the report predicts the step time on */
-  cost.machine = &o.machine, cost.bf16 = machine_bf16(m), cost.overlap_dp = !o.no_overlap;
+  predict_on(&cost, &o, m);
   /* the microbatches a step routes, as pp_request_check settled them (a routed
    * model's at pp 1 too, --microbatches included); 0 for a dense model at pp 1 */
   cost.microbatches = o.pipe.microbatches;
@@ -724,7 +730,7 @@ int main(int argc, char **argv) {
     }
     if (o.lay.pp > 1) {
       cost_analyze_split(m, &o.lay, pipe.st.chunk_layers, pipe.st.nchunks, &cost);
-      cost.machine = &o.machine, cost.bf16 = machine_bf16(m), cost.overlap_dp = !o.no_overlap;
+      predict_on(&cost, &o, m); /* (cost_analyze_split starts afresh) */
       cost.pipe = &pipe;
       cost.microbatches = pipe.st.microbatches;
     }
