@@ -57,8 +57,9 @@ CASE is one of:
   mesh_moe                   moe_tiny at tp x dp in 2x1 1x2 2x2 1x4 2x4 and with experts
                              split over ep (dp 2 ep 2, dp 4 ep 2, dp 4 ep 4, tp 2 dp 2
                              ep 2, tp 2 dp 4 ep 4), dropless and at capacity 1.0, equals
-                             one rank (20-step losses 1e-4, step-1 gradients 1e-5
-                             relative L2); under tp each expert's MLP is split: plan.json
+                             one rank (dropless: 20-step losses 1e-4, step-1 gradients
+                             1e-5 relative L2; capacity 1.0, here and below: tie-aware,
+                             see mesh_moe_ties); under tp each expert's MLP is split: plan.json
                              gives a rank 1/(tp ep) of every expert tensor; GELU experts
                              and a shared expert at tp 2 and tp 2 x dp 2 ep 2 equal one
                              rank; checkpoints resume tp 2 dp 2 ep 2 -> 1x1, 1x1 -> tp 2,
@@ -83,7 +84,8 @@ CASE is one of:
                              capacity 1.0): dense state in pieces over dp, the experts'
                              over their ep_dp group (whole where ep == dp); equals one
                              rank (20-step losses 1e-4, step-1 gradients 1e-5 relative
-                             L2, grad norm 1e-3), a rank keeps 1/dp of the one-rank state
+                             L2, grad norm 1e-3; at capacity 1.0 tie-aware as
+                             mesh_moe_ties, grad norm 1e-6 too), a rank keeps 1/dp of the one-rank state
                              (plus padding), ep_dp reduce-scatters and all-gathers in
                              plan.json iff ep < dp; checkpoints move zero dp 4 ep 2 ->
                              1x1 (its tensors equal one rank's after 10 steps) and 1x1
@@ -108,13 +110,19 @@ CASE is one of:
                              dp 2 ep 2 equals one rank; mpirun equals threads
   mesh_moe_ties              moe_tiny at capacity 1.0, batch 8, microbatches 2 under
                              dp 2, dp 2 ep 2, dp 2 --zero 1 and dp 2 ep 2 --zero 1
-                             against one rank, router probabilities dumped
-                             (scripts/moe_route_diff.py): every row routed on both,
-                             step 0's within 8 ulp; until the first top-k flip (if
-                             any), which must be a near tie (experts within 8 ulp on
-                             one rank), losses within 1e-6 relative; step-1
-                             gradients within 1e-6 relative L2; the check rejects
-                             a trainer that drops differently (capacity 0 vs 1.0)
+                             against one rank, tie-aware (equals_one_rank_ties, also
+                             mesh_moe's and mesh_zero_ep's capacity 1.0): router
+                             probabilities dumped (scripts/moe_route_diff.py), every
+                             row routed on both, step 0's within ROUTE_ULP = 8 ulp;
+                             until the first top-k flip (if any), which must be a near
+                             tie (the traded experts within 16 ulp on both layouts),
+                             losses within 1e-6 relative and step-1 gradients within
+                             1e-6 relative L2, nothing compared after it (said in the
+                             output); the check rejects a trainer that drops
+                             differently (capacity 0 vs 1.0) and wrong logs and dumps
+                             (a loss 1e-5 off, a flip at a large margin or at 17 ulp,
+                             a row missing, step 0 100 ulp off), and stops at a
+                             fabricated 16-ulp tie
   mesh_gpt2, mesh_llama      trainers for every tp x dp with tp, dp in {1, 2, 4} and
                              tp*dp <= 8 train the same model as one rank from the
                              same seed: 20 steps, losses within 1e-4 relative,
@@ -125,9 +133,11 @@ CASE is one of:
 The generated project is built with TRAIN_WERROR=ON: it must compile without
 a warning.  Exit 77 (skip) where /usr/bin/python3 has no torch.
 """
-import json, os, shutil, subprocess, sys
+import json, os, shutil, struct, subprocess, sys
 
 case, parc, src, work = sys.argv[1:5]
+sys.path.insert(0, os.path.join(src, "scripts"))
+import moe_route_diff  # noqa: E402 (scripts/, found from SOURCE_DIR)
 work = os.path.join(work, case)
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
@@ -147,11 +157,14 @@ def run(cmd, **kw):
         sys.exit(f"FAIL: {' '.join(cmd)} exited {r.returncode}\n{r.stdout[-3000:]}{r.stderr[-3000:]}")
     return r
 
-def build(model, defines, name, extra=(), path=None):
-    """Compiles examples/MODEL.dsl (or the file at path) into work/NAME and builds it."""
+def build(model, defines, name, extra=(), path=None, routes=False):
+    """Compiles examples/MODEL.dsl (or the file at path) into work/NAME and builds it;
+    with routes, its router's choices can be dumped (train_routed)."""
     out = os.path.join(work, name)
     path = path or os.path.join(src, "examples", model + ".dsl")
     run([parc, path, "-o", out, *defines, *extra])
+    if routes:
+        moe_route_diff.patch_project(out)
     run(["cmake", "-S", out, "-B", out + "/build", "-DTRAIN_WERROR=ON"])
     r = run(["cmake", "--build", out + "/build"])
     if "warning" in r.stdout + r.stderr:
@@ -169,11 +182,81 @@ def data_file():
     open(path, "w").write(" ".join(text))
     return path
 
-def train(exe, *args):
+def train(exe, *args, env=None):
     log = os.path.join(work, "log-%d.jsonl" % len(os.listdir(work)))
-    run([exe, "--quiet", "--threads", "2", "--log", log, *args])
+    run([exe, "--quiet", "--threads", "2", "--log", log, *args], env=env)
     rows = [json.loads(l) for l in open(log)]
     return [r for r in rows if "step" in r]
+
+def train_routed(exe, *args):
+    """train of a build(..., routes=True): (its log's steps, every router choice:
+    scripts/moe_route_diff.py's load of the run's dump)."""
+    dump = os.path.join(work, "routes-%d" % len(os.listdir(work)))
+    os.makedirs(dump)
+    rows = train(exe, *args, env=dict(os.environ, MOE_ROUTE_DIR=dump))
+    return rows, moe_route_diff.load(dump)[0]
+
+# Capacity drops make routing discontinuous: a layout whose sums run in another order
+# (tp's partial sums, dp's gradient all-reduce; OpenBLAS rounds a row of an NT sgemm
+# differently once the call's M x N reaches 2048, so 32 rows a rank and 64 on one rank
+# differ in the last bits from step 0) can tip a near tie of two experts' router
+# probabilities, after which the two models legitimately differ by more than rounding.
+# ROUTE_ULP bounds what rounding does to a router probability: at step 0, whose
+# parameters are the same bits on every layout, measured at most 2 ulp (every layout of
+# mesh_moe, mesh_moe_ties, mesh_zero_ep), and up to 7 ulp by step 19 as the layouts'
+# parameters part by rounding; so a flip that rounding explains trades two experts at
+# most 2 ROUTE_ULP apart, on either layout.  A wrong row, expert, logit or drop order
+# moves probabilities by thousands of ulp (capacity 0 against 1.0, or capacity_drop
+# filling the dp ranks in reverse order: 9e4 ulp at step 0).
+ROUTE_ULP = 8
+TIES_TOL = 1e-6  # losses and the first step's gradients before a flip (measured 1.2e-7, 4.4e-7)
+
+def ties_verdict(got, ref, grads_ref, grads, tol, norm=False):
+    """equals_one_rank_ties's check: (why it fails or None, worst loss difference,
+    gradient difference or None, moe_route_diff.Routes, the comparison's last lines)."""
+    (rows, routes), (ref_rows, ref_routes) = got, ref
+    said = []
+    res = moe_route_diff.compare(ref_routes, routes, ROUTE_ULP, say=said.append)
+    if len(rows) != len(ref_rows):
+        return f"{len(rows)} steps logged, one rank {len(ref_rows)}", 0.0, None, res, said
+    if res.bad:
+        return f"routing differs from one rank's beyond a near tie: {res.bad}", 0.0, None, res, said
+    until = len(ref_rows) if res.first is None else res.first
+    e = None
+    if until > 0 and grads:
+        e, name = grads_rel_l2(grads_ref, grads)
+        if e > tol:
+            return (f"step-1 gradient of {name} differs by {e:.2e} (relative L2) from one "
+                    f"rank's (no top-k flip at step 0)", 0.0, e, res, said)
+    worst = 0.0
+    for r, g in zip(ref_rows[:until], rows[:until]):
+        worst = max(worst, rel(g["loss"], r["loss"]))
+        if rel(g["loss"], r["loss"]) > tol:
+            return (f"step {r['step']}: loss {g['loss']}, one rank {r['loss']} (relative "
+                    f"{rel(g['loss'], r['loss']):.1e} > {tol:g}; no top-k flip before step "
+                    f"{until})", worst, e, res, said)
+        if norm and rel(g["grad_norm"], r["grad_norm"]) > tol:
+            return (f"step {r['step']}: grad norm {g['grad_norm']}, one rank "
+                    f"{r['grad_norm']} (relative > {tol:g})", worst, e, res, said)
+    return None, worst, e, res, said
+
+def equals_one_rank_ties(tag, got, ref, grads_ref=None, grads=None, tol=TIES_TOL, norm=False):
+    """A routed model with a finite capacity against one rank: got and ref are
+    train_routed's (steps, routes).  moe_route_diff.compare's check at ROUTE_ULP
+    (every row routed on both, step 0's probabilities within ROUTE_ULP ulp, every
+    first flip a near tie: within 2 ROUTE_ULP ulp on both layouts); until the first flip every loss within
+    tol relative, and the first step's gradients (grads, against grads_ref) within
+    tol relative L2 unless the flip is at step 0 (grads None: none compared), with
+    norm the logged gradient norms within tol too; from
+    the flip on nothing is compared (the line printed says so).  Returns (worst loss difference, gradient
+    difference or None, moe_route_diff.Routes)."""
+    bad, worst, e, res, said = ties_verdict(got, ref, grads_ref, grads, tol, norm)
+    if bad:
+        sys.exit(f"FAIL {tag}: {bad}\n" + "\n".join(said[-12:]))
+    if res.first is not None:
+        print(f"{tag}: a near tie (margin {res.margin} ulp) flips a top-k choice at step "
+              f"{res.first}: losses compared up to it only, not after")
+    return worst, e, res
 
 def load_safetensors(path):
     """{name: tuple of floats} of an F32 safetensors file (no torch needed)."""
@@ -253,11 +336,18 @@ def mpi_equals_threads(tag, exe, np, args, threads=None, extra=()):
                  f"backend's {[r['loss'] for r in threads]}")
     return True
 
-def resumes_like(tag, first, then, args, ref, ck):
+def resumes_like(tag, first, then, args, ref, ck, routed=False):
     """10 steps of trainer `first` saved to checkpoint ck, then `then` resuming it up to
     the end of args (which end with --steps N): every loss within 1e-4 relative of the
-    straight run ref."""
+    straight run ref.  routed: first and then are build(..., routes=True)'s, ref is
+    train_routed's, and the two halves are compared with it tie-aware
+    (equals_one_rank_ties, no gradients).  Returns the first flip's step or None."""
     shutil.rmtree(ck, ignore_errors=True)
+    if routed:
+        half = train_routed(first, *args[:-1], "10", "--save", ck)
+        rest = train_routed(then, *args, "--resume", ck)
+        return equals_one_rank_ties(f"resume {tag}", (half[0] + rest[0], {**half[1], **rest[1]}),
+                                    ref)[2].first
     half = train(first, *args[:-1], "10", "--save", ck)
     rest = train(then, *args, "--resume", ck)
     if len(half + rest) != len(ref):
@@ -533,10 +623,11 @@ elif case == "moe":
           f"({ran.get(('ep', 'all_to_all'), 0)} all-to-alls a step, "
           f"{a2a1.get(('ep', 'all_to_all'))} at 1)")
 elif case == "mesh_moe":
-    def check_moe_log(rows, ref, tag, choices=4 * 16 * 2):
+    def check_moe_log(rows, ref, tag, choices=4 * 16 * 2, step0=True):
         """Every step logs each MoE layer's routing: kept choices per expert
         adding up to tokens * top_k minus the dropped ones; step 0 equals the
-        one-rank run's (the counts exactly, the aux loss to 1e-5)."""
+        one-rank run's (the counts exactly, the aux loss to 1e-5) where step0
+        (False: a near tie flipped a choice at step 0)."""
         for r in rows:
             if len(r.get("moe", [])) != 2:
                 sys.exit(f"FAIL {tag} step {r['step']}: moe record {r.get('moe')}")
@@ -544,7 +635,7 @@ elif case == "mesh_moe":
                 if len(l["tokens"]) != 4 or sum(l["tokens"]) + l["dropped"] != choices:
                     sys.exit(f"FAIL {tag} step {r['step']} layer {l['layer']}: kept "
                              f"{l['tokens']} + dropped {l['dropped']} != {choices} choices")
-        for a, b in zip(rows[0]["moe"], ref[0]["moe"]):
+        for a, b in zip(rows[0]["moe"], ref[0]["moe"] if step0 else []):
             if a["tokens"] != b["tokens"] or a["dropped"] != b["dropped"] or \
                     rel(a["aux"], b["aux"]) > 1e-5:
                 sys.exit(f"FAIL {tag} step 0 layer {a['layer']}: routing {a}, one rank {b}")
@@ -584,11 +675,17 @@ elif case == "mesh_moe":
     layouts = [(2, 1, 1), (1, 2, 1), (2, 2, 1), (1, 4, 1), (2, 4, 1),
                (1, 2, 2), (1, 4, 2), (1, 4, 4), (2, 2, 2), (2, 4, 4)]
     exes = {}
+    ties = []  # capacity 1.0: (tag, moe_route_diff.Routes, loss and gradient differences)
+    refs = {}  # the one-rank runs' train_routed (capacity 0: log, None)
+    unflipped = []  # capacity 1.0 comparisons (resumes, --init, weights) stopped at a flip
     for cap in ("0.0", "1.0"):
+        routed = cap != "0.0"  # a finite capacity: compared tie-aware
         defines = MOE + ["-D", f"capacity={cap}"]
         grads1 = os.path.join(work, f"grads_r1_{cap}.safetensors")
-        exes[(1, 1, 1, cap)] = build("moe_tiny", defines, f"r1_{cap}")
-        ref = train(exes[(1, 1, 1, cap)], *const, "--save-grads", grads1)
+        exes[(1, 1, 1, cap)] = build("moe_tiny", defines, f"r1_{cap}", routes=routed)
+        ref_r = train_routed(exes[(1, 1, 1, cap)], *const, "--save-grads", grads1) \
+            if routed else (train(exes[(1, 1, 1, cap)], *const, "--save-grads", grads1), None)
+        ref, refs[(1, 1, 1, cap)] = ref_r[0], ref_r
         check_moe_log(ref, ref, f"r1_{cap}")
         if cap == "1.0" and not any(l["dropped"] for r in ref for l in r["moe"]):
             sys.exit("FAIL: capacity 1.0 dropped no choice in 20 steps (the test sees no drops)")
@@ -596,13 +693,19 @@ elif case == "mesh_moe":
             tag = f"r{tp}x{dp}" + (f"_ep{ep}" if ep > 1 else "") + f"_{cap}"
             flags = ["--tp", str(tp), "--dp", str(dp)] + (["--ep", str(ep)] if ep > 1 else [])
             grads = os.path.join(work, f"grads_{tag}.safetensors")
-            exes[(tp, dp, ep, cap)] = exe = build("moe_tiny", defines, tag, flags)
-            got = train(exe, *const, "--save-grads", grads)
-            if len(got) != len(ref):
-                sys.exit(f"FAIL {tag}: {len(got)} steps logged")
-            check_moe_log(got, ref, tag)
-            wl, wg = equals_one_rank(tag, got, ref, grads1, grads)
-            worst, worst_grad = max(worst, wl), max(worst_grad, wg)
+            exes[(tp, dp, ep, cap)] = exe = build("moe_tiny", defines, tag, flags, routes=routed)
+            if routed:
+                got_r = train_routed(exe, *const, "--save-grads", grads)
+                wl, wg, res = equals_one_rank_ties(tag, got_r, ref_r, grads1, grads, norm=True)
+                check_moe_log(got_r[0], ref, tag, step0=res.first != 0)
+                ties.append((tag, res, wl, wg))
+            else:
+                got = train(exe, *const, "--save-grads", grads)
+                if len(got) != len(ref):
+                    sys.exit(f"FAIL {tag}: {len(got)} steps logged")
+                check_moe_log(got, ref, tag)
+                wl, wg = equals_one_rank(tag, got, ref, grads1, grads)
+                worst, worst_grad = max(worst, wl), max(worst_grad, wg)
             experts_split(tag, tp, ep)
     # the experts' variants split over tp the same way: GELU experts (w1, w2) and a
     # shared SwiGLU expert (its partial sum joining the routed experts' before their
@@ -610,15 +713,17 @@ elif case == "mesh_moe":
     for var, extra in (("gelu", ["-D", "gelu_experts=1"]), ("shared", ["-D", "shared_ffn=32"])):
         defines = MOE + ["-D", "capacity=1.0"] + extra
         grads_v = os.path.join(work, f"grads_{var}_r1.safetensors")
-        ref_v = train(build("moe_tiny", defines, f"{var}_r1"), *const, "--save-grads", grads_v)
+        ref_v = train_routed(build("moe_tiny", defines, f"{var}_r1", routes=True), *const,
+                             "--save-grads", grads_v)
         for tp, dp, ep in ((2, 1, 1), (2, 2, 2)):
             tag = f"{var}_r{tp}x{dp}_ep{ep}"
             grads = os.path.join(work, f"grads_{tag}.safetensors")
-            exe = build("moe_tiny", defines, tag, ["--tp", str(tp), "--dp", str(dp), "--ep", str(ep)])
-            got = train(exe, *const, "--save-grads", grads)
-            check_moe_log(got, ref_v, tag)
-            wl, wg = equals_one_rank(tag, got, ref_v, grads_v, grads)
-            worst, worst_grad = max(worst, wl), max(worst_grad, wg)
+            exe = build("moe_tiny", defines, tag, ["--tp", str(tp), "--dp", str(dp), "--ep", str(ep)],
+                        routes=True)
+            got = train_routed(exe, *const, "--save-grads", grads)
+            wl, wg, res = equals_one_rank_ties(tag, got, ref_v, grads_v, grads, norm=True)
+            check_moe_log(got[0], ref_v[0], tag, step0=res.first != 0)
+            ties.append((tag, res, wl, wg))
             experts_split(tag, tp, ep)
     # microbatches are part of a routed model (aux statistics and capacity per
     # microbatch): with microbatches = 2 the one-rank trainer accumulates over two
@@ -638,8 +743,13 @@ elif case == "mesh_moe":
             defines = MOE + ["-D", f"capacity={cap}", "-D", "microbatches=2", "-D",
                              f"batch={batch}"]
             grads_m = os.path.join(work, f"grads_m2_b{batch}_{cap}.safetensors")
-            exes[("m2", batch, cap)] = build("moe_tiny", defines, f"m2_b{batch}_{cap}")
-            ref = train(exes[("m2", batch, cap)], *const, "--save-grads", grads_m)
+            routed = cap != "0.0"
+            exes[("m2", batch, cap)] = build("moe_tiny", defines, f"m2_b{batch}_{cap}",
+                                             routes=routed)
+            ref_r = train_routed(exes[("m2", batch, cap)], *const, "--save-grads", grads_m) \
+                if routed else (train(exes[("m2", batch, cap)], *const, "--save-grads", grads_m),
+                                None)
+            ref, refs[("m2", batch, cap)] = ref_r[0], ref_r
             if batch == 4:
                 one = train(exes[(1, 1, 1, cap)], *const)
                 if max(rel(a["loss"], b["loss"]) for a, b in zip(ref, one)) < 1e-6:
@@ -651,12 +761,20 @@ elif case == "mesh_moe":
                 grads = os.path.join(work, f"grads_{tag}.safetensors")
                 flags = ["--pp", str(pp), "--tp", str(tp), "--dp", str(dp)] + \
                     (["--ep", str(ep), "--target", "cpu"] if ep > 1 else [])
-                exes[(pp, tp, dp, ep, batch, cap)] = exe = build("moe_tiny", defines, tag, flags)
+                exes[(pp, tp, dp, ep, batch, cap)] = exe = build("moe_tiny", defines, tag, flags,
+                                                                 routes=routed)
+                fused_kernels(tag, tag)
+                if routed:
+                    got_r = train_routed(exe, *const, "--save-grads", grads)
+                    wl, wg, res = equals_one_rank_ties(tag, got_r, ref_r, grads_m, grads)
+                    check_moe_log(got_r[0], ref, tag, choices=batch * 16 * 2,
+                                  step0=res.first != 0)
+                    ties.append((tag, res, wl, wg))
+                    continue
                 got = train(exe, *const, "--save-grads", grads)
                 if len(got) != len(ref):
                     sys.exit(f"FAIL {tag}: {len(got)} steps logged")
                 check_moe_log(got, ref, tag, choices=batch * 16 * 2)
-                fused_kernels(tag, tag)
                 # (against one rank with microbatches = 2; losses and gradients only)
                 wl, wg = equals_one_rank(tag, got, ref, grads_m, grads, check_norm=False)
                 if ep > 1:
@@ -667,20 +785,24 @@ elif case == "mesh_moe":
     # under pp 2 x dp 4 ep 2 resume on one rank, 10 on one rank resume under
     # pp 2 x dp 4 ep 4, and the weights pp 2 x dp 4 ep 4 saves after 20 steps equal
     # one rank's
+    # (capacity 1.0, so tie-aware: the weights are compared where no near tie flipped)
     cap = "1.0"
-    ref = train(exes[("m2", 8, cap)], *const)
+    ref = refs[("m2", 8, cap)]
     ck = os.path.join(work, "ckpt_pp_ep")
-    resumes_like("pp 2 dp 4 ep 2 -> 1x1", exes[(2, 1, 4, 2, 8, cap)], exes[("m2", 8, cap)],
-                 const, ref, ck)
-    resumes_like("1x1 -> pp 2 dp 4 ep 4", exes[("m2", 8, cap)], exes[(2, 1, 4, 4, 8, cap)],
-                 const, ref, ck)
+    for what, first, then in (("pp 2 dp 4 ep 2 -> 1x1", (2, 1, 4, 2, 8, cap), ("m2", 8, cap)),
+                              ("1x1 -> pp 2 dp 4 ep 4", ("m2", 8, cap), (2, 1, 4, 4, 8, cap))):
+        if resumes_like(what, exes[first], exes[then], const, ref, ck, routed=True) is not None:
+            unflipped.append(f"resume {what}")
     w1, wp = os.path.join(work, "w_m2.safetensors"), os.path.join(work, "w_pp_ep.safetensors")
     train(exes[("m2", 8, cap)], *const, "--save-weights", w1)
-    train(exes[(2, 1, 4, 4, 8, cap)], *const, "--save-weights", wp)
-    e, name = grads_rel_l2(w1, wp)
-    if e > 1e-4:
-        sys.exit(f"FAIL --save-weights under pp 2 dp 4 ep 4: {name} differs by {e:.2e} "
-                 "(relative L2)")
+    got = train_routed(exes[(2, 1, 4, 4, 8, cap)], *const, "--save-weights", wp)
+    if equals_one_rank_ties("pp 2 dp 4 ep 4", got, ref)[2].first is None:
+        e, name = grads_rel_l2(w1, wp)
+        if e > 1e-4:
+            sys.exit(f"FAIL --save-weights under pp 2 dp 4 ep 4: {name} differs by {e:.2e} "
+                     "(relative L2)")
+    else:
+        unflipped.append("--save-weights under pp 2 dp 4 ep 4")
     # and as 8 MPI processes it gives the bits of 8 threads
     note_pp = "no mpirun: MPI run skipped"
     if mpi_equals_threads("pp 2 dp 4 ep 2", exes[(2, 1, 4, 2, 8, cap)], 8, const):
@@ -714,43 +836,38 @@ elif case == "mesh_moe":
     # layout-free checkpoints and weights: 10 steps under tp 2 x dp 2, ep 2, then 10
     # under 1x1; 10 under 1x1, then 10 under dp 4 ep 4; the weights one rank saves
     # after 20 steps, as --init, train under dp 4 ep 2 as on one rank
+    # (capacity 1.0: tie-aware, the weights compared where no near tie flipped)
     cap = "1.0"
-    ref = train(exes[(1, 1, 1, cap)], *const)
+    ref = refs[(1, 1, 1, cap)]
     ck = os.path.join(work, "ckpt")
     for first, then, what in (((2, 2, 2), (1, 1, 1), "tp 2 dp 2 ep 2 -> 1x1"),
                               ((1, 1, 1), (2, 1, 1), "1x1 -> tp 2"),
                               ((2, 1, 1), (1, 1, 1), "tp 2 -> 1x1"),
                               ((1, 1, 1), (1, 4, 4), "1x1 -> dp 4 ep 4")):
-        resumes_like(what, exes[(*first, cap)], exes[(*then, cap)], const, ref, ck)
-    w1, w42 = os.path.join(work, "w_r1.safetensors"), os.path.join(work, "w_ep.safetensors")
+        if resumes_like(what, exes[(*first, cap)], exes[(*then, cap)], const, ref, ck,
+                        routed=True) is not None:
+            unflipped.append(f"resume {what}")
+    w1 = os.path.join(work, "w_r1.safetensors")
     train(exes[(1, 1, 1, cap)], *const, "--save-weights", w1)
-    a = train(exes[(1, 1, 1, cap)], *const, "--init", w1)
-    b = train(exes[(1, 4, 2, cap)], *const, "--init", w1, "--save-weights", w42)
-    for r, g in zip(a, b):
-        if rel(g["loss"], r["loss"]) > 1e-4:
-            sys.exit(f"FAIL --init under dp 4 ep 2 step {r['step']}: {g['loss']} vs {r['loss']}")
-    train(exes[(1, 1, 1, cap)], *const, "--init", w1, "--save-weights", w1 + ".again")
-    e, name = grads_rel_l2(w1 + ".again", w42)
-    if e > 1e-4:
-        sys.exit(f"FAIL --save-weights under dp 4 ep 2: {name} differs by {e:.2e} (relative L2)")
+    a = train_routed(exes[(1, 1, 1, cap)], *const, "--init", w1, "--save-weights", w1 + ".again")
     # and with the experts split over tp and ep (gathered over tp, then over ep)
-    w222 = os.path.join(work, "w_tp_ep.safetensors")
-    b = train(exes[(2, 2, 2, cap)], *const, "--init", w1, "--save-weights", w222)
-    for r, g in zip(a, b):
-        if rel(g["loss"], r["loss"]) > 1e-4:
-            sys.exit(f"FAIL --init under tp 2 dp 2 ep 2 step {r['step']}: {g['loss']} vs "
-                     f"{r['loss']}")
-    e, name = grads_rel_l2(w1 + ".again", w222)
-    if e > 1e-4:
-        sys.exit(f"FAIL --save-weights under tp 2 dp 2 ep 2: {name} differs by {e:.2e} "
-                 "(relative L2)")
+    for lay, what in (((1, 4, 2), "dp 4 ep 2"), ((2, 2, 2), "tp 2 dp 2 ep 2")):
+        w = os.path.join(work, f"w_{'_'.join(map(str, lay))}.safetensors")
+        b = train_routed(exes[(*lay, cap)], *const, "--init", w1, "--save-weights", w)
+        if equals_one_rank_ties(f"--init under {what}", b, a)[2].first is None:
+            e, name = grads_rel_l2(w1 + ".again", w)
+            if e > 1e-4:
+                sys.exit(f"FAIL --save-weights under {what}: {name} differs by {e:.2e} "
+                         "(relative L2)")
+        else:
+            unflipped.append(f"--init / --save-weights under {what}")
     # the dp 4 ep 2 trainer as 4 MPI processes gives the same bits as 4 threads
     note = "no mpirun: MPI run skipped"
     if mpi_equals_threads("dp 4 ep 2", exes[(1, 4, 2, cap)], 4, const) and \
             mpi_equals_threads("tp 2 dp 2 ep 2", exes[(2, 2, 2, cap)], 4, const):
         note = "mpirun -np 4 equals 4 threads bit for bit (dp 4 ep 2, tp 2 dp 2 ep 2)"
     print(f"moe_tiny at tp x dp 2x1 1x2 2x2 1x4 2x4 and with ep (dp 2 ep 2, dp 4 ep 2, dp 4 "
-          f"ep 4, tp 2 dp 2 ep 2, tp 2 dp 4 ep 4), dropless and capacity 1.0, equals one "
+          f"ep 4, tp 2 dp 2 ep 2, tp 2 dp 4 ep 4), dropless (capacity 1.0: below), equals one "
           f"rank over 20 steps (worst loss difference {worst:.1e}, step-1 gradients "
           f"{worst_grad:.1e} relative L2; each expert split over tp, a rank holding 1/(tp ep) "
           f"of every expert tensor; GELU and shared experts at tp 2, tp 2 dp 2 ep 2 too); "
@@ -763,6 +880,14 @@ elif case == "mesh_moe":
           f"(losses {worst_ep:.1e}, step-1 gradients {worst_ep_grad:.1e}); checkpoints "
           f"resume pp 2 dp 4 ep 2 -> 1x1 and 1x1 -> pp 2 dp 4 ep 4; --save-weights under "
           f"pp 2 dp 4 ep 4; {note_pp}")
+    flips = [f"{t} at step {r.first} ({r.margin} ulp)" for t, r, _, _ in ties if r.first is not None]
+    flips += [f"{w} (compared up to the flip)" for w in unflipped]
+    print(f"capacity 1.0, tie-aware ({len(ties)} layouts above): step-0 router probabilities "
+          f"within {max(r.step0_ulp for _, r, _, _ in ties)} ulp of one rank's (bound "
+          f"{ROUTE_ULP}), later steps' before any flip {max(r.ulp for _, r, _, _ in ties)} ulp; "
+          f"top-k flips: {', '.join(flips) or 'none'}; before any flip losses "
+          f"within {max(l for _, _, l, _ in ties):.1e} relative, step-1 gradients "
+          f"{max(g or 0.0 for _, _, _, g in ties):.1e} relative L2 (bound {TIES_TOL:g})")
 elif case == "mesh_sp":
     # sequence parallelism: --sp trainers equal the one-rank trainer; a vocabulary
     # tp does not divide is padded (masked logits) and saved unpadded
@@ -882,11 +1007,15 @@ elif case == "mesh_zero_ep":
     layouts = [(1, 2, 2), (1, 4, 2), (1, 4, 4), (2, 2, 2), (2, 4, 2)]
     worst = worst_grad = 0.0
     exes = {}
+    ties, refs = [], {}  # capacity 1.0: compared tie-aware (equals_one_rank_ties)
     for cap in ("0.0", "1.0"):
+        routed = cap != "0.0"
         defines = MOE + ["-D", f"capacity={cap}"]
         grads1 = os.path.join(work, f"grads_r1_{cap}.safetensors")
-        exes[(1, 1, 1, cap)] = one = build("moe_tiny", defines, f"r1_{cap}")
-        ref = train(one, *const, "--save-grads", grads1)
+        exes[(1, 1, 1, cap)] = one = build("moe_tiny", defines, f"r1_{cap}", routes=routed)
+        refs[cap] = train_routed(one, *const, "--save-grads", grads1) if routed else \
+            (train(one, *const, "--save-grads", grads1), None)
+        ref = refs[cap][0]
         if cap == "1.0" and not any(l["dropped"] for r in ref for l in r["moe"]):
             sys.exit("FAIL: capacity 1.0 dropped no choice in 20 steps (the test sees no drops)")
         plan1 = json.load(open(os.path.join(work, f"r1_{cap}", "plan.json")))
@@ -896,10 +1025,16 @@ elif case == "mesh_zero_ep":
             flags = ["--tp", str(tp), "--dp", str(dp), "--ep", str(ep), "--zero", "1",
                      "--bucket-mb", "0.02"]
             grads = os.path.join(work, f"grads_{tag}.safetensors")
-            exes[(tp, dp, ep, cap)] = exe = build("moe_tiny", defines, tag, flags)
-            got = train(exe, *const, "--save-grads", grads)
-            wl, wg = equals_one_rank(tag, got, ref, grads1, grads)
-            worst, worst_grad = max(worst, wl), max(worst_grad, wg)
+            exes[(tp, dp, ep, cap)] = exe = build("moe_tiny", defines, tag, flags, routes=routed)
+            if routed:
+                wl, wg, res = equals_one_rank_ties(
+                    tag, train_routed(exe, *const, "--save-grads", grads), refs[cap], grads1, grads,
+                    norm=True)
+                ties.append((tag, res, wl, wg))
+            else:
+                wl, wg = equals_one_rank(tag, train(exe, *const, "--save-grads", grads), ref,
+                                         grads1, grads)
+                worst, worst_grad = max(worst, wl), max(worst_grad, wg)
             # the state a rank keeps: every element of the one-rank state is held by one
             # dp rank (dense pieces over dp, expert pieces over ep_dp of the rank's
             # experts), so 1/dp of it over tp 1, plus padding
@@ -916,29 +1051,39 @@ elif case == "mesh_zero_ep":
                 sys.exit(f"FAIL {tag}: collectives {comm}")
     # layout-free checkpoints: 10 steps under zero dp 4 ep 2 (expert pieces over ep_dp)
     # resume on one rank, and 10 on one rank resume under zero tp 2 dp 4 ep 2
+    # (capacity 1.0: tie-aware, the checkpoint's tensors compared where no near tie
+    # flipped in its 10 steps)
     cap = "1.0"
-    ref = train(exes[(1, 1, 1, cap)], *const)
     ck = os.path.join(work, "ckpt")
-    resumes_like("zero dp 4 ep 2 -> 1x1", exes[(1, 4, 2, cap)], exes[(1, 1, 1, cap)], const,
-                 ref, ck)
+    flip = resumes_like("zero dp 4 ep 2 -> 1x1", exes[(1, 4, 2, cap)], exes[(1, 1, 1, cap)],
+                        const, refs[cap], ck, routed=True)
+    unflipped = [] if flip is None else ["resume zero dp 4 ep 2 -> 1x1"]
     # that checkpoint holds whole tensors: its weights and optimizer state equal the
     # one-rank trainer's after the same 10 steps
     ck1 = os.path.join(work, "ckpt_r1")
     train(exes[(1, 1, 1, cap)], *const[:-1], "10", "--save", ck1)
-    for f in ("model.safetensors", "optimizer.safetensors"):
+    for f in ("model.safetensors", "optimizer.safetensors") if flip is None or flip >= 10 else ():
         e, name = grads_rel_l2(os.path.join(ck1, f), os.path.join(ck, f))
         if e > 1e-4:
             sys.exit(f"FAIL checkpoint zero dp 4 ep 2: {f} {name} differs by {e:.2e} "
                      "(relative L2) from one rank's")
-    resumes_like("1x1 -> zero tp 2 dp 4 ep 2", exes[(1, 1, 1, cap)], exes[(2, 4, 2, cap)],
-                 const, ref, ck)
+    if resumes_like("1x1 -> zero tp 2 dp 4 ep 2", exes[(1, 1, 1, cap)], exes[(2, 4, 2, cap)],
+                    const, refs[cap], ck, routed=True) is not None:
+        unflipped.append("resume 1x1 -> zero tp 2 dp 4 ep 2")
     note = "no mpirun: MPI run skipped"
     if mpi_equals_threads("zero dp 4 ep 2", exes[(1, 4, 2, cap)], 4, const):
         note = "mpirun -np 4 equals 4 threads bit for bit (zero dp 4 ep 2)"
+    flips = [f"{t} at step {r.first} ({r.margin} ulp)" for t, r, _, _ in ties
+             if r.first is not None] + [f"{w} (compared up to the flip)" for w in unflipped]
     print(f"--zero 1 with --ep at {', '.join(f'{t}x{d} ep {e}' for t, d, e in layouts)}, "
-          f"dropless and capacity 1.0, equals one rank (worst loss difference {worst:.1e}, "
-          f"step-1 gradients {worst_grad:.1e} relative L2); checkpoints zero dp 4 ep 2 -> 1x1 "
-          f"and 1x1 -> zero tp 2 dp 4 ep 2 resume; {note}")
+          f"dropless, equals one rank (worst loss difference {worst:.1e}, step-1 gradients "
+          f"{worst_grad:.1e} relative L2); at capacity 1.0 tie-aware: step-0 router "
+          f"probabilities within {max(r.step0_ulp for _, r, _, _ in ties)} ulp (bound "
+          f"{ROUTE_ULP}), later steps' before any flip {max(r.ulp for _, r, _, _ in ties)} ulp, "
+          f"top-k flips: {', '.join(flips) or 'none'}, before any flip losses within "
+          f"{max(l for _, _, l, _ in ties):.1e} and step-1 gradients "
+          f"{max(g or 0.0 for _, _, _, g in ties):.1e} (bound {TIES_TOL:g}); checkpoints zero "
+          f"dp 4 ep 2 -> 1x1 and 1x1 -> zero tp 2 dp 4 ep 2 resume; {note}")
 elif case == "mesh_overlap":
     # the dp buckets' collectives run asynchronously (started in backward, waited for
     # where their result is first read); --no-overlap emits the blocking calls.  The
@@ -1346,68 +1491,94 @@ elif case == "mesh_pp_zero":
           f"pp 2 x tp 2 x dp 2 zero resume; --save-weights within {worst_w:.1e} of one rank's; "
           f"{note}")
 elif case == "mesh_moe_ties":
-    # Capacity drops make routing discontinuous: a layout whose sums run in another
-    # order (dp's gradient all-reduce; OpenBLAS rounds a row of an NT sgemm
-    # differently once the call's M x N reaches 2048, so 32 rows a rank and 64 on one
-    # rank differ in the last bits from step 0) can tip a near tie of two experts'
-    # router probabilities, after which the models differ by more than rounding.
-    # So: every row routed on both trainers, step 0's probabilities within a few
-    # ulp, and the losses one rank's (1e-6) up to the first flip, which must be such a
-    # tie
+    # Capacity 1.0 with microbatches under dp, ep and --zero 1 against one rank, tie
+    # aware (equals_one_rank_ties, ROUTE_ULP): the losses one rank's to TIES_TOL up to
+    # the first top-k flip, which must be a near tie
     data = data_file()
     const = ["--data", data, "--lr", "3e-3", "--steps", "20"]
-    diff = os.path.join(src, "scripts", "moe_route_diff.py")
-    max_ulp = "8"
-
-    def route_check(ref_dir, got_dir):
-        """scripts/moe_route_diff.py --max-ulp on two projects: (exit status, its
-        output, the first flip's step or None)."""
-        r = subprocess.run([sys.executable, diff, "--max-ulp", max_ulp, ref_dir, got_dir,
-                            "--threads", "2", *const], capture_output=True, text=True)
-        last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
-        flip = int(last.split()[-1]) if last.startswith("first flip: step") else None
-        return r.returncode, r.stdout + r.stderr, flip
     defines = MOE + ["-D", "capacity=1.0", "-D", "microbatches=2", "-D", "batch=8"]
-    one = build("moe_tiny", defines, "r1")
+    one = build("moe_tiny", defines, "r1", routes=True)
     grads1 = os.path.join(work, "grads_r1.safetensors")
-    ref = train(one, *const, "--save-grads", grads1)
-    if not any(l["dropped"] for r in ref for l in r["moe"]):
+    ref = train_routed(one, *const, "--save-grads", grads1)
+    if not any(l["dropped"] for r in ref[0] for l in r["moe"]):
         sys.exit("FAIL: capacity 1.0 dropped no choice in 20 steps (the test sees no drops)")
-    notes, worst, worst_grad = [], 0.0, 0.0
+    notes, worst, worst_grad, worst_ulp = [], 0.0, 0.0, 0
     for tag, flags in (("dp2", ["--dp", "2"]), ("dp2_ep2", ["--dp", "2", "--ep", "2"]),
                        ("dp2_z", ["--dp", "2", "--zero", "1", "--bucket-mb", "0.01"]),
                        ("dp2_ep2_z", ["--dp", "2", "--ep", "2", "--zero", "1",
                                       "--bucket-mb", "0.01"])):
-        exe = build("moe_tiny", defines, tag, flags + ["--target", "cpu"])
+        exe = build("moe_tiny", defines, tag, flags + ["--target", "cpu"], routes=True)
         grads = os.path.join(work, f"grads_{tag}.safetensors")
-        got = train(exe, *const, "--save-grads", grads)
-        if len(got) != len(ref):
-            sys.exit(f"FAIL {tag}: {len(got)} steps logged")
-        rc, out, flip = route_check(os.path.join(work, "r1"), os.path.join(work, tag))
-        if rc != 0:
-            sys.exit(f"FAIL {tag}: routing differs from one rank's beyond a near tie:\n{out}")
-        e, name = grads_rel_l2(grads1, grads)
-        if e > 1e-6:
-            sys.exit(f"FAIL {tag}: step-1 gradient of {name} differs by {e:.2e} (relative L2)")
-        worst_grad = max(worst_grad, e)
-        until = len(ref) if flip is None else flip
-        for r, g in zip(ref[:until], got[:until]):
-            if rel(g["loss"], r["loss"]) > 1e-6:
-                sys.exit(f"FAIL {tag} step {r['step']}: loss {g['loss']}, one rank {r['loss']} "
-                         f"(no top-k flip before step {until})")
-            worst = max(worst, rel(g["loss"], r["loss"]))
-        notes.append(f"{tag} {'no flip' if flip is None else f'a near tie flips at step {flip}'}")
+        got = train_routed(exe, *const, "--save-grads", grads)
+        wl, wg, res = equals_one_rank_ties(tag, got, ref, grads1, grads)
+        worst, worst_grad = max(worst, wl), max(worst_grad, wg or 0.0)
+        worst_ulp = max(worst_ulp, res.step0_ulp)
+        notes.append(f"{tag} {'no flip' if res.first is None else f'a near tie flips at step {res.first}'}")
     # the check can fail: a trainer that drops differently (dropless) routes layer 1's
     # rows on other inputs from step 0
-    build("moe_tiny", MOE + ["-D", "capacity=0.0", "-D", "microbatches=2", "-D", "batch=8"],
-          "r1_dropless")
-    rc, out, _ = route_check(os.path.join(work, "r1"), os.path.join(work, "r1_dropless"))
-    if rc == 0 or "ulp apart" not in out:
-        sys.exit(f"FAIL: the route check passes capacity 0 against capacity 1.0:\n{out}")
+    dropless = build("moe_tiny", MOE + ["-D", "capacity=0.0", "-D", "microbatches=2", "-D",
+                                        "batch=8"], "r1_dropless", routes=True)
+    res = moe_route_diff.compare(ref[1], train_routed(dropless, *const)[1], ROUTE_ULP,
+                                 say=lambda line: None)
+    if not res.bad or "ulp apart" not in res.bad:
+        sys.exit(f"FAIL: the route check passes capacity 0 against capacity 1.0: {res.bad}")
+    # and the tie-aware comparison can fail (wrong logs and dumps fed to it; dumps count
+    # steps from 1, the log from 0): against the last layout's run (dp 2 ep 2 --zero 1)
+    def mutated(step, row=0, probs=None, choice=None, drop=False):
+        """dp 2 ep 2 --zero 1's dump with row (layer 0, microbatch 0) of log step `step` given
+        other probabilities and choices (or removed)."""
+        routes = dict(got[1])
+        k = (step + 1, 0, 0, row)
+        p, i = routes.pop(k)
+        if not drop:
+            routes[k] = (probs or p, choice or i)
+        return routes
+    def loss_moved(rows, step, by):
+        return [dict(r, loss=r["loss"] * (1 + by)) if r["step"] == step else r for r in rows]
+    def verdict(rows, routes):
+        return ties_verdict((rows, routes), ref, grads1, grads, TIES_TOL)
+    p, i = got[1][(4, 0, 0, 0)]
+    rest = sorted((e for e in range(len(p)) if e not in i), key=lambda e: -p[e])
+    far = [rest[-1]] + i[1:]  # the row's least likely expert for its first choice
+    def tied(gap):
+        """(the dump, one rank's) with that row's probabilities p on both but expert
+        rest[0] `gap` ulp below i[0], and the choice swapped on the layout."""
+        tie = list(p)
+        tie[rest[0]] = struct.unpack("<f", struct.pack("<i", struct.unpack(
+            "<i", struct.pack("<f", p[i[0]]))[0] - gap))[0]
+        ref_tie = dict(ref[1])
+        ref_tie[(4, 0, 0, 0)] = (tie, ref[1][(4, 0, 0, 0)][1])
+        return mutated(3, probs=tie, choice=[rest[0]] + i[1:]), ref_tie
+    cases = [("a loss 1e-5 off at step 2", verdict(loss_moved(got[0], 2, 1e-5), got[1]),
+              "loss"),
+             ("a flip at a large margin at step 3", verdict(got[0], mutated(3, choice=far)),
+              "margin"),
+             ("a row not routed at step 3", verdict(got[0], mutated(3, drop=True)),
+              "routed on one layout only"),
+             ("step 0's probabilities 100 ulp off", verdict(got[0], mutated(
+                 0, probs=[x * (1 + 100 * 2 ** -23) for x in got[1][(1, 0, 0, 0)][0]])),
+              "ulp apart"),
+             (f"a flip at a margin of {2 * ROUTE_ULP + 1} ulp at step 3", ties_verdict(
+                 (got[0], tied(2 * ROUTE_ULP + 1)[0]), (ref[0], tied(2 * ROUTE_ULP + 1)[1]),
+                 grads1, grads, TIES_TOL), "margin")]
+    for what, (bad, *_), want in cases:
+        if not bad or want not in bad:
+            sys.exit(f"FAIL: the tie-aware check passes {what}: {bad}")
+    # a near tie flipped at step 3 stops the comparison there: a loss 1e-5 off at
+    # step 10 passes (a tie 2 ROUTE_ULP apart), one at step 2 does not
+    late = ties_verdict((loss_moved(got[0], 10, 1e-5), tied(2 * ROUTE_ULP)[0]),
+                        (ref[0], tied(2 * ROUTE_ULP)[1]), grads1, grads, TIES_TOL)
+    early = ties_verdict((loss_moved(got[0], 2, 1e-5), tied(1)[0]), (ref[0], tied(1)[1]),
+                         grads1, grads, TIES_TOL)
+    if late[0] or late[3].first != 3 or not early[0] or "loss" not in early[0]:
+        sys.exit(f"FAIL: a near tie ({2 * ROUTE_ULP} ulp) flipped at step 3: {late[0]}, first "
+                 f"flip {late[3].first}; a loss off at step 2: {early[0]}")
     print(f"moe_tiny capacity 1.0, batch 8, microbatches 2 ({'; '.join(notes)}): losses "
           f"within {worst:.1e} of one rank's up to any flip, step-1 gradients {worst_grad:.1e} "
-          f"relative L2; step-0 router probabilities within {max_ulp} ulp; capacity 0 vs 1.0 "
-          f"rejected")
+          f"relative L2; step-0 router probabilities within {worst_ulp} ulp (bound "
+          f"{ROUTE_ULP}); capacity 0 vs 1.0 rejected ({res.bad}); so are "
+          f"{', '.join(c[0] for c in cases)}; a near tie flipped at step 3 stops the "
+          f"comparison there")
 elif case == "mesh_pad":
     # --pad-vocab (default 64): vocab 257 padded to a multiple of 64 * tp rows, at tp 1
     # too; every trainer equals the unpadded one-rank trainer (--pad-vocab 1)
