@@ -6,10 +6,10 @@ usage: scripts/moe_route_diff.py [--max-ulp N] REF_DIR OTHER_DIR [train options.
 REF_DIR and OTHER_DIR are CPU trainer projects `parc -o DIR --target cpu` wrote
 for the same model (typically one rank and a --dp/--ep/--zero layout).  Each is
 copied to a scratch directory, its train.c patched so that every top-k call
-(the router's choice of experts) also writes (to $MOE_ROUTE_DIR) its input rows (the router's
-probabilities, as exact hex floats) and chosen experts to a file per rank, built
-against the same parc runtime, and run with the given options (e.g. --steps 20
---data FILE --lr 3e-3).  Rows are matched by (step, layer, microbatch, row of the
+(the router's choice of experts) also writes its input rows (the router's
+probabilities, as exact hex floats) and chosen experts to a file per rank (in
+$MOE_ROUTE_DIR), built against the same parc runtime, and run with the given
+options (e.g. --steps 20 --data FILE --lr 3e-3).  Rows are matched by (step, layer, microbatch, row of the
 microbatch's global batch): dp rank d's local row r of a microbatch is global row
 d * (rows per rank) + r, the order in which the trainer hands out the batch
 (rt_train.c mb_major).

@@ -85,8 +85,8 @@ CASE is one of:
                              over their ep_dp group (whole where ep == dp); equals one
                              rank (20-step losses 1e-4, step-1 gradients 1e-5 relative
                              L2, grad norm 1e-3; at capacity 1.0 tie-aware as
-                             mesh_moe_ties, grad norm 1e-6 too), a rank keeps 1/dp of the one-rank state
-                             (plus padding), ep_dp reduce-scatters and all-gathers in
+                             mesh_moe_ties, grad norm 1e-6 too), a rank keeps 1/dp of
+                             the one-rank state (plus padding), ep_dp reduce-scatters and all-gathers in
                              plan.json iff ep < dp; checkpoints move zero dp 4 ep 2 ->
                              1x1 (its tensors equal one rank's after 10 steps) and 1x1
                              -> zero tp 2 dp 4 ep 2; mpirun equals threads
@@ -228,7 +228,8 @@ def ties_verdict(got, ref, grads_ref, grads, tol, norm=False):
     if len(rows) != len(ref_rows):
         return f"{len(rows)} steps logged, one rank {len(ref_rows)}", 0.0, None, res, said
     if res.bad:
-        return f"routing differs from one rank's beyond a near tie: {res.bad}", 0.0, None, res, said
+        return (f"routing differs from one rank's beyond a near tie: {res.bad}", 0.0, None,
+                res, said)
     until = len(ref_rows) if res.first is None else res.first
     e = None
     if until > 0 and grads:
@@ -252,12 +253,12 @@ def equals_one_rank_ties(tag, got, ref, grads_ref=None, grads=None, tol=TIES_TOL
     """A routed model with a finite capacity against one rank: got and ref are
     train_routed's (steps, routes).  moe_route_diff.compare's check at ROUTE_ULP
     (every row routed on both, step 0's probabilities within ROUTE_ULP ulp, every
-    first flip a near tie: within 2 ROUTE_ULP ulp on both layouts); until the first flip every loss within
-    tol relative, and the first step's gradients (grads, against grads_ref) within
-    tol relative L2 unless the flip is at step 0 (grads None: none compared), with
-    norm the logged gradient norms within tol too; from
-    the flip on nothing is compared (the line printed says so).  Returns (worst loss difference, gradient
-    difference or None, moe_route_diff.Routes)."""
+    first flip a near tie: within 2 ROUTE_ULP ulp on both layouts); until the first
+    flip every loss within tol relative (with norm, every gradient norm too), and
+    the first step's gradients (grads, against grads_ref) within tol relative L2
+    unless the flip is at step 0 (grads None: none compared); from the flip on
+    nothing is compared (the line printed says so).  Returns (worst loss
+    difference, gradient difference or None, moe_route_diff.Routes)."""
     bad, worst, e, res, said = ties_verdict(got, ref, grads_ref, grads, tol, norm)
     if bad:
         sys.exit(f"FAIL {tag}: {bad}\n" + "\n".join(said[-12:]))
@@ -1535,7 +1536,8 @@ elif case == "mesh_moe_ties":
         wl, wg, res = equals_one_rank_ties(tag, got, ref, grads1, grads)
         worst, worst_grad = max(worst, wl), max(worst_grad, wg or 0.0)
         worst_ulp = max(worst_ulp, res.step0_ulp)
-        notes.append(f"{tag} {'no flip' if res.first is None else f'a near tie flips at step {res.first}'}")
+        notes.append(f"{tag} no flip" if res.first is None else
+                     f"{tag} a near tie flips at step {res.first}")
     # the check can fail: a trainer that drops differently (dropless) routes layer 1's
     # rows on other inputs from step 0
     dropless = build("moe_tiny", MOE + ["-D", "capacity=0.0", "-D", "microbatches=2", "-D",
