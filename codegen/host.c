@@ -892,8 +892,10 @@ int64_t cg_pipe_arena_bytes(const PpProgram *pp, int64_t slot_bytes, int64_t par
   int64_t most = 0;
   for (int s = 0; s < pp->nstages; s++)
     if (pp->stage_params_numel[s] > most) most = pp->stage_params_numel[s];
-  return (int64_t)pp->slots * ROUND64(slot_bytes) + ROUND64(most * 4) +
-         2 * ROUND64(pp->shared_numel_max * 4);
+  int64_t slots = (int64_t)pp->slots * ROUND64(slot_bytes);
+  int64_t scratch = ROUND64(pp->zero_bucket_max * 4); /* over the slots when they hold it */
+  return slots + ROUND64(most * 4) + 2 * ROUND64(pp->shared_numel_max * 4) +
+         (scratch > slots ? scratch : 0);
 }
 
 /* A parameter-gradient term n into the accumulator, once n's kernel (or
@@ -1160,18 +1162,20 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
   }
   fprintf(f, "%s};\n\n", nexpert ? "\n" : "0");
   /* ZeRO-1: every parameter with a gradient, reduce-scattered over its group
-   * (rt_pipe_step; the GPU trainer's step all-reduces the accumulator instead,
-   * its optimizer taking the same pieces) */
-  int zero = m->mesh_zero > 1 && !e->hooks, ngrads = 0;
+   * in the buckets of passes/pp_zero.c (rt_pipe_step; the GPU trainer's step
+   * all-reduces the accumulator instead, its optimizer taking the same pieces) */
+  int zero = m->mesh_zero > 1 && !e->hooks && pp->zero_bucket, ngrads = 0;
   if (zero) {
-    fprintf(f, "/* ZeRO-1: the parameters' gradients, each reduce-scattered over its group: "
-               "numel, group (1 dp, 3 ep_dp), then per stage its offset in that stage's "
-               "accumulator, -1 where not held. */\nstatic const int64_t pp_grads[] = {");
+    fprintf(f, "/* ZeRO-1: the parameters' gradients, reduce-scattered over their group in "
+               "buckets (one collective each): numel, group (1 dp, 3 ep_dp), then per stage "
+               "its offset in that stage's accumulator (-1 where not held), then per stage "
+               "its bucket there (-1: none). */\nstatic const int64_t pp_grads[] = {");
     for (int i = 0; i < m->nnodes; i++) {
       const IrNode *p = m->nodes[i];
       if (p->op != IR_OP_PARAM || !p->grad) continue;
       fprintf(f, "\n    %" PRId64 ", %d,", ir_numel(p), ep_sharded(p) ? 3 : 1);
       for (int s = 0; s < P; s++) fprintf(f, " %" PRId64 ",", pp->stage_offset[s][i]);
+      for (int s = 0; s < P; s++) fprintf(f, " %d,", pp->zero_bucket[s][i]);
       fprintf(f, " /* %s */", p->name);
       ngrads++;
     }
@@ -1220,10 +1224,10 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
   fprintf(f, "static const RtPipeFn optimizer[] = {");
   for (int s = 0; s < P; s++) fprintf(f, "%soptimizer_%d", s ? ", " : "", s);
   fprintf(f, "};\n");
-  char zbuf[96] = "";
+  char zbuf[160] = "";
   if (zero)
-    snprintf(zbuf, sizeof zbuf, "    .zero = %d, .ngrads = %d, .grads = pp_grads,\n",
-             m->mesh_zero, ngrads);
+    snprintf(zbuf, sizeof zbuf, "    .zero = %d, .ngrads = %d, .grads = pp_grads, "
+             ".bucket_max = %" PRId64 ",\n", m->mesh_zero, ngrads, pp->zero_bucket_max);
   int64_t mb_tokens = 0;
   for (int i = 0; i < m->nnodes; i++)
     if (m->nodes[i]->op == IR_OP_INPUT && !strcmp(m->nodes[i]->name, "tokens"))

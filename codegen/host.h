@@ -35,7 +35,10 @@ typedef struct {
  * the nodes its stage functions run together (host.c). */
 void cg_pipe_colours(const IrModule *m, const PpProgram *pp, int *colour);
 
-/* The whole arena of a pipelined trainer whose one slot is slot_bytes. */
+/* The whole arena of a pipelined trainer whose one slot is slot_bytes
+ * (runtime/rt_pipe.h): the slots, the accumulator, two shared vectors, and
+ * the ZeRO-1 bucket scratch (PpProgram.zero_bucket_max floats) where the
+ * slots are too small to hold it. */
 int64_t cg_pipe_arena_bytes(const PpProgram *pp, int64_t slot_bytes, int64_t params_numel);
 
 /* Offsets (in floats) of every PARAM and STATE leaf in their buffers, in

@@ -82,19 +82,25 @@ static int by_offset(const void *a, const void *b) {
 
 /* rt_pipe_step's reduction of stage s's accumulator (gn floats): the runs
  * between the expert regions over dp, each run of adjacent expert regions
- * over ep_dp (rt_pipe_expert_run's walk). */
+ * over ep_dp (rt_pipe_expert_run's walk); under ZeRO-1 one reduce-scatter
+ * per bucket of pp_zero_buckets. */
 static void grad_reduction(CommCost *c, const IrModule *m, const PpProgram *pp,
                            const Layout *lay, int s) {
   int dp = lay->dp, ep_dp = lay->ep > 1 ? lay->dp / lay->ep : 1, n = 0;
   int64_t gn = pp->stage_params_numel[s];
-  if (lay->zero >= 1 && dp > 1) { /* ZeRO-1: each held gradient reduce-scattered */
-    for (int i = 0; i < m->nnodes; i++) {
-      const IrNode *p = m->nodes[i];
-      if (p->op != IR_OP_PARAM || !p->grad || pp->stage_offset[s][i] < 0) continue;
-      int e = ep_sharded(p);
-      if (e ? ep_dp > 1 : 1)
-        add(c, e ? 3 : 1, COMM_REDUCE_SCATTER, e ? ep_dp : dp, 4.0 * (double)ir_numel(p), 1);
+  if (lay->zero >= 1 && dp > 1) { /* ZeRO-1: one reduce-scatter per bucket (pp_zero.c) */
+    int nb = pp->zero_nbuckets ? pp->zero_nbuckets[s] : 0;
+    double *bytes = calloc((size_t)nb + 1, sizeof *bytes);
+    int *axis = calloc((size_t)nb + 1, sizeof *axis);
+    for (int i = 0; bytes && axis && i < m->nnodes; i++) {
+      int b = pp->zero_bucket[s][i];
+      if (b < 0 || b >= nb) continue;
+      bytes[b] += 4.0 * (double)ir_numel(m->nodes[i]);
+      axis[b] = ep_sharded(m->nodes[i]) ? 3 : 1;
     }
+    for (int b = 0; bytes && axis && b < nb; b++)
+      add(c, axis[b], COMM_REDUCE_SCATTER, axis[b] == 3 ? ep_dp : dp, bytes[b], 1);
+    free(bytes), free(axis);
     return;
   }
   int64_t *r = malloc(sizeof(int64_t) * 2 * ((size_t)m->nnodes + 1)); /* [offset, numel] */

@@ -400,6 +400,12 @@ typedef struct {
   unsigned char *opt_pub;    /* per node id: 1 for an owned optimizer node a shared one
                                 reads (the sums of squares of the global norm), 2 for
                                 an owned one those read; else 0 */
+  /* ZeRO-1 (m->mesh_zero > 1; else NULL, 0): pp_zero_buckets */
+  int **zero_bucket;         /* [stage][node id]: the PARAM's gradient's reduce-scatter
+                                bucket on that stage (0, 1, ...), -1: none there */
+  int *zero_nbuckets;        /* per stage: its buckets */
+  int64_t zero_bucket_max;   /* the most floats of a bucket of several parameters (the
+                                runtime's packing scratch), 0: none */
 } PpProgram;
 
 /* Reorders m's nodes (forward by chunk, then per chunk from the last: B, then
@@ -407,6 +413,11 @@ typedef struct {
  * Returns 0, or -1 with a one-line internal error in err (a value crossing
  * chunks against the pipeline's direction). */
 int pass_pp_split(IrModule *m, const PpPlan *plan, PpProgram *out, char *err, size_t len);
+
+/* passes/pp_zero.c: fills pp's zero_* (see PpProgram and pp_zero.c's head
+ * comment) from m's ZeRO-1 degree and bucket bytes and pp's stage offsets;
+ * pass_pp_split calls it last.  Allocates from m's arena. */
+void pp_zero_buckets(IrModule *m, PpProgram *pp);
 
 /* Per node id of m (the differentiated module, before or after its
  * optimizer): a PARAM's stages as pass_pp_split's holders will give them,

@@ -63,8 +63,9 @@
  * stage order, so every holder gets the same bits), and scales by
  * 1 / (M dp): the mean gradient of the global batch, the one-rank
  * trainer's.  The optimizer then reads it from p->grad's buffer.  Under
- * ZeRO-1 (m->mesh_zero, m->grads_whole) the CPU trainer reduce-scatters each
- * parameter's region over its group instead and sums only the rank's piece
+ * ZeRO-1 (m->mesh_zero, m->grads_whole) the CPU trainer reduce-scatters the
+ * parameters' regions over their group instead, in buckets of several
+ * parameters of one stage and group (pp_zero.c), and sums only the rank's piece
  * between the stages: the optimizer reads that piece alone (flat_shard of
  * p->grad, passes/optimizer.c).
  *
@@ -483,5 +484,7 @@ int pass_pp_split(IrModule *m, const PpPlan *plan, PpProgram *out, char *err, si
   out->chunk = chunk;
   out->grad_param = grad_param;
   out->sched = &plan->sched;
-  return stage_local(m, out, err, len);
+  if (stage_local(m, out, err, len)) return -1;
+  pp_zero_buckets(m, out); /* ZeRO-1's gradient buckets: pp_zero.c */
+  return 0;
 }

@@ -140,45 +140,146 @@ static int64_t zero_pieces(int64_t n, const RtComm *c, int64_t *counts) {
   return (int64_t)me * s < n ? (int64_t)me * s : n;
 }
 
-/* ZeRO-1's group of gradient row e (RtPipeDesc.grads), and its size. */
-static RtComm *zero_group(RtStepIO *io, const int64_t *e, int *z) {
-  RtComm *c = e[1] == 3 ? io->ep_dp_group : io->dp_group;
-  *z = c ? rt_comm_size(c) : 1;
-  return c;
+/* Rank k's piece of a parameter of n floats cut in z: its offset, *count
+ * floats (zero_pieces' cut for one rank). */
+static int64_t zero_piece(int64_t n, int z, int k, int64_t *count) {
+  int64_t s = (n + z - 1) / z, lo = (int64_t)k * s < n ? (int64_t)k * s : n;
+  *count = n - lo < s ? n - lo : s;
+  return lo;
 }
 
-/* ZeRO-1: each parameter's region reduce-scattered in place over its group, so
- * that the rank's piece (zero_pieces) holds the sum (one event in the
- * trace, the regions' floats). */
-static int scatter_grads(RtStepIO *io, const RtPipeDesc *p, int s, float *g) {
+/* One bucket of stage s's gradients (RtPipeDesc.grads): the rows in
+ * [first, end) whose bucket on s is `id` (the other group's may lie between
+ * them), over group c of z ranks, `rows` of them, `total` floats. */
+typedef struct {
+  int first, end, rows;
+  int64_t id, total;
+  RtComm *c;
+  int z;
+} ZeroBucket;
+
+static const int64_t *zero_row(const RtPipeDesc *p, int j) {
+  return p->grads + (int64_t)j * (2 * p->stages + 2);
+}
+
+/* The bucket after *b (id + 1; {.id = -1} before the first) into *b: 1, 0
+ * when there is none, -1 with rt_fail() called when the table is not one of
+ * passes/pp_zero.c's (a bucket's rows of two groups, or of a parameter the
+ * stage does not hold, or past the scratch). */
+static int zero_next(RtStepIO *io, const RtPipeDesc *p, int s, ZeroBucket *b) {
+  int P = p->stages;
+  *b = (ZeroBucket){.first = -1, .id = b->id + 1};
+  const int64_t *e = NULL;
+  for (int j = 0; j < p->ngrads; j++) {
+    const int64_t *r = zero_row(p, j);
+    if (r[2 + P + s] != b->id) continue;
+    if (!e) e = r, b->first = j;
+    if (r[1] != e[1] || r[2 + s] < 0 || r[0] < 0)
+      return rt_fail("pipeline: ZeRO-1 bucket %lld holds a row of another group or one the "
+                     "stage does not hold", (long long)b->id);
+    b->rows++;
+    b->total += r[0];
+    b->end = j + 1;
+  }
+  if (!e) return 0;
+  b->c = e[1] == 3 ? io->ep_dp_group : io->dp_group;
+  b->z = b->c ? rt_comm_size(b->c) : 1;
+  if (b->z > RT_COMM_MAX_RANKS) return rt_fail("pipeline: a ZeRO-1 group of %d ranks", b->z);
+  if (b->rows > 1 && b->total > p->bucket_max)
+    return rt_fail("pipeline: ZeRO-1 bucket %lld of %lld floats, past the scratch of %lld",
+                   (long long)b->id, (long long)b->total, (long long)p->bucket_max);
+  return 1;
+}
+
+/* Rank k's block of bucket b: its pieces of the bucket's parameters side by
+ * side in row order.  Copies them between their places in g (laid out like
+ * stage s's accumulator) and the block x: into x (dir 1), out of it (dir
+ * -1), or neither (dir 0).  Returns the block's floats. */
+static int64_t zero_block(const RtPipeDesc *p, int s, const ZeroBucket *b, int k, float *g,
+                          float *x, int dir) {
+  int64_t at = 0;
+  for (int j = b->first; j < b->end; j++) {
+    const int64_t *r = zero_row(p, j);
+    if (r[2 + p->stages + s] != b->id) continue;
+    int64_t count, lo = zero_piece(r[0], b->z, k, &count);
+    float *piece = dir ? g + r[2 + s] + lo : NULL;
+    if (dir > 0) memcpy(x + at, piece, (size_t)count * sizeof *x);
+    if (dir < 0) memcpy(piece, x + at, (size_t)count * sizeof *x);
+    at += count;
+  }
+  return at;
+}
+
+/* The bucket scratch (rt_pipe.h): over the slots when they hold it. */
+static float *zero_scratch(const RtPipeDesc *p, char *base, float *after) {
+  int64_t bytes = (p->bucket_max * 4 + 63) / 64 * 64;
+  return bytes <= (int64_t)p->slots * p->slot_bytes ? (float *)(void *)base : after;
+}
+
+/* ZeRO-1: stage s's gradients reduce-scattered over their groups, one
+ * collective per bucket, so that the rank's piece of each (zero_pieces)
+ * holds the sum (one event in the trace, the regions' floats).  A bucket
+ * of one row goes in place; one of several is packed rank by rank into
+ * the scratch x (block k: every row's piece k), reduce-scattered there
+ * (the rank's block in place) and its pieces copied back. */
+static int scatter_grads(RtStepIO *io, const RtPipeDesc *p, int s, float *g, float *x) {
   int64_t counts[RT_COMM_MAX_RANKS], moved = 0;
   double t0 = io->trace ? rt_trace_clock() : 0;
-  for (int j = 0; j < p->ngrads; j++) {
-    const int64_t *e = p->grads + (int64_t)j * (p->stages + 2), n = e[0], off = e[2 + s];
-    int z;
-    RtComm *c = zero_group(io, e, &z);
-    if (off < 0 || z <= 1 || n <= 0) continue;
-    if (z > RT_COMM_MAX_RANKS) return rt_fail("pipeline: a ZeRO-1 group of %d ranks", z);
-    int64_t at = zero_pieces(n, c, counts);
-    if (rt_comm_reduce_scatter(c, g + off, g + off + at, counts)) return RT_ERR;
-    moved += n;
+  ZeroBucket b = {.id = -1};
+  for (int more; (more = zero_next(io, p, s, &b)) != 0;) {
+    if (more < 0) return RT_ERR;
+    if (b.z <= 1) continue;
+    if (b.rows == 1) {
+      const int64_t *r = zero_row(p, b.first);
+      int64_t at = zero_pieces(r[0], b.c, counts);
+      if (rt_comm_reduce_scatter(b.c, g + r[2 + s], g + r[2 + s] + at, counts)) return RT_ERR;
+    } else {
+      int me = rt_comm_rank(b.c);
+      int64_t mine = 0, at = 0;
+      for (int k = 0; k < b.z; k++) {
+        counts[k] = zero_block(p, s, &b, k, g, x + at, 1);
+        if (k == me) mine = at;
+        at += counts[k];
+      }
+      if (rt_comm_reduce_scatter(b.c, x, x + mine, counts)) return RT_ERR;
+      zero_block(p, s, &b, me, g, x + mine, -1);
+    }
+    moved += b.total;
   }
   if (io->trace) rt_trace_add(io->trace, RT_TRACE_SCATTER_DP, 0, 0, t0, rt_trace_clock(), moved);
   return RT_OK;
 }
 
 /* ZeRO-1, --save-grads: the whole gradients into io->grads from every rank's
- * pieces (the accumulator holds only the rank's pieces summed). */
-static int gather_grads(RtStepIO *io, const RtPipeDesc *p, int s, const float *g, int64_t gn) {
+ * pieces (the accumulator holds only the rank's pieces summed), in the same
+ * buckets: a bucket of several rows gathers the blocks zero_block lays out
+ * into the scratch x, then copies every rank's pieces out. */
+static int gather_grads(RtStepIO *io, const RtPipeDesc *p, int s, float *g, int64_t gn,
+                        float *x) {
   int64_t counts[RT_COMM_MAX_RANKS];
   memcpy(io->grads, g, (size_t)gn * sizeof *g);
-  for (int j = 0; j < p->ngrads; j++) {
-    const int64_t *e = p->grads + (int64_t)j * (p->stages + 2), n = e[0], off = e[2 + s];
-    int z;
-    RtComm *c = zero_group(io, e, &z);
-    if (off < 0 || z <= 1 || n <= 0) continue;
-    int64_t at = zero_pieces(n, c, counts);
-    if (rt_comm_all_gather(c, g + off + at, io->grads + off, counts)) return RT_ERR;
+  ZeroBucket b = {.id = -1};
+  for (int more; (more = zero_next(io, p, s, &b)) != 0;) {
+    if (more < 0) return RT_ERR;
+    if (b.z <= 1) continue;
+    if (b.rows == 1) {
+      const int64_t *r = zero_row(p, b.first);
+      int64_t at = zero_pieces(r[0], b.c, counts);
+      if (rt_comm_all_gather(b.c, g + r[2 + s] + at, io->grads + r[2 + s], counts))
+        return RT_ERR;
+      continue;
+    }
+    int me = rt_comm_rank(b.c);
+    int64_t mine = 0, at = 0;
+    for (int k = 0; k < b.z; k++) {
+      counts[k] = zero_block(p, s, &b, k, NULL, NULL, 0);
+      if (k == me) mine = at;
+      at += counts[k];
+    }
+    zero_block(p, s, &b, me, g, x + mine, 1);
+    if (rt_comm_all_gather(b.c, x + mine, x, counts)) return RT_ERR;
+    at = 0;
+    for (int k = 0; k < b.z; k++) at += zero_block(p, s, &b, k, io->grads, x + at, -1);
   }
   return RT_OK;
 }
@@ -206,7 +307,8 @@ int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p) {
   io->targets = targets;
   if (rc) return RT_ERR;
   int dp = io->dp_group ? rt_comm_size(io->dp_group) : 1, zero = p->zero > 1 && dp > 1;
-  if (zero ? scatter_grads(io, p, s, g) : dp > 1 && reduce_grads(io, p, s, g, gn, dp))
+  float *scratch = zero ? zero_scratch(p, base, part + (p->shared_max * 4 + 63) / 64 * 16) : NULL;
+  if (zero ? scatter_grads(io, p, s, g, scratch) : dp > 1 && reduce_grads(io, p, s, g, gn, dp))
     return RT_ERR;
   double t0 = io->trace ? rt_trace_clock() : 0;
   int64_t moved = 0;
@@ -244,7 +346,7 @@ int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p) {
     rt_trace_add(io->trace, RT_TRACE_REDUCE_PP, 0, 0, t0, rt_trace_clock(), moved);
   float scale = 1.0f / (float)((int64_t)p->microbatches * dp);
   for (int64_t i = 0; i < gn; i++) g[i] *= scale;
-  if (io->grads && zero && gather_grads(io, p, s, g, gn)) return RT_ERR;
+  if (io->grads && zero && gather_grads(io, p, s, g, gn, scratch)) return RT_ERR;
   if (io->grads && !zero) memcpy(io->grads, g, (size_t)gn * sizeof *g);
   /* the loss: the last stage's mean over microbatches, on every stage */
   float both[2] = {0, 0};

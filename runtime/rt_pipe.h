@@ -9,10 +9,13 @@
  * per microbatch in flight (microbatch mb uses slot mb % slots), followed by
  * the gradient accumulator: grad_numel[s] floats laid out like stage s's
  * parameter buffer (room for the largest stage's, rounded to 64 bytes), then
- * two scratch vectors of shared_max floats (each rounded to 64 bytes).  Each chunk's functions run on the arena of one slot (io->arena
- * points at it while they run; io->tokens / io->targets at the
- * microbatch's rows) and add their parameter-gradient terms into the
- * accumulator (io->gacc).
+ * two scratch vectors of shared_max floats (each rounded to 64 bytes).  Under
+ * ZeRO-1 a bucket scratch of bucket_max floats (rounded to 64 bytes) lies at
+ * the arena's start, over the slots, when the slots hold it (they are dead
+ * once the action list has run), else after the two vectors.  Each chunk's
+ * functions run on the arena of one slot (io->arena points at it while they
+ * run; io->tokens / io->targets at the microbatch's rows) and add their
+ * parameter-gradient terms into the accumulator (io->gacc).
  *
  * rt_pipe_step on the rank of pp coordinate s: zeroes the accumulator;
  * runs stage s's action list in order (F, B, W call the chunk's functions;
@@ -20,19 +23,21 @@
  * receives wait); sums the accumulator over dp, except the expert-parallel
  * parameters' parts (RtPipeDesc.expert), which it sums over the ep_dp group
  * instead (the dp ranks holding the same experts; passes/ep_grads.c); under
- * ZeRO-1 (zero > 1, with dp > 1) instead reduce-scatters each parameter's
- * region in place over its group (RtPipeDesc.grads), so that only the
- * rank's piece of it (rt_comm_flat_piece's cut), the part its optimizer reads,
- * holds the sum; sums each parameter held by several stages between its
- * holders, the rank's piece alone under ZeRO-1 (every holder sends its part
- * to the others, and adds all parts in stage order: the same bits on each);
- * scales by 1 / (microbatches * dp); stores it to io->grads when asked (the
- * stage's layout; under ZeRO-1 all-gathered from the pieces first); sets
- * io->loss (and ce_loss) to the mean of the microbatches'
- * losses, which the last chunk's forward reports, on every rank; then runs
- * stage s's optimizer on slot 0's arena, which reads the accumulator (and
- * sums its part of the global norm over pp itself, an expert-parallel
- * parameter's first over ep).
+ * ZeRO-1 (zero > 1, with dp > 1) instead reduce-scatters the parameters'
+ * regions over their group (RtPipeDesc.grads), one collective per bucket of
+ * the stage (passes/pp_zero.c: a bucket of one parameter in place, one of
+ * several packed rank by rank into the bucket scratch and the rank's pieces
+ * copied back), so that only the rank's piece of each (rt_comm_flat_piece's
+ * cut), the part its optimizer reads, holds the sum; sums each parameter
+ * held by several stages between its holders, the rank's piece alone under
+ * ZeRO-1 (every holder sends its part to the others, and adds all parts in
+ * stage order: the same bits on each); scales by 1 / (microbatches * dp);
+ * stores it to io->grads when asked (the stage's layout; under ZeRO-1
+ * all-gathered from the pieces first, in the same buckets); sets io->loss
+ * (and ce_loss) to the mean of the microbatches' losses, which the last
+ * chunk's forward reports, on every rank; then runs stage s's optimizer on
+ * slot 0's arena, which reads the accumulator (and sums its part of the
+ * global norm over pp itself, an expert-parallel parameter's first over ep).
  *
  * Tracing (io->trace, runtime/rt_trace.h): every action is one event (F, B,
  * W: compute; SEND/RECV: communication, a RECV's interval being the time
@@ -85,8 +90,10 @@ typedef struct {
   int ngrads;                /* under zero: the parameters with a gradient */
   const int64_t *grads;      /* per such parameter: numel, its pieces' group (1: dp,
                                 3: ep_dp, an expert-parallel one's), then per stage its
-                                offset in the stage's accumulator (-1: not held);
-                                stages + 2 each */
+                                offset in the stage's accumulator (-1: not held), then
+                                per stage its bucket there (0, 1, ...; -1: none);
+                                2 stages + 2 each.  A bucket's rows share a group */
+  int64_t bucket_max;        /* under zero: the most floats of a bucket of several rows */
   int64_t mb_tokens;         /* tokens of one microbatch on one rank: rows * seq */
   const int *nactions;       /* per stage */
   const RtPipeAction *const *actions; /* per stage */

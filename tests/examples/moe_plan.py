@@ -10,7 +10,9 @@ agree: the ep all-to-all count and bytes are the sums over the layers.
 Also: a dispatch buffer never exceeds the dropless one, and with a capacity
 factor of 0.5 it is strictly smaller; under --dp 4 --ep 2 the expert
 gradients reduce over ep_dp and the router's over ep; with --pp 2 --zero 1
-every gradient is reduce-scattered once, by its stage, over dp or ep_dp.
+every gradient is reduce-scattered once, by its stage, over dp or ep_dp, in
+buckets (one per gradient with --bucket-mb of 4 bytes, one per stage and
+group at the default 25 MiB).
 usage: moe_plan.py PARC EXAMPLES_DIR
 """
 import json, os, re, subprocess, sys, tempfile
@@ -140,24 +142,29 @@ with tempfile.TemporaryDirectory(prefix="parc_moe_plan_") as tmp:
 
     # --zero 1 in that pipeline (pp 2 x dp 4 ep 2): every gradient is reduce-scattered
     # once, by the stage holding it (moe_tiny ties nothing), dense ones over dp, the
-    # experts over ep_dp, their whole floats; each stage all-gathers its own pieces
-    # over both groups; nothing is all-reduced over ep_dp
-    p = plan(tmp, "--pp", "2", "--dp", "4", "--ep", "2", "--zero", "1", "-D", "microbatches=2",
-             "-D", "batch=8")
-    numel = 0
-    for t in p["params"]:
-        n = 1
-        for d in t["shape"]:
-            n *= d
-        numel += n
-    nexp = sum(1 for t in p["params"] if t.get("shard") == "expert")
-    rs = [c for c in p["communication"] if c["kind"] == "reduce_scatter"]
-    check(sum(c["count"] for c in rs) == len(p["params"]) and
-          sum(c["payload_bytes"] for c in rs) == 4 * numel,
-          f"--pp 2 --zero 1: reduce-scatters {rs}, want {len(p['params'])} of {4 * numel} bytes "
-          "in all")
-    check(sum(c["count"] for c in rs if c["group"] == "ep_dp") == nexp > 0,
-          f"--pp 2 --zero 1: ep_dp reduce-scatters {rs}, want one per expert tensor ({nexp})")
+    # experts over ep_dp, their whole floats, in buckets of one group: one per gradient
+    # at --bucket-mb 4 bytes, one per stage and group at the default (the model is far
+    # below 25 MiB); each stage all-gathers its own pieces over both groups; nothing is
+    # all-reduced over ep_dp
+    for bucket in (["--bucket-mb", "0.000001"], []):
+        p = plan(tmp, "--pp", "2", "--dp", "4", "--ep", "2", "--zero", "1", "-D",
+                 "microbatches=2", "-D", "batch=8", *bucket)
+        numel = 0
+        for t in p["params"]:
+            n = 1
+            for d in t["shape"]:
+                n *= d
+            numel += n
+        nexp = sum(1 for t in p["params"] if t.get("shard") == "expert")
+        rs = [c for c in p["communication"] if c["kind"] == "reduce_scatter"]
+        want = (len(p["params"]), nexp) if bucket else (4, 2)
+        check(sum(c["count"] for c in rs) == want[0] and
+              sum(c["payload_bytes"] for c in rs) == 4 * numel,
+              f"--pp 2 --zero 1 {bucket}: reduce-scatters {rs}, want {want[0]} of "
+              f"{4 * numel} bytes in all")
+        check(sum(c["count"] for c in rs if c["group"] == "ep_dp") == want[1] and nexp > 0,
+              f"--pp 2 --zero 1 {bucket}: ep_dp reduce-scatters {rs}, want {want[1]} "
+              f"({nexp} expert tensors)")
     for st in (0, 1):
         for g in ("dp", "ep_dp"):
             ag = [c for c in p["communication"] if c.get("stage") == st and c["group"] == g and

@@ -1358,11 +1358,52 @@ elif case == "mesh_pp":
           f"well-formed, one event per action; {note}; fused against --no-fuse: "
           f"{'; '.join(twins)}")
 elif case == "mesh_pp_zero":
-    # --zero 1 in pipelined trainers: after the microbatches each stage's optimizer
-    # takes the rank's piece of every accumulated gradient it holds, updates it with
-    # state in pieces over dp (an expert's over ep_dp) and all-gathers the stage's
-    # parameters in buckets that never hold another stage's; small buckets (several
-    # per stage); sizes dp 4 does not divide (pieces end in padding)
+    # --zero 1 in pipelined trainers: after the microbatches each stage reduce-scatters
+    # its accumulated gradients in buckets (several parameters of one stage and group a
+    # collective, passes/pp_zero.c), its optimizer takes the rank's piece of every
+    # gradient it holds, updates it with state in pieces over dp (an expert's over
+    # ep_dp) and all-gathers the stage's parameters in buckets that never hold another
+    # stage's; small buckets (several per stage); sizes dp 4 does not divide (pieces end
+    # in padding)
+    import math
+    import re
+
+    def grad_buckets(code, P, s):
+        """Stage s's reduce-scatter buckets in a generated train.c's pp_grads table:
+        {bucket: [(numel, group), ...]} and the rows the stage holds."""
+        rows = re.search(r"static const int64_t pp_grads\[\] = \{(.*?)\};", code,
+                         re.S).group(1).strip().split("\n")
+        buckets, held = {}, []
+        for row in rows:
+            v = [int(x) for x in row.split("/*")[0].split(",") if x.strip()]
+            if len(v) != 2 + 2 * P:
+                sys.exit(f"FAIL: pp_grads row {row!r}: {len(v)} values, expected {2 + 2 * P}")
+            if v[2 + s] >= 0:
+                held.append((v[0], v[1]))
+            if v[2 + P + s] >= 0:
+                if v[2 + s] < 0:
+                    sys.exit(f"FAIL: pp_grads row {row!r}: a bucket on stage {s}, not held")
+                buckets.setdefault(v[2 + P + s], []).append((v[0], v[1]))
+        return buckets, held
+
+    def check_buckets(tag, code, P, s, dp, cap, ep=1):
+        """Stage s's buckets of a trainer with --bucket-mb cap / 2^20: each of one group,
+        one of several parameters within cap bytes of pieces (4 z ceil(n / z) each, z dp
+        or an expert's dp / ep), every held gradient cut in pieces (z > 1) in one.
+        Returns (dp buckets, those gradients)."""
+        buckets, held = grad_buckets(code, P, s)
+        for b, rows in buckets.items():
+            if len({g for _, g in rows}) != 1:
+                sys.exit(f"FAIL {tag}: stage {s} bucket {b} mixes groups {rows}")
+            z = dp if rows[0][1] == 1 else dp // ep
+            if len(rows) > 1 and sum(4 * math.ceil(n / z) * z for n, _ in rows) > cap:
+                sys.exit(f"FAIL {tag}: stage {s} bucket {b} {rows} holds more than {cap} bytes")
+        held = [r for r in held if (dp if r[1] == 1 else dp // ep) > 1]  # (z 1: no pieces)
+        if sum(len(r) for r in buckets.values()) != len(held):
+            sys.exit(f"FAIL {tag}: stage {s} holds {len(held)} gradients, its buckets "
+                     f"{sum(len(r) for r in buckets.values())}")
+        return sum(1 for r in buckets.values() if r[0][1] == 1), len(held)
+
     data = data_file()
     const = ["--data", data, "--lr", "3e-3", "--steps", "20"]
     pp_dims = ["-D", "layers=4", "-D", "batch=8"]
@@ -1371,6 +1412,7 @@ elif case == "mesh_pp_zero":
                (4, "1f1b", 4, 1, 2)]
     worst = worst_grad = worst_w = 0.0
     notes = []
+    runs = {}
     for model, defines in (("gpt2_tiny", GPT2 + pp_dims + ["-D", "d=34", "-D", "heads=2"]),
                            ("llama_tiny", LLAMA + pp_dims + ["-D", "d=36", "-D", "heads=2",
                                                              "-D", "kv_heads=2",
@@ -1386,6 +1428,7 @@ elif case == "mesh_pp_zero":
             exe = build(model, defines, tag + "_z", flags + ["--zero", "1"])
             grads = os.path.join(work, f"grads_{tag}_z.safetensors")
             got = train(exe, *const, "--save-grads", grads)
+            runs[tag] = (got, grads)
             wl, wg = equals_one_rank(tag + " zero", got, ref, grads1, grads)
             worst, worst_grad = max(worst, wl), max(worst_grad, wg)
             fused_kernels(tag + " zero", tag + "_z")
@@ -1400,7 +1443,6 @@ elif case == "mesh_pp_zero":
             for s in range(pp):
                 rep = {z: open(os.path.join(work, tag + z, "report.txt")).read()
                        for z in ("", "_z")}
-                import re
                 adam = {z: re.findall(r"fp32 +weights .*? adam +([0-9.]+ [KM]?i?B)", r)
                         for z, r in rep.items()}
                 code = {z: open(os.path.join(work, tag + z, "train.c")).read()
@@ -1415,22 +1457,20 @@ elif case == "mesh_pp_zero":
                 if adam[""] == adam["_z"]:
                     sys.exit(f"FAIL {tag}: the report's optimizer state {adam['_z']} is the "
                              f"--zero 0 trainer's")
-                # dp: one reduce-scatter per gradient the stage holds (none reduced whole),
-                # the all-gathers, and the global norm's one float
+                # dp: one reduce-scatter per bucket, several buckets, each of several
+                # gradients the stage holds (none reduced whole), the all-gathers, and
+                # the global norm's one float
                 plan = json.load(open(os.path.join(work, tag + "_z", "plan.json")))
                 comm = {(c["group"], c["kind"]): c for c in plan["communication"]
                         if c.get("stage") == s}
-                held_grads = sum(1 for row in re.search(
-                    r"static const int64_t pp_grads\[\] = \{(.*?)\};", code["_z"],
-                    re.S).group(1).strip().split("\n")
-                    if int(row.split(",")[2 + s]) >= 0)
+                nb, held_grads = check_buckets(tag, code["_z"], pp, s, dp, int(0.01 * 2**20))
                 rs = comm.get(("dp", "reduce_scatter"), {}).get("count", 0)
                 ag = comm.get(("dp", "all_gather"), {}).get("count", 0)
                 ar = comm.get(("dp", "all_reduce"), {})
-                if rs != held_grads or not 2 <= ag < held_grads or \
+                if rs != nb or not 2 <= rs < held_grads or not 2 <= ag < held_grads or \
                         (ar.get("count"), ar.get("payload_bytes")) != (1, 4):
-                    sys.exit(f"FAIL {tag}: stage {s} holds {held_grads} gradients, dp "
-                             f"collectives {comm}")
+                    sys.exit(f"FAIL {tag}: stage {s} holds {held_grads} gradients in {nb} "
+                             f"buckets, dp collectives {comm}")
             # train --trace: each rank's reduce-scatters move its stage's gradients, as
             # plan.json counts them, and nothing is all-reduced whole over dp
             tr = os.path.join(work, f"trace_{tag}.json")
@@ -1451,6 +1491,35 @@ elif case == "mesh_pp_zero":
                                  "whole all-reduces")
             notes.append(f"{model} stage state {held['_z']} floats a rank under --zero 1, "
                          f"{held['']} without")
+        # the bucket size changes the collectives, never a bit (each sum is over the ranks
+        # in order): every gradient alone (--bucket-mb of 4 bytes) and one bucket per
+        # stage (1000 MiB) give the 0.01 MiB trainer's losses, grad norms and step-1
+        # gradients exactly, at pp 2 x dp 2 and pp 2 x dp 4
+        for pp, sched, mb, tp, dp in ((2, "1f1b", 2, 1, 2), (2, "1f1b", 2, 1, 4)):
+            tag = f"{model}_pp{pp}_{sched}_m{mb}_t{tp}_d{dp}"
+            for mib, cap in (("0.000001", 4), ("1000", 1000 * 2**20)):
+                btag = f"{tag}_b{mib}"
+                exe = build(model, defines, btag, ["--pp", str(pp), "--schedule", sched,
+                                                   "--microbatches", str(mb), "--tp", str(tp),
+                                                   "--dp", str(dp), "--zero", "1",
+                                                   "--bucket-mb", mib])
+                grads = os.path.join(work, f"grads_{btag}.safetensors")
+                got = train(exe, *const, "--save-grads", grads)
+                want, want_grads = runs[tag]
+                same = [(g["loss"], g["grad_norm"]) for g in got] == \
+                    [(g["loss"], g["grad_norm"]) for g in want]
+                if not same or open(grads, "rb").read() != open(want_grads, "rb").read():
+                    sys.exit(f"FAIL {btag}: losses or gradients differ from --bucket-mb "
+                             f"0.01's (same {same})")
+                code = open(os.path.join(work, btag, "train.c")).read()
+                plan = json.load(open(os.path.join(work, btag, "plan.json")))
+                for s in range(pp):
+                    nb, held_grads = check_buckets(btag, code, pp, s, dp, cap)
+                    rs = sum(c["count"] for c in plan["communication"] if c.get("stage") == s
+                             and (c["group"], c["kind"]) == ("dp", "reduce_scatter"))
+                    if rs != nb or nb != (held_grads if cap == 4 else 1):
+                        sys.exit(f"FAIL {btag}: stage {s} holds {held_grads} gradients, "
+                                 f"{nb} buckets, {rs} dp reduce-scatters in plan.json")
         # layout-free checkpoints: 10 steps under pp 2 x dp 2 zero, 10 more on one rank;
         # 10 on one rank, 10 more under pp 2 x tp 2 x dp 2 zero
         ck = os.path.join(work, f"{model}_ckpt")
@@ -1500,9 +1569,38 @@ elif case == "mesh_pp_zero":
                                                str(dp), "--ep", str(ep), "--zero", "1",
                                                "--target", "cpu", "--bucket-mb", "0.01"])
         grads = os.path.join(work, f"grads_{tag}.safetensors")
-        wl, wg = equals_one_rank(tag, train(exe, *const, "--save-grads", grads), ref, gm, grads)
+        got = train(exe, *const, "--save-grads", grads)
+        wl, wg = equals_one_rank(tag, got, ref, gm, grads)
         worst, worst_grad = max(worst, wl), max(worst_grad, wg)
         fused_kernels(tag, tag)
+        if (pp, tp, dp, ep) != (2, 1, 4, 2):
+            continue
+        # the experts' pieces over ep_dp in buckets of their own: 0.01 MiB gives several
+        # of each group a stage, 1000 MiB one dp and one ep_dp bucket a stage, with the
+        # same losses and gradients bit for bit
+        one_each = build("moe_tiny", defines, tag + "_b1000",
+                         ["--pp", "2", "--dp", "4", "--ep", "2", "--zero", "1", "--target",
+                          "cpu", "--bucket-mb", "1000"])
+        grads_b = os.path.join(work, f"grads_{tag}_b1000.safetensors")
+        got_b = train(one_each, *const, "--save-grads", grads_b)
+        if [(g["loss"], g["grad_norm"]) for g in got_b] != \
+                [(g["loss"], g["grad_norm"]) for g in got] or \
+                open(grads_b, "rb").read() != open(grads, "rb").read():
+            sys.exit(f"FAIL {tag}: --bucket-mb 1000 differs from 0.01")
+        for btag, cap in ((tag, int(0.01 * 2**20)), (tag + "_b1000", 1000 * 2**20)):
+            code = open(os.path.join(work, btag, "train.c")).read()
+            plan = json.load(open(os.path.join(work, btag, "plan.json")))
+            for s in range(2):
+                check_buckets(btag, code, 2, s, 4, cap, ep=2)
+                buckets, _ = grad_buckets(code, 2, s)
+                n = {g: sum(1 for r in buckets.values() if r[0][1] == g) for g in (1, 3)}
+                rs = {g: sum(c["count"] for c in plan["communication"] if c.get("stage") == s
+                             and (c["group"], c["kind"]) == (g, "reduce_scatter"))
+                      for g in ("dp", "ep_dp")}
+                if (rs["dp"], rs["ep_dp"]) != (n[1], n[3]) or \
+                        (cap > 2**20 and (n[1], n[3]) != (1, 1)) or \
+                        (cap < 2**20 and min(n.values()) < 2):
+                    sys.exit(f"FAIL {btag}: stage {s} buckets {n}, reduce-scatters {rs}")
     note = "no mpirun: MPI run skipped"
     if mpi_equals_threads("gpt2 pp 2 x dp 2 zero", os.path.join(
             work, "gpt2_tiny_pp2_1f1b_m2_t1_d2_z", "build", "train"), 4, const):
