@@ -216,6 +216,21 @@ static float *zero_scratch(const RtPipeDesc *p, char *base, float *after) {
   return bytes <= (int64_t)p->slots * p->slot_bytes ? (float *)(void *)base : after;
 }
 
+/* Bucket b's collective counts (counts[k]: rank k's floats) and this rank's
+ * offset in it: a one-row bucket's are its parameter's pieces in place
+ * (zero_pieces), a packed one's its blocks side by side (zero_block). */
+static int64_t zero_counts(const RtPipeDesc *p, int s, const ZeroBucket *b, int64_t *counts) {
+  if (b->rows == 1) return zero_pieces(zero_row(p, b->first)[0], b->c, counts);
+  int me = rt_comm_rank(b->c);
+  int64_t mine = 0, at = 0;
+  for (int k = 0; k < b->z; k++) {
+    counts[k] = zero_block(p, s, b, k, NULL, NULL, 0);
+    if (k == me) mine = at;
+    at += counts[k];
+  }
+  return mine;
+}
+
 /* ZeRO-1: stage s's gradients reduce-scattered over their groups, one
  * collective per bucket, so that the rank's piece of each (zero_pieces)
  * holds the sum (one event in the trace, the regions' floats).  A bucket
@@ -229,20 +244,15 @@ static int scatter_grads(RtStepIO *io, const RtPipeDesc *p, int s, float *g, flo
   for (int more; (more = zero_next(io, p, s, &b)) != 0;) {
     if (more < 0) return RT_ERR;
     if (b.z <= 1) continue;
+    int64_t mine = zero_counts(p, s, &b, counts);
     if (b.rows == 1) {
-      const int64_t *r = zero_row(p, b.first);
-      int64_t at = zero_pieces(r[0], b.c, counts);
-      if (rt_comm_reduce_scatter(b.c, g + r[2 + s], g + r[2 + s] + at, counts)) return RT_ERR;
+      float *at = g + zero_row(p, b.first)[2 + s];
+      if (rt_comm_reduce_scatter(b.c, at, at + mine, counts)) return RT_ERR;
     } else {
-      int me = rt_comm_rank(b.c);
-      int64_t mine = 0, at = 0;
-      for (int k = 0; k < b.z; k++) {
-        counts[k] = zero_block(p, s, &b, k, g, x + at, 1);
-        if (k == me) mine = at;
-        at += counts[k];
-      }
+      int64_t at = 0;
+      for (int k = 0; k < b.z; at += counts[k++]) zero_block(p, s, &b, k, g, x + at, 1);
       if (rt_comm_reduce_scatter(b.c, x, x + mine, counts)) return RT_ERR;
-      zero_block(p, s, &b, me, g, x + mine, -1);
+      zero_block(p, s, &b, rt_comm_rank(b.c), g, x + mine, -1);
     }
     moved += b.total;
   }
@@ -262,24 +272,16 @@ static int gather_grads(RtStepIO *io, const RtPipeDesc *p, int s, float *g, int6
   for (int more; (more = zero_next(io, p, s, &b)) != 0;) {
     if (more < 0) return RT_ERR;
     if (b.z <= 1) continue;
+    int64_t mine = zero_counts(p, s, &b, counts);
     if (b.rows == 1) {
-      const int64_t *r = zero_row(p, b.first);
-      int64_t at = zero_pieces(r[0], b.c, counts);
-      if (rt_comm_all_gather(b.c, g + r[2 + s] + at, io->grads + r[2 + s], counts))
-        return RT_ERR;
+      int64_t off = zero_row(p, b.first)[2 + s];
+      if (rt_comm_all_gather(b.c, g + off + mine, io->grads + off, counts)) return RT_ERR;
       continue;
     }
-    int me = rt_comm_rank(b.c);
-    int64_t mine = 0, at = 0;
-    for (int k = 0; k < b.z; k++) {
-      counts[k] = zero_block(p, s, &b, k, NULL, NULL, 0);
-      if (k == me) mine = at;
-      at += counts[k];
-    }
-    zero_block(p, s, &b, me, g, x + mine, 1);
+    zero_block(p, s, &b, rt_comm_rank(b.c), g, x + mine, 1);
     if (rt_comm_all_gather(b.c, x + mine, x, counts)) return RT_ERR;
-    at = 0;
-    for (int k = 0; k < b.z; k++) at += zero_block(p, s, &b, k, io->grads, x + at, -1);
+    int64_t at = 0;
+    for (int k = 0; k < b.z; at += counts[k++]) zero_block(p, s, &b, k, io->grads, x + at, -1);
   }
   return RT_OK;
 }
