@@ -4,6 +4,9 @@
  * by tests/gpu/check.sh, built (not run) by ctest everywhere CUDA is found.
  *
  *   gpu_ops_check            one table row per case; exit 0 iff all within tolerance
+ *   gpu_ops_check --small    only the cases of a few thousand rows or less (no
+ *                            GPT-2-sized ones): what the CPU emulation of the
+ *                            CUDA runtime (tests/cuda/emu) runs in seconds
  *
  * Tolerance: relative L2 error (|gpu - cpu| / |cpu|) <= 1e-5 for fp32 (2e-5 for
  * the attention backward, whose sums run in another order).  The attention
@@ -449,7 +452,12 @@ static int vocab_rank(RtComm *world, void *arg) {
   return rc ? -1 : 0;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  int small = argc == 2 && strcmp(argv[1], "--small") == 0; /* no GPT-2-sized cases */
+  if (argc > 2 || (argc == 2 && !small)) {
+    fprintf(stderr, "usage: gpu_ops_check [--small]\n");
+    return 2;
+  }
   rt_pool_init(4);
   RtCudaSetup s = {.params_numel = 1, .state_numel = 1, .arena_bytes = 64, .rows = 1, .seq = 1,
                    .tp = 1, .dp = 1, .gemm = RT_CUDA_GEMM_FP32, .model = "ops"};
@@ -466,14 +474,17 @@ int main(void) {
   check_mm(c, 4, 64, 32, 48, RT_MM_B_BATCHED | RT_MM_TRANSPOSE_B, 0, 1e-5);
   check_mm(c, 1, 96, 128, 80, 0, 1, 1e-5);
   check_mm(c, 3, 64, 48, 32, RT_MM_B_BATCHED, 1, 1e-5);
-  check_mm(c, 8, 1024, 768, 2304, 0, 0, 1e-5); /* GPT-2 small's qkv, fp32 */
+  if (!small)
+    check_mm(c, 8, 1024, 768, 2304, 0, 0, 1e-5); /* GPT-2 small's qkv, fp32 */
   check_attn(c, 2, 4, 4, 100, 16, 1);
   check_attn(c, 2, 4, 2, 130, 64, 1);
   check_attn(c, 1, 4, 1, 70, 128, 0);
   check_attn(c, 1, 2, 2, 64, 256, 1);
-  check_attn(c, 8, 12, 12, 1024, 64, 1); /* GPT-2 small */
+  if (!small)
+    check_attn(c, 8, 12, 12, 1024, 64, 1); /* GPT-2 small */
   check_embed_xent(c, 256, 256, 64);
-  check_embed_xent(c, 2048, 50257, 64);
+  if (!small)
+    check_embed_xent(c, 2048, 50257, 64);
   rt_cuda_close(c);
   s.gemm = RT_CUDA_GEMM_BF16; /* attention on tensor cores */
   if (rt_cuda_open(&c, &s, NULL, NULL)) {
@@ -483,9 +494,12 @@ int main(void) {
   } else {
     /* bf16 GEMMs: operands converted to bf16 (dims multiples of 8, no batch) or
      * rounded by cuBLASLt (the others) */
-    check_mm(c, 8, 1024, 768, 2304, 0, 0, 1e-2);              /* GPT-2 qkv */
-    check_mm(c, 1, 8192, 768, 3072, RT_MM_TRANSPOSE_B, 0, 1e-2); /* dx of the MLP */
-    check_mm(c, 1, 768, 8192, 3072, 0, 1, 1e-2);              /* a weight gradient */
+    if (!small)
+      check_mm(c, 8, 1024, 768, 2304, 0, 0, 1e-2);              /* GPT-2 qkv */
+    if (!small)
+      check_mm(c, 1, 8192, 768, 3072, RT_MM_TRANSPOSE_B, 0, 1e-2); /* dx of the MLP */
+    if (!small)
+      check_mm(c, 1, 768, 8192, 3072, 0, 1, 1e-2);              /* a weight gradient */
     check_mm(c, 1, 256, 64, 1001, RT_MM_TRANSPOSE_B, 0, 1e-2); /* odd vocabulary: logits */
     check_mm(c, 1, 256, 64, 1001, RT_MM_TRANSPOSE_B | RT_MM_ACCUMULATE, 0, 1e-2);
     check_mm(c, 1, 256, 1001, 64, 0, 0, 1e-2);               /* its dx (odd k) */
@@ -496,7 +510,8 @@ int main(void) {
     check_attn_bf16(c, 1, 4, 1, 70, 128, 0);
     check_attn_bf16(c, 2, 4, 4, 100, 32, 1);
     check_attn_bf16(c, 1, 6, 2, 200, 80, 0);
-    check_attn_bf16(c, 8, 12, 12, 1024, 64, 1); /* GPT-2 small */
+    if (!small)
+      check_attn_bf16(c, 8, 12, 12, 1024, 64, 1); /* GPT-2 small */
     rt_cuda_close(c);
   }
   v_logits = rnd(VN * 2 * VL, 4);
