@@ -440,6 +440,9 @@ static int parse_args(int argc, char **argv, Options *o) {
             o->lay.tp, o->lay.pp, o->lay.dp, (long long)ranks, LAYOUT_MAX_RANKS);
     return EXIT_BAD;
   }
+  if (o->lay.zero && o->lay.dp == 1)
+    fprintf(stderr, "parc: warning: --zero 1 at --dp 1 shards nothing: ZeRO-1 splits the "
+                    "optimizer state over the data-parallel ranks (add --dp N)\n");
   return 0;
 }
 
