@@ -97,7 +97,13 @@ int rt_cuda_local_open(RtCuda *c) {
   return RT_OK;
 }
 
+/* A peer's stream may still have to enqueue its wait on this rank's done
+ * event of the last collective (step 3 waits after the barrier): every member
+ * meets once more before the events go (a failed rank's group is aborted, so
+ * the barrier returns at once, and the events go anyway). */
 void rt_cuda_local_close(RtCuda *c) {
+  for (int g = 0; g < RT_CUDA_NGROUPS; g++)
+    if (c->ldone[g] && c->hgroup[g]) (void)rt_comm_barrier(c->hgroup[g]);
   for (int g = 0; g < RT_CUDA_NGROUPS; g++) {
     if (c->lready[g]) cudaEventDestroy(c->lready[g]);
     if (c->ldone[g]) cudaEventDestroy(c->ldone[g]);

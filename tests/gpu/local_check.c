@@ -147,6 +147,7 @@ static int rank_main(RtComm *world, void *arg) {
   RtCudaSetup s = {.params_numel = 1, .state_numel = 1, .arena_bytes = 64, .rows = 1, .seq = 1,
                    .tp = ms->tp, .dp = ms->dp, .tp_group = mesh.tp_comm,
                    .dp_group = mesh.dp_comm, .tp_rank = mesh.tp_rank, .dp_rank = mesh.dp_rank,
+                   .ep_dp_group = mesh.ep_dp_comm, /* ep 1: ep_dp is dp's ranks */
                    .gemm = RT_CUDA_GEMM_FP32, .model = "local_check"};
   RtCuda *c;
   int rc = rt_cuda_open(&c, &s, NULL, NULL);
