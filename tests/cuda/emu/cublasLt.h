@@ -1,0 +1,135 @@
+/* tests/cuda/emu/cublasLt.h -- cuBLASLt's matmul for the CPU emulation of
+ * CUDA (the subset runtime/cuda/rt_cuda_gemm.cu uses), implemented in
+ * emu_cublaslt.cpp.
+ *
+ * What it computes is cuBLASLt's contract: D = alpha op(A) op(B) + beta C on
+ * column-major layouts (type, rows, cols, leading dimension, batch count,
+ * strided batch offset in elements), C not read when beta is 0.  Operands are
+ * CUDA_R_32F or CUDA_R_16BF, C and D CUDA_R_32F.  Compute types: 32F (fp32
+ * operands as they are), 32F_FAST_16BF (fp32 operands rounded to bf16, to
+ * nearest even, first), 32F_FAST_TF32 (rounded to tf32: 10 fraction bits, to
+ * nearest, ties away).  Products are summed in fp32 in increasing k from 0,
+ * then scaled: alpha * sum + beta * C.  A real GPU sums in another order, so
+ * results agree with it to rounding, not bit for bit; the emulation is
+ * deterministic, so a run agrees with itself (graph replays included).
+ *
+ * The work is enqueued on the stream (kcu_emu_api.h) with copies of the
+ * descriptors and of alpha and beta (host pointer mode: read at the call, as
+ * cuBLASLt does), so a captured graph replays it after the descriptors are
+ * destroyed.  What cuBLASLt would reject is rejected with its status: bad
+ * layouts (ld below rows, shapes that do not chain, batch counts that differ),
+ * unsupported types, unknown attributes, a NULL handle. */
+#ifndef KCU_EMU_CUBLASLT_H
+#define KCU_EMU_CUBLASLT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+#include <library_types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  CUBLAS_STATUS_SUCCESS = 0,
+  CUBLAS_STATUS_NOT_INITIALIZED = 1,
+  CUBLAS_STATUS_ALLOC_FAILED = 3,
+  CUBLAS_STATUS_INVALID_VALUE = 7,
+  CUBLAS_STATUS_EXECUTION_FAILED = 13,
+  CUBLAS_STATUS_INTERNAL_ERROR = 14,
+  CUBLAS_STATUS_NOT_SUPPORTED = 15,
+} cublasStatus_t;
+
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 } cublasOperation_t;
+
+typedef enum {
+  CUBLAS_COMPUTE_32F = 68,
+  CUBLAS_COMPUTE_32F_FAST_16BF = 75,
+  CUBLAS_COMPUTE_32F_FAST_TF32 = 77,
+} cublasComputeType_t;
+
+typedef enum {
+  CUBLASLT_MATMUL_DESC_TRANSA = 3,
+  CUBLASLT_MATMUL_DESC_TRANSB = 4,
+} cublasLtMatmulDescAttributes_t;
+
+typedef enum {
+  CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT = 5,
+  CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET = 6,
+} cublasLtMatrixLayoutAttribute_t;
+
+typedef enum {
+  CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
+} cublasLtMatmulPreferenceAttributes_t;
+
+typedef struct KcuLtHandle *cublasLtHandle_t;
+typedef struct KcuLtDesc *cublasLtMatmulDesc_t;
+typedef struct KcuLtLayout *cublasLtMatrixLayout_t;
+typedef struct KcuLtPref *cublasLtMatmulPreference_t;
+
+/* Opaque like cuBLASLt's; the emulation has one algorithm and marks it. */
+typedef struct {
+  uint64_t data[8];
+} cublasLtMatmulAlgo_t;
+
+typedef struct {
+  cublasLtMatmulAlgo_t algo;
+  size_t workspaceSize;
+  cublasStatus_t state;
+  float wavesCount;
+  int reserved[4];
+} cublasLtMatmulHeuristicResult_t;
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle);
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle);
+const char *cublasLtGetStatusString(cublasStatus_t status);
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t compute,
+                                        cudaDataType_t scale_type);
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc);
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
+                                              cublasLtMatmulDescAttributes_t attr,
+                                              const void *buf, size_t size);
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *layout, cudaDataType_t type,
+                                          uint64_t rows, uint64_t cols, int64_t ld);
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout);
+cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout,
+                                                cublasLtMatrixLayoutAttribute_t attr,
+                                                const void *buf, size_t size);
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref);
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref);
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void *buf, size_t size);
+
+/* One result (found = 1) where the layouts chain and their types are
+ * supported; else CUBLAS_STATUS_NOT_SUPPORTED with found = 0.  The
+ * preference's workspace and alignment limits do not matter to the one
+ * algorithm. */
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                              cublasLtMatmulPreference_t pref, int requested,
+                                              cublasLtMatmulHeuristicResult_t *results,
+                                              int *found);
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                              const void *alpha, const void *A, cublasLtMatrixLayout_t adesc,
+                              const void *B, cublasLtMatrixLayout_t bdesc, const void *beta,
+                              const void *C, cublasLtMatrixLayout_t cdesc, void *D,
+                              cublasLtMatrixLayout_t ddesc, const cublasLtMatmulAlgo_t *algo,
+                              void *workspace, size_t workspace_bytes, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,253 @@
+/* tests/cuda/emu/emu_cublaslt.cpp -- the emulated cuBLASLt (cublasLt.h says
+ * what it computes). */
+#include <cublasLt.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include <cuda_bf16.h>
+
+#include "kcu_emu_api.h"
+
+struct KcuLtHandle {
+  int magic;
+};
+struct KcuLtDesc {
+  cublasComputeType_t compute;
+  cublasOperation_t ta, tb;
+};
+struct KcuLtLayout {
+  cudaDataType_t type;
+  uint64_t rows, cols;
+  int64_t ld;
+  int32_t batch;
+  int64_t stride; /* elements between batch members */
+};
+struct KcuLtPref {
+  uint64_t workspace;
+};
+
+static const uint64_t ALGO_MARK = 0x6b63752d656d75ull; /* "kcu-emu" */
+
+extern "C" const char *cublasLtGetStatusString(cublasStatus_t s) {
+  switch (s) {
+  case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+  case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+  case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+  case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+  case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+  case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+  case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+  }
+  return "CUBLAS_STATUS_UNKNOWN";
+}
+
+extern "C" cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+  if (!h) return CUBLAS_STATUS_INVALID_VALUE;
+  *h = new KcuLtHandle{1};
+  return CUBLAS_STATUS_SUCCESS;
+}
+extern "C" cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+  if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+  delete h;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d,
+                                                   cublasComputeType_t compute,
+                                                   cudaDataType_t scale) {
+  if (!d) return CUBLAS_STATUS_INVALID_VALUE;
+  if (scale != CUDA_R_32F ||
+      (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_16BF &&
+       compute != CUBLAS_COMPUTE_32F_FAST_TF32))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  *d = new KcuLtDesc{compute, CUBLAS_OP_N, CUBLAS_OP_N};
+  return CUBLAS_STATUS_SUCCESS;
+}
+extern "C" cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+  delete d;
+  return CUBLAS_STATUS_SUCCESS;
+}
+extern "C" cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
+                                                         cublasLtMatmulDescAttributes_t attr,
+                                                         const void *buf, size_t size) {
+  if (!d || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+  if (attr != CUBLASLT_MATMUL_DESC_TRANSA && attr != CUBLASLT_MATMUL_DESC_TRANSB)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (size != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+  int32_t v;
+  std::memcpy(&v, buf, sizeof v);
+  if (v != CUBLAS_OP_N && v != CUBLAS_OP_T) return CUBLAS_STATUS_NOT_SUPPORTED;
+  (attr == CUBLASLT_MATMUL_DESC_TRANSA ? d->ta : d->tb) = (cublasOperation_t)v;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l,
+                                                     cudaDataType_t type, uint64_t rows,
+                                                     uint64_t cols, int64_t ld) {
+  if (!l) return CUBLAS_STATUS_INVALID_VALUE;
+  if (type != CUDA_R_32F && type != CUDA_R_16BF) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (ld < 1 || (uint64_t)ld < rows) return CUBLAS_STATUS_INVALID_VALUE; /* column-major */
+  *l = new KcuLtLayout{type, rows, cols, ld, 1, 0};
+  return CUBLAS_STATUS_SUCCESS;
+}
+extern "C" cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+  delete l;
+  return CUBLAS_STATUS_SUCCESS;
+}
+extern "C" cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l,
+                                                           cublasLtMatrixLayoutAttribute_t attr,
+                                                           const void *buf, size_t size) {
+  if (!l || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+  if (attr == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT && size == sizeof(int32_t)) {
+    int32_t v;
+    std::memcpy(&v, buf, sizeof v);
+    if (v < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    l->batch = v;
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if (attr == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET && size == sizeof(int64_t)) {
+    std::memcpy(&l->stride, buf, sizeof l->stride);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+extern "C" cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+  if (!p) return CUBLAS_STATUS_INVALID_VALUE;
+  *p = new KcuLtPref{0};
+  return CUBLAS_STATUS_SUCCESS;
+}
+extern "C" cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+  delete p;
+  return CUBLAS_STATUS_SUCCESS;
+}
+extern "C" cublasStatus_t
+cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                     cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
+                                     size_t size) {
+  if (!p || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+  switch (attr) {
+  case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
+    if (size != sizeof(uint64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+    std::memcpy(&p->workspace, buf, sizeof p->workspace);
+    return CUBLAS_STATUS_SUCCESS;
+  case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
+  case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+  case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
+  case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
+    return size == sizeof(uint32_t) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+/* The GEMM's shape from the layouts, or a status: op(A) [m, k], op(B) [k, n],
+ * C and D [m, n], equal batch counts. */
+struct Shape {
+  uint64_t m, n, k;
+  int32_t batch;
+};
+static cublasStatus_t shape_of(const KcuLtDesc *d, const KcuLtLayout *a, const KcuLtLayout *b,
+                               const KcuLtLayout *c, const KcuLtLayout *o, Shape *s) {
+  if (!d || !a || !b || !c || !o) return CUBLAS_STATUS_INVALID_VALUE;
+  s->m = d->ta == CUBLAS_OP_T ? a->cols : a->rows;
+  s->k = d->ta == CUBLAS_OP_T ? a->rows : a->cols;
+  uint64_t bk = d->tb == CUBLAS_OP_T ? b->cols : b->rows;
+  s->n = d->tb == CUBLAS_OP_T ? b->rows : b->cols;
+  if (bk != s->k || c->rows != s->m || c->cols != s->n || o->rows != s->m || o->cols != s->n)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (a->type != b->type || c->type != CUDA_R_32F || o->type != CUDA_R_32F)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (a->batch != o->batch || b->batch != o->batch || c->batch != o->batch)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  s->batch = o->batch;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" cublasStatus_t
+cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                               cublasLtMatrixLayout_t o, cublasLtMatmulPreference_t p,
+                               int requested, cublasLtMatmulHeuristicResult_t *res, int *found) {
+  if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!p || requested < 1 || !res || !found) return CUBLAS_STATUS_INVALID_VALUE;
+  *found = 0;
+  Shape s;
+  cublasStatus_t st = shape_of(d, a, b, c, o, &s);
+  if (st != CUBLAS_STATUS_SUCCESS) return st == CUBLAS_STATUS_INVALID_VALUE ? st : CUBLAS_STATUS_NOT_SUPPORTED;
+  std::memset(&res[0], 0, sizeof res[0]);
+  res[0].algo.data[0] = ALGO_MARK;
+  res[0].state = CUBLAS_STATUS_SUCCESS;
+  res[0].wavesCount = 1.0f;
+  *found = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+/* x rounded as the compute type rounds fp32 operands. */
+static float round_operand(float x, cublasComputeType_t compute) {
+  if (compute == CUBLAS_COMPUTE_32F_FAST_16BF) return __bfloat162float(__float2bfloat16_rn(x));
+  if (compute == CUBLAS_COMPUTE_32F_FAST_TF32 && std::isfinite(x)) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    u = (u + 0x1000u) & ~0x1fffu; /* 10 fraction bits, to nearest, ties away */
+    std::memcpy(&x, &u, 4);
+  }
+  return x;
+}
+
+/* Element (r, c) of a column-major operand of batch member i, as a float. */
+static float load(const void *base, const KcuLtLayout &l, int32_t i, uint64_t r, uint64_t c) {
+  int64_t at = (int64_t)i * l.stride + (int64_t)c * l.ld + (int64_t)r;
+  if (l.type == CUDA_R_16BF) return __bfloat162float(((const __nv_bfloat16 *)base)[at]);
+  return ((const float *)base)[at];
+}
+
+extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
+                                         const void *alpha, const void *A,
+                                         cublasLtMatrixLayout_t ad, const void *B,
+                                         cublasLtMatrixLayout_t bd, const void *beta,
+                                         const void *C, cublasLtMatrixLayout_t cd, void *D,
+                                         cublasLtMatrixLayout_t dd, const cublasLtMatmulAlgo_t *algo,
+                                         void *workspace, size_t workspace_bytes,
+                                         cudaStream_t stream) {
+  (void)workspace, (void)workspace_bytes;
+  if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!alpha || !beta || !A || !B || !D) return CUBLAS_STATUS_INVALID_VALUE;
+  if (algo && algo->data[0] != ALGO_MARK) return CUBLAS_STATUS_INVALID_VALUE;
+  Shape s;
+  cublasStatus_t st = shape_of(d, ad, bd, cd, dd, &s);
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  float al, be;
+  std::memcpy(&al, alpha, 4);
+  std::memcpy(&be, beta, 4);
+  if (be != 0.0f && !C) return CUBLAS_STATUS_INVALID_VALUE;
+  const KcuLtDesc desc = *d;
+  const KcuLtLayout la = *ad, lb = *bd, lc = *cd, lo = *dd;
+  /* per member, per column j of D: acc[i] += op(A)[i, p] op(B)[p, j] for p = 0,
+   * 1, ..., k - 1 (each element summed in increasing p) */
+  auto run = [=]() {
+    std::vector<float> acc(s.m), col(s.k);
+    const bool ta = desc.ta == CUBLAS_OP_T, tb = desc.tb == CUBLAS_OP_T;
+    for (int32_t bi = 0; bi < s.batch; bi++)
+      for (uint64_t j = 0; j < s.n; j++) {
+        for (uint64_t p = 0; p < s.k; p++)
+          col[p] = round_operand(tb ? load(B, lb, bi, j, p) : load(B, lb, bi, p, j), desc.compute);
+        for (uint64_t i = 0; i < s.m; i++) acc[i] = 0.0f;
+        for (uint64_t p = 0; p < s.k; p++) {
+          const float bp = col[p];
+          for (uint64_t i = 0; i < s.m; i++) {
+            float ap = ta ? load(A, la, bi, p, i) : load(A, la, bi, i, p);
+            acc[i] += round_operand(ap, desc.compute) * bp;
+          }
+        }
+        float *out = (float *)D + (int64_t)bi * lo.stride + (int64_t)j * lo.ld;
+        const float *cin = C ? (const float *)C + (int64_t)bi * lc.stride + (int64_t)j * lc.ld
+                             : nullptr;
+        for (uint64_t i = 0; i < s.m; i++)
+          out[i] = be == 0.0f ? al * acc[i] : al * acc[i] + be * cin[i];
+      }
+  };
+  if (kcu_emu_enqueue(stream, run)) return CUBLAS_STATUS_EXECUTION_FAILED;
+  return CUBLAS_STATUS_SUCCESS;
+}
