@@ -211,6 +211,7 @@ const size_t STACK = 256 * 1024, GUARD = 4096;
 
 struct Fiber {
   int state;
+  uint3 tid;   /* its threadIdx */
   char *stack; /* GUARD bytes of PROT_NONE, then STACK */
 #if defined(__x86_64__)
   void *sp;
@@ -219,9 +220,15 @@ struct Fiber {
 #endif
 };
 
+/* A host thread's kernel execution.  While a block runs, the fibers of one
+ * warp [wbeg, wend) take turns: a fiber that waits switches straight to the
+ * next runnable fiber of its warp; the scheduler (main) gets control back only
+ * when every fiber of the warp is at a block barrier or done. */
 struct Sched {
   std::vector<Fiber> f;
-  unsigned n = 0, cur = 0;
+  unsigned n = 0, cur = 0, wbeg = 0, wend = 0;
+  unsigned at_warp = 0, at_other = 0; /* of the warp's fibers: stopped at a warp barrier, at
+                                         a block barrier or done */
   const std::function<void()> *body = nullptr;
   std::vector<uint64_t> xchg = std::vector<uint64_t>(1024);
   char *smem = nullptr;
@@ -237,23 +244,92 @@ struct Sched {
     free(smem);
   }
 };
-thread_local Sched sched;
+/* This thread's scheduler: a plain pointer (read without a TLS wrapper
+ * call on the fibers' hot path), made by the thread's first launch and
+ * deleted at the thread's exit by its reaper. */
+thread_local Sched *tsched;
+struct SchedReaper {
+  ~SchedReaper() {
+    delete tsched;
+    tsched = nullptr;
+  }
+};
+thread_local SchedReaper reaper;
+Sched &sched_get() {
+  if (!tsched) {
+    tsched = new Sched;
+    (void)&reaper; /* constructs it: its destructor runs at the thread's exit */
+  }
+  return *tsched;
+}
 
 [[noreturn]] void kfail(const char *what) {
-  fprintf(stderr, "kcu_emu: kernel block (%u, %u, %u): %s\n", sched.block.x, sched.block.y,
-          sched.block.z, what);
+  sched_get();
+  fprintf(stderr, "kcu_emu: kernel block (%u, %u, %u): %s\n", tsched->block.x, tsched->block.y,
+          tsched->block.z, what);
   abort();
 }
 
+const unsigned NONE = ~0u;
+
+/* After fiber me stopped (its state set to kind, and counted): the warp's
+ * next runnable fiber after me, round robin; or, none being runnable, the
+ * warp barrier released when the whole warp is at it (me, runnable again); or
+ * NONE: every fiber of the warp is at a block barrier or done. */
+unsigned next_fiber(Sched &s, unsigned me, int kind) {
+  Fiber *f = s.f.data();
+  const unsigned m = s.wend - s.wbeg;
+  if (kind == KCU_EMU_WARP) s.at_warp++;
+  else s.at_other++;
+  if (s.at_warp + s.at_other < m) {
+    unsigned j = me;
+    do j = j + 1 == s.wend ? s.wbeg : j + 1;
+    while (f[j].state != KCU_EMU_RUN);
+    return j;
+  }
+  if (s.at_warp == 0) return NONE;
+  if (s.at_other) kfail("a __syncwarp or shuffle without the whole warp");
+  for (unsigned j = s.wbeg; j < s.wend; j++) f[j].state = KCU_EMU_RUN;
+  s.at_warp = 0;
+  return me;
+}
+
+/* Leaves fiber me (saving its context in *save) for fiber `to`, or for the
+ * scheduler when to is NONE. */
+#if defined(__x86_64__)
+void switch_from(Sched &s, void **save, unsigned to) {
+  if (to == NONE) {
+    kcu_emu_swap(save, s.main_sp);
+  } else {
+    s.cur = to;
+    threadIdx = s.f[to].tid;
+    kcu_emu_swap(save, s.f[to].sp);
+  }
+}
+#else
+void switch_from(Sched &s, ucontext_t *save, unsigned to) {
+  if (to == NONE) {
+    swapcontext(save, &s.main);
+  } else {
+    s.cur = to;
+    threadIdx = s.f[to].tid;
+    swapcontext(save, &s.f[to].ctx);
+  }
+}
+#endif
+
 void fiber_entry() {
-  (*sched.body)();
-  Fiber &me = sched.f[sched.cur];
-  me.state = KCU_EMU_DONE;
+  (*tsched->body)();
+  Sched &s = *tsched;
+  const unsigned me = s.cur;
+  s.f[me].state = KCU_EMU_DONE;
+  unsigned to = next_fiber(s, me, KCU_EMU_DONE);
+  if (to == me) kfail("a finished thread resumed"); /* unreachable: DONE is not WARP */
 #if defined(__x86_64__)
   void *dead;
-  kcu_emu_swap(&dead, sched.main_sp);
+  switch_from(s, &dead, to);
 #else
-  swapcontext(&me.ctx, &sched.main);
+  switch_from(s, &s.f[me].ctx, to);
 #endif
   abort(); /* never resumed */
 }
@@ -277,79 +353,79 @@ void fiber_start(Fiber &x) {
   x.state = KCU_EMU_RUN;
 }
 
-void fiber_resume(unsigned i) {
-  sched.cur = i;
-#if defined(__x86_64__)
-  kcu_emu_swap(&sched.main_sp, sched.f[i].sp);
-#else
-  swapcontext(&sched.main, &sched.f[i].ctx);
-#endif
-}
-
-/* One block: every thread from its start to its return. */
-void run_block(dim3 bd) {
-  const unsigned n = sched.n;
-  for (unsigned i = 0; i < n; i++) fiber_start(sched.f[i]);
+/* One block: every thread from its start to its return.  Warp by warp: the
+ * warp's fibers run (next_fiber passing control among them, releasing its
+ * warp barriers) until each is at a block barrier or done; then the block
+ * barrier, released when every thread of the block is at one. */
+void run_block() {
+  Sched &s = *tsched;
+  const unsigned n = s.n;
+  Fiber *f = s.f.data();
+  for (unsigned i = 0; i < n; i++) fiber_start(f[i]);
   for (;;) {
-    for (unsigned i = 0; i < n; i++) {
-      if (sched.f[i].state != KCU_EMU_RUN) continue;
-      threadIdx = uint3{i % bd.x, i / bd.x % bd.y, i / (bd.x * bd.y)};
-      while (sched.f[i].state == KCU_EMU_RUN) fiber_resume(i);
-    }
-    bool released = false;
     for (unsigned w = 0; w < n; w += 32) {
-      unsigned m = n - w < 32 ? n - w : 32, at = 0;
-      for (unsigned i = w; i < w + m; i++) at += sched.f[i].state == KCU_EMU_WARP;
-      if (at == 0) continue;
-      if (at != m) kfail("a __syncwarp or shuffle without the whole warp");
-      for (unsigned i = w; i < w + m; i++) sched.f[i].state = KCU_EMU_RUN;
-      released = true;
+      s.wbeg = w;
+      s.wend = n - w < 32 ? n : w + 32;
+      unsigned first = NONE;
+      for (unsigned i = w; i < s.wend && first == NONE; i++)
+        if (f[i].state == KCU_EMU_RUN) first = i;
+      if (first == NONE) continue;
+      s.at_warp = s.at_other = 0; /* every fiber of the block is runnable here */
+      s.cur = first;
+      threadIdx = f[first].tid;
+#if defined(__x86_64__)
+      kcu_emu_swap(&s.main_sp, f[first].sp);
+#else
+      swapcontext(&s.main, &f[first].ctx);
+#endif
     }
-    if (released) continue;
     unsigned done = 0, block = 0;
     for (unsigned i = 0; i < n; i++) {
-      done += sched.f[i].state == KCU_EMU_DONE;
-      block += sched.f[i].state == KCU_EMU_BLOCK;
+      done += f[i].state == KCU_EMU_DONE;
+      block += f[i].state == KCU_EMU_BLOCK;
     }
     if (done == n) return;
     if (block != n) kfail("a __syncthreads that not every thread of the block reaches");
-    for (unsigned i = 0; i < n; i++) sched.f[i].state = KCU_EMU_RUN;
+    for (unsigned i = 0; i < n; i++) f[i].state = KCU_EMU_RUN;
   }
 }
 
 /* Every block of a launch, grid x fastest. */
 void run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
+  sched_get();
   const unsigned n = block.x * block.y * block.z;
-  while (sched.f.size() < n) {
+  while (tsched->f.size() < n) {
     Fiber x{};
     void *m = mmap(NULL, STACK + GUARD, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) kfail("no memory for the threads' stacks");
     mprotect(m, GUARD, PROT_NONE); /* a stack overflow faults */
     x.stack = (char *)m;
-    sched.f.push_back(x);
+    tsched->f.push_back(x);
   }
-  if (smem > sched.smem_cap) {
-    free(sched.smem);
-    sched.smem_cap = (smem + 127) / 128 * 128;
-    sched.smem = (char *)aligned_alloc(128, sched.smem_cap);
-    if (!sched.smem) kfail("no memory for dynamic shared memory");
+  if (smem > tsched->smem_cap) {
+    free(tsched->smem);
+    tsched->smem_cap = (smem + 127) / 128 * 128;
+    tsched->smem = (char *)aligned_alloc(128, tsched->smem_cap);
+    if (!tsched->smem) kfail("no memory for dynamic shared memory");
   }
   /* a kernel launched from a kernel's thread is not CUDA (no dynamic parallelism here) */
-  const std::function<void()> *outer = sched.body;
+  const std::function<void()> *outer = tsched->body;
   if (outer) kfail("a launch from inside a kernel");
-  sched.body = &body;
-  sched.n = n;
-  gridDim = grid;
-  blockDim = block;
+  tsched->body = &body;
+  tsched->n = n;
+  for (unsigned i = 0; i < n; i++)
+    tsched->f[i].tid = uint3{i % block.x, i / block.x % block.y, i / (block.x * block.y)};
+  gridDim = uint3{grid.x, grid.y, grid.z};
+  blockDim = uint3{block.x, block.y, block.z};
   for (unsigned z = 0; z < grid.z; z++)
     for (unsigned y = 0; y < grid.y; y++)
       for (unsigned x = 0; x < grid.x; x++) {
         blockIdx = uint3{x, y, z};
-        sched.block = blockIdx;
-        if (smem) memset(sched.smem, 0xff, smem);
-        run_block(block);
+        tsched->block = blockIdx;
+        if (smem) memset(tsched->smem, 0xff, smem);
+        run_block();
       }
-  sched.body = nullptr;
+  tsched->body = nullptr;
 }
 
 } // namespace
@@ -357,19 +433,22 @@ void run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()> &b
 /* ---- kernel side (kcu_emu_kernel.h) ---- */
 
 void kcu_emu_wait(int kind) {
-  Fiber &me = sched.f[sched.cur];
-  me.state = kind;
+  Sched &s = *tsched;
+  const unsigned me = s.cur;
+  s.f[me].state = kind;
+  const unsigned to = next_fiber(s, me, kind);
+  if (to == me) return; /* the last of the warp at its barrier: released */
 #if defined(__x86_64__)
-  kcu_emu_swap(&me.sp, sched.main_sp);
+  switch_from(s, &s.f[me].sp, to);
 #else
-  swapcontext(&me.ctx, &sched.main);
+  switch_from(s, &s.f[me].ctx, to);
 #endif
-  /* resumed by run_block, which set threadIdx back to this thread */
+  /* resumed by a fiber of the warp or the scheduler, which set cur and threadIdx */
 }
 
-uint64_t *kcu_emu_xchg() { return sched.xchg.data(); }
+uint64_t *kcu_emu_xchg() { return tsched->xchg.data(); } /* inside a kernel: tsched is set */
 
-void *kcu_emu_dyn_smem() { return sched.smem; }
+void *kcu_emu_dyn_smem() { return sched_get().smem; }
 
 int kcu_emu_launch_body(const void *f, dim3 grid, dim3 block, size_t smem, cudaStream_t s,
                         std::function<void()> body) {
@@ -638,6 +717,39 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
     return fail(cudaErrorInvalidValue);
   if (!bytes) return cudaSuccess;
   return enqueue(s, [dst, src, bytes]() { memmove(dst, src, bytes); });
+}
+
+namespace {
+void copy_2d(char *dst, size_t dpitch, const char *src, size_t spitch, size_t width,
+             size_t height) {
+  for (size_t r = 0; r < height; r++) memmove(dst + r * dpitch, src + r * spitch, width);
+}
+bool bad_2d(const void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+            size_t height, enum cudaMemcpyKind kind) {
+  return (unsigned)kind > cudaMemcpyDefault || width > dpitch || width > spitch ||
+         (width && height && (!dst || !src));
+}
+} // namespace
+
+cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                         size_t height, enum cudaMemcpyKind kind) {
+  if (bad_2d(dst, dpitch, src, spitch, width, height, kind)) return fail(cudaErrorInvalidValue);
+  {
+    Lock l(mu);
+    if (unsafe_now()) return fail(cudaErrorStreamCaptureUnsupported);
+  }
+  copy_2d((char *)dst, dpitch, (const char *)src, spitch, width, height);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, enum cudaMemcpyKind kind,
+                              cudaStream_t s) {
+  if (bad_2d(dst, dpitch, src, spitch, width, height, kind)) return fail(cudaErrorInvalidValue);
+  if (!width || !height) return cudaSuccess;
+  return enqueue(s, [=]() {
+    copy_2d((char *)dst, dpitch, (const char *)src, spitch, width, height);
+  });
 }
 
 cudaError_t cudaMemset(void *p, int v, size_t bytes) {

@@ -56,8 +56,8 @@ struct uint3 {
 };
 struct dim3 {
   unsigned x, y, z;
-  dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
-  dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+  constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
 };
 struct alignas(8) float2 {
   float x, y;
@@ -76,10 +76,10 @@ inline float4 make_float4(float x, float y, float z, float w) { return float4{x,
 inline int2 make_int2(int x, int y) { return int2{x, y}; }
 inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
 
-/* ---- the executing thread (per host thread: constant-initialised, so no
- * TLS wrapper) ---- */
-inline thread_local uint3 threadIdx, blockIdx;
-inline thread_local dim3 blockDim, gridDim;
+/* ---- the executing thread, per host thread.  All four are uint3 (CUDA's
+ * blockDim and gridDim are dim3, which converts from uint3): a trivial type,
+ * constant-initialised, is read without a TLS wrapper call. ---- */
+inline thread_local uint3 threadIdx, blockIdx, blockDim, gridDim;
 constexpr int warpSize = 32;
 
 /* ---- arithmetic ---- */
