@@ -26,14 +26,24 @@
  *     global or thread-local mode, legacy-stream work in global mode)
  *     fail with cudaErrorStreamCaptureUnsupported and invalidate the capture
  *     (cudaStreamEndCapture then fails with cudaErrorStreamCaptureInvalidated);
+ *     a fork not joined back into the origin stream fails the end with
+ *     cudaErrorStreamCaptureUnjoined.  cudaMallocAsync under capture allocates
+ *     once, at capture time (every replay uses that memory), and a captured
+ *     cudaFreeAsync frees it when the graph and its instances are destroyed;
+ *     event records inside a capture are dependencies only (not replayed);
  *   - a kernel launch checks its shape (block <= 1024 threads, x, y <= 1024,
  *     z <= 64, grid y, z <= 65535, dynamic shared memory <= 48 KiB unless
  *     cudaFuncSetAttribute raised the kernel's limit, at most 227 KiB); a bad
  *     one is cudaErrorInvalidConfiguration / cudaErrorInvalidValue in
  *     cudaGetLastError, and nothing runs;
  *   - errors are per host thread (cudaGetLastError), as CUDA's are; every call
- *     is thread-safe (one recursive mutex: ranks as threads run their device
- *     work one at a time). */
+ *     is thread-safe: the tables (allocations, streams, events, captures) are
+ *     under one mutex, while device work runs unlocked in the calling thread,
+ *     so ranks as threads run their kernels at the same time, each with its
+ *     own kernel state; a kernel reading memory another thread's kernel
+ *     writes is a race here as on a GPU without a stream/event dependency;
+ *   - an event handle used after cudaEventDestroy is an error
+ *     (cudaErrorInvalidResourceHandle), where CUDA's behaviour is undefined. */
 #ifndef KCU_EMU_CUDA_RUNTIME_H
 #define KCU_EMU_CUDA_RUNTIME_H
 
