@@ -136,6 +136,7 @@ std::set<CUgraph_st *> graphs;
 std::set<CUgraphExec_st *> execs;
 std::map<const void *, int> max_dyn_smem;
 CUmemPoolHandle_st pools[64];
+long graph_launches; /* cudaGraphLaunch calls that succeeded */
 
 void dev_free(void *p);
 
@@ -987,9 +988,19 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s) {
     if (!x || !execs.count(x)) return fail(cudaErrorInvalidResourceHandle);
     b = x->body;
   }
-  return enqueue(s, [b]() {
+  cudaError_t e = enqueue(s, [b]() {
     for (const auto &op : b->ops) op();
   });
+  if (e == cudaSuccess) {
+    Lock l(mu);
+    graph_launches++;
+  }
+  return e;
+}
+
+long kcu_emu_graph_launches(void) {
+  Lock l(mu);
+  return graph_launches;
 }
 
 cudaError_t cudaGraphDestroy(cudaGraph_t g) {
