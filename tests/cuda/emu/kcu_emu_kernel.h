@@ -13,13 +13,15 @@
  * thread (ranks as threads each run their own kernels).
  *
  * Execution: a launch runs its blocks one after another (grid x fastest), each
- * as one fiber per thread on the calling host thread.  A fiber runs until it
- * reaches a barrier: __syncthreads (every thread of the block), __syncwarp
- * and the shuffles (every thread of its warp).  A barrier is released when
- * every thread it waits for has reached that same kind of barrier; anything
- * else aborts the process with the kernel's block (a __syncthreads some
- * threads never reach, a shuffle with part of a warp, a warp that has exited
- * in part).  The masks of __syncwarp and the shuffles are not checked beyond
+ * as one fiber per thread on the calling host thread (x86-64: a register swap,
+ * elsewhere ucontext), warp by warp: the fibers of a warp take turns, each
+ * running until it reaches a barrier -- __syncwarp and the shuffles (every
+ * thread of its warp), __syncthreads (every thread of the block) -- and a
+ * warp's barrier is released as its last thread arrives; when every warp is
+ * at the block barrier, that is released.  Anything else aborts the process
+ * with the kernel's block (a __syncthreads some threads never reach, a
+ * shuffle with part of a warp, a warp that has exited in part).  So a race
+ * between warps (a missing __syncthreads) may go unseen: warps run in order.  The masks of __syncwarp and the shuffles are not checked beyond
  * that: the whole warp takes part.  Static `__shared__` variables are
  * function-level `static thread_local`: one block runs at a time per thread.
  * Atomics and fences are plain code (a block's fibers never run at once).
