@@ -14,9 +14,10 @@
  * kernels at once.  Streams, events, graphs: timings, a capture (a fork to a
  * second stream and its join) that runs nothing until cudaGraphLaunch replays
  * it in order, the calls a capture prohibits (each invalidating it), an
- * unjoined fork.  The barrier checks: a __syncthreads one thread skips, and a
- * shuffle with part of a warp, abort a child process.  cub: a stable sort of
- * pairs on key bits [begin, end). */
+ * unjoined fork.  The order threads run in (forward, or all reversed with
+ * KCU_EMU_ORDER=1: cuda/emu_api_reversed).  The barrier checks: a
+ * __syncthreads one thread skips, and a shuffle with part of a warp, abort a
+ * child process.  cub: a stable sort of pairs on key bits [begin, end). */
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda_runtime.h>
 #include <signal.h>
@@ -86,6 +87,11 @@ __global__ void __launch_bounds__(256, 2) rev_kernel(T *x, int n) {
   if (t < n) atomicAdd(&total, sh[t]);
   __syncthreads();
   if (t < n) row[t] = sh[n - 1 - t] * SCALE + total;
+}
+
+/* Each thread takes a ticket: the order threads run in (no barrier) */
+__global__ void ticket_kernel(int *next, int *ticket) {
+  ticket[blockIdx.x * blockDim.x + threadIdx.x] = atomicAdd(next, 1);
 }
 
 __global__ void add_kernel(float *x, float v, int n) {
@@ -192,6 +198,23 @@ static void check_kernels(void) {
     for (int i = 0; i < n; i++) tot += h[b * n + i];
     for (int i = 0; i < n; i++)
       CHECK(got[b * n + i] == h[b * n + n - 1 - i] * 2 + tot, "block %d element %d", b, i);
+  }
+
+  /* the order threads run in: blocks, then warps, then lanes, in order, or all
+   * reversed with KCU_EMU_ORDER=1 */
+  {
+    const char *o = getenv("KCU_EMU_ORDER");
+    int rev = o && !strcmp(o, "1");
+    int *next, *ticket;
+    cudaMalloc(&next, sizeof(int));
+    cudaMalloc(&ticket, 128 * sizeof(int));
+    *next = 0;
+    ticket_kernel<<<2, 64>>>(next, ticket);
+    int bad_order = 0;
+    for (int i = 0; i < 128; i++) bad_order += ticket[i] != (rev ? 127 - i : i);
+    CHECK(bad_order == 0, "%d threads out of %s order", bad_order, rev ? "reversed" : "");
+    cudaFree(next);
+    cudaFree(ticket);
   }
 
   /* refused launches run nothing */

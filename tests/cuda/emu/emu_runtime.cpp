@@ -228,6 +228,7 @@ struct Fiber {
 struct Sched {
   std::vector<Fiber> f;
   unsigned n = 0, cur = 0, wbeg = 0, wend = 0;
+  bool reversed = false; /* KCU_EMU_ORDER=1: blocks, warps and lanes in reverse */
   unsigned at_warp = 0, at_other = 0; /* of the warp's fibers: stopped at a warp barrier, at
                                          a block barrier or done */
   const std::function<void()> *body = nullptr;
@@ -264,6 +265,18 @@ Sched &sched_get() {
   return *tsched;
 }
 
+/* KCU_EMU_ORDER=1 runs the blocks of every launch, the warps of a block and
+ * the threads of a warp in reverse order (0 or unset: in order).  A kernel
+ * whose result depends on that order has a race: a missing __syncthreads
+ * or __syncwarp, or an order-dependent atomic. */
+bool kcu_emu_reversed() {
+  static const bool rev = [] {
+    const char *v = getenv("KCU_EMU_ORDER");
+    return v && !strcmp(v, "1");
+  }();
+  return rev;
+}
+
 [[noreturn]] void kfail(const char *what) {
   sched_get();
   fprintf(stderr, "kcu_emu: kernel block (%u, %u, %u): %s\n", tsched->block.x, tsched->block.y,
@@ -284,8 +297,10 @@ unsigned next_fiber(Sched &s, unsigned me, int kind) {
   else s.at_other++;
   if (s.at_warp + s.at_other < m) {
     unsigned j = me;
-    do j = j + 1 == s.wend ? s.wbeg : j + 1;
-    while (f[j].state != KCU_EMU_RUN);
+    do {
+      if (s.reversed) j = j == s.wbeg ? s.wend - 1 : j - 1;
+      else j = j + 1 == s.wend ? s.wbeg : j + 1;
+    } while (f[j].state != KCU_EMU_RUN);
     return j;
   }
   if (s.at_warp == 0) return NONE;
@@ -364,12 +379,14 @@ void run_block() {
   Fiber *f = s.f.data();
   for (unsigned i = 0; i < n; i++) fiber_start(f[i]);
   for (;;) {
-    for (unsigned w = 0; w < n; w += 32) {
+    const unsigned nw = (n + 31) / 32;
+    for (unsigned k = 0; k < nw; k++) {
+      const unsigned w = 32 * (s.reversed ? nw - 1 - k : k);
       s.wbeg = w;
       s.wend = n - w < 32 ? n : w + 32;
       unsigned first = NONE;
-      for (unsigned i = w; i < s.wend && first == NONE; i++)
-        if (f[i].state == KCU_EMU_RUN) first = i;
+      for (unsigned i = w; i < s.wend; i++)
+        if (f[i].state == KCU_EMU_RUN && (first == NONE || s.reversed)) first = i;
       if (first == NONE) continue;
       s.at_warp = s.at_other = 0; /* every fiber of the block is runnable here */
       s.cur = first;
@@ -418,10 +435,12 @@ void run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()> &b
     tsched->f[i].tid = uint3{i % block.x, i / block.x % block.y, i / (block.x * block.y)};
   gridDim = uint3{grid.x, grid.y, grid.z};
   blockDim = uint3{block.x, block.y, block.z};
-  for (unsigned z = 0; z < grid.z; z++)
-    for (unsigned y = 0; y < grid.y; y++)
-      for (unsigned x = 0; x < grid.x; x++) {
-        blockIdx = uint3{x, y, z};
+  const bool rev = tsched->reversed = kcu_emu_reversed();
+  for (unsigned zz = 0; zz < grid.z; zz++)
+    for (unsigned yy = 0; yy < grid.y; yy++)
+      for (unsigned xx = 0; xx < grid.x; xx++) {
+        blockIdx = rev ? uint3{grid.x - 1 - xx, grid.y - 1 - yy, grid.z - 1 - zz}
+                       : uint3{xx, yy, zz};
         tsched->block = blockIdx;
         if (smem) memset(tsched->smem, 0xff, smem);
         run_block();
