@@ -317,6 +317,9 @@ int rt_cuda_open(RtCuda **out, const RtCudaSetup *s, const float *params, const 
   /* rt_comm_mesh's groups: size, this rank's place, the split's colour */
   RtComm *hg[RT_CUDA_NGROUPS] = {s->tp_group, s->dp_group, s->ep_group, s->ep_dp_group,
                                  s->pp_group};
+  /* ep 1: ep_dp is dp (same members, same order); a trainer without experts
+   * passes no ep_dp group, which the device-local backend would refuse */
+  if (ep == 1 && !hg[RT_CUDA_EP_DP]) hg[RT_CUDA_EP_DP] = s->dp_group;
   int sz[RT_CUDA_NGROUPS] = {tp, dp, ep, dp / ep, pp};
   int rk[RT_CUDA_NGROUPS] = {t, d, d % ep, d / ep, p};
   int col[RT_CUDA_NGROUPS] = {d + dp * p, t + tp * p, t + tp * (d / ep + dp / ep * p),
