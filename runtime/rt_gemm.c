@@ -9,20 +9,69 @@
 #include "runtime/rt_err.h"
 #include "runtime/rt_pool.h"
 
-/* The thread count last given to OpenBLAS (0: never); set under blas_mu so that
- * two ranks-as-threads never resize OpenBLAS's pool at the same time. */
-static atomic_int blas_threads;
+/* OpenBLAS runs single-threaded (set once, under blas_mu: ranks that are
+ * threads may get here together); rt_pool runs the blocks. */
+static atomic_int blas_single;
 static pthread_mutex_t blas_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static void sync_blas_threads(void) {
-  int want = rt_pool_threads();
-  if (atomic_load(&blas_threads) == want) return;
+static void blas_single_thread(void) {
+  if (atomic_load(&blas_single)) return;
   pthread_mutex_lock(&blas_mu);
-  if (atomic_load(&blas_threads) != want) {
-    openblas_set_num_threads(want);
-    atomic_store(&blas_threads, want);
+  if (!atomic_load(&blas_single)) {
+    openblas_set_num_threads(1);
+    atomic_store(&blas_single, 1);
   }
   pthread_mutex_unlock(&blas_mu);
+}
+
+/* One row-major GEMM out[m, n] (+)= op(a)[m, k] op(b)[k, n] cut into blocks of
+ * rows or of columns (gemm_blocks) whose bounds depend on the shape alone
+ * (rt_parallel_for's chunks), each block one single-threaded cblas_sgemm.  A
+ * block's result depends on its own shape (OpenBLAS's kernels round the edge
+ * tiles of a matrix differently on some CPUs, e.g. its Zen kernels), so fixing
+ * the blocks by shape is what makes the result the same for every thread count. */
+typedef struct {
+  enum CBLAS_TRANSPOSE opa, opb;
+  int by_cols;
+  int64_t m, k, n;
+  const float *a, *b;
+  float *out;
+  int lda, ldb;
+  float beta;
+} GemmBlocks;
+
+static void gemm_block(void *ctx, int64_t lo, int64_t hi) {
+  const GemmBlocks *g = ctx;
+  const float *a = g->a, *b = g->b;
+  float *out = g->out;
+  int64_t m = g->m, n = g->n;
+  if (g->by_cols) { /* columns [lo, hi) of op(b) and out */
+    b += g->opb == CblasTrans ? lo * g->ldb : lo;
+    out += lo;
+    n = hi - lo;
+  } else { /* rows [lo, hi) of op(a) and out */
+    a += g->opa == CblasTrans ? lo : lo * g->lda;
+    out += lo * g->n;
+    m = hi - lo;
+  }
+  cblas_sgemm(CblasRowMajor, g->opa, g->opb, (int)m, (int)n, (int)g->k, 1.0f, a, g->lda, b,
+              g->ldb, g->beta, out, (int)g->n);
+}
+
+/* A block does about 1 MFLOP at the least, and a GEMM has at most
+ * GEMM_MAX_BLOCKS: every block packs the operand it does not cut again, so few
+ * large blocks, cut along the dimension whose block leaves the smaller operand
+ * to pack (rows of out: all of op(b), k n floats; columns: all of op(a), m k). */
+#define GEMM_BLOCK_FLOPS (1 << 20)
+#define GEMM_MAX_BLOCKS 8
+
+static void gemm_blocks(GemmBlocks *g) {
+  double flops = 2.0 * (double)g->m * (double)g->k * (double)g->n;
+  int64_t blocks = (int64_t)(flops / GEMM_BLOCK_FLOPS);
+  blocks = blocks < 1 ? 1 : blocks > GEMM_MAX_BLOCKS ? GEMM_MAX_BLOCKS : blocks;
+  g->by_cols = g->m * g->k < g->k * g->n;
+  int64_t dim = g->by_cols ? g->n : g->m;
+  rt_parallel_for(dim, dim / blocks > 0 ? dim / blocks : 1, gemm_block, g);
 }
 
 static int gemm(const char *op, int ta, float *out, const float *a, const float *b,
@@ -37,21 +86,23 @@ static int gemm(const char *op, int ta, float *out, const float *a, const float 
   if (m > INT_MAX || k > INT_MAX || n > INT_MAX)
     return rt_fail("%s: m %lld, k %lld, n %lld: each must be below 2^31 for CBLAS", op,
                    (long long)m, (long long)k, (long long)n);
-  sync_blas_threads();
+  blas_single_thread();
   int tb = (flags & RT_MM_TRANSPOSE_B) != 0, bb = (flags & RT_MM_B_BATCHED) != 0;
-  float beta = (flags & RT_MM_ACCUMULATE) ? 1.0f : 0.0f;
-  enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans;
-  enum CBLAS_TRANSPOSE opb = tb ? CblasTrans : CblasNoTrans;
-  int lda = (int)(ta ? m : k), ldb = (int)(tb ? k : n);
+  GemmBlocks g = {ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, 0, m, k, n,
+                  a, b, out, (int)(ta ? m : k), (int)(tb ? k : n),
+                  (flags & RT_MM_ACCUMULATE) ? 1.0f : 0.0f};
   /* A shared b and a stored [batch*m, k]: one GEMM with the batch folded into M. */
   if (!ta && !bb && batch > 1 && batch <= INT_MAX / m) {
-    cblas_sgemm(CblasRowMajor, opa, opb, (int)(batch * m), (int)n, (int)k, 1.0f, a, lda, b,
-                ldb, beta, out, (int)n);
+    g.m = batch * m;
+    gemm_blocks(&g);
     return RT_OK;
   }
-  for (int64_t i = 0; i < batch; i++)
-    cblas_sgemm(CblasRowMajor, opa, opb, (int)m, (int)n, (int)k, 1.0f, a + i * m * k, lda,
-                b + (bb ? i * k * n : 0), ldb, beta, out + i * m * n, (int)n);
+  for (int64_t i = 0; i < batch; i++) {
+    g.a = a + i * m * k;
+    g.b = b + (bb ? i * k * n : 0);
+    g.out = out + i * m * n;
+    gemm_blocks(&g);
+  }
   return RT_OK;
 }
 

@@ -18,16 +18,15 @@
  * GEMM per batch index.  CBLAS takes int dimensions: m, k and n must each be below
  * 2^31 (RT_ERR otherwise).
  *
- * Threads: OpenBLAS keeps its own thread pool.  Before each GEMM, rt_gemm gives it
- * rt_pool_threads() threads (openblas_set_num_threads, called again only when the
- * pool size changed), so the process uses one compute-thread budget: rt_pool for
- * the runtime's loops, OpenBLAS for GEMMs, one after the other.  Never call these
- * functions from inside rt_parallel_for (nested pools oversubscribe the cores).
- * After a GEMM, OpenBLAS's threads spin for a while before sleeping (its
- * OPENBLAS_THREAD_TIMEOUT, 2^n cycles, environment only); setting it low keeps
- * them from competing with the rt_pool loop that follows.
- * Results do not depend on rt_pool's size as long as OpenBLAS splits the work over
- * M and N only, which it does for sgemm (tests/runtime/test_gemm.c checks it). */
+ * Threads: OpenBLAS runs single-threaded; each GEMM is cut into at most 8 blocks
+ * of rows or columns (whichever leaves the smaller operand to pack again per
+ * block), ~1 MFLOP each at the least, whose bounds depend on the shape alone,
+ * run on rt_pool (rt_parallel_for), one cblas_sgemm a block.  Results are therefore the same
+ * bits for every pool size (tests/runtime/test_gemm.c checks it): OpenBLAS's own
+ * threading is not, on CPUs whose kernels round a matrix's edge tiles
+ * differently (its Zen kernels: a row or column split changes ~6% of sgemm's
+ * results by an ulp).  Called from inside rt_parallel_for, a GEMM runs its
+ * blocks on the calling thread (rt_pool.h's nesting rule): the same bits. */
 #ifndef PARC_RT_GEMM_H
 #define PARC_RT_GEMM_H
 

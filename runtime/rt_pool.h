@@ -19,8 +19,8 @@
  *  - rt_pool_init / rt_pool_shutdown wait for a loop in flight; call them from the
  *    main thread, not from inside `fn`.
  *
- * BLAS: rt_gemm (rt_gemm.h) gives OpenBLAS the same thread count as this pool and
- * is called between parallel loops, never inside one; see rt_gemm.h. */
+ * BLAS: rt_gemm (rt_gemm.h) runs OpenBLAS single-threaded on this pool's
+ * chunks; see rt_gemm.h. */
 #ifndef PARC_RT_POOL_H
 #define PARC_RT_POOL_H
 

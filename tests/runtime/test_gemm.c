@@ -80,6 +80,9 @@ static void test_against_reference(void) {
     {2, {0, 0}, 65, 1, 9},     {3, {1, 0}, 4, 6, 1},       {3, {3, 0}, 5, 7, 11},
     {3, {2, 0}, 1, 300, 2},    {4, {2, 3}, 3, 4, 5},       {4, {1, 1}, 9, 2, 8},
     {4, {2, 1}, 17, 19, 23},
+    /* past rt_gemm's 1 MFLOP a block: cut into row blocks (m k >= k n) and column
+     * blocks (m k < k n), uneven ones included */
+    {2, {0, 0}, 403, 67, 45},  {2, {0, 0}, 7, 150, 1001}, {3, {2, 0}, 97, 91, 130},
   };
   TRng rng = {0x9e3779b97f4a7c15ull};
   CHECK_OK(rt_pool_init(2));
