@@ -9,7 +9,9 @@
 #                             step replayed, bits equal to plain launches;
 #                             device: device-local collectives, bits equal to
 #                             host-staged; bf16: bf16 GEMMs and tensor-core
-#                             attention: losses 2e-4, gradients 3e-2 of train)
+#                             attention: losses 2e-4, gradients 3e-2 of train;
+#                             launch: a too-small GPU refused with planned and
+#                             free bytes, mpirun's losses = the threads')
 # libparcrt and what it links (runtime/CMakeLists.txt: cJSON, OpenBLAS, MPI where found)
 find_package(MPI COMPONENTS C QUIET)
 set(emu_link $<TARGET_FILE:parcrt> ${CJSON_LIB} ${OPENBLAS_LIB})
@@ -20,12 +22,12 @@ list(APPEND emu_link -lpthread -lm)
 string(JOIN " " emu_link ${emu_link})
 # NAME|MODEL|PARC ARGS|CHECKS|GRAPH NOTICES
 set(emu_cases
-  "gpt2_tiny|gpt2_tiny||cpu,graph,bf16|0"
+  "gpt2_tiny|gpt2_tiny||cpu,graph,bf16,launch|0"
   "llama_tiny|llama_tiny||cpu,graph,bf16|0"
   "moe_tiny|moe_tiny||cpu,graph|1"
   "moe_tiny_zloss|moe_tiny|-D z_loss=1e-3 -D shared_ffn=64|cpu|0"
-  "gpt2_tiny_tp2|gpt2_tiny|--tp 2|cpu,device|0"
-  "llama_tiny_tp2_pp2|llama_tiny|--tp 2 --pp 2|cpu,device|0"
+  "gpt2_tiny_tp2|gpt2_tiny|--tp 2|cpu,device,launch|0"
+  "llama_tiny_tp2_pp2|llama_tiny|--tp 2 --pp 2|cpu,device,launch|0"
   "moe_tiny_tp2_pp2|moe_tiny|--tp 2 --pp 2 --microbatches 2|cpu,device|0"
   "moe_tiny_pp2_dp2_ep2|moe_tiny|--pp 2 --dp 2 --ep 2 --microbatches 2|cpu,device|0"
   "moe_tiny_dp4_ep2_zero|moe_tiny|--dp 4 --ep 2 --zero 1|cpu,device|0"

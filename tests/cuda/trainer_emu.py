@@ -25,6 +25,12 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
           (KCU_EMU_STATS);
   device  PARC_CUDA_LOCAL=device (device copies and reduction kernels instead
           of host staging) against the host-staged run: losses bit for bit;
+  launch  the start-up checks and launchers: on an emulated GPU of 16 MiB
+          (KCU_EMU_MEM_MIB) train_cuda refuses to start with the planned and
+          free bytes (several ranks sharing a GPU of just over one rank's need:
+          the shared message), and, with several ranks where mpirun exists,
+          mpirun -np RANKS (a process per rank, each its own emulated GPU,
+          host-staged collectives over MPI) gives the threads' losses bit for bit;
   bf16    PARC_CUDA_GEMM=bf16 (GEMM operands rounded to bf16, attention on the
           tensor-core kernels, rt_cuda_attn_tc.cu) against train: losses
           within 2e-4 relative, and at one rank the step-1 gradients within
@@ -40,6 +46,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -97,6 +104,46 @@ def compare(a, kind, ref, got, tol, what):
     return r.returncode == 0
 
 
+def refused(cmd, env, log, want):
+    """Runs cmd, which must fail cleanly (exit 1 to 3, not a signal) printing want."""
+    with open(log, "w") as f:
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
+                            timeout=300).returncode
+    text = open(log).read()
+    if rc not in (1, 2, 3) or want not in text:
+        print("expected exit 1-3 and %r, got exit %d:\n%s" % (want, rc, text[-2000:]))
+        return False
+    print("%-34s refused: %s" % (os.path.basename(cmd[0]), text.strip().splitlines()[-1][:160]))
+    return True
+
+
+def launch(a, proj, emu, env, steps, one_rank):
+    """The launch check (module doc)."""
+    # a GPU too small: one rank alone does not fit; several share one GPU that
+    # one rank's plan fits (its GEMM workspace alone is 32 MiB)
+    mib, want = ("16", "the plan does not fit: planned") if one_rank else \
+        ("48", "ranks sharing this GPU do not fit")
+    if not refused([emu] + steps, dict(env, KCU_EMU_MEM_MIB=mib), proj + ".small_gpu.log",
+                   want):
+        return False
+    mpirun = shutil.which("mpirun")
+    if one_rank or not mpirun:
+        return True
+    ranks = 1
+    for flag in ("--tp", "--pp", "--dp"):
+        f = shlex.split(a.parc_args)
+        if flag in f:
+            ranks *= int(f[f.index(flag) + 1])
+    e = dict(env, KCU_EMU_GPUS=str(ranks))
+    ok = run([emu] + steps + ["--log", proj + ".threads.jsonl"], proj + ".threads.log", env=env)
+    ok = ok and run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
+                     "-x", "KCU_EMU_GPUS", "-x", "PARC_CUDA_COMM", "-x", "PARC_CUDA_GEMM",
+                     "-x", "PARC_CUDA_LOCAL", "-x", "PARC_CUDA_GRAPH", emu] + steps +
+                    ["--log", proj + ".mpi.jsonl"], proj + ".mpi.log", env=e)
+    return ok and compare(a, "losses", proj + ".threads.jsonl", proj + ".mpi.jsonl", 0,
+                          a.name + " mpirun = threads bits")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--name", required=True)
@@ -109,9 +156,9 @@ def main():
         p.add_argument("--" + req, required=True)
     a = p.parse_args()
     checks = a.checks.split(",")
-    bad = [c for c in checks if c not in ("cpu", "graph", "device", "bf16")]
+    bad = [c for c in checks if c not in ("cpu", "graph", "device", "bf16", "launch")]
     if bad:
-        p.error("unknown check %s (cpu, graph, device, bf16)" % bad[0])
+        p.error("unknown check %s (cpu, graph, device, bf16, launch)" % bad[0])
     os.makedirs(a.work, exist_ok=True)
     proj = os.path.join(a.work, a.name)
     if not build(a, proj):
@@ -183,6 +230,8 @@ def main():
                     ok = False
         ok = ok and compare(a, "losses", proj + ".host.jsonl", proj + ".dev.jsonl", 0,
                             a.name + " device = host bits")
+    if ok and "launch" in checks:
+        ok = launch(a, proj, emu, env, steps, one_rank)
     print("trainer_emu %s: %s" % (a.name, "ok" if ok else "FAIL"))
     return 0 if ok else 1
 

@@ -7,8 +7,9 @@
  *
  * What is emulated, and its limits:
  *   - device memory is host memory (cudaMalloc'd bytes start as 0xff: reads of
- *     unwritten floats show as NaN); totalGlobalMem is KCU_EMU_MEM_GIB GiB
- *     (default 16) and cudaMemGetInfo's free is that less what is allocated;
+ *     unwritten floats show as NaN); totalGlobalMem is KCU_EMU_MEM_MIB MiB
+ *     or else KCU_EMU_MEM_GIB GiB (default 16 GiB) and cudaMemGetInfo's free
+ *     is that less what is allocated;
  *     an allocation past it fails with cudaErrorMemoryAllocation;
  *   - KCU_EMU_GPUS devices (default 1), all the same "Emulated H200" (sm_90,
  *     132 SMs, 227 KiB of shared memory a block with the opt-in);

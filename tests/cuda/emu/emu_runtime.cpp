@@ -77,7 +77,13 @@ int env_int(const char *name, int dflt, int lo, int hi) {
 }
 
 int device_count() { return env_int("KCU_EMU_GPUS", 1, 1, 64); }
-size_t device_mem() { return (size_t)env_int("KCU_EMU_MEM_GIB", 16, 1, 1 << 20) << 30; }
+/* KCU_EMU_MEM_MIB (a small device, for tests of the start-up memory check)
+ * before KCU_EMU_MEM_GIB */
+size_t device_mem() {
+  const char *mib = getenv("KCU_EMU_MEM_MIB");
+  if (mib && *mib) return (size_t)env_int("KCU_EMU_MEM_MIB", 16384, 1, 1 << 30) << 20;
+  return (size_t)env_int("KCU_EMU_MEM_GIB", 16, 1, 1 << 20) << 30;
+}
 
 const size_t SMEM_DEFAULT = 48 * 1024, SMEM_OPTIN = 227 * 1024;
 

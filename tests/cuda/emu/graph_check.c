@@ -23,23 +23,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cu_test.h" /* failures, CHECK */
 #include "runtime/cuda/rt_cuda.h"
 #include "runtime/rt_err.h"
 #include "runtime/rt_gemm.h"
 #include "runtime/rt_pool.h"
 
 enum { T = 48, D = 32, V = 40, STEPS = 5 };
-
-static int failures;
-#define CHECK(c, ...)                                              \
-  do {                                                             \
-    if (!(c)) {                                                    \
-      fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #c); \
-      fprintf(stderr, __VA_ARGS__);                                \
-      fputc('\n', stderr);                                         \
-      failures++;                                                  \
-    }                                                              \
-  } while (0)
 
 typedef struct {
   RtCuda *c;

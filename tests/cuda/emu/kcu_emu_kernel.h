@@ -21,8 +21,9 @@
  * at the block barrier, that is released.  Anything else aborts the process
  * with the kernel's block (a __syncthreads some threads never reach, a
  * shuffle with part of a warp, a warp that has exited in part).  So a race
- * between warps (a missing __syncthreads) may go unseen: warps run in order.  The masks of __syncwarp and the shuffles are not checked beyond
- * that: the whole warp takes part.  Static `__shared__` variables are
+ * between warps (a missing __syncthreads) may go unseen: warps run in order
+ * (KCU_EMU_ORDER=1 reverses it).  The masks of __syncwarp and the shuffles
+ * are not checked beyond that: the whole warp takes part.  Static `__shared__` variables are
  * function-level `static thread_local`: one block runs at a time per thread.
  * Atomics and fences are plain code (a block's fibers never run at once).
  * Arithmetic is the host's IEEE single precision (build with
