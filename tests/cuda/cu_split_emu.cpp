@@ -21,17 +21,7 @@
 #include <cstdio>
 #include <vector>
 
-static int failures;
-
-#define CHECK(c, ...)                                              \
-  do {                                                             \
-    if (!(c)) {                                                    \
-      fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #c); \
-      fprintf(stderr, __VA_ARGS__);                                \
-      fputc('\n', stderr);                                         \
-      failures++;                                                  \
-    }                                                              \
-  } while (0)
+#include "cu_test.h" /* failures, CHECK */
 
 static uint64_t rng = 0x9e3779b97f4a7c15u;
 

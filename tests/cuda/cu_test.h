@@ -1,6 +1,7 @@
 /* tests/cuda/cu_test.h -- what the generated-CUDA text tests share: a failure
  * counter with CHECK, reading a generated file, and cutting one kernel's
- * section out of kernels.cu.  Header-only; each test is one translation unit. */
+ * section out of kernels.cu.  Header-only; each test is one translation unit.
+ * C or C++ (the emulation's checks, tests/cuda/emu, are C++). */
 #ifndef PARC_TESTS_CU_TEST_H
 #define PARC_TESTS_CU_TEST_H
 
@@ -28,7 +29,7 @@ static inline char *cu_slurp(const char *path) {
   fseek(f, 0, SEEK_END);
   long n = ftell(f);
   fseek(f, 0, SEEK_SET);
-  char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  char *s = n >= 0 ? (char *)malloc((size_t)n + 1) : NULL;
   if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
   if (s) s[n] = 0;
   fclose(f);
@@ -53,10 +54,10 @@ static inline char *cu_section(const char *cu, const char *name) {
   char head[256];
   snprintf(head, sizeof head, "/* ---- %s: ", name);
   const char *a = strstr(cu, head);
-  if (!a) return calloc(1, 1);
+  if (!a) return (char *)calloc(1, 1);
   const char *b = strstr(a + 1, "/* ---- ");
   size_t n = b ? (size_t)(b - a) : strlen(a);
-  char *s = malloc(n + 1);
+  char *s = (char *)malloc(n + 1);
   memcpy(s, a, n);
   s[n] = 0;
   return s;

@@ -118,7 +118,7 @@ def refused(cmd, env, log, want):
 
 
 def launch(a, proj, emu, env, steps, one_rank):
-    """The launch check (module doc)."""
+    """The launch check (module doc); proj.emu.jsonl is the plain run (ranks as threads)."""
     # a GPU too small: one rank alone does not fit; several share one GPU that
     # one rank's plan fits (its GEMM workspace alone is 32 MiB)
     mib, want = ("16", "the plan does not fit: planned") if one_rank else \
@@ -129,19 +129,17 @@ def launch(a, proj, emu, env, steps, one_rank):
     mpirun = shutil.which("mpirun")
     if one_rank or not mpirun:
         return True
-    ranks = 1
+    ranks, f = 1, shlex.split(a.parc_args)
     for flag in ("--tp", "--pp", "--dp"):
-        f = shlex.split(a.parc_args)
         if flag in f:
             ranks *= int(f[f.index(flag) + 1])
     e = dict(env, KCU_EMU_GPUS=str(ranks))
-    ok = run([emu] + steps + ["--log", proj + ".threads.jsonl"], proj + ".threads.log", env=env)
-    ok = ok and run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
+    ok = run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
                      "-x", "KCU_EMU_GPUS", "-x", "PARC_CUDA_COMM", "-x", "PARC_CUDA_GEMM",
                      "-x", "PARC_CUDA_LOCAL", "-x", "PARC_CUDA_GRAPH", emu] + steps +
                     ["--log", proj + ".mpi.jsonl"], proj + ".mpi.log", env=e)
-    return ok and compare(a, "losses", proj + ".threads.jsonl", proj + ".mpi.jsonl", 0,
-                          a.name + " mpirun = threads bits")
+    return ok and compare(a, "losses", proj + ".emu.jsonl", proj + ".mpi.jsonl", 0,
+                          a.name + " mpirun = threads bits")  # the plain run: threads
 
 
 def main():
@@ -169,67 +167,68 @@ def main():
                PARC_CUDA_GRAPH="0")
     emu = proj + "/build/train_cuda_emu"
 
-    def gpu(tag, extra_env, extra=()):
-        e = dict(env, **extra_env)
-        return run([emu] + steps + ["--log", proj + "." + tag + ".jsonl"] + list(extra),
+    def jsonl(tag):
+        return proj + "." + tag + ".jsonl"
+
+    def stats(tag):
+        return proj + "." + tag + ".stats.json"
+
+    def grads(tag):  # the step-1 gradients, compared at one rank
+        return ["--save-grads", proj + "." + tag + "_grads.safetensors"] if one_rank else []
+
+    def gpu(tag, extra_env, save_grads=False):  # (--save-grads keeps its step plain)
+        e = dict(env, KCU_EMU_STATS=stats(tag), **extra_env)
+        return run([emu] + steps + ["--log", jsonl(tag)] + (grads(tag) if save_grads else []),
                    proj + "." + tag + ".log", env=e)
 
-    ok = True
-    grads = ["--save-grads", proj + ".%s_grads.safetensors"] if one_rank else []
-    if "cpu" in checks or "bf16" in checks:
-        g = [x.replace("%s", "cpu") for x in grads]
-        ok &= run([proj + "/build/train"] + steps + ["--log", proj + ".cpu.jsonl"] + g,
-                  proj + ".cpu.log")
+    def log_of(tag):
+        with open(proj + "." + tag + ".log") as f:
+            return f.read()
+
+    def against_cpu(tag, loss_tol, grad_tol, what, grad_what):
+        ok = compare(a, "losses", jsonl("cpu"), jsonl(tag), loss_tol, a.name + " " + what)
+        if ok and one_rank:
+            ok = compare(a, "grads", grads("cpu")[1], grads(tag)[1], grad_tol,
+                         a.name + " " + grad_what)
+        return ok
+
+    def same_bits(tag, what):  # against the plain run
+        return compare(a, "losses", jsonl("emu"), jsonl(tag), 0, a.name + " " + what)
+
+    # the plain run (fp32, host-staged, no graph): the reference of every check
+    ok = gpu("emu", {}, save_grads=True)
+    if ok and ("cpu" in checks or "bf16" in checks):
+        ok = run([proj + "/build/train"] + steps + ["--log", jsonl("cpu")] + grads("cpu"),
+                 proj + ".cpu.log")
     if ok and "cpu" in checks:
-        g = [x.replace("%s", "emu") for x in grads]
-        ok = ok and gpu("emu", {}, g)
-        ok = ok and compare(a, "losses", proj + ".cpu.jsonl", proj + ".emu.jsonl", 1e-4,
-                            a.name + " losses vs CPU")
-        if ok and grads:
-            ok = compare(a, "grads", proj + ".cpu_grads.safetensors",
-                         proj + ".emu_grads.safetensors", 1e-4, a.name + " step-1 gradients")
+        ok = against_cpu("emu", 1e-4, 1e-4, "losses vs CPU", "step-1 gradients")
     if ok and "bf16" in checks:
-        g = [x.replace("%s", "bf16") for x in grads]
-        ok = gpu("bf16", {"PARC_CUDA_GEMM": "bf16"}, g)
-        ok = ok and compare(a, "losses", proj + ".cpu.jsonl", proj + ".bf16.jsonl", 2e-4,
-                            a.name + " bf16 GEMMs vs CPU")
-        if ok and grads:
-            ok = compare(a, "grads", proj + ".cpu_grads.safetensors",
-                         proj + ".bf16_grads.safetensors", 3e-2, a.name + " bf16 gradients")
+        ok = gpu("bf16", {"PARC_CUDA_GEMM": "bf16"}, save_grads=True) and \
+            against_cpu("bf16", 2e-4, 3e-2, "bf16 GEMMs vs CPU", "bf16 gradients")
     if ok and "graph" in checks:
-        stats = proj + ".graph%d.stats.json"
-        ok = gpu("graph0", {"KCU_EMU_STATS": stats % 0}) and \
-            gpu("graph1", {"PARC_CUDA_GRAPH": "1", "KCU_EMU_STATS": stats % 1})
-        if ok:
-            with open(proj + ".graph1.log") as f:
-                n = f.read().count("PARC_CUDA_GRAPH=1: ")
-            if n != a.graph_notices:
-                print("%s: %d graph fallback notices, expected %d (see %s.graph1.log)" %
-                      (a.name, n, a.graph_notices, proj))
-                ok = False
+        ok = gpu("graph", {"PARC_CUDA_GRAPH": "1"})
+        n = log_of("graph").count("PARC_CUDA_GRAPH=1: ") if ok else 0
+        if ok and n != a.graph_notices:
+            print("%s: %d graph fallback notices, expected %d (see %s.graph.log)" %
+                  (a.name, n, a.graph_notices, proj))
+            ok = False
         # step 1 plain, step 2 captured then launched, the others replayed: steps - 1
         # graph launches (none after a fallback notice, none at PARC_CUDA_GRAPH=0)
-        for g, want in ((0, 0), (1, 0 if a.graph_notices else a.steps - 1)):
+        for tag, want in (("emu", 0), ("graph", 0 if a.graph_notices else a.steps - 1)):
             if not ok:
                 break
-            with open(stats % g) as f:
+            with open(stats(tag)) as f:
                 got = json.load(f)["graph_launches"]
             if got != want:
-                print("%s: PARC_CUDA_GRAPH=%d launched %d graphs, expected %d" %
-                      (a.name, g, got, want))
+                print("%s: the %s run launched %d graphs, expected %d" % (a.name, tag, got, want))
                 ok = False
-        ok = ok and compare(a, "losses", proj + ".graph0.jsonl", proj + ".graph1.jsonl", 0,
-                            a.name + " graph = plain bits")
+        ok = ok and same_bits("graph", "graph = plain bits")
     if ok and "device" in checks:
-        ok = gpu("host", {}) and gpu("dev", {"PARC_CUDA_LOCAL": "device"})
-        if ok:
-            with open(proj + ".dev.log") as f:
-                if "collectives device-local (device copies" not in f.read():
-                    print("%s: the start-up line does not name the device-local collectives" %
-                          a.name)
-                    ok = False
-        ok = ok and compare(a, "losses", proj + ".host.jsonl", proj + ".dev.jsonl", 0,
-                            a.name + " device = host bits")
+        ok = gpu("dev", {"PARC_CUDA_LOCAL": "device"})
+        if ok and "collectives device-local (device copies" not in log_of("dev"):
+            print("%s: the start-up line does not name the device-local collectives" % a.name)
+            ok = False
+        ok = ok and same_bits("dev", "device = host bits")
     if ok and "launch" in checks:
         ok = launch(a, proj, emu, env, steps, one_rank)
     print("trainer_emu %s: %s" % (a.name, "ok" if ok else "FAIL"))

@@ -31,17 +31,7 @@
 #include <thread>
 #include <vector>
 
-static int failures;
-
-#define CHECK(c, ...)                                              \
-  do {                                                             \
-    if (!(c)) {                                                    \
-      fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #c); \
-      fprintf(stderr, __VA_ARGS__);                                \
-      fputc('\n', stderr);                                         \
-      failures++;                                                  \
-    }                                                              \
-  } while (0)
+#include "cu_test.h" /* failures, CHECK */
 
 /* ---- kernels ---- */
 

@@ -107,26 +107,17 @@ inline float rsqrtf(float a) { return 1.0f / std::sqrt(a); }
 inline double rsqrt(double a) { return 1.0 / std::sqrt(a); }
 inline float __ll2float_rn(long long v) { return (float)v; }
 inline float __int2float_rn(int v) { return (float)v; }
-inline int __float_as_int(float f) {
-  int i;
-  memcpy(&i, &f, sizeof i);
-  return i;
+/* the bits of f as a To (same size) */
+template <class To, class From> inline To kcu_bits(From f) {
+  static_assert(sizeof(To) == sizeof(From), "a bit cast between sizes");
+  To t;
+  memcpy(&t, &f, sizeof t);
+  return t;
 }
-inline float __int_as_float(int i) {
-  float f;
-  memcpy(&f, &i, sizeof f);
-  return f;
-}
-inline unsigned __float_as_uint(float f) {
-  unsigned i;
-  memcpy(&i, &f, sizeof i);
-  return i;
-}
-inline float __uint_as_float(unsigned i) {
-  float f;
-  memcpy(&f, &i, sizeof f);
-  return f;
-}
+inline int __float_as_int(float f) { return kcu_bits<int>(f); }
+inline float __int_as_float(int i) { return kcu_bits<float>(i); }
+inline unsigned __float_as_uint(float f) { return kcu_bits<unsigned>(f); }
+inline float __uint_as_float(unsigned i) { return kcu_bits<float>(i); }
 /* CUDA's device min and max, for any mix of arithmetic types */
 template <class A, class B, class = std::enable_if_t<std::is_arithmetic<A>::value &&
                                                      std::is_arithmetic<B>::value>>
