@@ -82,6 +82,7 @@
 #include <cuda_bf16.h>
 #include <mma.h>
 
+#include "runtime/cuda/rt_cuda_attn_tile.h"
 #include "runtime/cuda/rt_cuda_impl.h"
 
 using namespace nvcuda;
@@ -141,26 +142,10 @@ template <int HD> struct TcShape {
                                2 * TC_TILE * F4;
 };
 
-/* Rows [r0, r0 + ROWS) of a [T, HD] fp32 matrix into a bf16 tile of row
- * stride HD + 8 (rows >= T are zeros).  All threads of the block take part. */
+/* rows [r0, r0 + ROWS) of a [T, HD] fp32 matrix as a bf16 tile (rt_cuda_attn_tile.h) */
 template <int HD, int ROWS = TC_TILE>
 static __device__ __forceinline__ void tc_load(bf16 *dst, const float *src, int r0, int T) {
-  constexpr int LDH = HD + 8, V = HD / 4;
-  if (((uintptr_t)src & 15) == 0) { /* every row is 16-byte aligned (HD % 4 == 0) */
-    for (int e = threadIdx.x; e < ROWS * V; e += TC_THREADS) {
-      const int r = e / V, c = (e % V) * 4;
-      float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (r0 + r < T) x = *(const float4 *)(src + (int64_t)(r0 + r) * HD + c);
-      __nv_bfloat162 *d = (__nv_bfloat162 *)(dst + r * LDH + c);
-      d[0] = __floats2bfloat162_rn(x.x, x.y);
-      d[1] = __floats2bfloat162_rn(x.z, x.w);
-    }
-  } else {
-    for (int e = threadIdx.x; e < ROWS * HD; e += TC_THREADS) {
-      const int r = e / HD, c = e % HD;
-      dst[r * LDH + c] = __float2bfloat16_rn(r0 + r < T ? src[(int64_t)(r0 + r) * HD + c] : 0.0f);
-    }
-  }
+  rt_attn_tile_load<HD, ROWS, TC_THREADS>(dst, src, r0, T);
 }
 
 /* One warp: sc[16][N] (row stride ld, fp32) = A B^T, A the 16 rows at a and
@@ -499,16 +484,31 @@ static int tc_launch(RtCuda *c, const char *op, K kern, dim3 grid, size_t bytes,
   return RT_OK;
 }
 
+/* rt_cuda_attn_mma.cu: the backward with the score tiles in registers (the default) */
+int rt_cuda_sdpa_grad_mma(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
+                          const float *dy, const float *lse, const float *d, int64_t B,
+                          int64_t H, int64_t KV, int64_t T, int64_t hd, float scale, int causal);
+
+/* PARC_CUDA_ATTN=wmma: the backward by tc_bwd_kv and tc_bwd_q (for comparison)
+ * instead of rt_cuda_attn_mma.cu's kernels */
+static bool tc_wmma_backward() {
+  const char *e = getenv("PARC_CUDA_ATTN");
+  return e && !strcmp(e, "wmma");
+}
+
 template <int HD>
 static int tc_run(RtCuda *c, const TcArgs &a, int64_t B, bool grad, bool kept) {
   typedef TcShape<HD> S;
   const unsigned tiles = (unsigned)((a.T + TC_TILE - 1) / TC_TILE);
   const dim3 gq(tiles, (unsigned)(B * a.H)), gkv(tiles, (unsigned)(B * a.KV));
   if (!grad) return tc_launch(c, "sdpa (tensor cores)", tc_fwd<HD, false>, gq, S::fwd, a);
-  if ((!kept &&
-       tc_launch(c, "sdpa_grad (statistics, tensor cores)", tc_fwd<HD, true>, gq, S::fwd, a)) ||
-      tc_launch(c, "sdpa_grad (dk, dv, tensor cores)", tc_bwd_kv<HD>, gkv, S::kv, a))
+  if (!kept &&
+      tc_launch(c, "sdpa_grad (statistics, tensor cores)", tc_fwd<HD, true>, gq, S::fwd, a))
     return RT_ERR;
+  if (!tc_wmma_backward()) /* rt_cuda_attn_mma.cu */
+    return rt_cuda_sdpa_grad_mma(c, a.dqkv, a.q, a.k, a.v, a.dy, a.st_lse, a.st_d, B, a.H, a.KV,
+                                 a.T, HD, a.scale, a.causal);
+  if (tc_launch(c, "sdpa_grad (dk, dv, tensor cores)", tc_bwd_kv<HD>, gkv, S::kv, a)) return RT_ERR;
   return tc_launch(c, "sdpa_grad (dq, tensor cores)", tc_bwd_q<HD>, gq, S::dq, a);
 }
 

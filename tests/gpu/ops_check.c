@@ -22,8 +22,10 @@
  * for bit (the "in place" rows: the fraction of floats that differ, 0).
  *
  * The "bf16 tc" attention rows run a second context in GEMM mode bf16, where
- * sdpa and sdpa_grad take the tensor-core kernels (rt_cuda_attn_tc.cu; with
- * PARC_CUDA_ATTN=fp32 the fp32 ones, which pass too).  Their error is
+ * sdpa and sdpa_grad take the tensor-core kernels (rt_cuda_attn_tc.cu's forward,
+ * rt_cuda_attn_mma.cu's backward, and the "wmma" row rt_cuda_attn_tc.cu's WMMA
+ * backward (PARC_CUDA_ATTN=wmma); with PARC_CUDA_ATTN=fp32 the fp32 kernels,
+ * which pass too).  Their error is
  * max |gpu - cpu| / max |cpu|, taken separately over out, dq, dk and dv, the
  * worst shown (with lse's max absolute error in the forward's), against 2e-2:
  * q, k, v, dy and the probabilities and score gradients are rounded to bf16
@@ -293,10 +295,16 @@ static void check_attn_bf16(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_
   row("sdpa (bf16 tc)", shape, err, 2e-2, time_op(cb, at_fwd, &x, 5), fl, 0);
   attn_delta(cb, &x, dy, shape, 0); /* D of the tc forward's out */
   rt_sdpa_grad(ref, q, k, v, dy, NULL, NULL, B, H, KV, T, hd, scale, causal);
-  static const char *const name[3] = {"sdpa_grad (bf16 tc, recomputed)", "sdpa_grad (bf16 tc)",
-                                      "sdpa_grad (bf16 tc, lse, D)"};
-  for (x.kept = 2; x.kept >= 0; x.kept--) { /* x.out, x.lse: the tc forward's */
+  static const char *const name[4] = {"sdpa_grad (bf16 tc, recomputed)", "sdpa_grad (bf16 tc)",
+                                      "sdpa_grad (bf16 tc, lse, D)",
+                                      "sdpa_grad (bf16 wmma, lse, D)"};
+  /* x.out, x.lse: the tc forward's; kept 3: the WMMA backward (rt_cuda_attn_tc.cu) the
+   * trainers' way (lse, D), for comparison with the default (rt_cuda_attn_mma.cu) */
+  for (int pass = 3; pass >= 0; pass--) {
+    x.kept = pass < 3 ? pass : 2;
+    if (pass == 3) setenv("PARC_CUDA_ATTN", "wmma", 1);
     err = at_bwd(cb, &x) ? INFINITY : 0;
+    if (pass == 3) unsetenv("PARC_CUDA_ATTN");
     if (err == 0) {
       int64_t C = H + 2 * KV;
       to_host(got, x.dqkv, 4 * (size_t)ng);
@@ -304,7 +312,10 @@ static void check_attn_bf16(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_
                  fmax(rel_max(got, ref, B, C, H, H + KV, T * hd),
                       rel_max(got, ref, B, C, H + KV, C, T * hd)));
     } else fprintf(stderr, "%s\n", rt_last_error());
-    row(name[x.kept], shape, err, 2e-2, time_op(cb, at_bwd, &x, 5), 2.5 * fl, 0);
+    if (pass == 3) setenv("PARC_CUDA_ATTN", "wmma", 1);
+    const double ms = time_op(cb, at_bwd, &x, 5);
+    if (pass == 3) unsetenv("PARC_CUDA_ATTN");
+    row(name[pass], shape, err, 2e-2, ms, 2.5 * fl, 0);
   }
   cudaFree(x.out), cudaFree(x.q), cudaFree(x.k), cudaFree(x.v), cudaFree(x.dy), cudaFree(x.dqkv);
   cudaFree(x.lse), cudaFree(x.m), cudaFree(x.dm), cudaFree(x.d);

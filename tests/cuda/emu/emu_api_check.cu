@@ -17,7 +17,10 @@
  * unjoined fork.  The order threads run in (forward, or all reversed with
  * KCU_EMU_ORDER=1: cuda/emu_api_reversed).  The barrier checks: a
  * __syncthreads one thread skips, and a shuffle with part of a warp, abort a
- * child process.  cub: a stable sort of pairs on key bits [begin, end). */
+ * child process.  cub: a stable sort of pairs on key bits [begin, end).
+ * kcu_emu_mma_ptx.h: runtime/cuda/rt_cuda_mma.h's mma.sync and ldmatrix
+ * operands and results in their documented lanes (a product and a product fed
+ * back as an operand, against the host); a misaligned ldmatrix row aborts. */
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda_runtime.h>
 #include <signal.h>
@@ -32,8 +35,55 @@
 #include <vector>
 
 #include "cu_test.h" /* failures, CHECK */
+#include "runtime/cuda/rt_cuda_mma.h"
 
 /* ---- kernels ---- */
+
+/* One warp, through rt_cuda_mma.h's documented layout: s = a b^T (a, b 16 x 16
+ * bf16), then o = bf16(s) v (v 16 x 16), each written from the C registers
+ * (lane: rows g, g + 8, columns 8 n + 2 t, + 1) to [16][16] fp32. */
+__global__ void mma_kernel(const __nv_bfloat16 *a, const __nv_bfloat16 *b,
+                           const __nv_bfloat16 *v, float *s_out, float *o_out) {
+  struct __align__(16) Tiles {
+    __nv_bfloat16 a[16 * 24], b[16 * 24], v[16 * 24]; /* row stride 48 bytes */
+  };
+  __shared__ Tiles sm;
+  __nv_bfloat16 *as = sm.a, *bs = sm.b, *vs = sm.v;
+  for (int e = threadIdx.x; e < 256; e += 32) {
+    as[e / 16 * 24 + e % 16] = a[e];
+    bs[e / 16 * 24 + e % 16] = b[e];
+    vs[e / 16 * 24 + e % 16] = v[e];
+  }
+  __syncwarp();
+  const int g = threadIdx.x >> 2, t = threadIdx.x & 3;
+  uint32_t fa[4], fb[4];
+  float s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}}, o[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+  rt_ldsm_a(fa, as, 24);
+  rt_ldsm_bt(fb, bs, 24);
+  rt_mma16816(s[0], fa, fb);
+  rt_mma16816(s[1], fa, fb + 2);
+  rt_mma_c2a(fa, s[0], s[1]);
+  rt_ldsm_b(fb, vs, 24);
+  rt_mma16816(o[0], fa, fb);
+  rt_mma16816(o[1], fa, fb + 2);
+  for (int n = 0; n < 2; n++)
+    for (int i = 0; i < 4; i++) {
+      const int at = (g + 8 * (i >> 1)) * 16 + 8 * n + 2 * t + (i & 1);
+      s_out[at] = s[n][i];
+      o_out[at] = o[n][i];
+    }
+}
+
+/* ldmatrix with a row address that is not 16-byte aligned */
+__global__ void ldsm_misaligned_kernel(float *x) {
+  struct __align__(16) Rows {
+    __nv_bfloat16 m[8 * 8 * 4 + 8];
+  };
+  __shared__ Rows sm;
+  uint32_t r[4];
+  rt_ldsm4(r, sm.m + 1 + (threadIdx.x & 31) * 8);
+  x[threadIdx.x] = (float)r[0];
+}
 
 /* out[linear thread id] = its id + 1 and the coordinates' consistency */
 __global__ void ids_kernel(int *out, int *bad) {
@@ -282,6 +332,44 @@ static void run_part_warp(void) {
   part_warp_kernel<<<1, 32>>>(x);
 }
 
+/* rt_cuda_mma.h's products against the host (device memory is host memory
+ * here), on values that make every element distinct: a wrong lane, register or half gives a wrong sum. */
+static void check_mma(void) {
+  __nv_bfloat16 *a, *b, *v;
+  float *so, *oo;
+  cudaMalloc(&a, 3 * 256 * sizeof *a);
+  cudaMalloc(&so, 2 * 256 * sizeof *so);
+  b = a + 256, v = b + 256, oo = so + 256;
+  for (int i = 0; i < 256; i++) {
+    a[i] = __float2bfloat16_rn((float)((i * 37) % 61 - 30) / 16.0f);
+    b[i] = __float2bfloat16_rn((float)((i * 53) % 67 - 33) / 32.0f);
+    v[i] = __float2bfloat16_rn((float)((i * 29) % 59 - 29) / 8.0f);
+  }
+  mma_kernel<<<1, 32>>>(a, b, v, so, oo);
+  CHECK(cudaDeviceSynchronize() == cudaSuccess, "mma_kernel");
+  int bad_s = 0, bad_o = 0;
+  for (int i = 0; i < 16; i++)
+    for (int j = 0; j < 16; j++) {
+      double rs = 0, ro = 0;
+      for (int k = 0; k < 16; k++) {
+        rs += (double)__bfloat162float(a[i * 16 + k]) * __bfloat162float(b[j * 16 + k]);
+        ro += (double)__bfloat162float(__float2bfloat16_rn(so[i * 16 + k])) *
+              __bfloat162float(v[k * 16 + j]);
+      }
+      bad_s += fabs(so[i * 16 + j] - rs) > 1e-5 * (1 + fabs(rs));
+      bad_o += fabs(oo[i * 16 + j] - ro) > 1e-5 * (1 + fabs(ro));
+    }
+  CHECK(bad_s == 0 && bad_o == 0, "mma.sync layout: %d of a b^T, %d of s v wrong", bad_s, bad_o);
+  cudaFree(a);
+  cudaFree(so);
+}
+static void run_ldsm_misaligned(void) {
+  float *x;
+  cudaMalloc(&x, 32 * sizeof(float));
+  ldsm_misaligned_kernel<<<1, 32>>>(x);
+  cudaDeviceSynchronize();
+}
+
 static void check_streams_graphs(void) {
   cudaStream_t s, s2;
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
@@ -425,6 +513,8 @@ int main(void) {
   check_kernels();
   check_aborts(run_skip_barrier, "a __syncthreads one thread skips");
   check_aborts(run_part_warp, "a shuffle with half a warp");
+  check_mma();
+  check_aborts(run_ldsm_misaligned, "ldmatrix of a misaligned row");
   check_streams_graphs();
   check_sort();
   printf("emu_api_check: %s (%d failure%s)\n", failures ? "FAIL" : "ok", failures,

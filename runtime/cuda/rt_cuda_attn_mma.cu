@@ -1,0 +1,287 @@
+/* runtime/cuda/rt_cuda_attn_mma.cu -- the attention backward on tensor cores
+ * with its score tiles in registers (mma.sync m16n8k16 and ldmatrix through
+ * rt_cuda_mma.h), the default backward of the bf16 mode; rt_cuda_attn_tc.cu's
+ * WMMA kernels stay for comparison (PARC_CUDA_ATTN=wmma).  Same semantics,
+ * layouts and precision as rt_cuda_attn_tc.cu (its head comment): q, k, v, dy
+ * rounded to bf16 in shared memory, p and ds rounded to bf16 as operands, every
+ * product accumulated in fp32, exp2f of log2e-scaled scores in fp32.
+ *
+ * Why: the WMMA kernels must store each 16 x 64 product to shared memory and
+ * read it back (WMMA's fragment layout is unspecified), twice per tile in the
+ * backward; here the products S, dP stay in the accumulator registers, where
+ * the softmax gradient is applied, and are fed back as A operands (the C
+ * tiles of two adjacent 8-column blocks are the A operand of those 16 columns,
+ * rt_mma_c2a) -- the FlashAttention-2 structure.
+ *
+ * Mapping.  A block is 4 warps; a warp owns 16 rows (queries in mma_bwd_q,
+ * keys in mma_bwd_kv) of its block's 64; lane L holds rows g = L / 4 and g + 8
+ * of them and columns 8 n + 2 t, + 1 (t = L % 4) of every 8-column block n of
+ * a product (rt_cuda_mma.h).  Tiles of q, k, v, dy sit in shared memory as
+ * bf16 [rows][hd + 8] (row stride 2 hd + 16 bytes: 16-byte aligned rows for
+ * ldmatrix, and 8 rows on distinct banks).
+ *
+ *   mma_bwd_q  grid (T / 64 query tiles, last first, B H): dq of 64 rows.  Q,
+ *              dY tiles loaded once; per key tile (causal: up to the diagonal):
+ *              S = Q_w K^T, dP = dY_w V^T (16 x 64 each, registers), p =
+ *              exp2(S scale log2e - lse log2e) masked to 0, dS = p (dP - D),
+ *              dQ_w += dS K (16 x hd in registers); dq = scale dQ.
+ *   mma_bwd_kv grid (T / 64 key tiles, B KV): dk, dv of 64 keys over every
+ *              query of the kv head's H / KV query heads, in tiles of QT rows
+ *              (64; 32 for hd > 64, where dK, dV take hd registers a lane):
+ *              S^T = K_w Q^T, dP^T = V_w dY^T (16 x QT), p, dS as above with
+ *              the statistics of the columns' queries (shared memory), dV_w +=
+ *              P^T dY, dK_w += dS^T Q; dk = scale dK.
+ * Every output element is written once, by one lane, after a fixed sequence of
+ * sums: no atomics, the same bits every run.  Rows >= T are zeros in the
+ * tiles, and masked probabilities are exactly 0, so they add nothing.
+ * Synchronisation: __syncthreads around every tile copy (block-uniform loops);
+ * the products read shared memory only through ldmatrix, every lane of a warp
+ * together.  Shared memory (MmaShape): dq 4 tiles of 64 rows (hd 64: 36 KiB,
+ * hd 128: 68 KiB), dk, dv 2 tiles of 64 and 2 of QT rows + 2 QT floats (hd
+ * 64: 36.5 KiB, hd 128: 51.3 KiB). */
+#include <math.h>
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+
+#include "runtime/cuda/rt_cuda_attn_tile.h"
+#include "runtime/cuda/rt_cuda_impl.h"
+#include "runtime/cuda/rt_cuda_mma.h"
+
+typedef __nv_bfloat16 bf16;
+
+#define MMA_THREADS 128 /* 4 warps */
+#define MMA_MIN_BLOCKS 2
+#define MMA_TILE 64 /* rows of a block's query (dq) or key (dk, dv) tile, 16 a warp */
+#define MMA_LOG2E 1.4426950408889634f
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define MMA_NONE 1 /* bf16 mma.sync needs sm_80; the host never launches these there */
+#endif
+
+struct MmaArgs {
+  const float *q, *k, *v, *dy;
+  const float *lse, *d; /* [B, H, T]: the forward's lse (natural log), D = dy . out */
+  float *dqkv;          /* [B, H + 2 KV, T, hd] */
+  int64_t H, KV;
+  int T;
+  float scale;
+  int causal;
+};
+
+template <int HD> struct MmaShape {
+  static constexpr int LDH = HD + 8;              /* bf16 row stride of every tile */
+  static constexpr int QT = HD > 64 ? 32 : 64;    /* mma_bwd_kv's query tile rows */
+  static constexpr size_t ROW = LDH * sizeof(bf16);
+  static constexpr size_t dq = 4 * MMA_TILE * ROW;
+  static constexpr size_t kv = 2 * MMA_TILE * ROW + 2 * QT * ROW + 2 * QT * sizeof(float);
+};
+
+/* acc[2 np], acc[2 np + 1] (np < N / 16) += A B^T over HD: A the warp's 16 rows
+ * at a, B the N rows at bm, both bf16 [.][HD + 8]. */
+template <int HD, int N>
+static __device__ __forceinline__ void mma_abt(float (*acc)[4], const bf16 *a, const bf16 *bm) {
+  constexpr int LDH = HD + 8;
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; kk++) {
+    uint32_t fa[4];
+    rt_ldsm_a(fa, a + kk * 16, LDH);
+#pragma unroll
+    for (int np = 0; np < N / 16; np++) {
+      uint32_t fb[4];
+      rt_ldsm_bt(fb, bm + np * 16 * LDH + kk * 16, LDH);
+      rt_mma16816(acc[2 * np], fa, fb);
+      rt_mma16816(acc[2 * np + 1], fa, fb + 2);
+    }
+  }
+}
+
+/* acc[HD / 8] += P B over K = 16 kk2 .. 16 kk2 + 15: P the C tiles p[2 kk2],
+ * p[2 kk2 + 1] (16 x 16), B rows [16 kk2, + 16) of bm (bf16 [.][HD + 8]). */
+template <int HD>
+static __device__ __forceinline__ void mma_pb(float (*acc)[4], const float (*p)[4], int kk2,
+                                              const bf16 *bm) {
+  constexpr int LDH = HD + 8;
+  uint32_t fa[4];
+  rt_mma_c2a(fa, p[2 * kk2], p[2 * kk2 + 1]);
+#pragma unroll
+  for (int nn = 0; nn < HD / 16; nn++) {
+    uint32_t fb[4];
+    rt_ldsm_b(fb, bm + kk2 * 16 * LDH + nn * 16, LDH);
+    rt_mma16816(acc[2 * nn], fa, fb);
+    rt_mma16816(acc[2 * nn + 1], fa, fb + 2);
+  }
+}
+
+/* rows r0 (c[.][0..1]) and r0 + 8 (c[.][2..3]) of a 16 x HD product, times s,
+ * into dst [T, HD] (rows >= T skipped) */
+template <int HD>
+static __device__ __forceinline__ void mma_store(float *dst, const float (*c)[4], int r0, int T,
+                                                 float s) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int n = 0; n < HD / 8; n++) {
+    const int col = 8 * n + 2 * t;
+    if (r0 < T) *(float2 *)(dst + (int64_t)r0 * HD + col) = make_float2(s * c[n][0], s * c[n][1]);
+    if (r0 + 8 < T)
+      *(float2 *)(dst + (int64_t)(r0 + 8) * HD + col) = make_float2(s * c[n][2], s * c[n][3]);
+  }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_q(MmaArgs a) {
+#ifndef MMA_NONE
+  extern __shared__ __align__(128) unsigned char mma_smem[];
+  constexpr int LDH = MmaShape<HD>::LDH;
+  bf16 *qs = (bf16 *)mma_smem, *dys = qs + MMA_TILE * LDH, *ks = dys + MMA_TILE * LDH;
+  bf16 *vs = ks + MMA_TILE * LDH;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int T = a.T, q0 = (int)(gridDim.x - 1 - blockIdx.x) * MMA_TILE, r0 = q0 + 16 * w + g;
+  const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, kvh = h / (a.H / a.KV);
+  const float *kh = a.k + (b * a.KV + kvh) * T * HD, *vh = a.v + (b * a.KV + kvh) * T * HD;
+  const float sl2 = a.scale * MMA_LOG2E;
+  float lr[2], dr[2]; /* rows r0, r0 + 8: lse log2e, D */
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    const int row = r0 + 8 * i;
+    lr[i] = row < T ? a.lse[bh * T + row] * MMA_LOG2E : 0.0f;
+    dr[i] = row < T ? a.d[bh * T + row] : 0.0f;
+  }
+  rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(qs, a.q + bh * T * HD, q0, T);
+  rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(dys, a.dy + bh * T * HD, q0, T);
+  float dq[HD / 8][4];
+#pragma unroll
+  for (int n = 0; n < HD / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+  const int kend = a.causal && q0 + MMA_TILE < T ? q0 + MMA_TILE : T; /* keys [0, kend) */
+  for (int j0 = 0; j0 < kend; j0 += MMA_TILE) {
+    __syncthreads(); /* the previous key tile is consumed */
+    rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(ks, kh, j0, T);
+    rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(vs, vh, j0, T);
+    __syncthreads(); /* the tiles (and, the first time, qs and dys) are in */
+    float s[MMA_TILE / 8][4], dp[MMA_TILE / 8][4];
+#pragma unroll
+    for (int n = 0; n < MMA_TILE / 8; n++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) s[n][i] = dp[n][i] = 0.0f;
+    mma_abt<HD, MMA_TILE>(s, qs + 16 * w * LDH, ks);   /* S = Q_w K^T */
+    mma_abt<HD, MMA_TILE>(dp, dys + 16 * w * LDH, vs); /* dP = dY_w V^T */
+#pragma unroll
+    for (int n = 0; n < MMA_TILE / 8; n++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const int row = r0 + 8 * (i >> 1), j = j0 + 8 * n + 2 * t + (i & 1);
+        const float p = row < T && j < T && (!a.causal || j <= row)
+                            ? exp2f(s[n][i] * sl2 - lr[i >> 1]) : 0.0f;
+        s[n][i] = p * (dp[n][i] - dr[i >> 1]); /* dS */
+      }
+#pragma unroll
+    for (int kk2 = 0; kk2 < MMA_TILE / 16; kk2++) mma_pb<HD>(dq, s, kk2, ks); /* dQ += dS K */
+  }
+  const int64_t C = a.H + 2 * a.KV;
+  mma_store<HD>(a.dqkv + (b * C + h) * T * HD, dq, r0, T, a.scale);
+#endif
+}
+
+template <int HD>
+__global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_kv(MmaArgs a) {
+#ifndef MMA_NONE
+  extern __shared__ __align__(128) unsigned char mma_smem[];
+  constexpr int LDH = MmaShape<HD>::LDH, QT = MmaShape<HD>::QT;
+  bf16 *ks = (bf16 *)mma_smem, *vs = ks + MMA_TILE * LDH, *qs = vs + MMA_TILE * LDH;
+  bf16 *dys = qs + QT * LDH;
+  float *ls = (float *)(dys + QT * LDH), *ds_ = ls + QT; /* the tile's lse log2e, D */
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int T = a.T, k0 = (int)blockIdx.x * MMA_TILE, u0 = k0 + 16 * w + g; /* keys u0, u0 + 8 */
+  const int64_t bg = blockIdx.y, b = bg / a.KV, kvh = bg % a.KV, rep = a.H / a.KV;
+  const int64_t C = a.H + 2 * a.KV;
+  const float sl2 = a.scale * MMA_LOG2E;
+  rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(ks, a.k + bg * T * HD, k0, T);
+  rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(vs, a.v + bg * T * HD, k0, T);
+  float dk[HD / 8][4], dv[HD / 8][4];
+#pragma unroll
+  for (int n = 0; n < HD / 8; n++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) dk[n][i] = dv[n][i] = 0.0f;
+  const int i_begin = a.causal ? k0 : 0; /* causal: earlier queries see none of these keys */
+  for (int64_t h = kvh * rep; h < (kvh + 1) * rep; h++) {
+    const int64_t bh = b * a.H + h;
+    const float *qh = a.q + bh * T * HD, *dyh = a.dy + bh * T * HD;
+    for (int i0 = i_begin; i0 < T; i0 += QT) {
+      __syncthreads(); /* the previous query tile is consumed */
+      rt_attn_tile_load<HD, QT, MMA_THREADS>(qs, qh, i0, T);
+      rt_attn_tile_load<HD, QT, MMA_THREADS>(dys, dyh, i0, T);
+      if (threadIdx.x < QT) {
+        const int i = i0 + threadIdx.x;
+        ls[threadIdx.x] = i < T ? a.lse[bh * T + i] * MMA_LOG2E : 0.0f;
+        ds_[threadIdx.x] = i < T ? a.d[bh * T + i] : 0.0f;
+      }
+      __syncthreads(); /* the tiles (and, the first time, ks and vs) are in */
+      float s[QT / 8][4], dp[QT / 8][4];
+#pragma unroll
+      for (int n = 0; n < QT / 8; n++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) s[n][i] = dp[n][i] = 0.0f;
+      mma_abt<HD, QT>(s, ks + 16 * w * LDH, qs);   /* S^T = K_w Q^T */
+      mma_abt<HD, QT>(dp, vs + 16 * w * LDH, dys); /* dP^T = V_w dY^T */
+#pragma unroll
+      for (int n = 0; n < QT / 8; n++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          const int key = u0 + 8 * (i >> 1), c = 8 * n + 2 * t + (i & 1), iq = i0 + c;
+          const float p = iq < T && key < T && (!a.causal || key <= iq)
+                              ? exp2f(s[n][i] * sl2 - ls[c]) : 0.0f;
+          s[n][i] = p;                       /* P^T */
+          dp[n][i] = p * (dp[n][i] - ds_[c]); /* dS^T */
+        }
+#pragma unroll
+      for (int kk2 = 0; kk2 < QT / 16; kk2++) {
+        mma_pb<HD>(dv, s, kk2, dys); /* dV += P^T dY */
+        mma_pb<HD>(dk, dp, kk2, qs); /* dK += dS^T Q */
+      }
+    }
+  }
+  mma_store<HD>(a.dqkv + (b * C + a.H + kvh) * T * HD, dk, u0, T, a.scale);
+  mma_store<HD>(a.dqkv + (b * C + a.H + a.KV + kvh) * T * HD, dv, u0, T, 1.0f);
+#endif
+}
+
+/* ---- launching ---- */
+
+template <typename K>
+static int mma_launch(RtCuda *c, const char *op, K kern, dim3 grid, size_t bytes, const MmaArgs &a) {
+  if (bytes > 48 * 1024)
+    CU_CHECK(c, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
+             op);
+  kern<<<grid, MMA_THREADS, bytes, c->compute>>>(a);
+  LAUNCH_CHECK(c, op);
+  return RT_OK;
+}
+
+template <int HD> static int mma_run(RtCuda *c, const MmaArgs &a, int64_t B) {
+  typedef MmaShape<HD> S;
+  const unsigned tiles = (unsigned)((a.T + MMA_TILE - 1) / MMA_TILE);
+  if (mma_launch(c, "sdpa_grad (dk, dv, mma)", mma_bwd_kv<HD>, dim3(tiles, (unsigned)(B * a.KV)),
+                 S::kv, a))
+    return RT_ERR;
+  return mma_launch(c, "sdpa_grad (dq, mma)", mma_bwd_q<HD>, dim3(tiles, (unsigned)(B * a.H)),
+                    S::dq, a);
+}
+
+/* The backward of rt_cuda_attn_tc.cu's shapes (hd a multiple of 16 up to 128)
+ * from the rows' statistics lse (natural log) and d = dy . out. */
+int rt_cuda_sdpa_grad_mma(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
+                          const float *dy, const float *lse, const float *d, int64_t B,
+                          int64_t H, int64_t KV, int64_t T, int64_t hd, float scale, int causal) {
+  const MmaArgs a = {q, k, v, dy, lse, d, dqkv, H, KV, (int)T, scale, causal != 0};
+  switch (hd) {
+  case 16: return mma_run<16>(c, a, B);
+  case 32: return mma_run<32>(c, a, B);
+  case 48: return mma_run<48>(c, a, B);
+  case 64: return mma_run<64>(c, a, B);
+  case 80: return mma_run<80>(c, a, B);
+  case 96: return mma_run<96>(c, a, B);
+  case 112: return mma_run<112>(c, a, B);
+  case 128: return mma_run<128>(c, a, B);
+  default: return rt_fail("sdpa_grad (mma): head dimension %lld", (long long)hd);
+  }
+}
