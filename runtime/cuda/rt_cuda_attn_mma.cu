@@ -1,14 +1,15 @@
-/* runtime/cuda/rt_cuda_attn_mma.cu -- the attention backward on tensor cores
- * with its score tiles in registers (mma.sync m16n8k16 and ldmatrix through
- * rt_cuda_mma.h), the default backward of the bf16 mode; rt_cuda_attn_tc.cu's
- * WMMA kernels stay for comparison (PARC_CUDA_ATTN=wmma).  Same semantics,
+/* runtime/cuda/rt_cuda_attn_mma.cu -- flash attention, forward and backward, on
+ * tensor cores with the score tiles in registers (mma.sync m16n8k16 and
+ * ldmatrix through rt_cuda_mma.h): the default kernels of the bf16 mode;
+ * rt_cuda_attn_tc.cu's WMMA kernels stay for comparison (PARC_CUDA_ATTN=wmma)
+ * and compute the backward's row statistics when the caller kept none.  Same semantics,
  * layouts and precision as rt_cuda_attn_tc.cu (its head comment): q, k, v, dy
  * rounded to bf16 in shared memory, p and ds rounded to bf16 as operands, every
  * product accumulated in fp32, exp2f of log2e-scaled scores in fp32.
  *
  * Why: the WMMA kernels must store each 16 x 64 product to shared memory and
- * read it back (WMMA's fragment layout is unspecified), twice per tile in the
- * backward; here the products S, dP stay in the accumulator registers, where
+ * read it back (WMMA's fragment layout is unspecified), once per tile in the
+ * forward and twice in the backward; here the products S, dP stay in the accumulator registers, where
  * the softmax gradient is applied, and are fed back as A operands (the C
  * tiles of two adjacent 8-column blocks are the A operand of those 16 columns,
  * rt_mma_c2a) -- the FlashAttention-2 structure.
@@ -20,6 +21,12 @@
  * bf16 [rows][hd + 8] (row stride 2 hd + 16 bytes: 16-byte aligned rows for
  * ldmatrix, and 8 rows on distinct banks).
  *
+ *   mma_fwd    grid (T / 64 query tiles, last first, B H): out, lse of 64 rows.
+ *              Per key tile (causal: up to the diagonal): S = Q_w K^T in
+ *              registers, masked to -inf, the online softmax (row max and
+ *              rescale over the 4 lanes of a row: two shuffles; each lane sums
+ *              its own columns, the row's sum is taken once at the end), O_w =
+ *              alpha O_w + P V with P the bf16 of the C registers.
  *   mma_bwd_q  grid (T / 64 query tiles, last first, B H): dq of 64 rows.  Q,
  *              dY tiles loaded once; per key tile (causal: up to the diagonal):
  *              S = Q_w K^T, dP = dY_w V^T (16 x 64 each, registers), p =
@@ -36,7 +43,8 @@
  * tiles, and masked probabilities are exactly 0, so they add nothing.
  * Synchronisation: __syncthreads around every tile copy (block-uniform loops);
  * the products read shared memory only through ldmatrix, every lane of a warp
- * together.  Shared memory (MmaShape): dq 4 tiles of 64 rows (hd 64: 36 KiB,
+ * together.  Shared memory (MmaShape): forward 3 tiles of 64 rows (hd 64:
+ * 27 KiB, hd 128: 51 KiB), dq 4 tiles of 64 rows (hd 64: 36 KiB,
  * hd 128: 68 KiB), dk, dv 2 tiles of 64 and 2 of QT rows + 2 QT floats (hd
  * 64: 36.5 KiB, hd 128: 51.3 KiB). */
 #include <math.h>
@@ -54,6 +62,7 @@ typedef __nv_bfloat16 bf16;
 #define MMA_MIN_BLOCKS 2
 #define MMA_TILE 64 /* rows of a block's query (dq) or key (dk, dv) tile, 16 a warp */
 #define MMA_LOG2E 1.4426950408889634f
+#define MMA_LN2 0.6931471805599453f
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 #define MMA_NONE 1 /* bf16 mma.sync needs sm_80; the host never launches these there */
@@ -63,6 +72,7 @@ struct MmaArgs {
   const float *q, *k, *v, *dy;
   const float *lse, *d; /* [B, H, T]: the forward's lse (natural log), D = dy . out */
   float *dqkv;          /* [B, H + 2 KV, T, hd] */
+  float *out, *out_lse; /* the forward's results (out_lse may be NULL) */
   int64_t H, KV;
   int T;
   float scale;
@@ -73,6 +83,7 @@ template <int HD> struct MmaShape {
   static constexpr int LDH = HD + 8;              /* bf16 row stride of every tile */
   static constexpr int QT = HD > 64 ? 32 : 64;    /* mma_bwd_kv's query tile rows */
   static constexpr size_t ROW = LDH * sizeof(bf16);
+  static constexpr size_t fwd = 3 * MMA_TILE * ROW;
   static constexpr size_t dq = 4 * MMA_TILE * ROW;
   static constexpr size_t kv = 2 * MMA_TILE * ROW + 2 * QT * ROW + 2 * QT * sizeof(float);
 };
@@ -113,19 +124,99 @@ static __device__ __forceinline__ void mma_pb(float (*acc)[4], const float (*p)[
   }
 }
 
-/* rows r0 (c[.][0..1]) and r0 + 8 (c[.][2..3]) of a 16 x HD product, times s,
- * into dst [T, HD] (rows >= T skipped) */
+/* rows r0 (c[.][0..1]) times s0 and r0 + 8 (c[.][2..3]) times s1 of a 16 x HD
+ * product into dst [T, HD] (rows >= T skipped) */
 template <int HD>
 static __device__ __forceinline__ void mma_store(float *dst, const float (*c)[4], int r0, int T,
-                                                 float s) {
+                                                 float s0, float s1) {
   const int t = threadIdx.x & 3;
 #pragma unroll
   for (int n = 0; n < HD / 8; n++) {
     const int col = 8 * n + 2 * t;
-    if (r0 < T) *(float2 *)(dst + (int64_t)r0 * HD + col) = make_float2(s * c[n][0], s * c[n][1]);
+    if (r0 < T) *(float2 *)(dst + (int64_t)r0 * HD + col) = make_float2(s0 * c[n][0], s0 * c[n][1]);
     if (r0 + 8 < T)
-      *(float2 *)(dst + (int64_t)(r0 + 8) * HD + col) = make_float2(s * c[n][2], s * c[n][3]);
+      *(float2 *)(dst + (int64_t)(r0 + 8) * HD + col) = make_float2(s1 * c[n][2], s1 * c[n][3]);
   }
+}
+
+/* the maximum (sum) of v over the 4 lanes holding a row (lanes 4 g .. 4 g + 3) */
+static __device__ __forceinline__ float mma_row_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+static __device__ __forceinline__ float mma_row_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+/* The forward: out, lse (may be NULL) of query rows [q0, q0 + 64) of head (b, h). */
+template <int HD>
+__global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_fwd(MmaArgs a) {
+#ifndef MMA_NONE
+  extern __shared__ __align__(128) unsigned char mma_smem[];
+  constexpr int LDH = MmaShape<HD>::LDH;
+  bf16 *qs = (bf16 *)mma_smem, *ks = qs + MMA_TILE * LDH, *vs = ks + MMA_TILE * LDH;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int T = a.T, q0 = (int)(gridDim.x - 1 - blockIdx.x) * MMA_TILE, r0 = q0 + 16 * w + g;
+  const int64_t bh = blockIdx.y, b = bh / a.H, kvh = bh % a.H / (a.H / a.KV);
+  const float *kh = a.k + (b * a.KV + kvh) * T * HD, *vh = a.v + (b * a.KV + kvh) * T * HD;
+  const float sl2 = a.scale * MMA_LOG2E;
+  rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(qs, a.q + bh * T * HD, q0, T);
+  /* rows r0, r0 + 8: running max (log2 units), this lane's part of the sum */
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[HD / 8][4];
+#pragma unroll
+  for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  const int kend = a.causal && q0 + MMA_TILE < T ? q0 + MMA_TILE : T; /* keys [0, kend) */
+  for (int j0 = 0; j0 < kend; j0 += MMA_TILE) {
+    __syncthreads(); /* the previous key tile is consumed */
+    rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(ks, kh, j0, T);
+    rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(vs, vh, j0, T);
+    __syncthreads(); /* the tiles (and, the first time, qs) are in */
+    float s[MMA_TILE / 8][4];
+#pragma unroll
+    for (int n = 0; n < MMA_TILE / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    mma_abt<HD, MMA_TILE>(s, qs + 16 * w * LDH, ks); /* S = Q_w K^T */
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < MMA_TILE / 8; n++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const int row = r0 + 8 * (i >> 1), j = j0 + 8 * n + 2 * t + (i & 1);
+        s[n][i] = j < T && (!a.causal || j <= row) ? s[n][i] * sl2 : -INFINITY;
+        mx[i >> 1] = fmaxf(mx[i >> 1], s[n][i]);
+      }
+    float base[2], alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      const float mn = fmaxf(m[r], mma_row_max(mx[r]));
+      base[r] = mn == -INFINITY ? 0.0f : mn;
+      alpha[r] = exp2f(m[r] - base[r]); /* 0 while m is -inf */
+      m[r] = mn;
+      l[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int n = 0; n < MMA_TILE / 8; n++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        s[n][i] = exp2f(s[n][i] - base[i >> 1]); /* P */
+        l[i >> 1] += s[n][i];
+      }
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++) {
+      o[n][0] *= alpha[0], o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1], o[n][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int kk2 = 0; kk2 < MMA_TILE / 16; kk2++) mma_pb<HD>(o, s, kk2, vs); /* O += P V */
+  }
+  const float l0 = mma_row_sum(l[0]), l1 = mma_row_sum(l[1]);
+  mma_store<HD>(a.out + bh * T * HD, o, r0, T, l0 > 0.0f ? 1.0f / l0 : 0.0f,
+                l1 > 0.0f ? 1.0f / l1 : 0.0f);
+  if (a.out_lse && t == 0) { /* natural log of the row's sum (valid rows: l > 0) */
+    if (r0 < T) a.out_lse[bh * T + r0] = (m[0] + log2f(l0)) * MMA_LN2;
+    if (r0 + 8 < T) a.out_lse[bh * T + r0 + 8] = (m[1] + log2f(l1)) * MMA_LN2;
+  }
+#endif
 }
 
 template <int HD>
@@ -178,7 +269,7 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_q(MmaArgs
     for (int kk2 = 0; kk2 < MMA_TILE / 16; kk2++) mma_pb<HD>(dq, s, kk2, ks); /* dQ += dS K */
   }
   const int64_t C = a.H + 2 * a.KV;
-  mma_store<HD>(a.dqkv + (b * C + h) * T * HD, dq, r0, T, a.scale);
+  mma_store<HD>(a.dqkv + (b * C + h) * T * HD, dq, r0, T, a.scale, a.scale);
 #endif
 }
 
@@ -240,8 +331,8 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_kv(MmaArg
       }
     }
   }
-  mma_store<HD>(a.dqkv + (b * C + a.H + kvh) * T * HD, dk, u0, T, a.scale);
-  mma_store<HD>(a.dqkv + (b * C + a.H + a.KV + kvh) * T * HD, dv, u0, T, 1.0f);
+  mma_store<HD>(a.dqkv + (b * C + a.H + kvh) * T * HD, dk, u0, T, a.scale, a.scale);
+  mma_store<HD>(a.dqkv + (b * C + a.H + a.KV + kvh) * T * HD, dv, u0, T, 1.0f, 1.0f);
 #endif
 }
 
@@ -257,31 +348,42 @@ static int mma_launch(RtCuda *c, const char *op, K kern, dim3 grid, size_t bytes
   return RT_OK;
 }
 
-template <int HD> static int mma_run(RtCuda *c, const MmaArgs &a, int64_t B) {
+template <int HD> static int mma_run(RtCuda *c, const MmaArgs &a, int64_t B, bool grad) {
   typedef MmaShape<HD> S;
   const unsigned tiles = (unsigned)((a.T + MMA_TILE - 1) / MMA_TILE);
-  if (mma_launch(c, "sdpa_grad (dk, dv, mma)", mma_bwd_kv<HD>, dim3(tiles, (unsigned)(B * a.KV)),
-                 S::kv, a))
-    return RT_ERR;
-  return mma_launch(c, "sdpa_grad (dq, mma)", mma_bwd_q<HD>, dim3(tiles, (unsigned)(B * a.H)),
-                    S::dq, a);
+  const dim3 gq(tiles, (unsigned)(B * a.H)), gkv(tiles, (unsigned)(B * a.KV));
+  if (!grad) return mma_launch(c, "sdpa (mma)", mma_fwd<HD>, gq, S::fwd, a);
+  if (mma_launch(c, "sdpa_grad (dk, dv, mma)", mma_bwd_kv<HD>, gkv, S::kv, a)) return RT_ERR;
+  return mma_launch(c, "sdpa_grad (dq, mma)", mma_bwd_q<HD>, gq, S::dq, a);
 }
 
-/* The backward of rt_cuda_attn_tc.cu's shapes (hd a multiple of 16 up to 128)
- * from the rows' statistics lse (natural log) and d = dy . out. */
+static int mma_dispatch(RtCuda *c, const MmaArgs &a, int64_t B, int64_t hd, bool grad) {
+  switch (hd) {
+  case 16: return mma_run<16>(c, a, B, grad);
+  case 32: return mma_run<32>(c, a, B, grad);
+  case 48: return mma_run<48>(c, a, B, grad);
+  case 64: return mma_run<64>(c, a, B, grad);
+  case 80: return mma_run<80>(c, a, B, grad);
+  case 96: return mma_run<96>(c, a, B, grad);
+  case 112: return mma_run<112>(c, a, B, grad);
+  case 128: return mma_run<128>(c, a, B, grad);
+  default: return rt_fail("sdpa (mma): head dimension %lld", (long long)hd);
+  }
+}
+
+/* rt_cuda_attn_tc.cu's shapes (hd a multiple of 16 up to 128): the forward
+ * (out, and lse unless NULL) */
+int rt_cuda_sdpa_mma(RtCuda *c, float *out, float *lse, const float *q, const float *k,
+                     const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
+                     float scale, int causal) {
+  const MmaArgs a = {q, k, v, NULL, NULL, NULL, NULL, out, lse, H, KV, (int)T, scale, causal != 0};
+  return mma_dispatch(c, a, B, hd, false);
+}
+
+/* the backward from the rows' statistics lse (natural log) and d = dy . out */
 int rt_cuda_sdpa_grad_mma(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
                           const float *dy, const float *lse, const float *d, int64_t B,
                           int64_t H, int64_t KV, int64_t T, int64_t hd, float scale, int causal) {
-  const MmaArgs a = {q, k, v, dy, lse, d, dqkv, H, KV, (int)T, scale, causal != 0};
-  switch (hd) {
-  case 16: return mma_run<16>(c, a, B);
-  case 32: return mma_run<32>(c, a, B);
-  case 48: return mma_run<48>(c, a, B);
-  case 64: return mma_run<64>(c, a, B);
-  case 80: return mma_run<80>(c, a, B);
-  case 96: return mma_run<96>(c, a, B);
-  case 112: return mma_run<112>(c, a, B);
-  case 128: return mma_run<128>(c, a, B);
-  default: return rt_fail("sdpa_grad (mma): head dimension %lld", (long long)hd);
-  }
+  const MmaArgs a = {q, k, v, dy, lse, d, dqkv, NULL, NULL, H, KV, (int)T, scale, causal != 0};
+  return mma_dispatch(c, a, B, hd, true);
 }

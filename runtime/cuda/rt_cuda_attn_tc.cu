@@ -484,14 +484,18 @@ static int tc_launch(RtCuda *c, const char *op, K kern, dim3 grid, size_t bytes,
   return RT_OK;
 }
 
-/* rt_cuda_attn_mma.cu: the backward with the score tiles in registers (the default) */
+/* rt_cuda_attn_mma.cu: the kernels with the score tiles in registers (the default) */
+int rt_cuda_sdpa_mma(RtCuda *c, float *out, float *lse, const float *q, const float *k,
+                     const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
+                     float scale, int causal);
 int rt_cuda_sdpa_grad_mma(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
                           const float *dy, const float *lse, const float *d, int64_t B,
                           int64_t H, int64_t KV, int64_t T, int64_t hd, float scale, int causal);
 
-/* PARC_CUDA_ATTN=wmma: the backward by tc_bwd_kv and tc_bwd_q (for comparison)
- * instead of rt_cuda_attn_mma.cu's kernels */
-static bool tc_wmma_backward() {
+/* PARC_CUDA_ATTN=wmma: this file's kernels (for comparison) instead of
+ * rt_cuda_attn_mma.cu's (which have no statistics kernel: tc_fwd<.., true> runs
+ * either way when the caller kept nothing) */
+static bool tc_wmma() {
   const char *e = getenv("PARC_CUDA_ATTN");
   return e && !strcmp(e, "wmma");
 }
@@ -501,11 +505,14 @@ static int tc_run(RtCuda *c, const TcArgs &a, int64_t B, bool grad, bool kept) {
   typedef TcShape<HD> S;
   const unsigned tiles = (unsigned)((a.T + TC_TILE - 1) / TC_TILE);
   const dim3 gq(tiles, (unsigned)(B * a.H)), gkv(tiles, (unsigned)(B * a.KV));
+  if (!grad && !tc_wmma())
+    return rt_cuda_sdpa_mma(c, a.out, a.lse, a.q, a.k, a.v, B, a.H, a.KV, a.T, HD, a.scale,
+                            a.causal);
   if (!grad) return tc_launch(c, "sdpa (tensor cores)", tc_fwd<HD, false>, gq, S::fwd, a);
   if (!kept &&
       tc_launch(c, "sdpa_grad (statistics, tensor cores)", tc_fwd<HD, true>, gq, S::fwd, a))
     return RT_ERR;
-  if (!tc_wmma_backward()) /* rt_cuda_attn_mma.cu */
+  if (!tc_wmma())
     return rt_cuda_sdpa_grad_mma(c, a.dqkv, a.q, a.k, a.v, a.dy, a.st_lse, a.st_d, B, a.H, a.KV,
                                  a.T, HD, a.scale, a.causal);
   if (tc_launch(c, "sdpa_grad (dk, dv, tensor cores)", tc_bwd_kv<HD>, gkv, S::kv, a)) return RT_ERR;

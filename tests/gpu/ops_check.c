@@ -22,10 +22,9 @@
  * for bit (the "in place" rows: the fraction of floats that differ, 0).
  *
  * The "bf16 tc" attention rows run a second context in GEMM mode bf16, where
- * sdpa and sdpa_grad take the tensor-core kernels (rt_cuda_attn_tc.cu's forward,
- * rt_cuda_attn_mma.cu's backward, and the "wmma" row rt_cuda_attn_tc.cu's WMMA
- * backward (PARC_CUDA_ATTN=wmma); with PARC_CUDA_ATTN=fp32 the fp32 kernels,
- * which pass too).  Their error is
+ * sdpa and sdpa_grad take the tensor-core kernels (rt_cuda_attn_mma.cu; the
+ * "wmma" rows rt_cuda_attn_tc.cu's, PARC_CUDA_ATTN=wmma, for comparison; with
+ * PARC_CUDA_ATTN=fp32 the fp32 kernels, which pass too).  Their error is
  * max |gpu - cpu| / max |cpu|, taken separately over out, dq, dk and dv, the
  * worst shown (with lse's max absolute error in the forward's), against 2e-2:
  * q, k, v, dy and the probabilities and score gradients are rounded to bf16
@@ -284,15 +283,21 @@ static void check_attn_bf16(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_
            (long long)KV, (long long)T, (long long)hd, causal ? " causal" : "");
   double fl = 4.0 * B * H * T * T * hd * (causal ? 0.5 : 1.0);
   rt_sdpa(ref, lref, q, k, v, B, H, KV, T, hd, scale, causal);
-  double err = at_fwd(cb, &x) ? INFINITY : 0;
-  if (err == 0) {
-    to_host(got, x.out, 4 * (size_t)nq);
-    to_host(lgot, x.lse, 4 * (size_t)nl);
-    err = rel_max(got, ref, B, H, 0, H, T * hd);
-    for (int64_t i = 0; i < nl; i++)
-      err = isnan(lgot[i]) ? INFINITY : fmax(err, fabs((double)lgot[i] - (double)lref[i]));
-  } else fprintf(stderr, "%s\n", rt_last_error());
-  row("sdpa (bf16 tc)", shape, err, 2e-2, time_op(cb, at_fwd, &x, 5), fl, 0);
+  double err = 0;
+  for (int wmma = 1; wmma >= 0; wmma--) { /* the default last: x.out, x.lse stay its */
+    if (wmma) setenv("PARC_CUDA_ATTN", "wmma", 1);
+    err = at_fwd(cb, &x) ? INFINITY : 0;
+    if (err == 0) {
+      to_host(got, x.out, 4 * (size_t)nq);
+      to_host(lgot, x.lse, 4 * (size_t)nl);
+      err = rel_max(got, ref, B, H, 0, H, T * hd);
+      for (int64_t i = 0; i < nl; i++)
+        err = isnan(lgot[i]) ? INFINITY : fmax(err, fabs((double)lgot[i] - (double)lref[i]));
+    } else fprintf(stderr, "%s\n", rt_last_error());
+    const double ms = time_op(cb, at_fwd, &x, 5);
+    if (wmma) unsetenv("PARC_CUDA_ATTN");
+    row(wmma ? "sdpa (bf16 wmma)" : "sdpa (bf16 tc)", shape, err, 2e-2, ms, fl, 0);
+  }
   attn_delta(cb, &x, dy, shape, 0); /* D of the tc forward's out */
   rt_sdpa_grad(ref, q, k, v, dy, NULL, NULL, B, H, KV, T, hd, scale, causal);
   static const char *const name[4] = {"sdpa_grad (bf16 tc, recomputed)", "sdpa_grad (bf16 tc)",
