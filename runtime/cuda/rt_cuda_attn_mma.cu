@@ -14,25 +14,27 @@
  * tiles of two adjacent 8-column blocks are the A operand of those 16 columns,
  * rt_mma_c2a) -- the FlashAttention-2 structure.
  *
- * Mapping.  A block is 4 warps; a warp owns 16 rows (queries in mma_bwd_q,
- * keys in mma_bwd_kv) of its block's 64; lane L holds rows g = L / 4 and g + 8
- * of them and columns 8 n + 2 t, + 1 (t = L % 4) of every 8-column block n of
- * a product (rt_cuda_mma.h).  Tiles of q, k, v, dy sit in shared memory as
- * bf16 [rows][hd + 8] (row stride 2 hd + 16 bytes: 16-byte aligned rows for
- * ldmatrix, and 8 rows on distinct banks).
+ * Mapping.  A block is 8 warps (MMA_WARPS: why there); a warp owns 16 rows
+ * (queries in mma_fwd and mma_bwd_q, keys in mma_bwd_kv) of its block's 128;
+ * lane L holds rows g = L / 4 and g + 8 of them and columns 8 n + 2 t, + 1 (t
+ * = L % 4) of every 8-column block n of a product (rt_cuda_mma.h).  The other
+ * operand streams through in tiles of 64 rows (32 in mma_bwd_kv for hd > 64);
+ * causal, a warp skips a streamed tile masked for all its rows.  Tiles of q,
+ * k, v, dy sit in shared memory as bf16 [rows][hd + 8] (row stride 2 hd + 16
+ * bytes: 16-byte aligned rows for ldmatrix, and 8 rows on distinct banks).
  *
- *   mma_fwd    grid (T / 64 query tiles, last first, B H): out, lse of 64 rows.
+ *   mma_fwd    grid (T / 128 query tiles, last first, B H): out, lse of 128 rows.
  *              Per key tile (causal: up to the diagonal): S = Q_w K^T in
  *              registers, masked to -inf, the online softmax (row max and
  *              rescale over the 4 lanes of a row: two shuffles; each lane sums
  *              its own columns, the row's sum is taken once at the end), O_w =
  *              alpha O_w + P V with P the bf16 of the C registers.
- *   mma_bwd_q  grid (T / 64 query tiles, last first, B H): dq of 64 rows.  Q,
+ *   mma_bwd_q  grid (T / 128 query tiles, last first, B H): dq of 128 rows.  Q,
  *              dY tiles loaded once; per key tile (causal: up to the diagonal):
  *              S = Q_w K^T, dP = dY_w V^T (16 x 64 each, registers), p =
  *              exp2(S scale log2e - lse log2e) masked to 0, dS = p (dP - D),
  *              dQ_w += dS K (16 x hd in registers); dq = scale dQ.
- *   mma_bwd_kv grid (T / 64 key tiles, B KV): dk, dv of 64 keys over every
+ *   mma_bwd_kv grid (T / 128 key tiles, B KV): dk, dv of 128 keys over every
  *              query of the kv head's H / KV query heads, in tiles of QT rows
  *              (64; 32 for hd > 64, where dK, dV take hd registers a lane):
  *              S^T = K_w Q^T, dP^T = V_w dY^T (16 x QT), p, dS as above with
@@ -43,10 +45,9 @@
  * tiles, and masked probabilities are exactly 0, so they add nothing.
  * Synchronisation: __syncthreads around every tile copy (block-uniform loops);
  * the products read shared memory only through ldmatrix, every lane of a warp
- * together.  Shared memory (MmaShape): forward 3 tiles of 64 rows (hd 64:
- * 27 KiB, hd 128: 51 KiB), dq 4 tiles of 64 rows (hd 64: 36 KiB,
- * hd 128: 68 KiB), dk, dv 2 tiles of 64 and 2 of QT rows + 2 QT floats (hd
- * 64: 36.5 KiB, hd 128: 51.3 KiB). */
+ * together.  Shared memory (MmaShape): forward 128 + 2 x 64 rows (hd 64:
+ * 36 KiB, hd 128: 68 KiB), dq 2 x 128 + 2 x 64 rows (54 / 102 KiB), dk, dv
+ * 2 x 128 + 2 QT rows + 2 QT floats (54.5 / 85.3 KiB). */
 #include <math.h>
 #include <stdint.h>
 
@@ -58,9 +59,17 @@
 
 typedef __nv_bfloat16 bf16;
 
-#define MMA_THREADS 128 /* 4 warps */
-#define MMA_MIN_BLOCKS 2
-#define MMA_TILE 64 /* rows of a block's query (dq) or key (dk, dv) tile, 16 a warp */
+/* A block is 8 warps owning 128 rows (16 a warp) and streams tiles of 64 rows
+ * of the other operand: each streamed tile serves twice the rows that 4 warps
+ * would, halving the global (L2) traffic of the streamed operands, which
+ * bounds these kernels (64 rows: 64 FLOP a byte loaded; the H200 has ~200 at
+ * HBM).  One block an SM at up to 255 registers a thread (65536 / 256 = 256),
+ * the same 8 warps an SM as two 4-warp blocks. */
+#define MMA_WARPS 8
+#define MMA_THREADS (32 * MMA_WARPS)
+#define MMA_MIN_BLOCKS 1
+#define MMA_ROWS (16 * MMA_WARPS) /* a block's own query (fwd, dq) or key (dk, dv) rows */
+#define MMA_TILE 64 /* rows of a streamed key tile (fwd, dq), query tile (dk, dv: MmaShape::QT) */
 #define MMA_LOG2E 1.4426950408889634f
 #define MMA_LN2 0.6931471805599453f
 
@@ -83,9 +92,9 @@ template <int HD> struct MmaShape {
   static constexpr int LDH = HD + 8;              /* bf16 row stride of every tile */
   static constexpr int QT = HD > 64 ? 32 : 64;    /* mma_bwd_kv's query tile rows */
   static constexpr size_t ROW = LDH * sizeof(bf16);
-  static constexpr size_t fwd = 3 * MMA_TILE * ROW;
-  static constexpr size_t dq = 4 * MMA_TILE * ROW;
-  static constexpr size_t kv = 2 * MMA_TILE * ROW + 2 * QT * ROW + 2 * QT * sizeof(float);
+  static constexpr size_t fwd = (MMA_ROWS + 2 * MMA_TILE) * ROW;
+  static constexpr size_t dq = 2 * (MMA_ROWS + MMA_TILE) * ROW;
+  static constexpr size_t kv = 2 * (MMA_ROWS + QT) * ROW + 2 * QT * sizeof(float);
 };
 
 /* acc[2 np], acc[2 np + 1] (np < N / 16) += A B^T over HD: A the warp's 16 rows
@@ -155,23 +164,25 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_fwd(MmaArgs a
 #ifndef MMA_NONE
   extern __shared__ __align__(128) unsigned char mma_smem[];
   constexpr int LDH = MmaShape<HD>::LDH;
-  bf16 *qs = (bf16 *)mma_smem, *ks = qs + MMA_TILE * LDH, *vs = ks + MMA_TILE * LDH;
+  bf16 *qs = (bf16 *)mma_smem, *ks = qs + MMA_ROWS * LDH, *vs = ks + MMA_TILE * LDH;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int T = a.T, q0 = (int)(gridDim.x - 1 - blockIdx.x) * MMA_TILE, r0 = q0 + 16 * w + g;
+  const int T = a.T, q0 = (int)(gridDim.x - 1 - blockIdx.x) * MMA_ROWS, r0 = q0 + 16 * w + g;
+  const int wlast = a.causal ? q0 + 16 * w + 15 : T; /* causal: the warp's keys end here */
   const int64_t bh = blockIdx.y, b = bh / a.H, kvh = bh % a.H / (a.H / a.KV);
   const float *kh = a.k + (b * a.KV + kvh) * T * HD, *vh = a.v + (b * a.KV + kvh) * T * HD;
   const float sl2 = a.scale * MMA_LOG2E;
-  rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(qs, a.q + bh * T * HD, q0, T);
+  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(qs, a.q + bh * T * HD, q0, T);
   /* rows r0, r0 + 8: running max (log2 units), this lane's part of the sum */
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[HD / 8][4];
 #pragma unroll
   for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  const int kend = a.causal && q0 + MMA_TILE < T ? q0 + MMA_TILE : T; /* keys [0, kend) */
+  const int kend = a.causal && q0 + MMA_ROWS < T ? q0 + MMA_ROWS : T; /* keys [0, kend) */
   for (int j0 = 0; j0 < kend; j0 += MMA_TILE) {
     __syncthreads(); /* the previous key tile is consumed */
     rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(ks, kh, j0, T);
     rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(vs, vh, j0, T);
     __syncthreads(); /* the tiles (and, the first time, qs) are in */
+    if (j0 > wlast) continue; /* every key masked for the warp's rows (warp-uniform) */
     float s[MMA_TILE / 8][4];
 #pragma unroll
     for (int n = 0; n < MMA_TILE / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
@@ -224,10 +235,11 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_q(MmaArgs
 #ifndef MMA_NONE
   extern __shared__ __align__(128) unsigned char mma_smem[];
   constexpr int LDH = MmaShape<HD>::LDH;
-  bf16 *qs = (bf16 *)mma_smem, *dys = qs + MMA_TILE * LDH, *ks = dys + MMA_TILE * LDH;
+  bf16 *qs = (bf16 *)mma_smem, *dys = qs + MMA_ROWS * LDH, *ks = dys + MMA_ROWS * LDH;
   bf16 *vs = ks + MMA_TILE * LDH;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int T = a.T, q0 = (int)(gridDim.x - 1 - blockIdx.x) * MMA_TILE, r0 = q0 + 16 * w + g;
+  const int T = a.T, q0 = (int)(gridDim.x - 1 - blockIdx.x) * MMA_ROWS, r0 = q0 + 16 * w + g;
+  const int wlast = a.causal ? q0 + 16 * w + 15 : T; /* causal: the warp's keys end here */
   const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, kvh = h / (a.H / a.KV);
   const float *kh = a.k + (b * a.KV + kvh) * T * HD, *vh = a.v + (b * a.KV + kvh) * T * HD;
   const float sl2 = a.scale * MMA_LOG2E;
@@ -238,17 +250,18 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_q(MmaArgs
     lr[i] = row < T ? a.lse[bh * T + row] * MMA_LOG2E : 0.0f;
     dr[i] = row < T ? a.d[bh * T + row] : 0.0f;
   }
-  rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(qs, a.q + bh * T * HD, q0, T);
-  rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(dys, a.dy + bh * T * HD, q0, T);
+  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(qs, a.q + bh * T * HD, q0, T);
+  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(dys, a.dy + bh * T * HD, q0, T);
   float dq[HD / 8][4];
 #pragma unroll
   for (int n = 0; n < HD / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-  const int kend = a.causal && q0 + MMA_TILE < T ? q0 + MMA_TILE : T; /* keys [0, kend) */
+  const int kend = a.causal && q0 + MMA_ROWS < T ? q0 + MMA_ROWS : T; /* keys [0, kend) */
   for (int j0 = 0; j0 < kend; j0 += MMA_TILE) {
     __syncthreads(); /* the previous key tile is consumed */
     rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(ks, kh, j0, T);
     rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(vs, vh, j0, T);
     __syncthreads(); /* the tiles (and, the first time, qs and dys) are in */
+    if (j0 > wlast) continue; /* every key masked for the warp's rows (warp-uniform) */
     float s[MMA_TILE / 8][4], dp[MMA_TILE / 8][4];
 #pragma unroll
     for (int n = 0; n < MMA_TILE / 8; n++)
@@ -278,16 +291,17 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_kv(MmaArg
 #ifndef MMA_NONE
   extern __shared__ __align__(128) unsigned char mma_smem[];
   constexpr int LDH = MmaShape<HD>::LDH, QT = MmaShape<HD>::QT;
-  bf16 *ks = (bf16 *)mma_smem, *vs = ks + MMA_TILE * LDH, *qs = vs + MMA_TILE * LDH;
+  bf16 *ks = (bf16 *)mma_smem, *vs = ks + MMA_ROWS * LDH, *qs = vs + MMA_ROWS * LDH;
   bf16 *dys = qs + QT * LDH;
   float *ls = (float *)(dys + QT * LDH), *ds_ = ls + QT; /* the tile's lse log2e, D */
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int T = a.T, k0 = (int)blockIdx.x * MMA_TILE, u0 = k0 + 16 * w + g; /* keys u0, u0 + 8 */
+  const int T = a.T, k0 = (int)blockIdx.x * MMA_ROWS, u0 = k0 + 16 * w + g; /* keys u0, u0 + 8 */
+  const int wfirst = a.causal ? k0 + 16 * w : 0; /* causal: the warp's first query */
   const int64_t bg = blockIdx.y, b = bg / a.KV, kvh = bg % a.KV, rep = a.H / a.KV;
   const int64_t C = a.H + 2 * a.KV;
   const float sl2 = a.scale * MMA_LOG2E;
-  rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(ks, a.k + bg * T * HD, k0, T);
-  rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(vs, a.v + bg * T * HD, k0, T);
+  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(ks, a.k + bg * T * HD, k0, T);
+  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(vs, a.v + bg * T * HD, k0, T);
   float dk[HD / 8][4], dv[HD / 8][4];
 #pragma unroll
   for (int n = 0; n < HD / 8; n++)
@@ -307,6 +321,7 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_kv(MmaArg
         ds_[threadIdx.x] = i < T ? a.d[bh * T + i] : 0.0f;
       }
       __syncthreads(); /* the tiles (and, the first time, ks and vs) are in */
+      if (i0 + QT <= wfirst) continue; /* every query masked for the warp's keys (warp-uniform) */
       float s[QT / 8][4], dp[QT / 8][4];
 #pragma unroll
       for (int n = 0; n < QT / 8; n++)
@@ -350,7 +365,7 @@ static int mma_launch(RtCuda *c, const char *op, K kern, dim3 grid, size_t bytes
 
 template <int HD> static int mma_run(RtCuda *c, const MmaArgs &a, int64_t B, bool grad) {
   typedef MmaShape<HD> S;
-  const unsigned tiles = (unsigned)((a.T + MMA_TILE - 1) / MMA_TILE);
+  const unsigned tiles = (unsigned)((a.T + MMA_ROWS - 1) / MMA_ROWS);
   const dim3 gq(tiles, (unsigned)(B * a.H)), gkv(tiles, (unsigned)(B * a.KV));
   if (!grad) return mma_launch(c, "sdpa (mma)", mma_fwd<HD>, gq, S::fwd, a);
   if (mma_launch(c, "sdpa_grad (dk, dv, mma)", mma_bwd_kv<HD>, gkv, S::kv, a)) return RT_ERR;

@@ -55,6 +55,9 @@
 #   4g. the same with PARC_CUDA_GRAPH=1: tokens/s next to 4's, losses bit for
 #               bit equal to 4's;
 #   4a. the same with PARC_CUDA_GEMM_OPERANDS=fp32 (what bf16 GEMM operands buy);
+#   4w. the same with PARC_CUDA_ATTN=wmma (the WMMA attention kernels of
+#               rt_cuda_attn_tc.cu instead of rt_cuda_attn_mma.cu's: what the
+#               register-resident mma.sync kernels buy);
 #   4b. profile the same, 6 steps, PARC_CUDA_PROFILE: per kernel and op the
 #               time, share of the step and achieved GB/s or TFLOP/s against
 #               the chip's ceilings (compare.py profile);
@@ -417,6 +420,14 @@ if [ -f "$WORK/gpt2.built" ] && running; then
     --log "$WORK/gpt2.bf16_fp32ops.jsonl" --quiet > "$WORK/gpt2.bf16_fp32ops.log" 2>&1 ||
     cat "$WORK/gpt2.bf16_fp32ops.log"
   bench gpt2.bf16_fp32ops "bf16 gpt2, fp32 GEMM operands"
+fi
+
+say "4w. bf16 GPT-2 small with the WMMA attention kernels (PARC_CUDA_ATTN=wmma), 15 steps"
+if [ -f "$WORK/gpt2.built" ] && running; then
+  PARC_CUDA_ATTN=wmma timeout $((2 * LIMIT)) "$WORK/gpt2/build/train_cuda" --steps 15 \
+    --log "$WORK/gpt2.bf16_wmma.jsonl" --quiet > "$WORK/gpt2.bf16_wmma.log" 2>&1 ||
+    cat "$WORK/gpt2.bf16_wmma.log"
+  bench gpt2.bf16_wmma "bf16 gpt2, WMMA attention"
 fi
 
 say "4b. per-kernel profile: GPT-2 small bf16, 6 steps (PARC_CUDA_PROFILE)"
