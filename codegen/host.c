@@ -1162,9 +1162,9 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
   }
   fprintf(f, "%s};\n\n", nexpert ? "\n" : "0");
   /* ZeRO-1: every parameter with a gradient, reduce-scattered over its group
-   * in the buckets of passes/pp_zero.c (rt_pipe_step; the GPU trainer's step
-   * all-reduces the accumulator instead, its optimizer taking the same pieces) */
-  int zero = m->mesh_zero > 1 && !e->hooks && pp->zero_bucket, ngrads = 0;
+   * in the buckets of passes/pp_zero.c (rt_pipe_step, and rt_cuda_pipe_step
+   * for the GPU trainer) */
+  int zero = m->mesh_zero > 1 && pp->zero_bucket, ngrads = 0;
   if (zero) {
     fprintf(f, "/* ZeRO-1: the parameters' gradients, reduce-scattered over their group in "
                "buckets (one collective each): numel, group (1 dp, 3 ep_dp), then per stage "

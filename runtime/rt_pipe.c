@@ -126,12 +126,7 @@ static int reduce_grads(RtStepIO *io, const RtPipeDesc *p, int s, float *g, int6
   return RT_OK;
 }
 
-/* ZeRO-1's pieces of a parameter of n floats over group c (z ranks; NULL:
- * one): rank k's piece is counts[k] floats from min(k s, n), s = ceil(n / z)
- * (the pieces rt_comm_flat_piece cuts, less their zero padding).  Returns
- * this rank's offset. */
-static int64_t zero_pieces(int64_t n, const RtComm *c, int64_t *counts) {
-  int z = c ? rt_comm_size(c) : 1, me = c ? rt_comm_rank(c) : 0;
+int64_t rt_pipe_zero_pieces(int64_t n, int z, int me, int64_t *counts) {
   int64_t s = (n + z - 1) / z;
   for (int k = 0; k < z; k++) {
     int64_t lo = (int64_t)k * s < n ? (int64_t)k * s : n;
@@ -141,34 +136,20 @@ static int64_t zero_pieces(int64_t n, const RtComm *c, int64_t *counts) {
 }
 
 /* Rank k's piece of a parameter of n floats cut in z: its offset, *count
- * floats (zero_pieces' cut for one rank). */
+ * floats (rt_pipe_zero_pieces' cut for one rank). */
 static int64_t zero_piece(int64_t n, int z, int k, int64_t *count) {
   int64_t s = (n + z - 1) / z, lo = (int64_t)k * s < n ? (int64_t)k * s : n;
   *count = n - lo < s ? n - lo : s;
   return lo;
 }
 
-/* One bucket of stage s's gradients (RtPipeDesc.grads): the rows in
- * [first, end) whose bucket on s is `id` (the other group's may lie between
- * them), over group c of z ranks, `rows` of them, `total` floats. */
-typedef struct {
-  int first, end, rows;
-  int64_t id, total;
-  RtComm *c;
-  int z;
-} ZeroBucket;
-
 static const int64_t *zero_row(const RtPipeDesc *p, int j) {
   return p->grads + (int64_t)j * (2 * p->stages + 2);
 }
 
-/* The bucket after *b (id + 1; {.id = -1} before the first) into *b: 1, 0
- * when there is none, -1 with rt_fail() called when the table is not one of
- * passes/pp_zero.c's (a bucket's rows of two groups, or of a parameter the
- * stage does not hold, or past the scratch). */
-static int zero_next(RtStepIO *io, const RtPipeDesc *p, int s, ZeroBucket *b) {
+int rt_pipe_bucket_next(const RtPipeDesc *p, int s, RtPipeBucket *b) {
   int P = p->stages;
-  *b = (ZeroBucket){.first = -1, .id = b->id + 1};
+  *b = (RtPipeBucket){.first = -1, .id = b->id + 1};
   const int64_t *e = NULL;
   for (int j = 0; j < p->ngrads; j++) {
     const int64_t *r = zero_row(p, j);
@@ -182,57 +163,83 @@ static int zero_next(RtStepIO *io, const RtPipeDesc *p, int s, ZeroBucket *b) {
     b->end = j + 1;
   }
   if (!e) return 0;
-  b->c = e[1] == 3 ? io->ep_dp_group : io->dp_group;
-  b->z = b->c ? rt_comm_size(b->c) : 1;
-  if (b->z > RT_COMM_MAX_RANKS) return rt_fail("pipeline: a ZeRO-1 group of %d ranks", b->z);
+  b->group = (int)e[1];
   if (b->rows > 1 && b->total > p->bucket_max)
     return rt_fail("pipeline: ZeRO-1 bucket %lld of %lld floats, past the scratch of %lld",
                    (long long)b->id, (long long)b->total, (long long)p->bucket_max);
   return 1;
 }
 
-/* Rank k's block of bucket b: its pieces of the bucket's parameters side by
- * side in row order.  Copies them between their places in g (laid out like
- * stage s's accumulator) and the block x: into x (dir 1), out of it (dir
- * -1), or neither (dir 0).  Returns the block's floats. */
-static int64_t zero_block(const RtPipeDesc *p, int s, const ZeroBucket *b, int k, float *g,
-                          float *x, int dir) {
+int64_t rt_pipe_bucket_block(const RtPipeDesc *p, int s, const RtPipeBucket *b, int z, int k,
+                             RtPipeBlockFn fn, void *ctx) {
   int64_t at = 0;
   for (int j = b->first; j < b->end; j++) {
     const int64_t *r = zero_row(p, j);
     if (r[2 + p->stages + s] != b->id) continue;
-    int64_t count, lo = zero_piece(r[0], b->z, k, &count);
-    float *piece = dir ? g + r[2 + s] + lo : NULL;
-    if (dir > 0) memcpy(x + at, piece, (size_t)count * sizeof *x);
-    if (dir < 0) memcpy(piece, x + at, (size_t)count * sizeof *x);
+    int64_t count, lo = zero_piece(r[0], z, k, &count);
+    if (fn && count) fn(ctx, at, r[2 + s] + lo, count);
     at += count;
   }
   return at;
 }
 
-/* The bucket scratch (rt_pipe.h): over the slots when they hold it. */
-static float *zero_scratch(const RtPipeDesc *p, char *base, float *after) {
-  int64_t bytes = (p->bucket_max * 4 + 63) / 64 * 64;
-  return bytes <= (int64_t)p->slots * p->slot_bytes ? (float *)(void *)base : after;
-}
-
-/* Bucket b's collective counts (counts[k]: rank k's floats) and this rank's
- * offset in it: a one-row bucket's are its parameter's pieces in place
- * (zero_pieces), a packed one's its blocks side by side (zero_block). */
-static int64_t zero_counts(const RtPipeDesc *p, int s, const ZeroBucket *b, int64_t *counts) {
-  if (b->rows == 1) return zero_pieces(zero_row(p, b->first)[0], b->c, counts);
-  int me = rt_comm_rank(b->c);
+int64_t rt_pipe_bucket_counts(const RtPipeDesc *p, int s, const RtPipeBucket *b, int z, int me,
+                              int64_t *counts) {
+  if (b->rows == 1) return rt_pipe_zero_pieces(zero_row(p, b->first)[0], z, me, counts);
   int64_t mine = 0, at = 0;
-  for (int k = 0; k < b->z; k++) {
-    counts[k] = zero_block(p, s, b, k, NULL, NULL, 0);
+  for (int k = 0; k < z; k++) {
+    counts[k] = rt_pipe_bucket_block(p, s, b, z, k, NULL, NULL);
     if (k == me) mine = at;
     at += counts[k];
   }
   return mine;
 }
 
+int64_t rt_pipe_bucket_offset(const RtPipeDesc *p, int s, const RtPipeBucket *b) {
+  return zero_row(p, b->first)[2 + s];
+}
+
+/* A bucket of stage s on this rank: the bucket, its group's communicator
+ * and size.  1, 0 when there is none left, -1 with rt_fail() called. */
+typedef struct {
+  RtPipeBucket b;
+  RtComm *c;
+  int z;
+} ZeroBucket;
+
+static int zero_next(RtStepIO *io, const RtPipeDesc *p, int s, ZeroBucket *zb) {
+  int more = rt_pipe_bucket_next(p, s, &zb->b);
+  if (more <= 0) return more;
+  zb->c = zb->b.group == 3 ? io->ep_dp_group : io->dp_group;
+  zb->z = zb->c ? rt_comm_size(zb->c) : 1;
+  if (zb->z > RT_COMM_MAX_RANKS) return rt_fail("pipeline: a ZeRO-1 group of %d ranks", zb->z);
+  return 1;
+}
+
+/* Copies between a bucket block x and the accumulator g (rt_pipe_bucket_block's
+ * callback): into x (dir 1) or out of it (dir -1). */
+typedef struct {
+  float *g, *x;
+  int dir;
+} BlockCopy;
+static void block_copy(void *ctx, int64_t at, int64_t off, int64_t count) {
+  BlockCopy *c = ctx;
+  if (c->dir > 0) memcpy(c->x + at, c->g + off, (size_t)count * sizeof *c->x);
+  else memcpy(c->g + off, c->x + at, (size_t)count * sizeof *c->x);
+}
+static void zero_block(const RtPipeDesc *p, int s, const ZeroBucket *zb, int k, float *g,
+                       float *x, int dir) {
+  BlockCopy c = {g, x, dir};
+  rt_pipe_bucket_block(p, s, &zb->b, zb->z, k, block_copy, &c);
+}
+
+int64_t rt_pipe_zero_scratch(const RtPipeDesc *p, int64_t after) {
+  int64_t bytes = (p->bucket_max * 4 + 63) / 64 * 64;
+  return bytes <= (int64_t)p->slots * p->slot_bytes ? 0 : after;
+}
+
 /* ZeRO-1: stage s's gradients reduce-scattered over their groups, one
- * collective per bucket, so that the rank's piece of each (zero_pieces)
+ * collective per bucket, so that the rank's piece of each (rt_pipe_zero_pieces)
  * holds the sum (one event in the trace, the regions' floats).  A bucket
  * of one row goes in place; one of several is packed rank by rank into
  * the scratch x (block k: every row's piece k), reduce-scattered there
@@ -240,21 +247,22 @@ static int64_t zero_counts(const RtPipeDesc *p, int s, const ZeroBucket *b, int6
 static int scatter_grads(RtStepIO *io, const RtPipeDesc *p, int s, float *g, float *x) {
   int64_t counts[RT_COMM_MAX_RANKS], moved = 0;
   double t0 = io->trace ? rt_trace_clock() : 0;
-  ZeroBucket b = {.id = -1};
+  ZeroBucket b = {.b = {.id = -1}};
   for (int more; (more = zero_next(io, p, s, &b)) != 0;) {
     if (more < 0) return RT_ERR;
     if (b.z <= 1) continue;
-    int64_t mine = zero_counts(p, s, &b, counts);
-    if (b.rows == 1) {
-      float *at = g + zero_row(p, b.first)[2 + s];
+    int me = rt_comm_rank(b.c);
+    int64_t mine = rt_pipe_bucket_counts(p, s, &b.b, b.z, me, counts);
+    if (b.b.rows == 1) {
+      float *at = g + rt_pipe_bucket_offset(p, s, &b.b);
       if (rt_comm_reduce_scatter(b.c, at, at + mine, counts)) return RT_ERR;
     } else {
       int64_t at = 0;
       for (int k = 0; k < b.z; at += counts[k++]) zero_block(p, s, &b, k, g, x + at, 1);
       if (rt_comm_reduce_scatter(b.c, x, x + mine, counts)) return RT_ERR;
-      zero_block(p, s, &b, rt_comm_rank(b.c), g, x + mine, -1);
+      zero_block(p, s, &b, me, g, x + mine, -1);
     }
-    moved += b.total;
+    moved += b.b.total;
   }
   if (io->trace) rt_trace_add(io->trace, RT_TRACE_SCATTER_DP, 0, 0, t0, rt_trace_clock(), moved);
   return RT_OK;
@@ -268,17 +276,18 @@ static int gather_grads(RtStepIO *io, const RtPipeDesc *p, int s, float *g, int6
                         float *x) {
   int64_t counts[RT_COMM_MAX_RANKS];
   memcpy(io->grads, g, (size_t)gn * sizeof *g);
-  ZeroBucket b = {.id = -1};
+  ZeroBucket b = {.b = {.id = -1}};
   for (int more; (more = zero_next(io, p, s, &b)) != 0;) {
     if (more < 0) return RT_ERR;
     if (b.z <= 1) continue;
-    int64_t mine = zero_counts(p, s, &b, counts);
-    if (b.rows == 1) {
-      int64_t off = zero_row(p, b.first)[2 + s];
+    int me = rt_comm_rank(b.c);
+    int64_t mine = rt_pipe_bucket_counts(p, s, &b.b, b.z, me, counts);
+    if (b.b.rows == 1) {
+      int64_t off = rt_pipe_bucket_offset(p, s, &b.b);
       if (rt_comm_all_gather(b.c, g + off + mine, io->grads + off, counts)) return RT_ERR;
       continue;
     }
-    zero_block(p, s, &b, rt_comm_rank(b.c), g, x + mine, 1);
+    zero_block(p, s, &b, me, g, x + mine, 1);
     if (rt_comm_all_gather(b.c, x + mine, x, counts)) return RT_ERR;
     int64_t at = 0;
     for (int k = 0; k < b.z; at += counts[k++]) zero_block(p, s, &b, k, io->grads, x + at, -1);
@@ -309,7 +318,9 @@ int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p) {
   io->targets = targets;
   if (rc) return RT_ERR;
   int dp = io->dp_group ? rt_comm_size(io->dp_group) : 1, zero = p->zero > 1 && dp > 1;
-  float *scratch = zero ? zero_scratch(p, base, part + (p->shared_max * 4 + 63) / 64 * 16) : NULL;
+  float *after = part + (p->shared_max * 4 + 63) / 64 * 16;
+  float *scratch = zero ? (float *)(void *)(base + rt_pipe_zero_scratch(p, (char *)after - base))
+                        : NULL;
   if (zero ? scatter_grads(io, p, s, g, scratch) : dp > 1 && reduce_grads(io, p, s, g, gn, dp))
     return RT_ERR;
   double t0 = io->trace ? rt_trace_clock() : 0;
@@ -321,7 +332,7 @@ int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p) {
     if (off[s] < 0) continue;
     if (zero) {
       int64_t counts[RT_COMM_MAX_RANKS];
-      at = zero_pieces(sh[0], io->dp_group, counts);
+      at = rt_pipe_zero_pieces(sh[0], dp, rt_comm_rank(io->dp_group), counts);
       n = counts[rt_comm_rank(io->dp_group)];
     }
     for (int k = 0; k < p->stages; k++) /* buffered: never waits */

@@ -117,6 +117,47 @@ int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p);
 int rt_pipe_expert_run(const RtPipeDesc *p, int s, int64_t at, int64_t gn, int64_t *lo,
                        int64_t *hi);
 
+/* ---- ZeRO-1's buckets (rt_pipe_step here, rt_cuda_pipe_step on the GPU) ----
+ * Stage s's gradient buckets (RtPipeDesc.grads, passes/pp_zero.c): a bucket
+ * is the rows of one id on the stage, all of one group. */
+typedef struct {
+  int first, end, rows; /* `rows` rows of RtPipeDesc.grads in [first, end) */
+  int64_t id, total;    /* its number on the stage; its floats */
+  int group;            /* its rows' group: 1 dp, 3 ep_dp */
+} RtPipeBucket;
+
+/* The bucket after *b (id + 1; {.id = -1} before the first) into *b: 1, 0
+ * when there is none, -1 with rt_fail() called when the table is not one of
+ * passes/pp_zero.c's (a bucket's rows of two groups, or of a parameter the
+ * stage does not hold, or several rows past bucket_max). */
+int rt_pipe_bucket_next(const RtPipeDesc *p, int s, RtPipeBucket *b);
+
+/* ZeRO-1's cut of n floats over z ranks: rank k's piece is counts[k] floats
+ * from min(k c, n), c = ceil(n / z) (rt_comm_flat_piece's pieces less their
+ * zero padding).  Returns rank me's offset. */
+int64_t rt_pipe_zero_pieces(int64_t n, int z, int me, int64_t *counts);
+
+/* Rank k's block of bucket b over z ranks: its piece of each of the bucket's
+ * parameters, side by side in row order.  Calls fn(ctx, at, off, count) for
+ * each non-empty piece (at: its place in the block; off: in the stage's
+ * accumulator) unless fn is NULL.  Returns the block's floats. */
+typedef void (*RtPipeBlockFn)(void *ctx, int64_t at, int64_t off, int64_t count);
+int64_t rt_pipe_bucket_block(const RtPipeDesc *p, int s, const RtPipeBucket *b, int z, int k,
+                             RtPipeBlockFn fn, void *ctx);
+
+/* Bucket b's collective over z ranks: counts[k], rank k's floats, and rank
+ * me's offset: a one-row bucket's are its parameter's pieces in place
+ * (rt_pipe_zero_pieces, from rt_pipe_bucket_offset), a packed one's the
+ * blocks side by side (rt_pipe_bucket_block). */
+int64_t rt_pipe_bucket_counts(const RtPipeDesc *p, int s, const RtPipeBucket *b, int z, int me,
+                              int64_t *counts);
+/* where bucket b's first row starts in stage s's accumulator */
+int64_t rt_pipe_bucket_offset(const RtPipeDesc *p, int s, const RtPipeBucket *b);
+
+/* The bucket scratch's byte offset in the step's arena: 0 when the slots
+ * hold it, else `after` (where the two shared vectors end). */
+int64_t rt_pipe_zero_scratch(const RtPipeDesc *p, int64_t after);
+
 /* ---- the harness's side of stage-local buffers (runtime/rt_train.c) ----
  * A pipelined model m (m->pp > 1, m->pp_param_offset set) describes the whole
  * (tp-local) model; stage s's rank trains with the stage's own description. */

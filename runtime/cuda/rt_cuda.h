@@ -269,11 +269,11 @@ int rt_cuda_pipe_norm(RtCuda *c, const float *grad_norm);
  * summed between their holders in stage order, scaled by 1 / (M dp), stored
  * to io->grads when asked; the loss the mean of the microbatches' (summed in
  * double on the host, as rt_pipe_step); then the stage's optimizer on slot
- * 0.  Sets io->loss, ce_loss, grad_norm.  Under ZeRO-1 too the accumulator is
- * all-reduced whole (train_cuda.c leaves RtPipeDesc.zero at 0: no in-place
- * reduce-scatter of uneven pieces here), the optimizer then taking the rank's
- * pieces of it; plan.json's reduce-scatters are train.c's.  0, or -1 with
- * rt_fail(). */
+ * 0.  Sets io->loss, ce_loss, grad_norm.  Under ZeRO-1 the accumulator is
+ * reduce-scattered in rt_pipe.c's buckets instead of all-reduced (each bucket
+ * one collective of unequal pieces, rt_cuda_reduce_scatter_v; the optimizer
+ * reads the rank's pieces), and all-gathered the same way for io->grads.  0,
+ * or -1 with rt_fail(). */
 int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p);
 
 /* ---- collectives over a group (rt_comm.h, rt_route.h), device buffers ---- */
@@ -281,6 +281,14 @@ int rt_cuda_all_reduce(RtCuda *c, int group, const float *send, float *recv, int
 /* equal blocks: `count` floats per member */
 int rt_cuda_all_gather(RtCuda *c, int group, const float *send, float *recv, int64_t count);
 int rt_cuda_reduce_scatter(RtCuda *c, int group, const float *send, float *recv, int64_t count);
+/* unequal pieces: member r's is counts[r] floats, the members' side by side in
+ * send (reduce-scatter: the member's sum lands in recv) or in recv (all-gather:
+ * the member's own from send); recv may be the member's place in send (recv)
+ * -- in place */
+int rt_cuda_reduce_scatter_v(RtCuda *c, int group, const float *send, float *recv,
+                             const int64_t *counts);
+int rt_cuda_all_gather_v(RtCuda *c, int group, const float *send, float *recv,
+                         const int64_t *counts);
 int rt_cuda_all_gather_dim(RtCuda *c, int group, const float *x, float *out, int64_t outer,
                            int64_t n, int64_t inner);
 int rt_cuda_reduce_scatter_dim(RtCuda *c, int group, const float *x, float *out, int64_t outer,

@@ -510,16 +510,19 @@ const char *const rt_cuda_group_name[RT_CUDA_NGROUPS] = {"tp", "dp", "ep", "ep_d
  * The device-local one (rt_cuda_local.cu, PARC_CUDA_LOCAL=device) gives the
  * same bits without leaving the device. */
 static int host_collective(RtCuda *c, int op, int g, const float *send, float *recv,
-                           int64_t count) {
+                           int64_t count, const int64_t *counts_v) {
   int p = c->gsize[g];
-  int64_t in = op == OP_REDUCE_SCATTER ? count * p : count;
-  int64_t outn = op == OP_ALL_GATHER ? count * p : count;
+  int64_t total = 0; /* with counts_v (unequal pieces): their sum */
+  for (int r = 0; counts_v && r < p; r++) total += counts_v[r];
+  int64_t whole = counts_v ? total : count * p, mine = counts_v ? counts_v[c->grank[g]] : count;
+  int64_t in = op == OP_REDUCE_SCATTER ? whole : op == OP_ALL_GATHER ? mine : count;
+  int64_t outn = op == OP_ALL_GATHER ? whole : op == OP_REDUCE_SCATTER ? mine : count;
   size_t floats = (size_t)(in + outn + 1) / 2 * 2; /* the counts after them, 8-aligned */
   float *h = (float *)rt_cuda_host_stage(c, floats * 4 + (size_t)p * 8);
   if (!h) return RT_ERR;
   float *hout = h + in;
   int64_t *counts = (int64_t *)(h + floats);
-  for (int r = 0; r < p; r++) counts[r] = count;
+  for (int r = 0; r < p; r++) counts[r] = counts_v ? counts_v[r] : count;
   CU_CHECK(c, cudaMemcpyAsync(h, send, (size_t)in * 4, cudaMemcpyDeviceToHost, c->compute),
            "stage a collective");
   CU_CHECK(c, cudaStreamSynchronize(c->compute), "stage a collective");
@@ -559,7 +562,7 @@ static int collective(RtCuda *c, int op, int g, const float *send, float *recv, 
     if (!c->hgroup[g]) return rt_fail("rank %d: %s over group %s: no host group", c->wrank,
                                       op_name[op], group_name[g]);
     return c->local_dev ? rt_cuda_local_collective(c, op, g, send, recv, count)
-                        : host_collective(c, op, g, send, recv, count);
+                        : host_collective(c, op, g, send, recv, count, NULL);
   }
 #ifdef PARC_HAVE_NCCL
   char what[160];
@@ -593,6 +596,65 @@ int rt_cuda_all_gather(RtCuda *c, int group, const float *send, float *recv, int
 
 int rt_cuda_reduce_scatter(RtCuda *c, int group, const float *send, float *recv, int64_t count) {
   return collective(c, OP_REDUCE_SCATTER, group, send, recv, count);
+}
+
+/* Unequal pieces (ZeRO-1's buckets, rt_cuda.h): NCCL's reduce-scatter and
+ * all-gather take equal counts, so the pieces go as one grouped reduce (or
+ * broadcast) per member, rooted at the member the piece belongs to: the same
+ * bytes on the wire as a ring reduce-scatter (all-gather).  Without NCCL,
+ * staged through the host communicator (also under PARC_CUDA_LOCAL=device:
+ * its kernels take equal pieces). */
+static int collective_v(RtCuda *c, int op, int g, const float *send, float *recv,
+                        const int64_t *counts) {
+  int p = c->gsize[g];
+  int64_t total = 0;
+  for (int r = 0; r < p; r++) total += counts[r];
+  if (total <= 0) return RT_OK;
+  RtProfScope ps(c);
+  if (ps.on()) ps.set(RT_PROF_COMM, 4.0 * (double)total, 0, "%s_v %s", op_name[op], group_name[g]);
+  if (p == 1) return rt_cuda_copy(c, recv, send, counts[0]);
+  if (!c->use_nccl) {
+    if (!c->hgroup[g]) return rt_fail("rank %d: %s over group %s: no host group", c->wrank,
+                                      op_name[op], group_name[g]);
+    return host_collective(c, op, g, send, recv, 0, counts);
+  }
+#ifdef PARC_HAVE_NCCL
+  char what[160];
+  snprintf(what, sizeof what, "%s of %lld floats in unequal pieces over group %s (%d ranks)",
+           op_name[op], (long long)total, group_name[g], p);
+  CU_CHECK(c, cudaEventRecord(c->ready, c->compute), what);
+  CU_CHECK(c, cudaStreamWaitEvent(c->comm, c->ready, 0), what);
+  ncclComm_t nc = c->gcomm[g];
+  const int me = c->grank[g];
+  NC_CHECK(c, ncclGroupStart(), what);
+  int64_t at = 0;
+  for (int r = 0; r < p; at += counts[r++]) {
+    if (!counts[r]) continue;
+    size_t n = (size_t)counts[r];
+    if (op == OP_REDUCE_SCATTER) /* send + at: member r's piece; the root's result into recv */
+      NC_CHECK(c, ncclReduce(send + at, r == me ? recv : (float *)(send + at), n, ncclFloat,
+                             ncclSum, r, nc, c->comm), what);
+    else /* member r's piece (its send) into recv + at on every member */
+      NC_CHECK(c, ncclBroadcast(r == me ? send : recv + at, recv + at, n, ncclFloat, r, nc,
+                                c->comm), what);
+  }
+  NC_CHECK(c, ncclGroupEnd(), what);
+  CU_CHECK(c, cudaEventRecord(c->done, c->comm), what);
+  CU_CHECK(c, cudaStreamWaitEvent(c->compute, c->done, 0), what);
+  return rt_cuda_watch(c, c->comm, what);
+#else
+  return rt_fail("rank %d: built without NCCL", c->wrank);
+#endif
+}
+
+int rt_cuda_reduce_scatter_v(RtCuda *c, int group, const float *send, float *recv,
+                             const int64_t *counts) {
+  return collective_v(c, OP_REDUCE_SCATTER, group, send, recv, counts);
+}
+
+int rt_cuda_all_gather_v(RtCuda *c, int group, const float *send, float *recv,
+                         const int64_t *counts) {
+  return collective_v(c, OP_ALL_GATHER, group, send, recv, counts);
 }
 
 /* [outer, n, inner] pieces: member r's piece is columns [r q, (r + 1) q) of the

@@ -10,9 +10,11 @@
  *     schedule without W actions runs wgt right after bwd;
  *   - the accumulator is summed over dp (reduce_grads: the expert-parallel
  *     parameters' regions over ep_dp instead, RtPipeDesc.expert; the same
- *     pieces, groups and order as rt_pipe.c's), then each shared parameter's
- *     parts are summed in stage order on every holder (the same additions on
- *     each: the same bits), then scaled by the float 1 / (M dp);
+ *     pieces, groups and order as rt_pipe.c's) or, under ZeRO-1,
+ *     reduce-scattered in rt_pipe.c's buckets (zero_buckets), then each shared
+ *     parameter's parts (its rank's piece under ZeRO-1) are summed in stage
+ *     order on every holder (the same additions on each: the same bits), then
+ *     scaled by the float 1 / (M dp);
  *   - the loss is the double sum of the microbatches' losses in action order
  *     over M, summed over pp (only the last chunk's stage adds a non-zero). */
 #include <stdlib.h>
@@ -285,9 +287,19 @@ static int transfers(RtCuda *c, const RtPipeDesc *p, int s, int i, int end, char
 
 /* Shared parameter j's gradient: the parts of its holders summed in stage
  * order into g + off[s] (sum and part: the arena's two scratch vectors). */
-static int shared_sum(RtCuda *c, const RtPipeDesc *p, int j, int s, float *g, float *sum,
-                      float *part) {
-  const int64_t *sh = p->shared + (int64_t)j * (p->stages + 1), n = sh[0], *off = sh + 1;
+static int shared_sum(RtCuda *c, const RtPipeDesc *p, int j, int s, float *gacc, float *sum,
+                      float *part, bool zero) {
+  const int64_t *sh = p->shared + (int64_t)j * (p->stages + 1), *off = sh + 1;
+  int64_t n = sh[0];
+  float *g = gacc; /* under ZeRO-1 the rank's piece alone: g + off[s] is its start */
+  if (zero) {
+    int z = c->gsize[RT_CUDA_DP], me = c->grank[RT_CUDA_DP];
+    int64_t *cnt = (int64_t *)malloc(sizeof *cnt * (size_t)z);
+    if (!cnt) return rt_fail("rank %d: out of host memory", c->wrank);
+    g += rt_pipe_zero_pieces(n, z, me, cnt);
+    n = cnt[me];
+    free(cnt);
+  }
   int tag = p->chunks * p->microbatches * 2 + j, holders = 0, other = -1;
   if (off[s] < 0) return RT_OK;
   for (int k = 0; k < p->stages; k++)
@@ -350,6 +362,76 @@ static int reduce_grads(RtCuda *c, const RtPipeDesc *p, int s, float *g, int64_t
   return RT_OK;
 }
 
+/* ZeRO-1 (rt_pipe.c's scatter_grads and gather_grads, bucket for bucket; the
+ * same pieces, groups, order and sums): a bucket of one parameter goes in
+ * place, one of several is packed rank by rank into the bucket scratch x
+ * (block k: each row's piece k, rt_pipe_bucket_block), its pieces copied back
+ * after the collective.  Collectives of unequal pieces (rt_cuda_*_v). */
+typedef struct {
+  RtCuda *c;
+  float *g, *x;
+  int dir; /* 1: g into the block x, -1: back */
+  int rc;
+} ZeroCopy;
+static void zero_copy(void *ctx, int64_t at, int64_t off, int64_t count) {
+  ZeroCopy *z = (ZeroCopy *)ctx;
+  if (!z->rc)
+    z->rc = z->dir > 0 ? rt_cuda_copy(z->c, z->x + at, z->g + off, count)
+                       : rt_cuda_copy(z->c, z->g + off, z->x + at, count);
+}
+
+/* rank k's block of bucket b between g and x (dir as ZeroCopy's) */
+static int zero_block(RtCuda *c, const RtPipeDesc *p, int s, const RtPipeBucket *b, int grp, int k,
+                      float *g, float *x, int dir) {
+  ZeroCopy z = {c, g, x, dir, RT_OK};
+  rt_pipe_bucket_block(p, s, b, c->gsize[grp], k, zero_copy, &z);
+  return z.rc;
+}
+
+/* Every bucket of stage s: reduce-scattered (gather 0) so that the rank's
+ * piece of each holds the sum, or (gather 1, --save-grads) all-gathered from
+ * the pieces so that g holds every rank's. */
+static int zero_buckets(RtCuda *c, const RtPipeDesc *p, int s, float *g, float *x, bool gather) {
+  RtPipeBucket b = {};
+  b.id = -1;
+  int64_t *counts = NULL;
+  int rc = RT_OK;
+  for (int more; rc == RT_OK && (more = rt_pipe_bucket_next(p, s, &b)) != 0;) {
+    if (more < 0) {
+      rc = RT_ERR;
+      break;
+    }
+    const int grp = b.group == 3 ? RT_CUDA_EP_DP : RT_CUDA_DP, z = c->gsize[grp], me = c->grank[grp];
+    if (z <= 1) continue;
+    if (!counts && !(counts = (int64_t *)malloc(sizeof *counts * RT_COMM_MAX_RANKS)))
+      return rt_fail("rank %d: out of host memory", c->wrank);
+    if (z > RT_COMM_MAX_RANKS) {
+      rc = rt_fail("pipeline: a ZeRO-1 group of %d ranks", z);
+      break;
+    }
+    const int64_t mine = rt_pipe_bucket_counts(p, s, &b, z, me, counts);
+    if (b.rows == 1) {
+      float *at = g + rt_pipe_bucket_offset(p, s, &b);
+      rc = gather ? rt_cuda_all_gather_v(c, grp, at + mine, at, counts)
+                  : rt_cuda_reduce_scatter_v(c, grp, at, at + mine, counts);
+      continue;
+    }
+    if (gather) {
+      rc = zero_block(c, p, s, &b, grp, me, g, x + mine, 1);
+      if (!rc) rc = rt_cuda_all_gather_v(c, grp, x + mine, x, counts);
+      for (int64_t k = 0, at = 0; !rc && k < z; at += counts[k++])
+        rc = zero_block(c, p, s, &b, grp, (int)k, g, x + at, -1);
+    } else {
+      for (int64_t k = 0, at = 0; !rc && k < z; at += counts[k++])
+        rc = zero_block(c, p, s, &b, grp, (int)k, g, x + at, 1);
+      if (!rc) rc = rt_cuda_reduce_scatter_v(c, grp, x, x + mine, counts);
+      if (!rc) rc = zero_block(c, p, s, &b, grp, me, g, x + mine, -1);
+    }
+  }
+  free(counts);
+  return rc;
+}
+
 extern "C" int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p) {
   int s = c->grank[RT_CUDA_PP], M = p->microbatches;
   if (s < 0 || s >= p->stages || c->gsize[RT_CUDA_PP] != p->stages)
@@ -398,10 +480,18 @@ extern "C" int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p) {
     i++;
   }
   int dp = c->gsize[RT_CUDA_DP];
-  if (dp > 1 && reduce_grads(c, p, s, g, gn)) return RT_ERR;
+  const bool zero = p->zero > 1 && dp > 1;
+  float *after = part + (p->shared_max * 4 + 63) / 64 * 16;
+  float *scratch = zero ? (float *)(void *)(base + rt_pipe_zero_scratch(p, (char *)after - base))
+                        : NULL;
+  if (zero ? zero_buckets(c, p, s, g, scratch, false) : dp > 1 && reduce_grads(c, p, s, g, gn))
+    return RT_ERR;
   for (int j = 0; j < p->nshared; j++)
-    if (shared_sum(c, p, j, s, g, sum, part)) return RT_ERR;
+    if (shared_sum(c, p, j, s, g, sum, part, zero)) return RT_ERR;
   if (scale(c, g, 1.0f / (float)((int64_t)M * dp), gn)) return RT_ERR;
+  /* --save-grads under ZeRO-1: every rank's pieces gathered into g first (the
+   * optimizer reads only the rank's own, which stay as they are) */
+  if (io->grads && zero && zero_buckets(c, p, s, g, scratch, true)) return RT_ERR;
   if (io->grads && gn && rt_cuda_to_host(c, io->grads, g, gn)) return RT_ERR;
   d.arena = base;
   d.tokens = c->tokens;

@@ -11,7 +11,8 @@
 #                             host-staged; bf16: bf16 GEMMs and tensor-core
 #                             attention: losses 2e-4, gradients 3e-2 of train;
 #                             launch: a too-small GPU refused with planned and
-#                             free bytes, mpirun's losses = the threads')
+#                             free bytes, mpirun's losses = the threads'; grads:
+#                             the step-1 gradients at several ranks too)
 # libparcrt and what it links (runtime/CMakeLists.txt: cJSON, OpenBLAS, MPI where found)
 find_package(MPI COMPONENTS C QUIET)
 set(emu_link $<TARGET_FILE:parcrt> ${CJSON_LIB} ${OPENBLAS_LIB})
@@ -30,8 +31,9 @@ set(emu_cases
   "llama_tiny_tp2_pp2|llama_tiny|--tp 2 --pp 2|cpu,device,launch|0"
   "moe_tiny_tp2_pp2|moe_tiny|--tp 2 --pp 2 --microbatches 2|cpu,device|0"
   "moe_tiny_pp2_dp2_ep2|moe_tiny|--pp 2 --dp 2 --ep 2 --microbatches 2|cpu,device|0"
-  "moe_tiny_dp4_ep2_zero|moe_tiny|--dp 4 --ep 2 --zero 1|cpu,device|0"
-  "gpt2_tiny_dp2_zero|gpt2_tiny|--dp 2 --zero 1|cpu,device|0")
+  "moe_tiny_dp4_ep2_zero|moe_tiny|--dp 4 --ep 2 --zero 1|cpu,device,grads|0"
+  "gpt2_tiny_dp2_zero|gpt2_tiny|--dp 2 --zero 1|cpu,device,grads|0"
+  "gpt2_tiny_pp2_dp2_zero|gpt2_tiny|--pp 2 --dp 2 --zero 1|cpu,device,grads|0")
 foreach(c ${emu_cases})
   string(REPLACE "|" ";" f "${c}")
   list(GET f 0 name)

@@ -32,10 +32,13 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
           mpirun -np RANKS (a process per rank, each its own emulated GPU,
           host-staged collectives over MPI) gives the threads' losses bit for bit;
   bf16    PARC_CUDA_GEMM=bf16 (GEMM operands rounded to bf16, attention on the
-          tensor-core kernels, rt_cuda_attn_tc.cu) against train: losses
+          tensor-core kernels, rt_cuda_attn_mma.cu) against train: losses
           within 2e-4 relative, and at one rank the step-1 gradients within
           3e-2 relative L2 (gpt2_tiny: 2.7e-5 and 6.0e-3; with the forward's
           causal mask one key too wide, 1.2e-3 and 0.31).
+  grads   with cpu and bf16: the step-1 gradients compared at several ranks too
+          (layouts whose --save-grads file is the whole model, e.g. ZeRO-1's
+          pieces gathered from the dp ranks).
 
 What this proves and what it cannot: the generated kernels, the launchers and
 libparcrt_cuda compute what the CPU trainer computes, and graph capture
@@ -154,7 +157,7 @@ def main():
         p.add_argument("--" + req, required=True)
     a = p.parse_args()
     checks = a.checks.split(",")
-    bad = [c for c in checks if c not in ("cpu", "graph", "device", "bf16", "launch")]
+    bad = [c for c in checks if c not in ("cpu", "graph", "device", "bf16", "launch", "grads")]
     if bad:
         p.error("unknown check %s (cpu, graph, device, bf16, launch)" % bad[0])
     os.makedirs(a.work, exist_ok=True)
@@ -173,8 +176,10 @@ def main():
     def stats(tag):
         return proj + "." + tag + ".stats.json"
 
-    def grads(tag):  # the step-1 gradients, compared at one rank
-        return ["--save-grads", proj + "." + tag + "_grads.safetensors"] if one_rank else []
+    cmp_grads = one_rank or "grads" in checks
+
+    def grads(tag):  # the step-1 gradients, compared at one rank (or with the grads check)
+        return ["--save-grads", proj + "." + tag + "_grads.safetensors"] if cmp_grads else []
 
     def gpu(tag, extra_env, save_grads=False):  # (--save-grads keeps its step plain)
         e = dict(env, KCU_EMU_STATS=stats(tag), **extra_env)
@@ -187,7 +192,7 @@ def main():
 
     def against_cpu(tag, loss_tol, grad_tol, what, grad_what):
         ok = compare(a, "losses", jsonl("cpu"), jsonl(tag), loss_tol, a.name + " " + what)
-        if ok and one_rank:
+        if ok and cmp_grads:
             ok = compare(a, "grads", grads("cpu")[1], grads(tag)[1], grad_tol,
                          a.name + " " + grad_what)
         return ok
