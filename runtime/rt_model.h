@@ -204,8 +204,8 @@ typedef struct {
   /* NULL, or (a GPU trainer, train_cuda) copies this rank's current parameters
    * and optimizer state from the device into the host buffers params / state
    * (the ones RtStepIO gives step); the harness calls it, on every rank, before
-   * it reads them (weights out, checkpoints); a no-op before the first step.
-   * Such a step uploads the host buffers on its first call, so whatever the
+   * it reads them (weights out, checkpoints); a no-op before the device is made.
+   * Such a trainer uploads the host buffers in start (below), so whatever the
    * harness initialised or loaded before it is what trains.  0, or -1 with
    * rt_fail() called. */
   int (*to_host)(float *params, float *state);

@@ -2,11 +2,12 @@
  * train_cuda links against (C API; the implementation is CUDA C++).
  *
  * One RtCuda per rank: its device, its buffers and its streams.  The
- * generated step (codegen/host_cuda.c) makes it on its first call
- * (rt_cuda_open), then every step enqueues, in IR order, fused kernels
- * (kernels_cuda.h launchers on rt_cuda_stream), GEMMs, attention and the
- * runtime ops below on that one compute stream; rt_cuda_step_end waits for
- * it and returns the step's scalars.
+ * generated trainer (codegen/host_cuda.c) makes it in its start hook
+ * (RtModelDesc.start: rt_cuda_open, before the first step), then every step
+ * enqueues, in IR order, fused kernels (kernels_cuda.h launchers on
+ * rt_cuda_stream), GEMMs, attention and the runtime ops below on that one
+ * compute stream; rt_cuda_step_end waits for it and returns the step's
+ * scalars.
  *
  * Device memory (all cudaMalloc'd once, at open; sizes fixed by the plan):
  *   params       params_numel floats   (layout of RtModelDesc.params)

@@ -29,10 +29,12 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
           (KCU_EMU_MEM_MIB) train_cuda refuses to start with the planned and
           free bytes (several ranks sharing a GPU of just over one rank's need:
           the shared message) as a setup error: exit 1, the message once, no
-          "internal error", no step in its log; with several ranks where mpirun
-          exists, the same under mpirun -np RANKS with a 16 MiB GPU per process,
-          and mpirun -np RANKS (a process per rank, each its own emulated GPU,
-          host-staged collectives over MPI) gives the threads' losses bit for bit;
+          "internal error", no step in its log; with several ranks likewise
+          PARC_CUDA_COMM=nccl (the emulated build has no NCCL) and, where mpirun
+          exists, mpirun -np RANKS with a 16 MiB GPU per process (and with only
+          ranks 1.. too small: every rank stops, rank 1's message); and mpirun -np
+          RANKS (a process per rank, each its own emulated GPU, host-staged
+          collectives over MPI) gives the threads' losses bit for bit;
   bf16    PARC_CUDA_GEMM=bf16 (GEMM operands rounded to bf16, attention on the
           tensor-core kernels, rt_cuda_attn_tc.cu) against train: losses
           within 2e-4 relative, and at one rank the step-1 gradients within
@@ -113,9 +115,10 @@ def refused(cmd, env, tag, want):
     log, jl = tag + ".log", tag + ".jsonl"
     if os.path.exists(jl):
         os.remove(jl)
+    at = cmd.index(":") if ":" in cmd else len(cmd)  # mpirun's first context: world rank 0
     with open(log, "w") as f:
-        rc = subprocess.run(cmd + ["--log", jl], stdout=f, stderr=subprocess.STDOUT, env=env,
-                            timeout=300).returncode
+        rc = subprocess.run(cmd[:at] + ["--log", jl] + cmd[at:], stdout=f,
+                            stderr=subprocess.STDOUT, env=env, timeout=300).returncode
     text = open(log).read()
     recs = [json.loads(line) for line in open(jl)] if os.path.exists(jl) else []
     bad = [w for w in ("internal error", "failed: ") if w in text]
@@ -143,6 +146,11 @@ def launch(a, proj, emu, env, steps, one_rank):
         ("48", "ranks sharing this GPU do not fit")
     if not refused([emu] + steps, dict(env, KCU_EMU_MEM_MIB=mib), proj + ".small_gpu", want):
         return False
+    # another refusal of the setup: NCCL asked of a build without it (the emulation's)
+    if not one_rank and not refused([emu] + steps, dict(env, PARC_CUDA_COMM="nccl",
+                                                        PARC_CUDA_LOCAL=""),
+                                    proj + ".nccl_setting", "built without NCCL"):
+        return False
     mpirun = shutil.which("mpirun")
     if one_rank or not mpirun:
         return True
@@ -151,12 +159,20 @@ def launch(a, proj, emu, env, steps, one_rank):
         if flag in f:
             ranks *= int(f[f.index(flag) + 1])
     e = dict(env, KCU_EMU_GPUS=str(ranks))
-    mpi = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), "-x",
-           "KCU_EMU_GPUS", "-x", "KCU_EMU_MEM_MIB", "-x", "PARC_CUDA_COMM", "-x",
-           "PARC_CUDA_GEMM", "-x", "PARC_CUDA_LOCAL", "-x", "PARC_CUDA_GRAPH", emu] + steps
+    opts = [mpirun, "--allow-run-as-root", "--oversubscribe"]
+    for var in ("KCU_EMU_GPUS", "PARC_CUDA_COMM", "PARC_CUDA_GEMM", "PARC_CUDA_LOCAL",
+                "PARC_CUDA_GRAPH"):
+        opts += ["-x", var]
+    mpi = opts + ["-np", str(ranks), emu] + steps
     # a process per GPU, each too small: every rank refuses, the message once
-    if not refused(mpi, dict(e, KCU_EMU_MEM_MIB="16"), proj + ".mpi_small_gpu",
-                   "the plan does not fit: planned"):
+    if not refused(opts + ["-x", "KCU_EMU_MEM_MIB=16", "-np", str(ranks), emu] + steps, e,
+                   proj + ".mpi_small_gpu", "the plan does not fit: planned"):
+        return False
+    # only ranks 1.. too small: rank 0 would fit, yet every rank stops at start-up
+    # with rank 1's message (the ranks agree), none waiting for a peer
+    mpmd = opts + ["-np", "1", emu] + steps + \
+        [":", "-np", str(ranks - 1), "-x", "KCU_EMU_MEM_MIB=16", emu] + steps
+    if not refused(mpmd, e, proj + ".mpi_small_gpu1", "rank 1 on GPU 1 (Emulated"):
         return False
     ok = run(mpi + ["--log", proj + ".mpi.jsonl"], proj + ".mpi.log", env=e)
     return ok and compare(a, "losses", proj + ".emu.jsonl", proj + ".mpi.jsonl", 0,
