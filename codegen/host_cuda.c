@@ -504,7 +504,8 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
     host_ops += !(ir_op_info[m->nodes[i]->op].flags & IR_F_LEAF) && kp->kernel_of[i] < 0 &&
                 host_staged(m->nodes[i]);
   fprintf(out,
-          "/* This rank's device: made by the first step (ranks are threads or processes). */\n"
+          "/* This rank's device: made by start, before the first step (ranks are threads or\n"
+          " * processes). */\n"
           "static _Thread_local RtCuda *dev;\n\n"
           "/* RtModelDesc.to_host: the device's parameters and state into the harness's\n"
           " * buffers, before it saves them. */\n"
@@ -568,18 +569,20 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
   }
   fprintf(out, "  return 0;\n}\n\n"
                "static int step_body_(void *io) { return step_body((RtStepIO *)io); }\n\n"
-               "static int step(RtStepIO *io) {\n"
-               "  if (!dev) {\n"
-               "    RtCudaSetup s = {.params_numel = PARAMS_NUMEL, .state_numel = STATE_NUMEL,\n"
-               "                     .arena_bytes = ARENA_BYTES, .rows = %" PRId64 ", .seq = %" PRId64
+               "/* RtModelDesc.start: the device context, before the first step (its start-up\n"
+               " * checks refuse a GPU too small or too few GPUs: RT_ERR_SETUP on every rank) */\n"
+               "static int start(RtStepIO *io) {\n"
+               "  RtCudaSetup s = {.params_numel = PARAMS_NUMEL, .state_numel = STATE_NUMEL,\n"
+               "                   .arena_bytes = ARENA_BYTES, .rows = %" PRId64 ", .seq = %" PRId64
                ",\n"
-               "                     .tp = MESH_TP, .dp = MESH_DP, .tp_group = io->tp_group,\n"
-               "                     .dp_group = io->dp_group, .tp_rank = io->tp_rank,\n"
-               "                     .dp_rank = io->dp_rank, .ep = MESH_EP, .ep_group = io->ep_group,\n"
-               "                     .ep_dp_group = io->ep_dp_group, .gemm = GEMM_MODE,\n"
-               "                     .model = \"%s\"};\n"
-               "    CHECK(rt_cuda_open(&dev, &s, io->params, io->state));\n"
-               "  }\n"
+               "                   .tp = MESH_TP, .dp = MESH_DP, .tp_group = io->tp_group,\n"
+               "                   .dp_group = io->dp_group, .tp_rank = io->tp_rank,\n"
+               "                   .dp_rank = io->dp_rank, .ep = MESH_EP, .ep_group = io->ep_group,\n"
+               "                   .ep_dp_group = io->ep_dp_group, .gemm = GEMM_MODE,\n"
+               "                   .model = \"%s\"};\n"
+               "  return rt_cuda_open(&dev, &s, io->params, io->state);\n"
+               "}\n\n"
+               "static int step(RtStepIO *io) {\n"
                "  CHECK(rt_cuda_step_begin(dev, io->tokens, io->targets, io->lr, io->step));\n"
                "  /* %d host-staged op%s (routing, expert all-to-all)%s; --save-grads copies to the\n"
                "   * host mid-step */\n"
@@ -659,7 +662,8 @@ static void emit_pipe_cuda(Cu *e, const CgHostInfo *info, int64_t slot_bytes, in
                            int64_t seq) {
   FILE *out = e->out;
   fprintf(out,
-          "/* This rank's device: made by the first step (ranks are threads or processes). */\n"
+          "/* This rank's device: made by start, before the first step (ranks are threads or\n"
+          " * processes). */\n"
           "static _Thread_local RtCuda *dev;\n\n"
           "/* RtModelDesc.to_host: the device's parameters and state (this stage's) into the\n"
           " * harness's buffers, before it saves them. */\n"
@@ -667,24 +671,26 @@ static void emit_pipe_cuda(Cu *e, const CgHostInfo *info, int64_t slot_bytes, in
           "  return dev ? rt_cuda_download(dev, params_host, state_host) : 0;\n}\n\n"
           "/* A parameter-gradient term into the device accumulator G (rt_cuda_pipe_step's). */\n"
           "#define ACC_GRAD(off, g, n) CHECK(rt_cuda_acc(dev, G + (off), (g), (n)))\n\n");
-  char step[1536];
+  char step[2048];
   snprintf(step, sizeof step,
-           "/* One step: the first makes the device context (this stage's buffers; the\n"
-           " * harness's stage-local params and state), then all the rank's microbatches\n"
-           " * go to the device and rt_cuda_pipe_step runs the stage's action list. */\n"
+           "/* RtModelDesc.start: the device context (this stage's buffers; the harness's\n"
+           " * stage-local params and state), before the first step (its start-up checks\n"
+           " * refuse a GPU too small or too few GPUs: RT_ERR_SETUP on every rank). */\n"
+           "static int start(RtStepIO *io) {\n"
+           "  int s_ = io->pp_group ? io->pp_rank : 0;\n"
+           "  RtCudaSetup s = {.params_numel = pp_param_numel[s_],\n"
+           "                   .state_numel = pp_state_numel[s_], .arena_bytes = ARENA_BYTES,\n"
+           "                   .rows = %" PRId64 ", .seq = %" PRId64 ", .tp = MESH_TP,\n"
+           "                   .dp = MESH_DP, .tp_group = io->tp_group, .dp_group = io->dp_group,\n"
+           "                   .tp_rank = io->tp_rank, .dp_rank = io->dp_rank, .pp = MESH_PP,\n"
+           "                   .ep = MESH_EP, .pp_group = io->pp_group, .ep_group = io->ep_group,\n"
+           "                   .ep_dp_group = io->ep_dp_group, .pp_rank = s_, .gemm = GEMM_MODE,\n"
+           "                   .model = \"%s\"};\n"
+           "  return rt_cuda_open(&dev, &s, io->params, io->state);\n"
+           "}\n\n"
+           "/* One step: all the rank's microbatches go to the device and rt_cuda_pipe_step\n"
+           " * runs the stage's action list. */\n"
            "static int step(RtStepIO *io) {\n"
-           "  if (!dev) {\n"
-           "    int s_ = io->pp_group ? io->pp_rank : 0;\n"
-           "    RtCudaSetup s = {.params_numel = pp_param_numel[s_],\n"
-           "                     .state_numel = pp_state_numel[s_], .arena_bytes = ARENA_BYTES,\n"
-           "                     .rows = %" PRId64 ", .seq = %" PRId64 ", .tp = MESH_TP,\n"
-           "                     .dp = MESH_DP, .tp_group = io->tp_group, .dp_group = io->dp_group,\n"
-           "                     .tp_rank = io->tp_rank, .dp_rank = io->dp_rank, .pp = MESH_PP,\n"
-           "                     .ep = MESH_EP, .pp_group = io->pp_group, .ep_group = io->ep_group,\n"
-           "                     .ep_dp_group = io->ep_dp_group, .pp_rank = s_, .gemm = GEMM_MODE,\n"
-           "                     .model = \"%s\"};\n"
-           "    CHECK(rt_cuda_open(&dev, &s, io->params, io->state));\n"
-           "  }\n"
            "  CHECK(rt_cuda_step_begin(dev, io->tokens, io->targets, io->lr, io->step));\n"
            "  return rt_cuda_pipe_step(dev, io, &pipe);\n"
            "}\n",
@@ -775,7 +781,7 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
   int rc = e.failed ? -1 : 0;
   if (!rc) {
     CgHostInfo di = *info;
-    di.desc_extra = "    .to_host = to_host,\n";
+    di.desc_extra = "    .to_host = to_host,\n    .start = start,\n";
     rc = cg_emit_host_desc(out, m, lp, &di, err, errlen);
   }
   free(temp_off);

@@ -11,12 +11,10 @@ const char *rt_last_error(void) { return rt_errbuf; }
 
 void rt_clear_error(void) { rt_errbuf[0] = '\0'; }
 
-int rt_fail(const char *fmt, ...) {
+static void record(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+static void record(const char *fmt, va_list ap) {
   char tmp[RT_ERR_MAX];
-  va_list ap;
-  va_start(ap, fmt);
   int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
   if (n < 0) {
     snprintf(tmp, sizeof tmp, "runtime error (message could not be formatted)");
   } else if ((size_t)n >= sizeof tmp) {
@@ -26,5 +24,20 @@ int rt_fail(const char *fmt, ...) {
   for (char *p = tmp; *p; p++)
     if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
   memcpy(rt_errbuf, tmp, sizeof tmp);
+}
+
+int rt_fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  record(fmt, ap);
+  va_end(ap);
   return RT_ERR;
+}
+
+int rt_fail_setup(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  record(fmt, ap);
+  va_end(ap);
+  return RT_ERR_SETUP;
 }

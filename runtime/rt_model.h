@@ -204,11 +204,22 @@ typedef struct {
   /* NULL, or (a GPU trainer, train_cuda) copies this rank's current parameters
    * and optimizer state from the device into the host buffers params / state
    * (the ones RtStepIO gives step); the harness calls it, on every rank, before
-   * it reads them (weights out, checkpoints); a no-op before the first step.
-   * Such a step uploads the host buffers on its first call, so whatever the
+   * it reads them (weights out, checkpoints); a no-op before the device is made.
+   * Such a trainer uploads the host buffers in start (below), so whatever the
    * harness initialised or loaded before it is what trains.  0, or -1 with
    * rt_fail() called. */
   int (*to_host)(float *params, float *state);
+
+  /* NULL, or (a GPU trainer, train_cuda) makes this rank's device context: the
+   * harness calls it once on every rank, after the weights are initialised or
+   * loaded into io->params / io->state and before the first step (only when a
+   * step will run), with io as that step gets it (buffers, groups, coordinates;
+   * no batch yet).  Collective over the mesh, and it agrees: returns 0 on every
+   * rank, or on every rank RT_ERR_SETUP (rt_err.h: the user's setup cannot run
+   * the plan, e.g. a GPU too small or too few GPUs; the harness prints the
+   * message alone and exits 1 before any step) or another negative status (an
+   * internal error, exit 3), with the same rt_fail() message on every rank. */
+  int (*start)(RtStepIO *io);
 } RtModelDesc;
 
 /* 1 if some parameter of m is padded over tp ranks (rt_param_padded): its
@@ -221,7 +232,8 @@ static inline int rt_model_padded(const RtModelDesc *m, int tp) {
 }
 
 /* The generated main calls this.  Returns the process exit code:
- * 0 success, 1 bad options or input files, 3 internal error. */
+ * 0 success, 1 bad options or input files or a setup the device refuses
+ * (RtModelDesc.start), 3 internal error. */
 int rt_train_main(int argc, char **argv, const RtModelDesc *model);
 
 #endif

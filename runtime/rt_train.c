@@ -7,6 +7,9 @@
  * weights file and the checkpoint. Options, files and output directories are all
  * checked before the first step, so a run does not die hours in on its own inputs
  * (except a token >= vocab in an llm.c file, which rt_data finds batch by batch).
+ * A GPU trainer's device is made then too (RtModelDesc.start, after the weights
+ * and the log, before the first step): a GPU too small for the plan or too few
+ * GPUs for the mesh is a setup error (exit 1), reported before any step.
  *
  * Several ranks (tp * dp * pp > 1, rt_train.h): rt_train_main runs `run` once per rank
  * under rt_comm_run; a Run then carries the rank's mesh. With the thread backend a
@@ -741,31 +744,56 @@ static int moe_stats(Run *r) {
   return RT_OK;
 }
 
+/* The step's buffers, groups and coordinates (what every step of the rank gets). */
+static void step_io(const Run *r, RtStepIO *io) {
+  const int B = (int)r->m->batch, T = (int)r->m->seq;
+  memset(io, 0, sizeof *io);
+  io->params = r->params;
+  io->state = r->state;
+  io->arena = r->arena;
+  /* this rank's rows of the global batch */
+  size_t rows = (size_t)r->mesh.dp_rank * (size_t)(B / r->dp) * (size_t)T;
+  io->tokens = r->tokens + rows;
+  io->targets = r->targets + rows;
+  if (r->world) {
+    io->tp_group = r->mesh.tp_comm;
+    io->dp_group = r->mesh.dp_comm;
+    io->pp_group = r->pp > 1 ? r->mesh.pp_comm : NULL;
+    io->tp_rank = r->mesh.tp_rank;
+    io->dp_rank = r->mesh.dp_rank;
+    io->pp_rank = r->mesh.pp_rank;
+    io->ep_group = r->ep > 1 ? r->mesh.ep_comm : NULL;
+    io->ep_dp_group = r->ep > 1 ? r->mesh.ep_dp_comm : NULL;
+    io->ep_rank = r->mesh.ep_rank;
+  }
+}
+
+/* RtModelDesc.start (a GPU trainer's device), before the first step.  Its
+ * outcome is the same on every rank with the same message (rt_model.h), so a
+ * refused setup is reported once -- by world rank 0 under MPI, by the first
+ * rank to record it with threads -- as a setup error: exit 1, no step run.
+ * Returns an exit code or -1. */
+static int start_device(Run *r) {
+  RtStepIO io;
+  step_io(r, &io);
+  int rc = r->m->start(&io);
+  if (rc == 0) return -1;
+  if (rc != RT_ERR_SETUP) return fail(r, 3, "internal error: starting the device: ");
+  if (!r->shared || !r->shared->mpi) return fail(r, 1, "");
+  if (r->wrank == 0) fprintf(stderr, "%s: %s\n", r->prog, rt_last_error());
+  pthread_mutex_lock(&r->shared->mu);
+  if (!r->shared->code) r->shared->code = 1;
+  pthread_mutex_unlock(&r->shared->mu);
+  return 1;
+}
+
 static int train_loop(Run *r, double entropy) {
   const RtModelDesc *m = r->m;
   const int B = (int)m->batch, T = (int)m->seq;
   RtProgress prog;
   rt_progress_init(&prog, stdout, r->o.steps, -1);
   RtStepIO io;
-  memset(&io, 0, sizeof io);
-  io.params = r->params;
-  io.state = r->state;
-  io.arena = r->arena;
-  /* this rank's rows of the global batch */
-  size_t rows = (size_t)r->mesh.dp_rank * (size_t)(B / r->dp) * (size_t)T;
-  io.tokens = r->tokens + rows;
-  io.targets = r->targets + rows;
-  if (r->world) {
-    io.tp_group = r->mesh.tp_comm;
-    io.dp_group = r->mesh.dp_comm;
-    io.pp_group = r->pp > 1 ? r->mesh.pp_comm : NULL;
-    io.tp_rank = r->mesh.tp_rank;
-    io.dp_rank = r->mesh.dp_rank;
-    io.pp_rank = r->mesh.pp_rank;
-    io.ep_group = r->ep > 1 ? r->mesh.ep_comm : NULL;
-    io.ep_dp_group = r->ep > 1 ? r->mesh.ep_dp_comm : NULL;
-    io.ep_rank = r->mesh.ep_rank;
-  }
+  step_io(r, &io);
   const int show = !r->o.quiet && r->wrank == 0;
   double loss = NAN;
   for (int64_t t = r->start; t < r->o.steps; t++) {
@@ -938,6 +966,8 @@ static int run(Run *r) {
   if (r->o.trace && !(r->trace = rt_trace_open(r->wrank, r->mesh.tp_rank, r->mesh.dp_rank,
                                                r->pp > 1 ? r->mesh.pp_rank : 0)))
     return fail(r, 3, "internal error: ");
+  /* the device (a GPU trainer): its start-up checks refuse a setup before any step */
+  if (m->start && r->start < r->o.steps && (rc = start_device(r)) >= 0) return rc;
 
   if (!r->o.quiet && r->wrank == 0) {
     printf("%s: %lld parameters, arena %lld bytes | data %s: %lld tokens, unigram entropy "

@@ -5,8 +5,9 @@
  * (command line) and rt_train_state.c (weights in and out, checkpoints).
  *
  * Exit codes of rt_train_main: 0 success; 1 a bad option value, a conflict
- * between options, or an input or output file that cannot be used (each one
- * line on stderr); 2 a malformed command line (unknown option, missing
+ * between options, an input or output file that cannot be used, or a setup the
+ * device refuses at start-up (RtModelDesc.start: a GPU too small, too few GPUs;
+ * each one line on stderr, before any step); 2 a malformed command line (unknown option, missing
  * argument, stray argument: the line, then the usage); 3 an internal error
  * (an inconsistent RtModelDesc, a failing step, out of memory).
  *

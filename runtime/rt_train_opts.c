@@ -135,8 +135,9 @@ void rt_train_usage(FILE *out, const char *prog, const RtModelDesc *m) {
           "                     end (default: none; without it nothing is timed)\n"
           "  --quiet            no start line, progress or summary; errors only\n"
           "  --help             this text\n"
-          "Exit status: 0 done, 1 bad option value or input file, 2 bad command line, "
-          "3 internal error.\n",
+          "Exit status: 0 done, 1 bad option value, input file or setup (a GPU trainer's\n"
+          "device refused at start-up: too small, too few GPUs), 2 bad command line, 3 internal\n"
+          "error.\n",
           base_name(prog), m->name ? m->name : "?", m->source ? " (from " : "",
           m->source ? m->source : "", m->source ? ")" : "", (long long)m->batch,
           (long long)m->seq, (long long)m->vocab, m->optimizer ? m->optimizer : "?",

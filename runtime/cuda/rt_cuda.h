@@ -2,11 +2,12 @@
  * train_cuda links against (C API; the implementation is CUDA C++).
  *
  * One RtCuda per rank: its device, its buffers and its streams.  The
- * generated step (codegen/host_cuda.c) makes it on its first call
- * (rt_cuda_open), then every step enqueues, in IR order, fused kernels
- * (kernels_cuda.h launchers on rt_cuda_stream), GEMMs, attention and the
- * runtime ops below on that one compute stream; rt_cuda_step_end waits for
- * it and returns the step's scalars.
+ * generated trainer (codegen/host_cuda.c) makes it in its start hook
+ * (RtModelDesc.start: rt_cuda_open, before the first step), then every step
+ * enqueues, in IR order, fused kernels (kernels_cuda.h launchers on
+ * rt_cuda_stream), GEMMs, attention and the runtime ops below on that one
+ * compute stream; rt_cuda_step_end waits for it and returns the step's
+ * scalars.
  *
  * Device memory (all cudaMalloc'd once, at open; sizes fixed by the plan):
  *   params       params_numel floats   (layout of RtModelDesc.params)
@@ -19,9 +20,14 @@
  *                (2 floats per query row), cross-entropy row statistics, the
  *                embedding gradient's sorted ids.  Grown on first use (the
  *                first step), never after: later steps allocate nothing.
- * Start-up checks (rt_cuda_open): the mesh's rank count against the GPUs
- * (see below), and params + state + arena + workspace reserve against the
- * device's free memory ("planned ... bytes, free ... bytes" otherwise).
+ * Start-up checks (rt_cuda_open): the PARC_CUDA_* settings, the mesh's rank
+ * count against the GPUs (see below), and params + state + arena + workspace
+ * reserve against the device's free memory ("planned ... bytes, free ...
+ * bytes" otherwise).  Every rank runs them all, before anything is allocated,
+ * and the ranks agree on the outcome (rt_cuda_agree): a refusal is
+ * RT_ERR_SETUP (rt_err.h: the user's setup, with what to change) on every
+ * rank, with the message of the lowest world rank refused, so no rank goes
+ * on into a collective the others never reach.
  *
  * Streams: `compute` runs everything of the step in order; collectives run
  * on `comm`, ordered after the compute work that produced their input by an
@@ -125,7 +131,10 @@ typedef struct {
 
 /* Picks the rank's GPU, checks the mesh and memory, allocates, uploads params
  * and state (host, may be NULL for zeros) and sets up streams, cuBLASLt and
- * the communicators.  Collective over the mesh (every rank calls it). */
+ * the communicators.  Collective over the mesh (every rank calls it).
+ * RT_OK; RT_ERR_SETUP where the start-up checks refuse the setup (on every
+ * rank alike, see above); RT_ERR for a failing CUDA, cuBLAS or NCCL call.
+ * On failure *ctx may hold the part made (rt_cuda_close frees it). */
 int rt_cuda_open(RtCuda **ctx, const RtCudaSetup *s, const float *params, const float *state);
 /* Frees everything (communicators destroyed).  NULL is a no-op. */
 void rt_cuda_close(RtCuda *ctx);

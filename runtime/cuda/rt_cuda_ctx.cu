@@ -158,44 +158,54 @@ static int local_rank_env(void) {
   return -1;
 }
 
+/* This rank's GPU and collectives backend from the GPU count and the PARC_CUDA_*
+ * settings.  A refusal of the user's setup (no GPU, too few for NCCL, a bad
+ * or conflicting setting) is RT_ERR_SETUP with what to do; a failing CUDA
+ * call RT_ERR.  Local: no collective. */
 static int choose_device(RtCuda *c, const RtCudaSetup *s) {
   int ngpu = 0;
   cudaError_t e = cudaGetDeviceCount(&ngpu);
   if (e != cudaSuccess || ngpu < 1)
-    return rt_cuda_fail_at(c, __FILE__, __LINE__, "cudaGetDeviceCount",
-                           e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
+    return rt_fail_setup("rank %d: no usable CUDA GPU (cudaGetDeviceCount: %s); run train_cuda "
+                         "where a GPU and its driver are visible (CUDA_VISIBLE_DEVICES), or "
+                         "train on the CPU with `train`", c->wrank,
+                         e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
   int mpi = rt_comm_mpi_launched();
   int local = mpi ? local_rank_env() : c->wrank;
   if (local < 0) local = c->wrank;
   const char *want = getenv("PARC_CUDA_COMM");
   int own_gpu = mpi ? local < ngpu : c->ranks <= ngpu;
   if (want && strcmp(want, "nccl") && strcmp(want, "host"))
-    return rt_fail("PARC_CUDA_COMM='%s': expected nccl or host", want);
+    return rt_fail_setup("PARC_CUDA_COMM='%s': expected nccl or host", want);
   c->use_nccl = want ? !strcmp(want, "nccl") : own_gpu;
   if (c->ranks == 1) c->use_nccl = 0; /* nothing to communicate */
 #ifndef PARC_HAVE_NCCL
   if (c->use_nccl && want)
-    return rt_fail("PARC_CUDA_COMM=nccl: this libparcrt_cuda was built without NCCL");
+    return rt_fail_setup("PARC_CUDA_COMM=nccl: this libparcrt_cuda was built without NCCL; "
+                         "use PARC_CUDA_COMM=host");
   c->use_nccl = 0;
 #endif
   if (c->use_nccl && !own_gpu)
-    return rt_fail("mesh of %d ranks (tp %d x dp %d x pp %d) needs a GPU per rank with NCCL, "
-                   "but %s sees %d GPU%s; PARC_CUDA_COMM=host runs several ranks on one GPU",
-                   c->ranks, s->tp, s->dp, c->gsize[RT_CUDA_PP],
-                   mpi ? "this node" : "this process", ngpu,
-                   ngpu == 1 ? "" : "s");
+    return rt_fail_setup("mesh of %d ranks (tp %d x dp %d x pp %d) needs a GPU per rank with "
+                         "NCCL, but %s sees %d GPU%s; run on as many GPUs as ranks, or "
+                         "PARC_CUDA_COMM=host runs several ranks on one GPU",
+                         c->ranks, s->tp, s->dp, c->gsize[RT_CUDA_PP],
+                         mpi ? "this node" : "this process", ngpu, ngpu == 1 ? "" : "s");
   /* without NCCL: device-local collectives (PARC_CUDA_LOCAL=device) or
    * host-staged ones (the default, or =host) */
   const char *loc = getenv("PARC_CUDA_LOCAL");
   if (loc && *loc && strcmp(loc, "device") && strcmp(loc, "host"))
-    return rt_fail("PARC_CUDA_LOCAL='%s': expected device or host", loc);
+    return rt_fail_setup("PARC_CUDA_LOCAL='%s': expected device or host", loc);
   if (loc && *loc) {
     if (want && !strcmp(want, "nccl"))
-      return rt_fail("PARC_CUDA_LOCAL=%s and PARC_CUDA_COMM=nccl: the device-local backend "
-                     "does not use NCCL; unset one of them", loc);
+      return rt_fail_setup("PARC_CUDA_LOCAL=%s and PARC_CUDA_COMM=nccl: the device-local "
+                           "backend does not use NCCL; unset one of them", loc);
     c->use_nccl = 0;
     c->local_dev = c->ranks > 1 && !strcmp(loc, "device");
   }
+  if (c->local_dev && mpi) /* (rt_cuda_local_open's own check, before any allocation) */
+    return rt_fail_setup("PARC_CUDA_LOCAL=device needs the ranks as threads of one process, "
+                         "not under mpirun; use PARC_CUDA_LOCAL=host");
   /* device-local collectives read the peers' buffers: every rank on the first
    * visible GPU (CUDA_VISIBLE_DEVICES chooses it) */
   c->device = c->local_dev ? 0 : local % ngpu;
@@ -213,44 +223,55 @@ static int choose_device(RtCuda *c, const RtCudaSetup *s) {
 }
 
 /* The plan fits in the free memory of this rank's GPU, together with the
- * plans of the other ranks on it (rt_cuda_memcheck.h).  Every rank calls it
- * before any rank allocates. */
-static int check_memory(RtCuda *c) {
+ * plans of the other ranks on it (rt_cuda_memcheck.h).  Every rank calls it,
+ * before any rank allocates, with the status of its checks so far (`rc`): a
+ * rank that failed them joins the gather with an empty record (no GPU) and
+ * returns rc.  A plan that does not fit is RT_ERR_SETUP with planned and free
+ * bytes and what to change. */
+static int check_memory(RtCuda *c, int rc) {
   size_t free_b = 0, total_b = 0;
-  CU_CHECK(c, cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  cudaError_t e = rc == RT_OK ? cudaMemGetInfo(&free_b, &total_b) : cudaSuccess;
+  if (e != cudaSuccess)
+    rc = rt_cuda_fail_at(c, __FILE__, __LINE__, "cudaMemGetInfo", cudaGetErrorString(e));
   int64_t io = 2 * c->ntok * 4 + 64;
   int64_t need = 4 * c->params_numel + 4 * c->state_numel + c->arena_bytes + io +
                  RT_CUDA_GEMM_WORKSPACE;
   char host[256] = "";
   if (gethostname(host, sizeof host - 1)) host[0] = 0;
-  RtDeviceNeed mine = {need, c->device, rt_cuda_host_hash(host)};
+  /* a rank without a GPU shares no device with anyone (device -1, nothing needed) */
+  RtDeviceNeed mine = {rc == RT_OK ? need : 0, rc == RT_OK ? c->device : -1,
+                       rt_cuda_host_hash(host)};
   RtDeviceNeed *all = (RtDeviceNeed *)calloc((size_t)c->ranks, sizeof *all);
   if (!all) return rt_fail("rank %d: out of host memory", c->wrank);
   /* records travel as raw bytes in float slots, as share_id's id does */
   float rec[RT_DEVICE_NEED_FLOATS] = {0};
   memcpy(rec, &mine, sizeof mine);
   RtComm *g[3] = {c->hgroup[RT_CUDA_TP], c->hgroup[RT_CUDA_DP], c->hgroup[RT_CUDA_PP]};
-  int rc = RT_OK, sharers = 1;
+  int grc = RT_OK, sharers = 1;
   if (c->ranks == 1) all[0] = mine;
-  else rc = rt_cuda_gather_world(g, rec, RT_DEVICE_NEED_FLOATS, c->ranks, (float *)(void *)all);
-  int64_t together = rc == RT_OK ? rt_cuda_device_need(all, c->ranks, c->wrank, &sharers) : 0;
+  else grc = rt_cuda_gather_world(g, rec, RT_DEVICE_NEED_FLOATS, c->ranks, (float *)(void *)all);
+  int64_t together = grc == RT_OK ? rt_cuda_device_need(all, c->ranks, c->wrank, &sharers) : 0;
   free(all);
+  if (grc != RT_OK) return grc;
   if (rc != RT_OK) return rc;
   if (together < 0) return rt_fail("rank %d: the ranks' planned bytes overflow", c->wrank);
   if ((uint64_t)together > (uint64_t)free_b && sharers == 1)
-    return rt_fail("rank %d on %s: the plan does not fit: planned %lld bytes (parameters %lld, "
-                   "optimizer state %lld, arena %lld, GEMM workspace %d) but only %zu bytes are "
-                   "free of %zu", c->wrank, c->name, (long long)need,
-                   (long long)(4 * c->params_numel), (long long)(4 * c->state_numel),
-                   (long long)c->arena_bytes, RT_CUDA_GEMM_WORKSPACE, free_b, total_b);
+    return rt_fail_setup("rank %d on %s: the plan does not fit: planned %lld bytes (parameters "
+                         "%lld, optimizer state %lld, arena %lld, GEMM workspace %d) but only "
+                         "%zu bytes are free of %zu; use a smaller batch (-D batch=N) or more "
+                         "microbatches, more tp or pp ranks, or a GPU with more free memory",
+                         c->wrank, c->name, (long long)need, (long long)(4 * c->params_numel),
+                         (long long)(4 * c->state_numel), (long long)c->arena_bytes,
+                         RT_CUDA_GEMM_WORKSPACE, free_b, total_b);
   if ((uint64_t)together > (uint64_t)free_b)
-    return rt_fail("rank %d on %s: the plans of the %d ranks sharing this GPU do not fit: "
-                   "planned %lld bytes together (this rank %lld: parameters %lld, optimizer "
-                   "state %lld, arena %lld, GEMM workspace %d) but only %zu bytes are free of "
-                   "%zu; give each rank its own GPU or use a smaller batch",
-                   c->wrank, c->name, sharers, (long long)together, (long long)need,
-                   (long long)(4 * c->params_numel), (long long)(4 * c->state_numel),
-                   (long long)c->arena_bytes, RT_CUDA_GEMM_WORKSPACE, free_b, total_b);
+    return rt_fail_setup("rank %d on %s: the plans of the %d ranks sharing this GPU do not fit: "
+                         "planned %lld bytes together (this rank %lld: parameters %lld, "
+                         "optimizer state %lld, arena %lld, GEMM workspace %d) but only %zu "
+                         "bytes are free of %zu; give each rank its own GPU (fewer ranks per "
+                         "GPU) or use a smaller batch",
+                         c->wrank, c->name, sharers, (long long)together, (long long)need,
+                         (long long)(4 * c->params_numel), (long long)(4 * c->state_numel),
+                         (long long)c->arena_bytes, RT_CUDA_GEMM_WORKSPACE, free_b, total_b);
   return RT_OK;
 }
 
@@ -331,22 +352,22 @@ int rt_cuda_open(RtCuda **out, const RtCudaSetup *s, const float *params, const 
   c->arena_bytes = s->arena_bytes;
   c->ntok = s->rows * s->seq;
   c->gemm = s->gemm;
-  if (rt_cuda_graph_parse(getenv("PARC_CUDA_GRAPH"), &c->graph_on)) {
-    free(c);
-    return RT_ERR;
-  }
+  *out = c; /* from here on rt_cuda_close frees what was made */
+  /* the start-up checks: the settings, the device, the memory; every rank
+   * runs them all and the ranks agree on the verdict (rt_cuda_agree) before
+   * anything is allocated or any NCCL call waits for a peer */
+  int rc = rt_cuda_graph_parse(getenv("PARC_CUDA_GRAPH"), &c->graph_on);
   const char *g = getenv("PARC_CUDA_GEMM");
-  if (g && *g) {
+  if (rc == RT_OK && g && *g) {
     if (!strcmp(g, "fp32")) c->gemm = RT_CUDA_GEMM_FP32;
     else if (!strcmp(g, "bf16")) c->gemm = RT_CUDA_GEMM_BF16;
     else if (!strcmp(g, "tf32")) c->gemm = RT_CUDA_GEMM_TF32;
-    else {
-      free(c);
-      return rt_fail("PARC_CUDA_GEMM='%s': expected fp32, bf16 or tf32", g);
-    }
+    else rc = rt_fail_setup("PARC_CUDA_GEMM='%s': expected fp32, bf16 or tf32", g);
   }
-  *out = c; /* from here on rt_cuda_close frees what was made */
-  if (choose_device(c, s) || check_memory(c)) return RT_ERR;
+  if (rc == RT_OK) rc = choose_device(c, s);
+  rc = check_memory(c, rc);
+  RtComm *world[3] = {c->hgroup[RT_CUDA_TP], c->hgroup[RT_CUDA_DP], c->hgroup[RT_CUDA_PP]};
+  if ((rc = rt_cuda_agree(world, c->ranks, rc)) != RT_OK) return rc;
   CU_CHECK(c, cudaStreamCreateWithFlags(&c->compute, cudaStreamNonBlocking), "cudaStreamCreate");
   CU_CHECK(c, cudaStreamCreateWithFlags(&c->comm, cudaStreamNonBlocking), "cudaStreamCreate");
   CU_CHECK(c, cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming), "cudaEventCreate");

@@ -47,8 +47,8 @@ typedef struct {
 } RtGraphCase;
 
 /* PARC_CUDA_GRAPH's value: unset, "" or "0" off (*on = 0), "1" on; RT_OK, or
- * RT_ERR with a one-line message naming the variable, its value and the
- * values allowed. */
+ * RT_ERR_SETUP (the user's setting) with a one-line message naming the
+ * variable, its value and the values allowed. */
 int rt_cuda_graph_parse(const char *value, int *on);
 
 /* What keeps the step out of a graph for the whole run, as a phrase for the

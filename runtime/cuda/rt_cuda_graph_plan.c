@@ -13,8 +13,8 @@ int rt_cuda_graph_parse(const char *value, int *on) {
     *on = 1;
     return RT_OK;
   }
-  return rt_fail("PARC_CUDA_GRAPH='%s': expected 0 (plain launches) or 1 (the step as a CUDA "
-                 "graph)", value);
+  return rt_fail_setup("PARC_CUDA_GRAPH='%s': expected 0 (plain launches) or 1 (the step as a "
+                       "CUDA graph)", value);
 }
 
 const char *rt_cuda_graph_blocker(const RtGraphCase *k) {

@@ -2,6 +2,7 @@
  * (rt_cuda_memcheck.h).  Plain C: tests/cuda builds it without CUDA. */
 #include "runtime/cuda/rt_cuda_memcheck.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,5 +60,37 @@ int rt_cuda_gather_world(struct RtComm *const group[3], const float *mine, int f
     rc = rt_fail("gather_world: the groups hold %d ranks, not %d", have, ranks);
   if (rc == RT_OK) memcpy(all, a, sizeof(float) * (size_t)ranks * (size_t)floats);
   free(a), free(b), free(counts);
+  return rc;
+}
+
+/* rt_cuda_agree's record: the status and the message's bytes, in float slots */
+typedef struct {
+  int32_t status;
+  char msg[RT_ERR_MAX];
+} Verdict;
+_Static_assert(sizeof(Verdict) % sizeof(float) == 0, "a Verdict is a whole number of floats");
+enum { VERDICT_FLOATS = (int)(sizeof(Verdict) / sizeof(float)) };
+
+int rt_cuda_agree(struct RtComm *const group[3], int ranks, int status) {
+  if (ranks <= 1) return status;
+  Verdict mine, *all = calloc((size_t)ranks, sizeof *all);
+  memset(&mine, 0, sizeof mine);
+  mine.status = status;
+  if (status != RT_OK) snprintf(mine.msg, sizeof mine.msg, "%s", rt_last_error());
+  if (!all) return rt_fail("start-up checks: out of host memory");
+  if (rt_cuda_gather_world(group, (const float *)(const void *)&mine, VERDICT_FLOATS, ranks,
+                           (float *)(void *)all)) {
+    free(all);
+    return RT_ERR;
+  }
+  int rc = RT_OK;
+  for (int r = 0; r < ranks && rc == RT_OK; r++) {
+    if (all[r].status == RT_OK) continue;
+    all[r].msg[sizeof all[r].msg - 1] = 0;
+    rc = all[r].status == RT_ERR_SETUP ? RT_ERR_SETUP : RT_ERR;
+    if (rc == RT_ERR_SETUP) rt_fail_setup("%s", all[r].msg);
+    else rt_fail("%s", all[r].msg);
+  }
+  free(all);
   return rc;
 }

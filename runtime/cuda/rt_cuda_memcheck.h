@@ -44,6 +44,16 @@ struct RtComm;
 int rt_cuda_gather_world(struct RtComm *const group[3], const float *mine, int floats, int ranks,
                          float *all);
 
+/* The start-up verdict, agreed (rt_cuda_open): every rank's `status` (RT_OK,
+ * RT_ERR_SETUP or RT_ERR) and, where it failed, its message (rt_last_error)
+ * gathered over the world (rt_cuda_gather_world's groups).  Returns RT_OK when
+ * every rank's status is RT_OK; otherwise, on every rank, the status of the
+ * lowest world rank that failed, with that rank's message as this rank's last
+ * error: the same status and line everywhere, so the ranks stop together
+ * (none goes on into a collective the others never reach) and any of them may
+ * report it.  RT_ERR if the gather fails.  One rank: `status` itself. */
+int rt_cuda_agree(struct RtComm *const group[3], int ranks, int status);
+
 /* FNV-1a hash of a host name, the record's host field. */
 int64_t rt_cuda_host_hash(const char *name);
 

@@ -42,7 +42,7 @@ static void switch_values(void) {
     const char *msg = rt_last_error();
     char want[64];
     snprintf(want, sizeof want, "PARC_CUDA_GRAPH='%s'", bad[i]);
-    CHECK(rc == RT_ERR && on == 0, "'%s' is refused", bad[i]);
+    CHECK(rc == RT_ERR_SETUP && on == 0, "'%s' is refused as a setup error", bad[i]);
     CHECK(strstr(msg, want) && strstr(msg, "0") && strstr(msg, "1") && !strchr(msg, '\n'),
           "one line naming the variable, '%s' and the values allowed: %s", bad[i], msg);
   }

@@ -289,6 +289,54 @@ static void check_gather_world(void) {
   }
 }
 
+/* rt_cuda_agree over a thread mesh: every rank gets the status and the
+ * message of the lowest world rank that failed (RT_OK where none did). */
+typedef struct {
+  int tp, dp, pp;
+  int status[8];     /* per world rank: RT_OK, RT_ERR_SETUP or RT_ERR */
+  int want, from;    /* the agreed status and the world rank whose message wins */
+} AgreeCase;
+
+static int agree_rank(RtComm *world, void *arg) {
+  const AgreeCase *ac = arg;
+  RtMesh mesh;
+  if (rt_comm_mesh(world, ac->tp, ac->dp, ac->pp, 1, &mesh)) return 1;
+  int w = rt_comm_world_rank(world), n = ac->tp * ac->dp * ac->pp;
+  rt_clear_error();
+  if (ac->status[w] == RT_ERR_SETUP) rt_fail_setup("setup of rank %d refused", w);
+  else if (ac->status[w] == RT_ERR) rt_fail("rank %d: internal", w);
+  RtComm *g[3] = {mesh.tp_comm, mesh.dp_comm, mesh.pp_comm};
+  int rc = rt_cuda_agree(g, n, ac->status[w]);
+  char want[64] = "";
+  if (ac->want == RT_ERR_SETUP) snprintf(want, sizeof want, "setup of rank %d refused", ac->from);
+  else if (ac->want == RT_ERR) snprintf(want, sizeof want, "rank %d: internal", ac->from);
+  int bad = rc != ac->want || strcmp(rt_last_error(), want);
+  if (bad)
+    fprintf(stderr, "cu_local: agree rank %d: got %d '%s', want %d '%s'\n", w, rc,
+            rt_last_error(), ac->want, want);
+  rt_comm_mesh_free(&mesh);
+  return bad;
+}
+
+static void check_agree(void) {
+  enum { OK = RT_OK, SET = RT_ERR_SETUP, ERR = RT_ERR };
+  static const AgreeCase cases[] = {
+      {1, 1, 1, {SET}, SET, 0},                            /* one rank: its own */
+      {2, 2, 1, {OK, OK, OK, OK}, OK, 0},                  /* nobody failed */
+      {2, 2, 1, {OK, SET, OK, SET}, SET, 1},               /* the lowest refused rank */
+      {2, 1, 2, {OK, OK, ERR, SET}, ERR, 2},               /* an internal error first */
+      {2, 1, 2, {SET, ERR, OK, OK}, SET, 0},               /* a refusal first */
+      {2, 2, 2, {OK, OK, OK, OK, OK, OK, OK, SET}, SET, 7} /* the last rank alone */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    AgreeCase ac = cases[i];
+    int n = ac.tp * ac.dp * ac.pp;
+    int ok = rt_comm_threads_run(n, agree_rank, &ac) == RT_OK;
+    if (!ok) fprintf(stderr, "cu_local: agree case %zu failed\n", i);
+    CHECK(ok);
+  }
+}
+
 int main(void) {
   static const int members[] = {1, 2, 3, 4, 5, RT_LOCAL_ADDS + 1, RT_LOCAL_ADDS + 2, MAXM};
   static const int64_t counts[] = {1, 7, MAXC};
@@ -296,6 +344,7 @@ int main(void) {
   check_plan_args();
   check_device_need();
   check_gather_world();
+  check_agree();
   for (int op = RT_CUDA_OP_ALL_REDUCE; op <= RT_CUDA_OP_REDUCE_SCATTER; op++)
     for (size_t mi = 0; mi < sizeof members / sizeof *members; mi++)
       for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++)

@@ -10,8 +10,9 @@
 #                             device: device-local collectives, bits equal to
 #                             host-staged; bf16: bf16 GEMMs and tensor-core
 #                             attention: losses 2e-4, gradients 3e-2 of train;
-#                             launch: a too-small GPU refused with planned and
-#                             free bytes, mpirun's losses = the threads'; grads:
+#                             launch: a too-small GPU refused at start-up with
+#                             planned and free bytes, exit 1, no step run (threads
+#                             and mpirun); mpirun's losses = the threads'; grads:
 #                             the step-1 gradients at several ranks too)
 # libparcrt and what it links (runtime/CMakeLists.txt: cJSON, OpenBLAS, MPI where found)
 find_package(MPI COMPONENTS C QUIET)

@@ -28,9 +28,13 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
   launch  the start-up checks and launchers: on an emulated GPU of 16 MiB
           (KCU_EMU_MEM_MIB) train_cuda refuses to start with the planned and
           free bytes (several ranks sharing a GPU of just over one rank's need:
-          the shared message), and, with several ranks where mpirun exists,
-          mpirun -np RANKS (a process per rank, each its own emulated GPU,
-          host-staged collectives over MPI) gives the threads' losses bit for bit;
+          the shared message) as a setup error: exit 1, the message once, no
+          "internal error", no step in its log; with several ranks likewise
+          PARC_CUDA_COMM=nccl (the emulated build has no NCCL) and, where mpirun
+          exists, mpirun -np RANKS with a 16 MiB GPU per process (and with only
+          ranks 1.. too small: every rank stops, rank 1's message); and mpirun -np
+          RANKS (a process per rank, each its own emulated GPU, host-staged
+          collectives over MPI) gives the threads' losses bit for bit;
   bf16    PARC_CUDA_GEMM=bf16 (GEMM operands rounded to bf16, attention on the
           tensor-core kernels, rt_cuda_attn_mma.cu) against train: losses
           within 2e-4 relative, and at one rank the step-1 gradients within
@@ -107,16 +111,33 @@ def compare(a, kind, ref, got, tol, what):
     return r.returncode == 0
 
 
-def refused(cmd, env, log, want):
-    """Runs cmd, which must fail cleanly (exit 1 to 3, not a signal) printing want."""
+def refused(cmd, env, tag, want):
+    """Runs cmd (train_cuda_emu with --log TAG.jsonl added), which must refuse the
+    setup at start-up: exit 1, want printed once, no "internal error" and no step
+    wrapper, and the log has its config record but no step record (no step ran)."""
+    log, jl = tag + ".log", tag + ".jsonl"
+    if os.path.exists(jl):
+        os.remove(jl)
+    at = cmd.index(":") if ":" in cmd else len(cmd)  # mpirun's first context: world rank 0
     with open(log, "w") as f:
-        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
-                            timeout=300).returncode
+        rc = subprocess.run(cmd[:at] + ["--log", jl] + cmd[at:], stdout=f,
+                            stderr=subprocess.STDOUT, env=env, timeout=300).returncode
     text = open(log).read()
-    if rc not in (1, 2, 3) or want not in text:
-        print("expected exit 1-3 and %r, got exit %d:\n%s" % (want, rc, text[-2000:]))
+    recs = [json.loads(line) for line in open(jl)] if os.path.exists(jl) else []
+    bad = [w for w in ("internal error", "failed: ") if w in text]
+    problems = (["exit %d, expected 1" % rc] if rc != 1 else []) + \
+        (["%r printed %d times, expected once" % (want, text.count(want))]
+         if text.count(want) != 1 else []) + \
+        ["%r printed" % w for w in bad] + \
+        (["the log has no config record"] if not recs or "config" not in recs[0] else []) + \
+        (["%d step records in the log" % sum("step" in r for r in recs)]
+         if any("step" in r for r in recs) else [])
+    if problems:
+        print("a setup refusal: %s; output:\n%s" % ("; ".join(problems), text[-2000:]))
         return False
-    print("%-34s refused: %s" % (os.path.basename(cmd[0]), text.strip().splitlines()[-1][:160]))
+    line = [x for x in text.splitlines() if want in x][0]
+    print("%-34s refused: %s" % ("mpirun" if "mpirun" in cmd[0] else os.path.basename(cmd[0]),
+                                  line[:160]))
     return True
 
 
@@ -126,8 +147,12 @@ def launch(a, proj, emu, env, steps, one_rank):
     # one rank's plan fits (its GEMM workspace alone is 32 MiB)
     mib, want = ("16", "the plan does not fit: planned") if one_rank else \
         ("48", "ranks sharing this GPU do not fit")
-    if not refused([emu] + steps, dict(env, KCU_EMU_MEM_MIB=mib), proj + ".small_gpu.log",
-                   want):
+    if not refused([emu] + steps, dict(env, KCU_EMU_MEM_MIB=mib), proj + ".small_gpu", want):
+        return False
+    # another refusal of the setup: NCCL asked of a build without it (the emulation's)
+    if not one_rank and not refused([emu] + steps, dict(env, PARC_CUDA_COMM="nccl",
+                                                        PARC_CUDA_LOCAL=""),
+                                    proj + ".nccl_setting", "built without NCCL"):
         return False
     mpirun = shutil.which("mpirun")
     if one_rank or not mpirun:
@@ -137,10 +162,22 @@ def launch(a, proj, emu, env, steps, one_rank):
         if flag in f:
             ranks *= int(f[f.index(flag) + 1])
     e = dict(env, KCU_EMU_GPUS=str(ranks))
-    ok = run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
-                     "-x", "KCU_EMU_GPUS", "-x", "PARC_CUDA_COMM", "-x", "PARC_CUDA_GEMM",
-                     "-x", "PARC_CUDA_LOCAL", "-x", "PARC_CUDA_GRAPH", emu] + steps +
-                    ["--log", proj + ".mpi.jsonl"], proj + ".mpi.log", env=e)
+    opts = [mpirun, "--allow-run-as-root", "--oversubscribe"]
+    for var in ("KCU_EMU_GPUS", "PARC_CUDA_COMM", "PARC_CUDA_GEMM", "PARC_CUDA_LOCAL",
+                "PARC_CUDA_GRAPH"):
+        opts += ["-x", var]
+    mpi = opts + ["-np", str(ranks), emu] + steps
+    # a process per GPU, each too small: every rank refuses, the message once
+    if not refused(opts + ["-x", "KCU_EMU_MEM_MIB=16", "-np", str(ranks), emu] + steps, e,
+                   proj + ".mpi_small_gpu", "the plan does not fit: planned"):
+        return False
+    # only ranks 1.. too small: rank 0 would fit, yet every rank stops at start-up
+    # with rank 1's message (the ranks agree), none waiting for a peer
+    mpmd = opts + ["-np", "1", emu] + steps + \
+        [":", "-np", str(ranks - 1), "-x", "KCU_EMU_MEM_MIB=16", emu] + steps
+    if not refused(mpmd, e, proj + ".mpi_small_gpu1", "rank 1 on GPU 1 (Emulated"):
+        return False
+    ok = run(mpi + ["--log", proj + ".mpi.jsonl"], proj + ".mpi.log", env=e)
     return ok and compare(a, "losses", proj + ".emu.jsonl", proj + ".mpi.jsonl", 0,
                           a.name + " mpirun = threads bits")  # the plain run: threads
 

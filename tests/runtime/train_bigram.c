@@ -14,6 +14,10 @@
  *   TRAIN_STALL=r      on a mesh, world rank r sleeps 5 s before step 2, as a stuck
  *                      peer would (the others' collectives time out)
  *   TRAIN_BREAK=what   breaks the description: overlap, numel, dup, state
+ *   TRAIN_START=how    a start hook (RtModelDesc.start, as a GPU trainer's device):
+ *                      ok (every step checks that it ran once on its rank, before
+ *                      it), setup (every rank refuses the setup: RT_ERR_SETUP),
+ *                      internal (every rank fails: RT_ERR)
  *   TRAIN_TP=n, TRAIN_DP=m  a tp x dp mesh (default 1 x 1)
  *
  * On a mesh, wte.weight [V, V] is column-sharded over tp (shard_dim 1): each rank
@@ -83,6 +87,8 @@ static const double config_values[] = {V, V};
 
 static long fail_at = -1;
 static long stall_rank = -1;
+static const char *start_how;     /* TRAIN_START, or NULL: no hook */
+static _Thread_local int started; /* this rank's start calls (ranks are threads) */
 static int aux;
 static RtModelDesc model;
 
@@ -175,7 +181,23 @@ static int mesh_fwd_bwd(RtStepIO *io, const float *w, const float *bias, float *
   return RT_OK;
 }
 
+/* RtModelDesc.start under TRAIN_START: every rank gives the same outcome, as
+ * the contract asks (rt_model.h). */
+static int bigram_start(RtStepIO *io) {
+  started++;
+  if (!io->params || !io->state || !io->arena)
+    return rt_fail("bigram start: the harness passed no buffers");
+  if (!strcmp(start_how, "setup"))
+    return rt_fail_setup("bigram: injected setup refusal (TRAIN_START): use a bigger device");
+  if (!strcmp(start_how, "internal"))
+    return rt_fail("bigram: injected start failure (TRAIN_START)");
+  return RT_OK;
+}
+
 static int bigram_step(RtStepIO *io) {
+  if (start_how && started != 1)
+    return rt_fail("bigram step %g: start ran %d times before it, not once", (double)io->step,
+                   started);
   if (fail_at > 0 && io->step == (float)fail_at)
     return rt_fail("bigram step %ld: injected failure (TRAIN_FAIL_AT)", fail_at);
   if (stall_rank >= 0 && io->step == 2.0f && io->dp_rank * tp + io->tp_rank == stall_rank)
@@ -252,6 +274,7 @@ int main(int argc, char **argv) {
   const char *brk = getenv("TRAIN_BREAK");
   aux = getenv("TRAIN_AUX") && !strcmp(getenv("TRAIN_AUX"), "1");
   if (fail) fail_at = strtol(fail, NULL, 10);
+  start_how = getenv("TRAIN_START");
   if (getenv("TRAIN_STALL")) stall_rank = strtol(getenv("TRAIN_STALL"), NULL, 10);
   if (getenv("TRAIN_TP")) tp = (int)strtol(getenv("TRAIN_TP"), NULL, 10);
   if (getenv("TRAIN_DP")) dp = (int)strtol(getenv("TRAIN_DP"), NULL, 10);
@@ -283,7 +306,8 @@ int main(int argc, char **argv) {
       .schedule = sched ? sched : "cosine", .warmup = 10, .min_lr = 3e-3,
       .seed = 1337,
       .nconfig = 2, .config_names = config_names, .config_values = config_values,
-      .step = bigram_step};
+      .step = bigram_step,
+      .start = start_how ? bigram_start : NULL};
   if (brk && !strcmp(brk, "overlap")) params[1].offset = (int64_t)V * VL - 1;
   if (brk && !strcmp(brk, "numel")) params[1].numel = V + 1;
   if (brk && !strcmp(brk, "dup")) params[1].name = "wte.weight";

@@ -31,7 +31,7 @@ def path(name):
 def run(*args, env=None, want=0):
     """Runs the trainer; checks its exit code; returns (stdout, stderr)."""
     e = dict(os.environ)
-    for k in ("TRAIN_SCHEDULE", "TRAIN_AUX", "TRAIN_FAIL_AT", "TRAIN_BREAK"):
+    for k in ("TRAIN_SCHEDULE", "TRAIN_AUX", "TRAIN_FAIL_AT", "TRAIN_BREAK", "TRAIN_START"):
         e.pop(k, None)
     e.update(env or {})
     p = subprocess.run([TRAINER, "--threads", "1", *args], env=e, capture_output=True,
@@ -365,6 +365,23 @@ def case_errors():
     check_error(["--steps", "3"], 3, ["internal error", "step 2/3 (log step 1)",
                                        "injected failure"],
                 env={"TRAIN_FAIL_AT": "2"})
+    # a start hook (RtModelDesc.start, a GPU trainer's device): it runs once, before the
+    # first step (the step checks); a setup it refuses is one line and exit 1 before any
+    # step (the log has its config record, no step record); its failure is internal
+    run("--steps", "2", env={"TRAIN_START": "ok"})
+    log = path("refused.jsonl")
+    _, err = run("--steps", "2", "--log", log, env={"TRAIN_START": "setup"}, want=1)
+    recs = [json.loads(line) for line in read_bytes(log).decode().splitlines()]
+    if (err.count("\n") != 1 or "injected setup refusal" not in err or "use a bigger" not in err
+            or "internal error" in err):
+        fail(f"TRAIN_START=setup: not the one-line setup refusal: {err!r}")
+    if not recs or "config" not in recs[0] or any("step" in r for r in recs):
+        fail(f"TRAIN_START=setup: the log is not one config record: {recs!r}")
+    check_error([], 3, ["internal error", "starting the device", "injected start failure"],
+                env={"TRAIN_START": "internal"})
+    # no step to run (resumed at its end): no start, so nothing to refuse
+    run("--steps", "1", "--save", path("end.ckpt"))
+    run("--resume", path("end.ckpt"), "--steps", "1", env={"TRAIN_START": "setup"})
     # --help: exit 0, every option with its default from the model
     out, _ = run("--help")
     for opt in ("--steps N", "default 300", "--data FILE", "built-in corpus", "--init",

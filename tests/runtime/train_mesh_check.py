@@ -30,8 +30,8 @@ def path(name):
 def run(mesh, *args, env=None, want=0):
     """Runs the trainer on a tp x dp mesh; checks its exit code; returns (stdout, stderr)."""
     e = dict(os.environ)
-    for k in ("TRAIN_SCHEDULE", "TRAIN_AUX", "TRAIN_FAIL_AT", "TRAIN_STALL", "TRAIN_BREAK", "TRAIN_TP",
-              "TRAIN_DP"):
+    for k in ("TRAIN_SCHEDULE", "TRAIN_AUX", "TRAIN_FAIL_AT", "TRAIN_STALL", "TRAIN_BREAK",
+              "TRAIN_START", "TRAIN_TP", "TRAIN_DP"):
         e.pop(k, None)
     e.update(env or {})
     e["TRAIN_TP"], e["TRAIN_DP"] = str(mesh[0]), str(mesh[1])
@@ -181,6 +181,15 @@ def case_errors():
     one_line((1, 3), ["--steps", "1"], 3, ["batch 4 is not divisible by dp 3"])
     one_line((2, 2), ["--steps", "3"], 3, ["step 2/3 (log step 1)", "injected failure"],
              env={"TRAIN_FAIL_AT": "2"})
+    # a start hook (a GPU trainer's device) on every rank, before the first step: a
+    # refused setup is one line and exit 1, its failure internal (exit 3)
+    run((2, 2), "--steps", "2", env={"TRAIN_START": "ok"})
+    one_line((2, 2), ["--steps", "2"], 1, ["injected setup refusal"], env={"TRAIN_START": "setup"})
+    _, err = run((2, 1), "--steps", "2", env={"TRAIN_START": "setup"}, want=1)
+    if "internal error" in err:
+        fail(f"2x1 TRAIN_START=setup: {err!r} calls a setup refusal an internal error")
+    one_line((1, 2), ["--steps", "2"], 3, ["internal error", "starting the device"],
+             env={"TRAIN_START": "internal"})
     one_line((2, 2), ["--save-weights", path("no/dir/w.st")], 1, ["--save-weights", "no/dir"])
     one_line((2, 2), ["--resume", path("nope.ckpt")], 1, ["--resume", "nope.ckpt"])
     one_line((2, 1), ["--log", path("no/dir/l.jsonl")], 1, ["--log", "no/dir"])
