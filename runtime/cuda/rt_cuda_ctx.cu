@@ -572,6 +572,22 @@ int rt_cuda_watch(RtCuda *c, cudaStream_t st, const char *what) {
 }
 #endif
 
+#ifdef PARC_HAVE_NCCL
+/* An NCCL collective runs on the comm stream after the compute stream's work
+ * so far (nccl_enter) and the compute stream's later work after it, watched
+ * (nccl_leave). */
+static int nccl_enter(RtCuda *c, const char *what) {
+  CU_CHECK(c, cudaEventRecord(c->ready, c->compute), what);
+  CU_CHECK(c, cudaStreamWaitEvent(c->comm, c->ready, 0), what);
+  return RT_OK;
+}
+static int nccl_leave(RtCuda *c, const char *what) {
+  CU_CHECK(c, cudaEventRecord(c->done, c->comm), what);
+  CU_CHECK(c, cudaStreamWaitEvent(c->compute, c->done, 0), what);
+  return rt_cuda_watch(c, c->comm, what);
+}
+#endif
+
 static int collective(RtCuda *c, int op, int g, const float *send, float *recv, int64_t count) {
   if (count <= 0) return RT_OK;
   RtProfScope ps(c); /* the larger side: the result of a gather, the input of a scatter */
@@ -589,8 +605,7 @@ static int collective(RtCuda *c, int op, int g, const float *send, float *recv, 
   char what[160];
   snprintf(what, sizeof what, "%s of %lld floats over group %s (%d ranks)", op_name[op],
            (long long)count, group_name[g], c->gsize[g]);
-  CU_CHECK(c, cudaEventRecord(c->ready, c->compute), what);
-  CU_CHECK(c, cudaStreamWaitEvent(c->comm, c->ready, 0), what);
+  if (nccl_enter(c, what)) return RT_ERR;
   ncclComm_t nc = c->gcomm[g];
   size_t n = (size_t)count;
   if (op == OP_ALL_REDUCE)
@@ -599,9 +614,7 @@ static int collective(RtCuda *c, int op, int g, const float *send, float *recv, 
     NC_CHECK(c, ncclAllGather(send, recv, n, ncclFloat, nc, c->comm), what);
   else
     NC_CHECK(c, ncclReduceScatter(send, recv, n, ncclFloat, ncclSum, nc, c->comm), what);
-  CU_CHECK(c, cudaEventRecord(c->done, c->comm), what);
-  CU_CHECK(c, cudaStreamWaitEvent(c->compute, c->done, 0), what);
-  return rt_cuda_watch(c, c->comm, what);
+  return nccl_leave(c, what);
 #else
   return rt_fail("rank %d: built without NCCL", c->wrank);
 #endif
@@ -643,8 +656,7 @@ static int collective_v(RtCuda *c, int op, int g, const float *send, float *recv
   char what[160];
   snprintf(what, sizeof what, "%s of %lld floats in unequal pieces over group %s (%d ranks)",
            op_name[op], (long long)total, group_name[g], p);
-  CU_CHECK(c, cudaEventRecord(c->ready, c->compute), what);
-  CU_CHECK(c, cudaStreamWaitEvent(c->comm, c->ready, 0), what);
+  if (nccl_enter(c, what)) return RT_ERR;
   ncclComm_t nc = c->gcomm[g];
   const int me = c->grank[g];
   NC_CHECK(c, ncclGroupStart(), what);
@@ -660,9 +672,7 @@ static int collective_v(RtCuda *c, int op, int g, const float *send, float *recv
                                 c->comm), what);
   }
   NC_CHECK(c, ncclGroupEnd(), what);
-  CU_CHECK(c, cudaEventRecord(c->done, c->comm), what);
-  CU_CHECK(c, cudaStreamWaitEvent(c->compute, c->done, 0), what);
-  return rt_cuda_watch(c, c->comm, what);
+  return nccl_leave(c, what);
 #else
   return rt_fail("rank %d: built without NCCL", c->wrank);
 #endif

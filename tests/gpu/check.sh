@@ -414,21 +414,21 @@ if [ -f "$WORK/gpt2.built" ] && running; then
   result "bf16 gpt2 graph = plain bits" "$WORK/gpt2.bf16_graph.bits.log"
 fi
 
+# variant TAG ROWNAME VAR=VALUE: the bf16 GPT-2 trainer for 15 steps with one
+# environment setting, tokens/s and MFU as a row beside step 4's
+variant() {
+  if [ -f "$WORK/gpt2.built" ] && running; then
+    env "$3" timeout $((2 * LIMIT)) "$WORK/gpt2/build/train_cuda" --steps 15 \
+      --log "$WORK/gpt2.$1.jsonl" --quiet > "$WORK/gpt2.$1.log" 2>&1 || cat "$WORK/gpt2.$1.log"
+    bench "gpt2.$1" "$2"
+  fi
+}
+
 say "4a. bf16 GPT-2 small with fp32 GEMM operands (cuBLASLt rounding them), 15 steps"
-if [ -f "$WORK/gpt2.built" ] && running; then
-  PARC_CUDA_GEMM_OPERANDS=fp32 timeout $((2 * LIMIT)) "$WORK/gpt2/build/train_cuda" --steps 15 \
-    --log "$WORK/gpt2.bf16_fp32ops.jsonl" --quiet > "$WORK/gpt2.bf16_fp32ops.log" 2>&1 ||
-    cat "$WORK/gpt2.bf16_fp32ops.log"
-  bench gpt2.bf16_fp32ops "bf16 gpt2, fp32 GEMM operands"
-fi
+variant bf16_fp32ops "bf16 gpt2, fp32 GEMM operands" PARC_CUDA_GEMM_OPERANDS=fp32
 
 say "4w. bf16 GPT-2 small with the WMMA attention kernels (PARC_CUDA_ATTN=wmma), 15 steps"
-if [ -f "$WORK/gpt2.built" ] && running; then
-  PARC_CUDA_ATTN=wmma timeout $((2 * LIMIT)) "$WORK/gpt2/build/train_cuda" --steps 15 \
-    --log "$WORK/gpt2.bf16_wmma.jsonl" --quiet > "$WORK/gpt2.bf16_wmma.log" 2>&1 ||
-    cat "$WORK/gpt2.bf16_wmma.log"
-  bench gpt2.bf16_wmma "bf16 gpt2, WMMA attention"
-fi
+variant bf16_wmma "bf16 gpt2, WMMA attention" PARC_CUDA_ATTN=wmma
 
 say "4b. per-kernel profile: GPT-2 small bf16, 6 steps (PARC_CUDA_PROFILE)"
 if [ -f "$WORK/gpt2.built" ] && running; then
