@@ -7,7 +7,10 @@
  * hd] holding dq, dk, dv.  rt_cuda_attn.cu calls these when rt_cuda_attn_tc()
  * says so: gemm mode bf16, hd a multiple of 16 up to 128, a GPU of compute
  * capability 8.0 or more, and PARC_CUDA_ATTN is not "fp32" (which keeps the
- * fp32 kernels, for comparison).  The fp32 mode never comes here.
+ * fp32 kernels, for comparison).  The fp32 mode never comes here.  This file's
+ * WMMA kernels run with PARC_CUDA_ATTN=wmma; by default tc_run hands the
+ * forward and the backward (after tc_fwd's statistics, when the caller kept
+ * none) to rt_cuda_attn_mma.cu's, which keep the score tiles in registers.
  *
  * Precision: q, k, v, dy are rounded to bf16 when a tile is copied into shared
  * memory; the probabilities p and the score gradients ds are rounded to bf16
