@@ -5,6 +5,7 @@
 
 #include "codegen/cg_kernels.h"
 #include "codegen/host.h"
+#include "codegen/host_cuda.h"
 #include "codegen/step_model.h"
 #include "passes/bufplan.h"
 
@@ -24,4 +25,18 @@ int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc
   *arena_bytes = cg_arena_bytes(&kp, &bp, NULL);
   cg_plan_free(&kp);
   return 0;
+}
+
+int64_t cg_gemm_ws_bytes(const IrModule *m, int bf16) {
+  RtCudaGemm *g = malloc(sizeof *g * (size_t)(m->nnodes + 1));
+  if (!g) return 0;
+  int n = 0;
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->op == IR_OP_MATMUL || m->nodes[i]->op == IR_OP_MATMUL_TA)
+      g[n++] = cg_cuda_gemm(m->nodes[i]);
+  int64_t need[3];
+  int64_t bytes = rt_cuda_gemms_ws(g, n, bf16 ? RT_CUDA_GEMM_BF16 : RT_CUDA_GEMM_FP32,
+                                   RT_CUDA_OPERANDS_ALIGNED, need);
+  free(g);
+  return bytes;
 }

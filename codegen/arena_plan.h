@@ -18,4 +18,10 @@
 int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc, int bf16,
                   StepTime *st, char *err, size_t len);
 
+/* The bytes the GPU trainer of module m allocates for its GEMMs' bf16 operand
+ * copies (runtime/cuda/rt_cuda_ws_plan.h: the largest need of each slot over
+ * m's GEMM calls, GEMM mode bf16 when bf16, the default operands), which
+ * rt_cuda_open plans and allocates at start; 0 in fp32. */
+int64_t cg_gemm_ws_bytes(const IrModule *m, int bf16);
+
 #endif

@@ -1015,9 +1015,9 @@ static void emit_group(Emit *e, const PpProgram *pp, int c, IrPhase ph, int stag
   free(pend);
 }
 
-static void emit_fn_head(Emit *e, const char *name, const char *what) {
+static void emit_fn_head(Emit *e, const char *name, const char *what, int stage) {
   if (e->hooks) {
-    e->hooks->fn_head(e->hooks->ctx, name, what);
+    e->hooks->fn_head(e->hooks->ctx, name, what, stage);
     return;
   }
   fprintf(e->out, "/* %s */\nstatic int %s(RtStepIO *io) {\n"
@@ -1064,7 +1064,7 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
       char name[32], what[160];
       snprintf(name, sizeof name, "%s_%d", fn[ph], c);
       snprintf(what, sizeof what, "chunk %d (stage %d): %s of one microbatch", c, c % P, title[ph]);
-      emit_fn_head(e, name, what);
+      emit_fn_head(e, name, what, c % P);
       e->lp = &slp[c % P];
       emit_group(e, pp, c, (IrPhase)ph, -1);
       char b[96];
@@ -1085,7 +1085,7 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
     snprintf(what, sizeof what, "stage %d, after the microbatches: the summed gradients (G) of "
              "its parameters into the buffers the optimizer reads, then clipping (the global "
              "norm over every stage) and the update of its parameters", s);
-    emit_fn_head(e, name, what);
+    emit_fn_head(e, name, what, s);
     e->lp = &slp[s];
     for (int i = 0; i < m->nnodes; i++) {
       const IrNode *p = m->nodes[i];

@@ -95,7 +95,8 @@ int cg_emit_host_desc(FILE *out, const IrModule *m, const CgLeafPlan *lp,
  * train.c: the hooks' file defines the macro. */
 typedef struct {
   void *ctx;
-  void (*fn_head)(void *ctx, const char *name, const char *what); /* "static int name(io) {" */
+  /* "static int name(io) {" of a function of pipeline stage `stage` */
+  void (*fn_head)(void *ctx, const char *name, const char *what, int stage);
   void (*runtime)(void *ctx, const CgLeafPlan *lp, const IrNode *n);
   void (*kernel)(void *ctx, const CgLeafPlan *lp, int k);          /* kp->kernels[k] */
   void (*zero)(void *ctx, const char *x, const char *who, const char *param); /* one float */

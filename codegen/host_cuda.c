@@ -21,11 +21,19 @@
  * time themselves. */
 #include "codegen/host_cuda.h"
 #include "passes/machine.h"
+#include "runtime/cuda/rt_cuda_ws_plan.h"
+#include "runtime/rt_gemm.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A GEMM call of stage `stage` (rt_cuda_ws_plan.h: its bf16 operand workspace). */
+typedef struct {
+  int stage;
+  RtCudaGemm g;
+} CuGemm;
 
 typedef struct {
   FILE *out;
@@ -39,6 +47,9 @@ typedef struct {
   char *err;
   size_t errlen;
   int failed;
+  int stage;            /* the pipeline stage whose function is being written (else 0) */
+  CuGemm *gemms;        /* the GEMM calls written, distinct per stage (gemm_table) */
+  int ngemms, capgemms;
 } Cu;
 
 static void fail(Cu *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -108,6 +119,56 @@ static void emit_dim_collective(Cu *e, const IrNode *n, const char *x, const cha
             grp(n->ia[0]), x, out, outer, len, inner);
 }
 
+RtCudaGemm cg_cuda_gemm(const IrNode *n) {
+  const IrNode *a = n->inputs[0], *b = n->inputs[1];
+  int ta = n->op == IR_OP_MATMUL_TA;
+  return (RtCudaGemm){ta, (n->ia[0] ? RT_MM_TRANSPOSE_B : 0) | (b->rank > 2 ? RT_MM_B_BATCHED : 0),
+                      lead(a, 2), ta ? dim(a, -1) : dim(a, -2), ta ? dim(a, -2) : dim(a, -1),
+                      dim(n, -1)};
+}
+
+/* Records GEMM call g of the current stage (once per distinct call). */
+static void add_gemm(Cu *e, RtCudaGemm g) {
+  for (int i = 0; i < e->ngemms; i++)
+    if (e->gemms[i].stage == e->stage && !memcmp(&e->gemms[i].g, &g, sizeof g)) return;
+  if (e->ngemms == e->capgemms) {
+    int cap = e->capgemms ? 2 * e->capgemms : 32;
+    CuGemm *t = realloc(e->gemms, sizeof *t * (size_t)cap);
+    if (!t) {
+      fail(e, "out of memory");
+      return;
+    }
+    e->gemms = t, e->capgemms = cap;
+  }
+  e->gemms[e->ngemms++] = (CuGemm){e->stage, g};
+}
+
+/* gemm_table (declared in the file's head, used by start): the GEMM calls of
+ * each of the `stages` stages, which rt_cuda_open plans the bf16 operand
+ * workspaces of (rt_cuda_ws_plan.h). */
+static void emit_gemm_table(Cu *e, int stages) {
+  FILE *f = e->out;
+  fprintf(f, "\n/* The GEMM calls of each stage, distinct {ta, flags, batch, m, k, n}: start plans "
+             "their\n * bf16 operand workspaces (runtime/cuda/rt_cuda_ws_plan.h). */\n");
+  for (int s = 0; s < stages; s++) {
+    int n = 0;
+    fprintf(f, "static const RtCudaGemm gemms_%d[] = {", s);
+    for (int i = 0; i < e->ngemms; i++) {
+      const RtCudaGemm *g = &e->gemms[i].g;
+      if (e->gemms[i].stage != s) continue;
+      fprintf(f, "%s{%d, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "}",
+              n++ ? ",\n    " : "\n    ", g->ta, g->flags, g->batch, g->m, g->k, g->n);
+    }
+    fprintf(f, "%s};\n", n ? "" : "{0, 0, 0, 0, 0, 0}");
+    fprintf(f, "static const int ngemms_%d = %d;\n", s, n);
+  }
+  /* the last stage is the switch's default: every path returns */
+  fprintf(f, "static const RtCudaGemm *gemm_table(int stage, int *n) {\n  switch (stage) {\n");
+  for (int s = 0; s + 1 < stages; s++)
+    fprintf(f, "  case %d: *n = ngemms_%d; return gemms_%d;\n", s, s, s);
+  fprintf(f, "  default: *n = ngemms_%d; return gemms_%d;\n  }\n}\n", stages - 1, stages - 1);
+}
+
 /* One runtime call for a node the kernels do not compute (host.c's
  * emit_runtime, op for op, on rt_cuda.h). */
 static void emit_runtime(Cu *e, const IrNode *n) {
@@ -122,13 +183,12 @@ static void emit_runtime(Cu *e, const IrNode *n) {
   switch (n->op) {
   case IR_OP_MATMUL:
   case IR_OP_MATMUL_TA: {
-    const IrNode *a = in[0], *b = in[1];
-    int ta = n->op == IR_OP_MATMUL_TA;
-    int64_t m = ta ? dim(a, -1) : dim(a, -2), k = ta ? dim(a, -2) : dim(a, -1);
+    const RtCudaGemm g = cg_cuda_gemm(n);
     fprintf(f, "  CHECK(%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
-            ", %s%s0));\n", ta ? "rt_cuda_matmul_ta" : "rt_cuda_matmul", out, x, y, lead(a, 2), m,
-            k, dim(n, -1), n->ia[0] ? "RT_MM_TRANSPOSE_B | " : "",
-            b->rank > 2 ? "RT_MM_B_BATCHED | " : "");
+            ", %s%s0));\n", g.ta ? "rt_cuda_matmul_ta" : "rt_cuda_matmul", out, x, y, g.batch,
+            g.m, g.k, g.n, g.flags & RT_MM_TRANSPOSE_B ? "RT_MM_TRANSPOSE_B | " : "",
+            g.flags & RT_MM_B_BATCHED ? "RT_MM_B_BATCHED | " : "");
+    add_gemm(e, g);
     return;
   }
   case IR_OP_ATTENTION: /* lse [B, H, T] right after out (ir_aux_numel) */
@@ -572,6 +632,8 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
                "/* RtModelDesc.start: the device context, before the first step (its start-up\n"
                " * checks refuse a GPU too small or too few GPUs: RT_ERR_SETUP on every rank) */\n"
                "static int start(RtStepIO *io) {\n"
+               "  int ng;\n"
+               "  const RtCudaGemm *gl = gemm_table(0, &ng);\n"
                "  RtCudaSetup s = {.params_numel = PARAMS_NUMEL, .state_numel = STATE_NUMEL,\n"
                "                   .arena_bytes = ARENA_BYTES, .rows = %" PRId64 ", .seq = %" PRId64
                ",\n"
@@ -579,7 +641,7 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
                "                   .dp_group = io->dp_group, .tp_rank = io->tp_rank,\n"
                "                   .dp_rank = io->dp_rank, .ep = MESH_EP, .ep_group = io->ep_group,\n"
                "                   .ep_dp_group = io->ep_dp_group, .gemm = GEMM_MODE,\n"
-               "                   .model = \"%s\"};\n"
+               "                   .model = \"%s\", .gemms = gl, .ngemms = ng};\n"
                "  return rt_cuda_open(&dev, &s, io->params, io->state);\n"
                "}\n\n"
                "static int step(RtStepIO *io) {\n"
@@ -602,8 +664,9 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
 /* ---- pipelined trainers: host.c's stage functions and tables (cg_emit_pipe)
  * with these statements on device memory (rt_cuda.h's pipelined section) ---- */
 
-static void pipe_fn_head(void *ctx, const char *name, const char *what) {
+static void pipe_fn_head(void *ctx, const char *name, const char *what, int stage) {
   Cu *e = ctx;
+  e->stage = stage;
   fprintf(e->out,
           "/* %s */\nstatic int %s(RtStepIO *io) {\n"
           "  char *A = (char *)io->arena;\n"
@@ -677,7 +740,8 @@ static void emit_pipe_cuda(Cu *e, const CgHostInfo *info, int64_t slot_bytes, in
            " * stage-local params and state), before the first step (its start-up checks\n"
            " * refuse a GPU too small or too few GPUs: RT_ERR_SETUP on every rank). */\n"
            "static int start(RtStepIO *io) {\n"
-           "  int s_ = io->pp_group ? io->pp_rank : 0;\n"
+           "  int s_ = io->pp_group ? io->pp_rank : 0, ng;\n"
+           "  const RtCudaGemm *gl = gemm_table(s_, &ng);\n"
            "  RtCudaSetup s = {.params_numel = pp_param_numel[s_],\n"
            "                   .state_numel = pp_state_numel[s_], .arena_bytes = ARENA_BYTES,\n"
            "                   .rows = %" PRId64 ", .seq = %" PRId64 ", .tp = MESH_TP,\n"
@@ -685,7 +749,7 @@ static void emit_pipe_cuda(Cu *e, const CgHostInfo *info, int64_t slot_bytes, in
            "                   .tp_rank = io->tp_rank, .dp_rank = io->dp_rank, .pp = MESH_PP,\n"
            "                   .ep = MESH_EP, .pp_group = io->pp_group, .ep_group = io->ep_group,\n"
            "                   .ep_dp_group = io->ep_dp_group, .pp_rank = s_, .gemm = GEMM_MODE,\n"
-           "                   .model = \"%s\"};\n"
+           "                   .model = \"%s\", .gemms = gl, .ngemms = ng};\n"
            "  return rt_cuda_open(&dev, &s, io->params, io->state);\n"
            "}\n\n"
            "/* One step: all the rank's microbatches go to the device and rt_cuda_pipe_step\n"
@@ -718,7 +782,7 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
   for (int i = 0; i < m->nnodes; i++) grad_of[i] = -1;
   for (int i = 0; i < m->nnodes; i++)
     if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad) grad_of[m->nodes[i]->grad->id] = i;
-  Cu e = {out, m, kp, info->canon, bp, lp, temp_off, grad_of, err, errlen, 0};
+  Cu e = {out, m, kp, info->canon, bp, lp, temp_off, grad_of, err, errlen, 0, 0, NULL, 0, 0};
   int64_t nparams = 0, batch = 0, seq = 0;
   for (int i = 0; i < m->nnodes; i++) {
     const IrNode *n = m->nodes[i];
@@ -755,6 +819,8 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
           "#define MESH_TP %d\n#define MESH_DP %d\n#define MESH_PP %d\n#define MESH_EP %d\n"
           "#define GEMM_MODE %s /* precision = %s; PARC_CUDA_GEMM overrides */\n"
           "#define CHECK(call) do { if ((call) != 0) return -1; } while (0)\n"
+          "/* the GEMM calls of a stage (defined at the end) */\n"
+          "static const RtCudaGemm *gemm_table(int stage, int *n);\n"
           "/* After a kernel's launch: its launch error, and its profile record (the bytes\n"
           " * it moves: codegen/host_cuda.c's kernel_bytes) when the step records (prof_,\n"
           " * PARC_CUDA_PROFILE); PROF_BEGIN before the launch. */\n"
@@ -778,6 +844,8 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
           bf16 ? "bf16" : "fp32");
   if (info->pipe) emit_pipe_cuda(&e, info, slot, batch, seq);
   else emit_step(&e, batch, seq);
+  emit_gemm_table(&e, info->pipe ? info->pipe->nstages : 1);
+  free(e.gemms);
   int rc = e.failed ? -1 : 0;
   if (!rc) {
     CgHostInfo di = *info;

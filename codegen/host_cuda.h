@@ -22,9 +22,13 @@
 #include <stdio.h>
 
 #include "codegen/host.h"
+#include "runtime/cuda/rt_cuda_ws_plan.h"
 
 /* Writes train_cuda.c.  0, or -1 with a one-line reason in err (an op the GPU
  * trainer has no routine for, a pipelined module). */
+/* The rt_cuda_matmul(_ta) call train_cuda.c makes for MATMUL / MATMUL_TA node n. */
+RtCudaGemm cg_cuda_gemm(const IrNode *n);
+
 int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                       const CgLeafPlan *lp, const CgHostInfo *info, char *err, size_t errlen);
 

@@ -475,9 +475,11 @@ static void predict_on(Cost *cost, const Options *o, const IrModule *m) {
  * then says what it could not plan; the compile itself is fine). */
 static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, char *why,
                       size_t len) {
-  if (o->lay.tp * o->lay.dp == 1 && !o->pads)
+  if (o->lay.tp * o->lay.dp == 1 && !o->pads) {
+    cost->gemm_ws_bytes = cg_gemm_ws_bytes(m, cost->bf16);
     return cg_plan_arena(m, !o->no_fuse, &cost->arena_bytes, cost->machine, cost->bf16,
                          &cost->step, why, len);
+  }
   IrModule *r = lower_program(prog, o->ov, o->nov);
   if (!r) {
     snprintf(why, len, "internal error: the model did not lower a second time");
@@ -504,6 +506,7 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
     cost->has_comm = 1;
   }
   if (!rc) {
+    cost->gemm_ws_bytes = cg_gemm_ws_bytes(r, cost->bf16);
     rc = cg_plan_arena(r, !o->no_fuse, &cost->arena_bytes, cost->machine, cost->bf16,
                        &cost->step, why, len);
   }
@@ -791,6 +794,7 @@ int main(int argc, char **argv) {
     CgProject proj = {o.outdir, o.model, PARC_VERSION, !o.no_fuse, o.generic_cpu, &cost, &o.lay,
                       targets, o.cuda_arch, tm ? &stage_prog : NULL, &cost.step};
     char why[512];
+    cost.gemm_ws_bytes = cg_gemm_ws_bytes(tm ? tm : m, cost.bf16);
     if (cg_write_project(tm ? tm : m, &proj, &cost.arena_bytes, why, sizeof why)) {
       fprintf(stderr, "parc: error: %s\n", why);
       rc = EXIT_INTERNAL;

@@ -172,6 +172,8 @@ typedef struct {
   StageCost *stages;         /* nstages entries, in the module's arena */
   int64_t arena_bytes;       /* the trainer's planned activation arena; 0 until
                                 code generation has planned it */
+  int64_t gemm_ws_bytes;     /* with it: the GPU trainer's bf16 GEMM operand workspaces
+                                (cg_gemm_ws_bytes; 0 in fp32) */
   int has_comm;              /* comm holds the collectives one rank runs a step: the
                                 rank-local module's, or a pipelined trainer's
                                 (comm_analyze_pipe; with pp > 1, stage 0's) */

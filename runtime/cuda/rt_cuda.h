@@ -99,6 +99,7 @@
 extern "C" {
 #endif
 
+#include "runtime/cuda/rt_cuda_ws_plan.h"
 #include "runtime/rt_comm.h"
 #include "runtime/rt_pipe.h"
 
@@ -111,7 +112,7 @@ typedef struct RtCuda RtCuda;
  * same name (RtStepIO, rt_comm_mesh): same members, same rank order. */
 enum { RT_CUDA_TP = 0, RT_CUDA_DP = 1, RT_CUDA_EP = 2, RT_CUDA_EP_DP = 3, RT_CUDA_PP = 4,
        RT_CUDA_NGROUPS = 5 };
-enum { RT_CUDA_GEMM_FP32 = 0, RT_CUDA_GEMM_BF16 = 1, RT_CUDA_GEMM_TF32 = 2 };
+/* RT_CUDA_GEMM_* (the GEMM modes) and RtCudaGemm: rt_cuda_ws_plan.h */
 
 #define RT_CUDA_GEMM_WORKSPACE (32 << 20) /* bytes */
 
@@ -127,6 +128,8 @@ typedef struct {
   int pp_rank;                       /* the stage: world rank tp_rank + tp (dp_rank + dp pp_rank) */
   int gemm;                          /* RT_CUDA_GEMM_*; PARC_CUDA_GEMM overrides */
   const char *model;                 /* for messages */
+  const RtCudaGemm *gemms;           /* the trainer's GEMM calls (may repeat): their */
+  int ngemms;                        /* operand workspaces are planned (rt_cuda_ws_plan.h) */
 } RtCudaSetup;
 
 /* Picks the rank's GPU, checks the mesh and memory, allocates, uploads params

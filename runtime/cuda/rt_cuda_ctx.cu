@@ -33,6 +33,13 @@ static double now_s(void) {
 void *rt_cuda_ws(RtCuda *c, int slot, size_t bytes) {
   if (bytes == 0) bytes = 1;
   if (c->ws_bytes[slot] >= bytes) return c->ws[slot];
+  if (c->ws_plan[slot]) { /* planned at open: the plan and the op disagree */
+    char what[200];
+    snprintf(what, sizeof what, "workspace slot %d needs %zu bytes, planned %zu "
+             "(rt_cuda_ws_plan.c does not match the op)", slot, bytes, c->ws_plan[slot]);
+    rt_cuda_fail_at(c, __FILE__, __LINE__, "rt_cuda_ws", what);
+    return NULL;
+  }
   if (c->graph_capturing) { /* growing waits for the stream: not in a capture */
     char what[160];
     snprintf(what, sizeof what, "workspace slot %d grows to %zu bytes during the graph capture",
@@ -235,7 +242,7 @@ static int check_memory(RtCuda *c, int rc) {
     rc = rt_cuda_fail_at(c, __FILE__, __LINE__, "cudaMemGetInfo", cudaGetErrorString(e));
   int64_t io = 2 * c->ntok * 4 + 64;
   int64_t need = 4 * c->params_numel + 4 * c->state_numel + c->arena_bytes + io +
-                 RT_CUDA_GEMM_WORKSPACE;
+                 RT_CUDA_GEMM_WORKSPACE + c->ws_planned;
   char host[256] = "";
   if (gethostname(host, sizeof host - 1)) host[0] = 0;
   /* a rank without a GPU shares no device with anyone (device -1, nothing needed) */
@@ -257,21 +264,22 @@ static int check_memory(RtCuda *c, int rc) {
   if (together < 0) return rt_fail("rank %d: the ranks' planned bytes overflow", c->wrank);
   if ((uint64_t)together > (uint64_t)free_b && sharers == 1)
     return rt_fail_setup("rank %d on %s: the plan does not fit: planned %lld bytes (parameters "
-                         "%lld, optimizer state %lld, arena %lld, GEMM workspace %d) but only "
-                         "%zu bytes are free of %zu; use a smaller batch (-D batch=N) or more "
-                         "microbatches, more tp or pp ranks, or a GPU with more free memory",
+                         "%lld, optimizer state %lld, arena %lld, GEMM workspaces %lld) but "
+                         "only %zu bytes are free of %zu; use a smaller batch (-D batch=N) or "
+                         "more microbatches, more tp or pp ranks, or a GPU with more free memory",
                          c->wrank, c->name, (long long)need, (long long)(4 * c->params_numel),
                          (long long)(4 * c->state_numel), (long long)c->arena_bytes,
-                         RT_CUDA_GEMM_WORKSPACE, free_b, total_b);
+                         (long long)(RT_CUDA_GEMM_WORKSPACE + c->ws_planned), free_b, total_b);
   if ((uint64_t)together > (uint64_t)free_b)
     return rt_fail_setup("rank %d on %s: the plans of the %d ranks sharing this GPU do not fit: "
                          "planned %lld bytes together (this rank %lld: parameters %lld, "
-                         "optimizer state %lld, arena %lld, GEMM workspace %d) but only %zu "
-                         "bytes are free of %zu; give each rank its own GPU (fewer ranks per "
-                         "GPU) or use a smaller batch",
+                         "optimizer state %lld, arena %lld, GEMM workspaces %lld) but only "
+                         "%zu bytes are free of %zu; give each rank its own GPU (fewer ranks "
+                         "per GPU) or use a smaller batch",
                          c->wrank, c->name, sharers, (long long)together, (long long)need,
                          (long long)(4 * c->params_numel), (long long)(4 * c->state_numel),
-                         (long long)c->arena_bytes, RT_CUDA_GEMM_WORKSPACE, free_b, total_b);
+                         (long long)c->arena_bytes,
+                         (long long)(RT_CUDA_GEMM_WORKSPACE + c->ws_planned), free_b, total_b);
   return RT_OK;
 }
 
@@ -365,6 +373,14 @@ int rt_cuda_open(RtCuda **out, const RtCudaSetup *s, const float *params, const 
     else rc = rt_fail_setup("PARC_CUDA_GEMM='%s': expected fp32, bf16 or tf32", g);
   }
   if (rc == RT_OK) rc = choose_device(c, s);
+  if (rc == RT_OK) { /* the GEMMs' operand workspaces, in the mode chosen (rt_cuda_ws_plan.h) */
+    int64_t need[3];
+    c->ws_planned = rt_cuda_gemms_ws(s->gemms, s->gemms ? s->ngemms : 0, c->gemm,
+                                     rt_cuda_gemm_operands(), need);
+    c->ws_plan[WS_BF16_A] = (size_t)need[0];
+    c->ws_plan[WS_BF16_B] = (size_t)need[1];
+    c->ws_plan[WS_GEMM_OUT] = (size_t)need[2];
+  }
   rc = check_memory(c, rc);
   RtComm *world[3] = {c->hgroup[RT_CUDA_TP], c->hgroup[RT_CUDA_DP], c->hgroup[RT_CUDA_PP]};
   if ((rc = rt_cuda_agree(world, c->ranks, rc)) != RT_OK) return rc;
@@ -382,6 +398,11 @@ int rt_cuda_open(RtCuda **out, const RtCudaSetup *s, const float *params, const 
   CU_CHECK(c, cudaMalloc((void **)&c->targets, tb ? tb : 4), "cudaMalloc(targets)");
   CU_CHECK(c, cudaMalloc((void **)&c->scalars, 16 * sizeof(float)), "cudaMalloc(scalars)");
   CU_CHECK(c, cudaMalloc(&c->lt_ws, RT_CUDA_GEMM_WORKSPACE), "cudaMalloc(GEMM workspace)");
+  for (int w = 0; w < WS_COUNT; w++)
+    if (c->ws_plan[w]) {
+      CU_CHECK(c, cudaMalloc(&c->ws[w], c->ws_plan[w]), "cudaMalloc(GEMM operand workspace)");
+      c->ws_bytes[w] = c->ws_plan[w];
+    }
   LT_CHECK(c, cublasLtCreate(&c->lt), "cublasLtCreate");
   if (params) CU_CHECK(c, cudaMemcpy(c->params, params, pb, cudaMemcpyHostToDevice), "upload params");
   else CU_CHECK(c, cudaMemset(c->params, 0, pb), "cudaMemset(params)");

@@ -90,15 +90,17 @@ static const __nv_bfloat16 *as_bf16(RtCuda *c, int slot, const float *x, int64_t
 
 static int64_t round8(int64_t x) { return (x + 7) / 8 * 8; }
 
-/* Whether this GEMM converts its operands to bf16 (the head comment). */
-static int use_bf16_operands(const RtCuda *c, int64_t batch, int64_t k, int64_t n) {
-  static int want = -1; /* 0 fp32, 1 where aligned, 2 always; read once (same in every thread) */
+/* PARC_CUDA_GEMM_OPERANDS (the head comment); which GEMMs convert their
+ * operands: rt_cuda_gemm_bf16ops (rt_cuda_ws_plan.h) */
+int rt_cuda_gemm_operands(void) {
+  static int want = -1; /* read once (the same in every thread) */
   if (want < 0) {
     const char *v = getenv("PARC_CUDA_GEMM_OPERANDS");
-    want = v && !strcmp(v, "fp32") ? 0 : v && !strcmp(v, "bf16") ? 2 : 1;
+    want = v && !strcmp(v, "fp32")   ? RT_CUDA_OPERANDS_FP32
+           : v && !strcmp(v, "bf16") ? RT_CUDA_OPERANDS_BF16
+                                     : RT_CUDA_OPERANDS_ALIGNED;
   }
-  if (c->gemm != RT_CUDA_GEMM_BF16 || !want || batch != 1) return 0;
-  return want == 2 || (k % 8 == 0 && n % 4 == 0);
+  return want;
 }
 
 static cublasComputeType_t compute_type(int mode, int bf16ops) {
@@ -194,7 +196,8 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
     batch = 1;
   }
   int gflags = flags & ~RT_MM_ACCUMULATE;
-  int bf16ops = use_bf16_operands(c, batch, k, n), tb = (flags & RT_MM_TRANSPOSE_B) != 0;
+  int bf16ops = rt_cuda_gemm_bf16ops(c->gemm, rt_cuda_gemm_operands(), batch, k, n);
+  int tb = (flags & RT_MM_TRANSPOSE_B) != 0;
   /* what cuBLASLt reads and writes: row-major a [ar, ac], b [br, bc], out [m, n]
    * with rows of ld[0], ld[1], ld[2] elements */
   int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;

@@ -66,6 +66,8 @@ struct RtCuda {
   GemmPlan plans[RT_CUDA_GEMM_CACHE];
   void *ws[WS_COUNT];
   size_t ws_bytes[WS_COUNT];
+  size_t ws_plan[WS_COUNT];  /* planned bytes (rt_cuda_ws_plan.h; 0: grows on demand) */
+  int64_t ws_planned;        /* their sum */
   /* host staging (routing ops, the host collective backend) */
   void *host_stage;
   size_t host_stage_bytes;
@@ -148,6 +150,8 @@ static inline unsigned rt_cuda_blocks(int64_t n, int threads) {
 /* Workspace slot `slot` of at least `bytes` (contents undefined); NULL with
  * the error recorded on failure.  Growing synchronises the device. */
 void *rt_cuda_ws(RtCuda *c, int slot, size_t bytes);
+/* PARC_CUDA_GEMM_OPERANDS as RT_CUDA_OPERANDS_* (rt_cuda_gemm.cu; read once) */
+int rt_cuda_gemm_operands(void);
 /* Host staging buffer of at least `bytes`; NULL with the error recorded. */
 void *rt_cuda_host_stage(RtCuda *c, size_t bytes);
 

@@ -1,0 +1,36 @@
+/* runtime/cuda/rt_cuda_ws_plan.c -- see rt_cuda_ws_plan.h.  The arithmetic
+ * mirrors rt_cuda_gemm.cu's gemm(): batch folded into m unless ta or b is
+ * batched; a [ar, ac] and b [br, bc] row-major as cuBLASLt reads them. */
+#include "runtime/cuda/rt_cuda_ws_plan.h"
+
+#include "runtime/rt_gemm.h" /* RT_MM_* */
+
+static int64_t round8(int64_t x) { return (x + 7) / 8 * 8; }
+
+int rt_cuda_gemm_bf16ops(int mode, int operands, int64_t batch, int64_t k, int64_t n) {
+  if (mode != RT_CUDA_GEMM_BF16 || operands == RT_CUDA_OPERANDS_FP32 || batch != 1) return 0;
+  return operands == RT_CUDA_OPERANDS_BF16 || (k % 8 == 0 && n % 4 == 0);
+}
+
+void rt_cuda_gemm_ws(const RtCudaGemm *g, int mode, int operands, int64_t need[3]) {
+  int64_t batch = g->batch, m = g->m, k = g->k, n = g->n;
+  need[0] = need[1] = need[2] = 0;
+  if (!g->ta && !(g->flags & RT_MM_B_BATCHED)) m *= batch, batch = 1;
+  if (!rt_cuda_gemm_bf16ops(mode, operands, batch, k, n)) return;
+  int tb = (g->flags & RT_MM_TRANSPOSE_B) != 0;
+  int64_t ar = g->ta ? k : m, ac = g->ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+  need[0] = ar * round8(ac) * 2;
+  need[1] = br * round8(bc) * 2;
+  if (n % 4) need[2] = m * round8(n) * 4;
+}
+
+int64_t rt_cuda_gemms_ws(const RtCudaGemm *g, int n, int mode, int operands, int64_t need[3]) {
+  need[0] = need[1] = need[2] = 0;
+  for (int i = 0; i < n; i++) {
+    int64_t x[3];
+    rt_cuda_gemm_ws(&g[i], mode, operands, x);
+    for (int s = 0; s < 3; s++)
+      if (x[s] > need[s]) need[s] = x[s];
+  }
+  return need[0] + need[1] + need[2];
+}

@@ -1,0 +1,47 @@
+/* runtime/cuda/rt_cuda_ws_plan.h -- what the GPU trainer's GEMMs take in
+ * workspace, known before launch.  Plain C (rt_cuda_ws_plan.c), no CUDA: the
+ * runtime (rt_cuda_gemm.cu decides with it, rt_cuda_open plans and allocates
+ * with it) and parc's report use the same arithmetic.
+ *
+ * In GEMM mode bf16 an unbatched GEMM whose k is a multiple of 8 and n of 4
+ * (PARC_CUDA_GEMM_OPERANDS: "bf16" every GEMM, "fp32" none) reads bf16 copies
+ * of its operands, made in two workspace slots (a, b) with rows padded to 8
+ * elements, and, where n % 4 (fp32 rows not 16-byte aligned), writes a result
+ * with padded rows to a third.  A trainer's slots are the largest of its
+ * GEMMs' needs; rt_cuda_open allocates them with the arena and counts them in
+ * the start-up memory check, and a slot may not grow past its plan. */
+#ifndef PARC_RT_CUDA_WS_PLAN_H
+#define PARC_RT_CUDA_WS_PLAN_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { RT_CUDA_GEMM_FP32 = 0, RT_CUDA_GEMM_BF16 = 1, RT_CUDA_GEMM_TF32 = 2 };
+/* PARC_CUDA_GEMM_OPERANDS: fp32 never, where aligned (the default), bf16 always */
+enum { RT_CUDA_OPERANDS_FP32 = 0, RT_CUDA_OPERANDS_ALIGNED = 1, RT_CUDA_OPERANDS_BF16 = 2 };
+
+/* One GEMM call of a trainer: rt_cuda_matmul (ta 0) or rt_cuda_matmul_ta (ta
+ * 1) with these arguments (RT_MM_* flags, rt_gemm.h). */
+typedef struct {
+  int ta, flags;
+  int64_t batch, m, k, n;
+} RtCudaGemm;
+
+/* 1 if such a GEMM (batch folded into m already) reads bf16 operand copies. */
+int rt_cuda_gemm_bf16ops(int mode, int operands, int64_t batch, int64_t k, int64_t n);
+
+/* Bytes GEMM g takes in the workspace slots: need[0] its a, need[1] its b as
+ * bf16, need[2] its padded result (0 where it takes none). */
+void rt_cuda_gemm_ws(const RtCudaGemm *g, int mode, int operands, int64_t need[3]);
+
+/* The largest need of each slot over n GEMMs; returns their sum. */
+int64_t rt_cuda_gemms_ws(const RtCudaGemm *g, int n, int mode, int operands, int64_t need[3]);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
