@@ -126,21 +126,19 @@ static int reduce_grads(RtStepIO *io, const RtPipeDesc *p, int s, float *g, int6
   return RT_OK;
 }
 
-int64_t rt_pipe_zero_pieces(int64_t n, int z, int me, int64_t *counts) {
-  int64_t s = (n + z - 1) / z;
-  for (int k = 0; k < z; k++) {
-    int64_t lo = (int64_t)k * s < n ? (int64_t)k * s : n;
-    counts[k] = n - lo < s ? n - lo : s;
-  }
-  return (int64_t)me * s < n ? (int64_t)me * s : n;
-}
-
-/* Rank k's piece of a parameter of n floats cut in z: its offset, *count
- * floats (rt_pipe_zero_pieces' cut for one rank). */
-static int64_t zero_piece(int64_t n, int z, int k, int64_t *count) {
+int64_t rt_pipe_zero_piece(int64_t n, int z, int k, int64_t *count) {
   int64_t s = (n + z - 1) / z, lo = (int64_t)k * s < n ? (int64_t)k * s : n;
   *count = n - lo < s ? n - lo : s;
   return lo;
+}
+
+int64_t rt_pipe_zero_pieces(int64_t n, int z, int me, int64_t *counts) {
+  int64_t mine = 0;
+  for (int k = 0; k < z; k++) {
+    int64_t lo = rt_pipe_zero_piece(n, z, k, &counts[k]);
+    if (k == me) mine = lo;
+  }
+  return mine;
 }
 
 static const int64_t *zero_row(const RtPipeDesc *p, int j) {
@@ -176,7 +174,7 @@ int64_t rt_pipe_bucket_block(const RtPipeDesc *p, int s, const RtPipeBucket *b, 
   for (int j = b->first; j < b->end; j++) {
     const int64_t *r = zero_row(p, j);
     if (r[2 + p->stages + s] != b->id) continue;
-    int64_t count, lo = zero_piece(r[0], z, k, &count);
+    int64_t count, lo = rt_pipe_zero_piece(r[0], z, k, &count);
     if (fn && count) fn(ctx, at, r[2 + s] + lo, count);
     at += count;
   }
@@ -330,11 +328,7 @@ int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p) {
     int64_t n = sh[0], at = 0; /* under ZeRO-1 the rank's piece alone: [at, at + n) */
     int tag = p->chunks * p->microbatches * 2 + j, first = 1;
     if (off[s] < 0) continue;
-    if (zero) {
-      int64_t counts[RT_COMM_MAX_RANKS];
-      at = rt_pipe_zero_pieces(sh[0], dp, rt_comm_rank(io->dp_group), counts);
-      n = counts[rt_comm_rank(io->dp_group)];
-    }
+    if (zero) at = rt_pipe_zero_piece(sh[0], dp, rt_comm_rank(io->dp_group), &n);
     for (int k = 0; k < p->stages; k++) /* buffered: never waits */
       if (k != s && off[k] >= 0 && rt_comm_send(io->pp_group, g + off[s] + at, n, k, tag))
         return RT_ERR;

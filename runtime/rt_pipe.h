@@ -136,6 +136,8 @@ int rt_pipe_bucket_next(const RtPipeDesc *p, int s, RtPipeBucket *b);
  * from min(k c, n), c = ceil(n / z) (rt_comm_flat_piece's pieces less their
  * zero padding).  Returns rank me's offset. */
 int64_t rt_pipe_zero_pieces(int64_t n, int z, int me, int64_t *counts);
+/* The same cut for rank k alone: its offset, and *count floats. */
+int64_t rt_pipe_zero_piece(int64_t n, int z, int k, int64_t *count);
 
 /* Rank k's block of bucket b over z ranks: its piece of each of the bucket's
  * parameters, side by side in row order.  Calls fn(ctx, at, off, count) for

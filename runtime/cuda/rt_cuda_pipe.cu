@@ -292,14 +292,7 @@ static int shared_sum(RtCuda *c, const RtPipeDesc *p, int j, int s, float *gacc,
   const int64_t *sh = p->shared + (int64_t)j * (p->stages + 1), *off = sh + 1;
   int64_t n = sh[0];
   float *g = gacc; /* under ZeRO-1 the rank's piece alone: g + off[s] is its start */
-  if (zero) {
-    int z = c->gsize[RT_CUDA_DP], me = c->grank[RT_CUDA_DP];
-    int64_t *cnt = (int64_t *)malloc(sizeof *cnt * (size_t)z);
-    if (!cnt) return rt_fail("rank %d: out of host memory", c->wrank);
-    g += rt_pipe_zero_pieces(n, z, me, cnt);
-    n = cnt[me];
-    free(cnt);
-  }
+  if (zero) g += rt_pipe_zero_piece(n, c->gsize[RT_CUDA_DP], c->grank[RT_CUDA_DP], &n);
   int tag = p->chunks * p->microbatches * 2 + j, holders = 0, other = -1;
   if (off[s] < 0) return RT_OK;
   for (int k = 0; k < p->stages; k++)

@@ -309,7 +309,6 @@ static void check_attn_bf16(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_
     x.kept = pass < 3 ? pass : 2;
     if (pass == 3) setenv("PARC_CUDA_ATTN", "wmma", 1);
     err = at_bwd(cb, &x) ? INFINITY : 0;
-    if (pass == 3) unsetenv("PARC_CUDA_ATTN");
     if (err == 0) {
       int64_t C = H + 2 * KV;
       to_host(got, x.dqkv, 4 * (size_t)ng);
@@ -317,7 +316,6 @@ static void check_attn_bf16(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_
                  fmax(rel_max(got, ref, B, C, H, H + KV, T * hd),
                       rel_max(got, ref, B, C, H + KV, C, T * hd)));
     } else fprintf(stderr, "%s\n", rt_last_error());
-    if (pass == 3) setenv("PARC_CUDA_ATTN", "wmma", 1);
     const double ms = time_op(cb, at_bwd, &x, 5);
     if (pass == 3) unsetenv("PARC_CUDA_ATTN");
     row(name[pass], shape, err, 2e-2, ms, 2.5 * fl, 0);
