@@ -4,13 +4,14 @@
 #include <stdlib.h>
 
 #include "codegen/cg_kernels.h"
+#include "codegen/cuda_store.h"
 #include "codegen/host.h"
 #include "codegen/host_cuda.h"
 #include "codegen/step_model.h"
 #include "passes/bufplan.h"
 
 int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc, int bf16,
-                  StepTime *st, char *err, size_t len) {
+                  StepTime *st, int64_t *gemm_ws, char *err, size_t len) {
   CgKernelPlan kp;
   if (cg_plan_kernels(m, fuse, NULL, &kp, err, len)) return -1;
   if (st) cg_step_model(m, &kp, mc ? mc : machine_default, bf16, st);
@@ -23,17 +24,27 @@ int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc
   bufplan_build_views(m, kp.materialize, cg_results(m), pos, held, kp.view_of, &bp);
   free(held);
   *arena_bytes = cg_arena_bytes(&kp, &bp, NULL);
+  if (gemm_ws) {
+    CgCudaStore store;
+    cg_cuda_store_plan(m, &kp, &bp, NULL, bf16, 0, &store);
+    *gemm_ws = cg_gemm_ws_bytes(m, bf16, store.bf16);
+  }
   cg_plan_free(&kp);
   return 0;
 }
 
-int64_t cg_gemm_ws_bytes(const IrModule *m, int bf16) {
+int64_t cg_gemm_ws_bytes(const IrModule *m, int bf16, const unsigned char *stored) {
   RtCudaGemm *g = malloc(sizeof *g * (size_t)(m->nnodes + 1));
   if (!g) return 0;
   int n = 0;
-  for (int i = 0; i < m->nnodes; i++)
-    if (m->nodes[i]->op == IR_OP_MATMUL || m->nodes[i]->op == IR_OP_MATMUL_TA)
-      g[n++] = cg_cuda_gemm(m->nodes[i]);
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *x = m->nodes[i];
+    if (x->op != IR_OP_MATMUL && x->op != IR_OP_MATMUL_TA) continue;
+    g[n] = cg_cuda_gemm(x);
+    if (stored && stored[x->inputs[0]->id]) g[n].flags |= RT_CUDA_MM_A_BF16;
+    if (stored && stored[x->inputs[1]->id]) g[n].flags |= RT_CUDA_MM_B_BF16;
+    n++;
+  }
   int64_t need[3];
   int64_t bytes = rt_cuda_gemms_ws(g, n, bf16 ? RT_CUDA_GEMM_BF16 : RT_CUDA_GEMM_FP32,
                                    RT_CUDA_OPERANDS_ALIGNED, need);

@@ -29,6 +29,8 @@ typedef struct {
                                 gradient accumulator */
   const char *desc_extra;    /* NULL, or RtModelDesc field initialisers (".x = y,\n"
                                 lines) written before .step (codegen/host_cuda.c) */
+  const struct CgCudaStore *store; /* train_cuda.c: the bf16 activations and the CUDA
+                                code of each kernel (codegen/cuda_store.h); else NULL */
 } CgHostInfo;
 
 /* A colour per node of a pipelined module for cg_plan_kernels (colour[m->nnodes]):

@@ -20,6 +20,7 @@
  * function, keeps the cost a branch when the profile is off.  Runtime ops
  * time themselves. */
 #include "codegen/host_cuda.h"
+#include "codegen/cuda_store.h"
 #include "passes/machine.h"
 #include "runtime/cuda/rt_cuda_ws_plan.h"
 #include "runtime/rt_gemm.h"
@@ -39,7 +40,7 @@ typedef struct {
   FILE *out;
   const IrModule *m;
   const CgKernelPlan *kp;
-  const int *canon;
+  const CgCudaStore *store; /* the bf16 buffers; store->code[store->canon[k]]: kernel k's code */
   const BufPlan *bp;
   const CgLeafPlan *lp;
   const int64_t *temp_off;
@@ -183,11 +184,15 @@ static void emit_runtime(Cu *e, const IrNode *n) {
   switch (n->op) {
   case IR_OP_MATMUL:
   case IR_OP_MATMUL_TA: {
-    const RtCudaGemm g = cg_cuda_gemm(n);
+    RtCudaGemm g = cg_cuda_gemm(n);
+    if (e->store->bf16[in[0]->id]) g.flags |= RT_CUDA_MM_A_BF16;
+    if (e->store->bf16[in[1]->id]) g.flags |= RT_CUDA_MM_B_BF16;
     fprintf(f, "  CHECK(%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
-            ", %s%s0));\n", g.ta ? "rt_cuda_matmul_ta" : "rt_cuda_matmul", out, x, y, g.batch,
+            ", %s%s%s%s0));\n", g.ta ? "rt_cuda_matmul_ta" : "rt_cuda_matmul", out, x, y, g.batch,
             g.m, g.k, g.n, g.flags & RT_MM_TRANSPOSE_B ? "RT_MM_TRANSPOSE_B | " : "",
-            g.flags & RT_MM_B_BATCHED ? "RT_MM_B_BATCHED | " : "");
+            g.flags & RT_MM_B_BATCHED ? "RT_MM_B_BATCHED | " : "",
+            g.flags & RT_CUDA_MM_A_BF16 ? "RT_CUDA_MM_A_BF16 | " : "",
+            g.flags & RT_CUDA_MM_B_BF16 ? "RT_CUDA_MM_B_BF16 | " : "");
     add_gemm(e, g);
     return;
   }
@@ -518,14 +523,15 @@ static int64_t kernel_bytes(Cu *e, const CgKernel *k) {
  * between the profile's events when the step records (prof_). */
 static void emit_kernel_call(Cu *e, int index) {
   const CgKernel *k = &e->kp->kernels[index];
-  const char *name = e->kp->kernels[e->canon ? e->canon[index] : index].k->name;
+  const char *name = e->store->code[e->store->canon[index]]->name;
   char b[96];
   if (cg_view_note(e->out, e->kp, e->bp, index)) return;
   fprintf(e->out, "  PROF_BEGIN();\n  %s_launch(", name);
   for (int i = 0; i < k->nargs; i++) {
     int a = k->arg_node[i];
     if (a < 0) snprintf(b, sizeof b, "F(%" PRId64 ")", e->temp_off[CG_ARG_TEMP(a)]);
-    fprintf(e->out, "%s, ", a < 0 ? b : buf(e, e->m->nodes[a], b, sizeof b));
+    else if (e->store->bf16[a]) snprintf(b, sizeof b, "H(%" PRId64 ")", e->bp->offset[a]);
+    fprintf(e->out, "%s, ", a < 0 || e->store->bf16[a] ? b : buf(e, e->m->nodes[a], b, sizeof b));
   }
   fprintf(e->out, "0, %" PRId64 ", st);\n  LAUNCHED(\"%s\", %" PRId64 ");\n",
           kir_kernel_rows(k->k), name, kernel_bytes(e, k));
@@ -782,7 +788,13 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
   for (int i = 0; i < m->nnodes; i++) grad_of[i] = -1;
   for (int i = 0; i < m->nnodes; i++)
     if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad) grad_of[m->nodes[i]->grad->id] = i;
-  Cu e = {out, m, kp, info->canon, bp, lp, temp_off, grad_of, err, errlen, 0, 0, NULL, 0, 0};
+  if (!info->store) {
+    free(temp_off);
+    free(grad_of);
+    snprintf(err, errlen, "no bf16 storage plan (codegen/cuda_store.h)");
+    return -1;
+  }
+  Cu e = {out, m, kp, info->store, bp, lp, temp_off, grad_of, err, errlen, 0, 0, NULL, 0, 0};
   int64_t nparams = 0, batch = 0, seq = 0;
   for (int i = 0; i < m->nnodes; i++) {
     const IrNode *n = m->nodes[i];
@@ -807,7 +819,9 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
           " * PARC_CUDA_PROFILE=1 (or =FILE.jsonl) times every kernel and runtime op of\n"
           " * the steps after the first and prints a table at exit (rt_cuda_prof.h).\n"
           " * PARC_CUDA_GRAPH=1 captures step_body (the device work) into a CUDA graph\n"
-          " * on the second step and replays it after (rt_cuda_graph.h). */\n"
+          " * on the second step and replays it after (rt_cuda_graph.h).\n"
+          " * Values stored as bf16 (read only by GEMMs, codegen/cuda_store.h): %d,\n"
+          " * %" PRId64 " elements; their kernels are the _bf16 ones, H(offset). */\n"
           "#include <stdint.h>\n#include <string.h>\n\n"
           "#include \"kernels_cuda.h\"\n"
           "#include \"runtime/cuda/rt_cuda.h\"\n"
@@ -832,12 +846,15 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
           "  } while (0)\n"
           "#define F(offset) ((float *)(A + (offset)))   /* a value in the device arena */\n"
           "#define I(offset) ((int32_t *)(A + (offset)))\n"
+          "/* a value stored as bf16, in the first half of its buffer (codegen/cuda_store.h) */\n"
+          "#define H(offset) ((uint16_t *)(A + (offset)))\n"
           "/* --save-grads: parameter gradient g (n floats, device) to offset off of io->grads */\n"
           "#define SAVE_GRAD(off, g, n) \\\n"
           "  do { if (io->grads) CHECK(rt_cuda_to_host(dev, io->grads + (off), (g), (n))); } "
           "while (0)\n\n",
           info->version, slash ? slash + 1 : src, m->name, nparams, m->nnodes,
-          kp->nkernels, bf16 ? "bf16 products, fp32 accumulation" : "fp32", arena,
+          kp->nkernels, bf16 ? "bf16 products, fp32 accumulation" : "fp32",
+          info->store->count, info->store->elements, arena,
           lp->params_numel, lp->state_numel, m->mesh_tp > 1 ? m->mesh_tp : 1,
           m->mesh_dp > 1 ? m->mesh_dp : 1, info->pipe ? info->pipe->nstages : 1,
           m->mesh_ep > 1 ? m->mesh_ep : 1, bf16 ? "RT_CUDA_GEMM_BF16" : "RT_CUDA_GEMM_FP32",

@@ -24,11 +24,13 @@
 #include "codegen/host.h"
 #include "runtime/cuda/rt_cuda_ws_plan.h"
 
-/* Writes train_cuda.c.  0, or -1 with a one-line reason in err (an op the GPU
- * trainer has no routine for, a pipelined module). */
-/* The rt_cuda_matmul(_ta) call train_cuda.c makes for MATMUL / MATMUL_TA node n. */
+/* The rt_cuda_matmul(_ta) call train_cuda.c makes for MATMUL / MATMUL_TA node n
+ * (without the RT_CUDA_MM_*_BF16 flags of operands stored as bf16). */
 RtCudaGemm cg_cuda_gemm(const IrNode *n);
 
+/* Writes train_cuda.c (info->store: which buffers hold bf16, and each kernel's
+ * CUDA code).  0, or -1 with a one-line reason in err (an op the GPU trainer
+ * has no routine for). */
 int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                       const CgLeafPlan *lp, const CgHostInfo *info, char *err, size_t errlen);
 

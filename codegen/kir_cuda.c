@@ -566,9 +566,11 @@ static void emit_value(const Kc *c, FILE *f, KirVal v, const char *ind) {
     break;
   case KIR_OP_LOAD:
     if (k->params[d->imm].elem == KIR_I32) fputs("(int64_t)", f);
+    if (k->params[d->imm].elem == KIR_BF16) fputs("__bfloat162float(", f);
     fprintf(f, "%s[", c->pname[d->imm]);
     opnd(c, f, a);
     fputc(']', f);
+    if (k->params[d->imm].elem == KIR_BF16) fputc(')', f);
     break;
   case KIR_OP_FADD:
   case KIR_OP_FSUB:
@@ -627,8 +629,9 @@ static void emit_store_to(const Kc *c, FILE *f, const KirNode *d) {
   opnd(c, f, d->arg[0]);
   fputs("] = ", f);
   if (c->k->params[d->imm].elem == KIR_I32) fputs("(int32_t)", f);
+  if (c->k->params[d->imm].elem == KIR_BF16) fputs("__float2bfloat16_rn(", f);
   opnd(c, f, d->arg[1]);
-  fputs(";\n", f);
+  fputs(c->k->params[d->imm].elem == KIR_BF16 ? ");\n" : ";\n", f);
 }
 
 /* ---- ROW_GROUP barriers ------------------------------------------------------ */
@@ -1044,14 +1047,20 @@ static void emit_split(Kc *c, FILE *f) {
 
 /* ---- kernels, launchers, the file ------------------------------------------------- */
 
-static void params(const Kc *c, FILE *f, int with_restrict) {
+/* A buffer param's element type: in the kernel (device), or in the launcher
+ * and the C header (a bf16 buffer is uint16_t there: C has no bfloat16). */
+static const char *elem_type(KirElem e, int device) {
+  return e == KIR_F32 ? "float" : e == KIR_I32 ? "int32_t" : device ? "__nv_bfloat16" : "uint16_t";
+}
+
+/* The params of the kernel (device 1: with __restrict__) or of its launcher. */
+static void params(const Kc *c, FILE *f, int device) {
   const KirKernel *k = c->k;
   for (int i = 0; i < k->nparams; i++) {
     const KirParam *p = &k->params[i];
     if (p->kind == KIR_PARAM_BUF)
-      fprintf(f, "%s%s *%s%s, ", p->access == KIR_IN ? "const " : "",
-              p->elem == KIR_F32 ? "float" : "int32_t", with_restrict ? "__restrict__ " : "",
-              c->pname[i]);
+      fprintf(f, "%s%s *%s%s, ", p->access == KIR_IN ? "const " : "", elem_type(p->elem, device),
+              device ? "__restrict__ " : "", c->pname[i]);
     else
       fprintf(f, "%s %s, ", p->kind == KIR_PARAM_I64 ? "int64_t" : "float", c->pname[i]);
   }
@@ -1237,7 +1246,10 @@ static void emit_kernel(Kc *c, FILE *f) {
   char args[4096];
   size_t at = 0;
   for (int i = 0; i < k->nparams && at < sizeof args; i++) {
-    int w = snprintf(args + at, sizeof args - at, "%s, ", c->pname[i]);
+    const KirParam *p = &k->params[i];
+    int bits = p->kind == KIR_PARAM_BUF && p->elem == KIR_BF16; /* uint16_t to the type */
+    int w = snprintf(args + at, sizeof args - at, bits ? "(%s__nv_bfloat16 *)%s, " : "%.0s%s, ",
+                     p->access == KIR_IN ? "const " : "", c->pname[i]);
     if (w > 0) at += (size_t)w;
   }
   if (at >= sizeof args) at = sizeof args - 1;
@@ -1257,6 +1269,7 @@ static void emit_kernel(Kc *c, FILE *f) {
  * the same rounding as LLVMConstReal on the CPU side. */
 static const char prelude[] =
     "#include <cstdint>\n"
+    "#include <cuda_bf16.h>\n"
     "#include <cuda_runtime.h>\n"
     "\n"
     "/* ---- helpers: the numerics of parc's CPU kernels (codegen/kir_math.c) ---- */\n"

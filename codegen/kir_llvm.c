@@ -437,6 +437,14 @@ static int native_ready;
 int kir_llvm_emit(const KirModule *m, const KirLlvmOptions *o, const char *obj_path,
                   const char *ll_path, char *err, size_t errlen) {
   if (kir_verify(m, err, errlen)) return -1;
+  for (int i = 0; i < m->nkernels; i++)
+    for (int p = 0; p < m->kernels[i]->nparams; p++)
+      if (m->kernels[i]->params[p].kind == KIR_PARAM_BUF &&
+          m->kernels[i]->params[p].elem == KIR_BF16) { /* kir.h: CUDA only */
+        snprintf(err, errlen, "kernel '%s': bf16 buffer '%s' (the CPU lowering has f32 and i32)",
+                 m->kernels[i]->name, m->kernels[i]->params[p].name);
+        return -1;
+      }
   if (o->opt_level < 0 || o->opt_level > 3) {
     snprintf(err, errlen, "optimization level %d is not 0..3", o->opt_level);
     return -1;

@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/arena_plan.h"
 #include "codegen/cg_kernels.h"
+#include "codegen/cuda_store.h"
 #include "codegen/host.h"
 #include "codegen/host_cuda.h"
 #include "codegen/kir_cuda.h"
@@ -16,6 +18,7 @@
 #include "codegen/report.h"
 #include "codegen/step_model.h"
 #include "passes/bufplan.h"
+#include "passes/machine.h"
 
 #ifndef PARC_SOURCE_DIR
 #define PARC_SOURCE_DIR ""
@@ -520,12 +523,21 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
   dedup_kernels(&kp, canon);
   for (int i = 0; i < kp.nkernels; i++)
     if (canon[i] == i) code.kernels[code.nkernels++] = kp.kernels[i].k;
-  CgHostInfo info = {p->source, p->version, 3 * p->cost->flops_fwd, canon, p->pipe, NULL};
+  /* the GPU's code: the same kernels, some storing bf16 (codegen/cuda_store.h) */
+  CgCudaStore *store = arena_alloc(&m->arena, sizeof *store);
+  cg_cuda_store_plan(m, &kp, &bp, canon, machine_bf16(m), p->pipe != NULL, store);
+  if (p->gemm_ws_out) *p->gemm_ws_out = cg_gemm_ws_bytes(m, machine_bf16(m), store->bf16);
+  CgHostInfo info = {p->source, p->version, 3 * p->cost->flops_fwd, canon, p->pipe, NULL, store};
   if (p->targets & CG_TARGET_CUDA) {  /* path still names train.c (finish) */
+    KirModule gpu = *kp.km;
+    gpu.kernels = arena_alloc(&m->arena, sizeof(KirKernel *) * (size_t)(kp.nkernels + 1));
+    gpu.nkernels = 0;
+    for (int i = 0; i < kp.nkernels; i++)
+      if (store->canon[i] == i) gpu.kernels[gpu.nkernels++] = store->code[i];
     char cu[4096], cuh[4096];
     snprintf(cu, sizeof cu, "%s/kernels.cu", p->dir);
     snprintf(cuh, sizeof cuh, "%s/kernels_cuda.h", p->dir);
-    if (kir_cuda_write(&code, cu, cuh, err, len) || write_nvcc_report(p, err, len)) {
+    if (kir_cuda_write(&gpu, cu, cuh, err, len) || write_nvcc_report(p, err, len)) {
       if (f) fclose(f);
       goto out;
     }

@@ -35,6 +35,8 @@ typedef struct {
                               (or gradient-accumulating) trainer: codegen/host.h */
   StepTime *step_out;      /* when not NULL and not pipe: the predicted compute time
                               (codegen/step_model.h, on cost->machine), also in plan.json */
+  int64_t *gemm_ws_out;    /* when not NULL: the GPU trainer's GEMM operand copies
+                              (cg_gemm_ws_bytes, with the values it stores as bf16) */
 } CgProject;
 
 enum { CG_TARGET_CPU = 1, CG_TARGET_CUDA = 2 };

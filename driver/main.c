@@ -475,11 +475,9 @@ static void predict_on(Cost *cost, const Options *o, const IrModule *m) {
  * then says what it could not plan; the compile itself is fine). */
 static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, char *why,
                       size_t len) {
-  if (o->lay.tp * o->lay.dp == 1 && !o->pads) {
-    cost->gemm_ws_bytes = cg_gemm_ws_bytes(m, cost->bf16);
+  if (o->lay.tp * o->lay.dp == 1 && !o->pads)
     return cg_plan_arena(m, !o->no_fuse, &cost->arena_bytes, cost->machine, cost->bf16,
-                         &cost->step, why, len);
-  }
+                         &cost->step, &cost->gemm_ws_bytes, why, len);
   IrModule *r = lower_program(prog, o->ov, o->nov);
   if (!r) {
     snprintf(why, len, "internal error: the model did not lower a second time");
@@ -505,11 +503,9 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
     comm_analyze(r, &cost->comm);
     cost->has_comm = 1;
   }
-  if (!rc) {
-    cost->gemm_ws_bytes = cg_gemm_ws_bytes(r, cost->bf16);
+  if (!rc)
     rc = cg_plan_arena(r, !o->no_fuse, &cost->arena_bytes, cost->machine, cost->bf16,
-                       &cost->step, why, len);
-  }
+                       &cost->step, &cost->gemm_ws_bytes, why, len);
   ir_module_free(r);
   return rc;
 }
@@ -792,9 +788,9 @@ int main(int argc, char **argv) {
     int targets = o.targets ? o.targets
                             : have_nvcc() ? CG_TARGET_CPU | CG_TARGET_CUDA : CG_TARGET_CPU;
     CgProject proj = {o.outdir, o.model, PARC_VERSION, !o.no_fuse, o.generic_cpu, &cost, &o.lay,
-                      targets, o.cuda_arch, tm ? &stage_prog : NULL, &cost.step};
+                      targets, o.cuda_arch, tm ? &stage_prog : NULL, &cost.step,
+                      &cost.gemm_ws_bytes};
     char why[512];
-    cost.gemm_ws_bytes = cg_gemm_ws_bytes(tm ? tm : m, cost.bf16);
     if (cg_write_project(tm ? tm : m, &proj, &cost.arena_bytes, why, sizeof why)) {
       fprintf(stderr, "parc: error: %s\n", why);
       rc = EXIT_INTERNAL;

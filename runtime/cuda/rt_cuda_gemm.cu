@@ -27,7 +27,9 @@
  * gradient (2.3 against 5.4).  PARC_CUDA_GEMM_OPERANDS=fp32 keeps the fp32
  * operands everywhere.  The padded-result path (n % 4 != 0 through a padded
  * fp32 workspace and a 2-D copy) stays for PARC_CUDA_GEMM_OPERANDS=bf16,
- * which converts wherever there is no batch. */
+ * which converts wherever there is no batch.  An operand that a kernel stored
+ * as bf16 already (RT_CUDA_MM_A_BF16 / _B_BF16, codegen/cuda_store.h) is read
+ * as it is: no copy, the other operand converted as above. */
 #include <cuda_bf16.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,14 +191,17 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
   if (batch < 1 || m < 1 || k < 1 || n < 1)
     return rt_fail("%s: dimensions must be >= 1, got batch %lld, m %lld, k %lld, n %lld", opname,
                    (long long)batch, (long long)m, (long long)k, (long long)n);
-  if (flags & ~(RT_MM_TRANSPOSE_B | RT_MM_B_BATCHED | RT_MM_ACCUMULATE))
+  const int stored = flags & (RT_CUDA_MM_A_BF16 | RT_CUDA_MM_B_BF16);
+  if (flags & ~(RT_MM_TRANSPOSE_B | RT_MM_B_BATCHED | RT_MM_ACCUMULATE | stored))
     return rt_fail("%s: unknown flags 0x%x", opname, (unsigned)flags);
   if (!ta && !(flags & RT_MM_B_BATCHED)) { /* fold the batch into M */
     m *= batch;
     batch = 1;
   }
   int gflags = flags & ~RT_MM_ACCUMULATE;
-  int bf16ops = rt_cuda_gemm_bf16ops(c->gemm, rt_cuda_gemm_operands(), batch, k, n);
+  /* an operand stored as bf16 makes the GEMM a bf16 one, whatever
+   * PARC_CUDA_GEMM_OPERANDS says (rt_cuda_open refuses other GEMM modes) */
+  int bf16ops = stored ? 1 : rt_cuda_gemm_bf16ops(c->gemm, rt_cuda_gemm_operands(), batch, k, n);
   int tb = (flags & RT_MM_TRANSPOSE_B) != 0;
   /* what cuBLASLt reads and writes: row-major a [ar, ac], b [br, bc], out [m, n]
    * with rows of ld[0], ld[1], ld[2] elements */
@@ -204,10 +209,16 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
   int64_t ld[3] = {ac, bc, n};
   const void *ga = a, *gb = b;
   float *gout = out;
+  if (stored && (c->gemm != RT_CUDA_GEMM_BF16 || batch != 1 ||
+                 ((flags & RT_CUDA_MM_A_BF16) && ac % 8) || ((flags & RT_CUDA_MM_B_BF16) && bc % 8)))
+    return rt_fail("%s: a bf16 operand (flags 0x%x) needs GEMM mode bf16, no batch and rows "
+                   "of a multiple of 8 (batch %lld, m %lld, k %lld, n %lld)", opname,
+                   (unsigned)flags, (long long)batch, (long long)m, (long long)k, (long long)n);
   if (bf16ops) {
     ld[0] = round8(ac), ld[1] = round8(bc);
-    if (!(ga = as_bf16(c, WS_BF16_A, a, ar, ac, ld[0])) ||
-        !(gb = as_bf16(c, WS_BF16_B, b, br, bc, ld[1])))
+    if (!(flags & RT_CUDA_MM_A_BF16) && !(ga = as_bf16(c, WS_BF16_A, a, ar, ac, ld[0])))
+      return RT_ERR;
+    if (!(flags & RT_CUDA_MM_B_BF16) && !(gb = as_bf16(c, WS_BF16_B, b, br, bc, ld[1])))
       return RT_ERR;
     if (n % 4) { /* fp32 rows not 16-byte aligned: a padded result */
       ld[2] = round8(n);
@@ -281,8 +292,9 @@ static void prof_gemm(RtCuda *c, RtProfScope &ps, const char *op, int ta, int64_
                       int64_t m, int64_t k, int64_t n, int flags) {
   double B = (double)batch, M = (double)m, K = (double)k, N = (double)n;
   int acc = (flags & RT_MM_ACCUMULATE) != 0;
-  double bytes = 4 * (B * M * K + ((flags & RT_MM_B_BATCHED) ? B : 1) * K * N +
-                      (acc ? 2 : 1) * B * M * N);
+  double ea = (flags & RT_CUDA_MM_A_BF16) ? 2 : 4, eb = (flags & RT_CUDA_MM_B_BF16) ? 2 : 4;
+  double bytes = ea * B * M * K + eb * ((flags & RT_MM_B_BATCHED) ? B : 1) * K * N +
+                 4 * (acc ? 2 : 1) * B * M * N;
   if (!ta && !(flags & RT_MM_B_BATCHED)) m *= batch, batch = 1;
   char shape[64];
   if (batch > 1)

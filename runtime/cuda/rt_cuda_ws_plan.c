@@ -12,15 +12,31 @@ int rt_cuda_gemm_bf16ops(int mode, int operands, int64_t batch, int64_t k, int64
   return operands == RT_CUDA_OPERANDS_BF16 || (k % 8 == 0 && n % 4 == 0);
 }
 
-void rt_cuda_gemm_ws(const RtCudaGemm *g, int mode, int operands, int64_t need[3]) {
-  int64_t batch = g->batch, m = g->m, k = g->k, n = g->n;
-  need[0] = need[1] = need[2] = 0;
-  if (!g->ta && !(g->flags & RT_MM_B_BATCHED)) m *= batch, batch = 1;
-  if (!rt_cuda_gemm_bf16ops(mode, operands, batch, k, n)) return;
+/* a [ar, ac] and b [br, bc] as cuBLASLt reads them; returns the folded m */
+static int64_t shapes(const RtCudaGemm *g, int64_t *batch, int64_t rc[4]) {
+  int64_t m = g->m, k = g->k, n = g->n;
+  *batch = g->batch;
+  if (!g->ta && !(g->flags & RT_MM_B_BATCHED)) m *= *batch, *batch = 1;
   int tb = (g->flags & RT_MM_TRANSPOSE_B) != 0;
-  int64_t ar = g->ta ? k : m, ac = g->ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
-  need[0] = ar * round8(ac) * 2;
-  need[1] = br * round8(bc) * 2;
+  rc[0] = g->ta ? k : m, rc[1] = g->ta ? m : k, rc[2] = tb ? n : k, rc[3] = tb ? k : n;
+  return m;
+}
+
+int rt_cuda_gemm_stored_ok(const RtCudaGemm *g, int which) {
+  int64_t batch, rc[4];
+  shapes(g, &batch, rc);
+  return rt_cuda_gemm_bf16ops(RT_CUDA_GEMM_BF16, RT_CUDA_OPERANDS_ALIGNED, batch, g->k, g->n) &&
+         rc[2 * which + 1] % 8 == 0;
+}
+
+void rt_cuda_gemm_ws(const RtCudaGemm *g, int mode, int operands, int64_t need[3]) {
+  int64_t batch, rc[4], n = g->n;
+  int64_t m = shapes(g, &batch, rc);
+  int stored = g->flags & (RT_CUDA_MM_A_BF16 | RT_CUDA_MM_B_BF16);
+  need[0] = need[1] = need[2] = 0;
+  if (!stored && !rt_cuda_gemm_bf16ops(mode, operands, batch, g->k, n)) return;
+  need[0] = (g->flags & RT_CUDA_MM_A_BF16) ? 0 : rc[0] * round8(rc[1]) * 2;
+  need[1] = (g->flags & RT_CUDA_MM_B_BF16) ? 0 : rc[2] * round8(rc[3]) * 2;
   if (n % 4) need[2] = m * round8(n) * 4;
 }
 

@@ -23,8 +23,14 @@ enum { RT_CUDA_GEMM_FP32 = 0, RT_CUDA_GEMM_BF16 = 1, RT_CUDA_GEMM_TF32 = 2 };
 /* PARC_CUDA_GEMM_OPERANDS: fp32 never, where aligned (the default), bf16 always */
 enum { RT_CUDA_OPERANDS_FP32 = 0, RT_CUDA_OPERANDS_ALIGNED = 1, RT_CUDA_OPERANDS_BF16 = 2 };
 
+/* Flags beside rt_gemm.h's RT_MM_*: operand a (b) is stored as bf16 already,
+ * rows of its own width (a multiple of 8), by the kernel that computed it
+ * (codegen/cuda_store.h); the GEMM reads it as it is, makes no copy of it,
+ * and converts the other operand as it would.  Only in GEMM mode bf16. */
+enum { RT_CUDA_MM_A_BF16 = 0x100, RT_CUDA_MM_B_BF16 = 0x200 };
+
 /* One GEMM call of a trainer: rt_cuda_matmul (ta 0) or rt_cuda_matmul_ta (ta
- * 1) with these arguments (RT_MM_* flags, rt_gemm.h). */
+ * 1) with these arguments (RT_MM_* and RT_CUDA_MM_* flags). */
 typedef struct {
   int ta, flags;
   int64_t batch, m, k, n;
@@ -32,6 +38,12 @@ typedef struct {
 
 /* 1 if such a GEMM (batch folded into m already) reads bf16 operand copies. */
 int rt_cuda_gemm_bf16ops(int mode, int operands, int64_t batch, int64_t k, int64_t n);
+
+/* 1 if operand `which` (0: a, 1: b) of GEMM g may be stored as bf16
+ * (RT_CUDA_MM_A_BF16 / _B_BF16): in GEMM mode bf16 with the default operand
+ * rule the GEMM converts it, and its rows, as the GEMM reads them, are a
+ * multiple of 8 elements (the copy's padded rows are then its own). */
+int rt_cuda_gemm_stored_ok(const RtCudaGemm *g, int which);
 
 /* Bytes GEMM g takes in the workspace slots: need[0] its a, need[1] its b as
  * bf16, need[2] its padded result (0 where it takes none). */

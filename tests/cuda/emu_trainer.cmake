@@ -10,6 +10,8 @@
 #                             device: device-local collectives, bits equal to
 #                             host-staged; bf16: bf16 GEMMs and tensor-core
 #                             attention: losses 2e-4, gradients 3e-2 of train;
+#                             store: -D precision=bf16 (GEMM inputs stored as
+#                             bf16) = the bf16 run bit for bit;
 #                             launch: a too-small GPU refused at start-up with
 #                             planned and free bytes, exit 1, no step run (threads
 #                             and mpirun); mpirun's losses = the threads'; grads:
@@ -24,8 +26,8 @@ list(APPEND emu_link -lpthread -lm)
 string(JOIN " " emu_link ${emu_link})
 # NAME|MODEL|PARC ARGS|CHECKS|GRAPH NOTICES
 set(emu_cases
-  "gpt2_tiny|gpt2_tiny||cpu,graph,bf16,launch|0"
-  "llama_tiny|llama_tiny||cpu,graph,bf16|0"
+  "gpt2_tiny|gpt2_tiny||cpu,graph,bf16,store,launch|0"
+  "llama_tiny|llama_tiny||cpu,graph,bf16,store|0"
   "moe_tiny|moe_tiny||cpu,graph|1"
   "moe_tiny_zloss|moe_tiny|-D z_loss=1e-3 -D shared_ffn=64|cpu|0"
   "gpt2_tiny_tp2|gpt2_tiny|--tp 2|cpu,device,launch|0"

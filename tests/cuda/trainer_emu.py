@@ -40,6 +40,12 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
           within 2e-4 relative, and at one rank the step-1 gradients within
           3e-2 relative L2 (gpt2_tiny: 2.7e-5 and 6.0e-3; with the forward's
           causal mask one key too wide, 1.2e-3 and 0.31).
+  store   the trainer generated with -D precision=bf16, whose kernels store the
+          values only bf16 GEMMs read as bf16 (codegen/cuda_store.h: no fp32
+          write, no operand copy): losses and step-1 gradients bit for bit
+          those of the bf16 run (the same roundings, made elsewhere); it has
+          such values (RT_CUDA_MM_*_BF16 in train_cuda.c); PARC_CUDA_GEMM=fp32
+          is refused as a setup error (exit 1, no step).
   grads   with cpu and bf16: the step-1 gradients compared at several ranks too
           (layouts whose --save-grads file is the whole model, e.g. ZeRO-1's
           pieces gathered from the dp ranks).
@@ -76,13 +82,16 @@ def run(cmd, log, env=None, timeout=900):
     return rc == 0
 
 
-def build(a, proj):
-    """parc, the CPU trainer, and train_cuda_emu; False (reported) on failure."""
+def build(a, proj, extra=(), cpu=True):
+    """parc (ARGS and extra), the CPU trainer (where cpu), and train_cuda_emu;
+    False (reported) on failure."""
     parc_cmd = [a.parc, os.path.join(a.root, "examples", a.model + ".dsl"), "--target", "all",
-                "-o", proj] + shlex.split(a.parc_args)
+                "-o", proj] + shlex.split(a.parc_args) + list(extra)
     if not run(parc_cmd, proj + ".parc.log"):
         return False
-    if not (run(["cmake", "-S", proj, "-B", proj + "/build", "-DCMAKE_BUILD_TYPE=Release"],
+    os.makedirs(proj + "/build", exist_ok=True)
+    if cpu and not (
+            run(["cmake", "-S", proj, "-B", proj + "/build", "-DCMAKE_BUILD_TYPE=Release"],
                 proj + ".cmake.log") and
             run(["cmake", "--build", proj + "/build", "--target", "train"], proj + ".build.log")):
         return False
@@ -182,6 +191,31 @@ def launch(a, proj, emu, env, steps, one_rank):
                           a.name + " mpirun = threads bits")  # the plain run: threads
 
 
+def store(a, proj, env, steps, gpu, grads, have_bf16):
+    """The store check (the head comment): proj_bf16 against proj's bf16 run."""
+    ok = have_bf16 or gpu("bf16", {"PARC_CUDA_GEMM": "bf16"}, save_grads=True)
+    sp = proj + "_bf16"
+    ok = ok and build(a, sp, ["-D", "precision=bf16"], cpu=False)
+    if not ok:
+        return False
+    with open(sp + "/train_cuda.c") as f:
+        n = sum(f.read().count(flag) for flag in ("RT_CUDA_MM_A_BF16 |", "RT_CUDA_MM_B_BF16 |"))
+    if n == 0:
+        print("%s: -D precision=bf16 stores no GEMM operand as bf16" % a.name)
+        return False
+    tag = sp + ".store"
+    g = grads("store")
+    if not run([sp + "/build/train_cuda_emu"] + steps + ["--log", tag + ".jsonl"] + g,
+               tag + ".log", env=dict(env, PARC_CUDA_GEMM="bf16")):
+        return False
+    ok = compare(a, "losses", proj + ".bf16.jsonl", tag + ".jsonl", 0,
+                 "%s bf16 stores = bf16 bits (%d GEMM operands)" % (a.name, n))
+    if ok and g:
+        ok = compare(a, "grads", grads("bf16")[1], g[1], 0, a.name + " bf16 stores, gradients")
+    return ok and refused([sp + "/build/train_cuda_emu"] + steps, dict(env, PARC_CUDA_GEMM="fp32"),
+                          sp + ".fp32", "this trainer stores GEMM inputs as bf16")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--name", required=True)
@@ -194,9 +228,10 @@ def main():
         p.add_argument("--" + req, required=True)
     a = p.parse_args()
     checks = a.checks.split(",")
-    bad = [c for c in checks if c not in ("cpu", "graph", "device", "bf16", "launch", "grads")]
+    known = ("cpu", "graph", "device", "bf16", "store", "launch", "grads")
+    bad = [c for c in checks if c not in known]
     if bad:
-        p.error("unknown check %s (cpu, graph, device, bf16, launch)" % bad[0])
+        p.error("unknown check %s (%s)" % (bad[0], ", ".join(known)))
     os.makedirs(a.work, exist_ok=True)
     proj = os.path.join(a.work, a.name)
     if not build(a, proj):
@@ -247,6 +282,8 @@ def main():
     if ok and "bf16" in checks:
         ok = gpu("bf16", {"PARC_CUDA_GEMM": "bf16"}, save_grads=True) and \
             against_cpu("bf16", 2e-4, 3e-2, "bf16 GEMMs vs CPU", "bf16 gradients")
+    if ok and "store" in checks:
+        ok = store(a, proj, env, steps, gpu, grads, "bf16" in checks)
     if ok and "graph" in checks:
         ok = gpu("graph", {"PARC_CUDA_GRAPH": "1"})
         n = log_of("graph").count("PARC_CUDA_GRAPH=1: ") if ok else 0
