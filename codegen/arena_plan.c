@@ -41,9 +41,7 @@ int64_t cg_gemm_ws_bytes(const IrModule *m, int bf16, const unsigned char *store
     const IrNode *x = m->nodes[i];
     if (x->op != IR_OP_MATMUL && x->op != IR_OP_MATMUL_TA) continue;
     g[n] = cg_cuda_gemm(x);
-    if (stored && stored[x->inputs[0]->id]) g[n].flags |= RT_CUDA_MM_A_BF16;
-    if (stored && stored[x->inputs[1]->id]) g[n].flags |= RT_CUDA_MM_B_BF16;
-    n++;
+    g[n++].flags |= cg_cuda_stored_flags(x, stored);
   }
   int64_t need[3];
   int64_t bytes = rt_cuda_gemms_ws(g, n, bf16 ? RT_CUDA_GEMM_BF16 : RT_CUDA_GEMM_FP32,

@@ -8,23 +8,27 @@
 #include "codegen/host_cuda.h"
 #include "runtime/cuda/rt_cuda_ws_plan.h"
 
-/* A reshape of x whose buffer is x's (a view: no kernel copies it). */
-static int is_view_of(const CgKernelPlan *kp, const BufPlan *bp, const IrNode *q, const IrNode *x) {
-  return q->op == IR_OP_RESHAPE && kp->view_of[q->id] == x->id && bp->alias[q->id] == x->id;
+/* A reshape of x whose buffer is x's (a view: no kernel copies it); for a
+ * value stored wide (rows of 2 cols), one that keeps the rows. */
+static int is_view_of(const CgKernelPlan *kp, const BufPlan *bp, const IrNode *q, const IrNode *x,
+                      int wide) {
+  return q->op == IR_OP_RESHAPE && kp->view_of[q->id] == x->id && bp->alias[q->id] >= 0 &&
+         bp->offset[q->id] == bp->offset[x->id] &&
+         (!wide || q->shape[q->rank - 1] == x->shape[x->rank - 1]);
 }
 
 /* 1 if every reader of n is a GEMM that may read it stored as bf16, or a view
  * of n whose readers are (recursively); mark[] gets n's views. */
 static int gemm_readers_only(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
-                             const IrNode *n, unsigned char *mark) {
+                             const IrNode *n, int wide, unsigned char *mark) {
   int readers = 0;
   for (int i = n->id + 1; i < m->nnodes; i++) {
     const IrNode *q = m->nodes[i];
     for (int j = 0; j < q->ninputs; j++) {
       if (q->inputs[j] != n) continue;
       readers++;
-      if (is_view_of(kp, bp, q, n)) {
-        if (!gemm_readers_only(m, kp, bp, q, mark)) return 0;
+      if (is_view_of(kp, bp, q, n, wide)) {
+        if (!gemm_readers_only(m, kp, bp, q, wide, mark)) return 0;
         mark[q->id] = 1;
         continue;
       }
@@ -34,6 +38,18 @@ static int gemm_readers_only(const IrModule *m, const CgKernelPlan *kp, const Bu
     }
   }
   return readers > 0;
+}
+
+/* Stores n as bf16 (how: 1 dense, 2 wide), and its views, if every reader
+ * is a GEMM that may read it so. */
+static void mark(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, const IrNode *n,
+                 int how, unsigned char *views, int *root, unsigned char *bf16) {
+  memset(views, 0, (size_t)m->nnodes);
+  if (!gemm_readers_only(m, kp, bp, n, how == 2, views)) return;
+  bf16[n->id] = (unsigned char)how;
+  root[n->id] = n->id;
+  for (int v = n->id + 1; v < m->nnodes; v++)
+    if (views[v]) bf16[v] = (unsigned char)how, root[v] = n->id;
 }
 
 /* The bf16 params of kernel instance k, as a mask (params past 63: never). */
@@ -65,13 +81,17 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
       if (n->dtype != IR_F32 || keep[a] || kp->inplace_of[a] >= 0 || kp->view_of[a] >= 0 ||
           bp->alias[a] >= 0 || bp->offset[a] < 0)
         continue;
-      memset(views, 0, (size_t)m->nnodes);
-      if (!gemm_readers_only(m, kp, bp, n, views)) continue;
-      out->bf16[a] = 1;
-      root[a] = a;
-      for (int v = a + 1; v < m->nnodes; v++)
-        if (views[v]) out->bf16[v] = 1, root[v] = a;
+      mark(m, kp, bp, n, 1, views, root, out->bf16);
     }
+  }
+  /* (vocab_)cross_entropy_grad's dlogits: rt_cuda_(vocab_)cross_entropy_grad_bf16
+   * store them wide, in place of the logits or not */
+  for (int i = 0; bf16 && !pipelined && i < m->nnodes; i++) {
+    const IrNode *n = m->nodes[i];
+    if ((n->op == IR_OP_CROSS_ENTROPY_GRAD || n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD) &&
+        !keep[i] && bp->offset[i] >= 0 &&
+        kp->view_of[i] < 0)
+      mark(m, kp, bp, n, 2, views, root, out->bf16);
   }
   /* no kernel may read a bf16 buffer, its loads being f32 (a reader would be
    * a reader in the IR, so none does; kept as a guard): such a value and its

@@ -21,6 +21,11 @@
  *     none of the step's results (loss, norms, updates);
  *   - every reader of n is a matmul or matmul_ta that reads n as an operand
  *     that it converts (rt_cuda_gemm_stored_ok), and no kernel reads it.
+ * And (vocab_)cross_entropy_grad's dlogits under the same conditions for its
+ * readers: rt_cuda_(vocab_)cross_entropy_grad_bf16 store them, in place of the logits (as the
+ * buffer plan has it) or not, "wide": each row in the first half of the bytes
+ * of its fp32 row (RT_CUDA_MM_A_WIDE / _B_WIDE).  GPT-2 small: 8192 x 50304,
+ * read by the tied head's dx and weight-gradient GEMMs.
  * Its buffer keeps its fp32 size and offset (the same arena as train.c); the
  * bf16 elements fill the first half.
  *
@@ -34,7 +39,8 @@
 #include "passes/bufplan.h"
 
 typedef struct CgCudaStore {
-  unsigned char *bf16;   /* per node id: 1 if its buffer holds bf16 (its views too) */
+  unsigned char *bf16;   /* per node id: 1 if its buffer holds bf16 (its views too),
+                            2 if wide: rows of 2 cols (cross_entropy_grad's dlogits) */
   int count;             /* values stored as bf16 (views not counted) */
   int64_t elements;      /* their elements, all together */
   int *canon;            /* per kernel instance: the instance whose CUDA code it runs */

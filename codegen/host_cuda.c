@@ -120,6 +120,12 @@ static void emit_dim_collective(Cu *e, const IrNode *n, const char *x, const cha
             grp(n->ia[0]), x, out, outer, len, inner);
 }
 
+int cg_cuda_stored_flags(const IrNode *n, const unsigned char *bf16) {
+  int a = bf16 ? bf16[n->inputs[0]->id] : 0, b = bf16 ? bf16[n->inputs[1]->id] : 0;
+  return (a ? RT_CUDA_MM_A_BF16 : 0) | (a == 2 ? RT_CUDA_MM_A_WIDE : 0) |
+         (b ? RT_CUDA_MM_B_BF16 : 0) | (b == 2 ? RT_CUDA_MM_B_WIDE : 0);
+}
+
 RtCudaGemm cg_cuda_gemm(const IrNode *n) {
   const IrNode *a = n->inputs[0], *b = n->inputs[1];
   int ta = n->op == IR_OP_MATMUL_TA;
@@ -185,14 +191,15 @@ static void emit_runtime(Cu *e, const IrNode *n) {
   case IR_OP_MATMUL:
   case IR_OP_MATMUL_TA: {
     RtCudaGemm g = cg_cuda_gemm(n);
-    if (e->store->bf16[in[0]->id]) g.flags |= RT_CUDA_MM_A_BF16;
-    if (e->store->bf16[in[1]->id]) g.flags |= RT_CUDA_MM_B_BF16;
+    g.flags |= cg_cuda_stored_flags(n, e->store->bf16);
     fprintf(f, "  CHECK(%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
             ", %s%s%s%s0));\n", g.ta ? "rt_cuda_matmul_ta" : "rt_cuda_matmul", out, x, y, g.batch,
             g.m, g.k, g.n, g.flags & RT_MM_TRANSPOSE_B ? "RT_MM_TRANSPOSE_B | " : "",
             g.flags & RT_MM_B_BATCHED ? "RT_MM_B_BATCHED | " : "",
-            g.flags & RT_CUDA_MM_A_BF16 ? "RT_CUDA_MM_A_BF16 | " : "",
-            g.flags & RT_CUDA_MM_B_BF16 ? "RT_CUDA_MM_B_BF16 | " : "");
+            g.flags & RT_CUDA_MM_A_BF16 ? (g.flags & RT_CUDA_MM_A_WIDE ? "RT_CUDA_MM_A_BF16 | "
+                                           "RT_CUDA_MM_A_WIDE | " : "RT_CUDA_MM_A_BF16 | ") : "",
+            g.flags & RT_CUDA_MM_B_BF16 ? (g.flags & RT_CUDA_MM_B_WIDE ? "RT_CUDA_MM_B_BF16 | "
+                                           "RT_CUDA_MM_B_WIDE | " : "RT_CUDA_MM_B_BF16 | ") : "");
     add_gemm(e, g);
     return;
   }
@@ -283,9 +290,10 @@ static void emit_runtime(Cu *e, const IrNode *n) {
     fprintf(f, "  CHECK(rt_cuda_cross_entropy(dev, %s, %s, %s, %" PRId64 ", %" PRId64 "));\n", out,
             x, y, lead(in[0], 1), dim(in[0], -1));
     return;
-  case IR_OP_CROSS_ENTROPY_GRAD:
-    fprintf(f, "  CHECK(rt_cuda_cross_entropy_grad(dev, %s, %s, %s, %s, %" PRId64 ", %" PRId64
-            "));\n", out, x, y, z, lead(in[0], 1), dim(in[0], -1));
+  case IR_OP_CROSS_ENTROPY_GRAD: /* dlogits as bf16 (wide) where only GEMMs read them */
+    fprintf(f, "  CHECK(rt_cuda_cross_entropy_grad%s(dev, %s, %s, %s, %s, %" PRId64 ", %" PRId64
+            "));\n", e->store->bf16[n->id] ? "_bf16" : "", out, x, y, z, lead(in[0], 1),
+            dim(in[0], -1));
     return;
   case IR_OP_VOCAB_EMBEDDING:
     fprintf(f, "  CHECK(rt_cuda_vocab_embedding(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
@@ -303,8 +311,9 @@ static void emit_runtime(Cu *e, const IrNode *n) {
             n->ia[2]);
     return;
   case IR_OP_VOCAB_CROSS_ENTROPY_GRAD:
-    fprintf(f, "  CHECK(rt_cuda_vocab_cross_entropy_grad(dev, %s, %s, %s, %s, %s, %" PRId64
-            ", %" PRId64 ", %" PRId64 "));\n", grp(n->ia[0]), out, x, y, z, lead(in[0], 1),
+    fprintf(f, "  CHECK(rt_cuda_vocab_cross_entropy_grad%s(dev, %s, %s, %s, %s, %s, %" PRId64
+            ", %" PRId64 ", %" PRId64 "));\n", e->store->bf16[n->id] ? "_bf16" : "",
+            grp(n->ia[0]), out, x, y, z, lead(in[0], 1),
             dim(in[0], -1), n->ia[2]);
     return;
   case IR_OP_ALL_REDUCE:

@@ -216,6 +216,13 @@ int rt_cuda_cross_entropy(RtCuda *c, float *loss, const float *logits, const int
 int rt_cuda_cross_entropy_grad(RtCuda *c, float *dlogits, const float *logits,
                                const int32_t *targets, const float *dloss, int64_t N,
                                int64_t V);
+/* The same with dlogits stored as bf16 (rounded to nearest even) for GEMMs
+ * that read it so (RT_CUDA_MM_A_WIDE, rt_cuda_ws_plan.h): row p in the first
+ * half of the bytes of the fp32 row p, so rows of 2 V bf16 elements; dlogits
+ * may be logits, as above. */
+int rt_cuda_cross_entropy_grad_bf16(RtCuda *c, float *dlogits, const float *logits,
+                                    const int32_t *targets, const float *dloss, int64_t N,
+                                    int64_t V);
 int rt_cuda_vocab_embedding(RtCuda *c, float *out, const int32_t *ids, const float *table,
                             int64_t count, int64_t Vl, int64_t D, int part, int parts);
 int rt_cuda_vocab_embedding_grad(RtCuda *c, float *dtable, const int32_t *ids, const float *dy,
@@ -225,6 +232,10 @@ int rt_cuda_vocab_cross_entropy(RtCuda *c, int group, float *loss, const float *
 int rt_cuda_vocab_cross_entropy_grad(RtCuda *c, int group, float *dlogits, const float *logits,
                                      const int32_t *targets, const float *dloss, int64_t N,
                                      int64_t Vl, int64_t V);
+/* The same with dlogits as bf16 rows of 2 Vl, as rt_cuda_cross_entropy_grad_bf16. */
+int rt_cuda_vocab_cross_entropy_grad_bf16(RtCuda *c, int group, float *dlogits,
+                                          const float *logits, const int32_t *targets,
+                                          const float *dloss, int64_t N, int64_t Vl, int64_t V);
 
 /* ---- routing (rt_route.h): staged through the host and the CPU routines
  * (correct, not fast: a GPU version is future work) ---- */

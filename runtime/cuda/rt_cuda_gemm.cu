@@ -192,7 +192,10 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
     return rt_fail("%s: dimensions must be >= 1, got batch %lld, m %lld, k %lld, n %lld", opname,
                    (long long)batch, (long long)m, (long long)k, (long long)n);
   const int stored = flags & (RT_CUDA_MM_A_BF16 | RT_CUDA_MM_B_BF16);
-  if (flags & ~(RT_MM_TRANSPOSE_B | RT_MM_B_BATCHED | RT_MM_ACCUMULATE | stored))
+  const int wide = flags & (RT_CUDA_MM_A_WIDE | RT_CUDA_MM_B_WIDE);
+  if ((flags & ~(RT_MM_TRANSPOSE_B | RT_MM_B_BATCHED | RT_MM_ACCUMULATE | stored | wide)) ||
+      ((flags & RT_CUDA_MM_A_WIDE) && !(flags & RT_CUDA_MM_A_BF16)) ||
+      ((flags & RT_CUDA_MM_B_WIDE) && !(flags & RT_CUDA_MM_B_BF16)))
     return rt_fail("%s: unknown flags 0x%x", opname, (unsigned)flags);
   if (!ta && !(flags & RT_MM_B_BATCHED)) { /* fold the batch into M */
     m *= batch;
@@ -216,6 +219,8 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
                    (unsigned)flags, (long long)batch, (long long)m, (long long)k, (long long)n);
   if (bf16ops) {
     ld[0] = round8(ac), ld[1] = round8(bc);
+    if (flags & RT_CUDA_MM_A_WIDE) ld[0] = 2 * ac;
+    if (flags & RT_CUDA_MM_B_WIDE) ld[1] = 2 * bc;
     if (!(flags & RT_CUDA_MM_A_BF16) && !(ga = as_bf16(c, WS_BF16_A, a, ar, ac, ld[0])))
       return RT_ERR;
     if (!(flags & RT_CUDA_MM_B_BF16) && !(gb = as_bf16(c, WS_BF16_B, b, br, bc, ld[1])))

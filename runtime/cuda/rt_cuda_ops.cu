@@ -9,6 +9,7 @@
  * (id, position) pairs with a stable radix sort and adds each id's rows in
  * position order, exactly the CPU's order (so it agrees bitwise). */
 #include <cub/device/device_radix_sort.cuh>
+#include <cuda_bf16.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,6 +209,64 @@ __global__ void __launch_bounds__(BLOCK) xent_grad(float *dlogits, const float *
   }
 }
 
+/* Row values of the cross-entropy gradient: column v of a row whose logits
+ * are row, maximum mx, f = dloss / (N sum), target column t (any value off
+ * the row); columns past nv (vocabulary padding) are 0.  The expression of
+ * xent_grad and vxent_grad. */
+struct XentVal {
+  const float *row;
+  float mx, f, scale;
+  int64_t nv, t;
+  __device__ float operator()(int64_t v) const {
+    return v < nv ? expf(row[v] - mx) * f - (v == t ? scale : 0.0f) : 0.0f;
+  }
+};
+
+/* Stores the V values of a row as bf16 (rounded to nearest even: the bits a
+ * GEMM's operand copy of the fp32 values has) at e, the first half of the
+ * bytes of the row's own fp32 row, which may hold the logits val reads (in
+ * place).  The block goes through the columns in tiles of XENT_TILE: every
+ * thread computes its values of the tile, __syncthreads, then stores them.
+ * Tile k's stores land on fp32 columns [k T / 2, (k + 1) T / 2) of the row,
+ * which every thread read before the barrier of tile k or an earlier one;
+ * the reads of tile k + 1, [(k + 1) T, (k + 2) T), lie past every store so
+ * far.  The caller's reductions over the row end in a barrier too. */
+enum { XENT_TILE = 4 * BLOCK };
+static __device__ void store_row_bf16(__nv_bfloat16 *e, int64_t V, const XentVal &val) {
+  for (int64_t c0 = 0; c0 < V; c0 += XENT_TILE) {
+    float x[XENT_TILE / BLOCK];
+#pragma unroll
+    for (int j = 0; j < XENT_TILE / BLOCK; j++) {
+      int64_t v = c0 + j * BLOCK + threadIdx.x;
+      x[j] = v < V ? val(v) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < XENT_TILE / BLOCK; j++) {
+      int64_t v = c0 + j * BLOCK + threadIdx.x;
+      if (v < V) e[v] = __float2bfloat16_rn(x[j]);
+    }
+  }
+}
+
+/* xent_grad with dlogits stored as bf16: row p at dlogits + 2 p V (rt_cuda.h). */
+__global__ void __launch_bounds__(BLOCK) xent_grad_bf16(__nv_bfloat16 *dlogits,
+                                                        const float *logits,
+                                                        const int32_t *targets,
+                                                        const float *dloss, int64_t N,
+                                                        int64_t V) {
+  __shared__ float shf[BLOCK / 32];
+  __shared__ double shd[BLOCK / 32];
+  float scale = (float)((double)*dloss / (double)N);
+  for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
+    const float *row = logits + p * V;
+    float mx = row_max(row, V, shf);
+    double s = row_sumexp(row, V, mx, shd);
+    XentVal val = {row, mx, (float)(1.0 / s) * scale, scale, V, (int64_t)targets[p]};
+    store_row_bf16(dlogits + p * 2 * V, V, val);
+  }
+}
+
 static unsigned row_blocks(int64_t N) { return (unsigned)(N < 65535 * 4 ? N : 65535 * 4); }
 
 extern "C" int rt_cuda_cross_entropy(RtCuda *c, float *loss, const float *logits,
@@ -222,6 +281,21 @@ extern "C" int rt_cuda_cross_entropy(RtCuda *c, float *loss, const float *logits
   LAUNCH_CHECK(c, "cross_entropy");
   mean_rows<<<1, BLOCK, 0, c->compute>>>(loss, rows, N);
   LAUNCH_CHECK(c, "cross_entropy");
+  return RT_OK;
+}
+
+extern "C" int rt_cuda_cross_entropy_grad_bf16(RtCuda *c, float *dlogits, const float *logits,
+                                               const int32_t *targets, const float *dloss,
+                                               int64_t N, int64_t V) {
+  if (!dlogits || !logits || !targets || !dloss)
+    return rt_fail("cross_entropy_grad_bf16: NULL pointer");
+  if (N < 1 || V < 1) return rt_fail("cross_entropy_grad_bf16: dimensions must be >= 1");
+  RtProfScope ps(c); /* logits, targets, dlogits as bf16 */
+  if (ps.on())
+    ps.set(RT_PROF_OP, (double)N * (double)(6 * V + 4), 0, "cross_entropy_grad (bf16 out)");
+  xent_grad_bf16<<<row_blocks(N), BLOCK, 0, c->compute>>>((__nv_bfloat16 *)(void *)dlogits,
+                                                          logits, targets, dloss, N, V);
+  LAUNCH_CHECK(c, "cross_entropy_grad_bf16");
   return RT_OK;
 }
 
@@ -308,9 +382,27 @@ __global__ void __launch_bounds__(BLOCK) vxent_grad(float *dlogits, const float 
   }
 }
 
+/* vxent_grad with dlogits stored as bf16: row p at dlogits + 2 p Vl (rt_cuda.h).
+ * The barrier before a row's first store (store_row_bf16) also orders it
+ * after the previous row's stores of the block: rows are disjoint anyway. */
+__global__ void __launch_bounds__(BLOCK) vxent_grad_bf16(__nv_bfloat16 *dlogits,
+                                                         const float *logits,
+                                                         const int32_t *targets,
+                                                         const float *dloss, const float *mx,
+                                                         const double *s, int64_t N, int64_t Vl,
+                                                         int64_t nv, int64_t lo) {
+  float scale = (float)((double)*dloss / (double)N);
+  for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
+    XentVal val = {logits + p * Vl, mx[p], (float)(1.0 / s[p]) * scale, scale, nv,
+                   (int64_t)targets[p] - lo};
+    store_row_bf16(dlogits + p * 2 * Vl, Vl, val);
+  }
+}
+
+/* The forward (loss) or the gradient (dlogits; as bf16 where bf16out). */
 static int vxent(RtCuda *c, const char *op, int group, float *loss, float *dlogits,
                  const float *logits, const int32_t *targets, const float *dloss, int64_t N,
-                 int64_t Vl, int64_t V) {
+                 int64_t Vl, int64_t V, int bf16out = 0) {
   if (!logits || !targets || (!loss && !dlogits) || (dlogits && !dloss))
     return rt_fail("%s: NULL pointer", op);
   int parts = c->gsize[group], part = c->grank[group];
@@ -348,6 +440,11 @@ static int vxent(RtCuda *c, const char *op, int group, float *loss, float *dlogi
   if (loss) {
     mean_rows<<<1, BLOCK, 0, c->compute>>>(loss, rows, N);
     LAUNCH_CHECK(c, op);
+  } else if (bf16out) {
+    vxent_grad_bf16<<<nb, BLOCK, 0, c->compute>>>((__nv_bfloat16 *)(void *)dlogits, logits,
+                                                  targets, dloss, mx, s, N, Vl, nv,
+                                                  (int64_t)part * Vl);
+    LAUNCH_CHECK(c, op);
   } else {
     vxent_grad<<<nb, BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss, mx, s, N, Vl, nv,
                                              (int64_t)part * Vl);
@@ -368,6 +465,14 @@ extern "C" int rt_cuda_vocab_cross_entropy_grad(RtCuda *c, int group, float *dlo
                                                 int64_t V) {
   return vxent(c, "vocab_cross_entropy_grad", group, NULL, dlogits, logits, targets, dloss, N,
                Vl, V);
+}
+
+extern "C" int rt_cuda_vocab_cross_entropy_grad_bf16(RtCuda *c, int group, float *dlogits,
+                                                     const float *logits, const int32_t *targets,
+                                                     const float *dloss, int64_t N, int64_t Vl,
+                                                     int64_t V) {
+  return vxent(c, "vocab_cross_entropy_grad_bf16", group, NULL, dlogits, logits, targets, dloss,
+               N, Vl, V, 1);
 }
 
 /* ---- routing: through the host and the CPU routines of rt_route.h ----

@@ -26,8 +26,13 @@ enum { RT_CUDA_OPERANDS_FP32 = 0, RT_CUDA_OPERANDS_ALIGNED = 1, RT_CUDA_OPERANDS
 /* Flags beside rt_gemm.h's RT_MM_*: operand a (b) is stored as bf16 already,
  * rows of its own width (a multiple of 8), by the kernel that computed it
  * (codegen/cuda_store.h); the GEMM reads it as it is, makes no copy of it,
- * and converts the other operand as it would.  Only in GEMM mode bf16. */
-enum { RT_CUDA_MM_A_BF16 = 0x100, RT_CUDA_MM_B_BF16 = 0x200 };
+ * and converts the other operand as it would.  Only in GEMM mode bf16.  With
+ * _WIDE too, its rows are twice as long (2 cols bf16: each in the first half
+ * of the bytes of its fp32 row; rt_cuda_cross_entropy_grad_bf16's dlogits). */
+enum {
+  RT_CUDA_MM_A_BF16 = 0x100, RT_CUDA_MM_B_BF16 = 0x200,
+  RT_CUDA_MM_A_WIDE = 0x400, RT_CUDA_MM_B_WIDE = 0x800
+};
 
 /* One GEMM call of a trainer: rt_cuda_matmul (ta 0) or rt_cuda_matmul_ta (ta
  * 1) with these arguments (RT_MM_* and RT_CUDA_MM_* flags). */

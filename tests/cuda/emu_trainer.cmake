@@ -28,6 +28,7 @@ string(JOIN " " emu_link ${emu_link})
 set(emu_cases
   "gpt2_tiny|gpt2_tiny||cpu,graph,bf16,store,launch|0"
   "llama_tiny|llama_tiny||cpu,graph,bf16,store|0"
+  "gpt2_tiny_vocab257|gpt2_tiny|-D vocab=257|cpu,bf16,store|0"
   "moe_tiny|moe_tiny||cpu,graph|1"
   "moe_tiny_zloss|moe_tiny|-D z_loss=1e-3 -D shared_ffn=64|cpu|0"
   "gpt2_tiny_tp2|gpt2_tiny|--tp 2|cpu,device,launch|0"

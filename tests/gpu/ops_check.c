@@ -91,6 +91,24 @@ static double differing(const float *a, const float *b, int64_t n) {
   return (double)k / (double)(n ? n : 1);
 }
 
+/* bf16 of f, rounded to nearest even (not NaN): what the GPU's
+ * __float2bfloat16_rn gives */
+static uint16_t bf16_rn(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* The share of rows x V values where the bf16 rows of 2 V (the dlogits of the
+ * _bf16 cross-entropy gradients, rt_cuda.h) are not ref rounded to bf16. */
+static double bf16_rows_differ(const void *got, const float *ref, int64_t rows, int64_t V) {
+  const uint16_t *g = got;
+  int64_t k = 0;
+  for (int64_t p = 0; p < rows; p++)
+    for (int64_t v = 0; v < V; v++) k += g[p * 2 * V + v] != bf16_rn(ref[p * V + v]);
+  return (double)k / (double)(rows * V > 0 ? rows * V : 1);
+}
+
 /* Times `reps` calls of the op (ms per call) through events on its stream. */
 typedef int (*OpFn)(RtCuda *c, void *arg);
 static double time_op(RtCuda *c, OpFn fn, void *arg, int reps) {
@@ -154,6 +172,55 @@ static void check_mm(RtCuda *c, int64_t batch, int64_t m, int64_t k, int64_t n, 
            flags & RT_MM_ACCUMULATE ? " +=" : "");
   row(ta ? (tol > 1e-4 ? "matmul_ta (bf16)" : "matmul_ta") : (tol > 1e-4 ? "matmul (bf16)" : "matmul"),
       shape, err, tol, ms, 2.0 * batch * m * k * n, 0);
+  cudaFree(x.out), cudaFree(x.a), cudaFree(x.b);
+  free(a), free(b), free(ref), free(got);
+}
+
+/* x [rows, cols] rounded to bf16 into rows of ld (cols or 2 cols: a stored
+ * operand, RT_CUDA_MM_A_BF16 and _WIDE), on the device */
+static void *dev_bf16(const float *x, int64_t rows, int64_t cols, int64_t ld) {
+  uint16_t *h = calloc((size_t)(rows * ld), 2);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t j = 0; j < cols; j++) h[r * ld + j] = bf16_rn(x[r * cols + j]);
+  void *d = dev_copy(h, 2 * (size_t)(rows * ld));
+  free(h);
+  return d;
+}
+
+/* A GEMM reading operands stored as bf16 (stored: RT_CUDA_MM_A_BF16 etc.,
+ * cb in GEMM mode bf16) against the same GEMM converting fp32 operands:
+ * the same bits (share of results differing, tolerance 0), both timed. */
+static void check_mm_stored(RtCuda *cb, int64_t m, int64_t k, int64_t n, int flags, int ta,
+                            int stored) {
+  int tb = (flags & RT_MM_TRANSPOSE_B) != 0;
+  int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+  float *a = rnd(ar * ac, 1), *b = rnd(br * bc, 1), *ref = malloc(4 * (size_t)(m * n)),
+        *got = malloc(4 * (size_t)(m * n));
+  Mm x = {dev_copy(NULL, 4 * (size_t)(m * n)), dev_copy(a, 4 * (size_t)(ar * ac)),
+          dev_copy(b, 4 * (size_t)(br * bc)), 1, m, k, n, flags, ta};
+  double err = mm_gpu(cb, &x) ? INFINITY : 0;
+  to_host(ref, x.out, 4 * (size_t)(m * n));
+  double ms_conv = time_op(cb, mm_gpu, &x, 10);
+  Mm y = x;
+  y.flags = flags | stored;
+  if (stored & RT_CUDA_MM_A_BF16)
+    y.a = dev_bf16(a, ar, ac, (stored & RT_CUDA_MM_A_WIDE) ? 2 * ac : ac);
+  if (stored & RT_CUDA_MM_B_BF16)
+    y.b = dev_bf16(b, br, bc, (stored & RT_CUDA_MM_B_WIDE) ? 2 * bc : bc);
+  if (err == 0) err = mm_gpu(cb, &y) ? INFINITY : 0;
+  to_host(got, y.out, 4 * (size_t)(m * n));
+  if (err == 0) err = differing(got, ref, m * n);
+  else fprintf(stderr, "%s\n", rt_last_error());
+  char shape[96];
+  snprintf(shape, sizeof shape, "%lldx%lldx%lld%s %s%s%s", (long long)m, (long long)k,
+           (long long)n, tb ? " tb" : "", (stored & RT_CUDA_MM_A_BF16) ? "a" : "",
+           (stored & RT_CUDA_MM_A_WIDE) ? "(2x)" : "", (stored & RT_CUDA_MM_B_BF16) ? "b" : "");
+  row(ta ? "matmul_ta (bf16 stored)" : "matmul (bf16 stored)", shape, err, 0,
+      time_op(cb, mm_gpu, &y, 10), 2.0 * m * k * n, 0);
+  printf("%-22s %-30s %10s %-4s %9.4f ms  %8.2f TFLOP/s\n", "  the same converting", "", "", "",
+         ms_conv, 2.0 * m * k * n / (ms_conv * 1e-3) / 1e12); /* a time, not a check */
+  if (y.a != x.a) cudaFree(y.a);
+  if (y.b != x.b) cudaFree(y.b);
   cudaFree(x.out), cudaFree(x.a), cudaFree(x.b);
   free(a), free(b), free(ref), free(got);
 }
@@ -396,6 +463,38 @@ static void check_embed_xent(RtCuda *c, int64_t count, int64_t V, int64_t D) {
   free(ids), free(table), free(dy), free(logits), free(ref), free(got);
 }
 
+static int ce_bwd_bf16(RtCuda *c, void *p) {
+  Em *x = p; /* in place, as the trainers call it: the logits are gone after one call */
+  return rt_cuda_cross_entropy_grad_bf16(c, x->dlogits, x->dlogits, x->ids, x->dloss, x->count,
+                                         x->V);
+}
+
+/* rt_cuda_cross_entropy_grad_bf16 in place: the fp32 gradient's bits rounded
+ * (V above the kernel's tile of 1024 columns: several tiles per row). */
+static void check_xent_bf16(RtCuda *c, int64_t N, int64_t V) {
+  int32_t *ids = malloc(4 * (size_t)N);
+  for (int64_t i = 0; i < N; i++) ids[i] = (int32_t)((frand() * 0.5f + 0.5f) * (float)(V - 1));
+  float *logits = rnd(N * V, 4), *ref = malloc(4 * (size_t)(N * V)), dloss = 1.0f;
+  float *back = malloc(4 * (size_t)(N * V));
+  Em x = {NULL, NULL, NULL, dev_copy(logits, 4 * (size_t)(N * V)),
+          dev_copy(logits, 4 * (size_t)(N * V)), NULL, dev_copy(&dloss, 4),
+          dev_copy(ids, 4 * (size_t)N), N, V, 0};
+  double err = rt_cuda_cross_entropy_grad(c, x.dlogits, x.logits, x.ids, x.dloss, N, V) ? INFINITY
+                                                                                        : 0;
+  to_host(ref, x.dlogits, 4 * (size_t)(N * V)); /* the fp32 bits */
+  float *fresh = dev_copy(logits, 4 * (size_t)(N * V));
+  cudaFree(x.dlogits);
+  x.dlogits = fresh;
+  if (err == 0) err = ce_bwd_bf16(c, &x) ? INFINITY : 0;
+  to_host(back, x.dlogits, 4 * (size_t)(N * V));
+  if (err == 0) err = bf16_rows_differ(back, ref, N, V);
+  char shape[64];
+  snprintf(shape, sizeof shape, "N %lld V %lld, in place", (long long)N, (long long)V);
+  row("xent_grad bf16 out", shape, err, 0, time_op(c, ce_bwd_bf16, &x, 10), 0, 6.0 * N * V);
+  cudaFree(x.logits), cudaFree(x.dlogits), cudaFree(x.dloss), cudaFree(x.ids);
+  free(ids), free(logits), free(ref), free(back);
+}
+
 /* ---- vocabulary parallelism at two members (two threads, one GPU) ---- */
 enum { VN = 96, VL = 300, VV = 590, VD = 48 }; /* V < 2 Vl: padding on member 1 */
 static float *v_logits, *v_table;
@@ -427,7 +526,7 @@ static int vocab_rank(RtComm *world, void *arg) {
            rt_cuda_vocab_cross_entropy(c, RT_CUDA_TP, loss_d, dl, ids_d, VN, VL, VV) ||
            rt_vocab_cross_entropy_grad(mesh.tp_comm, ref, mine, v_ids, &dloss, VN, VL, VV) ||
            rt_cuda_vocab_cross_entropy_grad(c, RT_CUDA_TP, dg, dl, ids_d, dloss_d, VN, VL, VV);
-  double e1 = INFINITY, e2 = INFINITY, e3 = INFINITY, e4 = INFINITY;
+  double e1 = INFINITY, e2 = INFINITY, e3 = INFINITY, e4 = INFINITY, e5 = INFINITY;
   if (!rc) {
     to_host(&loss_got, loss_d, 4);
     to_host(got, dg, 4 * VN * VL);
@@ -439,6 +538,12 @@ static int vocab_rank(RtComm *world, void *arg) {
     if (!rt_cuda_vocab_cross_entropy_grad(c, RT_CUDA_TP, ip, ip, ids_d, dloss_d, VN, VL, VV)) {
       to_host(back, ip, 4 * VN * VL);
       e4 = differing(back, got, VN * VL);
+    }
+    cudaFree(ip);
+    ip = dev_copy(mine, 4 * VN * VL); /* as bf16 rows of 2 VL, in place */
+    if (!rt_cuda_vocab_cross_entropy_grad_bf16(c, RT_CUDA_TP, ip, ip, ids_d, dloss_d, VN, VL, VV)) {
+      to_host(back, ip, 4 * VN * VL);
+      e5 = bf16_rows_differ(back, got, VN, VL);
     }
     cudaFree(ip), free(back);
     float *tb = dev_copy(v_table + part * VL * VD, 4 * VL * VD), *o = dev_copy(NULL, 4 * VN * VD);
@@ -457,6 +562,7 @@ static int vocab_rank(RtComm *world, void *arg) {
     row("vocab_cross_entropy", shape, e1, 1e-6, 0, 0, 0);
     row("vocab_xent_grad", shape, e2, 1e-5, 0, 0, 0);
     row("vocab_xent_grad in pl.", shape, e4, 0, 0, 0, 0);
+    row("vocab_xent_grad bf16", shape, e5, 0, 0, 0, 0);
     row("vocab_embedding", shape, e3, 0, 0, 0, 0);
   }
   cudaFree(dl), cudaFree(dg), cudaFree(dloss_d), cudaFree(loss_d), cudaFree(ids_d);
@@ -497,6 +603,9 @@ int main(int argc, char **argv) {
   if (!small)
     check_attn(c, 8, 12, 12, 1024, 64, 1); /* GPT-2 small */
   check_embed_xent(c, 256, 256, 64);
+  check_xent_bf16(c, 64, 3000);
+  if (!small)
+    check_xent_bf16(c, 8192, 50304); /* GPT-2 small (padded vocabulary) */
   if (!small)
     check_embed_xent(c, 2048, 50257, 64);
   rt_cuda_close(c);
@@ -520,6 +629,17 @@ int main(int argc, char **argv) {
     check_mm(c, 1, 1001, 256, 64, 0, 1, 1e-2);               /* its weight gradient */
     check_mm(c, 1, 1001, 256, 64, RT_MM_ACCUMULATE, 1, 1e-2);
     check_mm(c, 4, 64, 32, 48, RT_MM_B_BATCHED, 0, 1e-2);    /* batched */
+    /* operands stored as bf16 (codegen/cuda_store.h): a layer norm's output into
+     * qkv, dlogits (wide rows) into the head's dx and weight gradient */
+    check_mm_stored(c, 256, 64, 192, 0, 0, RT_CUDA_MM_A_BF16);
+    check_mm_stored(c, 256, 320, 64, 0, 0, RT_CUDA_MM_A_BF16 | RT_CUDA_MM_A_WIDE);
+    check_mm_stored(c, 320, 256, 64, 0, 1,
+                    RT_CUDA_MM_A_BF16 | RT_CUDA_MM_A_WIDE | RT_CUDA_MM_B_BF16);
+    if (!small) /* GPT-2 small's tied head: dx and the table's gradient */
+      check_mm_stored(c, 8192, 50304, 768, 0, 0, RT_CUDA_MM_A_BF16 | RT_CUDA_MM_A_WIDE);
+    if (!small)
+      check_mm_stored(c, 50304, 8192, 768, 0, 1,
+                      RT_CUDA_MM_A_BF16 | RT_CUDA_MM_A_WIDE | RT_CUDA_MM_B_BF16);
     check_attn_bf16(c, 2, 4, 2, 130, 64, 1);
     check_attn_bf16(c, 1, 4, 1, 70, 128, 0);
     check_attn_bf16(c, 2, 4, 4, 100, 32, 1);
