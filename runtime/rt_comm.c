@@ -559,6 +559,8 @@ int rt_comm_run(int nranks, int (*rank_main)(RtComm *world, void *arg), void *ar
                    "the same number) under mpirun", nranks, w->size);
   rt_clear_error();
   int rc = rank_main(w, arg);
+  if (rc == RT_COMM_STOP_AGREED) /* every rank is here: leave MPI cleanly */
+    return rt_comm_mpi_finalize(w) ? RT_ERR : RT_COMM_STOP_AGREED;
   if (rc != 0) {
     const char *e = rt_last_error();
     if (!e[0]) return rt_fail("rank %d: rank_main returned %d", w->rank, rc);

@@ -75,7 +75,16 @@ int rt_comm_threads_run(int nranks, int (*rank_main)(RtComm *world, void *arg), 
  * (nranks must be 0 or the world size) and finalises MPI after a success; otherwise
  * it is rt_comm_threads_run(nranks, ...).  On failure it returns RT_ERR with the
  * rank's message ("rank R: " prefixed as above); under MPI it then leaves MPI
- * unfinalised: exit with a nonzero status. */
+ * unfinalised: exit with a nonzero status (a rank that failed alone must not
+ * wait in MPI_Finalize for peers that may never get there).
+ * A rank_main that returns RT_COMM_STOP_AGREED says that every rank returns it
+ * at the same point, having agreed to stop (a refused setup, all ranks knowing
+ * it): under MPI, MPI is then finalised as after a success (MPI_Finalize is
+ * collective, and every rank reaches it) and rt_comm_run returns
+ * RT_COMM_STOP_AGREED, rt_last_error() still rank_main's message (RT_ERR with
+ * the reason if finalising fails); with threads it is a failure like any other
+ * nonzero return.  Exit with a nonzero status then too. */
+#define RT_COMM_STOP_AGREED (-1000)
 int rt_comm_run(int nranks, int (*rank_main)(RtComm *world, void *arg), void *arg);
 
 /* 1 if this libparcrt was built with MPI, else 0. */

@@ -376,6 +376,8 @@ typedef struct {
   RtPipeStageDesc stage;
   const RtModelDesc *pp_whole;
   float *ppw_params, *ppw_state;
+  int stop_agreed;           /* MPI: the ranks agreed to stop (a refused setup, exit 1):
+                                rank_main returns RT_COMM_STOP_AGREED, MPI is finalised */
 } Run;
 
 static void run_free(Run *r) {
@@ -771,7 +773,8 @@ static void step_io(const Run *r, RtStepIO *io) {
 /* RtModelDesc.start (a GPU trainer's device), before the first step.  Its
  * outcome is the same on every rank with the same message (rt_model.h), so a
  * refused setup is reported once -- by world rank 0 under MPI, by the first
- * rank to record it with threads -- as a setup error: exit 1, no step run.
+ * rank to record it with threads -- as a setup error: exit 1, no step run;
+ * under MPI every rank then leaves MPI cleanly (Run.stop_agreed).
  * Returns an exit code or -1. */
 static int start_device(Run *r) {
   RtStepIO io;
@@ -784,6 +787,7 @@ static int start_device(Run *r) {
   pthread_mutex_lock(&r->shared->mu);
   if (!r->shared->code) r->shared->code = 1;
   pthread_mutex_unlock(&r->shared->mu);
+  r->stop_agreed = 1;
   return 1;
 }
 
@@ -1050,6 +1054,8 @@ static int rank_main(RtComm *world, void *arg) {
     if (rc == 0) fflush(stdout);
     rt_comm_mesh_free(&r.mesh);
   }
+  /* every rank stops here alike (start_device): MPI is finalised, exit 1 */
+  if (rc == 1 && r.stop_agreed) rc = RT_COMM_STOP_AGREED;
   run_free(&r);
   return rc;
 }

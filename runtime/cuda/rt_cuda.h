@@ -27,7 +27,11 @@
  * and the ranks agree on the outcome (rt_cuda_agree): a refusal is
  * RT_ERR_SETUP (rt_err.h: the user's setup, with what to change) on every
  * rank, with the message of the lowest world rank refused, so no rank goes
- * on into a collective the others never reach.
+ * on into a collective the others never reach.  The allocations that follow
+ * (buffers, streams, events, the cuBLASLt handle) are agreed the same way:
+ * out of memory there (another process took memory after the check, or it is
+ * fragmented) is RT_ERR_SETUP too, naming the rank, the GPU, the bytes asked
+ * and the bytes free; another failure there is RT_ERR on every rank.
  *
  * Streams: `compute` runs everything of the step in order; collectives run
  * on `comm`, ordered after the compute work that produced their input by an
@@ -135,8 +139,9 @@ typedef struct {
 /* Picks the rank's GPU, checks the mesh and memory, allocates, uploads params
  * and state (host, may be NULL for zeros) and sets up streams, cuBLASLt and
  * the communicators.  Collective over the mesh (every rank calls it).
- * RT_OK; RT_ERR_SETUP where the start-up checks refuse the setup (on every
- * rank alike, see above); RT_ERR for a failing CUDA, cuBLAS or NCCL call.
+ * RT_OK; RT_ERR_SETUP where the start-up checks refuse the setup or a
+ * start-up allocation finds the GPU out of memory (on every rank alike, see
+ * above); RT_ERR for a failing CUDA, cuBLAS or NCCL call.
  * On failure *ctx may hold the part made (rt_cuda_close frees it). */
 int rt_cuda_open(RtCuda **ctx, const RtCudaSetup *s, const float *params, const float *state);
 /* Frees everything (communicators destroyed).  NULL is a no-op. */

@@ -257,6 +257,8 @@ static int check_memory(RtCuda *c, int rc) {
   int grc = RT_OK, sharers = 1;
   if (c->ranks == 1) all[0] = mine;
   else grc = rt_cuda_gather_world(g, rec, RT_DEVICE_NEED_FLOATS, c->ranks, (float *)(void *)all);
+  c->planned = need;
+  c->checked_free = free_b;
   int64_t together = grc == RT_OK ? rt_cuda_device_need(all, c->ranks, c->wrank, &sharers) : 0;
   free(all);
   if (grc != RT_OK) return grc;
@@ -326,6 +328,75 @@ static int nccl_open(RtCuda *c) {
 }
 #endif
 
+/* ---- start-up allocations ---- */
+
+/* A start-up allocation that failed after the agreed memory check.  Out of
+ * memory (`oom`) is the user's environment -- another process took memory since
+ * the check, or what is free is too fragmented -- so it is RT_ERR_SETUP naming
+ * the rank, the GPU, the bytes asked (0: a handle of unknown size) and what is
+ * free now, and saying what to do; any other failure is RT_ERR. */
+static int alloc_failed(RtCuda *c, int line, const char *op, size_t bytes, int oom,
+                        const char *err) {
+  if (!oom) return rt_cuda_fail_at(c, __FILE__, line, op, err);
+  cudaGetLastError(); /* out of memory is not sticky: clear it for the calls to come */
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) free_b = total_b = 0;
+  char asked[64] = "";
+  if (bytes) snprintf(asked, sizeof asked, " of %zu bytes", bytes);
+  return rt_fail_setup("rank %d on %s: out of GPU memory at start-up: %s%s failed with %zu "
+                       "bytes free of %zu (the start-up check saw %zu free for this rank's "
+                       "plan of %lld bytes): another process took GPU memory since, or the "
+                       "free memory is fragmented; free the GPU (nvidia-smi lists what uses "
+                       "it) and run again, or use a smaller batch (-D batch=N) or more tp or "
+                       "pp ranks", c->wrank, c->name, op, asked, free_b, total_b,
+                       c->checked_free, (long long)c->planned);
+}
+
+#define ALLOC_CHECK(c, call, op, bytes)                                                     \
+  do {                                                                                      \
+    cudaError_t e_ = (call);                                                                \
+    if (e_ != cudaSuccess)                                                                  \
+      return alloc_failed((c), __LINE__, (op), (bytes), e_ == cudaErrorMemoryAllocation,    \
+                          cudaGetErrorString(e_));                                          \
+  } while (0)
+
+/* The device buffers, streams, events and cuBLASLt handle of a rank that
+ * passed the start-up checks.  A failure is reported as alloc_failed says;
+ * rt_cuda_close frees what was made. */
+static int alloc_device(RtCuda *c) {
+  ALLOC_CHECK(c, cudaStreamCreateWithFlags(&c->compute, cudaStreamNonBlocking),
+              "cudaStreamCreate", 0);
+  ALLOC_CHECK(c, cudaStreamCreateWithFlags(&c->comm, cudaStreamNonBlocking), "cudaStreamCreate",
+              0);
+  ALLOC_CHECK(c, cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming), "cudaEventCreate",
+              0);
+  ALLOC_CHECK(c, cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming), "cudaEventCreate",
+              0);
+  size_t pb = (size_t)c->params_numel * 4, sb = (size_t)c->state_numel * 4;
+  size_t ab = c->arena_bytes ? (size_t)c->arena_bytes : 64, tb = (size_t)c->ntok * 4;
+  ALLOC_CHECK(c, cudaMalloc((void **)&c->params, pb ? pb : 4), "cudaMalloc(params)", pb ? pb : 4);
+  ALLOC_CHECK(c, cudaMalloc((void **)&c->state, sb ? sb : 4), "cudaMalloc(state)", sb ? sb : 4);
+  ALLOC_CHECK(c, cudaMalloc((void **)&c->arena, ab), "cudaMalloc(arena)", ab);
+  ALLOC_CHECK(c, cudaMalloc((void **)&c->tokens, tb ? tb : 4), "cudaMalloc(tokens)", tb ? tb : 4);
+  ALLOC_CHECK(c, cudaMalloc((void **)&c->targets, tb ? tb : 4), "cudaMalloc(targets)",
+              tb ? tb : 4);
+  ALLOC_CHECK(c, cudaMalloc((void **)&c->scalars, 16 * sizeof(float)), "cudaMalloc(scalars)",
+              16 * sizeof(float));
+  ALLOC_CHECK(c, cudaMalloc(&c->lt_ws, RT_CUDA_GEMM_WORKSPACE), "cudaMalloc(GEMM workspace)",
+              (size_t)RT_CUDA_GEMM_WORKSPACE);
+  for (int w = 0; w < WS_COUNT; w++)
+    if (c->ws_plan[w]) {
+      ALLOC_CHECK(c, cudaMalloc(&c->ws[w], c->ws_plan[w]), "cudaMalloc(GEMM operand workspace)",
+                  c->ws_plan[w]);
+      c->ws_bytes[w] = c->ws_plan[w];
+    }
+  cublasStatus_t st = cublasLtCreate(&c->lt);
+  if (st != CUBLAS_STATUS_SUCCESS)
+    return alloc_failed(c, __LINE__, "cublasLtCreate", 0, st == CUBLAS_STATUS_ALLOC_FAILED,
+                        cublasLtGetStatusString(st));
+  return RT_OK;
+}
+
 /* ---- open / close ---- */
 
 int rt_cuda_open(RtCuda **out, const RtCudaSetup *s, const float *params, const float *state) {
@@ -389,26 +460,10 @@ int rt_cuda_open(RtCuda **out, const RtCudaSetup *s, const float *params, const 
   rc = check_memory(c, rc);
   RtComm *world[3] = {c->hgroup[RT_CUDA_TP], c->hgroup[RT_CUDA_DP], c->hgroup[RT_CUDA_PP]};
   if ((rc = rt_cuda_agree(world, c->ranks, rc)) != RT_OK) return rc;
-  CU_CHECK(c, cudaStreamCreateWithFlags(&c->compute, cudaStreamNonBlocking), "cudaStreamCreate");
-  CU_CHECK(c, cudaStreamCreateWithFlags(&c->comm, cudaStreamNonBlocking), "cudaStreamCreate");
-  CU_CHECK(c, cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming), "cudaEventCreate");
-  CU_CHECK(c, cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming), "cudaEventCreate");
+  /* the allocations, agreed like the checks: out of memory now (RT_ERR_SETUP) or
+   * a CUDA failure (RT_ERR) on any rank stops every rank here, with its message */
+  if ((rc = rt_cuda_agree(world, c->ranks, alloc_device(c))) != RT_OK) return rc;
   size_t pb = (size_t)c->params_numel * 4, sb = (size_t)c->state_numel * 4;
-  CU_CHECK(c, cudaMalloc((void **)&c->params, pb ? pb : 4), "cudaMalloc(params)");
-  CU_CHECK(c, cudaMalloc((void **)&c->state, sb ? sb : 4), "cudaMalloc(state)");
-  CU_CHECK(c, cudaMalloc((void **)&c->arena, c->arena_bytes ? (size_t)c->arena_bytes : 64),
-           "cudaMalloc(arena)");
-  size_t tb = (size_t)c->ntok * 4;
-  CU_CHECK(c, cudaMalloc((void **)&c->tokens, tb ? tb : 4), "cudaMalloc(tokens)");
-  CU_CHECK(c, cudaMalloc((void **)&c->targets, tb ? tb : 4), "cudaMalloc(targets)");
-  CU_CHECK(c, cudaMalloc((void **)&c->scalars, 16 * sizeof(float)), "cudaMalloc(scalars)");
-  CU_CHECK(c, cudaMalloc(&c->lt_ws, RT_CUDA_GEMM_WORKSPACE), "cudaMalloc(GEMM workspace)");
-  for (int w = 0; w < WS_COUNT; w++)
-    if (c->ws_plan[w]) {
-      CU_CHECK(c, cudaMalloc(&c->ws[w], c->ws_plan[w]), "cudaMalloc(GEMM operand workspace)");
-      c->ws_bytes[w] = c->ws_plan[w];
-    }
-  LT_CHECK(c, cublasLtCreate(&c->lt), "cublasLtCreate");
   if (params) CU_CHECK(c, cudaMemcpy(c->params, params, pb, cudaMemcpyHostToDevice), "upload params");
   else CU_CHECK(c, cudaMemset(c->params, 0, pb), "cudaMemset(params)");
   if (state) CU_CHECK(c, cudaMemcpy(c->state, state, sb, cudaMemcpyHostToDevice), "upload state");

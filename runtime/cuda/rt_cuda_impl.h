@@ -68,6 +68,8 @@ struct RtCuda {
   size_t ws_bytes[WS_COUNT];
   size_t ws_plan[WS_COUNT];  /* planned bytes (rt_cuda_ws_plan.h; 0: grows on demand) */
   int64_t ws_planned;        /* their sum */
+  int64_t planned;           /* the start-up memory check: this rank's planned bytes */
+  size_t checked_free;       /* and its GPU's free bytes then (out-of-memory messages) */
   /* host staging (routing ops, the host collective backend) */
   void *host_stage;
   size_t host_stage_bytes;

@@ -13,8 +13,10 @@
 #                             store: -D precision=bf16 (GEMM inputs stored as
 #                             bf16) = the bf16 run bit for bit;
 #                             launch: a too-small GPU refused at start-up with
-#                             planned and free bytes, exit 1, no step run (threads
-#                             and mpirun); mpirun's losses = the threads'; grads:
+#                             planned and free bytes, a cudaMalloc failing after
+#                             that check with the bytes asked and free, exit 1,
+#                             no step run (threads and mpirun, every process
+#                             finalising MPI); mpirun's losses = the threads'; grads:
 #                             the step-1 gradients at several ranks too)
 # libparcrt and what it links (runtime/CMakeLists.txt: cJSON, OpenBLAS, MPI where found)
 find_package(MPI COMPONENTS C QUIET)

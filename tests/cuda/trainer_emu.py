@@ -28,13 +28,18 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
   launch  the start-up checks and launchers: on an emulated GPU of 16 MiB
           (KCU_EMU_MEM_MIB) train_cuda refuses to start with the planned and
           free bytes (several ranks sharing a GPU of just over one rank's need:
-          the shared message) as a setup error: exit 1, the message once, no
-          "internal error", no step in its log; with several ranks likewise
-          PARC_CUDA_COMM=nccl (the emulated build has no NCCL) and, where mpirun
-          exists, mpirun -np RANKS with a 16 MiB GPU per process (and with only
-          ranks 1.. too small: every rank stops, rank 1's message); and mpirun -np
-          RANKS (a process per rank, each its own emulated GPU, host-staged
-          collectives over MPI) gives the threads' losses bit for bit;
+          the shared message) as a setup error: exit 1, the message once and
+          nothing else, no "internal error", no step in its log; likewise a
+          cudaMalloc failing after the memory check (KCU_EMU_MALLOC_FAIL=3:
+          memory taken meanwhile), its line naming the allocation, the bytes
+          asked and free; with several ranks likewise PARC_CUDA_COMM=nccl (the
+          emulated build has no NCCL) and, where mpirun exists, mpirun --quiet
+          -np RANKS with a 16 MiB GPU per process (and with only ranks 1.. too
+          small, or out of memory after the check: every rank stops, rank 1's
+          message), every process finalising MPI (Open MPI: its btl verbose
+          lines); and mpirun -np RANKS (a process per rank, each its own
+          emulated GPU, host-staged collectives over MPI) gives the threads'
+          losses bit for bit;
   bf16    PARC_CUDA_GEMM=bf16 (GEMM operands rounded to bf16, attention on the
           tensor-core kernels, rt_cuda_attn_mma.cu) against train: losses
           within 2e-4 relative, and at one rank the step-1 gradients within
@@ -58,6 +63,7 @@ operation at a time, so a missing stream or event wait (a race) is invisible.
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -120,23 +126,39 @@ def compare(a, kind, ref, got, tol, what):
     return r.returncode == 0
 
 
-def refused(cmd, env, tag, want):
+def refused(cmd, env, tag, want, check=None):
     """Runs cmd (train_cuda_emu with --log TAG.jsonl added), which must refuse the
-    setup at start-up: exit 1, want printed once, no "internal error" and no step
-    wrapper, and the log has its config record but no step record (no step ran)."""
+    setup at start-up: exit 1, want printed once and nothing else (mpirun runs
+    --quiet: without it Open MPI adds its notice about a nonzero exit status,
+    finalised or not), no "internal error" and no step wrapper, and the log has
+    its config record but no step record (no step ran).  check(line), if given,
+    returns the problems of the refusal's line (a list)."""
     log, jl = tag + ".log", tag + ".jsonl"
     if os.path.exists(jl):
         os.remove(jl)
     at = cmd.index(":") if ":" in cmd else len(cmd)  # mpirun's first context: world rank 0
+    # Open MPI: its btl framework's verbose lines show which processes finalised MPI
+    # ("close: component self closed" is printed by MPI_Finalize)
+    ranks = mpi_ranks(cmd) if "mpirun" in os.path.basename(cmd[0]) and open_mpi(cmd[0]) else 0
+    verbose = ["--mca", "btl_base_verbose", "10"] if ranks else []
     with open(log, "w") as f:
-        rc = subprocess.run(cmd[:at] + ["--log", jl] + cmd[at:], stdout=f,
+        rc = subprocess.run(cmd[:1] + verbose + cmd[1:at] + ["--log", jl] + cmd[at:], stdout=f,
                             stderr=subprocess.STDOUT, env=env, timeout=300).returncode
     text = open(log).read()
+    fin = len(set(re.findall(r"^\[([^\]]+)\] mca: base: close: component self closed$", text,
+                             re.M)))
+    # (those lines, and the btl's others, start with Open MPI's "[host:pid] ")
+    text = "".join(x for x in text.splitlines(True) if not re.match(r"\[[^\]\s]+:\d+\] ", x))
     recs = [json.loads(line) for line in open(jl)] if os.path.exists(jl) else []
     bad = [w for w in ("internal error", "failed: ") if w in text]
+    lines = [x for x in text.splitlines() if x.strip()]
     problems = (["exit %d, expected 1" % rc] if rc != 1 else []) + \
         (["%r printed %d times, expected once" % (want, text.count(want))]
          if text.count(want) != 1 else []) + \
+        (["%d lines of output, expected the refusal's alone" % len(lines)]
+         if len(lines) != 1 else []) + \
+        (check(lines[0]) if check and len(lines) == 1 and want in lines[0] else []) + \
+        (["%d of the %d processes finalised MPI" % (fin, ranks)] if fin != ranks else []) + \
         ["%r printed" % w for w in bad] + \
         (["the log has no config record"] if not recs or "config" not in recs[0] else []) + \
         (["%d step records in the log" % sum("step" in r for r in recs)]
@@ -150,6 +172,38 @@ def refused(cmd, env, tag, want):
     return True
 
 
+def open_mpi(mpirun):
+    """Whether mpirun is Open MPI's."""
+    r = subprocess.run([mpirun, "--version"], capture_output=True, text=True)
+    return "Open MPI" in r.stdout + r.stderr
+
+
+def mpi_ranks(cmd):
+    """The processes an mpirun command line starts (the sum of its -np)."""
+    return sum(int(cmd[i + 1]) for i, x in enumerate(cmd) if x == "-np")
+
+
+def oom_line(line):
+    """The problems of a start-up out-of-memory refusal's line (refused's check):
+    it names the allocation, the bytes asked and free and the check's figures,
+    which must be those of a check that passed, and says what to do."""
+    m = re.search(r"out of GPU memory at start-up: cudaMalloc\(\w[^)]*\) of (\d+) bytes "
+                  r"failed with (\d+) bytes free of (\d+) \(the start-up check saw (\d+) free "
+                  r"for this rank's plan of (\d+) bytes\)", line)
+    if not m:
+        return ["the line does not give the allocation, its bytes and the bytes free"]
+    asked, free, total, seen, plan = map(int, m.groups())
+    problems = []
+    if not 0 < asked <= plan:
+        problems.append("%d bytes asked, not within the plan's %d" % (asked, plan))
+    if not plan <= seen <= total or free > total:
+        problems.append("planned %d, free %d then and %d now of %d: not a check that passed"
+                        % (plan, seen, free, total))
+    if "free the GPU" not in line:
+        problems.append("the line does not say what to do")
+    return problems
+
+
 def launch(a, proj, emu, env, steps, one_rank):
     """The launch check (module doc); proj.emu.jsonl is the plain run (ranks as threads)."""
     # a GPU too small: one rank alone does not fit; several share one GPU that
@@ -157,6 +211,13 @@ def launch(a, proj, emu, env, steps, one_rank):
     mib, want = ("16", "the plan does not fit: planned") if one_rank else \
         ("48", "ranks sharing this GPU do not fit")
     if not refused([emu] + steps, dict(env, KCU_EMU_MEM_MIB=mib), proj + ".small_gpu", want):
+        return False
+    # memory taken after the agreed check (the emulation fails the 3rd cudaMalloc, the
+    # first rank's arena or another rank's buffer): the user's environment, agreed
+    # over the ranks (one rank alone fails here with threads), exit 1, no step
+    if not refused([emu] + steps, dict(env, KCU_EMU_MALLOC_FAIL="3"), proj + ".oom",
+                   "out of GPU memory at start-up: cudaMalloc(" +
+                   ("arena)" if one_rank else ""), oom_line):
         return False
     # another refusal of the setup: NCCL asked of a build without it (the emulation's)
     if not one_rank and not refused([emu] + steps, dict(env, PARC_CUDA_COMM="nccl",
@@ -171,7 +232,7 @@ def launch(a, proj, emu, env, steps, one_rank):
         if flag in f:
             ranks *= int(f[f.index(flag) + 1])
     e = dict(env, KCU_EMU_GPUS=str(ranks))
-    opts = [mpirun, "--allow-run-as-root", "--oversubscribe"]
+    opts = [mpirun, "--allow-run-as-root", "--oversubscribe", "--quiet"]
     for var in ("KCU_EMU_GPUS", "PARC_CUDA_COMM", "PARC_CUDA_GEMM", "PARC_CUDA_LOCAL",
                 "PARC_CUDA_GRAPH"):
         opts += ["-x", var]
@@ -185,6 +246,13 @@ def launch(a, proj, emu, env, steps, one_rank):
     mpmd = opts + ["-np", "1", emu] + steps + \
         [":", "-np", str(ranks - 1), "-x", "KCU_EMU_MEM_MIB=16", emu] + steps
     if not refused(mpmd, e, proj + ".mpi_small_gpu1", "rank 1 on GPU 1 (Emulated"):
+        return False
+    # ranks 1.. out of memory after the agreed check: every rank stops, rank 1's message
+    oom = opts + ["-np", "1", emu] + steps + \
+        [":", "-np", str(ranks - 1), "-x", "KCU_EMU_MALLOC_FAIL=3", emu] + steps
+    if not refused(oom, e, proj + ".mpi_oom", "out of GPU memory at start-up: cudaMalloc(arena) "
+                   "of ", lambda line: oom_line(line) + ([] if "rank 1 on GPU 1 (" in line
+                                                          else ["not rank 1's message"])):
         return False
     ok = run(mpi + ["--log", proj + ".mpi.jsonl"], proj + ".mpi.log", env=e)
     return ok and compare(a, "losses", proj + ".emu.jsonl", proj + ".mpi.jsonl", 0,

@@ -4,6 +4,7 @@
     comm_mpi_check.py npN COMM_XCHECK WORKDIR      N in 2, 3, 4
     comm_mpi_check.py timeout COMM_XCHECK WORKDIR
     comm_mpi_check.py async_timeout COMM_XCHECK WORKDIR
+    comm_mpi_check.py stop COMM_XCHECK WORKDIR
 
 npN runs comm_xcheck's rank program twice on the same inputs, as N MPI processes
 and as N threads; each run checks its own results against serial references, and
@@ -11,7 +12,10 @@ the files of results the two runs wrote must be identical byte for byte (the
 backends sum in the same order).  timeout runs 3 processes where rank 1 skips an
 all_reduce: every rank must fail after the 1 s timeout with its one-line message;
 async_timeout the same with rt_comm_all_reduce_start (the failure comes from the
-wait).
+wait).  stop runs 3 processes whose rank_main all return RT_COMM_STOP_AGREED
+(the ranks agreed to stop, as on a refused GPU setup): rt_comm_run must finalise
+MPI on every rank and keep each rank's message; exit 1, in well under the
+communication timeout.
 
 Exit 77 (skipped) when mpirun is missing or libparcrt was built without MPI.
 """
@@ -99,6 +103,24 @@ def check_timeout(exe, mpirun, env, mode="mpi-timeout"):
     return 0
 
 
+def check_stop(exe, mpirun, env):
+    p, secs = run([mpirun, "--allow-run-as-root", "--oversubscribe", "--quiet", "-np", "3", exe,
+                   "mpi-stop"], env, 60)
+    if p.returncode != 1:
+        return fail("mpirun exited %d, expected 1" % p.returncode, p)
+    lines = p.stderr.splitlines()
+    for r in range(3):
+        w = "comm_xcheck: stopped, MPI finalised: rank %d: stopping with the others" % r
+        if w not in lines:
+            return fail("missing line: " + w, p)
+    if len(lines) != 3:
+        return fail("%d lines on stderr, expected the 3 ranks' alone" % len(lines), p)
+    if secs > 20:
+        return fail("the stop took %.1f s" % secs, p)
+    print("every rank stopped and finalised MPI in %.2f s" % secs)
+    return 0
+
+
 def main():
     if len(sys.argv) != 4:
         print(__doc__)
@@ -116,6 +138,8 @@ def main():
         return check_np(int(case[2:]), exe, workdir, mpirun, env)
     if case == "timeout":
         return check_timeout(exe, mpirun, env)
+    if case == "stop":
+        return check_stop(exe, mpirun, env)
     if case == "async_timeout":
         return check_timeout(exe, mpirun, env, "mpi-async-timeout")
     print("unknown case " + case)

@@ -247,6 +247,15 @@ static int xrank(RtComm *w, void *arg) {
   return rc;
 }
 
+/* mpi-stop: every rank meets the others, then returns RT_COMM_STOP_AGREED
+ * (the ranks agreed to stop). */
+static int stop_rank(RtComm *w, void *arg) {
+  (void)arg;
+  if (rt_comm_barrier(w)) return RT_ERR;
+  rt_fail("rank %d: stopping with the others", rt_comm_rank(w));
+  return RT_COMM_STOP_AGREED;
+}
+
 static int fail_exit(const char *what) {
   fprintf(stderr, "comm_xcheck: %s%s\n", what, rt_last_error());
   return 1;
@@ -271,6 +280,18 @@ int main(int argc, char **argv) {
     mkdir(job.dir, 0777);
     if (rt_comm_run(0, xrank, &job)) return fail_exit("");
     return 0;
+  }
+  if (!strcmp(mode, "mpi-stop") && argc == 2) {
+    /* rt_comm_run finalised MPI (a second init says so) and kept the rank's message */
+    int rc = rt_comm_run(0, stop_rank, NULL);
+    char msg[RT_ERR_MAX];
+    snprintf(msg, sizeof msg, "%s", rt_last_error());
+    RtComm *w = NULL;
+    if (rc != RT_COMM_STOP_AGREED) return fail_exit("rt_comm_run did not return the stop: ");
+    if (rt_comm_mpi_init(&w) == RT_OK || !strstr(rt_last_error(), "finalised already"))
+      return fail_exit("MPI was not finalised: ");
+    fprintf(stderr, "comm_xcheck: stopped, MPI finalised: %s\n", msg);
+    return 1;
   }
   int async = !strcmp(mode, "mpi-async-timeout");
   if ((async || !strcmp(mode, "mpi-timeout")) && argc == 2) {
@@ -298,6 +319,6 @@ int main(int argc, char **argv) {
     return 1;
   }
   fprintf(stderr, "usage: comm_xcheck threads N OUTDIR | mpi OUTDIR | mpi-timeout | "
-                  "mpi-async-timeout | has-mpi\n");
+                  "mpi-async-timeout | mpi-stop | has-mpi\n");
   return 2;
 }

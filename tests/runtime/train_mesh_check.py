@@ -5,7 +5,12 @@ through the hand-written bigram trainer (train_bigram.c with TRAIN_TP / TRAIN_DP
 same logged losses (within 1e-6 relative), same weights files and checkpoints (byte
 for byte: the trainer keeps the one-rank summation order), and checkpoints must move
 between layouts.
-usage: train_mesh_check.py CASE TRAINER WORKDIR   (CASE: layouts, resume, init, errors)"""
+mpi_start: under mpirun (2x2, a process per rank; skipped without mpirun or MPI), a
+start hook's setup refusal (TRAIN_START=setup) is one line from world rank 0 and exit
+1 with every process finalising MPI (Open MPI: its btl verbose lines), its internal
+failure (=internal) exit 3.
+usage: train_mesh_check.py CASE TRAINER WORKDIR
+       (CASE: layouts, resume, init, errors, mpi_start)"""
 import json
 import os
 import re
@@ -206,6 +211,51 @@ def case_errors():
     st = json.loads(read_bytes(os.path.join(path("every.ckpt"), "trainer.json")))
     if st.get("step") != 6:
         fail(f"2x2: periodic checkpoint at step {st.get('step')}, want 6")
+
+
+def case_mpi_start():
+    """A start hook's outcome under mpirun -np 4 (2x2): a setup refusal agreed by every
+    rank leaves MPI cleanly (every process finalises) with one line and exit 1."""
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        print("SKIP: mpirun not found")
+        sys.exit(77)
+    version = subprocess.run([mpirun, "--version"], capture_output=True, text=True)
+    ompi = "Open MPI" in version.stdout + version.stderr
+    e = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+             TRAIN_TP="2", TRAIN_DP="2")
+    for k in ("TRAIN_SCHEDULE", "TRAIN_AUX", "TRAIN_FAIL_AT", "TRAIN_STALL", "TRAIN_BREAK"):
+        e.pop(k, None)
+    # under AddressSanitizer: Open MPI's own allocations outlive MPI_Finalize
+    asan = e.get("ASAN_OPTIONS", "")
+    e["ASAN_OPTIONS"] = (asan + ":" if asan else "") + "detect_leaks=0"
+
+    def mpi(how, want):
+        # --quiet: without it Open MPI adds its notice about a nonzero exit status
+        cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "--quiet", "-np", "4",
+               "-x", "TRAIN_START=" + how] + \
+            (["--mca", "btl_base_verbose", "10"] if ompi else []) + \
+            [TRAINER, "--threads", "4", "--steps", "2", "--quiet"]
+        p = subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=120)
+        out = p.stdout + p.stderr
+        if "has no MPI" in out or "built without MPI" in out:
+            print("SKIP: libparcrt was built without MPI")
+            sys.exit(77)
+        fin = len(set(re.findall(r"^\[([^\]]+)\] mca: base: close: component self closed$",
+                                 out, re.M)))
+        lines = [x for x in out.splitlines() if x.strip() and not re.match(r"\[[^\]\s]+:\d+\] ", x)]
+        if p.returncode != want:
+            fail(f"mpirun TRAIN_START={how}: exit {p.returncode}, want {want}: {lines}")
+        return lines, fin
+
+    lines, fin = mpi("setup", 1)
+    if len(lines) != 1 or "injected setup refusal" not in lines[0] or "internal" in lines[0]:
+        fail(f"mpirun TRAIN_START=setup: not the refusal's one line: {lines}")
+    if ompi and fin != 4:
+        fail(f"mpirun TRAIN_START=setup: {fin} of the 4 processes finalised MPI")
+    lines, _ = mpi("internal", 3)
+    if not any("internal error" in x and "starting the device" in x for x in lines):
+        fail(f"mpirun TRAIN_START=internal: no internal error line: {lines}")
 
 
 shutil.rmtree(WORK, ignore_errors=True)

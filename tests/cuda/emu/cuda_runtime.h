@@ -10,7 +10,9 @@
  *     unwritten floats show as NaN); totalGlobalMem is KCU_EMU_MEM_MIB MiB
  *     or else KCU_EMU_MEM_GIB GiB (default 16 GiB) and cudaMemGetInfo's free
  *     is that less what is allocated;
- *     an allocation past it fails with cudaErrorMemoryAllocation;
+ *     an allocation past it fails with cudaErrorMemoryAllocation, and so does
+ *     the process's Nth cudaMalloc (from 1) with KCU_EMU_MALLOC_FAIL=N, whatever
+ *     is free (memory taken by another process after a cudaMemGetInfo check);
  *   - KCU_EMU_GPUS devices (default 1), all the same "Emulated H200" (sm_90,
  *     132 SMs, 227 KiB of shared memory a block with the opt-in);
  *   - a stream runs each operation when it is enqueued, in the calling thread:

@@ -16,6 +16,7 @@
  *     cudaGraphLaunch. */
 #include "cuda_runtime.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -664,10 +665,19 @@ cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr a, 
 
 /* memory */
 
+/* KCU_EMU_MALLOC_FAIL=N: the process's Nth cudaMalloc (from 1) fails with
+ * cudaErrorMemoryAllocation whatever is free, as when another process took the
+ * memory after a check of cudaMemGetInfo (tests of start-up out-of-memory). */
+static long mallocs; /* cudaMalloc calls so far (under mu) */
+
 cudaError_t cudaMalloc(void **p, size_t bytes) {
   if (!p) return fail(cudaErrorInvalidValue);
   Lock l(mu);
   if (unsafe_now()) return fail(cudaErrorStreamCaptureUnsupported);
+  if (++mallocs == env_int("KCU_EMU_MALLOC_FAIL", 0, 0, INT_MAX)) {
+    *p = NULL;
+    return fail(cudaErrorMemoryAllocation);
+  }
   cudaError_t e;
   *p = dev_alloc(bytes, &e);
   return fail(e);
