@@ -8,9 +8,9 @@
  * stores it (the same rounding, round to nearest even, as the copy), and the
  * GEMMs read it as it is (RT_CUDA_MM_A_BF16 / _B_BF16).  The products are the
  * same bits; the fp32 write and every copy pass (4 bytes read, 2 written, per
- * element and GEMM) are gone.  In GPT-2 these are the layer norms' outputs,
- * the merged attention heads and the GELU output, each read by its forward
- * GEMM and its weight gradient's.
+ * element and GEMM) are gone.  In GPT-2 these are the layer norms' outputs and
+ * the GELU outputs, each read by its forward GEMM and its weight gradient's
+ * (not the merged attention heads: the attention backward's D reads them).
  *
  * A node n is stored as bf16 when
  *   - the train section's precision is bf16 and the trainer is not pipelined
@@ -21,13 +21,14 @@
  *     none of the step's results (loss, norms, updates);
  *   - every reader of n is a matmul or matmul_ta that reads n as an operand
  *     that it converts (rt_cuda_gemm_stored_ok), and no kernel reads it.
- * And (vocab_)cross_entropy_grad's dlogits under the same conditions for its
- * readers: rt_cuda_(vocab_)cross_entropy_grad_bf16 store them, in place of the logits (as the
- * buffer plan has it) or not, "wide": each row in the first half of the bytes
- * of its fp32 row (RT_CUDA_MM_A_WIDE / _B_WIDE).  GPT-2 small: 8192 x 50304,
- * read by the tied head's dx and weight-gradient GEMMs.
- * Its buffer keeps its fp32 size and offset (the same arena as train.c); the
- * bf16 elements fill the first half.
+ * And (vocab_)cross_entropy_grad's dlogits under the same conditions for
+ * its readers: rt_cuda_(vocab_)cross_entropy_grad_bf16 store them, in place of
+ * the logits (as the buffer plan has it) or not, "wide": each row in the
+ * first half of the bytes of its own fp32 row (RT_CUDA_MM_A_WIDE / _B_WIDE;
+ * views of them must keep the rows).  GPT-2 small: 8192 x 50304, read by the
+ * tied head's dx and weight-gradient GEMMs.
+ * A value keeps its fp32 buffer's size and offset (the same arena as
+ * train.c); the bf16 elements fill its first half (wide: each row's).
  *
  * A kernel instance that stores a bf16 node runs its code with that param
  * retyped KIR_BF16: a clone named "<instance's name>_bf16", shared by the

@@ -522,7 +522,8 @@ static int64_t kernel_bytes(Cu *e, const CgKernel *k) {
     int64_t touched = numel;
     if (bounded && rows > 0 && per_row <= INT64_MAX / 8 / rows && rows * per_row < numel)
       touched = rows * per_row;
-    total += 4 * touched * (kk->params[i].access == KIR_INOUT ? 2 : 1);
+    int size = a >= 0 && e->store->bf16[a] ? 2 : 4; /* stored as bf16 (cuda_store.h) */
+    total += size * touched * (kk->params[i].access == KIR_INOUT ? 2 : 1);
   }
   free(live), free(sites), free(ks);
   return total;
