@@ -11,7 +11,7 @@
 #include "passes/bufplan.h"
 
 int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc, int bf16,
-                  StepTime *st, int64_t *gemm_ws, char *err, size_t len) {
+                  StepTime *st, int store, int64_t *gemm_ws, char *err, size_t len) {
   CgKernelPlan kp;
   if (cg_plan_kernels(m, fuse, NULL, &kp, err, len)) return -1;
   if (st) cg_step_model(m, &kp, mc ? mc : machine_default, bf16, st);
@@ -25,9 +25,9 @@ int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc
   free(held);
   *arena_bytes = cg_arena_bytes(&kp, &bp, NULL);
   if (gemm_ws) {
-    CgCudaStore store;
-    cg_cuda_store_plan(m, &kp, &bp, NULL, bf16, 0, &store);
-    *gemm_ws = cg_gemm_ws_bytes(m, bf16, store.bf16);
+    CgCudaStore plan;
+    cg_cuda_store_plan(m, &kp, &bp, NULL, bf16 && store, 0, &plan);
+    *gemm_ws = cg_gemm_ws_bytes(m, bf16, plan.bf16);
   }
   cg_plan_free(&kp);
   return 0;

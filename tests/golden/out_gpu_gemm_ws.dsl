@@ -1,7 +1,9 @@
 # ARGS: -D layers=2
 # bf16: the report adds the GPU trainer's GEMM operand copies, the largest a
-# GEMM reads as bf16 per operand: the tied head's dlogits (128 x 320 x 2 bytes,
-# vocabulary padded to 320) as an a, an MLP activation (128 x 256 x 2) as a b.
+# GEMM reads as bf16 per operand: the MLP's hidden gradient (128 x 256 x 2
+# bytes) as an a (its dx) and as a b (c_fc's weight gradient).  Not the tied
+# head's dlogits (128 x 320 x 2, vocabulary padded to 320) nor the layer norm
+# and GELU outputs: the trainer stores those as bf16 (codegen/cuda_store.h).
 model gpt {
   config { vocab = 300  seq = 32  d = 64  heads = 4  layers = 1 }
   input tokens : i32[batch, seq]

@@ -58,6 +58,9 @@
 #   4w. the same with PARC_CUDA_ATTN=wmma (the WMMA attention kernels of
 #               rt_cuda_attn_tc.cu instead of rt_cuda_attn_mma.cu's: what the
 #               register-resident mma.sync kernels buy);
+#   4s. the same trainer generated with --no-bf16-store (every value in fp32,
+#               the GEMMs copying their operands to bf16: what the bf16 stores
+#               of codegen/cuda_store.h buy), 15 steps;
 #   4b. profile the same, 6 steps, PARC_CUDA_PROFILE: per kernel and op the
 #               time, share of the step and achieved GB/s or TFLOP/s against
 #               the chip's ceilings (compare.py profile);
@@ -429,6 +432,14 @@ variant bf16_fp32ops "bf16 gpt2, fp32 GEMM operands" PARC_CUDA_GEMM_OPERANDS=fp3
 
 say "4w. bf16 GPT-2 small with the WMMA attention kernels (PARC_CUDA_ATTN=wmma), 15 steps"
 variant bf16_wmma "bf16 gpt2, WMMA attention" PARC_CUDA_ATTN=wmma
+
+say "4s. bf16 GPT-2 small generated with --no-bf16-store, 15 steps"
+if project gpt2_nostore gpt2.dsl "train_cuda" --no-bf16-store && running; then
+  timeout $((2 * LIMIT)) "$WORK/gpt2_nostore/build/train_cuda" --steps 15 \
+    --log "$WORK/gpt2.nostore.jsonl" --quiet > "$WORK/gpt2.nostore.log" 2>&1 ||
+    cat "$WORK/gpt2.nostore.log"
+  bench gpt2.nostore "bf16 gpt2, no bf16 stores"
+fi
 
 say "4b. per-kernel profile: GPT-2 small bf16, 6 steps (PARC_CUDA_PROFILE)"
 if [ -f "$WORK/gpt2.built" ] && running; then
