@@ -1269,7 +1269,6 @@ static void emit_kernel(Kc *c, FILE *f) {
  * the same rounding as LLVMConstReal on the CPU side. */
 static const char prelude[] =
     "#include <cstdint>\n"
-    "#include <cuda_bf16.h>\n"
     "#include <cuda_runtime.h>\n"
     "\n"
     "/* ---- helpers: the numerics of parc's CPU kernels (codegen/kir_math.c) ---- */\n"
@@ -1657,6 +1656,13 @@ int kir_cuda_write(const KirModule *m, const char *cu_path, const char *h_path, 
           " * Build: nvcc -std=c++17 -c kernels.cu (CMake: -DPARC_CUDA=ON). */\n",
           m->nkernels, nflat, ngroup, nthread, nsplit, ntile, nvec);
   fputs(prelude, f);
+  int bf16 = 0; /* a param stored as bf16 (codegen/cuda_store.h): only then the header */
+  for (int i = 0; i < m->nkernels; i++)
+    for (int p = 0; p < m->kernels[i]->nparams; p++) {
+      const KirParam *q = &m->kernels[i]->params[p];
+      bf16 |= q->kind == KIR_PARAM_BUF && q->elem == KIR_BF16;
+    }
+  if (bf16) fputs("#include <cuda_bf16.h>\n", f);
   if (nslot) fputs(split_prelude, f);
   if (ntile) fputs(tile_prelude, f);
   if (h_path) fprintf(f, "\n#include \"%s\" /* the launchers' prototypes, checked here */\n", base_name(h_path));
