@@ -43,13 +43,12 @@ static int gemm_readers_only(const IrModule *m, const CgKernelPlan *kp, const Bu
 /* Stores n as bf16 (how: 1 dense, 2 wide), and its views, if every reader
  * is a GEMM that may read it so. */
 static void mark(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, const IrNode *n,
-                 int how, unsigned char *views, int *root, unsigned char *bf16) {
+                 int how, unsigned char *views, unsigned char *bf16) {
   memset(views, 0, (size_t)m->nnodes);
   if (!gemm_readers_only(m, kp, bp, n, how == 2, views)) return;
   bf16[n->id] = (unsigned char)how;
-  root[n->id] = n->id;
   for (int v = n->id + 1; v < m->nnodes; v++)
-    if (views[v]) bf16[v] = (unsigned char)how, root[v] = n->id;
+    if (views[v]) bf16[v] = (unsigned char)how;
 }
 
 /* The bf16 params of kernel instance k, as a mask (params past 63: never). */
@@ -68,7 +67,6 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
   out->code = arena_alloc(&m->arena, sizeof(KirKernel *) * (size_t)(kp->nkernels + 1));
   unsigned char *keep = cg_results(m);
   unsigned char *views = arena_alloc(&m->arena, (size_t)m->nnodes + 1);
-  int *root = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1)); /* value of a view */
   /* the candidates: stored by a kernel as an out param (at most 64 params) */
   for (int i = 0; bf16 && !pipelined && i < kp->nkernels; i++) {
     const CgKernel *k = &kp->kernels[i];
@@ -81,7 +79,7 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
       if (n->dtype != IR_F32 || keep[a] || kp->inplace_of[a] >= 0 || kp->view_of[a] >= 0 ||
           bp->alias[a] >= 0 || bp->offset[a] < 0)
         continue;
-      mark(m, kp, bp, n, 1, views, root, out->bf16);
+      mark(m, kp, bp, n, 1, views, out->bf16);
     }
   }
   /* (vocab_)cross_entropy_grad's dlogits: rt_cuda_(vocab_)cross_entropy_grad_bf16
@@ -91,20 +89,7 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
     if ((n->op == IR_OP_CROSS_ENTROPY_GRAD || n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD) &&
         !keep[i] && bp->offset[i] >= 0 &&
         kp->view_of[i] < 0)
-      mark(m, kp, bp, n, 2, views, root, out->bf16);
-  }
-  /* no kernel may read a bf16 buffer, its loads being f32 (a reader would be
-   * a reader in the IR, so none does; kept as a guard): such a value and its
-   * views keep f32 */
-  for (int i = 0; i < kp->nkernels; i++) {
-    const CgKernel *k = &kp->kernels[i];
-    if (cg_kernel_is_view(kp, bp, i)) continue; /* launches nothing */
-    for (int p = 0; p < k->nargs; p++) {
-      int a = k->arg_node[p];
-      if (a < 0 || k->k->params[p].access == KIR_OUT || !out->bf16[a]) continue;
-      for (int v = root[a]; v < m->nnodes; v++)
-        if (out->bf16[v] && root[v] == root[a]) out->bf16[v] = 0;
-    }
+      mark(m, kp, bp, n, 2, views, out->bf16);
   }
   for (int i = 0; i < m->nnodes; i++) /* (a view is its value's buffer: not counted again) */
     if (out->bf16[i] && kp->view_of[i] < 0) out->count++, out->elements += ir_numel(m->nodes[i]);

@@ -20,7 +20,8 @@
  *     buffer: a bf16 store could land on an element not yet read) and is
  *     none of the step's results (loss, norms, updates);
  *   - every reader of n is a matmul or matmul_ta that reads n as an operand
- *     that it converts (rt_cuda_gemm_stored_ok), and no kernel reads it.
+ *     that it converts (rt_cuda_gemm_stored_ok), or a reshape view of n whose
+ *     readers are; so no kernel reads it (a kernel reads its nodes' inputs).
  * And (vocab_)cross_entropy_grad's dlogits under the same conditions for
  * its readers: rt_cuda_(vocab_)cross_entropy_grad_bf16 store them, in place of
  * the logits (as the buffer plan has it) or not, "wide": each row in the

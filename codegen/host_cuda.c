@@ -190,16 +190,17 @@ static void emit_runtime(Cu *e, const IrNode *n) {
   switch (n->op) {
   case IR_OP_MATMUL:
   case IR_OP_MATMUL_TA: {
+    static const struct { int bit; const char *name; } flag[] = {
+        {RT_MM_TRANSPOSE_B, "RT_MM_TRANSPOSE_B"}, {RT_MM_B_BATCHED, "RT_MM_B_BATCHED"},
+        {RT_CUDA_MM_A_BF16, "RT_CUDA_MM_A_BF16"}, {RT_CUDA_MM_A_WIDE, "RT_CUDA_MM_A_WIDE"},
+        {RT_CUDA_MM_B_BF16, "RT_CUDA_MM_B_BF16"}, {RT_CUDA_MM_B_WIDE, "RT_CUDA_MM_B_WIDE"}};
     RtCudaGemm g = cg_cuda_gemm(n);
     g.flags |= cg_cuda_stored_flags(n, e->store->bf16);
-    fprintf(f, "  CHECK(%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
-            ", %s%s%s%s0));\n", g.ta ? "rt_cuda_matmul_ta" : "rt_cuda_matmul", out, x, y, g.batch,
-            g.m, g.k, g.n, g.flags & RT_MM_TRANSPOSE_B ? "RT_MM_TRANSPOSE_B | " : "",
-            g.flags & RT_MM_B_BATCHED ? "RT_MM_B_BATCHED | " : "",
-            g.flags & RT_CUDA_MM_A_BF16 ? (g.flags & RT_CUDA_MM_A_WIDE ? "RT_CUDA_MM_A_BF16 | "
-                                           "RT_CUDA_MM_A_WIDE | " : "RT_CUDA_MM_A_BF16 | ") : "",
-            g.flags & RT_CUDA_MM_B_BF16 ? (g.flags & RT_CUDA_MM_B_WIDE ? "RT_CUDA_MM_B_BF16 | "
-                                           "RT_CUDA_MM_B_WIDE | " : "RT_CUDA_MM_B_BF16 | ") : "");
+    fprintf(f, "  CHECK(%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", ",
+            g.ta ? "rt_cuda_matmul_ta" : "rt_cuda_matmul", out, x, y, g.batch, g.m, g.k, g.n);
+    for (size_t i = 0; i < sizeof flag / sizeof flag[0]; i++)
+      if (g.flags & flag[i].bit) fprintf(f, "%s | ", flag[i].name);
+    fputs("0));\n", f);
     add_gemm(e, g);
     return;
   }

@@ -360,6 +360,9 @@ static int alloc_failed(RtCuda *c, int line, const char *op, size_t bytes, int o
                           cudaGetErrorString(e_));                                          \
   } while (0)
 
+/* cudaMalloc of `bytes` into *p (a typed pointer), checked as ALLOC_CHECK */
+#define DEV_MALLOC(c, p, bytes, op) ALLOC_CHECK(c, cudaMalloc((void **)(p), (bytes)), op, (bytes))
+
 /* The device buffers, streams, events and cuBLASLt handle of a rank that
  * passed the start-up checks.  A failure is reported as alloc_failed says;
  * rt_cuda_close frees what was made. */
@@ -372,22 +375,20 @@ static int alloc_device(RtCuda *c) {
               0);
   ALLOC_CHECK(c, cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming), "cudaEventCreate",
               0);
-  size_t pb = (size_t)c->params_numel * 4, sb = (size_t)c->state_numel * 4;
-  size_t ab = c->arena_bytes ? (size_t)c->arena_bytes : 64, tb = (size_t)c->ntok * 4;
-  ALLOC_CHECK(c, cudaMalloc((void **)&c->params, pb ? pb : 4), "cudaMalloc(params)", pb ? pb : 4);
-  ALLOC_CHECK(c, cudaMalloc((void **)&c->state, sb ? sb : 4), "cudaMalloc(state)", sb ? sb : 4);
-  ALLOC_CHECK(c, cudaMalloc((void **)&c->arena, ab), "cudaMalloc(arena)", ab);
-  ALLOC_CHECK(c, cudaMalloc((void **)&c->tokens, tb ? tb : 4), "cudaMalloc(tokens)", tb ? tb : 4);
-  ALLOC_CHECK(c, cudaMalloc((void **)&c->targets, tb ? tb : 4), "cudaMalloc(targets)",
-              tb ? tb : 4);
-  ALLOC_CHECK(c, cudaMalloc((void **)&c->scalars, 16 * sizeof(float)), "cudaMalloc(scalars)",
-              16 * sizeof(float));
-  ALLOC_CHECK(c, cudaMalloc(&c->lt_ws, RT_CUDA_GEMM_WORKSPACE), "cudaMalloc(GEMM workspace)",
-              (size_t)RT_CUDA_GEMM_WORKSPACE);
+  /* (an empty buffer still gets 4 bytes: a valid pointer) */
+  size_t pb = c->params_numel ? (size_t)c->params_numel * 4 : 4;
+  size_t sb = c->state_numel ? (size_t)c->state_numel * 4 : 4;
+  size_t ab = c->arena_bytes ? (size_t)c->arena_bytes : 64, tb = c->ntok ? (size_t)c->ntok * 4 : 4;
+  DEV_MALLOC(c, &c->params, pb, "cudaMalloc(params)");
+  DEV_MALLOC(c, &c->state, sb, "cudaMalloc(state)");
+  DEV_MALLOC(c, &c->arena, ab, "cudaMalloc(arena)");
+  DEV_MALLOC(c, &c->tokens, tb, "cudaMalloc(tokens)");
+  DEV_MALLOC(c, &c->targets, tb, "cudaMalloc(targets)");
+  DEV_MALLOC(c, &c->scalars, 16 * sizeof(float), "cudaMalloc(scalars)");
+  DEV_MALLOC(c, &c->lt_ws, (size_t)RT_CUDA_GEMM_WORKSPACE, "cudaMalloc(GEMM workspace)");
   for (int w = 0; w < WS_COUNT; w++)
     if (c->ws_plan[w]) {
-      ALLOC_CHECK(c, cudaMalloc(&c->ws[w], c->ws_plan[w]), "cudaMalloc(GEMM operand workspace)",
-                  c->ws_plan[w]);
+      DEV_MALLOC(c, &c->ws[w], c->ws_plan[w], "cudaMalloc(GEMM operand workspace)");
       c->ws_bytes[w] = c->ws_plan[w];
     }
   cublasStatus_t st = cublasLtCreate(&c->lt);

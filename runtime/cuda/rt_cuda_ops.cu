@@ -184,6 +184,19 @@ __global__ void __launch_bounds__(BLOCK) mean_rows(float *loss, const double *ro
   if (threadIdx.x == 0) *loss = (float)(s / (double)N);
 }
 
+/* Row values of the cross-entropy gradient: column v of a row whose logits
+ * are row, maximum mx, f = dloss / (N sum), target column t (any value off
+ * the row); columns past nv (vocabulary padding) are 0.  The expression of
+ * xent_grad and vxent_grad. */
+struct XentVal {
+  const float *row;
+  float mx, f, scale;
+  int64_t nv, t;
+  __device__ float operator()(int64_t v) const {
+    return v < nv ? expf(row[v] - mx) * f - (v == t ? scale : 0.0f) : 0.0f;
+  }
+};
+
 /* Backward: dlogits = dloss / N (softmax - onehot), the softmax recomputed.
  * In place (dlogits == logits; the buffer plan does this: IR_F_INPLACE0):
  * row p belongs to one block; both of its reductions end in block_reduce's
@@ -202,25 +215,10 @@ __global__ void __launch_bounds__(BLOCK) xent_grad(float *dlogits, const float *
     float *e = dlogits + p * V;
     float mx = row_max(row, V, shf);
     double s = row_sumexp(row, V, mx, shd);
-    float f = (float)(1.0 / s) * scale;
-    int32_t t = targets[p];
-    for (int64_t v = threadIdx.x; v < V; v += BLOCK)
-      e[v] = expf(row[v] - mx) * f - (v == t ? scale : 0.0f);
+    XentVal val = {row, mx, (float)(1.0 / s) * scale, scale, V, (int64_t)targets[p]};
+    for (int64_t v = threadIdx.x; v < V; v += BLOCK) e[v] = val(v);
   }
 }
-
-/* Row values of the cross-entropy gradient: column v of a row whose logits
- * are row, maximum mx, f = dloss / (N sum), target column t (any value off
- * the row); columns past nv (vocabulary padding) are 0.  The expression of
- * xent_grad and vxent_grad. */
-struct XentVal {
-  const float *row;
-  float mx, f, scale;
-  int64_t nv, t;
-  __device__ float operator()(int64_t v) const {
-    return v < nv ? expf(row[v] - mx) * f - (v == t ? scale : 0.0f) : 0.0f;
-  }
-};
 
 /* Stores the V values of a row as bf16 (rounded to nearest even: the bits a
  * GEMM's operand copy of the fp32 values has) at e, the first half of the
@@ -373,12 +371,10 @@ __global__ void __launch_bounds__(BLOCK) vxent_grad(float *dlogits, const float 
                                                     int64_t Vl, int64_t nv, int64_t lo) {
   float scale = (float)((double)*dloss / (double)N);
   for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
-    const float *row = logits + p * Vl;
-    float *e = dlogits + p * Vl, m = mx[p];
-    float f = (float)(1.0 / s[p]) * scale;
-    int64_t r = (int64_t)targets[p] - lo;
-    for (int64_t v = threadIdx.x; v < Vl; v += BLOCK)
-      e[v] = v < nv ? expf(row[v] - m) * f - (v == r ? scale : 0.0f) : 0.0f; /* padding: 0 */
+    float *e = dlogits + p * Vl;
+    XentVal val = {logits + p * Vl, mx[p], (float)(1.0 / s[p]) * scale, scale, nv,
+                   (int64_t)targets[p] - lo}; /* padding columns: 0 */
+    for (int64_t v = threadIdx.x; v < Vl; v += BLOCK) e[v] = val(v);
   }
 }
 
