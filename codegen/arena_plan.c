@@ -14,7 +14,6 @@ int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc
                   StepTime *st, int store, int64_t *gemm_ws, char *err, size_t len) {
   CgKernelPlan kp;
   if (cg_plan_kernels(m, fuse, NULL, &kp, err, len)) return -1;
-  if (st) cg_step_model(m, &kp, mc ? mc : machine_default, bf16, st);
   /* as in cg_write_project: a kernel's nodes live from where its root runs */
   int *pos = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));
   for (int i = 0; i < m->nnodes; i++)
@@ -24,11 +23,10 @@ int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc
   bufplan_build_views(m, kp.materialize, cg_results(m), pos, held, kp.view_of, &bp);
   free(held);
   *arena_bytes = cg_arena_bytes(&kp, &bp, NULL);
-  if (gemm_ws) {
-    CgCudaStore plan;
-    cg_cuda_store_plan(m, &kp, &bp, NULL, bf16 && store, 0, &plan);
-    *gemm_ws = cg_gemm_ws_bytes(m, bf16, plan.bf16);
-  }
+  CgCudaStore plan;
+  cg_cuda_store_plan(m, &kp, &bp, NULL, bf16, (CgStoreMode)store, 0, &plan);
+  if (st) cg_step_model(m, &kp, mc ? mc : machine_default, bf16, plan.bf16, st);
+  if (gemm_ws) *gemm_ws = cg_gemm_ws_bytes(m, bf16, plan.bf16);
   cg_plan_free(&kp);
   return 0;
 }

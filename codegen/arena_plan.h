@@ -13,10 +13,11 @@
  * cg_write_project.  Plans the kernels (fused when fuse) and the buffers
  * exactly as cg_write_project does, so *arena_bytes equals the ARENA_BYTES
  * of the trainer `-o` would write for the same module; with st, also its
- * predicted compute time on mc (codegen/step_model.h; bf16: the bf16 rates);
- * with gemm_ws, cg_gemm_ws_bytes of its GPU trainer (where store, the values
- * it stores as bf16 planned as cg_write_project plans them; m is not
- * pipelined).
+ * predicted compute time on mc (codegen/step_model.h; bf16: the bf16 rates,
+ * and the bf16 values of store);
+ * with gemm_ws, cg_gemm_ws_bytes of its GPU trainer (store: a CgStoreMode,
+ * codegen/cuda_store.h; the values it stores as bf16 planned as
+ * cg_write_project plans them; m is not pipelined).
  * Returns 0, or -1 with a one-line reason in err. */
 int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc, int bf16,
                   StepTime *st, int store, int64_t *gemm_ws, char *err, size_t len);

@@ -17,50 +17,76 @@ static int is_view_of(const CgKernelPlan *kp, const BufPlan *bp, const IrNode *q
          (!wide || q->shape[q->rank - 1] == x->shape[x->rank - 1]);
 }
 
-/* 1 if every reader of n is a GEMM that may read it stored as bf16, or a view
- * of n whose readers are (recursively); mark[] gets n's views. */
-static int gemm_readers_only(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
-                             const IrNode *n, int wide, unsigned char *mark) {
-  int readers = 0;
+enum { READ_GEMM = 1, READ_KERNEL = 2, READ_OTHER = 4 };
+
+/* Who reads n: READ_GEMM, a GEMM that may read it stored as bf16; READ_KERNEL,
+ * a generated kernel (through a param of it, which the store retypes);
+ * READ_OTHER, anything else (a runtime op, a GEMM that could not, the
+ * optimizer: what it reads are parameter gradients).  A view of
+ * n counts as its readers (recursively); wide values (rows of 2 cols) admit
+ * views that keep the rows only, and their kernel readers count as OTHER (a
+ * kernel indexes dense rows).  mark[] gets n's views. */
+static int readers(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, const IrNode *n,
+                   int wide, unsigned char *mark) {
+  int who = 0;
   for (int i = n->id + 1; i < m->nnodes; i++) {
     const IrNode *q = m->nodes[i];
     for (int j = 0; j < q->ninputs; j++) {
       if (q->inputs[j] != n) continue;
-      readers++;
       if (is_view_of(kp, bp, q, n, wide)) {
-        if (!gemm_readers_only(m, kp, bp, q, wide, mark)) return 0;
+        who |= readers(m, kp, bp, q, wide, mark);
         mark[q->id] = 1;
-        continue;
+      } else if (q->phase == IR_PHASE_OPT) {
+        who |= READ_OTHER; /* a parameter gradient: f32 for the optimizer */
+      } else if (!cg_runtime_op(q->op)) {
+        who |= wide || kp->kernel_of[q->id] < 0 ? READ_OTHER : READ_KERNEL;
+      } else if ((q->op == IR_OP_MATMUL || q->op == IR_OP_MATMUL_TA) && j <= 1) {
+        const RtCudaGemm g = cg_cuda_gemm(q);
+        who |= rt_cuda_gemm_stored_ok(&g, j) ? READ_GEMM : READ_OTHER;
+      } else {
+        who |= READ_OTHER;
       }
-      if ((q->op != IR_OP_MATMUL && q->op != IR_OP_MATMUL_TA) || j > 1) return 0;
-      const RtCudaGemm g = cg_cuda_gemm(q);
-      if (!rt_cuda_gemm_stored_ok(&g, j)) return 0;
     }
   }
-  return readers > 0;
+  return who;
 }
 
-/* Stores n as bf16 (how: 1 dense, 2 wide), and its views, if every reader
- * is a GEMM that may read it so. */
+/* Stores n as bf16 (how: 1 dense, 2 wide), and its views, if nothing but
+ * GEMMs that may and kernels read it; small: n is a reduction's result
+ * (fewer elements than a buffer its kernel reads), which a kernel may not read
+ * as bf16 (row statistics stay f32). */
 static void mark(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, const IrNode *n,
-                 int how, unsigned char *views, unsigned char *bf16) {
+                 int how, int small, unsigned char *views, unsigned char *bf16) {
   memset(views, 0, (size_t)m->nnodes);
-  if (!gemm_readers_only(m, kp, bp, n, how == 2, views)) return;
+  int who = readers(m, kp, bp, n, how == 2, views);
+  if (!who || who & READ_OTHER || (small && who & READ_KERNEL)) return;
   bf16[n->id] = (unsigned char)how;
   for (int v = n->id + 1; v < m->nnodes; v++)
     if (views[v]) bf16[v] = (unsigned char)how;
 }
 
-/* The bf16 params of kernel instance k, as a mask (params past 63: never). */
-static uint64_t mask_of(const CgKernel *k, const unsigned char *bf16) {
+/* The params of kernel instance k to retype, as a mask (params past 63:
+ * never): those of a bf16 buffer; round: only those it stores. */
+static uint64_t mask_of(const CgKernel *k, const unsigned char *bf16, int round) {
   uint64_t mask = 0;
   for (int p = 0; p < k->nargs && p < 64; p++)
-    if (k->arg_node[p] >= 0 && bf16[k->arg_node[p]]) mask |= (uint64_t)1 << p;
+    if (k->arg_node[p] >= 0 && bf16[k->arg_node[p]] && (!round || k->k->params[p].access != KIR_IN))
+      mask |= (uint64_t)1 << p;
   return mask;
 }
 
+/* 1 if kernel k reads a node buffer of more elements than n has. */
+static int reduces(const IrModule *m, const CgKernel *k, const IrNode *n) {
+  for (int p = 0; p < k->nargs; p++)
+    if (k->arg_node[p] >= 0 && k->k->params[p].access != KIR_OUT &&
+        ir_numel(m->nodes[k->arg_node[p]]) > ir_numel(n))
+      return 1;
+  return 0;
+}
+
 void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, const int *canon,
-                        int bf16, int pipelined, CgCudaStore *out) {
+                        int bf16, CgStoreMode mode, int pipelined, CgCudaStore *out) {
+  bf16 = bf16 && mode != CG_STORE_OFF;
   memset(out, 0, sizeof *out);
   out->bf16 = arena_alloc(&m->arena, (size_t)m->nnodes + 1);
   out->canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(kp->nkernels + 1));
@@ -76,10 +102,10 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
       const KirParam *q = &k->k->params[p];
       if (a < 0 || q->access != KIR_OUT || q->elem != KIR_F32) continue;
       const IrNode *n = m->nodes[a];
-      if (n->dtype != IR_F32 || keep[a] || kp->inplace_of[a] >= 0 || kp->view_of[a] >= 0 ||
+      if (n->dtype != IR_F32 || n->phase == IR_PHASE_OPT || keep[a] || kp->inplace_of[a] >= 0 || kp->view_of[a] >= 0 ||
           bp->alias[a] >= 0 || bp->offset[a] < 0)
         continue;
-      mark(m, kp, bp, n, 1, views, out->bf16);
+      mark(m, kp, bp, n, 1, reduces(m, k, n), views, out->bf16);
     }
   }
   /* (vocab_)cross_entropy_grad's dlogits: rt_cuda_(vocab_)cross_entropy_grad_bf16
@@ -89,15 +115,17 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
     if ((n->op == IR_OP_CROSS_ENTROPY_GRAD || n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD) &&
         !keep[i] && bp->offset[i] >= 0 &&
         kp->view_of[i] < 0)
-      mark(m, kp, bp, n, 2, views, out->bf16);
+      mark(m, kp, bp, n, 2, 0, views, out->bf16);
   }
   for (int i = 0; i < m->nnodes; i++) /* (a view is its value's buffer: not counted again) */
     if (out->bf16[i] && kp->view_of[i] < 0) out->count++, out->elements += ir_numel(m->nodes[i]);
-  /* the code of each instance: its shared code, retyped where it stores bf16 */
+  /* the code of each instance: its shared code, retyped where it stores bf16
+   * (round: where it stores a value rounded so) */
+  int round = mode == CG_STORE_ROUND;
   uint64_t *mask = arena_alloc(&m->arena, sizeof(uint64_t) * (size_t)(kp->nkernels + 1));
   for (int i = 0; i < kp->nkernels; i++) {
     /* (a view's kernel launches nothing: it keeps its f32 code) */
-    mask[i] = cg_kernel_is_view(kp, bp, i) ? 0 : mask_of(&kp->kernels[i], out->bf16);
+    mask[i] = cg_kernel_is_view(kp, bp, i) ? 0 : mask_of(&kp->kernels[i], out->bf16, round);
     int base = canon ? canon[i] : i;
     out->canon[i] = i;
     for (int j = 0; j < i; j++)
@@ -116,10 +144,12 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
     c->params = arena_alloc(&m->arena, sizeof(KirParam) * (size_t)src->nparams);
     memcpy(c->params, src->params, sizeof(KirParam) * (size_t)src->nparams);
     for (int p = 0; p < c->nparams && p < 64; p++)
-      if (mask[i] >> p & 1) c->params[p].elem = KIR_BF16;
-    size_t len = strlen(kp->kernels[i].k->name) + 6;
+      if (mask[i] >> p & 1) c->params[p].elem = round ? KIR_BF16R : KIR_BF16;
+    size_t len = strlen(kp->kernels[i].k->name) + 7;
     c->name = arena_alloc(&m->arena, len);
-    snprintf(c->name, len, "%s_bf16", kp->kernels[i].k->name);
+    snprintf(c->name, len, "%s_%s", kp->kernels[i].k->name, round ? "bf16r" : "bf16");
     out->code[i] = c;
   }
+  /* round: the buffers hold f32 (GEMMs convert them, dlogits are written f32) */
+  if (round) memset(out->bf16, 0, (size_t)m->nnodes + 1), out->round = 1;
 }

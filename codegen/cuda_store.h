@@ -1,16 +1,15 @@
 /* codegen/cuda_store.h -- which activations the bf16 GPU trainer stores as
- * bf16, and the kernel code that writes them.
+ * bf16, and the kernel code that writes and reads them.
  *
  * In bf16 mode a GEMM reads bf16 copies of its operands
  * (runtime/cuda/rt_cuda_ws_plan.h): a pass per call reads the fp32 buffer
- * and writes the copy.  A value whose every reader is such a GEMM needs no
- * fp32 buffer at all: the kernel that computes it rounds it to bf16 as it
- * stores it (the same rounding, round to nearest even, as the copy), and the
- * GEMMs read it as it is (RT_CUDA_MM_A_BF16 / _B_BF16).  The products are the
- * same bits; the fp32 write and every copy pass (4 bytes read, 2 written, per
- * element and GEMM) are gone.  In GPT-2 these are the layer norms' outputs and
- * the GELU outputs, each read by its forward GEMM and its weight gradient's
- * (not the merged attention heads: the attention backward's D reads them).
+ * and writes the copy.  A value stored as bf16 needs no fp32 buffer: the
+ * kernel that computes it rounds it to bf16 as it stores it (round to
+ * nearest even, the copy's rounding), the GEMMs read it as it is
+ * (RT_CUDA_MM_A_BF16 / _B_BF16) and the kernels that read it widen it to f32
+ * as they load it (exact).  That is the "bf16 activations" of mixed
+ * precision: half the bytes for every kernel that writes or reads the value,
+ * and no copy pass for the GEMMs.
  *
  * A node n is stored as bf16 when
  *   - the train section's precision is bf16 and the trainer is not pipelined
@@ -18,41 +17,65 @@
  *   - n is f32, computed by a generated kernel that stores it (a param of
  *     access out), has a buffer of its own (no view, no alias of another
  *     buffer: a bf16 store could land on an element not yet read) and is
- *     none of the step's results (loss, norms, updates);
+ *     none of the step's results (loss, norms, updates), of the optimizer's
+ *     values (IR_PHASE_OPT: its scalars, the clip coefficient) or of what
+ *     it reads (the parameter gradients): they stay f32;
  *   - every reader of n is a matmul or matmul_ta that reads n as an operand
- *     that it converts (rt_cuda_gemm_stored_ok), or a reshape view of n whose
- *     readers are; so no kernel reads it (a kernel reads its nodes' inputs).
- * And (vocab_)cross_entropy_grad's dlogits under the same conditions for
- * its readers: rt_cuda_(vocab_)cross_entropy_grad_bf16 store them, in place of
- * the logits (as the buffer plan has it) or not, "wide": each row in the
- * first half of the bytes of its own fp32 row (RT_CUDA_MM_A_WIDE / _B_WIDE;
- * views of them must keep the rows).  GPT-2 small: 8192 x 50304, read by the
- * tied head's dx and weight-gradient GEMMs.
+ *     that it converts (rt_cuda_gemm_stored_ok), a generated kernel (it reads
+ *     n through a param; no kernel writes a buffer it reads, passes/bufplan.h,
+ *     so n's bytes stay put while it runs), or a reshape view of n whose
+ *     readers are; no runtime op other than such a GEMM (attention, the
+ *     collectives, cross-entropy ... read f32);
+ *   - if a kernel reads n, n is no reduction's result: its kernel reads no
+ *     buffer of more elements than n (row statistics such as a layer norm's
+ *     mean and 1/std stay f32).
+ * And (vocab_)cross_entropy_grad's dlogits when only such GEMMs read them:
+ * rt_cuda_(vocab_)cross_entropy_grad_bf16 store them, in place of the logits
+ * (as the buffer plan has it) or not, "wide": each row in the first half of
+ * the bytes of its own fp32 row (RT_CUDA_MM_A_WIDE / _B_WIDE; views of them
+ * must keep the rows).  GPT-2 small: 8192 x 50304, read by the tied head's dx
+ * and weight-gradient GEMMs.
  * A value keeps its fp32 buffer's size and offset (the same arena as
  * train.c); the bf16 elements fill its first half (wide: each row's).
  *
- * A kernel instance that stores a bf16 node runs its code with that param
- * retyped KIR_BF16: a clone named "<instance's name>_bf16", shared by the
- * instances of the same code that store bf16 at the same params. */
+ * A kernel instance that stores or reads a bf16 node runs its code with those
+ * params retyped KIR_BF16: a clone named "<instance's name>_bf16", shared by
+ * the instances of the same code with the same bf16 params.
+ *
+ * Numerics.  A value a kernel reads is rounded where the f32 trainer would
+ * have kept it exact, so the bf16 trainer's results are not the f32
+ * trainer's.  CG_STORE_ROUND (parc --bf16-store round) makes their exact
+ * reference: the same plan with f32 buffers, each stored value rounded to
+ * bf16 as it is stored (KIR_BF16R, clones "_bf16r") and everything else
+ * computed as by the f32-buffer trainer (GEMMs convert, dlogits written f32).
+ * Widening being exact, it computes the bf16-storing trainer's bits
+ * (tests/cuda/trainer_emu.py, the store check). */
 #ifndef PARC_CUDA_STORE_H
 #define PARC_CUDA_STORE_H
 
 #include "codegen/cg_kernels.h"
 #include "passes/bufplan.h"
 
+/* What the bf16 trainer does with the values above: store them as bf16
+ * (the default: 0), keep them f32 (--bf16-store off), or keep f32 buffers
+ * holding their values rounded to bf16 (round: the reference). */
+typedef enum { CG_STORE_BF16, CG_STORE_OFF, CG_STORE_ROUND } CgStoreMode;
+
 typedef struct CgCudaStore {
   unsigned char *bf16;   /* per node id: 1 if its buffer holds bf16 (its views too),
-                            2 if wide: rows of 2 cols (cross_entropy_grad's dlogits) */
-  int count;             /* values stored as bf16 (views not counted) */
+                            2 if wide: rows of 2 cols (cross_entropy_grad's dlogits);
+                            all 0 when round */
+  int round;             /* CG_STORE_ROUND: the values below rounded, in f32 buffers */
+  int count;             /* values stored as bf16, or rounded so (views not counted) */
   int64_t elements;      /* their elements, all together */
   int *canon;            /* per kernel instance: the instance whose CUDA code it runs */
   KirKernel **code;      /* per kernel instance i with canon[i] == i: that code */
 } CgCudaStore;
 
 /* Plans *out in m's arena.  canon: the kernels' shared code (project.c's
- * dedup; NULL: each its own); bf16: the train section's precision is bf16;
- * pipelined: the trainer runs stage programs. */
+ * dedup; NULL: each its own); bf16: the train section's precision is bf16
+ * (else nothing is stored); pipelined: the trainer runs stage programs. */
 void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, const int *canon,
-                        int bf16, int pipelined, CgCudaStore *out);
+                        int bf16, CgStoreMode mode, int pipelined, CgCudaStore *out);
 
 #endif

@@ -831,8 +831,8 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
           " * the steps after the first and prints a table at exit (rt_cuda_prof.h).\n"
           " * PARC_CUDA_GRAPH=1 captures step_body (the device work) into a CUDA graph\n"
           " * on the second step and replays it after (rt_cuda_graph.h).\n"
-          " * Values stored as bf16 (read only by GEMMs, codegen/cuda_store.h): %d,\n"
-          " * %" PRId64 " elements; their kernels are the _bf16 ones, H(offset). */\n"
+          " * Values %s (codegen/cuda_store.h): %d,\n"
+          " * %" PRId64 " elements; %s. */\n"
           "#include <stdint.h>\n#include <string.h>\n\n"
           "#include \"kernels_cuda.h\"\n"
           "#include \"runtime/cuda/rt_cuda.h\"\n"
@@ -865,7 +865,12 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
           "while (0)\n\n",
           info->version, slash ? slash + 1 : src, m->name, nparams, m->nnodes,
           kp->nkernels, bf16 ? "bf16 products, fp32 accumulation" : "fp32",
-          info->store->count, info->store->elements, arena,
+          info->store->round ? "rounded to bf16 in fp32 buffers (--bf16-store round)"
+                             : "stored as bf16",
+          info->store->count, info->store->elements,
+          info->store->round ? "the kernels that store them are the _bf16r ones"
+                             : "the kernels that store or read them are the _bf16 ones, H(offset)",
+          arena,
           lp->params_numel, lp->state_numel, m->mesh_tp > 1 ? m->mesh_tp : 1,
           m->mesh_dp > 1 ? m->mesh_dp : 1, info->pipe ? info->pipe->nstages : 1,
           m->mesh_ep > 1 ? m->mesh_ep : 1, bf16 ? "RT_CUDA_GEMM_BF16" : "RT_CUDA_GEMM_FP32",

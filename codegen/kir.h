@@ -101,11 +101,14 @@ typedef int KirVal;   /* node index within its kernel */
 typedef enum { KIR_TY_VOID, KIR_TY_INDEX, KIR_TY_F32, KIR_TY_PRED } KirType;
 
 /* Buffer element type.  KIR_BF16 stores f32 values as bfloat16: a load widens
- * to f32 exactly, a store rounds to nearest even.  The builder never makes it
- * (kir_buf takes f32 and i32); the GPU trainer retypes an f32 param of a
- * built kernel whose buffer only bf16 GEMMs read (codegen/cuda_store.h), and
- * only the CUDA lowering takes it. */
-typedef enum { KIR_F32, KIR_I32, KIR_BF16 } KirElem;
+ * to f32 exactly, a store rounds to nearest even.  KIR_BF16R is its
+ * verification twin: an f32 buffer whose stores round to the nearest bf16
+ * value, so it holds exactly the f32 widening of what a KIR_BF16 buffer would
+ * hold (loads and in-register uses are the same too).  The builder makes
+ * neither (kir_buf takes f32 and i32); the GPU trainer retypes the f32
+ * params of built kernels whose buffers it stores as bf16
+ * (codegen/cuda_store.h), and only the CUDA lowering takes them. */
+typedef enum { KIR_F32, KIR_I32, KIR_BF16, KIR_BF16R } KirElem;
 
 /* How a kernel uses a buffer.  KIR_OUT buffers may be read back after the
  * kernel stored them (its prior contents are not inputs); KIR_INOUT says

@@ -223,7 +223,7 @@ static int loops(Kc *c) {
       if (!c->live[v] || (d->op != KIR_OP_LOAD && d->op != KIR_OP_STORE) || d->loop != l) continue;
       int b = (int)d->imm;
       KirVal i = d->arg[0];
-      if (k->params[b].elem != KIR_F32 || !c->aff[i] || c->stride[i] != 1 || !c->al4[i]) continue;
+      if (k->params[b].elem == KIR_I32 || !c->aff[i] || c->stride[i] != 1 || !c->al4[i]) continue;
       /* a buffer the loop stores: one store, loads of that element only and
        * all before it (read-modify-write), so the float4 load may come first */
       int rmw = nst[b] == 1 && !mixed[b] && (nld[b] == 0 || last_load[b] < first_store[b]);
@@ -629,9 +629,10 @@ static void emit_store_to(const Kc *c, FILE *f, const KirNode *d) {
   opnd(c, f, d->arg[0]);
   fputs("] = ", f);
   if (c->k->params[d->imm].elem == KIR_I32) fputs("(int32_t)", f);
-  if (c->k->params[d->imm].elem == KIR_BF16) fputs("__float2bfloat16_rn(", f);
+  KirElem e = c->k->params[d->imm].elem;
+  if (e == KIR_BF16 || e == KIR_BF16R) fputs(e == KIR_BF16 ? "__float2bfloat16_rn(" : "kcu_round_bf16(", f);
   opnd(c, f, d->arg[1]);
-  fputs(c->k->params[d->imm].elem == KIR_BF16 ? ");\n" : ";\n", f);
+  fputs(e == KIR_BF16 || e == KIR_BF16R ? ");\n" : ";\n", f);
 }
 
 /* ---- ROW_GROUP barriers ------------------------------------------------------ */
@@ -708,10 +709,11 @@ static void emit_column(Kc *c, FILE *f, int l, int vec, const char *ind) {
   for (KirVal v = lp->first; v < lp->end; v++) {
     const KirNode *d = &k->nodes[v];
     if (d->op == KIR_OP_STORE) {
-      if (vec && c->vacc[v]) {
-        fprintf(f, "%ss%d_[j_] = ", ind, v);
+      if (vec && c->vacc[v]) {  /* (a KIR_BF16 buffer's kcu_st rounds) */
+        int r = k->params[d->imm].elem == KIR_BF16R;
+        fprintf(f, "%ss%d_[j_] = %s", ind, v, r ? "kcu_round_bf16(" : "");
         opnd(c, f, d->arg[1]);
-        fputs(";\n", f);
+        fputs(r ? ");\n" : ";\n", f);
       } else {
         fputs(ind, f);
         emit_store_to(c, f, d);
@@ -1050,7 +1052,10 @@ static void emit_split(Kc *c, FILE *f) {
 /* A buffer param's element type: in the kernel (device), or in the launcher
  * and the C header (a bf16 buffer is uint16_t there: C has no bfloat16). */
 static const char *elem_type(KirElem e, int device) {
-  return e == KIR_F32 ? "float" : e == KIR_I32 ? "int32_t" : device ? "__nv_bfloat16" : "uint16_t";
+  return e == KIR_F32 || e == KIR_BF16R ? "float"
+         : e == KIR_I32                ? "int32_t"
+         : device                      ? "__nv_bfloat16"
+                                       : "uint16_t";
 }
 
 /* The params of the kernel (device 1: with __restrict__) or of its launcher. */
@@ -1433,6 +1438,38 @@ static const char prelude[] =
     "}\n"
     "inline bool kcu_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }\n";
 
+/* Buffers stored as bf16, or f32 rounded to bf16 values (kir.h: KIR_BF16,
+ * KIR_BF16R; codegen/cuda_store.h).  Written when a kernel has one. */
+static const char bf16_prelude[] =
+    "\n"
+    "#include <cuda_bf16.h>\n"
+    "\n"
+    "/* ---- bf16 buffers: W consecutive elements as floats (W = 4: 8-byte aligned) ---- */\n"
+    "struct alignas(8) kcu_bf16x4 { __nv_bfloat162 lo, hi; };\n"
+    "template <int W> __device__ __forceinline__ void kcu_ld(float (&v)[W], const __nv_bfloat16 *p);\n"
+    "template <> __device__ __forceinline__ void kcu_ld<1>(float (&v)[1], const __nv_bfloat16 *p) {\n"
+    "  v[0] = __bfloat162float(*p);\n"
+    "}\n"
+    "template <> __device__ __forceinline__ void kcu_ld<4>(float (&v)[4], const __nv_bfloat16 *p) {\n"
+    "  const kcu_bf16x4 t = *reinterpret_cast<const kcu_bf16x4 *>(p);\n"
+    "  v[0] = __low2float(t.lo), v[1] = __high2float(t.lo), v[2] = __low2float(t.hi), v[3] = __high2float(t.hi);\n"
+    "}\n"
+    "template <int W> __device__ __forceinline__ void kcu_ldg(float (&v)[W], const __nv_bfloat16 *p) {\n"
+    "  kcu_ld<W>(v, p);\n"
+    "}\n"
+    "/* stores round to nearest even, as __float2bfloat16_rn */\n"
+    "template <int W> __device__ __forceinline__ void kcu_st(__nv_bfloat16 *p, const float (&v)[W]);\n"
+    "template <> __device__ __forceinline__ void kcu_st<1>(__nv_bfloat16 *p, const float (&v)[1]) {\n"
+    "  *p = __float2bfloat16_rn(v[0]);\n"
+    "}\n"
+    "template <> __device__ __forceinline__ void kcu_st<4>(__nv_bfloat16 *p, const float (&v)[4]) {\n"
+    "  kcu_bf16x4 t;\n"
+    "  t.lo = __floats2bfloat162_rn(v[0], v[1]), t.hi = __floats2bfloat162_rn(v[2], v[3]);\n"
+    "  *reinterpret_cast<kcu_bf16x4 *>(p) = t;\n"
+    "}\n"
+    "/* the f32 value of x rounded to bf16 (a KIR_BF16R buffer's stores) */\n"
+    "__device__ __forceinline__ float kcu_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }\n";
+
 /* Split reductions (ROW_SPLIT, and COL_TILE with parts > 1; kir_cuda.h):
  * the scratch, its lanes, the last-block protocol and the fixed-order
  * combines.  Written when a kernel uses them. */
@@ -1656,13 +1693,13 @@ int kir_cuda_write(const KirModule *m, const char *cu_path, const char *h_path, 
           " * Build: nvcc -std=c++17 -c kernels.cu (CMake: -DPARC_CUDA=ON). */\n",
           m->nkernels, nflat, ngroup, nthread, nsplit, ntile, nvec);
   fputs(prelude, f);
-  int bf16 = 0; /* a param stored as bf16 (codegen/cuda_store.h): only then the header */
+  int bf16 = 0; /* a param stored as bf16 or rounded so (codegen/cuda_store.h): only then the header */
   for (int i = 0; i < m->nkernels; i++)
     for (int p = 0; p < m->kernels[i]->nparams; p++) {
       const KirParam *q = &m->kernels[i]->params[p];
-      bf16 |= q->kind == KIR_PARAM_BUF && q->elem == KIR_BF16;
+      bf16 |= q->kind == KIR_PARAM_BUF && (q->elem == KIR_BF16 || q->elem == KIR_BF16R);
     }
-  if (bf16) fputs("#include <cuda_bf16.h>\n", f);
+  if (bf16) fputs(bf16_prelude, f);
   if (nslot) fputs(split_prelude, f);
   if (ntile) fputs(tile_prelude, f);
   if (h_path) fprintf(f, "\n#include \"%s\" /* the launchers' prototypes, checked here */\n", base_name(h_path));

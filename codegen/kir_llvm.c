@@ -440,7 +440,8 @@ int kir_llvm_emit(const KirModule *m, const KirLlvmOptions *o, const char *obj_p
   for (int i = 0; i < m->nkernels; i++)
     for (int p = 0; p < m->kernels[i]->nparams; p++)
       if (m->kernels[i]->params[p].kind == KIR_PARAM_BUF &&
-          m->kernels[i]->params[p].elem == KIR_BF16) { /* kir.h: CUDA only */
+          (m->kernels[i]->params[p].elem == KIR_BF16 ||
+           m->kernels[i]->params[p].elem == KIR_BF16R)) { /* kir.h: CUDA only */
         snprintf(err, errlen, "kernel '%s': bf16 buffer '%s' (the CPU lowering has f32 and i32)",
                  m->kernels[i]->name, m->kernels[i]->params[p].name);
         return -1;

@@ -161,7 +161,7 @@ void kir_print_kernel(FILE *out, const KirKernel *k) {
   for (int i = 0; i < k->nparams; i++) {
     const KirParam *q = &k->params[i];
     if (q->kind == KIR_PARAM_BUF)
-      fprintf(out, "%s%s: %s %s", i ? ", " : "", q->name, q->elem == KIR_F32 ? "f32" : q->elem == KIR_BF16 ? "bf16" : "i32",
+      fprintf(out, "%s%s: %s %s", i ? ", " : "", q->name, q->elem == KIR_F32 ? "f32" : q->elem == KIR_BF16 ? "bf16" : q->elem == KIR_BF16R ? "f32(bf16)" : "i32",
               access_name[q->access]);
     else
       fprintf(out, "%s%s: %s", i ? ", " : "", q->name, param_kind[q->kind]);

@@ -525,8 +525,7 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
     if (canon[i] == i) code.kernels[code.nkernels++] = kp.kernels[i].k;
   /* the GPU's code: the same kernels, some storing bf16 (codegen/cuda_store.h) */
   CgCudaStore *store = arena_alloc(&m->arena, sizeof *store);
-  cg_cuda_store_plan(m, &kp, &bp, canon, machine_bf16(m) && !p->no_bf16_store, p->pipe != NULL,
-                     store);
+  cg_cuda_store_plan(m, &kp, &bp, canon, machine_bf16(m), p->bf16_store, p->pipe != NULL, store);
   if (p->gemm_ws_out) *p->gemm_ws_out = cg_gemm_ws_bytes(m, machine_bf16(m), store->bf16);
   CgHostInfo info = {p->source, p->version, 3 * p->cost->flops_fwd, canon, p->pipe, NULL, store};
   if (p->targets & CG_TARGET_CUDA) {  /* path still names train.c (finish) */
@@ -565,7 +564,7 @@ cuda_only:
   if (write_cmake(p, m, err, len)) goto out;
   if (p->step_out && !p->pipe) /* the report's predicted step time (pp = 1) */
     cg_step_model(m, &kp, p->cost->machine ? p->cost->machine : machine_default, p->cost->bf16,
-                  p->step_out);
+                  store->bf16, p->step_out);
   if (write_plan(p, m, cg_arena_bytes(&kp, &apart, NULL), &kp, canon, &bp, &lp, err, len))
     goto out;
   rc = 0;

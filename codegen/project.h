@@ -37,8 +37,8 @@ typedef struct {
                               (codegen/step_model.h, on cost->machine), also in plan.json */
   int64_t *gemm_ws_out;    /* when not NULL: the GPU trainer's GEMM operand copies
                               (cg_gemm_ws_bytes, with the values it stores as bf16) */
-  int no_bf16_store;       /* 1: the GPU trainer stores no value as bf16 (--no-bf16-store;
-                              codegen/cuda_store.h) */
+  int bf16_store;          /* CgStoreMode (codegen/cuda_store.h): what the bf16 GPU trainer
+                              does with the values it may store as bf16 (--bf16-store) */
 } CgProject;
 
 enum { CG_TARGET_CPU = 1, CG_TARGET_CUDA = 2 };

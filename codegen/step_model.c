@@ -7,7 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static double node_bytes(const IrNode *n) { return 4.0 * (double)ir_numel(n); }
+/* n's bytes; stored: the values held as bf16 (cg_step_times), or NULL */
+static double node_bytes(const IrNode *n, const unsigned char *stored) {
+  return (stored && stored[n->id] ? 2.0 : 4.0) * (double)ir_numel(n);
+}
 
 /* A collective or a rank-coordinate op: communication, not compute. */
 static int is_comm(IrOp op) {
@@ -52,17 +55,18 @@ static double split_cost(const Machine *mc, double largest_bytes) {
 
 /* The time of generated kernel k (0 for a reshape the host aliases). */
 static double kernel_time(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int k,
-                          StepTime *st) {
+                          const unsigned char *stored, StepTime *st) {
   const CgKernel *kr = &kp->kernels[k];
   if (kr->nnodes == 1 && kp->view_of[kr->nodes[0]] >= 0) return 0;
   /* an argument larger than every value the kernel computes is read in
    * part (a slice of a flat gradient bucket): count at most that much */
   double bytes = 0, cap = 0;
   for (int j = 0; j < kr->nnodes; j++)
-    if (node_bytes(m->nodes[kr->nodes[j]]) > cap) cap = node_bytes(m->nodes[kr->nodes[j]]);
+    if (node_bytes(m->nodes[kr->nodes[j]], stored) > cap)
+      cap = node_bytes(m->nodes[kr->nodes[j]], stored);
   for (int a = 0; a < kr->nargs; a++) {
     int id = kr->arg_node[a];
-    double b = id >= 0 ? node_bytes(m->nodes[id]) : 4.0 * (double)kp->temps[-1 - id].numel;
+    double b = id >= 0 ? node_bytes(m->nodes[id], stored) : 4.0 * (double)kp->temps[-1 - id].numel;
     bytes += cap > 0 && b > cap ? cap : b;
   }
   st->bytes += bytes;
@@ -71,13 +75,14 @@ static double kernel_time(const IrModule *m, const CgKernelPlan *kp, const Machi
 
 /* The time of runtime op n (0 for a leaf, a collective or a generated
  * kernel's node); *kind 0 memory-bound, 1 GEMM, 2 attention. */
-static double op_time(const IrNode *n, const Machine *mc, int p, int *kind, StepTime *st) {
+static double op_time(const IrNode *n, const Machine *mc, int p, const unsigned char *stored,
+                      int *kind, StepTime *st) {
   *kind = 0;
   if (!cg_runtime_op(n->op) || is_comm(n->op)) return 0;
-  double bytes = node_bytes(n), big = node_bytes(n);
+  double bytes = node_bytes(n, stored), big = node_bytes(n, stored);
   for (int j = 0; j < n->ninputs; j++) {
-    bytes += node_bytes(n->inputs[j]);
-    if (node_bytes(n->inputs[j]) > big) big = node_bytes(n->inputs[j]);
+    bytes += node_bytes(n->inputs[j], stored);
+    if (node_bytes(n->inputs[j], stored) > big) big = node_bytes(n->inputs[j], stored);
   }
   int attn;
   double f = op_flops(n, &attn), rate = attn ? mc->attn_flops[p] : mc->gemm_flops[p];
@@ -100,28 +105,28 @@ static void add_call(StepTime *st, IrPhase phase, double t, int kind) {
 }
 
 void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int bf16,
-                   StepTime *st, double *node_s) {
+                   const unsigned char *stored, StepTime *st, double *node_s) {
   *st = (StepTime){0};
   st->valid = 1;
   if (node_s)
     for (int i = 0; i < m->nnodes; i++) node_s[i] = 0;
   for (int k = 0; k < kp->nkernels; k++) { /* generated kernels (a _stats one too), at roots */
     int r = kp->kernels[k].root;
-    double t = kernel_time(m, kp, mc, k, st);
+    double t = kernel_time(m, kp, mc, k, stored, st);
     add_call(st, m->nodes[r]->phase, t, 0);
     if (node_s) node_s[r] += t;
   }
   for (int i = 0; i < m->nnodes; i++) { /* runtime ops */
     int kind = 0;
-    double t = kp->kernel_of[i] >= 0 ? 0 : op_time(m->nodes[i], mc, bf16 ? 1 : 0, &kind, st);
+    double t = kp->kernel_of[i] >= 0 ? 0 : op_time(m->nodes[i], mc, bf16 ? 1 : 0, stored, &kind, st);
     add_call(st, m->nodes[i]->phase, t, kind);
     if (node_s) node_s[i] += t;
   }
 }
 
 void cg_step_model(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int bf16,
-                   StepTime *st) {
-  cg_step_times(m, kp, mc, bf16, st, NULL);
+                   const unsigned char *stored, StepTime *st) {
+  cg_step_times(m, kp, mc, bf16, stored, st, NULL);
 }
 
 int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine *mc, int bf16,
@@ -144,7 +149,7 @@ int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine
     return -1;
   }
   StepTime st;
-  cg_step_times(m, &kp, mc, bf16, &st, t);
+  cg_step_times(m, &kp, mc, bf16, NULL, &st, t); /* (pipelined: nothing stored bf16) */
   for (int c = 0; c < plan->st.nchunks; c++)
     plan->timing[c].f = plan->timing[c].b = plan->timing[c].w = 0;
   /* the optimizer: each stage updates the parameters it holds (an owned

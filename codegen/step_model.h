@@ -23,14 +23,16 @@
  * outputs, temporaries included) once, an argument larger than every value
  * it computes counted at that size (it reads a slice); a reshape the host
  * aliases (view_of) costs nothing.  Collectives are not compute: the report adds them from
- * its CommCost.  bf16 picks the machine's bf16 rates; buffers stay fp32 in
- * both precisions (the trainers keep fp32 activations). */
+ * its CommCost.  bf16 picks the machine's bf16 rates; a value is 4 bytes an
+ * element, 2 where stored[id] (NULL: none; the bf16 GPU trainer's bf16
+ * values, codegen/cuda_store.h).  Not counted: the GEMMs' copies of their
+ * other bf16 operands. */
 void cg_step_model(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int bf16,
-                   StepTime *st);
+                   const unsigned char *stored, StepTime *st);
 /* As cg_step_model, also each node's call time into node_s[id] (0 where no
  * call is rooted), when node_s is not NULL. */
 void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int bf16,
-                   StepTime *st, double *node_s);
+                   const unsigned char *stored, StepTime *st, double *node_s);
 
 /* A pipelined trainer's chunk durations from its kernels: m is its module
  * (one microbatch), pp its stage programs, plan the pipeline plan whose

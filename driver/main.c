@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "codegen/arena_plan.h"
+#include "codegen/cuda_store.h"
 #include "codegen/machine_file.h"
 #include "codegen/project.h"
 #include "codegen/report.h"
@@ -116,9 +117,12 @@ static void usage(FILE *out) {
           "      --keep-attn-out    attention's backward reads its forward output (no\n"
           "                         attn_delta: the output stays alive until the backward;\n"
           "                         for comparing plans)\n"
-          "      --no-bf16-store    the bf16 GPU trainer keeps every value in fp32 (by\n"
-          "                         default the values only GEMMs read are stored as bf16:\n"
-          "                         the same results, less memory traffic; for comparing)\n"
+          "      --bf16-store MODE  what the bf16 GPU trainer does with its activations:\n"
+          "                         on (default) stores them as bf16, halving their memory\n"
+          "                         traffic; off keeps every value in fp32 (for comparing);\n"
+          "                         round keeps fp32 buffers holding the bf16-rounded values\n"
+          "                         (the same results as on: the reference that checks it)\n"
+          "      --no-bf16-store    the same as --bf16-store off\n"
           "      --dump-after PASS  print the IR after PASS (lower");
   for (int i = 0; pass_name(i); i++) fprintf(out, ", %s", pass_name(i));
   fprintf(out,
@@ -224,7 +228,7 @@ typedef struct {
   int64_t bucket_bytes;      /* --bucket-mb in bytes; 0: the default */
   int no_overlap;            /* --no-overlap: blocking dp bucket collectives */
   int keep_attn_out;         /* --keep-attn-out: no attn_delta pass */
-  int no_bf16_store;         /* --no-bf16-store: codegen/cuda_store.h off */
+  int bf16_store;            /* --bf16-store: a CgStoreMode (codegen/cuda_store.h) */
   int pad_vocab;             /* --pad-vocab; 0: not given (the train section's, else 64) */
   int pads;                  /* the layout pads the vocabulary (set after the cost):
                                 pass_shard runs even for one rank */
@@ -282,7 +286,7 @@ static const char *cuda_arch_list(const char *s) {
 static int parse_args(int argc, char **argv, Options *o) {
   enum { O_EMIT = 256, O_TP, O_PP, O_DP, O_EP, O_DUMP, O_NOVERIFY, O_TIME, O_VERSION, O_NOFUSE,
          O_CPU, O_SP, O_ZERO, O_BUCKET, O_NO_OVERLAP, O_PAD_VOCAB, O_KEEP_ATTN_OUT,
-         O_NO_BF16_STORE };
+         O_NO_BF16_STORE, O_BF16_STORE };
   static const struct option longs[] = {
       {"output", required_argument, 0, 'o'},  {"emit", required_argument, 0, O_EMIT},
       {"tp", required_argument, 0, O_TP},     {"pp", required_argument, 0, O_PP},
@@ -296,6 +300,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       {"no-overlap", no_argument, 0, O_NO_OVERLAP},
       {"keep-attn-out", no_argument, 0, O_KEEP_ATTN_OUT},
       {"no-bf16-store", no_argument, 0, O_NO_BF16_STORE},
+      {"bf16-store", required_argument, 0, O_BF16_STORE},
       {"pad-vocab", required_argument, 0, O_PAD_VOCAB},
       {"target", required_argument, 0, 512}, {"cuda-arch", required_argument, 0, 513},
       {"machine", required_argument, 0, 514},
@@ -351,7 +356,18 @@ static int parse_args(int argc, char **argv, Options *o) {
       break;
     }
     case O_KEEP_ATTN_OUT: o->keep_attn_out = 1; break;
-    case O_NO_BF16_STORE: o->no_bf16_store = 1; break;
+    case O_NO_BF16_STORE: o->bf16_store = CG_STORE_OFF; break;
+    case O_BF16_STORE: {
+      static const char *const modes[] = {"on", "off", "round"}; /* CgStoreMode's order */
+      int k = 0;
+      while (k < 3 && strcmp(optarg, modes[k])) k++;
+      if (k == 3) {
+        fprintf(stderr, "parc: error: --bf16-store '%s': must be on, off or round\n", optarg);
+        return EXIT_BAD;
+      }
+      o->bf16_store = k;
+      break;
+    }
     case O_PAD_VOCAB: {
       char *end;
       errno = 0;
@@ -484,7 +500,7 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
                       size_t len) {
   if (o->lay.tp * o->lay.dp == 1 && !o->pads)
     return cg_plan_arena(m, !o->no_fuse, &cost->arena_bytes, cost->machine, cost->bf16,
-                         &cost->step, !o->no_bf16_store, &cost->gemm_ws_bytes, why, len);
+                         &cost->step, o->bf16_store, &cost->gemm_ws_bytes, why, len);
   IrModule *r = lower_program(prog, o->ov, o->nov);
   if (!r) {
     snprintf(why, len, "internal error: the model did not lower a second time");
@@ -512,7 +528,7 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
   }
   if (!rc)
     rc = cg_plan_arena(r, !o->no_fuse, &cost->arena_bytes, cost->machine, cost->bf16,
-                       &cost->step, !o->no_bf16_store, &cost->gemm_ws_bytes, why, len);
+                       &cost->step, o->bf16_store, &cost->gemm_ws_bytes, why, len);
   ir_module_free(r);
   return rc;
 }
@@ -796,7 +812,7 @@ int main(int argc, char **argv) {
                             : have_nvcc() ? CG_TARGET_CPU | CG_TARGET_CUDA : CG_TARGET_CPU;
     CgProject proj = {o.outdir, o.model, PARC_VERSION, !o.no_fuse, o.generic_cpu, &cost, &o.lay,
                       targets, o.cuda_arch, tm ? &stage_prog : NULL, &cost.step,
-                      &cost.gemm_ws_bytes, o.no_bf16_store};
+                      &cost.gemm_ws_bytes, o.bf16_store};
     char why[512];
     if (cg_write_project(tm ? tm : m, &proj, &cost.arena_bytes, why, sizeof why)) {
       fprintf(stderr, "parc: error: %s\n", why);

@@ -10,8 +10,9 @@
 #                             device: device-local collectives, bits equal to
 #                             host-staged; bf16: bf16 GEMMs and tensor-core
 #                             attention: losses 2e-4, gradients 3e-2 of train;
-#                             store: -D precision=bf16 (GEMM inputs stored as
-#                             bf16) = the bf16 run bit for bit;
+#                             store: -D precision=bf16 (activations stored as
+#                             bf16) = --bf16-store round bit for bit, and
+#                             within the bf16 check's bounds of train;
 #                             launch: a too-small GPU refused at start-up with
 #                             planned and free bytes, a cudaMalloc failing after
 #                             that check with the bytes asked and free, exit 1,

@@ -1,9 +1,10 @@
 # ARGS: -D layers=2
 # bf16: the report adds the GPU trainer's GEMM operand copies, the largest a
-# GEMM reads as bf16 per operand: the MLP's hidden gradient (128 x 256 x 2
-# bytes) as an a (its dx) and as a b (c_fc's weight gradient).  Not the tied
-# head's dlogits (128 x 320 x 2, vocabulary padded to 320) nor the layer norm
-# and GELU outputs: the trainer stores those as bf16 (codegen/cuda_store.h).
+# GEMM converts to bf16 per operand slot (rt_cuda_ws_plan.h): now weights and
+# the outputs of GEMMs and attention.  Not the tied head's dlogits (128 x 320 x 2,
+# vocabulary padded to 320) nor the activations and their gradients (the MLP's
+# hidden gradient, 128 x 256, before): the trainer stores those as bf16
+# (codegen/cuda_store.h).  The predicted memory-bound bytes count them at 2.
 model gpt {
   config { vocab = 300  seq = 32  d = 64  heads = 4  layers = 1 }
   input tokens : i32[batch, seq]
