@@ -108,6 +108,15 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
       mark(m, kp, bp, n, 1, reduces(m, k, n), views, out->bf16);
     }
   }
+  /* GEMM results: cuBLASLt writes them bf16 (RT_CUDA_MM_C_BF16) */
+  for (int i = 0; bf16 && !pipelined && i < m->nnodes; i++) {
+    const IrNode *n = m->nodes[i];
+    if (n->op != IR_OP_MATMUL && n->op != IR_OP_MATMUL_TA) continue;
+    const RtCudaGemm g = cg_cuda_gemm(n);
+    if (rt_cuda_gemm_out_stored_ok(&g) && n->dtype == IR_F32 && n->phase != IR_PHASE_OPT &&
+        !keep[i] && kp->inplace_of[i] < 0 && bp->alias[i] < 0 && bp->offset[i] >= 0)
+      mark(m, kp, bp, n, 1, 0, views, out->bf16);
+  }
   /* (vocab_)cross_entropy_grad's dlogits: rt_cuda_(vocab_)cross_entropy_grad_bf16
    * store them wide, in place of the logits or not */
   for (int i = 0; bf16 && !pipelined && i < m->nnodes; i++) {
@@ -151,5 +160,10 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
     out->code[i] = c;
   }
   /* round: the buffers hold f32 (GEMMs convert them, dlogits are written f32) */
-  if (round) memset(out->bf16, 0, (size_t)m->nnodes + 1), out->round = 1;
+  if (round) {
+    out->rounded = arena_alloc(&m->arena, (size_t)m->nnodes + 1);
+    memcpy(out->rounded, out->bf16, (size_t)m->nnodes + 1);
+    memset(out->bf16, 0, (size_t)m->nnodes + 1);
+    out->round = 1;
+  }
 }

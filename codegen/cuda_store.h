@@ -15,7 +15,9 @@
  *   - the train section's precision is bf16 and the trainer is not pipelined
  *     (stage programs copy values between chunks; not handled yet);
  *   - n is f32, computed by a generated kernel that stores it (a param of
- *     access out), has a buffer of its own (no view, no alias of another
+ *     access out) or by a GEMM that may write it bf16 (RT_CUDA_MM_C_BF16,
+ *     rt_cuda_gemm_out_stored_ok: cuBLASLt rounds its fp32 accumulators to
+ *     nearest even), has a buffer of its own (no view, no alias of another
  *     buffer: a bf16 store could land on an element not yet read) and is
  *     none of the step's results (loss, norms, updates), of the optimizer's
  *     values (IR_PHASE_OPT: its scalars, the clip coefficient) or of what
@@ -46,7 +48,8 @@
  * have kept it exact, so the bf16 trainer's results are not the f32
  * trainer's.  CG_STORE_ROUND (parc --bf16-store round) makes their exact
  * reference: the same plan with f32 buffers, each stored value rounded to
- * bf16 as it is stored (KIR_BF16R, clones "_bf16r") and everything else
+ * bf16 as it is stored (KIR_BF16R, clones "_bf16r"; a GEMM's result rounded in
+ * place after it, RT_CUDA_MM_C_ROUND) and everything else
  * computed as by the f32-buffer trainer (GEMMs convert, dlogits written f32).
  * Widening being exact, it computes the bf16-storing trainer's bits
  * (tests/cuda/trainer_emu.py, the store check). */
@@ -66,6 +69,7 @@ typedef struct CgCudaStore {
                             2 if wide: rows of 2 cols (cross_entropy_grad's dlogits);
                             all 0 when round */
   int round;             /* CG_STORE_ROUND: the values below rounded, in f32 buffers */
+  unsigned char *rounded; /* round: per node id, what bf16 would have been (else NULL) */
   int count;             /* values stored as bf16, or rounded so (views not counted) */
   int64_t elements;      /* their elements, all together */
   int *canon;            /* per kernel instance: the instance whose CUDA code it runs */

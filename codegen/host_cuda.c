@@ -120,10 +120,12 @@ static void emit_dim_collective(Cu *e, const IrNode *n, const char *x, const cha
             grp(n->ia[0]), x, out, outer, len, inner);
 }
 
-int cg_cuda_stored_flags(const IrNode *n, const unsigned char *bf16) {
+int cg_cuda_stored_flags(const IrNode *n, const unsigned char *bf16, const unsigned char *rounded) {
   int a = bf16 ? bf16[n->inputs[0]->id] : 0, b = bf16 ? bf16[n->inputs[1]->id] : 0;
   return (a ? RT_CUDA_MM_A_BF16 : 0) | (a == 2 ? RT_CUDA_MM_A_WIDE : 0) |
-         (b ? RT_CUDA_MM_B_BF16 : 0) | (b == 2 ? RT_CUDA_MM_B_WIDE : 0);
+         (b ? RT_CUDA_MM_B_BF16 : 0) | (b == 2 ? RT_CUDA_MM_B_WIDE : 0) |
+         (bf16 && bf16[n->id] ? RT_CUDA_MM_C_BF16 : 0) |
+         (rounded && rounded[n->id] ? RT_CUDA_MM_C_ROUND : 0);
 }
 
 RtCudaGemm cg_cuda_gemm(const IrNode *n) {
@@ -193,9 +195,10 @@ static void emit_runtime(Cu *e, const IrNode *n) {
     static const struct { int bit; const char *name; } flag[] = {
         {RT_MM_TRANSPOSE_B, "RT_MM_TRANSPOSE_B"}, {RT_MM_B_BATCHED, "RT_MM_B_BATCHED"},
         {RT_CUDA_MM_A_BF16, "RT_CUDA_MM_A_BF16"}, {RT_CUDA_MM_A_WIDE, "RT_CUDA_MM_A_WIDE"},
-        {RT_CUDA_MM_B_BF16, "RT_CUDA_MM_B_BF16"}, {RT_CUDA_MM_B_WIDE, "RT_CUDA_MM_B_WIDE"}};
+        {RT_CUDA_MM_B_BF16, "RT_CUDA_MM_B_BF16"}, {RT_CUDA_MM_B_WIDE, "RT_CUDA_MM_B_WIDE"},
+        {RT_CUDA_MM_C_BF16, "RT_CUDA_MM_C_BF16"}, {RT_CUDA_MM_C_ROUND, "RT_CUDA_MM_C_ROUND"}};
     RtCudaGemm g = cg_cuda_gemm(n);
-    g.flags |= cg_cuda_stored_flags(n, e->store->bf16);
+    g.flags |= cg_cuda_stored_flags(n, e->store->bf16, e->store->rounded);
     fprintf(f, "  CHECK(%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", ",
             g.ta ? "rt_cuda_matmul_ta" : "rt_cuda_matmul", out, x, y, g.batch, g.m, g.k, g.n);
     for (size_t i = 0; i < sizeof flag / sizeof flag[0]; i++)

@@ -28,9 +28,10 @@
  * (without the RT_CUDA_MM_*_BF16 flags of operands stored as bf16). */
 RtCudaGemm cg_cuda_gemm(const IrNode *n);
 
-/* The RT_CUDA_MM_*_BF16 / _WIDE flags of that call where its operands are
- * stored as bf16 (bf16: CgCudaStore.bf16; NULL: none). */
-int cg_cuda_stored_flags(const IrNode *n, const unsigned char *bf16);
+/* The RT_CUDA_MM_*_BF16 / _WIDE flags of that call where its operands or its
+ * result are stored as bf16 (bf16: CgCudaStore.bf16; NULL: none), and
+ * RT_CUDA_MM_C_ROUND where its result is rounded (rounded: CgCudaStore.rounded). */
+int cg_cuda_stored_flags(const IrNode *n, const unsigned char *bf16, const unsigned char *rounded);
 
 /* Writes train_cuda.c (info->store: which buffers hold bf16, and each kernel's
  * CUDA code).  0, or -1 with a one-line reason in err (an op the GPU trainer

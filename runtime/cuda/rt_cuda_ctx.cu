@@ -445,9 +445,11 @@ int rt_cuda_open(RtCuda **out, const RtCudaSetup *s, const float *params, const 
     else rc = rt_fail_setup("PARC_CUDA_GEMM='%s': expected fp32, bf16 or tf32", g);
   }
   for (int i = 0; rc == RT_OK && c->gemm != RT_CUDA_GEMM_BF16 && s->gemms && i < s->ngemms; i++)
-    if (s->gemms[i].flags & (RT_CUDA_MM_A_BF16 | RT_CUDA_MM_B_BF16)) /* codegen/cuda_store.h */
-      rc = rt_fail_setup("PARC_CUDA_GEMM=%s: this trainer stores GEMM inputs as bf16 (precision "
-                         "bf16); run it in GEMM mode bf16, or generate it with -D precision=fp32",
+    if (s->gemms[i].flags & (RT_CUDA_MM_A_BF16 | RT_CUDA_MM_B_BF16 | RT_CUDA_MM_C_BF16 |
+                             RT_CUDA_MM_C_ROUND)) /* codegen/cuda_store.h */
+      rc = rt_fail_setup("PARC_CUDA_GEMM=%s: this trainer's GEMMs read or write bf16 values "
+                         "(precision bf16); run it in GEMM mode bf16, or generate it with "
+                         "-D precision=fp32",
                          g && *g ? g : "?");
   if (rc == RT_OK) rc = choose_device(c, s);
   if (rc == RT_OK) { /* the GEMMs' operand workspaces, in the mode chosen (rt_cuda_ws_plan.h) */

@@ -29,7 +29,11 @@
  * fp32 workspace and a 2-D copy) stays for PARC_CUDA_GEMM_OPERANDS=bf16,
  * which converts wherever there is no batch.  An operand that a kernel stored
  * as bf16 already (RT_CUDA_MM_A_BF16 / _B_BF16, codegen/cuda_store.h) is read
- * as it is: no copy, the other operand converted as above. */
+ * as it is: no copy, the other operand converted as above.  A result that
+ * kernels read as bf16 (RT_CUDA_MM_C_BF16) is written bf16 by cuBLASLt (D of
+ * type bf16: half the bytes, and a faster epilogue: bench/gemm_gpu.cu's
+ * bf16-io column); RT_CUDA_MM_C_ROUND, its reference, rounds an fp32 result in
+ * place by one more pass. */
 #include <cuda_bf16.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +96,13 @@ static const __nv_bfloat16 *as_bf16(RtCuda *c, int slot, const float *x, int64_t
 
 static int64_t round8(int64_t x) { return (x + 7) / 8 * 8; }
 
+/* x[0, n) rounded to bf16 values in place (RT_CUDA_MM_C_ROUND), grid-stride. */
+__global__ void round_bf16_kernel(float *__restrict__ x, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    x[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+}
+
 /* PARC_CUDA_GEMM_OPERANDS (the head comment); which GEMMs convert their
  * operands: rt_cuda_gemm_bf16ops (rt_cuda_ws_plan.h) */
 int rt_cuda_gemm_operands(void) {
@@ -142,7 +153,8 @@ static int make_plan(RtCuda *c, GemmPlan *p, int al_a, int al_b, int al_c) {
            "cublasLtMatrixLayoutCreate");
   LT_CHECK(c, cublasLtMatrixLayoutCreate(&p->lb, in, rb, cb, p->ld[0]),
            "cublasLtMatrixLayoutCreate");
-  LT_CHECK(c, cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, (uint64_t)n, (uint64_t)m, p->ld[2]),
+  cudaDataType_t out = (p->flags & RT_CUDA_MM_C_BF16) ? CUDA_R_16BF : CUDA_R_32F;
+  LT_CHECK(c, cublasLtMatrixLayoutCreate(&p->lc, out, (uint64_t)n, (uint64_t)m, p->ld[2]),
            "cublasLtMatrixLayoutCreate");
   if (set_batch(c, p->la, batch, bb ? k * n : 0) || set_batch(c, p->lb, batch, m * k) ||
       set_batch(c, p->lc, batch, m * n))
@@ -191,11 +203,14 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
   if (batch < 1 || m < 1 || k < 1 || n < 1)
     return rt_fail("%s: dimensions must be >= 1, got batch %lld, m %lld, k %lld, n %lld", opname,
                    (long long)batch, (long long)m, (long long)k, (long long)n);
-  const int stored = flags & (RT_CUDA_MM_A_BF16 | RT_CUDA_MM_B_BF16);
+  const int stored = flags & (RT_CUDA_MM_A_BF16 | RT_CUDA_MM_B_BF16 | RT_CUDA_MM_C_BF16 |
+                              RT_CUDA_MM_C_ROUND);
   const int wide = flags & (RT_CUDA_MM_A_WIDE | RT_CUDA_MM_B_WIDE);
+  const int cout = flags & (RT_CUDA_MM_C_BF16 | RT_CUDA_MM_C_ROUND);
   if ((flags & ~(RT_MM_TRANSPOSE_B | RT_MM_B_BATCHED | RT_MM_ACCUMULATE | stored | wide)) ||
       ((flags & RT_CUDA_MM_A_WIDE) && !(flags & RT_CUDA_MM_A_BF16)) ||
-      ((flags & RT_CUDA_MM_B_WIDE) && !(flags & RT_CUDA_MM_B_BF16)))
+      ((flags & RT_CUDA_MM_B_WIDE) && !(flags & RT_CUDA_MM_B_BF16)) ||
+      cout == (RT_CUDA_MM_C_BF16 | RT_CUDA_MM_C_ROUND) || (cout && (flags & RT_MM_ACCUMULATE)))
     return rt_fail("%s: unknown flags 0x%x", opname, (unsigned)flags);
   if (!ta && !(flags & RT_MM_B_BATCHED)) { /* fold the batch into M */
     m *= batch;
@@ -213,8 +228,9 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
   const void *ga = a, *gb = b;
   float *gout = out;
   if (stored && (c->gemm != RT_CUDA_GEMM_BF16 || batch != 1 ||
-                 ((flags & RT_CUDA_MM_A_BF16) && ac % 8) || ((flags & RT_CUDA_MM_B_BF16) && bc % 8)))
-    return rt_fail("%s: a bf16 operand (flags 0x%x) needs GEMM mode bf16, no batch and rows "
+                 ((flags & RT_CUDA_MM_A_BF16) && ac % 8) || ((flags & RT_CUDA_MM_B_BF16) && bc % 8) ||
+                 (cout && n % 8)))
+    return rt_fail("%s: a bf16 operand or result (flags 0x%x) needs GEMM mode bf16, no batch and rows "
                    "of a multiple of 8 (batch %lld, m %lld, k %lld, n %lld)", opname,
                    (unsigned)flags, (long long)batch, (long long)m, (long long)k, (long long)n);
   if (bf16ops) {
@@ -288,6 +304,12 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
     CU_CHECK(c, cudaMemcpy2DAsync(out, (size_t)n * 4, gout, (size_t)ld[2] * 4, (size_t)n * 4,
                                   (size_t)m, cudaMemcpyDeviceToDevice, c->compute),
              "gemm: the result out of its padded rows");
+  if (flags & RT_CUDA_MM_C_ROUND) { /* the reference of a bf16 result: its values in fp32 */
+    int64_t count = m * n;
+    unsigned grid = (unsigned)(count / 1024 + 1 < 8192 ? count / 1024 + 1 : 8192);
+    round_bf16_kernel<<<grid, 256, 0, c->compute>>>(out, count);
+    LAUNCH_CHECK(c, "round_bf16_kernel");
+  }
   return RT_OK;
 }
 
@@ -298,8 +320,9 @@ static void prof_gemm(RtCuda *c, RtProfScope &ps, const char *op, int ta, int64_
   double B = (double)batch, M = (double)m, K = (double)k, N = (double)n;
   int acc = (flags & RT_MM_ACCUMULATE) != 0;
   double ea = (flags & RT_CUDA_MM_A_BF16) ? 2 : 4, eb = (flags & RT_CUDA_MM_B_BF16) ? 2 : 4;
+  double ec = (flags & RT_CUDA_MM_C_BF16) ? 2 : 4;
   double bytes = ea * B * M * K + eb * ((flags & RT_MM_B_BATCHED) ? B : 1) * K * N +
-                 4 * (acc ? 2 : 1) * B * M * N;
+                 ec * (acc ? 2 : 1) * B * M * N;
   if (!ta && !(flags & RT_MM_B_BATCHED)) m *= batch, batch = 1;
   char shape[64];
   if (batch > 1)

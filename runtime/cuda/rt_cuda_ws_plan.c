@@ -29,10 +29,18 @@ int rt_cuda_gemm_stored_ok(const RtCudaGemm *g, int which) {
          rc[2 * which + 1] % 8 == 0;
 }
 
+int rt_cuda_gemm_out_stored_ok(const RtCudaGemm *g) {
+  int64_t batch, rc[4];
+  shapes(g, &batch, rc);
+  return rt_cuda_gemm_bf16ops(RT_CUDA_GEMM_BF16, RT_CUDA_OPERANDS_ALIGNED, batch, g->k, g->n) &&
+         g->n % 8 == 0 && !(g->flags & RT_MM_ACCUMULATE);
+}
+
 void rt_cuda_gemm_ws(const RtCudaGemm *g, int mode, int operands, int64_t need[3]) {
   int64_t batch, rc[4], n = g->n;
   int64_t m = shapes(g, &batch, rc);
-  int stored = g->flags & (RT_CUDA_MM_A_BF16 | RT_CUDA_MM_B_BF16);
+  int stored = g->flags & (RT_CUDA_MM_A_BF16 | RT_CUDA_MM_B_BF16 | RT_CUDA_MM_C_BF16 |
+                           RT_CUDA_MM_C_ROUND);
   need[0] = need[1] = need[2] = 0;
   if (!stored && !rt_cuda_gemm_bf16ops(mode, operands, batch, g->k, n)) return;
   need[0] = (g->flags & RT_CUDA_MM_A_BF16) ? 0 : rc[0] * round8(rc[1]) * 2;

@@ -33,6 +33,12 @@ enum {
   RT_CUDA_MM_A_BF16 = 0x100, RT_CUDA_MM_B_BF16 = 0x200,
   RT_CUDA_MM_A_WIDE = 0x400, RT_CUDA_MM_B_WIDE = 0x800
 };
+/* The result, likewise (rt_cuda_gemm_out_stored_ok): RT_CUDA_MM_C_BF16 writes
+ * it as bf16, rows of n (a multiple of 8), rounded to nearest even from the
+ * fp32 accumulators; RT_CUDA_MM_C_ROUND, its reference (--bf16-store round),
+ * writes it fp32 and rounds it in place to bf16 values.  Either makes the GEMM
+ * a bf16-operand one (as a stored operand does), neither accumulates. */
+enum { RT_CUDA_MM_C_BF16 = 0x1000, RT_CUDA_MM_C_ROUND = 0x2000 };
 
 /* One GEMM call of a trainer: rt_cuda_matmul (ta 0) or rt_cuda_matmul_ta (ta
  * 1) with these arguments (RT_MM_* and RT_CUDA_MM_* flags). */
@@ -49,6 +55,12 @@ int rt_cuda_gemm_bf16ops(int mode, int operands, int64_t batch, int64_t k, int64
  * rule the GEMM converts it, and its rows, as the GEMM reads them, are a
  * multiple of 8 elements (the copy's padded rows are then its own). */
 int rt_cuda_gemm_stored_ok(const RtCudaGemm *g, int which);
+
+/* 1 if GEMM g's result may be stored as bf16 (RT_CUDA_MM_C_BF16) or rounded
+ * so (_C_ROUND): in GEMM mode bf16 with the default operand rule it reads
+ * bf16 operands, no batch remains once folded, n is a multiple of 8 (16-byte
+ * bf16 rows) and it does not accumulate. */
+int rt_cuda_gemm_out_stored_ok(const RtCudaGemm *g);
 
 /* Bytes GEMM g takes in the workspace slots: need[0] its a, need[1] its b as
  * bf16, need[2] its padded result (0 where it takes none). */

@@ -277,15 +277,16 @@ def store(a, proj, env, steps, grads, against_cpu):
     if not (build(a, sp, ["-D", "precision=bf16"], cpu=False) and
             build(a, rp, ["-D", "precision=bf16", "--bf16-store", "round"], cpu=False)):
         return False
-    with open(sp + "/train_cuda.c") as f:
-        n = sum(f.read().count(flag) for flag in ("RT_CUDA_MM_A_BF16 |", "RT_CUDA_MM_B_BF16 |"))
+    with open(sp + "/train_cuda.c") as f:  # GEMM operands and results stored as bf16
+        n = sum(f.read().count(flag) for flag in ("RT_CUDA_MM_A_BF16 |", "RT_CUDA_MM_B_BF16 |",
+                                                   "RT_CUDA_MM_C_BF16 |"))
     with open(sp + "/kernels.cu") as f:  # kernels reading a bf16 value (declarations once)
         k = sum("const __nv_bfloat16 *" in line for line in f if line.startswith("__global__"))
     with open(rp + "/kernels.cu") as f:
         r = f.read().count("kcu_round_bf16(")
     if n == 0 or k == 0 or r == 0:
-        print("%s: -D precision=bf16 stores %d GEMM operands and %d kernel inputs as bf16, "
-              "the round trainer %d values" % (a.name, n, k, r))
+        print("%s: -D precision=bf16 stores %d GEMM operands or results and %d kernel inputs "
+              "as bf16, the round trainer %d values" % (a.name, n, k, r))
         return False
     runs = {}
     for tag, p in (("store", sp), ("round", rp)):
@@ -294,7 +295,8 @@ def store(a, proj, env, steps, grads, against_cpu):
                    proj + "." + tag + ".log", env=dict(env, PARC_CUDA_GEMM="bf16")):
             return False
     ok = compare(a, "losses", runs["round"][0], runs["store"][0], 0,
-                 "%s bf16 stores = round bits (%d GEMM operands, %d kernels)" % (a.name, n, k))
+                 "%s bf16 stores = round bits (%d GEMM operands and results, %d kernels)"
+                 % (a.name, n, k))
     if ok and runs["store"][1]:
         ok = compare(a, "grads", runs["round"][1][1], runs["store"][1][1], 0,
                      a.name + " bf16 stores, gradients")
@@ -302,7 +304,7 @@ def store(a, proj, env, steps, grads, against_cpu):
                             "bf16 activations vs CPU",
                             "bf16 activations, gradients")
     return ok and refused([sp + "/build/train_cuda_emu"] + steps, dict(env, PARC_CUDA_GEMM="fp32"),
-                          sp + ".fp32", "this trainer stores GEMM inputs as bf16")
+                          sp + ".fp32", "this trainer's GEMMs read or write bf16 values")
 
 
 def main():

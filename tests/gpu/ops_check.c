@@ -225,6 +225,57 @@ static void check_mm_stored(RtCuda *cb, int64_t m, int64_t k, int64_t n, int fla
   free(a), free(b), free(ref), free(got);
 }
 
+/* A GEMM writing its result as bf16 (RT_CUDA_MM_C_BF16, cb in GEMM mode bf16)
+ * and its reference (RT_CUDA_MM_C_ROUND) against the same GEMM writing fp32:
+ * the reference is that result rounded to bf16, bit for bit (share of results
+ * differing, tolerance 0); the bf16 result is within bf16's rounding of it
+ * (relative L2; the same bits in the emulation, cuBLASLt may pick another
+ * algorithm for a bf16 D).  Both timed beside the fp32 result. */
+static void check_mm_out(RtCuda *cb, int64_t m, int64_t k, int64_t n, int flags, int ta) {
+  int tb = (flags & RT_MM_TRANSPOSE_B) != 0;
+  int64_t na = ta ? k * m : m * k, nb = k * n, no = m * n;
+  float *a = rnd(na, 1), *b = rnd(nb, 1), *ref = malloc(4 * (size_t)no),
+        *got = malloc(4 * (size_t)no);
+  uint16_t *h = malloc(2 * (size_t)no);
+  Mm x = {dev_copy(NULL, 4 * (size_t)no), dev_copy(a, 4 * (size_t)na), dev_copy(b, 4 * (size_t)nb),
+          1, m, k, n, flags, ta};
+  double err = mm_gpu(cb, &x) ? INFINITY : 0;
+  to_host(ref, x.out, 4 * (size_t)no);
+  double ms_f32 = time_op(cb, mm_gpu, &x, 10);
+  for (int64_t i = 0; i < no; i++) { /* ref: its values rounded to bf16 */
+    uint32_t u = (uint32_t)bf16_rn(ref[i]) << 16;
+    memcpy(&ref[i], &u, 4);
+  }
+  Mm y = x, z = x;
+  y.flags = flags | RT_CUDA_MM_C_ROUND;
+  z.flags = flags | RT_CUDA_MM_C_BF16;
+  z.out = dev_copy(NULL, 2 * (size_t)no);
+  double err_z = err;
+  if (err == 0) err = mm_gpu(cb, &y) ? INFINITY : 0;
+  to_host(got, y.out, 4 * (size_t)no);
+  if (err == 0) err = differing(got, ref, no);
+  if (err_z == 0) err_z = mm_gpu(cb, &z) ? INFINITY : 0;
+  to_host(h, z.out, 2 * (size_t)no);
+  for (int64_t i = 0; i < no; i++) {
+    uint32_t u = (uint32_t)h[i] << 16;
+    memcpy(&got[i], &u, 4);
+  }
+  if (err_z == 0) err_z = rel_l2(got, ref, no);
+  if (isinf(err) || isinf(err_z)) fprintf(stderr, "%s\n", rt_last_error());
+  char shape[96];
+  snprintf(shape, sizeof shape, "%lldx%lldx%lld%s", (long long)m, (long long)k, (long long)n,
+           tb ? " tb" : "");
+  double flop = 2.0 * m * k * n;
+  row(ta ? "matmul_ta (bf16 out)" : "matmul (bf16 out)", shape, err_z, 3e-3,
+      time_op(cb, mm_gpu, &z, 10), flop, 0);
+  row(ta ? "matmul_ta (rounded out)" : "matmul (rounded out)", shape, err, 0,
+      time_op(cb, mm_gpu, &y, 10), flop, 0);
+  printf("%-22s %-30s %10s %-4s %9.4f ms  %8.2f TFLOP/s\n", "  the same, fp32 out", "", "", "",
+         ms_f32, flop / (ms_f32 * 1e-3) / 1e12); /* a time, not a check */
+  cudaFree(z.out), cudaFree(x.out), cudaFree(x.a), cudaFree(x.b);
+  free(a), free(b), free(ref), free(got), free(h);
+}
+
 /* ---- attention ---- */
 typedef struct {
   float *out, *q, *k, *v, *dy, *dqkv;
@@ -640,6 +691,12 @@ int main(int argc, char **argv) {
     if (!small)
       check_mm_stored(c, 50304, 2048, 768, 0, 1,
                       RT_CUDA_MM_A_BF16 | RT_CUDA_MM_A_WIDE | RT_CUDA_MM_B_BF16);
+    /* results stored as bf16: qkv's, a dx (b transposed), a weight gradient's shape */
+    check_mm_out(c, 256, 64, 192, 0, 0);
+    check_mm_out(c, 256, 192, 64, RT_MM_TRANSPOSE_B, 0);
+    check_mm_out(c, 64, 256, 192, 0, 1);
+    if (!small) /* GPT-2 small's MLP up-projection, 2048 of its 8192 rows */
+      check_mm_out(c, 2048, 768, 3072, 0, 0);
     check_attn_bf16(c, 2, 4, 2, 130, 64, 1);
     check_attn_bf16(c, 1, 4, 1, 70, 128, 0);
     check_attn_bf16(c, 2, 4, 4, 100, 32, 1);

@@ -157,7 +157,9 @@ static cublasStatus_t shape_of(const KcuLtDesc *d, const KcuLtLayout *a, const K
   s->n = d->tb == CUBLAS_OP_T ? b->rows : b->cols;
   if (bk != s->k || c->rows != s->m || c->cols != s->n || o->rows != s->m || o->cols != s->n)
     return CUBLAS_STATUS_INVALID_VALUE;
-  if (a->type != b->type || c->type != CUDA_R_32F || o->type != CUDA_R_32F)
+  /* fp32 x fp32 -> fp32, bf16 x bf16 -> fp32 or bf16 (C as D) */
+  if (a->type != b->type || c->type != o->type ||
+      (o->type != CUDA_R_32F && !(o->type == CUDA_R_16BF && a->type == CUDA_R_16BF)))
     return CUBLAS_STATUS_NOT_SUPPORTED;
   if (a->batch != o->batch || b->batch != o->batch || c->batch != o->batch)
     return CUBLAS_STATUS_INVALID_VALUE;
@@ -241,11 +243,13 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
             acc[i] += round_operand(ap, desc.compute) * bp;
           }
         }
-        float *out = (float *)D + (int64_t)bi * lo.stride + (int64_t)j * lo.ld;
-        const float *cin = C ? (const float *)C + (int64_t)bi * lc.stride + (int64_t)j * lc.ld
-                             : nullptr;
-        for (uint64_t i = 0; i < s.m; i++)
-          out[i] = be == 0.0f ? al * acc[i] : al * acc[i] + be * cin[i];
+        /* D of type bf16: the fp32 value rounded to nearest even */
+        for (uint64_t i = 0; i < s.m; i++) {
+          const float v = be == 0.0f ? al * acc[i] : al * acc[i] + be * load(C, lc, bi, i, j);
+          const int64_t at = (int64_t)bi * lo.stride + (int64_t)j * lo.ld + (int64_t)i;
+          if (lo.type == CUDA_R_16BF) ((__nv_bfloat16 *)D)[at] = __float2bfloat16_rn(v);
+          else ((float *)D)[at] = v;
+        }
       }
   };
   if (kcu_emu_enqueue(stream, run)) return CUBLAS_STATUS_EXECUTION_FAILED;
