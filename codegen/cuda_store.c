@@ -84,6 +84,15 @@ static int reduces(const IrModule *m, const CgKernel *k, const IrNode *n) {
   return 0;
 }
 
+/* 1 if node a may be stored as bf16 as far as it goes (the header's second
+ * rule): f32, an activation's value with a buffer of its own, no result. */
+static int candidate(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
+                     const unsigned char *keep, int a) {
+  const IrNode *n = m->nodes[a];
+  return n->dtype == IR_F32 && n->phase != IR_PHASE_OPT && !keep[a] && kp->inplace_of[a] < 0 &&
+         kp->view_of[a] < 0 && bp->alias[a] < 0 && bp->offset[a] >= 0;
+}
+
 void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, const int *canon,
                         int bf16, CgStoreMode mode, int pipelined, CgCudaStore *out) {
   bf16 = bf16 && mode != CG_STORE_OFF;
@@ -100,12 +109,9 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
     for (int p = 0; p < k->nargs && p < 64; p++) {
       int a = k->arg_node[p];
       const KirParam *q = &k->k->params[p];
-      if (a < 0 || q->access != KIR_OUT || q->elem != KIR_F32) continue;
-      const IrNode *n = m->nodes[a];
-      if (n->dtype != IR_F32 || n->phase == IR_PHASE_OPT || keep[a] || kp->inplace_of[a] >= 0 || kp->view_of[a] >= 0 ||
-          bp->alias[a] >= 0 || bp->offset[a] < 0)
+      if (a < 0 || q->access != KIR_OUT || q->elem != KIR_F32 || !candidate(m, kp, bp, keep, a))
         continue;
-      mark(m, kp, bp, n, 1, reduces(m, k, n), views, out->bf16);
+      mark(m, kp, bp, m->nodes[a], 1, reduces(m, k, m->nodes[a]), views, out->bf16);
     }
   }
   /* GEMM results: cuBLASLt writes them bf16 (RT_CUDA_MM_C_BF16) */
@@ -113,8 +119,7 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
     const IrNode *n = m->nodes[i];
     if (n->op != IR_OP_MATMUL && n->op != IR_OP_MATMUL_TA) continue;
     const RtCudaGemm g = cg_cuda_gemm(n);
-    if (rt_cuda_gemm_out_stored_ok(&g) && n->dtype == IR_F32 && n->phase != IR_PHASE_OPT &&
-        !keep[i] && kp->inplace_of[i] < 0 && bp->alias[i] < 0 && bp->offset[i] >= 0)
+    if (rt_cuda_gemm_out_stored_ok(&g) && candidate(m, kp, bp, keep, i))
       mark(m, kp, bp, n, 1, 0, views, out->bf16);
   }
   /* (vocab_)cross_entropy_grad's dlogits: rt_cuda_(vocab_)cross_entropy_grad_bf16

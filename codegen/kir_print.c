@@ -29,6 +29,8 @@
 
 static const char *const param_kind[] = {"buf", "i64", "f32"};
 static const char *const access_name[] = {"", "in", "out", "inout"};
+/* KirElem's order; KIR_BF16R: an f32 buffer holding bf16 values (kir.h) */
+static const char *const elem_name[] = {"f32", "i32", "bf16", "f32(bf16)"};
 static const char *const short_type[] = {"void", "index", "f32", "pred"};
 
 typedef struct {
@@ -161,7 +163,7 @@ void kir_print_kernel(FILE *out, const KirKernel *k) {
   for (int i = 0; i < k->nparams; i++) {
     const KirParam *q = &k->params[i];
     if (q->kind == KIR_PARAM_BUF)
-      fprintf(out, "%s%s: %s %s", i ? ", " : "", q->name, q->elem == KIR_F32 ? "f32" : q->elem == KIR_BF16 ? "bf16" : q->elem == KIR_BF16R ? "f32(bf16)" : "i32",
+      fprintf(out, "%s%s: %s %s", i ? ", " : "", q->name, elem_name[q->elem],
               access_name[q->access]);
     else
       fprintf(out, "%s%s: %s", i ? ", " : "", q->name, param_kind[q->kind]);

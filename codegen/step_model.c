@@ -3,6 +3,7 @@
 #include "codegen/step_model.h"
 
 #include "codegen/host.h"
+#include "codegen/host_cuda.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +95,29 @@ static double op_time(const IrNode *n, const Machine *mc, int p, const unsigned 
   return mc->kernel_s + split_cost(mc, big) + (tf > tm ? tf : tm);
 }
 
+/* The bf16 GPU trainer's copies of GEMM n's operands (rt_cuda_ws_plan.h: a
+ * pass each over an operand not stored as bf16, 4 bytes read and 2 written an
+ * element): their time, *calls of them.  None in fp32 (p 0). */
+static double copy_time(const IrNode *n, const Machine *mc, int p, const unsigned char *stored,
+                        int *calls, StepTime *st) {
+  *calls = 0;
+  if (!p || (n->op != IR_OP_MATMUL && n->op != IR_OP_MATMUL_TA)) return 0;
+  RtCudaGemm g = cg_cuda_gemm(n);
+  g.flags |= cg_cuda_stored_flags(n, stored, NULL);
+  int64_t need[3];
+  rt_cuda_gemm_ws(&g, RT_CUDA_GEMM_BF16, RT_CUDA_OPERANDS_ALIGNED, need);
+  double t = 0;
+  for (int j = 0; j < 2; j++) {
+    if (!need[j]) continue;
+    double bytes = 6.0 * (double)ir_numel(n->inputs[j]);
+    st->bytes += bytes;
+    t += mc->kernel_s + split_cost(mc, 4.0 * (double)ir_numel(n->inputs[j])) +
+         bytes / mc->mem_bytes_per_s;
+    ++*calls;
+  }
+  return t;
+}
+
 static void add_call(StepTime *st, IrPhase phase, double t, int kind) {
   if (t == 0) return;
   st->calls++;
@@ -116,11 +140,13 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
     add_call(st, m->nodes[r]->phase, t, 0);
     if (node_s) node_s[r] += t;
   }
-  for (int i = 0; i < m->nnodes; i++) { /* runtime ops */
-    int kind = 0;
+  for (int i = 0; i < m->nnodes; i++) { /* runtime ops (a GEMM's operand copies first) */
+    int kind = 0, copies = 0;
+    double c = copy_time(m->nodes[i], mc, bf16 ? 1 : 0, stored, &copies, st);
+    for (int j = 0; j < copies; j++) add_call(st, m->nodes[i]->phase, c / copies, 0);
     double t = kp->kernel_of[i] >= 0 ? 0 : op_time(m->nodes[i], mc, bf16 ? 1 : 0, stored, &kind, st);
     add_call(st, m->nodes[i]->phase, t, kind);
-    if (node_s) node_s[i] += t;
+    if (node_s) node_s[i] += c + t;
   }
 }
 

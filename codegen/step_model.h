@@ -25,8 +25,10 @@
  * aliases (view_of) costs nothing.  Collectives are not compute: the report adds them from
  * its CommCost.  bf16 picks the machine's bf16 rates; a value is 4 bytes an
  * element, 2 where stored[id] (NULL: none; the bf16 GPU trainer's bf16
- * values, codegen/cuda_store.h).  Not counted: the GEMMs' copies of their
- * other bf16 operands. */
+ * values, codegen/cuda_store.h).  In bf16 each GEMM operand the GPU trainer
+ * converts (rt_cuda_ws_plan.h: not stored as bf16) costs a memory-bound call
+ * more, 6 bytes an element (read 4, write 2).  Not counted: a padded result's
+ * copy (n % 4 != 0 under PARC_CUDA_GEMM_OPERANDS=bf16 only). */
 void cg_step_model(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int bf16,
                    const unsigned char *stored, StepTime *st);
 /* As cg_step_model, also each node's call time into node_s[id] (0 where no

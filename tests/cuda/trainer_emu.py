@@ -78,9 +78,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # operands rounded) and the store check (activations too; gpt2_tiny: 1.6e-5 and
 # 5.7e-3, as with the GEMM operands alone)
 BF16_LOSS_TOL, BF16_GRAD_TOL = 2e-4, 3e-2
-# ... but moe_tiny's expert weights see a few tokens each: the bf16 GEMMs alone
-# put layer 2's w3 gradient 3.9e-2 off (the activations too: 3.91e-2)
-BF16_GRAD_TOL_OF = {"moe_tiny": 6e-2}
+# ... but not moe_tiny's: its expert weights see a few tokens each, and which
+# experts a token takes moves with the rounding.  The bf16 GEMMs alone put layer
+# 2's w3 gradient 3.9e-2 off; with the activations (GEMM results included) every
+# gradient of layer 0's MoE block moves 6-11% at once (gate 0.106, w1-w3
+# 0.062-0.069), the others as before: a token's top-2 choice flipping there
+BF16_GRAD_TOL_OF = {"moe_tiny": 0.15}
 
 
 def run(cmd, log, env=None, timeout=900):

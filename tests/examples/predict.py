@@ -13,8 +13,9 @@ usage: predict.py PARC EXAMPLES_DIR WORK_DIR
   group spans (tp 2 within a node of 2 ranks, dp between nodes) plus the
   latency; the dp part hidden behind the backward only without --no-overlap.
 - the parts add up to the total; MFU is the model FLOPs a rank over the total
-  and the peak; bf16 models use the bf16 rates and move 2 bytes an element of
-  the values the GPU trainer stores as bf16; the pipeline simulation runs
+  and the peak; bf16 models use the bf16 rates, move 2 bytes an element of
+  the values the GPU trainer stores as bf16 and copy the GEMM operands it
+  converts; the pipeline simulation runs
   by its chunks' kernels, then the optimizer.
 """
 import json, os, subprocess, sys
@@ -118,17 +119,22 @@ if bf16["predicted_step"]["precision"] != "bf16" or "(bf16 mixed)" not in rep:
     sys.exit(f"FAIL bf16: {bf16['predicted_step']}")
 near(bf16["predicted_step"]["gemm_s"], fp32["predicted_step"]["gemm_s"] / 4, "bf16 GEMM rate")
 
-# bf16 values (codegen/cuda_store.h) move 2 bytes an element: less memory-bound
-# time than fp32's, the same with --bf16-store off (or round: fp32 buffers)
+# bf16: the GPU trainer's GEMM operand copies are memory-bound calls (6 bytes
+# an element); bf16 values (codegen/cuda_store.h) move 2 bytes an element and
+# need no copy: less memory-bound time and fewer calls than with --bf16-store
+# off (or round: fp32 buffers, modelled alike), which has more than fp32
 mc = machine("bytes", memory_bytes_per_s=1e9)
-mem = {tag: compile_("bytes_" + tag, mc, "-D", "precision=" + p, *f)[0]["predicted_step"]
-       ["memory_bound_s"] for tag, p, f in (("fp32", "fp32", ()), ("bf16", "bf16", ()),
-                                           ("off", "bf16", ("--bf16-store", "off")),
-                                           ("round", "bf16", ("--bf16-store", "round")))}
-if not 0 < mem["bf16"] < 0.9 * mem["fp32"]:
-    sys.exit(f"FAIL bf16 stores: memory-bound {mem['bf16']} s, fp32 {mem['fp32']} s")
-near(mem["off"], mem["fp32"], "--bf16-store off: fp32's bytes")
-near(mem["round"], mem["fp32"], "--bf16-store round: fp32's bytes")
+ps = {tag: compile_("bytes_" + tag, mc, "-D", "precision=" + p, *f)[0]["predicted_step"]
+      for tag, p, f in (("fp32", "fp32", ()), ("bf16", "bf16", ()),
+                        ("off", "bf16", ("--bf16-store", "off")),
+                        ("round", "bf16", ("--bf16-store", "round")))}
+mem = {tag: p["memory_bound_s"] for tag, p in ps.items()}
+calls = {tag: p["calls"] for tag, p in ps.items()}
+if not 0 < mem["bf16"] < 0.9 * mem["fp32"] < 0.9 * mem["off"]:
+    sys.exit(f"FAIL bf16 stores: memory-bound {mem} s")
+if not calls["fp32"] < calls["bf16"] < calls["off"]:
+    sys.exit(f"FAIL bf16 copies: calls {calls}")
+near(mem["round"], mem["off"], "--bf16-store round: off's bytes")
 
 # a file based on a preset changing one precision keeps the other's rate
 part = os.path.join(work, "partial.json")
