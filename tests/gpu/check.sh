@@ -59,8 +59,9 @@
 #               rt_cuda_attn_tc.cu instead of rt_cuda_attn_mma.cu's: what the
 #               register-resident mma.sync kernels buy);
 #   4s. the same trainer generated with --no-bf16-store (every value in fp32,
-#               the GEMMs copying their operands to bf16: what the bf16 stores
-#               of codegen/cuda_store.h buy), 15 steps;
+#               the GEMMs copying their operands to bf16: what the bf16
+#               activations of codegen/cuda_store.h buy), 15 steps; step 4's
+#               losses within 1e-2 relative of its over those steps;
 #   4b. profile the same, 6 steps, PARC_CUDA_PROFILE: per kernel and op the
 #               time, share of the step and achieved GB/s or TFLOP/s against
 #               the chip's ceilings (compare.py profile);
@@ -439,6 +440,12 @@ if project gpt2_nostore gpt2.dsl "train_cuda" --no-bf16-store && running; then
     --log "$WORK/gpt2.nostore.jsonl" --quiet > "$WORK/gpt2.nostore.log" 2>&1 ||
     cat "$WORK/gpt2.nostore.log"
   bench gpt2.nostore "bf16 gpt2, no bf16 stores"
+  # the same model with fp32 activations: the bf16 ones may move the loss by their
+  # rounding only (the emulation: 1e-4 over 60 steps of gpt2_tiny, RESULTS.md)
+  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/gpt2.nostore.jsonl" "$WORK/gpt2.bf16.jsonl" \
+    1e-2 --common > "$WORK/gpt2.nostore.cmp.log" 2>&1 || true
+  cat "$WORK/gpt2.nostore.cmp.log"
+  result "bf16 gpt2 stores ~ fp32 buffers" "$WORK/gpt2.nostore.cmp.log"
 fi
 
 say "4b. per-kernel profile: GPT-2 small bf16, 6 steps (PARC_CUDA_PROFILE)"

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """tests/gpu/compare.py -- comparisons for tests/gpu/check.sh (standard library only).
 
-  compare.py losses REF.jsonl GOT.jsonl TOL   per-step loss, relative error <= TOL
+  compare.py losses REF.jsonl GOT.jsonl TOL [--common]
+                                              per-step loss, relative error <= TOL
+                                              (--common: over the steps both ran)
   compare.py grads REF.safetensors GOT.safetensors TOL
                                               per-tensor relative L2 error <= TOL
   compare.py bench LOG.jsonl PLAN.json PEAK_TFLOPS SKIP
@@ -60,8 +62,11 @@ def load_safetensors(path):
     return out
 
 
-def losses(ref_path, got_path, tol):
+def losses(ref_path, got_path, tol, common=False):
     ref, got = steps(ref_path), steps(got_path)
+    if common:
+        ref = {s: r for s, r in ref.items() if s in got}
+        got = {s: g for s, g in got.items() if s in ref}
     if not ref or set(ref) != set(got):
         print(f"RESULT FAIL steps differ: {sorted(ref)[:3]}... vs {sorted(got)[:3]}...")
         return 1
@@ -227,7 +232,7 @@ def main(argv):
     if len(argv) < 2:
         raise SystemExit(__doc__)
     if argv[1] == "losses":
-        return losses(argv[2], argv[3], float(argv[4]))
+        return losses(argv[2], argv[3], float(argv[4]), argv[5:] == ["--common"])
     if argv[1] == "grads":
         return grads(argv[2], argv[3], float(argv[4]))
     if argv[1] == "bench":
