@@ -39,7 +39,8 @@ int64_t cg_gemm_ws_bytes(const IrModule *m, int bf16, const unsigned char *store
     const IrNode *x = m->nodes[i];
     if (x->op != IR_OP_MATMUL && x->op != IR_OP_MATMUL_TA) continue;
     g[n] = cg_cuda_gemm(x);
-    g[n++].flags |= cg_cuda_stored_flags(x, stored, NULL); /* (C_ROUND takes what bf16 operands do) */
+    /* (C_ROUND, round mode's, takes what bf16 operands take: no rounded[] here) */
+    g[n++].flags |= cg_cuda_stored_flags(x, stored, NULL);
   }
   int64_t need[3];
   int64_t bytes = rt_cuda_gemms_ws(g, n, bf16 ? RT_CUDA_GEMM_BF16 : RT_CUDA_GEMM_FP32,

@@ -17,10 +17,18 @@ static int is_view_of(const CgKernelPlan *kp, const BufPlan *bp, const IrNode *q
          (!wide || q->shape[q->rank - 1] == x->shape[x->rank - 1]);
 }
 
-enum { READ_GEMM = 1, READ_KERNEL = 2, READ_OTHER = 4 };
+enum { READ_GEMM = 1, READ_KERNEL = 2, READ_XENT = 4, READ_OTHER = 8 };
+
+/* 1 for the gradient forms of the ops that read logits, 2 for the forward ones */
+static int xent(IrOp op) {
+  return op == IR_OP_CROSS_ENTROPY_GRAD || op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD ? 1
+         : op == IR_OP_CROSS_ENTROPY || op == IR_OP_VOCAB_CROSS_ENTROPY         ? 2
+                                                                                : 0;
+}
 
 /* Who reads n: READ_GEMM, a GEMM that may read it stored as bf16; READ_KERNEL,
  * a generated kernel (through a param of it, which the store retypes);
+ * READ_XENT, (vocab_)cross_entropy or its gradient as their logits;
  * READ_OTHER, anything else (a runtime op, a GEMM that could not, the
  * optimizer: what it reads are parameter gradients).  A view of
  * n counts as its readers (recursively); wide values (rows of 2 cols) admit
@@ -40,6 +48,8 @@ static int readers(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
         who |= READ_OTHER; /* a parameter gradient: f32 for the optimizer */
       } else if (!cg_runtime_op(q->op)) {
         who |= wide || kp->kernel_of[q->id] < 0 ? READ_OTHER : READ_KERNEL;
+      } else if (xent(q->op) && j == 0 && !wide) {
+        who |= READ_XENT;
       } else if ((q->op == IR_OP_MATMUL || q->op == IR_OP_MATMUL_TA) && j <= 1) {
         const RtCudaGemm g = cg_cuda_gemm(q);
         who |= rt_cuda_gemm_stored_ok(&g, j) ? READ_GEMM : READ_OTHER;
@@ -52,17 +62,32 @@ static int readers(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
 }
 
 /* Stores n as bf16 (how: 1 dense, 2 wide), and its views, if nothing but
- * GEMMs that may and kernels read it; small: n is a reduction's result
- * (fewer elements than a buffer its kernel reads), which a kernel may not read
- * as bf16 (row statistics stay f32). */
-static void mark(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, const IrNode *n,
+ * GEMMs that may, kernels and cross-entropy read it; small: n is a
+ * reduction's result (fewer elements than a buffer its kernel reads), which a
+ * kernel may not read as bf16 (row statistics stay f32).  Logits go bf16 with
+ * their gradients (rt_cuda_(vocab_)cross_entropy_grad_bf16io reads and writes
+ * both, in place): only if GEMMs that may are all that read each gradient. */
+static void mark(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, const IrNode *n,
                  int how, int small, unsigned char *views, unsigned char *bf16) {
   memset(views, 0, (size_t)m->nnodes);
   int who = readers(m, kp, bp, n, how == 2, views);
   if (!who || who & READ_OTHER || (small && who & READ_KERNEL)) return;
+  unsigned char *grad = NULL; /* n's cross_entropy_grads and their views */
+  if (who & READ_XENT) {
+    grad = arena_alloc(&m->arena, (size_t)m->nnodes + 1);
+    unsigned char *gv = arena_alloc(&m->arena, (size_t)m->nnodes + 1);
+    for (int i = n->id + 1; i < m->nnodes; i++) {
+      const IrNode *q = m->nodes[i];
+      if (xent(q->op) != 1 || (q->inputs[0] != n && !views[q->inputs[0]->id])) continue;
+      memset(gv, 0, (size_t)m->nnodes);
+      if (readers(m, kp, bp, q, 0, gv) != READ_GEMM) return;
+      grad[i] = 1;
+      for (int v = i + 1; v < m->nnodes; v++) grad[v] |= gv[v];
+    }
+  }
   bf16[n->id] = (unsigned char)how;
   for (int v = n->id + 1; v < m->nnodes; v++)
-    if (views[v]) bf16[v] = (unsigned char)how;
+    if (views[v] || (grad && grad[v])) bf16[v] = (unsigned char)how;
 }
 
 /* The params of kernel instance k to retype, as a mask (params past 63:
@@ -85,11 +110,13 @@ static int reduces(const IrModule *m, const CgKernel *k, const IrNode *n) {
 }
 
 /* 1 if node a may be stored as bf16 as far as it goes (the header's second
- * rule): f32, an activation's value with a buffer of its own, no result. */
+ * rule): f32, an activation or an activation's gradient (phase FWD or B: not
+ * W, a weight gradient's part, nor OPT) with a buffer of its own, no result. */
 static int candidate(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                      const unsigned char *keep, int a) {
   const IrNode *n = m->nodes[a];
-  return n->dtype == IR_F32 && n->phase != IR_PHASE_OPT && !keep[a] && kp->inplace_of[a] < 0 &&
+  return n->dtype == IR_F32 && (n->phase == IR_PHASE_FWD || n->phase == IR_PHASE_B) && !keep[a] &&
+         kp->inplace_of[a] < 0 &&
          kp->view_of[a] < 0 && bp->alias[a] < 0 && bp->offset[a] >= 0;
 }
 
@@ -127,8 +154,8 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
   for (int i = 0; bf16 && !pipelined && i < m->nnodes; i++) {
     const IrNode *n = m->nodes[i];
     if ((n->op == IR_OP_CROSS_ENTROPY_GRAD || n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD) &&
-        !keep[i] && bp->offset[i] >= 0 &&
-        kp->view_of[i] < 0)
+        !keep[i] && bp->offset[i] >= 0 && kp->view_of[i] < 0 &&
+        !out->bf16[i]) /* (not stored with its logits already) */
       mark(m, kp, bp, n, 2, 0, views, out->bf16);
   }
   for (int i = 0; i < m->nnodes; i++) /* (a view is its value's buffer: not counted again) */

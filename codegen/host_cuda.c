@@ -290,14 +290,14 @@ static void emit_runtime(Cu *e, const IrNode *n) {
     fprintf(f, "  CHECK(rt_cuda_embedding_grad(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
             "));\n", out, x, y, ir_numel(in[0]), n->ia[0], dim(in[1], -1));
     return;
-  case IR_OP_CROSS_ENTROPY:
-    fprintf(f, "  CHECK(rt_cuda_cross_entropy(dev, %s, %s, %s, %" PRId64 ", %" PRId64 "));\n", out,
-            x, y, lead(in[0], 1), dim(in[0], -1));
+  case IR_OP_CROSS_ENTROPY: /* logits as bf16 where their GEMM writes them so */
+    fprintf(f, "  CHECK(rt_cuda_cross_entropy%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 "));\n",
+            e->store->bf16[in[0]->id] ? "_bf16" : "", out, x, y, lead(in[0], 1), dim(in[0], -1));
     return;
-  case IR_OP_CROSS_ENTROPY_GRAD: /* dlogits as bf16 (wide) where only GEMMs read them */
+  case IR_OP_CROSS_ENTROPY_GRAD: /* logits and dlogits as bf16, or dlogits (wide) */
     fprintf(f, "  CHECK(rt_cuda_cross_entropy_grad%s(dev, %s, %s, %s, %s, %" PRId64 ", %" PRId64
-            "));\n", e->store->bf16[n->id] ? "_bf16" : "", out, x, y, z, lead(in[0], 1),
-            dim(in[0], -1));
+            "));\n", e->store->bf16[in[0]->id] ? "_bf16io" : e->store->bf16[n->id] ? "_bf16" : "",
+            out, x, y, z, lead(in[0], 1), dim(in[0], -1));
     return;
   case IR_OP_VOCAB_EMBEDDING:
     fprintf(f, "  CHECK(rt_cuda_vocab_embedding(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
@@ -309,16 +309,16 @@ static void emit_runtime(Cu *e, const IrNode *n) {
             ", %" PRId64 ", rt_cuda_group_rank(dev, %s), %" PRId64 "));\n", out, x, y,
             ir_numel(in[0]), n->ia[0], dim(in[1], -1), grp(n->ia[1]), n->ia[2]);
     return;
-  case IR_OP_VOCAB_CROSS_ENTROPY:
-    fprintf(f, "  CHECK(rt_cuda_vocab_cross_entropy(dev, %s, %s, %s, %s, %" PRId64 ", %" PRId64
-            ", %" PRId64 "));\n", grp(n->ia[0]), out, x, y, lead(in[0], 1), dim(in[0], -1),
-            n->ia[2]);
+  case IR_OP_VOCAB_CROSS_ENTROPY: /* as cross_entropy */
+    fprintf(f, "  CHECK(rt_cuda_vocab_cross_entropy%s(dev, %s, %s, %s, %s, %" PRId64 ", %" PRId64
+            ", %" PRId64 "));\n", e->store->bf16[in[0]->id] ? "_bf16" : "", grp(n->ia[0]), out, x,
+            y, lead(in[0], 1), dim(in[0], -1), n->ia[2]);
     return;
   case IR_OP_VOCAB_CROSS_ENTROPY_GRAD:
     fprintf(f, "  CHECK(rt_cuda_vocab_cross_entropy_grad%s(dev, %s, %s, %s, %s, %s, %" PRId64
-            ", %" PRId64 ", %" PRId64 "));\n", e->store->bf16[n->id] ? "_bf16" : "",
-            grp(n->ia[0]), out, x, y, z, lead(in[0], 1),
-            dim(in[0], -1), n->ia[2]);
+            ", %" PRId64 ", %" PRId64 "));\n",
+            e->store->bf16[in[0]->id] ? "_bf16io" : e->store->bf16[n->id] ? "_bf16" : "",
+            grp(n->ia[0]), out, x, y, z, lead(in[0], 1), dim(in[0], -1), n->ia[2]);
     return;
   case IR_OP_ALL_REDUCE:
     fprintf(f, "  CHECK(rt_cuda_all_reduce(dev, %s, %s, %s, %" PRId64 "));\n", grp(n->ia[0]), x,

@@ -630,7 +630,8 @@ static void emit_store_to(const Kc *c, FILE *f, const KirNode *d) {
   fputs("] = ", f);
   if (c->k->params[d->imm].elem == KIR_I32) fputs("(int32_t)", f);
   KirElem e = c->k->params[d->imm].elem;
-  if (e == KIR_BF16 || e == KIR_BF16R) fputs(e == KIR_BF16 ? "__float2bfloat16_rn(" : "kcu_round_bf16(", f);
+  if (e == KIR_BF16 || e == KIR_BF16R)
+    fputs(e == KIR_BF16 ? "__float2bfloat16_rn(" : "kcu_round_bf16(", f);
   opnd(c, f, d->arg[1]);
   fputs(e == KIR_BF16 || e == KIR_BF16R ? ");\n" : ";\n", f);
 }

@@ -144,7 +144,8 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
     int kind = 0, copies = 0;
     double c = copy_time(m->nodes[i], mc, bf16 ? 1 : 0, stored, &copies, st);
     for (int j = 0; j < copies; j++) add_call(st, m->nodes[i]->phase, c / copies, 0);
-    double t = kp->kernel_of[i] >= 0 ? 0 : op_time(m->nodes[i], mc, bf16 ? 1 : 0, stored, &kind, st);
+    double t =
+        kp->kernel_of[i] >= 0 ? 0 : op_time(m->nodes[i], mc, bf16 ? 1 : 0, stored, &kind, st);
     add_call(st, m->nodes[i]->phase, t, kind);
     if (node_s) node_s[i] += c + t;
   }

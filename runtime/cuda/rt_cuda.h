@@ -228,6 +228,15 @@ int rt_cuda_cross_entropy_grad(RtCuda *c, float *dlogits, const float *logits,
 int rt_cuda_cross_entropy_grad_bf16(RtCuda *c, float *dlogits, const float *logits,
                                     const int32_t *targets, const float *dloss, int64_t N,
                                     int64_t V);
+/* cross_entropy and its gradient with the logits stored as bf16 (rows of V,
+ * as their GEMM writes them: RT_CUDA_MM_C_BF16), and dlogits too (rows of V,
+ * rounded to nearest even; may be the logits, in place): the values of the
+ * fp32 ops on the widened logits, dlogits rounded.  codegen/cuda_store.h. */
+int rt_cuda_cross_entropy_bf16(RtCuda *c, float *loss, const float *logits,
+                               const int32_t *targets, int64_t N, int64_t V);
+int rt_cuda_cross_entropy_grad_bf16io(RtCuda *c, float *dlogits, const float *logits,
+                                      const int32_t *targets, const float *dloss, int64_t N,
+                                      int64_t V);
 int rt_cuda_vocab_embedding(RtCuda *c, float *out, const int32_t *ids, const float *table,
                             int64_t count, int64_t Vl, int64_t D, int part, int parts);
 int rt_cuda_vocab_embedding_grad(RtCuda *c, float *dtable, const int32_t *ids, const float *dy,
@@ -241,6 +250,14 @@ int rt_cuda_vocab_cross_entropy_grad(RtCuda *c, int group, float *dlogits, const
 int rt_cuda_vocab_cross_entropy_grad_bf16(RtCuda *c, int group, float *dlogits,
                                           const float *logits, const int32_t *targets,
                                           const float *dloss, int64_t N, int64_t Vl, int64_t V);
+/* Logits (and dlogits) as bf16 rows of Vl, as rt_cuda_cross_entropy_bf16 and
+ * rt_cuda_cross_entropy_grad_bf16io. */
+int rt_cuda_vocab_cross_entropy_bf16(RtCuda *c, int group, float *loss, const float *logits,
+                                     const int32_t *targets, int64_t N, int64_t Vl, int64_t V);
+int rt_cuda_vocab_cross_entropy_grad_bf16io(RtCuda *c, int group, float *dlogits,
+                                            const float *logits, const int32_t *targets,
+                                            const float *dloss, int64_t N, int64_t Vl,
+                                            int64_t V);
 
 /* ---- routing (rt_route.h): staged through the host and the CPU routines
  * (correct, not fast: a GPU version is future work) ---- */

@@ -228,10 +228,10 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
   const void *ga = a, *gb = b;
   float *gout = out;
   if (stored && (c->gemm != RT_CUDA_GEMM_BF16 || batch != 1 ||
-                 ((flags & RT_CUDA_MM_A_BF16) && ac % 8) || ((flags & RT_CUDA_MM_B_BF16) && bc % 8) ||
-                 (cout && n % 8)))
-    return rt_fail("%s: a bf16 operand or result (flags 0x%x) needs GEMM mode bf16, no batch and rows "
-                   "of a multiple of 8 (batch %lld, m %lld, k %lld, n %lld)", opname,
+                 ((flags & RT_CUDA_MM_A_BF16) && ac % 8) ||
+                 ((flags & RT_CUDA_MM_B_BF16) && bc % 8) || (cout && n % 8)))
+    return rt_fail("%s: a bf16 operand or result (flags 0x%x) needs GEMM mode bf16, no batch "
+                   "and rows of a multiple of 8 (batch %lld, m %lld, k %lld, n %lld)", opname,
                    (unsigned)flags, (long long)batch, (long long)m, (long long)k, (long long)n);
   if (bf16ops) {
     ld[0] = round8(ac), ld[1] = round8(bc);

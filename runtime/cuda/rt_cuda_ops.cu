@@ -144,32 +144,46 @@ extern "C" int rt_cuda_vocab_embedding_grad(RtCuda *c, float *dtable, const int3
 
 /* ---- cross-entropy ---- */
 
-/* Row p's max over columns [0, nv) of a row of ld floats. */
-static __device__ float row_max(const float *row, int64_t nv, float *sh) {
+/* Logits and their gradients are fp32, or bf16 where their GEMM writes them
+ * so (rt_cuda_cross_entropy_bf16, rt_cuda_cross_entropy_grad_bf16io): an
+ * element as a float (a bf16 widens exactly), and a float stored as one
+ * (bf16: rounded to nearest even). */
+typedef __nv_bfloat16 bf16;
+static __device__ __forceinline__ float logit(const float *row, int64_t v) { return row[v]; }
+static __device__ __forceinline__ float logit(const bf16 *row, int64_t v) {
+  return __bfloat162float(row[v]);
+}
+static __device__ __forceinline__ void put(float *e, float x) { *e = x; }
+static __device__ __forceinline__ void put(bf16 *e, float x) { *e = __float2bfloat16_rn(x); }
+
+/* Row p's max over columns [0, nv) of a row. */
+template <typename L> static __device__ float row_max(const L *row, int64_t nv, float *sh) {
   float m = -INFINITY;
-  for (int64_t v = threadIdx.x; v < nv; v += BLOCK) m = fmaxf(m, row[v]);
+  for (int64_t v = threadIdx.x; v < nv; v += BLOCK) m = fmaxf(m, logit(row, v));
   return block_reduce<float>(m, sh, true);
 }
 
 /* Row p's sum of exp(x - mx) over [0, nv), in double. */
-static __device__ double row_sumexp(const float *row, int64_t nv, float mx, double *sh) {
+template <typename L>
+static __device__ double row_sumexp(const L *row, int64_t nv, float mx, double *sh) {
   double s = 0.0;
-  for (int64_t v = threadIdx.x; v < nv; v += BLOCK) s += (double)expf(row[v] - mx);
+  for (int64_t v = threadIdx.x; v < nv; v += BLOCK) s += (double)expf(logit(row, v) - mx);
   return block_reduce<double>(s, sh, false);
 }
 
 /* Forward: per-row losses (double). */
-__global__ void __launch_bounds__(BLOCK) xent_rows(double *loss_rows, const float *logits,
+template <typename L>
+__global__ void __launch_bounds__(BLOCK) xent_rows(double *loss_rows, const L *logits,
                                                    const int32_t *targets, int64_t N, int64_t V) {
   __shared__ float shf[BLOCK / 32];
   __shared__ double shd[BLOCK / 32];
   for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
-    const float *row = logits + p * V;
+    const L *row = logits + p * V;
     float mx = row_max(row, V, shf);
     double s = row_sumexp(row, V, mx, shd);
     if (threadIdx.x == 0) {
       int32_t t = targets[p];
-      double tl = t >= 0 && t < V ? (double)row[t] : 0.0;
+      double tl = t >= 0 && t < V ? (double)logit(row, t) : 0.0;
       loss_rows[p] = (double)mx + log(s) - tl;
     }
   }
@@ -188,12 +202,12 @@ __global__ void __launch_bounds__(BLOCK) mean_rows(float *loss, const double *ro
  * are row, maximum mx, f = dloss / (N sum), target column t (any value off
  * the row); columns past nv (vocabulary padding) are 0.  The expression of
  * xent_grad and vxent_grad. */
-struct XentVal {
-  const float *row;
+template <typename L> struct XentVal {
+  const L *row;
   float mx, f, scale;
   int64_t nv, t;
   __device__ float operator()(int64_t v) const {
-    return v < nv ? expf(row[v] - mx) * f - (v == t ? scale : 0.0f) : 0.0f;
+    return v < nv ? expf(logit(row, v) - mx) * f - (v == t ? scale : 0.0f) : 0.0f;
   }
 };
 
@@ -203,20 +217,23 @@ struct XentVal {
  * second __syncthreads, which every thread passes only after its last read
  * of the row for them; after that, thread x reads row[v] only for the v it
  * then writes itself (e[v], same index, same thread).  No element is
- * overwritten before every read of it, and no pointer is __restrict__. */
-__global__ void __launch_bounds__(BLOCK) xent_grad(float *dlogits, const float *logits,
+ * overwritten before every read of it, and no pointer is __restrict__.  L:
+ * float, or bf16 for logits and dlogits both (the same element size, so the
+ * same argument holds in place). */
+template <typename L>
+__global__ void __launch_bounds__(BLOCK) xent_grad(L *dlogits, const L *logits,
                                                    const int32_t *targets, const float *dloss,
                                                    int64_t N, int64_t V) {
   __shared__ float shf[BLOCK / 32];
   __shared__ double shd[BLOCK / 32];
   float scale = (float)((double)*dloss / (double)N);
   for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
-    const float *row = logits + p * V;
-    float *e = dlogits + p * V;
+    const L *row = logits + p * V;
+    L *e = dlogits + p * V;
     float mx = row_max(row, V, shf);
     double s = row_sumexp(row, V, mx, shd);
-    XentVal val = {row, mx, (float)(1.0 / s) * scale, scale, V, (int64_t)targets[p]};
-    for (int64_t v = threadIdx.x; v < V; v += BLOCK) e[v] = val(v);
+    XentVal<L> val = {row, mx, (float)(1.0 / s) * scale, scale, V, (int64_t)targets[p]};
+    for (int64_t v = threadIdx.x; v < V; v += BLOCK) put(e + v, val(v));
   }
 }
 
@@ -230,7 +247,7 @@ __global__ void __launch_bounds__(BLOCK) xent_grad(float *dlogits, const float *
  * the reads of tile k + 1, [(k + 1) T, (k + 2) T), lie past every store so
  * far.  The caller's reductions over the row end in a barrier too. */
 enum { XENT_TILE = 4 * BLOCK };
-static __device__ void store_row_bf16(__nv_bfloat16 *e, int64_t V, const XentVal &val) {
+static __device__ void store_row_bf16(__nv_bfloat16 *e, int64_t V, const XentVal<float> &val) {
   for (int64_t c0 = 0; c0 < V; c0 += XENT_TILE) {
     float x[XENT_TILE / BLOCK];
 #pragma unroll
@@ -260,7 +277,7 @@ __global__ void __launch_bounds__(BLOCK) xent_grad_bf16(__nv_bfloat16 *dlogits,
     const float *row = logits + p * V;
     float mx = row_max(row, V, shf);
     double s = row_sumexp(row, V, mx, shd);
-    XentVal val = {row, mx, (float)(1.0 / s) * scale, scale, V, (int64_t)targets[p]};
+    XentVal<float> val = {row, mx, (float)(1.0 / s) * scale, scale, V, (int64_t)targets[p]};
     store_row_bf16(dlogits + p * 2 * V, V, val);
   }
 }
@@ -275,7 +292,7 @@ extern "C" int rt_cuda_cross_entropy(RtCuda *c, float *loss, const float *logits
   if (ps.on()) ps.set(RT_PROF_OP, 4.0 * (double)N * (double)(V + 1), 0, "cross_entropy");
   double *rows = (double *)rt_cuda_ws(c, WS_ROWS, (size_t)N * sizeof(double));
   if (!rows) return RT_ERR;
-  xent_rows<<<row_blocks(N), BLOCK, 0, c->compute>>>(rows, logits, targets, N, V);
+  xent_rows<float><<<row_blocks(N), BLOCK, 0, c->compute>>>(rows, logits, targets, N, V);
   LAUNCH_CHECK(c, "cross_entropy");
   mean_rows<<<1, BLOCK, 0, c->compute>>>(loss, rows, N);
   LAUNCH_CHECK(c, "cross_entropy");
@@ -305,8 +322,39 @@ extern "C" int rt_cuda_cross_entropy_grad(RtCuda *c, float *dlogits, const float
   if (N < 1 || V < 1) return rt_fail("cross_entropy_grad: dimensions must be >= 1");
   RtProfScope ps(c); /* logits, targets, dlogits */
   if (ps.on()) ps.set(RT_PROF_OP, 4.0 * (double)N * (double)(2 * V + 1), 0, "cross_entropy_grad");
-  xent_grad<<<row_blocks(N), BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss, N, V);
+  xent_grad<float><<<row_blocks(N), BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss, N, V);
   LAUNCH_CHECK(c, "cross_entropy_grad");
+  return RT_OK;
+}
+
+extern "C" int rt_cuda_cross_entropy_bf16(RtCuda *c, float *loss, const float *logits,
+                                          const int32_t *targets, int64_t N, int64_t V) {
+  if (!loss || !logits || !targets) return rt_fail("cross_entropy_bf16: NULL pointer");
+  if (N < 1 || V < 1) return rt_fail("cross_entropy_bf16: dimensions must be >= 1");
+  RtProfScope ps(c); /* logits as bf16, targets */
+  if (ps.on()) ps.set(RT_PROF_OP, (double)N * (double)(2 * V + 4), 0, "cross_entropy (bf16 in)");
+  double *rows = (double *)rt_cuda_ws(c, WS_ROWS, (size_t)N * sizeof(double));
+  if (!rows) return RT_ERR;
+  xent_rows<bf16><<<row_blocks(N), BLOCK, 0, c->compute>>>(
+      rows, (const bf16 *)(const void *)logits, targets, N, V);
+  LAUNCH_CHECK(c, "cross_entropy_bf16");
+  mean_rows<<<1, BLOCK, 0, c->compute>>>(loss, rows, N);
+  LAUNCH_CHECK(c, "cross_entropy_bf16");
+  return RT_OK;
+}
+
+extern "C" int rt_cuda_cross_entropy_grad_bf16io(RtCuda *c, float *dlogits, const float *logits,
+                                                 const int32_t *targets, const float *dloss,
+                                                 int64_t N, int64_t V) {
+  if (!dlogits || !logits || !targets || !dloss)
+    return rt_fail("cross_entropy_grad_bf16io: NULL pointer");
+  if (N < 1 || V < 1) return rt_fail("cross_entropy_grad_bf16io: dimensions must be >= 1");
+  RtProfScope ps(c); /* logits, targets, dlogits: bf16 */
+  if (ps.on())
+    ps.set(RT_PROF_OP, (double)N * (double)(4 * V + 4), 0, "cross_entropy_grad (bf16 io)");
+  xent_grad<bf16><<<row_blocks(N), BLOCK, 0, c->compute>>>(
+      (bf16 *)(void *)dlogits, (const bf16 *)(const void *)logits, targets, dloss, N, V);
+  LAUNCH_CHECK(c, "cross_entropy_grad_bf16io");
   return RT_OK;
 }
 
@@ -314,7 +362,8 @@ extern "C" int rt_cuda_cross_entropy_grad(RtCuda *c, float *dlogits, const float
  * then per row the local sum of exp (a double sent as two floats) and the
  * target logit (0 off its owner), gathered and summed in member order. ---- */
 
-__global__ void __launch_bounds__(BLOCK) vxent_max(float *mx, const float *logits, int64_t N,
+template <typename L>
+__global__ void __launch_bounds__(BLOCK) vxent_max(float *mx, const L *logits, int64_t N,
                                                    int64_t Vl, int64_t nv) {
   __shared__ float shf[BLOCK / 32];
   for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
@@ -324,22 +373,23 @@ __global__ void __launch_bounds__(BLOCK) vxent_max(float *mx, const float *logit
 }
 
 /* allmx [parts, N] -> mx [N]; send [N, 3] = (sum hi, sum lo, target logit). */
+template <typename L>
 __global__ void __launch_bounds__(BLOCK) vxent_stats(float *send, float *mx, const float *allmx,
-                                                     const float *logits, const int32_t *targets,
+                                                     const L *logits, const int32_t *targets,
                                                      int64_t N, int64_t Vl, int64_t nv, int64_t lo,
                                                      int parts) {
   __shared__ double shd[BLOCK / 32];
   for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
     float m = allmx[p];
     for (int k = 1; k < parts; k++) m = fmaxf(m, allmx[(int64_t)k * N + p]);
-    const float *row = logits + p * Vl;
+    const L *row = logits + p * Vl;
     double t = row_sumexp(row, nv, m, shd);
     if (threadIdx.x == 0) {
       float hi = (float)t;
       int64_t r = (int64_t)targets[p] - lo;
       send[3 * p] = hi;
       send[3 * p + 1] = (float)(t - (double)hi);
-      send[3 * p + 2] = r >= 0 && r < Vl ? row[r] : 0.0f;
+      send[3 * p + 2] = r >= 0 && r < Vl ? logit(row, r) : 0.0f;
       mx[p] = m;
     }
   }
@@ -365,16 +415,17 @@ __global__ void vxent_sum(double *s, double *rows, const float *all, const float
  * read the logits (vxent_max, vxent_stats) ran before it on the same stream;
  * here thread x reads row[v] only for the e[v] it then writes itself, and
  * writes the padding columns without reading them. */
-__global__ void __launch_bounds__(BLOCK) vxent_grad(float *dlogits, const float *logits,
+template <typename L>
+__global__ void __launch_bounds__(BLOCK) vxent_grad(L *dlogits, const L *logits,
                                                     const int32_t *targets, const float *dloss,
                                                     const float *mx, const double *s, int64_t N,
                                                     int64_t Vl, int64_t nv, int64_t lo) {
   float scale = (float)((double)*dloss / (double)N);
   for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
-    float *e = dlogits + p * Vl;
-    XentVal val = {logits + p * Vl, mx[p], (float)(1.0 / s[p]) * scale, scale, nv,
-                   (int64_t)targets[p] - lo}; /* padding columns: 0 */
-    for (int64_t v = threadIdx.x; v < Vl; v += BLOCK) e[v] = val(v);
+    L *e = dlogits + p * Vl;
+    XentVal<L> val = {logits + p * Vl, mx[p], (float)(1.0 / s[p]) * scale, scale, nv,
+                      (int64_t)targets[p] - lo}; /* padding columns: 0 */
+    for (int64_t v = threadIdx.x; v < Vl; v += BLOCK) put(e + v, val(v));
   }
 }
 
@@ -389,16 +440,18 @@ __global__ void __launch_bounds__(BLOCK) vxent_grad_bf16(__nv_bfloat16 *dlogits,
                                                          int64_t nv, int64_t lo) {
   float scale = (float)((double)*dloss / (double)N);
   for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
-    XentVal val = {logits + p * Vl, mx[p], (float)(1.0 / s[p]) * scale, scale, nv,
+    XentVal<float> val = {logits + p * Vl, mx[p], (float)(1.0 / s[p]) * scale, scale, nv,
                    (int64_t)targets[p] - lo};
     store_row_bf16(dlogits + p * 2 * Vl, Vl, val);
   }
 }
 
-/* The forward (loss) or the gradient (dlogits; as bf16 where bf16out). */
-static int vxent(RtCuda *c, const char *op, int group, float *loss, float *dlogits,
-                 const float *logits, const int32_t *targets, const float *dloss, int64_t N,
-                 int64_t Vl, int64_t V, int bf16out = 0) {
+/* The forward (loss) or the gradient (dlogits; as bf16 wide rows where
+ * bf16out).  L: the logits' and dlogits' element (bf16: both, dense). */
+template <typename L>
+static int vxent(RtCuda *c, const char *op, int group, float *loss, L *dlogits, const L *logits,
+                 const int32_t *targets, const float *dloss, int64_t N, int64_t Vl, int64_t V,
+                 int bf16out = 0) {
   if (!logits || !targets || (!loss && !dlogits) || (dlogits && !dloss))
     return rt_fail("%s: NULL pointer", op);
   int parts = c->gsize[group], part = c->grank[group];
@@ -409,8 +462,8 @@ static int vxent(RtCuda *c, const char *op, int group, float *loss, float *dlogi
   nv = nv < 0 ? 0 : nv > Vl ? Vl : nv;
   RtProfScope ps(c); /* logits, targets (and dlogits); the gathers' time included */
   if (ps.on())
-    ps.set(RT_PROF_OP, 4.0 * (double)N * (double)((dlogits ? 2 : 1) * Vl + 1), 0, "%s %s", op,
-           rt_cuda_group_name[group]);
+    ps.set(RT_PROF_OP, (double)N * ((double)sizeof(L) * (dlogits ? 2 : 1) * (double)Vl + 4), 0,
+           "%s %s", op, rt_cuda_group_name[group]);
   /* rows workspace: mx [N], s [N] (double), row losses [N] (double), send [3N] */
   char *w = (char *)rt_cuda_ws(c, WS_ROWS, up256((size_t)N * 4) + 2 * up256((size_t)N * 8) +
                                                up256((size_t)N * 12));
@@ -421,13 +474,13 @@ static int vxent(RtCuda *c, const char *op, int group, float *loss, float *dlogi
   double *rows = (double *)((char *)s + up256((size_t)N * 8));
   float *send = (float *)((char *)rows + up256((size_t)N * 8));
   unsigned nb = row_blocks(N);
-  vxent_max<<<nb, BLOCK, 0, c->compute>>>(send, logits, N, Vl, nv);
+  vxent_max<L><<<nb, BLOCK, 0, c->compute>>>(send, logits, N, Vl, nv);
   LAUNCH_CHECK(c, op);
   if (rt_cuda_all_gather(c, group, send, all, N)) return RT_ERR;
   /* vxent_stats reads the gathered maxima before the second gather overwrites
    * them: the gather is ordered after it on the stream (or by an event) */
-  vxent_stats<<<nb, BLOCK, 0, c->compute>>>(send, mx, all, logits, targets, N, Vl, nv,
-                                            (int64_t)part * Vl, parts);
+  vxent_stats<L><<<nb, BLOCK, 0, c->compute>>>(send, mx, all, logits, targets, N, Vl, nv,
+                                               (int64_t)part * Vl, parts);
   LAUNCH_CHECK(c, op);
   if (rt_cuda_all_gather(c, group, send, all, 3 * N)) return RT_ERR;
   vxent_sum<<<rt_cuda_blocks(N, BLOCK), BLOCK, 0, c->compute>>>(s, loss ? rows : NULL, all, mx,
@@ -436,14 +489,14 @@ static int vxent(RtCuda *c, const char *op, int group, float *loss, float *dlogi
   if (loss) {
     mean_rows<<<1, BLOCK, 0, c->compute>>>(loss, rows, N);
     LAUNCH_CHECK(c, op);
-  } else if (bf16out) {
-    vxent_grad_bf16<<<nb, BLOCK, 0, c->compute>>>((__nv_bfloat16 *)(void *)dlogits, logits,
-                                                  targets, dloss, mx, s, N, Vl, nv,
-                                                  (int64_t)part * Vl);
+  } else if (bf16out) { /* (L float) */
+    vxent_grad_bf16<<<nb, BLOCK, 0, c->compute>>>((__nv_bfloat16 *)(void *)dlogits,
+                                                  (const float *)(const void *)logits, targets,
+                                                  dloss, mx, s, N, Vl, nv, (int64_t)part * Vl);
     LAUNCH_CHECK(c, op);
   } else {
-    vxent_grad<<<nb, BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss, mx, s, N, Vl, nv,
-                                             (int64_t)part * Vl);
+    vxent_grad<L><<<nb, BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss, mx, s, N, Vl,
+                                                nv, (int64_t)part * Vl);
     LAUNCH_CHECK(c, op);
   }
   return RT_OK;
@@ -452,23 +505,39 @@ static int vxent(RtCuda *c, const char *op, int group, float *loss, float *dlogi
 extern "C" int rt_cuda_vocab_cross_entropy(RtCuda *c, int group, float *loss, const float *logits,
                                            const int32_t *targets, int64_t N, int64_t Vl,
                                            int64_t V) {
-  return vxent(c, "vocab_cross_entropy", group, loss, NULL, logits, targets, NULL, N, Vl, V);
+  return vxent<float>(c, "vocab_cross_entropy", group, loss, NULL, logits, targets, NULL, N, Vl, V);
 }
 
 extern "C" int rt_cuda_vocab_cross_entropy_grad(RtCuda *c, int group, float *dlogits,
                                                 const float *logits, const int32_t *targets,
                                                 const float *dloss, int64_t N, int64_t Vl,
                                                 int64_t V) {
-  return vxent(c, "vocab_cross_entropy_grad", group, NULL, dlogits, logits, targets, dloss, N,
-               Vl, V);
+  return vxent<float>(c, "vocab_cross_entropy_grad", group, NULL, dlogits, logits, targets,
+                      dloss, N, Vl, V);
 }
 
 extern "C" int rt_cuda_vocab_cross_entropy_grad_bf16(RtCuda *c, int group, float *dlogits,
                                                      const float *logits, const int32_t *targets,
                                                      const float *dloss, int64_t N, int64_t Vl,
                                                      int64_t V) {
-  return vxent(c, "vocab_cross_entropy_grad_bf16", group, NULL, dlogits, logits, targets, dloss,
-               N, Vl, V, 1);
+  return vxent<float>(c, "vocab_cross_entropy_grad_bf16", group, NULL, dlogits, logits, targets,
+                      dloss, N, Vl, V, 1);
+}
+
+extern "C" int rt_cuda_vocab_cross_entropy_bf16(RtCuda *c, int group, float *loss,
+                                                const float *logits, const int32_t *targets,
+                                                int64_t N, int64_t Vl, int64_t V) {
+  return vxent<bf16>(c, "vocab_cross_entropy_bf16", group, loss, NULL,
+                     (const bf16 *)(const void *)logits, targets, NULL, N, Vl, V);
+}
+
+extern "C" int rt_cuda_vocab_cross_entropy_grad_bf16io(RtCuda *c, int group, float *dlogits,
+                                                       const float *logits,
+                                                       const int32_t *targets,
+                                                       const float *dloss, int64_t N, int64_t Vl,
+                                                       int64_t V) {
+  return vxent<bf16>(c, "vocab_cross_entropy_grad_bf16io", group, NULL, (bf16 *)(void *)dlogits,
+                     (const bf16 *)(const void *)logits, targets, dloss, N, Vl, V);
 }
 
 /* ---- routing: through the host and the CPU routines of rt_route.h ----

@@ -101,11 +101,12 @@ static uint16_t bf16_rn(float f) {
 
 /* The share of rows x V values where the bf16 rows of 2 V (the dlogits of the
  * _bf16 cross-entropy gradients, rt_cuda.h) are not ref rounded to bf16. */
-static double bf16_rows_differ(const void *got, const float *ref, int64_t rows, int64_t V) {
+static double bf16_rows_differ(const void *got, int64_t ld, const float *ref, int64_t rows,
+                               int64_t V) {
   const uint16_t *g = got;
   int64_t k = 0;
   for (int64_t p = 0; p < rows; p++)
-    for (int64_t v = 0; v < V; v++) k += g[p * 2 * V + v] != bf16_rn(ref[p * V + v]);
+    for (int64_t v = 0; v < V; v++) k += g[p * ld + v] != bf16_rn(ref[p * V + v]);
   return (double)k / (double)(rows * V > 0 ? rows * V : 1);
 }
 
@@ -538,11 +539,52 @@ static void check_xent_bf16(RtCuda *c, int64_t N, int64_t V) {
   x.dlogits = fresh;
   if (err == 0) err = ce_bwd_bf16(c, &x) ? INFINITY : 0;
   to_host(back, x.dlogits, 4 * (size_t)(N * V));
-  if (err == 0) err = bf16_rows_differ(back, ref, N, V);
+  if (err == 0) err = bf16_rows_differ(back, 2 * V, ref, N, V);
   char shape[64];
   snprintf(shape, sizeof shape, "N %lld V %lld, in place", (long long)N, (long long)V);
   row("xent_grad bf16 out", shape, err, 0, time_op(c, ce_bwd_bf16, &x, 10), 0, 6.0 * N * V);
   cudaFree(x.logits), cudaFree(x.dlogits), cudaFree(x.dloss), cudaFree(x.ids);
+  free(ids), free(logits), free(ref), free(back);
+}
+
+static int ce_bwd_bf16io(RtCuda *c, void *p) {
+  Em *x = p; /* in place: logits and dlogits bf16 */
+  return rt_cuda_cross_entropy_grad_bf16io(c, x->dlogits, x->dlogits, x->ids, x->dloss, x->count,
+                                           x->V);
+}
+/* Logits stored as bf16 (rt_cuda_cross_entropy_bf16; _grad_bf16io writes
+ * dlogits as bf16 over them) against the fp32 ops on the same values: the
+ * loss's bits, and dlogits the fp32 ones rounded to bf16 (share differing). */
+static void check_xent_bf16io(RtCuda *c, int64_t N, int64_t V) {
+  int32_t *ids = malloc(4 * (size_t)N);
+  for (int64_t i = 0; i < N; i++) ids[i] = (int32_t)((frand() * 0.5f + 0.5f) * (float)(V - 1));
+  float *logits = rnd(N * V, 4), *ref = malloc(4 * (size_t)(N * V)), dloss = 1.0f;
+  uint16_t *back = malloc(2 * (size_t)(N * V));
+  for (int64_t i = 0; i < N * V; i++) { /* values a bf16 holds */
+    uint32_t u = (uint32_t)bf16_rn(logits[i]) << 16;
+    memcpy(&logits[i], &u, 4);
+  }
+  float loss_ref = 0, loss_got = 1;
+  Em x = {NULL, NULL, NULL, dev_copy(logits, 4 * (size_t)(N * V)), dev_bf16(logits, N, V, V),
+          dev_copy(NULL, 4), dev_copy(&dloss, 4), dev_copy(ids, 4 * (size_t)N), N, V, 0};
+  int rc = rt_cuda_cross_entropy(c, x.loss, x.logits, x.ids, N, V);
+  if (!rc) to_host(&loss_ref, x.loss, 4);
+  rc = rc || rt_cuda_cross_entropy_bf16(c, x.loss, x.dlogits, x.ids, N, V);
+  if (!rc) to_host(&loss_got, x.loss, 4);
+  double e_fwd = rc ? INFINITY : differing(&loss_got, &loss_ref, 1);
+  rc = rc || rt_cuda_cross_entropy_grad(c, x.logits, x.logits, x.ids, x.dloss, N, V) ||
+       ce_bwd_bf16io(c, &x);
+  if (!rc) {
+    to_host(ref, x.logits, 4 * (size_t)(N * V));
+    to_host(back, x.dlogits, 2 * (size_t)(N * V));
+  }
+  double err = rc ? INFINITY : bf16_rows_differ(back, V, ref, N, V);
+  if (rc) fprintf(stderr, "%s\n", rt_last_error());
+  char shape[64];
+  snprintf(shape, sizeof shape, "N %lld V %lld, in place", (long long)N, (long long)V);
+  row("xent bf16 in", shape, e_fwd, 0, 0, 0, 0);
+  row("xent_grad bf16 io", shape, err, 0, time_op(c, ce_bwd_bf16io, &x, 10), 0, 4.0 * N * V);
+  cudaFree(x.logits), cudaFree(x.dlogits), cudaFree(x.loss), cudaFree(x.dloss), cudaFree(x.ids);
   free(ids), free(logits), free(ref), free(back);
 }
 
@@ -578,6 +620,7 @@ static int vocab_rank(RtComm *world, void *arg) {
            rt_vocab_cross_entropy_grad(mesh.tp_comm, ref, mine, v_ids, &dloss, VN, VL, VV) ||
            rt_cuda_vocab_cross_entropy_grad(c, RT_CUDA_TP, dg, dl, ids_d, dloss_d, VN, VL, VV);
   double e1 = INFINITY, e2 = INFINITY, e3 = INFINITY, e4 = INFINITY, e5 = INFINITY;
+  double e6 = INFINITY, e7 = INFINITY;
   if (!rc) {
     to_host(&loss_got, loss_d, 4);
     to_host(got, dg, 4 * VN * VL);
@@ -594,9 +637,32 @@ static int vocab_rank(RtComm *world, void *arg) {
     ip = dev_copy(mine, 4 * VN * VL); /* as bf16 rows of 2 VL, in place */
     if (!rt_cuda_vocab_cross_entropy_grad_bf16(c, RT_CUDA_TP, ip, ip, ids_d, dloss_d, VN, VL, VV)) {
       to_host(back, ip, 4 * VN * VL);
-      e5 = bf16_rows_differ(back, got, VN, VL);
+      e5 = bf16_rows_differ(back, 2 * VL, got, VN, VL);
     }
-    cudaFree(ip), free(back);
+    cudaFree(ip);
+    /* logits stored as bf16 (_bf16io, in place): against the fp32 ops on the same
+     * values, the loss's bits and dlogits rounded */
+    float *mr = malloc(4 * VN * VL), lb_ref = 0, lb_got = 1;
+    for (int i = 0; i < VN * VL; i++) {
+      uint32_t u = (uint32_t)bf16_rn(mine[i]) << 16;
+      memcpy(&mr[i], &u, 4);
+    }
+    float *fp = dev_copy(mr, 4 * VN * VL);
+    void *hb = dev_bf16(mr, VN, VL, VL);
+    if (!rt_cuda_vocab_cross_entropy(c, RT_CUDA_TP, loss_d, fp, ids_d, VN, VL, VV))
+      to_host(&lb_ref, loss_d, 4);
+    if (!rt_cuda_vocab_cross_entropy_bf16(c, RT_CUDA_TP, loss_d, hb, ids_d, VN, VL, VV)) {
+      to_host(&lb_got, loss_d, 4);
+      e6 = differing(&lb_got, &lb_ref, 1);
+    }
+    if (!rt_cuda_vocab_cross_entropy_grad(c, RT_CUDA_TP, fp, fp, ids_d, dloss_d, VN, VL, VV) &&
+        !rt_cuda_vocab_cross_entropy_grad_bf16io(c, RT_CUDA_TP, hb, hb, ids_d, dloss_d, VN, VL,
+                                                 VV)) {
+      to_host(mr, fp, 4 * VN * VL);
+      to_host(back, hb, 2 * VN * VL);
+      e7 = bf16_rows_differ(back, VL, mr, VN, VL);
+    }
+    cudaFree(fp), cudaFree(hb), free(mr), free(back);
     float *tb = dev_copy(v_table + part * VL * VD, 4 * VL * VD), *o = dev_copy(NULL, 4 * VN * VD);
     rc = rt_vocab_embedding(ref, v_ids, v_table + part * VL * VD, VN, VL, VD, part, 2) ||
          rt_cuda_vocab_embedding(c, o, ids_d, tb, VN, VL, VD, part, 2);
@@ -614,6 +680,8 @@ static int vocab_rank(RtComm *world, void *arg) {
     row("vocab_xent_grad", shape, e2, 1e-5, 0, 0, 0);
     row("vocab_xent_grad in pl.", shape, e4, 0, 0, 0, 0);
     row("vocab_xent_grad bf16", shape, e5, 0, 0, 0, 0);
+    row("vocab_xent bf16 in", shape, e6, 0, 0, 0, 0);
+    row("vocab_xent_grad bf16 io", shape, e7, 0, 0, 0, 0);
     row("vocab_embedding", shape, e3, 0, 0, 0, 0);
   }
   cudaFree(dl), cudaFree(dg), cudaFree(dloss_d), cudaFree(loss_d), cudaFree(ids_d);
@@ -655,8 +723,11 @@ int main(int argc, char **argv) {
     check_attn(c, 8, 12, 12, 1024, 64, 1); /* GPT-2 small */
   check_embed_xent(c, 256, 256, 64);
   check_xent_bf16(c, 64, 3000);
-  if (!small)
-    check_xent_bf16(c, 2048, 50304); /* GPT-2 small's padded vocabulary, 2048 rows */
+  check_xent_bf16io(c, 64, 3000);
+  if (!small) { /* GPT-2 small's padded vocabulary, 2048 rows */
+    check_xent_bf16(c, 2048, 50304);
+    check_xent_bf16io(c, 2048, 50304);
+  }
   if (!small)
     check_embed_xent(c, 2048, 50257, 64);
   rt_cuda_close(c);
