@@ -14,8 +14,11 @@
  * A node n is stored as bf16 when
  *   - the train section's precision is bf16 and the trainer is not pipelined
  *     (stage programs copy values between chunks; not handled yet);
- *   - n is f32, computed by a generated kernel that stores it (a param of
- *     access out) or by a GEMM that may write it bf16 (RT_CUDA_MM_C_BF16,
+ *   - n is f32, an activation or an activation's gradient (phase FWD or B;
+ *     not W: a part of a weight gradient, e.g. the tied head's before the
+ *     embedding's is added, stays f32), computed by a generated kernel that
+ *     stores it (a param of access out) or by a GEMM that may write it bf16
+ *     (RT_CUDA_MM_C_BF16,
  *     rt_cuda_gemm_out_stored_ok: cuBLASLt rounds its fp32 accumulators to
  *     nearest even), has a buffer of its own (no view, no alias of another
  *     buffer: a bf16 store could land on an element not yet read) and is
@@ -25,18 +28,21 @@
  *   - every reader of n is a matmul or matmul_ta that reads n as an operand
  *     that it converts (rt_cuda_gemm_stored_ok), a generated kernel (it reads
  *     n through a param; no kernel writes a buffer it reads, passes/bufplan.h,
- *     so n's bytes stay put while it runs), or a reshape view of n whose
- *     readers are; no runtime op other than such a GEMM (attention, the
- *     collectives, cross-entropy ... read f32);
+ *     so n's bytes stay put while it runs), (vocab_)cross_entropy or its
+ *     gradient as their logits (rt_cuda_(vocab_)cross_entropy_bf16 and
+ *     _grad_bf16io, which writes the gradient bf16 too, in place: so only
+ *     where GEMMs that may are all that read that gradient), or a reshape
+ *     view of n whose readers are; no other runtime op (attention, the
+ *     collectives, routing ... read f32);
  *   - if a kernel reads n, n is no reduction's result: its kernel reads no
  *     buffer of more elements than n (row statistics such as a layer norm's
  *     mean and 1/std stay f32).
- * And (vocab_)cross_entropy_grad's dlogits when only such GEMMs read them:
- * rt_cuda_(vocab_)cross_entropy_grad_bf16 store them, in place of the logits
+ * And (vocab_)cross_entropy_grad's dlogits of f32 logits when only such GEMMs
+ * read them: rt_cuda_(vocab_)cross_entropy_grad_bf16 store them, in place of the logits
  * (as the buffer plan has it) or not, "wide": each row in the first half of
  * the bytes of its own fp32 row (RT_CUDA_MM_A_WIDE / _B_WIDE; views of them
- * must keep the rows).  GPT-2 small: 8192 x 50304, read by the tied head's dx
- * and weight-gradient GEMMs.
+ * must keep the rows); GPT-2's logits are bf16 themselves now, and so its
+ * dlogits dense.  GPT-2 small (examples/gpt2.dsl): 221 values, 3.79e9 elements.
  * A value keeps its fp32 buffer's size and offset (the same arena as
  * train.c); the bf16 elements fill its first half (wide: each row's).
  *
