@@ -121,7 +121,7 @@ static void usage(FILE *out) {
           "                         on (default) stores them as bf16, halving their memory\n"
           "                         traffic; off keeps every value in fp32 (for comparing);\n"
           "                         round keeps fp32 buffers holding the bf16-rounded values\n"
-          "                         (the same results as on: the reference that checks it)\n"
+          "                         (on's reference: the same roundings, made in fp32)\n"
           "      --no-bf16-store    the same as --bf16-store off\n"
           "      --dump-after PASS  print the IR after PASS (lower");
   for (int i = 0; pass_name(i); i++) fprintf(out, ", %s", pass_name(i));
