@@ -284,19 +284,40 @@ __global__ void __launch_bounds__(BLOCK) xent_grad_bf16(__nv_bfloat16 *dlogits,
 
 static unsigned row_blocks(int64_t N) { return (unsigned)(N < 65535 * 4 ? N : 65535 * 4); }
 
-extern "C" int rt_cuda_cross_entropy(RtCuda *c, float *loss, const float *logits,
-                                     const int32_t *targets, int64_t N, int64_t V) {
-  if (!loss || !logits || !targets) return rt_fail("cross_entropy: NULL pointer");
-  if (N < 1 || V < 1) return rt_fail("cross_entropy: dimensions must be >= 1");
+/* cross_entropy and its gradient on logits (and dlogits) of element L: op
+ * names the call in errors and the profile. */
+template <typename L>
+static int xent_fwd(RtCuda *c, const char *op, float *loss, const L *logits,
+                    const int32_t *targets, int64_t N, int64_t V) {
+  if (!loss || !logits || !targets) return rt_fail("%s: NULL pointer", op);
+  if (N < 1 || V < 1) return rt_fail("%s: dimensions must be >= 1", op);
   RtProfScope ps(c); /* logits, targets */
-  if (ps.on()) ps.set(RT_PROF_OP, 4.0 * (double)N * (double)(V + 1), 0, "cross_entropy");
+  if (ps.on()) ps.set(RT_PROF_OP, (double)N * ((double)sizeof(L) * (double)V + 4), 0, "%s", op);
   double *rows = (double *)rt_cuda_ws(c, WS_ROWS, (size_t)N * sizeof(double));
   if (!rows) return RT_ERR;
-  xent_rows<float><<<row_blocks(N), BLOCK, 0, c->compute>>>(rows, logits, targets, N, V);
-  LAUNCH_CHECK(c, "cross_entropy");
+  xent_rows<L><<<row_blocks(N), BLOCK, 0, c->compute>>>(rows, logits, targets, N, V);
+  LAUNCH_CHECK(c, op);
   mean_rows<<<1, BLOCK, 0, c->compute>>>(loss, rows, N);
-  LAUNCH_CHECK(c, "cross_entropy");
+  LAUNCH_CHECK(c, op);
   return RT_OK;
+}
+
+template <typename L>
+static int xent_bwd(RtCuda *c, const char *op, L *dlogits, const L *logits,
+                    const int32_t *targets, const float *dloss, int64_t N, int64_t V) {
+  if (!dlogits || !logits || !targets || !dloss) return rt_fail("%s: NULL pointer", op);
+  if (N < 1 || V < 1) return rt_fail("%s: dimensions must be >= 1", op);
+  RtProfScope ps(c); /* logits, targets, dlogits */
+  if (ps.on())
+    ps.set(RT_PROF_OP, (double)N * (2.0 * (double)sizeof(L) * (double)V + 4), 0, "%s", op);
+  xent_grad<L><<<row_blocks(N), BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss, N, V);
+  LAUNCH_CHECK(c, op);
+  return RT_OK;
+}
+
+extern "C" int rt_cuda_cross_entropy(RtCuda *c, float *loss, const float *logits,
+                                     const int32_t *targets, int64_t N, int64_t V) {
+  return xent_fwd(c, "cross_entropy", loss, logits, targets, N, V);
 }
 
 extern "C" int rt_cuda_cross_entropy_grad_bf16(RtCuda *c, float *dlogits, const float *logits,
@@ -317,45 +338,20 @@ extern "C" int rt_cuda_cross_entropy_grad_bf16(RtCuda *c, float *dlogits, const 
 extern "C" int rt_cuda_cross_entropy_grad(RtCuda *c, float *dlogits, const float *logits,
                                           const int32_t *targets, const float *dloss, int64_t N,
                                           int64_t V) {
-  if (!dlogits || !logits || !targets || !dloss)
-    return rt_fail("cross_entropy_grad: NULL pointer");
-  if (N < 1 || V < 1) return rt_fail("cross_entropy_grad: dimensions must be >= 1");
-  RtProfScope ps(c); /* logits, targets, dlogits */
-  if (ps.on()) ps.set(RT_PROF_OP, 4.0 * (double)N * (double)(2 * V + 1), 0, "cross_entropy_grad");
-  xent_grad<float><<<row_blocks(N), BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss, N, V);
-  LAUNCH_CHECK(c, "cross_entropy_grad");
-  return RT_OK;
+  return xent_bwd(c, "cross_entropy_grad", dlogits, logits, targets, dloss, N, V);
 }
 
 extern "C" int rt_cuda_cross_entropy_bf16(RtCuda *c, float *loss, const float *logits,
                                           const int32_t *targets, int64_t N, int64_t V) {
-  if (!loss || !logits || !targets) return rt_fail("cross_entropy_bf16: NULL pointer");
-  if (N < 1 || V < 1) return rt_fail("cross_entropy_bf16: dimensions must be >= 1");
-  RtProfScope ps(c); /* logits as bf16, targets */
-  if (ps.on()) ps.set(RT_PROF_OP, (double)N * (double)(2 * V + 4), 0, "cross_entropy (bf16 in)");
-  double *rows = (double *)rt_cuda_ws(c, WS_ROWS, (size_t)N * sizeof(double));
-  if (!rows) return RT_ERR;
-  xent_rows<bf16><<<row_blocks(N), BLOCK, 0, c->compute>>>(
-      rows, (const bf16 *)(const void *)logits, targets, N, V);
-  LAUNCH_CHECK(c, "cross_entropy_bf16");
-  mean_rows<<<1, BLOCK, 0, c->compute>>>(loss, rows, N);
-  LAUNCH_CHECK(c, "cross_entropy_bf16");
-  return RT_OK;
+  return xent_fwd(c, "cross_entropy_bf16", loss, (const bf16 *)(const void *)logits, targets, N,
+                  V);
 }
 
 extern "C" int rt_cuda_cross_entropy_grad_bf16io(RtCuda *c, float *dlogits, const float *logits,
                                                  const int32_t *targets, const float *dloss,
                                                  int64_t N, int64_t V) {
-  if (!dlogits || !logits || !targets || !dloss)
-    return rt_fail("cross_entropy_grad_bf16io: NULL pointer");
-  if (N < 1 || V < 1) return rt_fail("cross_entropy_grad_bf16io: dimensions must be >= 1");
-  RtProfScope ps(c); /* logits, targets, dlogits: bf16 */
-  if (ps.on())
-    ps.set(RT_PROF_OP, (double)N * (double)(4 * V + 4), 0, "cross_entropy_grad (bf16 io)");
-  xent_grad<bf16><<<row_blocks(N), BLOCK, 0, c->compute>>>(
-      (bf16 *)(void *)dlogits, (const bf16 *)(const void *)logits, targets, dloss, N, V);
-  LAUNCH_CHECK(c, "cross_entropy_grad_bf16io");
-  return RT_OK;
+  return xent_bwd(c, "cross_entropy_grad_bf16io", (bf16 *)(void *)dlogits,
+                  (const bf16 *)(const void *)logits, targets, dloss, N, V);
 }
 
 /* ---- vocabulary-parallel cross-entropy (rt_route.h): the group's row maxima,
