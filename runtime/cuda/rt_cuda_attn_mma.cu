@@ -95,6 +95,10 @@ template <int HD> struct MmaShape {
   static constexpr size_t fwd = (MMA_ROWS + 2 * MMA_TILE) * ROW;
   static constexpr size_t dq = 2 * (MMA_ROWS + MMA_TILE) * ROW;
   static constexpr size_t kv = 2 * (MMA_ROWS + QT) * ROW + 2 * QT * sizeof(float);
+  /* whether the next streamed tile waits in registers (RtAttnTileRegs HOLD):
+   * where ptxas (sm_90, 255 a thread) finds the registers without spilling */
+  static constexpr bool hold_q = HD <= 112; /* mma_fwd, mma_bwd_q: k, v tiles */
+  static constexpr bool hold_kv = HD <= 96; /* mma_bwd_kv: q, dy tiles */
 };
 
 /* acc[2 np], acc[2 np + 1] (np < N / 16) += A B^T over HD: A the warp's 16 rows
@@ -177,11 +181,13 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_fwd(MmaArgs a
 #pragma unroll
   for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   const int kend = a.causal && q0 + MMA_ROWS < T ? q0 + MMA_ROWS : T; /* keys [0, kend) */
+  RtAttnTileRegs<HD, MMA_TILE, MMA_THREADS, MmaShape<HD>::hold_q> kr, vr; /* the next key tile, in flight */
+  kr.load(kh, 0, T), vr.load(vh, 0, T);
   for (int j0 = 0; j0 < kend; j0 += MMA_TILE) {
     __syncthreads(); /* the previous key tile is consumed */
-    rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(ks, kh, j0, T);
-    rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(vs, vh, j0, T);
+    kr.put(ks, kh, j0, T), vr.put(vs, vh, j0, T);
     __syncthreads(); /* the tiles (and, the first time, qs) are in */
+    if (j0 + MMA_TILE < kend) kr.load(kh, j0 + MMA_TILE, T), vr.load(vh, j0 + MMA_TILE, T);
     if (j0 > wlast) continue; /* every key masked for the warp's rows (warp-uniform) */
     float s[MMA_TILE / 8][4];
 #pragma unroll
@@ -256,11 +262,13 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_q(MmaArgs
 #pragma unroll
   for (int n = 0; n < HD / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
   const int kend = a.causal && q0 + MMA_ROWS < T ? q0 + MMA_ROWS : T; /* keys [0, kend) */
+  RtAttnTileRegs<HD, MMA_TILE, MMA_THREADS, MmaShape<HD>::hold_q> kr, vr; /* the next key tile, in flight */
+  kr.load(kh, 0, T), vr.load(vh, 0, T);
   for (int j0 = 0; j0 < kend; j0 += MMA_TILE) {
     __syncthreads(); /* the previous key tile is consumed */
-    rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(ks, kh, j0, T);
-    rt_attn_tile_load<HD, MMA_TILE, MMA_THREADS>(vs, vh, j0, T);
+    kr.put(ks, kh, j0, T), vr.put(vs, vh, j0, T);
     __syncthreads(); /* the tiles (and, the first time, qs and dys) are in */
+    if (j0 + MMA_TILE < kend) kr.load(kh, j0 + MMA_TILE, T), vr.load(vh, j0 + MMA_TILE, T);
     if (j0 > wlast) continue; /* every key masked for the warp's rows (warp-uniform) */
     float s[MMA_TILE / 8][4], dp[MMA_TILE / 8][4];
 #pragma unroll
@@ -307,43 +315,56 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_kv(MmaArg
   for (int n = 0; n < HD / 8; n++)
 #pragma unroll
     for (int i = 0; i < 4; i++) dk[n][i] = dv[n][i] = 0.0f;
+  /* The query tiles stream as one sequence over the kv head's query heads h
+   * and their tiles i0 (causal: from the block's first key on), the next
+   * tile's q, dy, lse and D in flight in registers while this one's products
+   * run. */
   const int i_begin = a.causal ? k0 : 0; /* causal: earlier queries see none of these keys */
-  for (int64_t h = kvh * rep; h < (kvh + 1) * rep; h++) {
-    const int64_t bh = b * a.H + h;
+  const int per_head = (T - i_begin + QT - 1) / QT; /* query tiles of one head (k0 < T) */
+  RtAttnTileRegs<HD, QT, MMA_THREADS, MmaShape<HD>::hold_kv> qr, dyr;
+  float lnext = 0.0f, dnext = 0.0f; /* threads < QT: the next tile's row statistics */
+  const int64_t tiles = rep * per_head, bh0 = b * a.H + kvh * rep;
+  for (int64_t it = 0; it < tiles; it++) {
+    const int64_t bh = bh0 + it / per_head;
+    const int i0 = i_begin + (int)(it % per_head) * QT;
     const float *qh = a.q + bh * T * HD, *dyh = a.dy + bh * T * HD;
-    for (int i0 = i_begin; i0 < T; i0 += QT) {
-      __syncthreads(); /* the previous query tile is consumed */
-      rt_attn_tile_load<HD, QT, MMA_THREADS>(qs, qh, i0, T);
-      rt_attn_tile_load<HD, QT, MMA_THREADS>(dys, dyh, i0, T);
-      if (threadIdx.x < QT) {
-        const int i = i0 + threadIdx.x;
-        ls[threadIdx.x] = i < T ? a.lse[bh * T + i] * MMA_LOG2E : 0.0f;
-        ds_[threadIdx.x] = i < T ? a.d[bh * T + i] : 0.0f;
+    if (it == 0) qr.load(qh, i0, T), dyr.load(dyh, i0, T);
+    if (it == 0 && threadIdx.x < QT && i0 + (int)threadIdx.x < T)
+      lnext = a.lse[bh * T + i0 + threadIdx.x] * MMA_LOG2E, dnext = a.d[bh * T + i0 + threadIdx.x];
+    __syncthreads(); /* the previous query tile is consumed */
+    qr.put(qs, qh, i0, T), dyr.put(dys, dyh, i0, T);
+    if (threadIdx.x < QT) ls[threadIdx.x] = lnext, ds_[threadIdx.x] = dnext;
+    __syncthreads(); /* the tiles (and, the first time, ks and vs) are in */
+    if (it + 1 < tiles) { /* the next tile's loads, in flight during this one's products */
+      const int64_t bn = bh0 + (it + 1) / per_head;
+      const int in = i_begin + (int)((it + 1) % per_head) * QT;
+      qr.load(a.q + bn * T * HD, in, T), dyr.load(a.dy + bn * T * HD, in, T);
+      const int i = in + (int)threadIdx.x;
+      lnext = dnext = 0.0f;
+      if (threadIdx.x < QT && i < T) lnext = a.lse[bn * T + i] * MMA_LOG2E, dnext = a.d[bn * T + i];
+    }
+    if (i0 + QT <= wfirst) continue; /* every query masked for the warp's keys (warp-uniform) */
+    float s[QT / 8][4], dp[QT / 8][4];
+#pragma unroll
+    for (int n = 0; n < QT / 8; n++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) s[n][i] = dp[n][i] = 0.0f;
+    mma_abt<HD, QT>(s, ks + 16 * w * LDH, qs);   /* S^T = K_w Q^T */
+    mma_abt<HD, QT>(dp, vs + 16 * w * LDH, dys); /* dP^T = V_w dY^T */
+#pragma unroll
+    for (int n = 0; n < QT / 8; n++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const int key = u0 + 8 * (i >> 1), c = 8 * n + 2 * t + (i & 1), iq = i0 + c;
+        const float p = iq < T && key < T && (!a.causal || key <= iq)
+                            ? exp2f(s[n][i] * sl2 - ls[c]) : 0.0f;
+        s[n][i] = p;                       /* P^T */
+        dp[n][i] = p * (dp[n][i] - ds_[c]); /* dS^T */
       }
-      __syncthreads(); /* the tiles (and, the first time, ks and vs) are in */
-      if (i0 + QT <= wfirst) continue; /* every query masked for the warp's keys (warp-uniform) */
-      float s[QT / 8][4], dp[QT / 8][4];
 #pragma unroll
-      for (int n = 0; n < QT / 8; n++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) s[n][i] = dp[n][i] = 0.0f;
-      mma_abt<HD, QT>(s, ks + 16 * w * LDH, qs);   /* S^T = K_w Q^T */
-      mma_abt<HD, QT>(dp, vs + 16 * w * LDH, dys); /* dP^T = V_w dY^T */
-#pragma unroll
-      for (int n = 0; n < QT / 8; n++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-          const int key = u0 + 8 * (i >> 1), c = 8 * n + 2 * t + (i & 1), iq = i0 + c;
-          const float p = iq < T && key < T && (!a.causal || key <= iq)
-                              ? exp2f(s[n][i] * sl2 - ls[c]) : 0.0f;
-          s[n][i] = p;                       /* P^T */
-          dp[n][i] = p * (dp[n][i] - ds_[c]); /* dS^T */
-        }
-#pragma unroll
-      for (int kk2 = 0; kk2 < QT / 16; kk2++) {
-        mma_pb<HD>(dv, s, kk2, dys); /* dV += P^T dY */
-        mma_pb<HD>(dk, dp, kk2, qs); /* dK += dS^T Q */
-      }
+    for (int kk2 = 0; kk2 < QT / 16; kk2++) {
+      mma_pb<HD>(dv, s, kk2, dys); /* dV += P^T dY */
+      mma_pb<HD>(dk, dp, kk2, qs); /* dK += dS^T Q */
     }
   }
   mma_store<HD>(a.dqkv + (b * C + a.H + kvh) * T * HD, dk, u0, T, a.scale, a.scale);

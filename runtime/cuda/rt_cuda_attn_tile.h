@@ -1,6 +1,8 @@
 /* runtime/cuda/rt_cuda_attn_tile.h -- what the two tensor-core attention files
  * (rt_cuda_attn_tc.cu: WMMA; rt_cuda_attn_mma.cu: mma.sync) share: copying a
- * tile of rows of an fp32 [T, HD] matrix into shared memory as bf16. */
+ * tile of rows of an fp32 [T, HD] matrix into shared memory as bf16, at once
+ * (rt_attn_tile_load) or in two halves with the loads in flight between them
+ * (RtAttnTileRegs). */
 #ifndef RT_CUDA_ATTN_TILE_H
 #define RT_CUDA_ATTN_TILE_H
 
@@ -32,5 +34,53 @@ static __device__ __forceinline__ void rt_attn_tile_load(__nv_bfloat16 *dst, con
     }
   }
 }
+
+/* The same copy split at the registers, so that a kernel can issue the next
+ * streamed tile's global loads before the current tile's products and store
+ * them to shared memory after (software pipelining: the loads' latency hides
+ * behind the tensor-core work instead of stalling the block at the barrier).
+ * put() writes the same bf16 values rt_attn_tile_load would, with the same
+ * rounding, so a kernel's results do not depend on HOLD.  HOLD costs 4 N
+ * registers a thread; where a kernel has none to spare (ptxas would spill),
+ * HOLD = false makes load() nothing and put() the whole copy, of the tile it
+ * names.  Every thread of the block calls both, put() with the arguments of
+ * the tile's load(). */
+template <int HD, int ROWS, int THREADS, bool HOLD> struct RtAttnTileRegs {
+  static constexpr int V = HD / 4;                             /* float4 a row (HD % 4 == 0) */
+  static constexpr int N = (ROWS * V + THREADS - 1) / THREADS; /* float4 a thread */
+  float4 x[HOLD ? N : 1];
+
+  /* rows [r0, r0 + ROWS) of src (rows >= T as zeros) into x */
+  __device__ __forceinline__ void load(const float *src, int r0, int T) {
+    if constexpr (HOLD) {
+      const bool vec = ((uintptr_t)src & 15) == 0; /* block-uniform */
+#pragma unroll
+      for (int i = 0; i < N; i++) {
+        const int e = (int)threadIdx.x + i * THREADS, r = e / V, c = (e % V) * 4;
+        x[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (e < ROWS * V && r0 + r < T) {
+          const float *p = src + (int64_t)(r0 + r) * HD + c;
+          x[i] = vec ? *(const float4 *)p : make_float4(p[0], p[1], p[2], p[3]);
+        }
+      }
+    }
+  }
+  /* those rows into the bf16 tile dst of row stride HD + 8 (pad columns not written) */
+  __device__ __forceinline__ void put(__nv_bfloat16 *dst, const float *src, int r0, int T) const {
+    if constexpr (HOLD) {
+#pragma unroll
+      for (int i = 0; i < N; i++) {
+        const int e = (int)threadIdx.x + i * THREADS, r = e / V, c = (e % V) * 4;
+        if (e < ROWS * V) {
+          __nv_bfloat162 *d = (__nv_bfloat162 *)(dst + r * (HD + 8) + c);
+          d[0] = __floats2bfloat162_rn(x[i].x, x[i].y);
+          d[1] = __floats2bfloat162_rn(x[i].z, x[i].w);
+        }
+      }
+    } else {
+      rt_attn_tile_load<HD, ROWS, THREADS>(dst, src, r0, T);
+    }
+  }
+};
 
 #endif
