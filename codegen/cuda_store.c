@@ -17,7 +17,7 @@ static int is_view_of(const CgKernelPlan *kp, const BufPlan *bp, const IrNode *q
          (!wide || q->shape[q->rank - 1] == x->shape[x->rank - 1]);
 }
 
-enum { READ_GEMM = 1, READ_KERNEL = 2, READ_XENT = 4, READ_OTHER = 8 };
+enum { READ_GEMM = 1, READ_KERNEL = 2, READ_XENT = 4, READ_ATTN = 8, READ_OTHER = 16 };
 
 /* 1 for the gradient forms of the ops that read logits, 2 for the forward ones */
 static int xent(IrOp op) {
@@ -29,7 +29,9 @@ static int xent(IrOp op) {
 /* Who reads n: READ_GEMM, a GEMM that may read it stored as bf16; READ_KERNEL,
  * a generated kernel (through a param of it, which the store retypes);
  * READ_XENT, (vocab_)cross_entropy or its gradient as their logits;
- * READ_OTHER, anything else (a runtime op, a GEMM that could not, the
+ * READ_ATTN, attention (or its gradient from the row statistics) as q, k, v
+ * (dy) where cg_cuda_attn_stored_ok, or sdpa_lse (it copies the lse after
+ * sdpa's out, which stays f32); READ_OTHER, anything else (a runtime op, a GEMM that could not, the
  * optimizer: what it reads are parameter gradients).  A view of
  * n counts as its readers (recursively); wide values (rows of 2 cols) admit
  * views that keep the rows only, and their kernel readers count as OTHER (a
@@ -50,6 +52,9 @@ static int readers(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
         who |= wide || kp->kernel_of[q->id] < 0 ? READ_OTHER : READ_KERNEL;
       } else if (xent(q->op) && j == 0 && !wide) {
         who |= READ_XENT;
+      } else if (!wide && ((cg_cuda_attn_stored_ok(q) && j < 4) ||
+                           (q->op == IR_OP_ATTENTION_LSE && j == 0))) {
+        who |= READ_ATTN; /* (an attention's inputs are q, k, v and, its gradient's, dy first) */
       } else if ((q->op == IR_OP_MATMUL || q->op == IR_OP_MATMUL_TA) && j <= 1) {
         const RtCudaGemm g = cg_cuda_gemm(q);
         who |= rt_cuda_gemm_stored_ok(&g, j) ? READ_GEMM : READ_OTHER;
@@ -147,6 +152,12 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
     if (n->op != IR_OP_MATMUL && n->op != IR_OP_MATMUL_TA) continue;
     const RtCudaGemm g = cg_cuda_gemm(n);
     if (rt_cuda_gemm_out_stored_ok(&g) && candidate(m, kp, bp, keep, i))
+      mark(m, kp, bp, n, 1, 0, views, out->bf16);
+  }
+  /* attention's results: the mma kernels write out (dqkv) bf16 (RT_CUDA_ATTN_O_BF16) */
+  for (int i = 0; bf16 && !pipelined && i < m->nnodes; i++) {
+    const IrNode *n = m->nodes[i];
+    if (cg_cuda_attn_stored_ok(n) && candidate(m, kp, bp, keep, i))
       mark(m, kp, bp, n, 1, 0, views, out->bf16);
   }
   /* (vocab_)cross_entropy_grad's dlogits: rt_cuda_(vocab_)cross_entropy_grad_bf16

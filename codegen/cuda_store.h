@@ -20,7 +20,9 @@
  *     stores it (a param of access out) or by a GEMM that may write it bf16
  *     (RT_CUDA_MM_C_BF16,
  *     rt_cuda_gemm_out_stored_ok: cuBLASLt rounds its fp32 accumulators to
- *     nearest even), has a buffer of its own (no view, no alias of another
+ *     nearest even) or by attention (out; its gradient from the row
+ *     statistics: dqkv) where the tensor-core kernels may write it bf16
+ *     (RT_CUDA_ATTN_O_BF16, cg_cuda_attn_stored_ok), has a buffer of its own (no view, no alias of another
  *     buffer: a bf16 store could land on an element not yet read) and is
  *     none of the step's results (loss, norms, updates), of the optimizer's
  *     values (IR_PHASE_OPT: its scalars, the clip coefficient) or of what
@@ -31,8 +33,12 @@
  *     so n's bytes stay put while it runs), (vocab_)cross_entropy or its
  *     gradient as their logits (rt_cuda_(vocab_)cross_entropy_bf16 and
  *     _grad_bf16io, which writes the gradient bf16 too, in place: so only
- *     where GEMMs that may are all that read that gradient), or a reshape
- *     view of n whose readers are; no other runtime op (attention, the
+ *     where GEMMs that may are all that read that gradient), attention (or
+ *     its gradient from the row statistics) as q, k, v (dy) where
+ *     cg_cuda_attn_stored_ok (RT_CUDA_ATTN_Q_BF16 ...: the kernels round
+ *     them to bf16 anyway, so that costs no bit), sdpa_lse (it copies the
+ *     lse after sdpa's out, which stays f32), or a reshape view of n whose
+ *     readers are; no other runtime op (the fp32 attention paths, the
  *     collectives, routing ... read f32);
  *   - if a kernel reads n, n is no reduction's result: its kernel reads no
  *     buffer of more elements than n (row statistics such as a layer norm's
@@ -42,7 +48,7 @@
  * (as the buffer plan has it) or not, "wide": each row in the first half of
  * the bytes of its own fp32 row (RT_CUDA_MM_A_WIDE / _B_WIDE; views of them
  * must keep the rows); GPT-2's logits are bf16 themselves now, and so its
- * dlogits dense.  GPT-2 small (examples/gpt2.dsl): 221 values, 3.79e9 elements.
+ * dlogits dense.
  * A value keeps its fp32 buffer's size and offset (the same arena as
  * train.c); the bf16 elements fill its first half (wide: each row's).
  *
@@ -55,7 +61,8 @@
  * trainer's.  CG_STORE_ROUND (parc --bf16-store round) makes their exact
  * reference: the same plan with f32 buffers, each stored value rounded to
  * bf16 as it is stored (KIR_BF16R, clones "_bf16r"; a GEMM's result rounded in
- * place after it, RT_CUDA_MM_C_ROUND) and everything else
+ * place after it, RT_CUDA_MM_C_ROUND; attention's as it writes it,
+ * RT_CUDA_ATTN_O_ROUND) and everything else
  * computed as by the f32-buffer trainer (GEMMs convert, dlogits written f32).
  * Widening being exact, it computes the bf16-storing trainer's bits
  * (tests/cuda/trainer_emu.py, the store check). */

@@ -128,6 +128,37 @@ int cg_cuda_stored_flags(const IrNode *n, const unsigned char *bf16, const unsig
          (rounded && rounded[n->id] ? RT_CUDA_MM_C_ROUND : 0);
 }
 
+int cg_cuda_attn_stored_ok(const IrNode *n) {
+  const IrNode *q = n->inputs[0]; /* [B, H, T, hd] */
+  return (n->op == IR_OP_ATTENTION || (n->op == IR_OP_ATTENTION_GRAD && n->ninputs == 6)) &&
+         q->rank == 4 && rt_cuda_attn_stored_ok(dim(q, 3), dim(q, 2));
+}
+
+unsigned cg_cuda_attn_flags(const IrNode *n, const unsigned char *bf16,
+                            const unsigned char *rounded) {
+  static const unsigned in[4] = {RT_CUDA_ATTN_Q_BF16, RT_CUDA_ATTN_K_BF16, RT_CUDA_ATTN_V_BF16,
+                                 RT_CUDA_ATTN_DY_BF16};
+  unsigned io = 0;
+  for (int j = 0; bf16 && j < 4 && j < (n->op == IR_OP_ATTENTION ? 3 : 4); j++)
+    if (bf16[n->inputs[j]->id]) io |= in[j];
+  if (bf16 && bf16[n->id]) io |= RT_CUDA_ATTN_O_BF16;
+  if (rounded && rounded[n->id]) io |= RT_CUDA_ATTN_O_ROUND;
+  return io;
+}
+
+/* " | "-joined names of the RT_CUDA_ATTN_* flags in io, into s */
+static const char *attn_flag_names(unsigned io, char *s, size_t len) {
+  static const struct { unsigned bit; const char *name; } flag[] = {
+      {RT_CUDA_ATTN_Q_BF16, "RT_CUDA_ATTN_Q_BF16"},   {RT_CUDA_ATTN_K_BF16, "RT_CUDA_ATTN_K_BF16"},
+      {RT_CUDA_ATTN_V_BF16, "RT_CUDA_ATTN_V_BF16"},   {RT_CUDA_ATTN_DY_BF16, "RT_CUDA_ATTN_DY_BF16"},
+      {RT_CUDA_ATTN_O_BF16, "RT_CUDA_ATTN_O_BF16"},   {RT_CUDA_ATTN_O_ROUND, "RT_CUDA_ATTN_O_ROUND"}};
+  s[0] = 0;
+  for (size_t i = 0; i < sizeof flag / sizeof flag[0]; i++)
+    if (io & flag[i].bit)
+      snprintf(s + strlen(s), len - strlen(s), "%s%s", s[0] ? " | " : "", flag[i].name);
+  return s;
+}
+
 RtCudaGemm cg_cuda_gemm(const IrNode *n) {
   const IrNode *a = n->inputs[0], *b = n->inputs[1];
   int ta = n->op == IR_OP_MATMUL_TA;
@@ -207,16 +238,22 @@ static void emit_runtime(Cu *e, const IrNode *n) {
     add_gemm(e, g);
     return;
   }
-  case IR_OP_ATTENTION: /* lse [B, H, T] right after out (ir_aux_numel) */
-    fprintf(f, "  CHECK(rt_cuda_sdpa(dev, %s, %s + %" PRId64 ", %s, %s, %s, %s));\n", out, out,
-            ir_numel(n), x, y, z, cg_sdpa_dims(n, ds, sizeof ds));
+  case IR_OP_ATTENTION: { /* lse [B, H, T] right after out (ir_aux_numel) */
+    char io[160]; /* RT_CUDA_ATTN_* of the tensors stored as bf16 (or rounded) */
+    attn_flag_names(cg_cuda_attn_flags(n, e->store->bf16, e->store->rounded), io, sizeof io);
+    fprintf(f, "  CHECK(rt_cuda_sdpa%s(dev, %s, %s + %" PRId64 ", %s, %s, %s, %s%s%s));\n",
+            io[0] ? "_io" : "", out, out, ir_numel(n), x, y, z, cg_sdpa_dims(n, ds, sizeof ds),
+            io[0] ? ", " : "", io);
     return;
+  }
   case IR_OP_ATTENTION_GRAD: {
     if (n->ninputs == 6) { /* lse and D on their own (passes/attn_delta.c) */
-      char lo[96], dl[96];
-      fprintf(f, "  CHECK(rt_cuda_sdpa_grad_stats(dev, %s, %s, %s, %s, %s, %s, %s, %s));\n",
-              out, x, y, z, w, buf(e, in[4], lo, sizeof lo), buf(e, in[5], dl, sizeof dl),
-              cg_sdpa_dims(n, ds, sizeof ds));
+      char lo[96], dl[96], io[160];
+      attn_flag_names(cg_cuda_attn_flags(n, e->store->bf16, e->store->rounded), io, sizeof io);
+      fprintf(f, "  CHECK(rt_cuda_sdpa_grad_stats%s(dev, %s, %s, %s, %s, %s, %s, %s, %s%s%s));\n",
+              io[0] ? "_io" : "", out, x, y, z, w, buf(e, in[4], lo, sizeof lo),
+              buf(e, in[5], dl, sizeof dl), cg_sdpa_dims(n, ds, sizeof ds), io[0] ? ", " : "",
+              io);
       return;
     }
     char yo[96]; /* the forward's out and lse from in[4]'s buffer */

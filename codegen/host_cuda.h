@@ -33,6 +33,16 @@ RtCudaGemm cg_cuda_gemm(const IrNode *n);
  * RT_CUDA_MM_C_ROUND where its result is rounded (rounded: CgCudaStore.rounded). */
 int cg_cuda_stored_flags(const IrNode *n, const unsigned char *bf16, const unsigned char *rounded);
 
+/* 1 if attention node n (IR_OP_ATTENTION, or IR_OP_ATTENTION_GRAD from the
+ * row statistics: rt_cuda_sdpa_grad_stats) may read or write tensors stored
+ * as bf16 (rt_cuda_attn_stored_ok of its head dimension and length). */
+int cg_cuda_attn_stored_ok(const IrNode *n);
+
+/* The RT_CUDA_ATTN_* flags of such a node's call: its q, k, v (dy) stored as
+ * bf16, its result stored as bf16 or rounded so (bf16, rounded: as above). */
+unsigned cg_cuda_attn_flags(const IrNode *n, const unsigned char *bf16,
+                            const unsigned char *rounded);
+
 /* Writes train_cuda.c (info->store: which buffers hold bf16, and each kernel's
  * CUDA code).  0, or -1 with a one-line reason in err (an op the GPU trainer
  * has no routine for). */

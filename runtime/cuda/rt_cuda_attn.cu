@@ -364,17 +364,50 @@ int rt_cuda_sdpa_tc(RtCuda *c, float *out, float *lse, const float *q, const flo
 int rt_cuda_sdpa_grad_tc(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
                          const float *dy, const float *lse, const float *d, int64_t B, int64_t H,
                          int64_t KV, int64_t T, int64_t hd, float scale, int causal);
+/* rt_cuda_attn_tc.cu: 1 where those take rt_cuda_attn_mma.cu's kernels, the
+ * only ones that read and write bf16 tensors (io flags) */
+bool rt_cuda_attn_mma(RtCuda *c, int64_t T, int64_t hd);
+int rt_cuda_sdpa_mma(RtCuda *c, float *out, float *lse, const float *q, const float *k,
+                     const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
+                     float scale, int causal, unsigned io);
+int rt_cuda_sdpa_grad_mma(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
+                          const float *dy, const float *lse, const float *d, int64_t B,
+                          int64_t H, int64_t KV, int64_t T, int64_t hd, float scale, int causal,
+                          unsigned io);
 
-extern "C" int rt_cuda_sdpa(RtCuda *c, float *out, float *lse, const float *q, const float *k,
-                            const float *v, int64_t B, int64_t H, int64_t KV, int64_t T,
-                            int64_t hd, float scale, int causal) {
-  if (check_args("sdpa", out, q, k, v, NULL, 0, B, H, KV, T, hd)) return RT_ERR;
-  RtProfScope ps(c);
+/* RT_OK if io (RT_CUDA_ATTN_* flags) is 0 or the mma kernels run this shape. */
+static int check_io(RtCuda *c, const char *op, unsigned io, int64_t T, int64_t hd) {
+  if (io & ~(unsigned)(RT_CUDA_ATTN_Q_BF16 | RT_CUDA_ATTN_K_BF16 | RT_CUDA_ATTN_V_BF16 |
+                       RT_CUDA_ATTN_DY_BF16 | RT_CUDA_ATTN_O_BF16 | RT_CUDA_ATTN_O_ROUND) ||
+      (io & RT_CUDA_ATTN_O_BF16 && io & RT_CUDA_ATTN_O_ROUND))
+    return rt_fail("%s: io flags 0x%x not understood", op, io);
+  if (io && !rt_cuda_attn_mma(c, T, hd))
+    return rt_fail("%s: this trainer keeps attention's tensors in bf16 (hd %lld), which only the "
+                   "mma tensor-core kernels read: they need GEMM mode bf16, a GPU of compute "
+                   "capability 8.0 or more and PARC_CUDA_ATTN unset; or regenerate the trainer "
+                   "with --bf16-store off", op, (long long)hd);
+  return RT_OK;
+}
+
+/* bytes of an element of a tensor whose bf16 flag in io is bit */
+static double esz(unsigned io, unsigned bit) { return io & bit ? 2.0 : 4.0; }
+
+extern "C" int rt_cuda_sdpa_io(RtCuda *c, float *out, float *lse, const float *q, const float *k,
+                               const float *v, int64_t B, int64_t H, int64_t KV, int64_t T,
+                               int64_t hd, float scale, int causal, unsigned io) {
+  if (check_args("sdpa", out, q, k, v, NULL, 0, B, H, KV, T, hd) ||
+      check_io(c, "sdpa", io, T, hd))
+    return RT_ERR;
+  RtProfScope ps(c); /* reads q, k, v; writes out (and lse) */
   if (ps.on())
     ps.set(rt_cuda_attn_tc(c, T, hd) ? RT_PROF_ATTENTION_TC : RT_PROF_ATTENTION,
-           4.0 * (double)((2 * H + 2 * KV) * T * hd + (lse ? H * T : 0)) * B,
+           (double)B * T * hd *
+                   (H * (esz(io, RT_CUDA_ATTN_Q_BF16) + esz(io, RT_CUDA_ATTN_O_BF16)) +
+                    KV * (esz(io, RT_CUDA_ATTN_K_BF16) + esz(io, RT_CUDA_ATTN_V_BF16))) +
+               (lse ? 4.0 * (double)(B * H * T) : 0.0),
            4 * attn_pairs(B, H, T, hd, causal), "sdpa %lldx%lldx%lldx%lldx%lld%s", (long long)B,
            (long long)H, (long long)KV, (long long)T, (long long)hd, causal ? " causal" : "");
+  if (io) return rt_cuda_sdpa_mma(c, out, lse, q, k, v, B, H, KV, T, hd, scale, causal, io);
   if (rt_cuda_attn_tc(c, T, hd))
     return rt_cuda_sdpa_tc(c, out, lse, q, k, v, B, H, KV, T, hd, scale, causal);
   AttnArgs a = {q, k, v, NULL, out, lse, NULL, NULL, NULL, B, H, KV, T, (int)hd, scale,
@@ -383,21 +416,32 @@ extern "C" int rt_cuda_sdpa(RtCuda *c, float *out, float *lse, const float *q, c
          : hd <= 128 ? fwd<4>(c, a, false) : fwd<8>(c, a, false);
 }
 
+extern "C" int rt_cuda_sdpa(RtCuda *c, float *out, float *lse, const float *q, const float *k,
+                            const float *v, int64_t B, int64_t H, int64_t KV, int64_t T,
+                            int64_t hd, float scale, int causal) {
+  return rt_cuda_sdpa_io(c, out, lse, q, k, v, B, H, KV, T, hd, scale, causal, 0);
+}
+
 /* The backward with the row statistics from out and lse, from lse and d, or
- * (all NULL) recomputed; the arguments are checked. */
+ * (all NULL) recomputed; the arguments are checked (io only with lse and d). */
 static int sdpa_grad(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
                      const float *dy, const float *out, const float *lse, const float *d,
                      int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd, float scale,
-                     int causal) {
+                     int causal, unsigned io) {
   const bool kept = lse != NULL, tc = rt_cuda_attn_tc(c, T, hd);
   RtProfScope ps(c); /* reads q, k, v, dy (and out or d, lse); writes dqkv [B, H + 2 KV, T, hd] */
   if (ps.on())
     ps.set(tc ? RT_PROF_ATTENTION_TC : RT_PROF_ATTENTION,
-           4.0 * (double)((3 * H + 4 * KV) * T * hd +
-                          (out ? H * T * (hd + 1) : kept ? 2 * H * T : 0)) * B,
+           (double)B * T * hd *
+                   (H * (esz(io, RT_CUDA_ATTN_Q_BF16) + esz(io, RT_CUDA_ATTN_DY_BF16)) +
+                    KV * (esz(io, RT_CUDA_ATTN_K_BF16) + esz(io, RT_CUDA_ATTN_V_BF16)) +
+                    (H + 2 * KV) * esz(io, RT_CUDA_ATTN_O_BF16)) +
+               4.0 * (double)B * (out ? H * T * (hd + 1) : kept ? 2 * H * T : 0),
            10 * attn_pairs(B, H, T, hd, causal), "sdpa_grad %lldx%lldx%lldx%lldx%lld%s",
            (long long)B, (long long)H, (long long)KV, (long long)T, (long long)hd,
            causal ? " causal" : "");
+  if (io) /* (check_io: the mma kernels; lse and d given) */
+    return rt_cuda_sdpa_grad_mma(c, dqkv, q, k, v, dy, lse, d, B, H, KV, T, hd, scale, causal, io);
   /* workspace: lse (when recomputed), then D (when not given) */
   float *st = (float *)rt_cuda_ws(c, WS_ATTN, (size_t)(2 * B * H * T) * sizeof(float));
   if (!st) return RT_ERR;
@@ -428,16 +472,27 @@ extern "C" int rt_cuda_sdpa_grad(RtCuda *c, float *dqkv, const float *q, const f
   if (!out != !lse)
     return rt_fail("sdpa_grad: the forward's %s is NULL but not its %s", !out ? "out" : "lse",
                    !out ? "lse" : "out");
-  return sdpa_grad(c, dqkv, q, k, v, dy, out, lse, NULL, B, H, KV, T, hd, scale, causal);
+  return sdpa_grad(c, dqkv, q, k, v, dy, out, lse, NULL, B, H, KV, T, hd, scale, causal, 0);
+}
+
+extern "C" int rt_cuda_sdpa_grad_stats_io(RtCuda *c, float *dqkv, const float *q,
+                                          const float *k, const float *v, const float *dy,
+                                          const float *lse, const float *d, int64_t B, int64_t H,
+                                          int64_t KV, int64_t T, int64_t hd, float scale,
+                                          int causal, unsigned io) {
+  if (check_args("sdpa_grad", dqkv, q, k, v, dy, 1, B, H, KV, T, hd) ||
+      check_io(c, "sdpa_grad", io, T, hd))
+    return RT_ERR;
+  if (!lse || !d) return rt_fail("sdpa_grad: NULL %s pointer", !lse ? "lse" : "d");
+  return sdpa_grad(c, dqkv, q, k, v, dy, NULL, lse, d, B, H, KV, T, hd, scale, causal, io);
 }
 
 extern "C" int rt_cuda_sdpa_grad_stats(RtCuda *c, float *dqkv, const float *q, const float *k,
                                        const float *v, const float *dy, const float *lse,
                                        const float *d, int64_t B, int64_t H, int64_t KV,
                                        int64_t T, int64_t hd, float scale, int causal) {
-  if (check_args("sdpa_grad", dqkv, q, k, v, dy, 1, B, H, KV, T, hd)) return RT_ERR;
-  if (!lse || !d) return rt_fail("sdpa_grad: NULL %s pointer", !lse ? "lse" : "d");
-  return sdpa_grad(c, dqkv, q, k, v, dy, NULL, lse, d, B, H, KV, T, hd, scale, causal);
+  return rt_cuda_sdpa_grad_stats_io(c, dqkv, q, k, v, dy, lse, d, B, H, KV, T, hd, scale, causal,
+                                    0);
 }
 
 extern "C" int rt_cuda_sdpa_delta(RtCuda *c, float *d, const float *m, const float *dm,

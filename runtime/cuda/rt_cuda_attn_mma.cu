@@ -41,7 +41,11 @@
  *              the statistics of the columns' queries (shared memory), dV_w +=
  *              P^T dY, dK_w += dS^T Q; dk = scale dK.
  * Every output element is written once, by one lane, after a fixed sequence of
- * sums: no atomics, the same bits every run.  Rows >= T are zeros in the
+ * sums: no atomics, the same bits every run.  Where the trainer stores them as
+ * bf16 (MmaArgs.io, rt_cuda_ws_plan.h's RT_CUDA_ATTN_*), q, k, v, dy are
+ * read as bf16 (the tiles' bytes, no rounding: so the results' bits are the
+ * same as from their fp32 values) and out or dqkv are written as bf16 or
+ * rounded so.  Rows >= T are zeros in the
  * tiles, and masked probabilities are exactly 0, so they add nothing.
  * Synchronisation: __syncthreads around every tile copy (block-uniform loops);
  * the products read shared memory only through ldmatrix, every lane of a warp
@@ -78,15 +82,23 @@ typedef __nv_bfloat16 bf16;
 #endif
 
 struct MmaArgs {
-  const float *q, *k, *v, *dy;
-  const float *lse, *d; /* [B, H, T]: the forward's lse (natural log), D = dy . out */
-  float *dqkv;          /* [B, H + 2 KV, T, hd] */
-  float *out, *out_lse; /* the forward's results (out_lse may be NULL) */
+  const void *q, *k, *v, *dy; /* fp32, or bf16 where io says (RT_CUDA_ATTN_*_BF16) */
+  const float *lse, *d;       /* [B, H, T]: the forward's lse (natural log), D = dy . out */
+  void *dqkv;                 /* [B, H + 2 KV, T, hd]: fp32, bf16 or rounded (io, O_*) */
+  void *out;                  /* the forward's result, likewise */
+  float *out_lse;             /* and its lse (may be NULL) */
   int64_t H, KV;
   int T;
   float scale;
   int causal;
+  unsigned io; /* RT_CUDA_ATTN_* (rt_cuda_ws_plan.h) */
 };
+
+/* p + e elements, of bf16 where io has bit, else of fp32 */
+static __device__ __forceinline__ const void *mma_at(const void *p, unsigned io, unsigned bit,
+                                                     int64_t e) {
+  return io & bit ? (const void *)((const bf16 *)p + e) : (const void *)((const float *)p + e);
+}
 
 template <int HD> struct MmaShape {
   static constexpr int LDH = HD + 8;              /* bf16 row stride of every tile */
@@ -96,9 +108,12 @@ template <int HD> struct MmaShape {
   static constexpr size_t dq = 2 * (MMA_ROWS + MMA_TILE) * ROW;
   static constexpr size_t kv = 2 * (MMA_ROWS + QT) * ROW + 2 * QT * sizeof(float);
   /* whether the next streamed tile waits in registers (RtAttnTileRegs HOLD):
-   * where ptxas (sm_90, 255 a thread) finds the registers without spilling */
-  static constexpr bool hold_q = HD <= 112; /* mma_fwd, mma_bwd_q: k, v tiles */
-  static constexpr bool hold_kv = HD <= 96; /* mma_bwd_kv: q, dy tiles */
+   * where ptxas (sm_90, 255 a thread) finds the registers without spilling;
+   * IO, the kernels that read bf16 tensors too, need a few more */
+  static constexpr bool hold_q = HD <= 112, hold_q_io = HD <= 96; /* k, v tiles */
+  static constexpr bool hold_kv = HD <= 96;                         /* q, dy tiles */
+  /* mma_bwd_kv IO, hd 128: its q, dy copies one load at a time (else ptxas spills) */
+  static constexpr int kv_unroll_io = HD > 112 ? 1 : 0;
 };
 
 /* acc[2 np], acc[2 np + 1] (np < N / 16) += A B^T over HD: A the warp's 16 rows
@@ -137,19 +152,43 @@ static __device__ __forceinline__ void mma_pb(float (*acc)[4], const float (*p)[
   }
 }
 
-/* rows r0 (c[.][0..1]) times s0 and r0 + 8 (c[.][2..3]) times s1 of a 16 x HD
- * product into dst [T, HD] (rows >= T skipped) */
-template <int HD>
-static __device__ __forceinline__ void mma_store(float *dst, const float (*c)[4], int r0, int T,
-                                                 float s0, float s1) {
+/* x, y at element e of dst: fp32 (M 0), bf16 (M 1, RT_CUDA_ATTN_O_BF16) or
+ * fp32 rounded to bf16 values (M 2, RT_CUDA_ATTN_O_ROUND); bf16's round to
+ * nearest even */
+template <int M>
+static __device__ __forceinline__ void mma_put2(void *dst, int64_t e, float x, float y) {
+  if constexpr (M == 1) {
+    *(__nv_bfloat162 *)((bf16 *)dst + e) = __floats2bfloat162_rn(x, y);
+  } else {
+    if constexpr (M == 2)
+      x = __bfloat162float(__float2bfloat16_rn(x)), y = __bfloat162float(__float2bfloat16_rn(y));
+    *(float2 *)((float *)dst + e) = make_float2(x, y);
+  }
+}
+
+template <int HD, int M>
+static __device__ __forceinline__ void mma_store_m(void *dst, int64_t off, const float (*c)[4],
+                                                   int r0, int T, float s0, float s1) {
   const int t = threadIdx.x & 3;
 #pragma unroll
   for (int n = 0; n < HD / 8; n++) {
     const int col = 8 * n + 2 * t;
-    if (r0 < T) *(float2 *)(dst + (int64_t)r0 * HD + col) = make_float2(s0 * c[n][0], s0 * c[n][1]);
+    if (r0 < T) mma_put2<M>(dst, off + (int64_t)r0 * HD + col, s0 * c[n][0], s0 * c[n][1]);
     if (r0 + 8 < T)
-      *(float2 *)(dst + (int64_t)(r0 + 8) * HD + col) = make_float2(s1 * c[n][2], s1 * c[n][3]);
+      mma_put2<M>(dst, off + (int64_t)(r0 + 8) * HD + col, s1 * c[n][2], s1 * c[n][3]);
   }
+}
+
+/* rows r0 (c[.][0..1]) times s0 and r0 + 8 (c[.][2..3]) times s1 of a 16 x HD
+ * product into the [T, HD] matrix at element off of dst (rows >= T skipped;
+ * io: how dst holds its elements, mma_put2) */
+template <int HD>
+static __device__ __forceinline__ void mma_store(void *dst, unsigned io, int64_t off,
+                                                 const float (*c)[4], int r0, int T, float s0,
+                                                 float s1) {
+  if (io & RT_CUDA_ATTN_O_BF16) mma_store_m<HD, 1>(dst, off, c, r0, T, s0, s1);
+  else if (io & RT_CUDA_ATTN_O_ROUND) mma_store_m<HD, 2>(dst, off, c, r0, T, s0, s1);
+  else mma_store_m<HD, 0>(dst, off, c, r0, T, s0, s1);
 }
 
 /* the maximum (sum) of v over the 4 lanes holding a row (lanes 4 g .. 4 g + 3) */
@@ -163,9 +202,10 @@ static __device__ __forceinline__ float mma_row_sum(float v) {
 }
 
 /* The forward: out, lse (may be NULL) of query rows [q0, q0 + 64) of head (b, h). */
-template <int HD>
+template <int HD, bool IO>
 __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_fwd(MmaArgs a) {
 #ifndef MMA_NONE
+  const unsigned io = IO ? a.io : 0u; /* IO false: every tensor fp32, the branches folded */
   extern __shared__ __align__(128) unsigned char mma_smem[];
   constexpr int LDH = MmaShape<HD>::LDH;
   bf16 *qs = (bf16 *)mma_smem, *ks = qs + MMA_ROWS * LDH, *vs = ks + MMA_TILE * LDH;
@@ -173,21 +213,26 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_fwd(MmaArgs a
   const int T = a.T, q0 = (int)(gridDim.x - 1 - blockIdx.x) * MMA_ROWS, r0 = q0 + 16 * w + g;
   const int wlast = a.causal ? q0 + 16 * w + 15 : T; /* causal: the warp's keys end here */
   const int64_t bh = blockIdx.y, b = bh / a.H, kvh = bh % a.H / (a.H / a.KV);
-  const float *kh = a.k + (b * a.KV + kvh) * T * HD, *vh = a.v + (b * a.KV + kvh) * T * HD;
+  const bool qb = io & RT_CUDA_ATTN_Q_BF16, kb = io & RT_CUDA_ATTN_K_BF16,
+             vb = io & RT_CUDA_ATTN_V_BF16;
+  const void *kh = mma_at(a.k, io, RT_CUDA_ATTN_K_BF16, (b * a.KV + kvh) * T * HD);
+  const void *vh = mma_at(a.v, io, RT_CUDA_ATTN_V_BF16, (b * a.KV + kvh) * T * HD);
   const float sl2 = a.scale * MMA_LOG2E;
-  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(qs, a.q + bh * T * HD, q0, T);
+  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(
+      qs, mma_at(a.q, io, RT_CUDA_ATTN_Q_BF16, bh * T * HD), qb, q0, T);
   /* rows r0, r0 + 8: running max (log2 units), this lane's part of the sum */
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[HD / 8][4];
 #pragma unroll
   for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   const int kend = a.causal && q0 + MMA_ROWS < T ? q0 + MMA_ROWS : T; /* keys [0, kend) */
-  RtAttnTileRegs<HD, MMA_TILE, MMA_THREADS, MmaShape<HD>::hold_q> kr, vr; /* the next key tile, in flight */
-  kr.load(kh, 0, T), vr.load(vh, 0, T);
+  RtAttnTileRegs<HD, MMA_TILE, MMA_THREADS, (IO ? MmaShape<HD>::hold_q_io : MmaShape<HD>::hold_q)> kr, vr; /* the next key tile, in flight */
+  kr.load(kh, kb, 0, T), vr.load(vh, vb, 0, T);
   for (int j0 = 0; j0 < kend; j0 += MMA_TILE) {
     __syncthreads(); /* the previous key tile is consumed */
-    kr.put(ks, kh, j0, T), vr.put(vs, vh, j0, T);
+    kr.put(ks, kh, kb, j0, T), vr.put(vs, vh, vb, j0, T);
     __syncthreads(); /* the tiles (and, the first time, qs) are in */
-    if (j0 + MMA_TILE < kend) kr.load(kh, j0 + MMA_TILE, T), vr.load(vh, j0 + MMA_TILE, T);
+    if (j0 + MMA_TILE < kend)
+      kr.load(kh, kb, j0 + MMA_TILE, T), vr.load(vh, vb, j0 + MMA_TILE, T);
     if (j0 > wlast) continue; /* every key masked for the warp's rows (warp-uniform) */
     float s[MMA_TILE / 8][4];
 #pragma unroll
@@ -227,7 +272,7 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_fwd(MmaArgs a
     for (int kk2 = 0; kk2 < MMA_TILE / 16; kk2++) mma_pb<HD>(o, s, kk2, vs); /* O += P V */
   }
   const float l0 = mma_row_sum(l[0]), l1 = mma_row_sum(l[1]);
-  mma_store<HD>(a.out + bh * T * HD, o, r0, T, l0 > 0.0f ? 1.0f / l0 : 0.0f,
+  mma_store<HD>(a.out, io, bh * T * HD, o, r0, T, l0 > 0.0f ? 1.0f / l0 : 0.0f,
                 l1 > 0.0f ? 1.0f / l1 : 0.0f);
   if (a.out_lse && t == 0) { /* natural log of the row's sum (valid rows: l > 0) */
     if (r0 < T) a.out_lse[bh * T + r0] = (m[0] + log2f(l0)) * MMA_LN2;
@@ -236,9 +281,10 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_fwd(MmaArgs a
 #endif
 }
 
-template <int HD>
+template <int HD, bool IO>
 __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_q(MmaArgs a) {
 #ifndef MMA_NONE
+  const unsigned io = IO ? a.io : 0u; /* IO false: every tensor fp32, the branches folded */
   extern __shared__ __align__(128) unsigned char mma_smem[];
   constexpr int LDH = MmaShape<HD>::LDH;
   bf16 *qs = (bf16 *)mma_smem, *dys = qs + MMA_ROWS * LDH, *ks = dys + MMA_ROWS * LDH;
@@ -247,7 +293,9 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_q(MmaArgs
   const int T = a.T, q0 = (int)(gridDim.x - 1 - blockIdx.x) * MMA_ROWS, r0 = q0 + 16 * w + g;
   const int wlast = a.causal ? q0 + 16 * w + 15 : T; /* causal: the warp's keys end here */
   const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, kvh = h / (a.H / a.KV);
-  const float *kh = a.k + (b * a.KV + kvh) * T * HD, *vh = a.v + (b * a.KV + kvh) * T * HD;
+  const bool kb = io & RT_CUDA_ATTN_K_BF16, vb = io & RT_CUDA_ATTN_V_BF16;
+  const void *kh = mma_at(a.k, io, RT_CUDA_ATTN_K_BF16, (b * a.KV + kvh) * T * HD);
+  const void *vh = mma_at(a.v, io, RT_CUDA_ATTN_V_BF16, (b * a.KV + kvh) * T * HD);
   const float sl2 = a.scale * MMA_LOG2E;
   float lr[2], dr[2]; /* rows r0, r0 + 8: lse log2e, D */
 #pragma unroll
@@ -256,19 +304,23 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_q(MmaArgs
     lr[i] = row < T ? a.lse[bh * T + row] * MMA_LOG2E : 0.0f;
     dr[i] = row < T ? a.d[bh * T + row] : 0.0f;
   }
-  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(qs, a.q + bh * T * HD, q0, T);
-  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(dys, a.dy + bh * T * HD, q0, T);
+  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(
+      qs, mma_at(a.q, io, RT_CUDA_ATTN_Q_BF16, bh * T * HD), io & RT_CUDA_ATTN_Q_BF16, q0, T);
+  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(dys,
+                                               mma_at(a.dy, io, RT_CUDA_ATTN_DY_BF16, bh * T * HD),
+                                               io & RT_CUDA_ATTN_DY_BF16, q0, T);
   float dq[HD / 8][4];
 #pragma unroll
   for (int n = 0; n < HD / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
   const int kend = a.causal && q0 + MMA_ROWS < T ? q0 + MMA_ROWS : T; /* keys [0, kend) */
-  RtAttnTileRegs<HD, MMA_TILE, MMA_THREADS, MmaShape<HD>::hold_q> kr, vr; /* the next key tile, in flight */
-  kr.load(kh, 0, T), vr.load(vh, 0, T);
+  RtAttnTileRegs<HD, MMA_TILE, MMA_THREADS, (IO ? MmaShape<HD>::hold_q_io : MmaShape<HD>::hold_q)> kr, vr; /* the next key tile, in flight */
+  kr.load(kh, kb, 0, T), vr.load(vh, vb, 0, T);
   for (int j0 = 0; j0 < kend; j0 += MMA_TILE) {
     __syncthreads(); /* the previous key tile is consumed */
-    kr.put(ks, kh, j0, T), vr.put(vs, vh, j0, T);
+    kr.put(ks, kh, kb, j0, T), vr.put(vs, vh, vb, j0, T);
     __syncthreads(); /* the tiles (and, the first time, qs and dys) are in */
-    if (j0 + MMA_TILE < kend) kr.load(kh, j0 + MMA_TILE, T), vr.load(vh, j0 + MMA_TILE, T);
+    if (j0 + MMA_TILE < kend)
+      kr.load(kh, kb, j0 + MMA_TILE, T), vr.load(vh, vb, j0 + MMA_TILE, T);
     if (j0 > wlast) continue; /* every key masked for the warp's rows (warp-uniform) */
     float s[MMA_TILE / 8][4], dp[MMA_TILE / 8][4];
 #pragma unroll
@@ -290,13 +342,14 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_q(MmaArgs
     for (int kk2 = 0; kk2 < MMA_TILE / 16; kk2++) mma_pb<HD>(dq, s, kk2, ks); /* dQ += dS K */
   }
   const int64_t C = a.H + 2 * a.KV;
-  mma_store<HD>(a.dqkv + (b * C + h) * T * HD, dq, r0, T, a.scale, a.scale);
+  mma_store<HD>(a.dqkv, io, (b * C + h) * T * HD, dq, r0, T, a.scale, a.scale);
 #endif
 }
 
-template <int HD>
+template <int HD, bool IO>
 __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_kv(MmaArgs a) {
 #ifndef MMA_NONE
+  const unsigned io = IO ? a.io : 0u; /* IO false: every tensor fp32, the branches folded */
   extern __shared__ __align__(128) unsigned char mma_smem[];
   constexpr int LDH = MmaShape<HD>::LDH, QT = MmaShape<HD>::QT;
   bf16 *ks = (bf16 *)mma_smem, *vs = ks + MMA_ROWS * LDH, *qs = vs + MMA_ROWS * LDH;
@@ -308,8 +361,11 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_kv(MmaArg
   const int64_t bg = blockIdx.y, b = bg / a.KV, kvh = bg % a.KV, rep = a.H / a.KV;
   const int64_t C = a.H + 2 * a.KV;
   const float sl2 = a.scale * MMA_LOG2E;
-  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(ks, a.k + bg * T * HD, k0, T);
-  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(vs, a.v + bg * T * HD, k0, T);
+  const bool qb = io & RT_CUDA_ATTN_Q_BF16, yb = io & RT_CUDA_ATTN_DY_BF16;
+  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(
+      ks, mma_at(a.k, io, RT_CUDA_ATTN_K_BF16, bg * T * HD), io & RT_CUDA_ATTN_K_BF16, k0, T);
+  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(
+      vs, mma_at(a.v, io, RT_CUDA_ATTN_V_BF16, bg * T * HD), io & RT_CUDA_ATTN_V_BF16, k0, T);
   float dk[HD / 8][4], dv[HD / 8][4];
 #pragma unroll
   for (int n = 0; n < HD / 8; n++)
@@ -320,30 +376,35 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_kv(MmaArg
    * tile's q, dy, lse and D in flight in registers while this one's products
    * run. */
   const int i_begin = a.causal ? k0 : 0; /* causal: earlier queries see none of these keys */
-  const int per_head = (T - i_begin + QT - 1) / QT; /* query tiles of one head (k0 < T) */
-  RtAttnTileRegs<HD, QT, MMA_THREADS, MmaShape<HD>::hold_kv> qr, dyr;
+  RtAttnTileRegs<HD, QT, MMA_THREADS, MmaShape<HD>::hold_kv,
+                 IO ? MmaShape<HD>::kv_unroll_io : 0>
+      qr, dyr;
   float lnext = 0.0f, dnext = 0.0f; /* threads < QT: the next tile's row statistics */
-  const int64_t tiles = rep * per_head, bh0 = b * a.H + kvh * rep;
-  for (int64_t it = 0; it < tiles; it++) {
-    const int64_t bh = bh0 + it / per_head;
-    const int i0 = i_begin + (int)(it % per_head) * QT;
-    const float *qh = a.q + bh * T * HD, *dyh = a.dy + bh * T * HD;
-    if (it == 0) qr.load(qh, i0, T), dyr.load(dyh, i0, T);
-    if (it == 0 && threadIdx.x < QT && i0 + (int)threadIdx.x < T)
-      lnext = a.lse[bh * T + i0 + threadIdx.x] * MMA_LOG2E, dnext = a.d[bh * T + i0 + threadIdx.x];
+  const int64_t bh0 = b * a.H + kvh * rep; /* the kv head's first query head */
+  /* the tile of query head bh0 + h, rows [i0, i0 + QT): its loads (q, dy, lse, D) */
+  auto fetch = [&](int64_t h, int i0) {
+    const int64_t bh = bh0 + h;
+    const int i = i0 + (int)threadIdx.x;
+    qr.load(mma_at(a.q, io, RT_CUDA_ATTN_Q_BF16, bh * T * HD), qb, i0, T);
+    dyr.load(mma_at(a.dy, io, RT_CUDA_ATTN_DY_BF16, bh * T * HD), yb, i0, T);
+    lnext = dnext = 0.0f;
+    if (threadIdx.x < QT && i < T) lnext = a.lse[bh * T + i] * MMA_LOG2E, dnext = a.d[bh * T + i];
+  };
+  fetch(0, i_begin);
+  int64_t h = 0;
+  int i0 = i_begin;
+  for (bool more = true; more;) {
     __syncthreads(); /* the previous query tile is consumed */
-    qr.put(qs, qh, i0, T), dyr.put(dys, dyh, i0, T);
+    qr.put(qs, mma_at(a.q, io, RT_CUDA_ATTN_Q_BF16, (bh0 + h) * T * HD), qb, i0, T);
+    dyr.put(dys, mma_at(a.dy, io, RT_CUDA_ATTN_DY_BF16, (bh0 + h) * T * HD), yb, i0, T);
     if (threadIdx.x < QT) ls[threadIdx.x] = lnext, ds_[threadIdx.x] = dnext;
     __syncthreads(); /* the tiles (and, the first time, ks and vs) are in */
-    if (it + 1 < tiles) { /* the next tile's loads, in flight during this one's products */
-      const int64_t bn = bh0 + (it + 1) / per_head;
-      const int in = i_begin + (int)((it + 1) % per_head) * QT;
-      qr.load(a.q + bn * T * HD, in, T), dyr.load(a.dy + bn * T * HD, in, T);
-      const int i = in + (int)threadIdx.x;
-      lnext = dnext = 0.0f;
-      if (threadIdx.x < QT && i < T) lnext = a.lse[bn * T + i] * MMA_LOG2E, dnext = a.d[bn * T + i];
-    }
-    if (i0 + QT <= wfirst) continue; /* every query masked for the warp's keys (warp-uniform) */
+    const int icur = i0;
+    i0 += QT; /* the next tile: the head's next rows, or the next head's first */
+    if (i0 >= T) i0 = i_begin, h++;
+    more = h < rep;
+    if (more) fetch(h, i0); /* in flight during this tile's products */
+    if (icur + QT <= wfirst) continue; /* every query masked for the warp's keys (warp-uniform) */
     float s[QT / 8][4], dp[QT / 8][4];
 #pragma unroll
     for (int n = 0; n < QT / 8; n++)
@@ -355,7 +416,7 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_kv(MmaArg
     for (int n = 0; n < QT / 8; n++)
 #pragma unroll
       for (int i = 0; i < 4; i++) {
-        const int key = u0 + 8 * (i >> 1), c = 8 * n + 2 * t + (i & 1), iq = i0 + c;
+        const int key = u0 + 8 * (i >> 1), c = 8 * n + 2 * t + (i & 1), iq = icur + c;
         const float p = iq < T && key < T && (!a.causal || key <= iq)
                             ? exp2f(s[n][i] * sl2 - ls[c]) : 0.0f;
         s[n][i] = p;                       /* P^T */
@@ -367,8 +428,8 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_kv(MmaArg
       mma_pb<HD>(dk, dp, kk2, qs); /* dK += dS^T Q */
     }
   }
-  mma_store<HD>(a.dqkv + (b * C + a.H + kvh) * T * HD, dk, u0, T, a.scale, a.scale);
-  mma_store<HD>(a.dqkv + (b * C + a.H + a.KV + kvh) * T * HD, dv, u0, T, 1.0f, 1.0f);
+  mma_store<HD>(a.dqkv, io, (b * C + a.H + kvh) * T * HD, dk, u0, T, a.scale, a.scale);
+  mma_store<HD>(a.dqkv, io, (b * C + a.H + a.KV + kvh) * T * HD, dv, u0, T, 1.0f, 1.0f);
 #endif
 }
 
@@ -384,13 +445,18 @@ static int mma_launch(RtCuda *c, const char *op, K kern, dim3 grid, size_t bytes
   return RT_OK;
 }
 
-template <int HD> static int mma_run(RtCuda *c, const MmaArgs &a, int64_t B, bool grad) {
+template <int HD, bool IO> static int mma_run_io(RtCuda *c, const MmaArgs &a, int64_t B, bool grad) {
   typedef MmaShape<HD> S;
   const unsigned tiles = (unsigned)((a.T + MMA_ROWS - 1) / MMA_ROWS);
   const dim3 gq(tiles, (unsigned)(B * a.H)), gkv(tiles, (unsigned)(B * a.KV));
-  if (!grad) return mma_launch(c, "sdpa (mma)", mma_fwd<HD>, gq, S::fwd, a);
-  if (mma_launch(c, "sdpa_grad (dk, dv, mma)", mma_bwd_kv<HD>, gkv, S::kv, a)) return RT_ERR;
-  return mma_launch(c, "sdpa_grad (dq, mma)", mma_bwd_q<HD>, gq, S::dq, a);
+  if (!grad) return mma_launch(c, "sdpa (mma)", mma_fwd<HD, IO>, gq, S::fwd, a);
+  if (mma_launch(c, "sdpa_grad (dk, dv, mma)", mma_bwd_kv<HD, IO>, gkv, S::kv, a)) return RT_ERR;
+  return mma_launch(c, "sdpa_grad (dq, mma)", mma_bwd_q<HD, IO>, gq, S::dq, a);
+}
+
+/* the kernels for a.io: with every tensor fp32, those without the io branches */
+template <int HD> static int mma_run(RtCuda *c, const MmaArgs &a, int64_t B, bool grad) {
+  return a.io ? mma_run_io<HD, true>(c, a, B, grad) : mma_run_io<HD, false>(c, a, B, grad);
 }
 
 static int mma_dispatch(RtCuda *c, const MmaArgs &a, int64_t B, int64_t hd, bool grad) {
@@ -411,15 +477,17 @@ static int mma_dispatch(RtCuda *c, const MmaArgs &a, int64_t B, int64_t hd, bool
  * (out, and lse unless NULL) */
 int rt_cuda_sdpa_mma(RtCuda *c, float *out, float *lse, const float *q, const float *k,
                      const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
-                     float scale, int causal) {
-  const MmaArgs a = {q, k, v, NULL, NULL, NULL, NULL, out, lse, H, KV, (int)T, scale, causal != 0};
+                     float scale, int causal, unsigned io) {
+  const MmaArgs a = {q, k, v, NULL, NULL, NULL, NULL, out, lse, H, KV, (int)T, scale, causal != 0,
+                     io};
   return mma_dispatch(c, a, B, hd, false);
 }
 
 /* the backward from the rows' statistics lse (natural log) and d = dy . out */
 int rt_cuda_sdpa_grad_mma(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
                           const float *dy, const float *lse, const float *d, int64_t B,
-                          int64_t H, int64_t KV, int64_t T, int64_t hd, float scale, int causal) {
-  const MmaArgs a = {q, k, v, dy, lse, d, dqkv, NULL, NULL, H, KV, (int)T, scale, causal != 0};
+                          int64_t H, int64_t KV, int64_t T, int64_t hd, float scale, int causal,
+                          unsigned io) {
+  const MmaArgs a = {q, k, v, dy, lse, d, dqkv, NULL, NULL, H, KV, (int)T, scale, causal != 0, io};
   return mma_dispatch(c, a, B, hd, true);
 }

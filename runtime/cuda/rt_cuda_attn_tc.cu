@@ -490,10 +490,11 @@ static int tc_launch(RtCuda *c, const char *op, K kern, dim3 grid, size_t bytes,
 /* rt_cuda_attn_mma.cu: the kernels with the score tiles in registers (the default) */
 int rt_cuda_sdpa_mma(RtCuda *c, float *out, float *lse, const float *q, const float *k,
                      const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
-                     float scale, int causal);
+                     float scale, int causal, unsigned io);
 int rt_cuda_sdpa_grad_mma(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
                           const float *dy, const float *lse, const float *d, int64_t B,
-                          int64_t H, int64_t KV, int64_t T, int64_t hd, float scale, int causal);
+                          int64_t H, int64_t KV, int64_t T, int64_t hd, float scale, int causal,
+                          unsigned io);
 
 /* PARC_CUDA_ATTN=wmma: this file's kernels (for comparison) instead of
  * rt_cuda_attn_mma.cu's (which have no statistics kernel: tc_fwd<.., true> runs
@@ -510,14 +511,14 @@ static int tc_run(RtCuda *c, const TcArgs &a, int64_t B, bool grad, bool kept) {
   const dim3 gq(tiles, (unsigned)(B * a.H)), gkv(tiles, (unsigned)(B * a.KV));
   if (!grad && !tc_wmma())
     return rt_cuda_sdpa_mma(c, a.out, a.lse, a.q, a.k, a.v, B, a.H, a.KV, a.T, HD, a.scale,
-                            a.causal);
+                            a.causal, 0);
   if (!grad) return tc_launch(c, "sdpa (tensor cores)", tc_fwd<HD, false>, gq, S::fwd, a);
   if (!kept &&
       tc_launch(c, "sdpa_grad (statistics, tensor cores)", tc_fwd<HD, true>, gq, S::fwd, a))
     return RT_ERR;
   if (!tc_wmma())
     return rt_cuda_sdpa_grad_mma(c, a.dqkv, a.q, a.k, a.v, a.dy, a.st_lse, a.st_d, B, a.H, a.KV,
-                                 a.T, HD, a.scale, a.causal);
+                                 a.T, HD, a.scale, a.causal, 0);
   if (tc_launch(c, "sdpa_grad (dk, dv, tensor cores)", tc_bwd_kv<HD>, gkv, S::kv, a)) return RT_ERR;
   return tc_launch(c, "sdpa_grad (dq, tensor cores)", tc_bwd_q<HD>, gq, S::dq, a);
 }
@@ -539,7 +540,7 @@ static int tc_dispatch(RtCuda *c, const TcArgs &a, int64_t B, int64_t hd, bool g
 
 /* Whether rt_cuda_sdpa / rt_cuda_sdpa_grad take the kernels above. */
 bool rt_cuda_attn_tc(RtCuda *c, int64_t T, int64_t hd) {
-  if (c->gemm != RT_CUDA_GEMM_BF16 || hd % 16 != 0 || hd > 128 || T > (1 << 30)) return false;
+  if (c->gemm != RT_CUDA_GEMM_BF16 || !rt_cuda_attn_stored_ok(hd, T)) return false;
   const char *e = getenv("PARC_CUDA_ATTN");
   if (e && !strcmp(e, "fp32")) return false;
   int major = 0;
@@ -549,6 +550,11 @@ bool rt_cuda_attn_tc(RtCuda *c, int64_t T, int64_t hd) {
     return false;
   }
   return major >= 8;
+}
+
+/* Whether they hand the work to rt_cuda_attn_mma.cu's kernels. */
+bool rt_cuda_attn_mma(RtCuda *c, int64_t T, int64_t hd) {
+  return rt_cuda_attn_tc(c, T, hd) && !tc_wmma();
 }
 
 /* The arguments are checked by the callers (rt_cuda_attn.cu's check_args). */

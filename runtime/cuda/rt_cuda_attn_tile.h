@@ -1,31 +1,43 @@
 /* runtime/cuda/rt_cuda_attn_tile.h -- what the two tensor-core attention files
  * (rt_cuda_attn_tc.cu: WMMA; rt_cuda_attn_mma.cu: mma.sync) share: copying a
- * tile of rows of an fp32 [T, HD] matrix into shared memory as bf16, at once
- * (rt_attn_tile_load) or in two halves with the loads in flight between them
- * (RtAttnTileRegs). */
+ * tile of rows of an fp32 (or, mma.sync's, a bf16) [T, HD] matrix into shared
+ * memory as bf16, at once (rt_attn_tile_load) or in two halves with the loads
+ * in flight between them (RtAttnTileRegs).  A bf16 source is copied as it is,
+ * an fp32 one rounded to nearest even: a bf16 source holding the rounded fp32
+ * values gives the same tile. */
 #ifndef RT_CUDA_ATTN_TILE_H
 #define RT_CUDA_ATTN_TILE_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 /* Rows [r0, r0 + ROWS) of a [T, HD] fp32 matrix into a bf16 tile of row
  * stride HD + 8 (rows >= T are zeros; the 8 pad columns are not written).
- * All THREADS threads of the block take part; the caller synchronises. */
-template <int HD, int ROWS, int THREADS>
+ * All THREADS threads of the block take part; the caller synchronises.
+ * UNROLL: 0, the loop as the compiler unrolls it; else at most UNROLL
+ * iterations (loads in flight) at once, for a kernel with no registers to
+ * spare. */
+template <int HD, int ROWS, int THREADS, int UNROLL = 0>
 static __device__ __forceinline__ void rt_attn_tile_load(__nv_bfloat16 *dst, const float *src,
                                                          int r0, int T) {
   constexpr int LDH = HD + 8, V = HD / 4;
   if (((uintptr_t)src & 15) == 0) { /* every row is 16-byte aligned (HD % 4 == 0) */
-    for (int e = threadIdx.x; e < ROWS * V; e += THREADS) {
+    auto one = [&](int e) {
       const int r = e / V, c = (e % V) * 4;
       float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (r0 + r < T) x = *(const float4 *)(src + (int64_t)(r0 + r) * HD + c);
       __nv_bfloat162 *d = (__nv_bfloat162 *)(dst + r * LDH + c);
       d[0] = __floats2bfloat162_rn(x.x, x.y);
       d[1] = __floats2bfloat162_rn(x.z, x.w);
+    };
+    if constexpr (UNROLL > 0) {
+#pragma unroll(UNROLL)
+      for (int e = threadIdx.x; e < ROWS * V; e += THREADS) one(e);
+    } else {
+      for (int e = threadIdx.x; e < ROWS * V; e += THREADS) one(e);
     }
   } else {
     for (int e = threadIdx.x; e < ROWS * HD; e += THREADS) {
@@ -33,6 +45,41 @@ static __device__ __forceinline__ void rt_attn_tile_load(__nv_bfloat16 *dst, con
       dst[r * LDH + c] = __float2bfloat16_rn(r0 + r < T ? src[(int64_t)(r0 + r) * HD + c] : 0.0f);
     }
   }
+}
+
+/* The same from a bf16 [T, HD] matrix (HD % 8 == 0): 16-byte copies. */
+template <int HD, int ROWS, int THREADS, int UNROLL = 0>
+static __device__ __forceinline__ void rt_attn_tile_load_bf16(__nv_bfloat16 *dst,
+                                                              const __nv_bfloat16 *src, int r0,
+                                                              int T) {
+  constexpr int LDH = HD + 8, G = HD / 8;
+  const bool vec = ((uintptr_t)src & 15) == 0; /* block-uniform */
+  auto one = [&](int e) {
+    const int r = e / G, c = (e % G) * 8;
+    int4 x = make_int4(0, 0, 0, 0);
+    if (r0 + r < T) {
+      const __nv_bfloat16 *p = src + (int64_t)(r0 + r) * HD + c;
+      if (vec) x = *(const int4 *)p;
+      else memcpy(&x, p, sizeof x);
+    }
+    *(int4 *)(dst + r * LDH + c) = x;
+  };
+  if constexpr (UNROLL > 0) {
+#pragma unroll(UNROLL)
+    for (int e = threadIdx.x; e < ROWS * G; e += THREADS) one(e);
+  } else {
+    for (int e = threadIdx.x; e < ROWS * G; e += THREADS) one(e);
+  }
+}
+
+/* Either, as b16 says. */
+template <int HD, int ROWS, int THREADS, int UNROLL = 0>
+static __device__ __forceinline__ void rt_attn_tile_load(__nv_bfloat16 *dst, const void *src,
+                                                         bool b16, int r0, int T) {
+  if (b16)
+    rt_attn_tile_load_bf16<HD, ROWS, THREADS, UNROLL>(dst, (const __nv_bfloat16 *)src, r0, T);
+  else
+    rt_attn_tile_load<HD, ROWS, THREADS, UNROLL>(dst, (const float *)src, r0, T);
 }
 
 /* The same copy split at the registers, so that a kernel can issue the next
@@ -43,31 +90,59 @@ static __device__ __forceinline__ void rt_attn_tile_load(__nv_bfloat16 *dst, con
  * rounding, so a kernel's results do not depend on HOLD.  HOLD costs 4 N
  * registers a thread; where a kernel has none to spare (ptxas would spill),
  * HOLD = false makes load() nothing and put() the whole copy, of the tile it
- * names.  Every thread of the block calls both, put() with the arguments of
+ * names, UNROLL loads at once.  Every thread of the block calls both, put() with the arguments of
  * the tile's load(). */
-template <int HD, int ROWS, int THREADS, bool HOLD> struct RtAttnTileRegs {
-  static constexpr int V = HD / 4;                             /* float4 a row (HD % 4 == 0) */
+template <int HD, int ROWS, int THREADS, bool HOLD, int UNROLL = 0> struct RtAttnTileRegs {
+  static constexpr int V = HD / 4, G = HD / 8;                 /* float4, 8 bf16 a row */
   static constexpr int N = (ROWS * V + THREADS - 1) / THREADS; /* float4 a thread */
-  float4 x[HOLD ? N : 1];
+  static constexpr int NB = (ROWS * G + THREADS - 1) / THREADS; /* bf16 source: 16 B each */
+  float4 x[HOLD ? N : 1]; /* bf16 source: x[0, NB) hold its bytes */
 
-  /* rows [r0, r0 + ROWS) of src (rows >= T as zeros) into x */
-  __device__ __forceinline__ void load(const float *src, int r0, int T) {
+  /* rows [r0, r0 + ROWS) of src (bf16 where b16; rows >= T as zeros) into x */
+  __device__ __forceinline__ void load(const void *src, bool b16, int r0, int T) {
     if constexpr (HOLD) {
       const bool vec = ((uintptr_t)src & 15) == 0; /* block-uniform */
+      if (b16) {
+#pragma unroll
+        for (int i = 0; i < NB; i++) {
+          const int e = (int)threadIdx.x + i * THREADS, r = e / G, c = (e % G) * 8;
+          int4 v = make_int4(0, 0, 0, 0);
+          if (e < ROWS * G && r0 + r < T) {
+            const __nv_bfloat16 *p = (const __nv_bfloat16 *)src + (int64_t)(r0 + r) * HD + c;
+            if (vec) v = *(const int4 *)p;
+            else memcpy(&v, p, sizeof v);
+          }
+          x[i] = make_float4(__int_as_float(v.x), __int_as_float(v.y), __int_as_float(v.z),
+                             __int_as_float(v.w));
+        }
+        return;
+      }
 #pragma unroll
       for (int i = 0; i < N; i++) {
         const int e = (int)threadIdx.x + i * THREADS, r = e / V, c = (e % V) * 4;
         x[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (e < ROWS * V && r0 + r < T) {
-          const float *p = src + (int64_t)(r0 + r) * HD + c;
+          const float *p = (const float *)src + (int64_t)(r0 + r) * HD + c;
           x[i] = vec ? *(const float4 *)p : make_float4(p[0], p[1], p[2], p[3]);
         }
       }
     }
   }
   /* those rows into the bf16 tile dst of row stride HD + 8 (pad columns not written) */
-  __device__ __forceinline__ void put(__nv_bfloat16 *dst, const float *src, int r0, int T) const {
+  __device__ __forceinline__ void put(__nv_bfloat16 *dst, const void *src, bool b16, int r0,
+                                      int T) const {
     if constexpr (HOLD) {
+      if (b16) {
+#pragma unroll
+        for (int i = 0; i < NB; i++) {
+          const int e = (int)threadIdx.x + i * THREADS, r = e / G, c = (e % G) * 8;
+          if (e < ROWS * G)
+            *(int4 *)(dst + r * (HD + 8) + c) =
+                make_int4(__float_as_int(x[i].x), __float_as_int(x[i].y),
+                          __float_as_int(x[i].z), __float_as_int(x[i].w));
+        }
+        return;
+      }
 #pragma unroll
       for (int i = 0; i < N; i++) {
         const int e = (int)threadIdx.x + i * THREADS, r = e / V, c = (e % V) * 4;
@@ -78,7 +153,7 @@ template <int HD, int ROWS, int THREADS, bool HOLD> struct RtAttnTileRegs {
         }
       }
     } else {
-      rt_attn_tile_load<HD, ROWS, THREADS>(dst, src, r0, T);
+      rt_attn_tile_load<HD, ROWS, THREADS, UNROLL>(dst, src, b16, r0, T);
     }
   }
 };

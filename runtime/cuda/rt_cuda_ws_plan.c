@@ -36,6 +36,10 @@ int rt_cuda_gemm_out_stored_ok(const RtCudaGemm *g) {
          g->n % 8 == 0 && !(g->flags & RT_MM_ACCUMULATE);
 }
 
+int rt_cuda_attn_stored_ok(int64_t hd, int64_t T) {
+  return hd >= 16 && hd <= 128 && hd % 16 == 0 && T >= 1 && T <= ((int64_t)1 << 30);
+}
+
 void rt_cuda_gemm_ws(const RtCudaGemm *g, int mode, int operands, int64_t need[3]) {
   int64_t batch, rc[4], n = g->n;
   int64_t m = shapes(g, &batch, rc);

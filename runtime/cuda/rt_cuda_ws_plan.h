@@ -62,6 +62,23 @@ int rt_cuda_gemm_stored_ok(const RtCudaGemm *g, int which);
  * bf16 rows) and it does not accumulate. */
 int rt_cuda_gemm_out_stored_ok(const RtCudaGemm *g);
 
+/* Attention's tensors stored as bf16 (codegen/cuda_store.h), flags of
+ * rt_cuda_sdpa_io and rt_cuda_sdpa_grad_stats_io: q, k, v (dy: the
+ * backward's) are read as bf16; the result (out, or dqkv) is written as bf16
+ * (_O_BF16) or fp32 rounded to bf16 values (_O_ROUND, the reference).  The
+ * tensor-core kernels round q, k, v, dy to bf16 as they load them, so a bf16
+ * input changes no bit of the results; only the flagged results do. */
+enum {
+  RT_CUDA_ATTN_Q_BF16 = 1, RT_CUDA_ATTN_K_BF16 = 2, RT_CUDA_ATTN_V_BF16 = 4,
+  RT_CUDA_ATTN_DY_BF16 = 8, RT_CUDA_ATTN_O_BF16 = 16, RT_CUDA_ATTN_O_ROUND = 32
+};
+
+/* 1 if attention of head dimension hd over T positions may take those flags:
+ * the shapes of the tensor-core kernels (rt_cuda_attn_mma.cu), which alone
+ * read them (they also need GEMM mode bf16 and compute capability 8.0, which
+ * the runtime checks per call). */
+int rt_cuda_attn_stored_ok(int64_t hd, int64_t T);
+
 /* Bytes GEMM g takes in the workspace slots: need[0] its a, need[1] its b as
  * bf16, need[2] its padded result (0 where it takes none). */
 void rt_cuda_gemm_ws(const RtCudaGemm *g, int mode, int operands, int64_t need[3]);

@@ -444,6 +444,120 @@ static void check_attn_bf16(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_
   free(q), free(k), free(v), free(dy), free(ref), free(got), free(lref), free(lgot);
 }
 
+/* ---- attention reading and writing tensors stored as bf16 ---- */
+/* x rounded to bf16 values (still fp32) */
+static float *bf16_values(const float *x, int64_t n) {
+  float *r = malloc(4 * (size_t)(n ? n : 1));
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t u = (uint32_t)bf16_rn(x[i]) << 16;
+    memcpy(&r[i], &u, 4);
+  }
+  return r;
+}
+
+/* The share of the n values where got (fp32, or bf16 where b16) is not ref
+ * rounded to bf16 (0: bit for bit). */
+static double rounded_differ(const void *got, int b16, const float *ref, int64_t n) {
+  if (b16) return bf16_rows_differ(got, n, ref, 1, n);
+  float *r = bf16_values(ref, n);
+  double k = differing(got, r, n);
+  free(r);
+  return k;
+}
+
+typedef struct {
+  void *q[2], *k[2], *v[2], *dy[2]; /* [0] fp32 (rounded values), [1] bf16 copies */
+  float *out, *lse, *d, *dqkv;
+  int64_t B, H, KV, T, hd;
+  float scale;
+  int causal;
+  unsigned io;
+} AtIo;
+#define IO_IN(x, name, bit) ((x)->name[((x)->io & (bit)) != 0])
+static int at_io_fwd(RtCuda *c, void *p) {
+  AtIo *x = p;
+  return rt_cuda_sdpa_io(c, x->out, x->lse, IO_IN(x, q, RT_CUDA_ATTN_Q_BF16),
+                         IO_IN(x, k, RT_CUDA_ATTN_K_BF16), IO_IN(x, v, RT_CUDA_ATTN_V_BF16), x->B,
+                         x->H, x->KV, x->T, x->hd, x->scale, x->causal, x->io);
+}
+static int at_io_bwd(RtCuda *c, void *p) {
+  AtIo *x = p;
+  return rt_cuda_sdpa_grad_stats_io(
+      c, x->dqkv, IO_IN(x, q, RT_CUDA_ATTN_Q_BF16), IO_IN(x, k, RT_CUDA_ATTN_K_BF16),
+      IO_IN(x, v, RT_CUDA_ATTN_V_BF16), IO_IN(x, dy, RT_CUDA_ATTN_DY_BF16), x->lse, x->d, x->B,
+      x->H, x->KV, x->T, x->hd, x->scale, x->causal, x->io);
+}
+
+/* rt_cuda_sdpa_io and rt_cuda_sdpa_grad_stats_io (cb in GEMM mode bf16) with
+ * the inputs `in` (RT_CUDA_ATTN_{Q,K,V,DY}_BF16) read from bf16 copies and the
+ * result written bf16, then with every input fp32 and the result rounded
+ * (the --bf16-store round trainer's call), against the plain calls on the same
+ * (bf16-exact) values: the results must be the plain ones rounded to bf16, bit
+ * for bit (tolerance 0), and lse the same bits; PARC_CUDA_ATTN=wmma must refuse
+ * them.  The tensor-core kernels round their inputs to bf16 anyway, so bf16
+ * inputs change nothing but the bytes read. */
+static void check_attn_io(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
+                          int causal, unsigned in) {
+  const int64_t nq = B * H * T * hd, nk = B * KV * T * hd, ng = B * (H + 2 * KV) * T * hd;
+  const int64_t nl = B * H * T;
+  float *h[4] = {rnd(nq, 1), rnd(nk, 1), rnd(nk, 1), rnd(nq, 1)}, *d = rnd(nl, 0.1f);
+  const int64_t len[4] = {nq, nk, nk, nq};
+  AtIo x = {{0}, {0}, {0}, {0}, dev_copy(NULL, 4 * (size_t)nq), dev_copy(NULL, 4 * (size_t)nl),
+            dev_copy(d, 4 * (size_t)nl), dev_copy(NULL, 4 * (size_t)ng), B, H, KV, T, hd,
+            1.0f / sqrtf((float)hd), causal, 0};
+  void **slot[4] = {x.q, x.k, x.v, x.dy};
+  for (int i = 0; i < 4; i++) {
+    float *r = bf16_values(h[i], len[i]);
+    slot[i][0] = dev_copy(r, 4 * (size_t)len[i]);
+    slot[i][1] = dev_bf16(h[i], 1, len[i], len[i]);
+    free(r);
+  }
+  float *ref = malloc(4 * (size_t)ng), *lref = malloc(4 * (size_t)nl);
+  float *got = malloc(4 * (size_t)ng), *lgot = malloc(4 * (size_t)nl);
+  char shape[96], name[48];
+  snprintf(shape, sizeof shape, "B%lld H%lld KV%lld T%lld hd%lld%s", (long long)B, (long long)H,
+           (long long)KV, (long long)T, (long long)hd, causal ? " causal" : "");
+  const char *ins = in == (RT_CUDA_ATTN_Q_BF16 | RT_CUDA_ATTN_K_BF16 | RT_CUDA_ATTN_V_BF16 |
+                           RT_CUDA_ATTN_DY_BF16) ? "all in" : "some in";
+  const double fl = 4.0 * B * H * T * T * hd * (causal ? 0.5 : 1.0);
+  for (int grad = 0; grad < 2; grad++) {
+    const OpFn fn = grad ? at_io_bwd : at_io_fwd;
+    const int64_t n = grad ? ng : nq;
+    void *res = grad ? (void *)x.dqkv : (void *)x.out;
+    x.io = 0; /* the plain call: the reference */
+    double err = fn(cb, &x) ? INFINITY : 0;
+    to_host(ref, res, 4 * (size_t)n);
+    to_host(lref, x.lse, 4 * (size_t)nl);
+    for (int stored = 0; stored < 2 && err == 0; stored++) {
+      x.io = stored ? (in & (grad ? ~0u : ~(unsigned)RT_CUDA_ATTN_DY_BF16)) | RT_CUDA_ATTN_O_BF16
+                    : RT_CUDA_ATTN_O_ROUND;
+      if (fn(cb, &x)) {
+        fprintf(stderr, "%s\n", rt_last_error());
+        err = INFINITY;
+        break;
+      }
+      to_host(got, res, (stored ? 2 : 4) * (size_t)n);
+      err = fmax(err, rounded_differ(got, stored, ref, n));
+      if (!grad) {
+        to_host(lgot, x.lse, 4 * (size_t)nl);
+        err = fmax(err, differing(lgot, lref, nl));
+      }
+    }
+    const double ms = err == 0 ? time_op(cb, fn, &x, 5) : 0;
+    snprintf(name, sizeof name, "%s (bf16 io, %s)", grad ? "sdpa_grad" : "sdpa", ins);
+    row(name, shape, err, 0, ms, grad ? 2.5 * fl : fl, 0);
+  }
+  /* the WMMA kernels read no bf16 tensor: a clear refusal, not wrong numbers */
+  setenv("PARC_CUDA_ATTN", "wmma", 1);
+  x.io = in | RT_CUDA_ATTN_O_BF16;
+  int refused = at_io_fwd(cb, &x) != 0 && strstr(rt_last_error(), "--bf16-store off") != NULL;
+  unsetenv("PARC_CUDA_ATTN");
+  row("sdpa (bf16 io, wmma)", "refused", refused ? 0 : 1, 0, 0, 0, 0);
+  for (int i = 0; i < 4; i++) cudaFree(slot[i][0]), cudaFree(slot[i][1]), free(h[i]);
+  cudaFree(x.out), cudaFree(x.lse), cudaFree(x.d), cudaFree(x.dqkv);
+  free(d), free(ref), free(lref), free(got), free(lgot);
+}
+
 /* ---- embedding and cross-entropy ---- */
 typedef struct {
   float *out, *table, *dy, *logits, *dlogits, *loss, *dloss;
@@ -774,6 +888,16 @@ int main(int argc, char **argv) {
     check_attn_bf16(c, 1, 6, 2, 200, 80, 0);
     if (!small)
       check_attn_bf16(c, 8, 12, 12, 1024, 64, 1); /* GPT-2 small */
+    /* attention's tensors stored as bf16: all inputs, some (per-tensor flags),
+     * hd 112 and 128 (the kernels' other register choices) */
+    const unsigned all = RT_CUDA_ATTN_Q_BF16 | RT_CUDA_ATTN_K_BF16 | RT_CUDA_ATTN_V_BF16 |
+                         RT_CUDA_ATTN_DY_BF16;
+    check_attn_io(c, 2, 4, 2, 130, 64, 1, all);
+    check_attn_io(c, 1, 4, 1, 70, 128, 0, RT_CUDA_ATTN_Q_BF16 | RT_CUDA_ATTN_V_BF16);
+    check_attn_io(c, 1, 2, 2, 96, 112, 1, all);
+    check_attn_io(c, 2, 4, 4, 64, 16, 1, RT_CUDA_ATTN_K_BF16 | RT_CUDA_ATTN_DY_BF16);
+    if (!small)
+      check_attn_io(c, 8, 12, 12, 1024, 64, 1, all); /* GPT-2 small */
     rt_cuda_close(c);
   }
   v_logits = rnd(VN * 2 * VL, 4);
