@@ -58,19 +58,116 @@ __global__ void iota_kernel(int32_t *x, int64_t n) {
     x[i] = (int32_t)i;
 }
 
-/* One block per sorted slot s; the first slot of each id's run adds that id's
- * dy rows (positions ascending: the sort is stable) into its table row. */
-__global__ void embed_grad_kernel(float *dtable, const int32_t *keys, const int32_t *pos,
-                                  const float *dy, int64_t count, int64_t V, int64_t D,
-                                  int64_t lo) {
+/* The embedding gradient.  After the stable sort, keys (the ids ascending)
+ * and pos (their positions) lie in runs, one per id, positions ascending in
+ * each.  For every id in [lo, lo + V) the kernel writes
+ *
+ *     dtable[id - lo][d] = ((0.0f + dy[p0][d]) + dy[p1][d]) + ... ,  p0 < p1 < ...
+ *
+ * one fp32 add at a time in ascending position order: rt_embedding_grad's
+ * order (it zeroes the table, then adds the dy rows position by position), so
+ * the bits equal the CPU's (no FMA: only adds; the loads ahead of the adds
+ * below change when a value arrives, never which value is added when).  Rows
+ * with no id keep the memset's zeros.
+ *
+ * Grid (count, column slices): block (s, y) does nothing unless slot s
+ * starts a run (s == 0 or keys[s] != keys[s-1]); then it finds the run's end
+ * e by a binary search (upper bound of keys[s] in keys[s+1 .. count): keys are
+ * sorted, so no dependent walk) and sums rows pos[s .. e) into its columns.
+ * A thread owns a column of W floats (W = 4: float4 loads, when D % 4 == 0 and
+ * dy, dtable are 16-byte aligned; W = 1 otherwise), in slice y and every
+ * gridDim.y-th slice after it (only for D past 65535 slices).
+ *
+ * Speed: a run's adds are a serial chain per column, and the trainers' byte
+ * corpora give runs of ~1000 rows (space, 'e'), so a run costs its length /
+ * rows in flight times the memory latency.  Hence (1) the dy row offsets of
+ * up to EG_CHUNK slots are staged in shared memory by the whole block at once,
+ * so a dy load never waits on a pos load, and (2) each thread issues EG_BATCH
+ * row loads before adding them in order (EG_BATCH rows in flight per column).
+ * Slicing the columns (EG_THREADS per block: 3 blocks per run at GPT-2's
+ * D 768) does not shorten that chain, but spreads a long run's traffic over
+ * several SMs and keeps blocks small, so the few long runs and the many short
+ * ones balance over the SMs; the cost is count x slices blocks, most of which
+ * read two keys and exit. */
+#define EG_BATCH 16
+#define EG_CHUNK 256
+#define EG_THREADS 64
+
+template <int W> struct EgVec;
+template <> struct EgVec<1> {
+  typedef float T;
+  static __device__ __forceinline__ T zero() { return 0.0f; }
+  static __device__ __forceinline__ void add(T &a, T b) { a += b; }
+};
+template <> struct EgVec<4> {
+  typedef float4 T;
+  static __device__ __forceinline__ T zero() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+  static __device__ __forceinline__ void add(T &a, T b) { /* four columns, each its own chain */
+    a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+  }
+};
+
+/* __launch_bounds__(EG_THREADS, 1): without it ptxas keeps the kernel at 32
+ * registers and interleaves a batch's loads with its adds (2-5 loads in
+ * flight, not EG_BATCH); with it, a full batch's EG_BATCH loads all issue
+ * before its adds (sm_90 SASS, CUDA 13.0: 118 registers at W = 4, 56 at
+ * W = 1; the partial last batch of a run still interleaves at W = 1).  The
+ * price: 8 resident blocks per SM (at W = 4), so the blocks that only read
+ * two keys drain more slowly. */
+template <int W>
+__global__ void __launch_bounds__(EG_THREADS, 1)
+    embed_grad_kernel(float *dtable, const int32_t *keys, const int32_t *pos, const float *dy,
+                      int64_t count, int64_t V, int64_t D, int64_t lo) {
+  typedef EgVec<W> Vec;
+  typedef typename Vec::T T;
+  __shared__ int64_t sp[EG_CHUNK]; /* one chunk of the run: its dy rows' offsets in T */
   int64_t s = blockIdx.x;
-  if (s >= count || (s > 0 && keys[s] == keys[s - 1])) return;
-  int64_t r = (int64_t)keys[s] - lo;
-  if (r < 0 || r >= V) return;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-    float acc = 0.0f;
-    for (int64_t t = s; t < count && keys[t] == keys[s]; t++) acc += dy[(int64_t)pos[t] * D + d];
-    dtable[r * D + d] = acc;
+  int32_t key = keys[s];
+  if (s > 0 && keys[s - 1] == key) return; /* not a run's start: the whole block leaves */
+  int64_t r = (int64_t)key - lo;
+  if (r < 0 || r >= V) return; /* another member's row (vocabulary-parallel) */
+  int64_t a = s + 1, b = count; /* the run's end: the first slot past s whose key differs */
+  while (a < b) {
+    int64_t m = a + (b - a) / 2;
+    if (keys[m] == key) a = m + 1; /* keys[m] >= key (sorted): == means inside the run */
+    else b = m;
+  }
+  int64_t e = a, ncols = D / W;
+  const T *g = (const T *)dy;
+  T *o = (T *)dtable + r * ncols;
+  /* block-uniform loops (the __syncthreads): the column loop over slices, the
+   * chunk loop over the run; a thread past the last column only stages */
+  for (int64_t base = (int64_t)blockIdx.y * blockDim.x; base < ncols;
+       base += (int64_t)gridDim.y * blockDim.x) {
+    int64_t j = base + threadIdx.x;
+    bool on = j < ncols;
+    T acc = Vec::zero();
+    for (int64_t c0 = s; c0 < e; c0 += EG_CHUNK) {
+      int n = e - c0 < EG_CHUNK ? (int)(e - c0) : EG_CHUNK;
+      __syncthreads(); /* the previous chunk's sp is read */
+      for (int i = threadIdx.x; i < n; i += blockDim.x) sp[i] = (int64_t)pos[c0 + i] * ncols;
+      __syncthreads();
+      if (on)
+        for (int t = 0; t < n; t += EG_BATCH) {
+          /* rows t .. t + EG_BATCH - 1 of the chunk: all loaded, then added in
+           * position order */
+          T v[EG_BATCH];
+          if (t + EG_BATCH <= n) {
+#pragma unroll
+            for (int k = 0; k < EG_BATCH; k++) v[k] = g[sp[t + k] + j];
+#pragma unroll
+            for (int k = 0; k < EG_BATCH; k++) Vec::add(acc, v[k]);
+          } else { /* the run's last, partial batch: past its end, its last row
+                    * again, loaded (so no load waits behind a branch), not added */
+#pragma unroll
+            for (int k = 0; k < EG_BATCH; k++) v[k] = g[sp[t + k < n ? t + k : n - 1] + j];
+#pragma unroll
+            for (int k = 0; k < EG_BATCH; k++)
+              if (t + k < n) Vec::add(acc, v[k]);
+          }
+        }
+    }
+    if (on) o[j] = acc;
   }
 }
 
@@ -93,7 +190,10 @@ static int embed_grad(RtCuda *c, const char *op, float *dtable, const int32_t *i
   if (!dtable || !ids || !dy) return rt_fail("%s: NULL pointer", op);
   if (count < 1 || V < 1 || D < 1 || count > 0x7fffffff)
     return rt_fail("%s: dimensions out of range", op);
-  RtProfScope ps(c); /* ids, dy, the whole table (zeroed, then its rows written) */
+  /* the bytes the op must move: ids and dy read, the table written, once each
+   * (not counted: the sort's passes, the sorted keys and positions read back,
+   * the rows with ids written a second time after the memset) */
+  RtProfScope ps(c);
   if (ps.on())
     ps.set(RT_PROF_OP, 4.0 * ((double)count * (double)(1 + D) + (double)V * (double)D), 0, "%s",
            op);
@@ -110,8 +210,21 @@ static int embed_grad(RtCuda *c, const char *op, float *dtable, const int32_t *i
   CU_CHECK(c, cub::DeviceRadixSort::SortPairs(ws + 3 * arr, temp, ids, keys, pos_in, pos,
                                               (int)count, 0, 32, c->compute), op);
   CU_CHECK(c, cudaMemsetAsync(dtable, 0, (size_t)(V * D) * 4, c->compute), op);
-  embed_grad_kernel<<<(unsigned)count, D < BLOCK ? ((unsigned)D + 31) / 32 * 32 : BLOCK, 0,
-                      c->compute>>>(dtable, keys, pos, dy, count, V, D, lo);
+  /* float4 columns where D % 4 == 0 and both buffers are 16-byte aligned (a
+   * row then starts on 16 bytes too); EG_THREADS threads a block at most, 32
+   * at least (tiny D), one block per (slot, slice), slices capped at 65535
+   * (the kernel loops over the rest) */
+  int vec = D % 4 == 0 && ((uintptr_t)dy | (uintptr_t)dtable) % 16 == 0;
+  int64_t ncols = vec ? D / 4 : D, tb = (ncols + 31) / 32 * 32, slices;
+  if (tb > EG_THREADS) tb = EG_THREADS;
+  slices = (ncols + tb - 1) / tb;
+  dim3 grid((unsigned)count, (unsigned)(slices > 65535 ? 65535 : slices));
+  if (vec)
+    embed_grad_kernel<4><<<grid, (unsigned)tb, 0, c->compute>>>(dtable, keys, pos, dy, count, V,
+                                                                 D, lo);
+  else
+    embed_grad_kernel<1><<<grid, (unsigned)tb, 0, c->compute>>>(dtable, keys, pos, dy, count, V,
+                                                                 D, lo);
   LAUNCH_CHECK(c, op);
   return RT_OK;
 }

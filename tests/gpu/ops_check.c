@@ -629,6 +629,49 @@ static void check_embed_xent(RtCuda *c, int64_t count, int64_t V, int64_t D) {
   free(ids), free(table), free(dy), free(logits), free(ref), free(got);
 }
 
+/* The embedding gradient on skewed ids, as a byte corpus gives them: id V-1
+ * at half the positions plus 3 (a run of count/2 + 3 slots, the last one, so
+ * its end is count), runs of ~20%, 8%, 3% of the slots and of 17, 9 and 2 (id
+ * 0, slot 0), the rest random ids (mostly runs of 1), all shuffled.  The run
+ * lengths are not multiples of the kernel's batch (16) or of 8, and the long
+ * runs cross its 256-row chunks.  Against rt_embedding_grad at tolerance 0:
+ * same order of adds, same bits.  `off` floats into dy's device buffer (1:
+ * not 16-byte aligned, so the scalar path even when D % 4 == 0); D % 4 != 0
+ * takes the scalar path too, D > 4 * 64 more than one column slice. */
+static void check_embed_grad_skewed(RtCuda *c, int64_t count, int64_t V, int64_t D, int off,
+                                    int timed) {
+  int32_t *ids = malloc(4 * (size_t)count);
+  int64_t runs[][2] = {{V - 1, count / 2 + 3}, {V / 2, count / 5 + 1}, {V / 3, count / 12 + 5},
+                       {V / 4, count / 33 + 1},  {V / 5, 17},           {V / 6, 9},
+                       {0, 2}};
+  int64_t n = 0;
+  for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++)
+    for (int64_t i = 0; i < runs[k][1] && n < count; i++) ids[n++] = (int32_t)runs[k][0];
+  for (; n < count; n++) ids[n] = (int32_t)((frand() * 0.5f + 0.5f) * (float)(V - 1));
+  for (int64_t i = count - 1; i > 0; i--) { /* Fisher-Yates */
+    int64_t j = (int64_t)((frand() * 0.5f + 0.5f) * (float)i + 0.5f);
+    int32_t t = ids[i];
+    ids[i] = ids[j], ids[j] = t;
+  }
+  float *dy = rnd(count * D, 1), *ref = malloc(4 * (size_t)(V * D));
+  float *got = malloc(4 * (size_t)(V * D));
+  float *ddy = dev_copy(NULL, 4 * (size_t)(count * D + off));
+  cudaMemcpy(ddy + off, dy, 4 * (size_t)(count * D), cudaMemcpyHostToDevice);
+  Em x = {.out = dev_copy(NULL, 4 * (size_t)(V * D)), .dy = ddy + off,
+          .ids = dev_copy(ids, 4 * (size_t)count), .count = count, .V = V, .D = D};
+  char shape[96];
+  snprintf(shape, sizeof shape, "skewed %lld V %lld D %lld%s", (long long)count, (long long)V,
+           (long long)D, off ? " dy+1" : "");
+  rt_embedding_grad(ref, ids, dy, count, V, D);
+  double err = em_bwd(c, &x) ? INFINITY : 0;
+  to_host(got, x.out, 4 * (size_t)(V * D));
+  if (err == 0) err = rel_l2(got, ref, V * D);
+  row("embedding_grad", shape, err, 0, timed ? time_op(c, em_bwd, &x, 10) : 0, 0,
+      timed ? 4.0 * (V * D + count * D) : 0);
+  cudaFree(x.out), cudaFree(ddy), cudaFree(x.ids);
+  free(ids), free(dy), free(ref), free(got);
+}
+
 static int ce_bwd_bf16(RtCuda *c, void *p) {
   Em *x = p; /* in place, as the trainers call it: the logits are gone after one call */
   return rt_cuda_cross_entropy_grad_bf16(c, x->dlogits, x->dlogits, x->ids, x->dloss, x->count,
@@ -844,6 +887,13 @@ int main(int argc, char **argv) {
   }
   if (!small)
     check_embed_xent(c, 2048, 50257, 64);
+  check_embed_grad_skewed(c, 1200, 300, 64, 0, !small);  /* float4, one column slice */
+  check_embed_grad_skewed(c, 1200, 300, 520, 0, !small); /* float4, three slices */
+  check_embed_grad_skewed(c, 1200, 300, 67, 0, !small);  /* scalar (D % 4), two slices */
+  check_embed_grad_skewed(c, 1200, 300, 64, 1, !small);  /* scalar (dy unaligned) */
+  check_embed_grad_skewed(c, 600, 50, 1, 0, !small);     /* one column */
+  if (!small) /* GPT-2 small's batch (8 x 1024) and padded vocabulary */
+    check_embed_grad_skewed(c, 8192, 50304, 768, 0, 1);
   rt_cuda_close(c);
   s.gemm = RT_CUDA_GEMM_BF16; /* attention on tensor cores */
   if (rt_cuda_open(&c, &s, NULL, NULL)) {
