@@ -30,8 +30,9 @@ static int xent(IrOp op) {
  * a generated kernel (through a param of it, which the store retypes);
  * READ_XENT, (vocab_)cross_entropy or its gradient as their logits;
  * READ_ATTN, attention (or its gradient from the row statistics) as q, k, v
- * (dy) where cg_cuda_attn_stored_ok, or sdpa_lse (it copies the lse after
- * sdpa's out, which stays f32); READ_OTHER, anything else (a runtime op, a GEMM that could not, the
+ * (dy) where cg_cuda_attn_stored_ok, sdpa_delta (rt_cuda_sdpa_delta_io reads
+ * bf16 in any mode), or sdpa_lse (it copies the lse after sdpa's out, which
+ * stays f32); READ_OTHER, anything else (a runtime op, a GEMM that could not, the
  * optimizer: what it reads are parameter gradients).  A view of
  * n counts as its readers (recursively); wide values (rows of 2 cols) admit
  * views that keep the rows only, and their kernel readers count as OTHER (a
@@ -53,7 +54,8 @@ static int readers(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
       } else if (xent(q->op) && j == 0 && !wide) {
         who |= READ_XENT;
       } else if (!wide && ((cg_cuda_attn_stored_ok(q) && j < 4) ||
-                           (q->op == IR_OP_ATTENTION_LSE && j == 0))) {
+                           (q->op == IR_OP_ATTENTION_LSE && j == 0) ||
+                           (q->op == IR_OP_ATTENTION_DELTA && j < 2))) {
         who |= READ_ATTN; /* (an attention's inputs are q, k, v and, its gradient's, dy first) */
       } else if ((q->op == IR_OP_MATMUL || q->op == IR_OP_MATMUL_TA) && j <= 1) {
         const RtCudaGemm g = cg_cuda_gemm(q);

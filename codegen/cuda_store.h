@@ -36,7 +36,8 @@
  *     where GEMMs that may are all that read that gradient), attention (or
  *     its gradient from the row statistics) as q, k, v (dy) where
  *     cg_cuda_attn_stored_ok (RT_CUDA_ATTN_Q_BF16 ...: the kernels round
- *     them to bf16 anyway, so that costs no bit), sdpa_lse (it copies the
+ *     them to bf16 anyway, so that costs no bit), sdpa_delta (it widens the
+ *     merged out and its gradient as it reads them), sdpa_lse (it copies the
  *     lse after sdpa's out, which stays f32), or a reshape view of n whose
  *     readers are; no other runtime op (the fp32 attention paths, the
  *     collectives, routing ... read f32);

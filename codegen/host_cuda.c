@@ -139,6 +139,10 @@ unsigned cg_cuda_attn_flags(const IrNode *n, const unsigned char *bf16,
   static const unsigned in[4] = {RT_CUDA_ATTN_Q_BF16, RT_CUDA_ATTN_K_BF16, RT_CUDA_ATTN_V_BF16,
                                  RT_CUDA_ATTN_DY_BF16};
   unsigned io = 0;
+  if (n->op == IR_OP_ATTENTION_DELTA) /* reads m, dm; writes f32 */
+    return bf16 ? (bf16[n->inputs[0]->id] ? RT_CUDA_ATTN_M_BF16 : 0u) |
+                      (bf16[n->inputs[1]->id] ? RT_CUDA_ATTN_DM_BF16 : 0u)
+                : 0u;
   for (int j = 0; bf16 && j < 4 && j < (n->op == IR_OP_ATTENTION ? 3 : 4); j++)
     if (bf16[n->inputs[j]->id]) io |= in[j];
   if (bf16 && bf16[n->id]) io |= RT_CUDA_ATTN_O_BF16;
@@ -151,7 +155,8 @@ static const char *attn_flag_names(unsigned io, char *s, size_t len) {
   static const struct { unsigned bit; const char *name; } flag[] = {
       {RT_CUDA_ATTN_Q_BF16, "RT_CUDA_ATTN_Q_BF16"},   {RT_CUDA_ATTN_K_BF16, "RT_CUDA_ATTN_K_BF16"},
       {RT_CUDA_ATTN_V_BF16, "RT_CUDA_ATTN_V_BF16"},   {RT_CUDA_ATTN_DY_BF16, "RT_CUDA_ATTN_DY_BF16"},
-      {RT_CUDA_ATTN_O_BF16, "RT_CUDA_ATTN_O_BF16"},   {RT_CUDA_ATTN_O_ROUND, "RT_CUDA_ATTN_O_ROUND"}};
+      {RT_CUDA_ATTN_O_BF16, "RT_CUDA_ATTN_O_BF16"},   {RT_CUDA_ATTN_O_ROUND, "RT_CUDA_ATTN_O_ROUND"},
+      {RT_CUDA_ATTN_M_BF16, "RT_CUDA_ATTN_M_BF16"},   {RT_CUDA_ATTN_DM_BF16, "RT_CUDA_ATTN_DM_BF16"}};
   s[0] = 0;
   for (size_t i = 0; i < sizeof flag / sizeof flag[0]; i++)
     if (io & flag[i].bit)
@@ -266,11 +271,14 @@ static void emit_runtime(Cu *e, const IrNode *n) {
     fprintf(f, "  CHECK(rt_cuda_copy(dev, %s, %s + %" PRId64 ", %" PRId64 "));\n", out, x,
             ir_numel(in[0]), ir_numel(n));
     return;
-  case IR_OP_ATTENTION_DELTA: /* [B, T, H hd] x2 -> D [B, H, T] */
-    fprintf(f, "  CHECK(rt_cuda_sdpa_delta(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
-            ", %" PRId64 "));\n", out, x, y, dim(n, 0), dim(n, 1), dim(n, 2),
-            dim(in[0], -1) / dim(n, 1));
+  case IR_OP_ATTENTION_DELTA: { /* [B, T, H hd] x2 -> D [B, H, T] */
+    char io[96];
+    attn_flag_names(cg_cuda_attn_flags(n, e->store->bf16, NULL), io, sizeof io);
+    fprintf(f, "  CHECK(rt_cuda_sdpa_delta%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            ", %" PRId64 "%s%s));\n", io[0] ? "_io" : "", out, x, y, dim(n, 0), dim(n, 1),
+            dim(n, 2), dim(in[0], -1) / dim(n, 1), io[0] ? ", " : "", io);
     return;
+  }
   case IR_OP_TOPK:
     fprintf(f, "  CHECK(rt_cuda_topk(dev, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n", out,
             x, lead(in[0], 1), dim(in[0], -1), n->ia[0]);

@@ -221,6 +221,9 @@ int rt_cuda_sdpa_grad_stats_io(RtCuda *c, float *dqkv, const float *q, const flo
 /* d [B, H, T] = row sums of m * dm over the merged [B, T, H hd] (rt_sdpa_delta). */
 int rt_cuda_sdpa_delta(RtCuda *c, float *d, const float *m, const float *dm, int64_t B, int64_t H,
                        int64_t T, int64_t hd);
+/* The same with m and / or dm stored as bf16 (io: RT_CUDA_ATTN_M_BF16, _DM_BF16). */
+int rt_cuda_sdpa_delta_io(RtCuda *c, float *d, const float *m, const float *dm, int64_t B,
+                          int64_t H, int64_t T, int64_t hd, unsigned io);
 
 /* ---- embedding and cross-entropy (rt_route.h; as there, the gradients'
  * dlogits may be their logits: in place, rt_cuda_ops.cu) ---- */

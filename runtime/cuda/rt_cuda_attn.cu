@@ -32,6 +32,8 @@
  * hd up to 256; shared memory above 48 KiB is requested per kernel. */
 #include <math.h>
 
+#include <cuda_bf16.h>
+
 #include "runtime/cuda/rt_cuda_impl.h"
 
 #define WARPS 4
@@ -145,18 +147,26 @@ __global__ void __launch_bounds__(WARPS * 32) attn_fwd(AttnArgs a) {
   }
 }
 
+static __device__ __forceinline__ float rowdot_ld(const float *p, int64_t i) { return p[i]; }
+static __device__ __forceinline__ float rowdot_ld(const __nv_bfloat16 *p, int64_t i) {
+  return __bfloat162float(p[i]); /* exact */
+}
+
 /* d[.] = dy[r, :] . out[r, :] for rows r < rows of [rows, hd] (a warp per row,
  * lanes over hd, a fixed shuffle tree: reproducible).  H == 0: d[r]; else the
  * rows are merged ones, r = (b T + t) H + h of [B, T, H hd], and the result
- * goes to d[(b H + h) T + t] (sdpa_delta). */
-__global__ void __launch_bounds__(WARPS * 32) attn_rowdot(const float *dy, const float *out,
-                                                          float *d, int64_t rows, int hd,
-                                                          int64_t H, int64_t T) {
+ * goes to d[(b H + h) T + t] (sdpa_delta).  DY, OUT: float, or __nv_bfloat16
+ * where sdpa_delta's tensors are stored so (widened exactly: the result is
+ * that of their fp32 values). */
+template <typename DY, typename OUT>
+__global__ void __launch_bounds__(WARPS * 32) attn_rowdot(const DY *dy, const OUT *out, float *d,
+                                                          int64_t rows, int hd, int64_t H,
+                                                          int64_t T) {
   const int lane = threadIdx.x & 31;
   const int64_t r = (int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
   if (r >= rows) return; /* warp-uniform */
   float s = 0.0f;
-  for (int c = lane; c < hd; c += 32) s += dy[r * hd + c] * out[r * hd + c];
+  for (int c = lane; c < hd; c += 32) s += rowdot_ld(dy, r * hd + c) * rowdot_ld(out, r * hd + c);
   s = warp_sum(s);
   if (lane == 0) d[H ? (r / H / T * H + r % H) * T + r / H % T : r] = s;
 }
@@ -451,8 +461,8 @@ static int sdpa_grad(RtCuda *c, float *dqkv, const float *q, const float *k, con
   float *st_lse = kept ? (float *)lse : st, *st_d = d ? (float *)d : st + B * H * T;
   if (out) {
     const int64_t rows = B * H * T;
-    attn_rowdot<<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32, 0, c->compute>>>(
-        dy, out, st_d, rows, (int)hd, 0, T);
+    attn_rowdot<float, float><<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32, 0,
+                                c->compute>>>(dy, out, st_d, rows, (int)hd, 0, T);
     LAUNCH_CHECK(c, "sdpa_grad (D = dy . out)");
   }
   if (tc)
@@ -495,8 +505,10 @@ extern "C" int rt_cuda_sdpa_grad_stats(RtCuda *c, float *dqkv, const float *q, c
                                     0);
 }
 
-extern "C" int rt_cuda_sdpa_delta(RtCuda *c, float *d, const float *m, const float *dm,
-                                  int64_t B, int64_t H, int64_t T, int64_t hd) {
+extern "C" int rt_cuda_sdpa_delta_io(RtCuda *c, float *d, const float *m, const float *dm,
+                                     int64_t B, int64_t H, int64_t T, int64_t hd, unsigned io) {
+  if (io & ~(unsigned)(RT_CUDA_ATTN_M_BF16 | RT_CUDA_ATTN_DM_BF16))
+    return rt_fail("sdpa_delta: io flags 0x%x not understood", io);
   if (!d || !m || !dm)
     return rt_fail("sdpa_delta: NULL %s pointer", !d ? "output" : !m ? "m" : "dm");
   if (B < 1 || H < 1 || T < 1 || hd < 1 || B * H * T > ((int64_t)1 << 36))
@@ -506,11 +518,32 @@ extern "C" int rt_cuda_sdpa_delta(RtCuda *c, float *d, const float *m, const flo
   const int64_t rows = B * T * H;
   RtProfScope ps(c); /* reads m, dm [B, T, H hd]; writes d [B, H, T] */
   if (ps.on())
-    ps.set(RT_PROF_OP, 4.0 * (double)(2 * rows * hd + rows), 0,
-           "sdpa_delta %lldx%lldx%lldx%lld", (long long)B, (long long)H, (long long)T,
+    ps.set(RT_PROF_OP,
+           (double)(rows * hd) * (esz(io, RT_CUDA_ATTN_M_BF16) + esz(io, RT_CUDA_ATTN_DM_BF16)) +
+               4.0 * (double)rows,
+           0, "sdpa_delta %lldx%lldx%lldx%lld", (long long)B, (long long)H, (long long)T,
            (long long)hd);
-  attn_rowdot<<<(unsigned)((rows + WARPS - 1) / WARPS), WARPS * 32, 0, c->compute>>>(
-      dm, m, d, rows, (int)hd, H, T);
+  const unsigned blocks = (unsigned)((rows + WARPS - 1) / WARPS);
+  typedef __nv_bfloat16 bf16;
+  const bf16 *mb = (const bf16 *)m, *dmb = (const bf16 *)dm;
+  switch (io) { /* (dy, out) of attn_rowdot: (dm, m) */
+  case 0:
+    attn_rowdot<float, float><<<blocks, WARPS * 32, 0, c->compute>>>(dm, m, d, rows, (int)hd, H, T);
+    break;
+  case RT_CUDA_ATTN_M_BF16:
+    attn_rowdot<float, bf16><<<blocks, WARPS * 32, 0, c->compute>>>(dm, mb, d, rows, (int)hd, H, T);
+    break;
+  case RT_CUDA_ATTN_DM_BF16:
+    attn_rowdot<bf16, float><<<blocks, WARPS * 32, 0, c->compute>>>(dmb, m, d, rows, (int)hd, H, T);
+    break;
+  default:
+    attn_rowdot<bf16, bf16><<<blocks, WARPS * 32, 0, c->compute>>>(dmb, mb, d, rows, (int)hd, H, T);
+  }
   LAUNCH_CHECK(c, "sdpa_delta");
   return RT_OK;
+}
+
+extern "C" int rt_cuda_sdpa_delta(RtCuda *c, float *d, const float *m, const float *dm,
+                                  int64_t B, int64_t H, int64_t T, int64_t hd) {
+  return rt_cuda_sdpa_delta_io(c, d, m, dm, B, H, T, hd, 0);
 }

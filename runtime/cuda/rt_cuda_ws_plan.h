@@ -72,6 +72,9 @@ enum {
   RT_CUDA_ATTN_Q_BF16 = 1, RT_CUDA_ATTN_K_BF16 = 2, RT_CUDA_ATTN_V_BF16 = 4,
   RT_CUDA_ATTN_DY_BF16 = 8, RT_CUDA_ATTN_O_BF16 = 16, RT_CUDA_ATTN_O_ROUND = 32
 };
+/* rt_cuda_sdpa_delta_io's: the merged out m, its gradient dm read as bf16
+ * (widened exactly; any GEMM mode, any GPU) */
+enum { RT_CUDA_ATTN_M_BF16 = 64, RT_CUDA_ATTN_DM_BF16 = 128 };
 
 /* 1 if attention of head dimension hd over T positions may take those flags:
  * the shapes of the tensor-core kernels (rt_cuda_attn_mma.cu), which alone

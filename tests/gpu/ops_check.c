@@ -547,6 +547,26 @@ static void check_attn_io(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_t 
     snprintf(name, sizeof name, "%s (bf16 io, %s)", grad ? "sdpa_grad" : "sdpa", ins);
     row(name, shape, err, 0, ms, grad ? 2.5 * fl : fl, 0);
   }
+  /* sdpa_delta with the merged out m and its gradient dm (here q's and dy's
+   * values as [B, T, H hd]) read as bf16, both or one: the plain call's bits */
+  float *dref = malloc(4 * (size_t)nl), *dgot = malloc(4 * (size_t)nl);
+  double err = rt_cuda_sdpa_delta(cb, x.d, x.q[0], x.dy[0], B, H, T, hd) ? INFINITY : 0;
+  to_host(dref, x.d, 4 * (size_t)nl);
+  static const unsigned dio[3] = {RT_CUDA_ATTN_M_BF16 | RT_CUDA_ATTN_DM_BF16, RT_CUDA_ATTN_M_BF16,
+                                  RT_CUDA_ATTN_DM_BF16};
+  for (int i = 0; i < 3 && err == 0; i++) {
+    const unsigned f = dio[i];
+    if (rt_cuda_sdpa_delta_io(cb, x.d, x.q[(f & RT_CUDA_ATTN_M_BF16) != 0],
+                              x.dy[(f & RT_CUDA_ATTN_DM_BF16) != 0], B, H, T, hd, f)) {
+      fprintf(stderr, "%s\n", rt_last_error());
+      err = INFINITY;
+      break;
+    }
+    to_host(dgot, x.d, 4 * (size_t)nl);
+    err = fmax(err, differing(dgot, dref, nl));
+  }
+  row("sdpa_delta (bf16 io)", shape, err, 0, 0, 0, 0);
+  free(dref), free(dgot);
   /* the WMMA kernels read no bf16 tensor: a clear refusal, not wrong numbers */
   setenv("PARC_CUDA_ATTN", "wmma", 1);
   x.io = in | RT_CUDA_ATTN_O_BF16;
