@@ -153,10 +153,10 @@ unsigned cg_cuda_attn_flags(const IrNode *n, const unsigned char *bf16,
 /* " | "-joined names of the RT_CUDA_ATTN_* flags in io, into s */
 static const char *attn_flag_names(unsigned io, char *s, size_t len) {
   static const struct { unsigned bit; const char *name; } flag[] = {
-      {RT_CUDA_ATTN_Q_BF16, "RT_CUDA_ATTN_Q_BF16"},   {RT_CUDA_ATTN_K_BF16, "RT_CUDA_ATTN_K_BF16"},
-      {RT_CUDA_ATTN_V_BF16, "RT_CUDA_ATTN_V_BF16"},   {RT_CUDA_ATTN_DY_BF16, "RT_CUDA_ATTN_DY_BF16"},
-      {RT_CUDA_ATTN_O_BF16, "RT_CUDA_ATTN_O_BF16"},   {RT_CUDA_ATTN_O_ROUND, "RT_CUDA_ATTN_O_ROUND"},
-      {RT_CUDA_ATTN_M_BF16, "RT_CUDA_ATTN_M_BF16"},   {RT_CUDA_ATTN_DM_BF16, "RT_CUDA_ATTN_DM_BF16"}};
+      {RT_CUDA_ATTN_Q_BF16, "RT_CUDA_ATTN_Q_BF16"}, {RT_CUDA_ATTN_K_BF16, "RT_CUDA_ATTN_K_BF16"},
+      {RT_CUDA_ATTN_V_BF16, "RT_CUDA_ATTN_V_BF16"}, {RT_CUDA_ATTN_DY_BF16, "RT_CUDA_ATTN_DY_BF16"},
+      {RT_CUDA_ATTN_O_BF16, "RT_CUDA_ATTN_O_BF16"}, {RT_CUDA_ATTN_O_ROUND, "RT_CUDA_ATTN_O_ROUND"},
+      {RT_CUDA_ATTN_M_BF16, "RT_CUDA_ATTN_M_BF16"}, {RT_CUDA_ATTN_DM_BF16, "RT_CUDA_ATTN_DM_BF16"}};
   s[0] = 0;
   for (size_t i = 0; i < sizeof flag / sizeof flag[0]; i++)
     if (io & flag[i].bit)

@@ -374,16 +374,6 @@ int rt_cuda_sdpa_tc(RtCuda *c, float *out, float *lse, const float *q, const flo
 int rt_cuda_sdpa_grad_tc(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
                          const float *dy, const float *lse, const float *d, int64_t B, int64_t H,
                          int64_t KV, int64_t T, int64_t hd, float scale, int causal);
-/* rt_cuda_attn_tc.cu: 1 where those take rt_cuda_attn_mma.cu's kernels, the
- * only ones that read and write bf16 tensors (io flags) */
-bool rt_cuda_attn_mma(RtCuda *c, int64_t T, int64_t hd);
-int rt_cuda_sdpa_mma(RtCuda *c, float *out, float *lse, const float *q, const float *k,
-                     const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
-                     float scale, int causal, unsigned io);
-int rt_cuda_sdpa_grad_mma(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
-                          const float *dy, const float *lse, const float *d, int64_t B,
-                          int64_t H, int64_t KV, int64_t T, int64_t hd, float scale, int causal,
-                          unsigned io);
 
 /* RT_OK if io (RT_CUDA_ATTN_* flags) is 0 or the mma kernels run this shape. */
 static int check_io(RtCuda *c, const char *op, unsigned io, int64_t T, int64_t hd) {

@@ -225,7 +225,8 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_fwd(MmaArgs a
 #pragma unroll
   for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   const int kend = a.causal && q0 + MMA_ROWS < T ? q0 + MMA_ROWS : T; /* keys [0, kend) */
-  RtAttnTileRegs<HD, MMA_TILE, MMA_THREADS, (IO ? MmaShape<HD>::hold_q_io : MmaShape<HD>::hold_q)> kr, vr; /* the next key tile, in flight */
+  constexpr bool hold = IO ? MmaShape<HD>::hold_q_io : MmaShape<HD>::hold_q;
+  RtAttnTileRegs<HD, MMA_TILE, MMA_THREADS, hold> kr, vr; /* the next key tile, in flight */
   kr.load(kh, kb, 0, T), vr.load(vh, vb, 0, T);
   for (int j0 = 0; j0 < kend; j0 += MMA_TILE) {
     __syncthreads(); /* the previous key tile is consumed */
@@ -313,7 +314,8 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_q(MmaArgs
 #pragma unroll
   for (int n = 0; n < HD / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
   const int kend = a.causal && q0 + MMA_ROWS < T ? q0 + MMA_ROWS : T; /* keys [0, kend) */
-  RtAttnTileRegs<HD, MMA_TILE, MMA_THREADS, (IO ? MmaShape<HD>::hold_q_io : MmaShape<HD>::hold_q)> kr, vr; /* the next key tile, in flight */
+  constexpr bool hold = IO ? MmaShape<HD>::hold_q_io : MmaShape<HD>::hold_q;
+  RtAttnTileRegs<HD, MMA_TILE, MMA_THREADS, hold> kr, vr; /* the next key tile, in flight */
   kr.load(kh, kb, 0, T), vr.load(vh, vb, 0, T);
   for (int j0 = 0; j0 < kend; j0 += MMA_TILE) {
     __syncthreads(); /* the previous key tile is consumed */
@@ -445,7 +447,8 @@ static int mma_launch(RtCuda *c, const char *op, K kern, dim3 grid, size_t bytes
   return RT_OK;
 }
 
-template <int HD, bool IO> static int mma_run_io(RtCuda *c, const MmaArgs &a, int64_t B, bool grad) {
+template <int HD, bool IO>
+static int mma_run_io(RtCuda *c, const MmaArgs &a, int64_t B, bool grad) {
   typedef MmaShape<HD> S;
   const unsigned tiles = (unsigned)((a.T + MMA_ROWS - 1) / MMA_ROWS);
   const dim3 gq(tiles, (unsigned)(B * a.H)), gkv(tiles, (unsigned)(B * a.KV));

@@ -487,14 +487,6 @@ static int tc_launch(RtCuda *c, const char *op, K kern, dim3 grid, size_t bytes,
   return RT_OK;
 }
 
-/* rt_cuda_attn_mma.cu: the kernels with the score tiles in registers (the default) */
-int rt_cuda_sdpa_mma(RtCuda *c, float *out, float *lse, const float *q, const float *k,
-                     const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
-                     float scale, int causal, unsigned io);
-int rt_cuda_sdpa_grad_mma(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
-                          const float *dy, const float *lse, const float *d, int64_t B,
-                          int64_t H, int64_t KV, int64_t T, int64_t hd, float scale, int causal,
-                          unsigned io);
 
 /* PARC_CUDA_ATTN=wmma: this file's kernels (for comparison) instead of
  * rt_cuda_attn_mma.cu's (which have no statistics kernel: tc_fwd<.., true> runs
@@ -552,8 +544,8 @@ bool rt_cuda_attn_tc(RtCuda *c, int64_t T, int64_t hd) {
   return major >= 8;
 }
 
-/* Whether they hand the work to rt_cuda_attn_mma.cu's kernels. */
-bool rt_cuda_attn_mma(RtCuda *c, int64_t T, int64_t hd) {
+/* Whether they hand the work to rt_cuda_attn_mma.cu's kernels (rt_cuda_impl.h). */
+int rt_cuda_attn_mma(RtCuda *c, int64_t T, int64_t hd) {
   return rt_cuda_attn_tc(c, T, hd) && !tc_wmma();
 }
 

@@ -159,6 +159,20 @@ void *rt_cuda_host_stage(RtCuda *c, size_t bytes);
 
 extern const char *const rt_cuda_group_name[RT_CUDA_NGROUPS]; /* "tp", "dp", ... */
 
+/* The tensor-core attention with the score tiles in registers
+ * (rt_cuda_attn_mma.cu; arguments checked by rt_cuda_attn.cu): the bf16 mode's
+ * default kernels, and the only ones that read and write bf16 tensors (io:
+ * RT_CUDA_ATTN_* flags).  rt_cuda_attn_mma (rt_cuda_attn_tc.cu): whether
+ * rt_cuda_sdpa and rt_cuda_sdpa_grad take them for this shape. */
+int rt_cuda_sdpa_mma(RtCuda *c, float *out, float *lse, const float *q, const float *k,
+                     const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
+                     float scale, int causal, unsigned io);
+int rt_cuda_sdpa_grad_mma(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
+                          const float *dy, const float *lse, const float *d, int64_t B,
+                          int64_t H, int64_t KV, int64_t T, int64_t hd, float scale, int causal,
+                          unsigned io);
+int rt_cuda_attn_mma(RtCuda *c, int64_t T, int64_t hd);
+
 /* The device-local collectives (rt_cuda_local.cu; PARC_CUDA_LOCAL=device):
  * open makes the per-group events (RT_OK, or RT_ERR with the error recorded),
  * close frees them; a collective is op RT_CUDA_OP_* (rt_cuda_local.h) over
