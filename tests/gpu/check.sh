@@ -55,13 +55,14 @@
 #   4g. the same with PARC_CUDA_GRAPH=1: tokens/s next to 4's, losses bit for
 #               bit equal to 4's;
 #   4a. the same with PARC_CUDA_GEMM_OPERANDS=fp32 (what bf16 GEMM operands buy);
-#   4w. the same with PARC_CUDA_ATTN=wmma (the WMMA attention kernels of
-#               rt_cuda_attn_tc.cu instead of rt_cuda_attn_mma.cu's: what the
-#               register-resident mma.sync kernels buy);
 #   4s. the same trainer generated with --no-bf16-store (every value in fp32,
 #               the GEMMs copying their operands to bf16: what the bf16
 #               activations of codegen/cuda_store.h buy), 15 steps; step 4's
 #               losses within 1e-2 relative of its over those steps;
+#   4w. 4s's trainer with PARC_CUDA_ATTN=wmma (the WMMA attention kernels of
+#               rt_cuda_attn_tc.cu instead of rt_cuda_attn_mma.cu's: what the
+#               register-resident mma.sync kernels buy; they read no bf16
+#               tensor, so not step 4's trainer, whose attention does);
 #   4b. profile the same, 6 steps, PARC_CUDA_PROFILE: per kernel and op the
 #               time, share of the step and achieved GB/s or TFLOP/s against
 #               the chip's ceilings (compare.py profile);
@@ -431,9 +432,6 @@ variant() {
 say "4a. bf16 GPT-2 small with fp32 GEMM operands (cuBLASLt rounding them), 15 steps"
 variant bf16_fp32ops "bf16 gpt2, fp32 GEMM operands" PARC_CUDA_GEMM_OPERANDS=fp32
 
-say "4w. bf16 GPT-2 small with the WMMA attention kernels (PARC_CUDA_ATTN=wmma), 15 steps"
-variant bf16_wmma "bf16 gpt2, WMMA attention" PARC_CUDA_ATTN=wmma
-
 say "4s. bf16 GPT-2 small generated with --no-bf16-store, 15 steps"
 if project gpt2_nostore gpt2.dsl "train_cuda" --no-bf16-store && running; then
   timeout $((2 * LIMIT)) "$WORK/gpt2_nostore/build/train_cuda" --steps 15 \
@@ -446,6 +444,14 @@ if project gpt2_nostore gpt2.dsl "train_cuda" --no-bf16-store && running; then
     1e-2 --common > "$WORK/gpt2.nostore.cmp.log" 2>&1 || true
   cat "$WORK/gpt2.nostore.cmp.log"
   result "bf16 gpt2 stores ~ fp32 buffers" "$WORK/gpt2.nostore.cmp.log"
+fi
+
+say "4w. 4s's trainer with the WMMA attention kernels (PARC_CUDA_ATTN=wmma), 15 steps"
+if [ -f "$WORK/gpt2_nostore.built" ] && running; then
+  PARC_CUDA_ATTN=wmma timeout $((2 * LIMIT)) "$WORK/gpt2_nostore/build/train_cuda" --steps 15 \
+    --log "$WORK/gpt2.nostore_wmma.jsonl" --quiet > "$WORK/gpt2.nostore_wmma.log" 2>&1 ||
+    cat "$WORK/gpt2.nostore_wmma.log"
+  bench gpt2.nostore_wmma "bf16 gpt2, no stores, WMMA attention"
 fi
 
 say "4b. per-kernel profile: GPT-2 small bf16, 6 steps (PARC_CUDA_PROFILE)"
