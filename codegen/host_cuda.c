@@ -129,9 +129,9 @@ int cg_cuda_stored_flags(const IrNode *n, const unsigned char *bf16, const unsig
 }
 
 int cg_cuda_attn_stored_ok(const IrNode *n) {
+  if (n->op != IR_OP_ATTENTION && (n->op != IR_OP_ATTENTION_GRAD || n->ninputs != 6)) return 0;
   const IrNode *q = n->inputs[0]; /* [B, H, T, hd] */
-  return (n->op == IR_OP_ATTENTION || (n->op == IR_OP_ATTENTION_GRAD && n->ninputs == 6)) &&
-         q->rank == 4 && rt_cuda_attn_stored_ok(dim(q, 3), dim(q, 2));
+  return q->rank == 4 && rt_cuda_attn_stored_ok(dim(q, 3), dim(q, 2));
 }
 
 unsigned cg_cuda_attn_flags(const IrNode *n, const unsigned char *bf16,
