@@ -29,7 +29,9 @@
  * worst shown (with lse's max absolute error in the forward's), against 2e-2:
  * q, k, v, dy and the probabilities and score gradients are rounded to bf16
  * (2^-9 relative each), which on these inputs costs ~5e-3; a wrong row or
- * tile (mask, tail, head) costs O(1). */
+ * tile (mask, tail, head) costs O(1).  The "bf16 io" rows (check_attn_io) call
+ * the same kernels with tensors stored as bf16, as a bf16 trainer does, and
+ * compare bits with the plain calls (tolerance 0). */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <cuda_runtime.h>
 #include <math.h>
