@@ -14,6 +14,28 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+/* Element groups of row r0 + r, columns [c, c + 4) of an fp32 (c + 8 of a
+ * bf16) [T, HD] matrix, zeros past row T; vec: src 16-byte aligned (then every
+ * group is, HD % 8 == 0). */
+template <int HD>
+static __device__ __forceinline__ float4 rt_attn_ld4(const float *src, bool vec, int r0, int r,
+                                                     int c, int T) {
+  if (r0 + r >= T) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const float *p = src + (int64_t)(r0 + r) * HD + c;
+  return vec ? *(const float4 *)p : make_float4(p[0], p[1], p[2], p[3]);
+}
+template <int HD>
+static __device__ __forceinline__ int4 rt_attn_ld8(const __nv_bfloat16 *src, bool vec, int r0,
+                                                   int r, int c, int T) {
+  int4 x = make_int4(0, 0, 0, 0);
+  if (r0 + r < T) {
+    const __nv_bfloat16 *p = src + (int64_t)(r0 + r) * HD + c;
+    if (vec) x = *(const int4 *)p;
+    else memcpy(&x, p, sizeof x);
+  }
+  return x;
+}
+
 /* Rows [r0, r0 + ROWS) of a [T, HD] fp32 matrix into a bf16 tile of row
  * stride HD + 8 (rows >= T are zeros; the 8 pad columns are not written).
  * All THREADS threads of the block take part; the caller synchronises.
@@ -27,8 +49,7 @@ static __device__ __forceinline__ void rt_attn_tile_load(__nv_bfloat16 *dst, con
   if (((uintptr_t)src & 15) == 0) { /* every row is 16-byte aligned (HD % 4 == 0) */
     auto one = [&](int e) {
       const int r = e / V, c = (e % V) * 4;
-      float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (r0 + r < T) x = *(const float4 *)(src + (int64_t)(r0 + r) * HD + c);
+      const float4 x = rt_attn_ld4<HD>(src, true, r0, r, c, T);
       __nv_bfloat162 *d = (__nv_bfloat162 *)(dst + r * LDH + c);
       d[0] = __floats2bfloat162_rn(x.x, x.y);
       d[1] = __floats2bfloat162_rn(x.z, x.w);
@@ -56,13 +77,7 @@ static __device__ __forceinline__ void rt_attn_tile_load_bf16(__nv_bfloat16 *dst
   const bool vec = ((uintptr_t)src & 15) == 0; /* block-uniform */
   auto one = [&](int e) {
     const int r = e / G, c = (e % G) * 8;
-    int4 x = make_int4(0, 0, 0, 0);
-    if (r0 + r < T) {
-      const __nv_bfloat16 *p = src + (int64_t)(r0 + r) * HD + c;
-      if (vec) x = *(const int4 *)p;
-      else memcpy(&x, p, sizeof x);
-    }
-    *(int4 *)(dst + r * LDH + c) = x;
+    *(int4 *)(dst + r * LDH + c) = rt_attn_ld8<HD>(src, vec, r0, r, c, T);
   };
   if constexpr (UNROLL > 0) {
 #pragma unroll(UNROLL)
@@ -90,8 +105,8 @@ static __device__ __forceinline__ void rt_attn_tile_load(__nv_bfloat16 *dst, con
  * rounding, so a kernel's results do not depend on HOLD.  HOLD costs 4 N
  * registers a thread; where a kernel has none to spare (ptxas would spill),
  * HOLD = false makes load() nothing and put() the whole copy, of the tile it
- * names, UNROLL loads at once.  Every thread of the block calls both, put() with the arguments of
- * the tile's load(). */
+ * names, UNROLL loads at once.  Every thread of the block calls both, put()
+ * with the arguments of the tile's load(). */
 template <int HD, int ROWS, int THREADS, bool HOLD, int UNROLL = 0> struct RtAttnTileRegs {
   static constexpr int V = HD / 4, G = HD / 8;                 /* float4, 8 bf16 a row */
   static constexpr int N = (ROWS * V + THREADS - 1) / THREADS; /* float4 a thread */
@@ -107,11 +122,7 @@ template <int HD, int ROWS, int THREADS, bool HOLD, int UNROLL = 0> struct RtAtt
         for (int i = 0; i < NB; i++) {
           const int e = (int)threadIdx.x + i * THREADS, r = e / G, c = (e % G) * 8;
           int4 v = make_int4(0, 0, 0, 0);
-          if (e < ROWS * G && r0 + r < T) {
-            const __nv_bfloat16 *p = (const __nv_bfloat16 *)src + (int64_t)(r0 + r) * HD + c;
-            if (vec) v = *(const int4 *)p;
-            else memcpy(&v, p, sizeof v);
-          }
+          if (e < ROWS * G) v = rt_attn_ld8<HD>((const __nv_bfloat16 *)src, vec, r0, r, c, T);
           x[i] = make_float4(__int_as_float(v.x), __int_as_float(v.y), __int_as_float(v.z),
                              __int_as_float(v.w));
         }
@@ -121,10 +132,7 @@ template <int HD, int ROWS, int THREADS, bool HOLD, int UNROLL = 0> struct RtAtt
       for (int i = 0; i < N; i++) {
         const int e = (int)threadIdx.x + i * THREADS, r = e / V, c = (e % V) * 4;
         x[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (e < ROWS * V && r0 + r < T) {
-          const float *p = (const float *)src + (int64_t)(r0 + r) * HD + c;
-          x[i] = vec ? *(const float4 *)p : make_float4(p[0], p[1], p[2], p[3]);
-        }
+        if (e < ROWS * V) x[i] = rt_attn_ld4<HD>((const float *)src, vec, r0, r, c, T);
       }
     }
   }
