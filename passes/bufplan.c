@@ -5,7 +5,9 @@
  * its end); buffers whose last reader has run are returned to the free
  * list and coalesced with their neighbours.  A node written in place
  * (bufplan.h) takes its input's bytes instead, and they return to the free
- * list when the node dies, not when the input does. */
+ * list when the node dies, not when the input does.  A shared view joins
+ * its input's byte group: the group's root returns the bytes once every
+ * member has died. */
 #include "passes/bufplan.h"
 
 #include <string.h>
@@ -110,6 +112,26 @@ static int in_place_input(const IrModule *m, const BufPlan *p, const int *pos, c
   return x->id;
 }
 
+/* Shared view (bufplan.h): the input whose bytes view i shares, or -1: i is
+ * a view of x (a reshape, view_of[i] == x, no kernel) that is not x's last
+ * reader, and x has a buffer of i's size, element count and dtype written at
+ * an earlier position (x may itself be in place, or a shared view).  Nothing
+ * writes a view, so x's other readers still see x; the bytes stay taken
+ * until the group's last member dies. */
+static int shared_view_input(const IrModule *m, const BufPlan *p, const int *pos,
+                             const int *view_of, int i) {
+  const IrNode *n = m->nodes[i];
+  if (!view_of || n->op != IR_OP_RESHAPE || n->ninputs != 1 || view_of[i] != n->inputs[0]->id)
+    return -1;
+  const IrNode *x = n->inputs[0];
+  if (p->offset[x->id] < 0 || at(pos, x->id) >= at(pos, i) || x->dtype != n->dtype ||
+      ir_numel(x) != ir_numel(n) || p->size[x->id] != p->size[i])
+    return -1;
+  return x->id;
+}
+
+/* in_place: 0 nothing written over anything (apart), 1 In place, 2 In place
+ * and shared views (bufplan.h) */
 static int plan(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                 const int *pos, const int *held, int in_place, const int *view_of, BufPlan *p);
 
@@ -120,7 +142,7 @@ int bufplan_build(IrModule *m, const unsigned char *materialize, const unsigned 
 
 int bufplan_build_views(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                         const int *pos, const int *held, const int *view_of, BufPlan *p) {
-  return plan(m, materialize, keep, pos, held, 1, view_of, p);
+  return plan(m, materialize, keep, pos, held, 2, view_of, p);
 }
 
 int bufplan_build_apart(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
@@ -139,11 +161,18 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
   p->alias = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
   /* handed[x]: x's bytes went to its in-place result, which frees them */
   unsigned char *handed = arena_alloc(a, (size_t)n + 1);
+  /* byte groups of shared views: root[i], the node that took the bytes
+   * (itself when none is shared); gdie[r], the last death in r's group;
+   * grouped[r], r's bytes are shared (no node is written over them) */
+  int *root = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  int *gdie = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  unsigned char *grouped = arena_alloc(a, (size_t)n + 1);
   int end = 0; /* one past the last position */
   for (int i = 0; i < n; i++) {
     p->offset[i] = -1;
     p->alias[i] = -1;
     p->last_use[i] = at(pos, i);
+    root[i] = i;
     if (at(pos, i) + 1 > end) end = at(pos, i) + 1;
   }
   for (int i = 0; i < n; i++)
@@ -176,31 +205,56 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
       int64_t bytes = ir_buf_numel(m->nodes[i]) * 4; /* sdpa: lse after out */
       p->size[i] = (bytes + BUFPLAN_ALIGN - 1) / BUFPLAN_ALIGN * BUFPLAN_ALIGN;
       int x = in_place ? in_place_input(m, p, pos, held, view_of, i) : -1;
+      if (x >= 0 && grouped[root[x]]) x = -1; /* a shared view may still read them */
+      int s = in_place == 2 && x < 0 ? shared_view_input(m, p, pos, view_of, i) : -1;
       if (x >= 0) {
         p->offset[i] = p->offset[x];
         p->alias[i] = x;
         handed[x] = 1;
+      } else if (s >= 0) { /* joins s's group; the root frees the bytes */
+        int r = root[s];
+        p->offset[i] = p->offset[s];
+        p->alias[i] = s;
+        root[i] = r;
+        grouped[r] = 1;
+        if (p->last_use[i] > gdie[r]) gdie[r] = p->last_use[i];
+        continue;
       } else {
         p->offset[i] = take(&f, p->size[i]);
         live += p->size[i];
         if (live > p->live_peak) p->live_peak = live;
       }
       int d = p->last_use[i];
+      gdie[i] = d;
       die_next[i] = die_head[d];
       die_head[d] = i;
     }
-    for (int j = die_head[t]; j >= 0; j = die_next[j]) {
+    for (int j = die_head[t], next; j >= 0; j = next) {
+      next = die_next[j];
       if (handed[j]) continue;
+      if (gdie[j] > t) { /* a view sharing j's bytes reads on */
+        die_next[j] = die_head[gdie[j]];
+        die_head[gdie[j]] = j;
+        continue;
+      }
       give(a, &f, p->offset[j], p->size[j]);
       live -= p->size[j];
     }
   }
   p->peak = f.end;
   /* Best fit is a heuristic: another layout can fragment more than the bytes
-   * in place saves (tiny models, where no buffer dominates).  In place never
-   * costs arena: where the plan apart is smaller, it is the plan. */
-  int any = 0;
-  for (int i = 0; i < n && !any; i++) any = p->alias[i] >= 0;
+   * in place saves (tiny models, where no buffer dominates).  Neither shared
+   * views nor in place cost arena: where the plan without shared views is
+   * smaller, it is the plan (its reshapes copy), and so is the plan apart
+   * where that is smaller still. */
+  int any = 0, shared = 0;
+  for (int i = 0; i < n; i++) any |= p->alias[i] >= 0, shared |= grouped[i];
+  if (in_place == 2 && shared) {
+    BufPlan fewer; /* (itself no larger than apart) */
+    plan(m, materialize, keep, pos, held, 1, view_of, &fewer);
+    if (fewer.peak < p->peak) *p = fewer;
+    return 0;
+  }
   if (any) {
     BufPlan apart;
     plan(m, materialize, keep, pos, held, 0, NULL, &apart);
@@ -213,10 +267,15 @@ int bufplan_check(const IrModule *m, const BufPlan *p, const int *pos, char *why
   for (int i = 0; i < m->nnodes; i++) {
     if (p->offset[i] < 0) continue;
     int x = p->alias[i];
-    if (x >= 0) { /* In place: the conditions in_place_input checked */
-      const IrNode *n = m->nodes[i];
-      int ok = ((ir_op_info[n->op].flags & IR_F_INPLACE0) || n->op == IR_OP_RESHAPE) &&
-               n->ninputs > 0 &&
+    const IrNode *n = m->nodes[i];
+    if (x >= 0 && n->op == IR_OP_RESHAPE) { /* a view: x's bytes, written before */
+      if (!(n->ninputs == 1 && n->inputs[0]->id == x && p->offset[x] == p->offset[i] &&
+            p->size[x] == p->size[i] && at(pos, x) < at(pos, i))) {
+        snprintf(why, len, "node %%%d is a view of %%%d, which it may not be", i, x);
+        return -1;
+      }
+    } else if (x >= 0) { /* In place: the conditions in_place_input checked */
+      int ok = (ir_op_info[n->op].flags & IR_F_INPLACE0) && n->ninputs > 0 &&
                n->inputs[0]->id == x && p->offset[x] == p->offset[i] &&
                p->size[x] == p->size[i] && p->last_use[x] == at(pos, i) &&
                at(pos, x) < at(pos, i);
@@ -237,9 +296,11 @@ int bufplan_check(const IrModule *m, const BufPlan *p, const int *pos, char *why
     for (int j = 0; j < m->nnodes; j++) {
       if (j == i || p->offset[j] < 0) continue;
       /* j is written while i is live: at or after i's write, up to i's last read
-       * (j written over i in place, by i's last reader, is i's successor) */
+       * (j written over i in place, by i's last reader, is i's successor; a
+       * view writes nothing: its bytes hold its input, checked as that) */
       int ti = at(pos, i), tj = at(pos, j);
       if (tj < ti || tj > p->last_use[i] || p->alias[j] == i) continue;
+      if (p->alias[j] >= 0 && m->nodes[j]->op == IR_OP_RESHAPE) continue;
       int overlap = p->offset[i] < p->offset[j] + p->size[j] &&
                     p->offset[j] < p->offset[i] + p->size[i];
       if (overlap) {

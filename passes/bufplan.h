@@ -27,7 +27,19 @@
  * GPT-2's vocabulary the step's largest buffers, three live at once
  * otherwise.  Best fit being a heuristic, the plan with aliases can come out
  * larger than the one without (fragmentation, on tiny models): then the
- * one without is the plan (no alias at all), so In place never grows peak. */
+ * one without is the plan (no alias at all), so In place never grows peak.
+ *
+ * Shared views.  A view that is not x's last reader (x read again later,
+ * by a reader at its own position, or asynchronously) still takes x's
+ * bytes, alias[id] = x, when x has a buffer of the same size, element count
+ * and dtype written at an earlier position: a view writes nothing, so x's
+ * later readers still find x there.  The bytes stay taken until every node
+ * sharing them has died, and no node is written in place over them (over x
+ * or any view of it) while shared.  So a reshape feeding a weight
+ * gradient's GEMM costs no copy even where its input, a residual gradient,
+ * is read again after it.  Like In place, shared views never grow the peak:
+ * where the plan without them (In place only) is smaller, it is the plan,
+ * and those reshapes copy. */
 #ifndef PARC_BUFPLAN_H
 #define PARC_BUFPLAN_H
 
@@ -41,7 +53,8 @@ typedef struct {
   int64_t *offset;     /* per node id; -1 when the node has no buffer */
   int64_t *size;       /* per node id, bytes rounded up to BUFPLAN_ALIGN */
   int *last_use;       /* per node id: the last position that reads it */
-  int *alias;          /* per node id: the input it is written over (In place), or -1 */
+  int *alias;          /* per node id: the input it is written over (In place) or
+                        * shares bytes with (a view), or -1 */
   int64_t peak;        /* arena bytes: the largest offset + size */
   int64_t live_peak;   /* the most bytes live at once: a lower bound on peak */
 } BufPlan;
@@ -60,9 +73,9 @@ int bufplan_build(IrModule *m, const unsigned char *materialize, const unsigned 
  * last reader, which comes at or after the wait.  view_of (NULL: none) --
  * view_of[id] == x says reshape id is a view of its input x: its kernel would
  * only copy x's bytes, unchanged.  Such a reshape is written over x under the
- * conditions of In place, as if its op had IR_F_INPLACE0, and then the host
- * runs no kernel for it (x's bytes already hold its value: codegen/host.h,
- * cg_kernel_is_view). */
+ * conditions of In place, as if its op had IR_F_INPLACE0, or shares x's
+ * bytes (Shared views), and then the host runs no kernel for it (x's bytes
+ * already hold its value: codegen/host.h, cg_kernel_is_view). */
 int bufplan_build_views(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                         const int *pos, const int *held, const int *view_of, BufPlan *out);
 
@@ -72,8 +85,9 @@ int bufplan_build_apart(IrModule *m, const unsigned char *materialize, const uns
                         const int *pos, const int *held, BufPlan *out);
 
 /* Checks the invariant above (with the same pos), In place included: an
- * alias is to input 0 of an IR_F_INPLACE0 node or a reshape, the input's
- * last reader;
+ * alias is to input 0 of an IR_F_INPLACE0 node, the input's last reader, or
+ * of a reshape (a view: same offset and size, written after its input;
+ * nothing else may write those bytes while the view is live);
  * 0 or -1 with a reason. */
 int bufplan_check(const IrModule *m, const BufPlan *p, const int *pos, char *why, size_t len);
 

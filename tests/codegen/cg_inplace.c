@@ -14,6 +14,9 @@
  *   - every cross_entropy_grad (or its vocabulary-parallel form) is written
  *     over its logits, and every reshape of its result that codegen marks as
  *     a view is written over it and runs no kernel;
+ *   - every other reshape marked as a view of a value with a buffer of its
+ *     size shares that buffer and runs no kernel, some of them while the
+ *     value is read after them (Shared views);
  *   - the arena, and the most bytes live at once, are smaller than apart
  *     (both computed here; with no alias the two plans are one), and
  *     cg_plan_arena (the report's figure) is the in-place one.
@@ -80,6 +83,26 @@ int main(int argc, char **argv) {
       }
     }
   }
+  /* Shared views: every reshape codegen marks as a view of a value with a
+   * buffer of its size, written earlier, runs no kernel, even where that
+   * value is read after it (a residual gradient reshaped for a weight
+   * gradient's GEMM) */
+  int shared = 0;
+  for (int r = 0; r < m->nnodes; r++) {
+    int x = kp.view_of[r];
+    if (x < 0 || bp.offset[r] < 0 || bp.offset[x] < 0 || bp.size[x] != bp.size[r] ||
+        pos[x] >= pos[r])
+      continue;
+    if (bp.alias[r] != x || !cg_kernel_is_view(&kp, &bp, kp.kernel_of[r])) {
+      printf("FAIL: reshape %%%d of %%%d copies it\n", r, x);
+      fails++;
+    }
+    shared += bp.last_use[x] > pos[r];
+  }
+  if (!shared) {
+    printf("FAIL: no view shares bytes with a value read after it: nothing to test\n");
+    fails++;
+  }
   if (!grads || !views) {
     printf("FAIL: %d cross-entropy gradients, %d views of them: nothing to test\n", grads, views);
     fails++;
@@ -98,9 +121,9 @@ int main(int argc, char **argv) {
     fails++;
   }
   printf("%s %s: arena %lld bytes in place, %lld apart (logits %lld bytes; %d gradient%s, %d "
-         "view%s written over)\n", fails ? "FAIL" : "ok  ", m->name, (long long)now,
-         (long long)apart, (long long)logits, grads, grads == 1 ? "" : "s", views,
-         views == 1 ? "" : "s");
+         "view%s written over; %d shared view%s)\n", fails ? "FAIL" : "ok  ", m->name,
+         (long long)now, (long long)apart, (long long)logits, grads, grads == 1 ? "" : "s", views,
+         views == 1 ? "" : "s", shared, shared == 1 ? "" : "s");
   ir_module_free(m);
   return fails != 0;
 }

@@ -17,17 +17,25 @@ static void fail(const char *what, const char *why) {
   failures++;
 }
 
+/* A view (a reshape with an alias) writes nothing: its bytes hold the
+ * stamp of the first node up its chain of views that wrote them. */
+static int writer(const IrModule *m, const BufPlan *p, int j) {
+  while (p->alias[j] >= 0 && m->nodes[j]->op == IR_OP_RESHAPE) j = p->alias[j];
+  return j;
+}
+
 /* 1 if operand j's stamp is intact (or it has no buffer). */
-static int intact(const BufPlan *p, const uint32_t *mem, int j) {
+static int intact(const IrModule *m, const BufPlan *p, const uint32_t *mem, int j) {
   if (p->offset[j] < 0) return 1;
+  uint32_t stamp = (uint32_t)writer(m, p, j) + 1;
   for (int64_t w = p->offset[j] / 4; w < (p->offset[j] + p->size[j]) / 4; w++)
-    if (mem[w] != (uint32_t)j + 1) return 0;
+    if (mem[w] != stamp) return 0;
   return 1;
 }
 
 /* Executes the plan on stamps, position by position (in id order within
  * one): each node first checks its operands' stamps, then stamps its own
- * bytes; a node with held[i] >= 0 (an asynchronous reader) also checks them
+ * bytes (a view stamps nothing); a node with held[i] >= 0 (an asynchronous reader) also checks them
  * after every position up to held[i].  Returns 0 if no value was clobbered
  * before its last read. */
 static int simulate(const IrModule *m, const BufPlan *p, const int *pos, const int *held,
@@ -43,13 +51,13 @@ static int simulate(const IrModule *m, const BufPlan *p, const int *pos, const i
       const IrNode *n = m->nodes[i];
       for (int k = 0; k < n->ninputs && !bad; k++) {
         int j = n->inputs[k]->id;
-        if (!intact(p, mem, j)) {
+        if (!intact(m, p, mem, j)) {
           snprintf(why, sizeof why, "node %%%d read %%%d after it was overwritten", i, j);
           fail(what, why);
           bad = 1;
         }
       }
-      if (p->offset[i] >= 0)
+      if (p->offset[i] >= 0 && writer(m, p, i) == i)
         for (int64_t w = p->offset[i] / 4; w < (p->offset[i] + p->size[i]) / 4; w++)
           mem[w] = (uint32_t)i + 1;
     }
@@ -57,7 +65,7 @@ static int simulate(const IrModule *m, const BufPlan *p, const int *pos, const i
     for (int i = 0; held && i < m->nnodes && !bad; i++) {
       if ((pos ? pos[i] : i) > t || held[i] < t) continue;
       for (int k = 0; k < m->nodes[i]->ninputs && !bad; k++)
-        if (!intact(p, mem, m->nodes[i]->inputs[k]->id)) {
+        if (!intact(m, p, mem, m->nodes[i]->inputs[k]->id)) {
           snprintf(why, sizeof why, "asynchronous %%%d: input %%%d overwritten at position %d",
                    i, m->nodes[i]->inputs[k]->id, t);
           fail(what, why);
@@ -70,6 +78,7 @@ static int simulate(const IrModule *m, const BufPlan *p, const int *pos, const i
 }
 
 static int aliases; /* nodes written over an input, over all the plans checked */
+static int shared;  /* of them, views whose input is read after them */
 
 static void check_plan_views(IrModule *m, const unsigned char *mat, const unsigned char *keep,
                              const int *pos, const int *held, const int *view_of,
@@ -77,7 +86,10 @@ static void check_plan_views(IrModule *m, const unsigned char *mat, const unsign
   BufPlan p;
   char why[256];
   bufplan_build_views(m, mat, keep, pos, held, view_of, &p);
-  for (int i = 0; i < m->nnodes; i++) aliases += p.alias[i] >= 0;
+  for (int i = 0; i < m->nnodes; i++) {
+    aliases += p.alias[i] >= 0;
+    shared += p.alias[i] >= 0 && p.last_use[p.alias[i]] > (pos ? pos[i] : i);
+  }
   checks++;
   if (bufplan_check(m, &p, pos, why, sizeof why)) fail(what, why);
   checks++;
@@ -217,7 +229,7 @@ int main(int argc, char **argv) {
     ir_module_free(m);
   }
   /* In place: the same checks with nodes written over their inputs */
-  int before = aliases;
+  int before = aliases, before_shared = shared;
   for (unsigned seed = 1; seed <= 200; seed++) {
     int *view_of;
     IrModule *m = random_inplace_dag(seed, 4 + (int)(seed % 40), &view_of);
@@ -239,8 +251,11 @@ int main(int argc, char **argv) {
     ir_module_free(m);
   }
   checks++;
-  printf("random in-place dags: %d nodes written over their inputs\n", aliases - before);
+  printf("random in-place dags: %d nodes written over their inputs, %d of them shared views\n",
+         aliases - before, shared - before_shared);
   if (aliases - before < 100) fail("random in-place dags", "fewer than 100 aliases: untested");
+  checks++;
+  if (shared - before_shared < 50) fail("random in-place dags", "fewer than 50 shared views");
 
   /* real models: a plan must also reuse memory, not just stack buffers */
   const char *const defs[] = {"layers=2"};
