@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "codegen/cg_kernels.h"
+#include "codegen/cuda_batch.h"
 #include "codegen/cuda_store.h"
 #include "codegen/host.h"
 #include "codegen/host_cuda.h"
@@ -23,28 +24,40 @@ int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc
   bufplan_build_views(m, kp.materialize, cg_results(m), pos, held, kp.view_of, &bp);
   free(held);
   *arena_bytes = cg_arena_bytes(&kp, &bp, NULL);
-  CgCudaStore plan;
-  cg_cuda_store_plan(m, &kp, &bp, NULL, bf16, (CgStoreMode)store, 0, &plan);
-  if (st) cg_step_model(m, &kp, mc ? mc : machine_default, bf16, plan.bf16, st);
-  if (gemm_ws) *gemm_ws = cg_gemm_ws_bytes(m, bf16, plan.bf16);
+  CgCudaStore plan; /* with the shared code, as cg_write_project plans it */
+  int *canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(kp.nkernels + 1));
+  cg_dedup_kernels(&kp, canon);
+  cg_cuda_store_plan(m, &kp, &bp, canon, bf16, (CgStoreMode)store, 0, &plan);
+  if (st) { /* the GPU trainer's batched launches too (codegen/cuda_batch.h) */
+    CgLeafPlan lp;
+    CgCudaBatches batches;
+    cg_plan_leaves(m, &lp);
+    cg_cuda_batch_plan(m, &kp, &bp, &lp, &plan, 0, &batches);
+    cg_step_model(m, &kp, mc ? mc : machine_default, bf16, &plan, &batches, st);
+  }
+  if (gemm_ws) *gemm_ws = cg_gemm_ws_bytes(m, bf16, plan.bf16, plan.weights);
   cg_plan_free(&kp);
   return 0;
 }
 
-int64_t cg_gemm_ws_bytes(const IrModule *m, int bf16, const unsigned char *stored) {
-  RtCudaGemm *g = malloc(sizeof *g * (size_t)(m->nnodes + 1));
+int64_t cg_gemm_ws_bytes(const IrModule *m, int bf16, const unsigned char *stored, int weights) {
+  RtCudaGemm *g = calloc((size_t)m->nnodes + 1, sizeof *g);
   if (!g) return 0;
-  int n = 0;
+  int n = 0, copy = 0;
+  int64_t params = 0; /* PARAMS_NUMEL: cg_plan_leaves' aligned sizes */
   for (int i = 0; i < m->nnodes; i++) {
     const IrNode *x = m->nodes[i];
+    if (x->op == IR_OP_PARAM) params += (ir_numel(x) + 15) / 16 * 16;
     if (x->op != IR_OP_MATMUL && x->op != IR_OP_MATMUL_TA) continue;
     g[n] = cg_cuda_gemm(x);
     /* (C_ROUND, round mode's, takes what bf16 operands take: no rounded[] here) */
-    g[n++].flags |= cg_cuda_stored_flags(x, stored, NULL);
+    g[n++].flags |= cg_cuda_stored_flags(x, stored, NULL, weights);
+    copy |= cg_cuda_gemm_weight(x, 0, weights) || cg_cuda_gemm_weight(x, 1, weights);
   }
   int64_t need[3];
   int64_t bytes = rt_cuda_gemms_ws(g, n, bf16 ? RT_CUDA_GEMM_BF16 : RT_CUDA_GEMM_FP32,
                                    RT_CUDA_OPERANDS_ALIGNED, need);
   free(g);
-  return bytes;
+  /* the params' bf16 copy, which rt_cuda_open counts with the workspaces */
+  return bytes + (bf16 && copy ? 2 * (params ? params : 8) : 0);
 }

@@ -27,7 +27,9 @@ int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc
  * m's GEMM calls, GEMM mode bf16 when bf16, the default operands), which
  * rt_cuda_open plans and allocates at start; 0 in fp32.  stored (NULL: none):
  * per node, 1 where the trainer stores the value as bf16 (codegen/cuda_store.h:
- * no copy of it). */
-int64_t cg_gemm_ws_bytes(const IrModule *m, int bf16, const unsigned char *stored);
+ * no copy of it); weights: CgCudaStore.weights (no copy of a weight read from
+ * the params' bf16 copy; the copy itself, the params in bf16, is counted,
+ * as rt_cuda_open counts it). */
+int64_t cg_gemm_ws_bytes(const IrModule *m, int bf16, const unsigned char *stored, int weights);
 
 #endif

@@ -191,4 +191,9 @@ int cg_kernel_op(IrOp op);
 
 void cg_plan_free(CgKernelPlan *p);
 
+/* canon[i] (kp->nkernels entries): the first kernel with kernel i's code
+ * (its params' kinds and accesses, rows, loops and nodes; names are labels:
+ * codegen/cg_dedup.c); returns how many codes differ. */
+int cg_dedup_kernels(const CgKernelPlan *kp, int *canon);
+
 #endif

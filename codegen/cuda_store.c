@@ -204,6 +204,9 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
     snprintf(c->name, len, "%s_%s", kp->kernels[i].k->name, round ? "bf16r" : "bf16");
     out->code[i] = c;
   }
+  /* the weights' bf16 copy: round mode's GEMMs convert the f32 params, as
+   * the copy rounds them (the store check compares the two) */
+  out->weights = bf16 && !pipelined && !round;
   /* round: the buffers hold f32 (GEMMs convert them, dlogits are written f32) */
   if (round) {
     out->rounded = arena_alloc(&m->arena, (size_t)m->nnodes + 1);

@@ -86,6 +86,9 @@ typedef struct CgCudaStore {
   unsigned char *rounded; /* round: per node id, what bf16 would have been (else NULL) */
   int count;             /* values stored as bf16, or rounded so (views not counted) */
   int64_t elements;      /* their elements, all together */
+  int weights;           /* 1: the GEMMs read their weights from a bf16 copy of the
+                            params (rt_cuda_params_bf16) where rt_cuda_gemm_stored_ok:
+                            precision bf16, stores on (not round), not pipelined */
   int *canon;            /* per kernel instance: the instance whose CUDA code it runs */
   KirKernel **code;      /* per kernel instance i with canon[i] == i: that code */
 } CgCudaStore;

@@ -31,6 +31,8 @@ typedef struct {
                                 lines) written before .step (codegen/host_cuda.c) */
   const struct CgCudaStore *store; /* train_cuda.c: the bf16 activations and the CUDA
                                 code of each kernel (codegen/cuda_store.h); else NULL */
+  const struct CgCudaBatches *batches; /* train_cuda.c: its batched launches
+                                (codegen/cuda_batch.h); NULL: none */
 } CgHostInfo;
 
 /* A colour per node of a pipelined module for cg_plan_kernels (colour[m->nnodes]):

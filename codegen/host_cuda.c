@@ -20,6 +20,7 @@
  * function, keeps the cost a branch when the profile is off.  Runtime ops
  * time themselves. */
 #include "codegen/host_cuda.h"
+#include "codegen/cuda_batch.h"
 #include "codegen/cuda_store.h"
 #include "passes/machine.h"
 #include "runtime/cuda/rt_cuda_ws_plan.h"
@@ -41,6 +42,7 @@ typedef struct {
   const IrModule *m;
   const CgKernelPlan *kp;
   const CgCudaStore *store; /* the bf16 buffers; store->code[store->canon[k]]: kernel k's code */
+  const CgCudaBatches *batches; /* the batched launches (NULL: none; pipelined) */
   const BufPlan *bp;
   const CgLeafPlan *lp;
   const int64_t *temp_off;
@@ -120,8 +122,25 @@ static void emit_dim_collective(Cu *e, const IrNode *n, const char *x, const cha
             grp(n->ia[0]), x, out, outer, len, inner);
 }
 
-int cg_cuda_stored_flags(const IrNode *n, const unsigned char *bf16, const unsigned char *rounded) {
+int cg_cuda_gemm_weight(const IrNode *n, int j, int weights) {
+  const RtCudaGemm g = cg_cuda_gemm(n);
+  return weights && n->inputs[j]->op == IR_OP_PARAM && n->inputs[j]->dtype == IR_F32 &&
+         rt_cuda_gemm_stored_ok(&g, j);
+}
+
+int cg_cuda_weights_read(const IrModule *m, const CgCudaStore *store) {
+  for (int i = 0; store->weights && i < m->nnodes; i++)
+    if ((m->nodes[i]->op == IR_OP_MATMUL || m->nodes[i]->op == IR_OP_MATMUL_TA) &&
+        (cg_cuda_gemm_weight(m->nodes[i], 0, 1) || cg_cuda_gemm_weight(m->nodes[i], 1, 1)))
+      return 1;
+  return 0;
+}
+
+int cg_cuda_stored_flags(const IrNode *n, const unsigned char *bf16, const unsigned char *rounded,
+                         int weights) {
   int a = bf16 ? bf16[n->inputs[0]->id] : 0, b = bf16 ? bf16[n->inputs[1]->id] : 0;
+  a = a ? a : cg_cuda_gemm_weight(n, 0, weights);
+  b = b ? b : cg_cuda_gemm_weight(n, 1, weights);
   return (a ? RT_CUDA_MM_A_BF16 : 0) | (a == 2 ? RT_CUDA_MM_A_WIDE : 0) |
          (b ? RT_CUDA_MM_B_BF16 : 0) | (b == 2 ? RT_CUDA_MM_B_WIDE : 0) |
          (bf16 && bf16[n->id] ? RT_CUDA_MM_C_BF16 : 0) |
@@ -234,7 +253,11 @@ static void emit_runtime(Cu *e, const IrNode *n) {
         {RT_CUDA_MM_B_BF16, "RT_CUDA_MM_B_BF16"}, {RT_CUDA_MM_B_WIDE, "RT_CUDA_MM_B_WIDE"},
         {RT_CUDA_MM_C_BF16, "RT_CUDA_MM_C_BF16"}, {RT_CUDA_MM_C_ROUND, "RT_CUDA_MM_C_ROUND"}};
     RtCudaGemm g = cg_cuda_gemm(n);
-    g.flags |= cg_cuda_stored_flags(n, e->store->bf16, e->store->rounded);
+    g.flags |= cg_cuda_stored_flags(n, e->store->bf16, e->store->rounded, e->store->weights);
+    /* a weight read from the params' bf16 copy (PB: the file's head) */
+    for (int j = 0; j < 2; j++)
+      if (cg_cuda_gemm_weight(n, j, e->store->weights))
+        snprintf(j ? a1 : a0, sizeof a0, "PB(%" PRId64 ")", e->lp->offset[in[j]->id]);
     fprintf(f, "  CHECK(%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", ",
             g.ta ? "rt_cuda_matmul_ta" : "rt_cuda_matmul", out, x, y, g.batch, g.m, g.k, g.n);
     for (size_t i = 0; i < sizeof flag / sizeof flag[0]; i++)
@@ -578,20 +601,55 @@ static int64_t kernel_bytes(Cu *e, const CgKernel *k) {
   return total;
 }
 
+/* The expression of argument i of kernel instance k, into b. */
+static const char *arg_expr(Cu *e, const CgKernel *k, int i, char *b, size_t len) {
+  int a = k->arg_node[i];
+  if (a < 0) snprintf(b, len, "F(%" PRId64 ")", e->temp_off[CG_ARG_TEMP(a)]);
+  else if (e->store->bf16[a]) snprintf(b, len, "H(%" PRId64 ")", e->bp->offset[a]);
+  return a < 0 || e->store->bf16[a] ? b : buf(e, e->m->nodes[a], b, len);
+}
+
+/* A batch of instances of one kernel's code (codegen/cuda_batch.h): one
+ * NAME_multi launch with each member's arguments at its index. */
+static void emit_batch_call(Cu *e, int lead) {
+  const CgCudaBatches *bt = e->batches;
+  const CgKernel *k = &e->kp->kernels[lead];
+  const char *name = e->store->code[e->store->canon[lead]]->name;
+  char b[96];
+  int64_t bytes = 0;
+  fprintf(e->out, "  { /* %d launches of %s at once (codegen/cuda_batch.h) */\n"
+                  "    const %s_multi_t b_ = {", bt->count[lead], name, name);
+  for (int i = 0; i < k->nargs; i++) {
+    fputs(i ? ",\n        {" : "{", e->out);
+    for (int j = lead; j >= 0; j = bt->next[j])
+      fprintf(e->out, "%s%s", j == lead ? "" : ", ",
+              arg_expr(e, &e->kp->kernels[j], i, b, sizeof b));
+    fputc('}', e->out);
+  }
+  for (int j = lead; j >= 0; j = bt->next[j]) bytes += kernel_bytes(e, &e->kp->kernels[j]);
+  fprintf(e->out, "};\n    PROF_BEGIN();\n    %s_multi_launch(&b_, %d, 0, %" PRId64 ", st);\n"
+                  "    LAUNCHED(\"%s_multi\", %" PRId64 ");\n  }\n",
+          name, bt->count[lead], kir_kernel_rows(k->k), name, bytes);
+}
+
 /* A fused kernel: its launcher over all its rows on the compute stream,
- * between the profile's events when the step records (prof_). */
+ * between the profile's events when the step records (prof_); or its batch,
+ * when it leads one; or a note, when it runs in an earlier one. */
 static void emit_kernel_call(Cu *e, int index) {
   const CgKernel *k = &e->kp->kernels[index];
   const char *name = e->store->code[e->store->canon[index]]->name;
   char b[96];
   if (cg_view_note(e->out, e->kp, e->bp, index)) return;
-  fprintf(e->out, "  PROF_BEGIN();\n  %s_launch(", name);
-  for (int i = 0; i < k->nargs; i++) {
-    int a = k->arg_node[i];
-    if (a < 0) snprintf(b, sizeof b, "F(%" PRId64 ")", e->temp_off[CG_ARG_TEMP(a)]);
-    else if (e->store->bf16[a]) snprintf(b, sizeof b, "H(%" PRId64 ")", e->bp->offset[a]);
-    fprintf(e->out, "%s, ", a < 0 || e->store->bf16[a] ? b : buf(e, e->m->nodes[a], b, sizeof b));
+  if (e->batches && e->batches->lead[index] != index) {
+    fprintf(e->out, "  /* runs in the batch of %s_multi above */\n", name);
+    return;
   }
+  if (e->batches && e->batches->count[index] > 1) {
+    emit_batch_call(e, index);
+    return;
+  }
+  fprintf(e->out, "  PROF_BEGIN();\n  %s_launch(", name);
+  for (int i = 0; i < k->nargs; i++) fprintf(e->out, "%s, ", arg_expr(e, k, i, b, sizeof b));
   fprintf(e->out, "0, %" PRId64 ", st);\n  LAUNCHED(\"%s\", %" PRId64 ");\n",
           kir_kernel_rows(k->k), name, kernel_bytes(e, k));
 }
@@ -649,6 +707,11 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
           "  struct CUstream_st *st = rt_cuda_stream(dev);\n"
           "  (void)io, (void)A, (void)P, (void)S, (void)tokens, (void)targets, (void)lr, (void)t,\n"
           "      (void)st, (void)prof_;\n");
+  int weights = cg_cuda_weights_read(m, e->store);
+  if (weights)
+    fprintf(out, "  /* the bf16 weights of the GEMMs marked PB(offset): this step's params\n"
+                 "   * rounded to bf16 (rt_cuda_params_to_bf16) */\n"
+                 "  CHECK(rt_cuda_params_to_bf16(dev));\n");
   IrPhase phase = IR_PHASE_COUNT;
   static const char *const phase_title[] = {"forward", "backward: input gradients",
                                             "backward: weight gradients", "optimizer"};
@@ -706,7 +769,8 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
                "                   .dp_group = io->dp_group, .tp_rank = io->tp_rank,\n"
                "                   .dp_rank = io->dp_rank, .ep = MESH_EP, .ep_group = io->ep_group,\n"
                "                   .ep_dp_group = io->ep_dp_group, .gemm = GEMM_MODE,\n"
-               "                   .model = \"%s\", .gemms = gl, .ngemms = ng};\n"
+               "                   .model = \"%s\", .gemms = gl, .ngemms = ng,\n"
+               "                   .params_bf16 = %d};\n"
                "  return rt_cuda_open(&dev, &s, io->params, io->state);\n"
                "}\n\n"
                "static int step(RtStepIO *io) {\n"
@@ -716,7 +780,7 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
                "  CHECK(rt_cuda_graph_step(dev, step_body_, io, %d, io->grads != NULL));\n"
                "  char *A = rt_cuda_arena(dev);\n"
                "  (void)A;\n",
-          rows, seq, m->name, host_ops, host_ops == 1 ? "" : "s",
+          rows, seq, m->name, weights, host_ops, host_ops == 1 ? "" : "s",
           host_ops ? ": no graph" : "", host_ops);
   if (!m->loss) fail(e, "the module has no loss");
   else
@@ -853,7 +917,8 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
     snprintf(err, errlen, "no bf16 storage plan (codegen/cuda_store.h)");
     return -1;
   }
-  Cu e = {out, m, kp, info->store, bp, lp, temp_off, grad_of, err, errlen, 0, 0, NULL, 0, 0};
+  Cu e = {out,     m,   kp,     info->store, info->pipe ? NULL : info->batches, bp, lp, temp_off,
+          grad_of, err, errlen, 0,           0,    NULL, 0, 0};
   int64_t nparams = 0, batch = 0, seq = 0;
   for (int i = 0; i < m->nnodes; i++) {
     const IrNode *n = m->nodes[i];
@@ -907,6 +972,9 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
           "#define I(offset) ((int32_t *)(A + (offset)))\n"
           "/* a value stored as bf16, in the first half of its buffer (codegen/cuda_store.h) */\n"
           "#define H(offset) ((uint16_t *)(A + (offset)))\n"
+          "/* the bf16 copy of the parameter at P + offset, which a GEMM reads\n"
+          " * (RtCudaSetup.params_bf16, rt_cuda_params_to_bf16) */\n"
+          "#define PB(offset) rt_cuda_params_bf16(dev, (offset))\n"
           "/* --save-grads: parameter gradient g (n floats, device) to offset off of io->grads */\n"
           "#define SAVE_GRAD(off, g, n) \\\n"
           "  do { if (io->grads) CHECK(rt_cuda_to_host(dev, io->grads + (off), (g), (n))); } "

@@ -29,9 +29,22 @@
 RtCudaGemm cg_cuda_gemm(const IrNode *n);
 
 /* The RT_CUDA_MM_*_BF16 / _WIDE flags of that call where its operands or its
- * result are stored as bf16 (bf16: CgCudaStore.bf16; NULL: none), and
+ * result are stored as bf16 (bf16: CgCudaStore.bf16; NULL: none), or an
+ * operand is a parameter the GEMM reads from the trainer's bf16 copy of the
+ * params (weights: CgCudaStore.weights; where rt_cuda_gemm_stored_ok), and
  * RT_CUDA_MM_C_ROUND where its result is rounded (rounded: CgCudaStore.rounded). */
-int cg_cuda_stored_flags(const IrNode *n, const unsigned char *bf16, const unsigned char *rounded);
+int cg_cuda_stored_flags(const IrNode *n, const unsigned char *bf16, const unsigned char *rounded,
+                         int weights);
+
+/* 1 if store keeps the params' bf16 copy (CgCudaStore.weights) and a GEMM
+ * of m reads a weight from it: the trainer allocates it and refreshes it
+ * first thing in each step. */
+struct CgCudaStore;
+int cg_cuda_weights_read(const IrModule *m, const struct CgCudaStore *store);
+
+/* 1 if operand j of GEMM n is read from the params' bf16 copy
+ * (rt_cuda_params_bf16): a parameter, weights on and rt_cuda_gemm_stored_ok. */
+int cg_cuda_gemm_weight(const IrNode *n, int j, int weights);
 
 /* 1 if attention node n (IR_OP_ATTENTION, or IR_OP_ATTENTION_GRAD from the
  * row statistics: rt_cuda_sdpa_grad_stats) may read or write tensors stored

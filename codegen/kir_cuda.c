@@ -77,6 +77,7 @@ typedef struct {
   /* emission state (ROW_GROUP barriers; see the invariant above) */
   unsigned char *loaded, *stored_all, *stored_lead;
   int nsync;
+  int multi;                /* also NAME_multi (kir_cuda_write_multi) */
 } Kc;
 
 static void *xcalloc(size_t n, size_t size) {
@@ -1144,6 +1145,93 @@ static void comment(const Kc *c, FILE *f) {
   fputs(" */\n", f);
 }
 
+/* grid_ of a launcher without a split scratch (vec_ decided before, where the
+ * kernel has a float4 instantiation) */
+static void emit_grid(const Kc *c, FILE *f) {
+  const KirKernel *k = c->k;
+  const KirCudaLaunch *L = &c->L;
+  int T = L->row_threads, B = L->block_threads;
+  if (L->mapping == KIR_CUDA_FLAT) {
+    int64_t e = k->nodes[k->loops[0].extent].imm;
+    if (L->vector)
+      fprintf(f, "  const unsigned grid_ = kcu_grid((row_end - row_begin) * (vec_ ? %" PRId64
+                 " : %" PRId64 "), %d);\n", e / 4, e, B);
+    else
+      fprintf(f, "  const unsigned grid_ = kcu_grid((row_end - row_begin) * %" PRId64 ", %d);\n", e, B);
+  } else if (L->mapping == KIR_CUDA_COL_TILE) {
+    fputs("  const unsigned grid_ = kcu_grid((row_end - row_begin + 31) / 32, 1);\n", f);
+  } else {
+    fprintf(f, "  const unsigned grid_ = kcu_grid(row_end - row_begin, %d);\n",
+            L->mapping == KIR_CUDA_ROW_GROUP ? B / T : B);
+  }
+}
+
+int kir_cuda_multi_max(const KirKernel *k) {
+  KirCudaLaunch L;
+  kir_cuda_plan(k, &L);
+  if (L.mapping == KIR_CUDA_ROW_SPLIT || (L.mapping == KIR_CUDA_COL_TILE && L.parts > 1)) return 0;
+  int n = KIR_CUDA_MULTI_BYTES / (8 * (k->nparams ? k->nparams : 1));
+  return n > KIR_CUDA_MULTI_MAX ? KIR_CUDA_MULTI_MAX : n;
+}
+
+/* NAME_multi: the kernel's body once more, its params now locals read from
+ * instance blockIdx.y's entries of NAME_multi_t (kernels_cuda.h), passed by
+ * value (kernel parameter space: KIR_CUDA_MULTI_BYTES at most). */
+static void emit_multi_kernel(const Kc *c, FILE *f, const char *body) {
+  const KirKernel *k = c->k;
+  fprintf(f, "\n/* %s_multi: up to %d instances of %s in one launch, instance blockIdx.y\n"
+             " * with the arguments at that index of each array of %s_multi_t */\n",
+          k->name, kir_cuda_multi_max(k), k->name, k->name);
+  if (c->L.vector) fputs("template <bool VEC>\n", f);
+  fprintf(f, "__global__ void __launch_bounds__(%d) %s_multi(const %s_multi_t a_, int64_t row_begin, "
+             "int64_t row_end) {\n", c->L.block_threads, k->name, k->name);
+  for (int i = 0; i < k->nparams; i++) {
+    const KirParam *p = &k->params[i];
+    const char *cst = p->access == KIR_IN ? "const " : "";
+    if (p->kind == KIR_PARAM_BUF && p->elem == KIR_BF16) /* uint16_t in the struct */
+      fprintf(f, "  %s__nv_bfloat16 *__restrict__ const %s = (%s__nv_bfloat16 *)a_.%s[blockIdx.y];\n",
+              cst, c->pname[i], cst, c->pname[i]);
+    else if (p->kind == KIR_PARAM_BUF)
+      fprintf(f, "  %s%s *__restrict__ const %s = a_.%s[blockIdx.y];\n", cst,
+              elem_type(p->elem, 1), c->pname[i], c->pname[i]);
+    else
+      fprintf(f, "  const %s %s = a_.%s[blockIdx.y];\n",
+              p->kind == KIR_PARAM_I64 ? "int64_t" : "float", c->pname[i], c->pname[i]);
+  }
+  fputs(body, f);
+  fputs("}\n", f);
+}
+
+/* NAME_multi_launch: count instances (1 .. the max) of the same rows */
+static void emit_multi_launcher(const Kc *c, FILE *f) {
+  const KirKernel *k = c->k;
+  int B = c->L.block_threads;
+  fprintf(f, "\nextern \"C\" void %s_multi_launch(const %s_multi_t *a, int count, int64_t row_begin, "
+             "int64_t row_end, cudaStream_t stream) {\n"
+             "  if (row_begin >= row_end || count < 1) return;\n", k->name, k->name);
+  if (c->L.vector) { /* float4 in all instances or in none: NAME_launch's bits */
+    fputs("  int nvec_ = 0;\n  for (int i_ = 0; i_ < count; i_++)\n    nvec_ +=", f);
+    const char *sep = " ";
+    for (int i = 0; i < k->nparams; i++)
+      if (c->vbuf[i]) fprintf(f, "%skcu_aligned16(a->%s[i_])", sep, c->pname[i]), sep = " && ";
+    fprintf(f, ";\n  if (nvec_ != 0 && nvec_ != count) { /* mixed: one launch each */\n"
+               "    for (int i_ = 0; i_ < count; i_++)\n      %s_launch(", k->name);
+    for (int i = 0; i < k->nparams; i++) fprintf(f, "a->%s[i_], ", c->pname[i]);
+    fputs("row_begin, row_end, stream);\n    return;\n  }\n  const bool vec_ = nvec_ == count;\n", f);
+  }
+  emit_grid(c, f);
+  fputs("  const dim3 grid2_(grid_, (unsigned)count);\n", f);
+  if (c->L.vector) {
+    fprintf(f, "  if (vec_)\n    %s_multi<true><<<grid2_, %d, 0, stream>>>(*a, row_begin, row_end);\n",
+            k->name, B);
+    fprintf(f, "  else\n    %s_multi<false><<<grid2_, %d, 0, stream>>>(*a, row_begin, row_end);\n",
+            k->name, B);
+  } else {
+    fprintf(f, "  %s_multi<<<grid2_, %d, 0, stream>>>(*a, row_begin, row_end);\n", k->name, B);
+  }
+  fputs("}\n", f);
+}
+
 static void emit_kernel(Kc *c, FILE *f) {
   const KirKernel *k = c->k;
   const KirCudaLaunch *L = &c->L;
@@ -1210,6 +1298,7 @@ static void emit_kernel(Kc *c, FILE *f) {
   fputs(slot ? "int64_t row_begin, int64_t row_end, int slot_) {\n" : "int64_t row_begin, int64_t row_end) {\n", f);
   fputs(body, f);
   fputs("}\n", f);
+  if (c->multi && !slot) emit_multi_kernel(c, f, body);
   free(body);
 
   /* the launcher */
@@ -1225,29 +1314,19 @@ static void emit_kernel(Kc *c, FILE *f) {
       if (c->vbuf[i]) fprintf(f, "%skcu_aligned16(%s)", sep, c->pname[i]), sep = " && ";
     fputs(";\n", f);
   }
-  if (L->mapping == KIR_CUDA_FLAT) {
-    int64_t e = k->nodes[k->loops[0].extent].imm;
-    if (L->vector)
-      fprintf(f, "  const unsigned grid_ = kcu_grid((row_end - row_begin) * (vec_ ? %" PRId64
-                 " : %" PRId64 "), %d);\n", e / 4, e, B);
-    else
-      fprintf(f, "  const unsigned grid_ = kcu_grid((row_end - row_begin) * %" PRId64 ", %d);\n", e, B);
+  if (L->mapping == KIR_CUDA_FLAT || !slot) {
+    emit_grid(c, f);
   } else if (L->mapping == KIR_CUDA_ROW_SPLIT) {
     fprintf(f,
             "  const int slot_ = kcu_lane(stream);  /* the stream's split scratch; -1: unsplit */\n"
             "  const unsigned grid_ = (unsigned)((row_end - row_begin) * (slot_ >= 0 ? %" PRId64 " : 1));\n",
             L->parts);
-  } else if (L->mapping == KIR_CUDA_COL_TILE && slot) {
+  } else {
     fprintf(f,
             "  const int slot_ = kcu_lane(stream);  /* the stream's split scratch; -1: unsplit */\n"
             "  const int64_t tiles_ = (row_end - row_begin + 31) / 32;\n"
             "  const unsigned grid_ = slot_ >= 0 ? (unsigned)(tiles_ * %" PRId64 ") : kcu_grid(tiles_, 1);\n",
             L->parts);
-  } else if (L->mapping == KIR_CUDA_COL_TILE) {
-    fputs("  const unsigned grid_ = kcu_grid((row_end - row_begin + 31) / 32, 1);\n", f);
-  } else {
-    fprintf(f, "  const unsigned grid_ = kcu_grid(row_end - row_begin, %d);\n",
-            L->mapping == KIR_CUDA_ROW_GROUP ? B / T : B);
   }
   char args[4096];
   size_t at = 0;
@@ -1268,6 +1347,7 @@ static void emit_kernel(Kc *c, FILE *f) {
     fprintf(f, "  %s<<<grid_, %d, 0, stream>>>(%s%s);\n", k->name, B, args, tail);
   }
   fputs("}\n", f);
+  if (c->multi && !slot) emit_multi_launcher(c, f);
 }
 
 /* Device helpers: the numerics of kir_math.c and kir_llvm.c (kir_cuda.h,
@@ -1611,7 +1691,7 @@ static int check_names(const KirModule *m, char *err, size_t errlen) {
     size_t len = strlen(n);
     for (int j = 0; j < m->nkernels; j++) {
       const char *o = m->kernels[j]->name;
-      if (!strncmp(o, n, len) && !strcmp(o + len, "_launch"))
+      if (!strncmp(o, n, len) && (!strcmp(o + len, "_launch") || !strncmp(o + len, "_multi", 6)))
         return fail(err, errlen, n, "its launcher's name is another kernel's");
     }
   }
@@ -1644,6 +1724,20 @@ static int write_header(const KirModule *m, Kc *cs, const char *path, char *err,
             kir_cuda_mapping_name[cs[i].L.mapping], k->name);
     params(&cs[i], f, 0);
     fputs("int64_t row_begin, int64_t row_end, struct CUstream_st *stream);\n", f);
+    if (!cs[i].multi || !kir_cuda_multi_max(k)) continue;
+    /* the batched form: instance j's arguments at index j of each array */
+    fprintf(f, "typedef struct {\n");
+    for (int p = 0; p < k->nparams; p++) {
+      const KirParam *q = &k->params[p];
+      if (q->kind == KIR_PARAM_BUF)
+        fprintf(f, "  %s%s *%s[%d];\n", q->access == KIR_IN ? "const " : "", elem_type(q->elem, 0),
+                cs[i].pname[p], kir_cuda_multi_max(k));
+      else
+        fprintf(f, "  %s %s[%d];\n", q->kind == KIR_PARAM_I64 ? "int64_t" : "float",
+                cs[i].pname[p], kir_cuda_multi_max(k));
+    }
+    fprintf(f, "} %s_multi_t;\nvoid %s_multi_launch(const %s_multi_t *a, int count, int64_t row_begin, "
+               "int64_t row_end,\n    struct CUstream_st *stream);\n", k->name, k->name, k->name);
   }
   fputs("\n#ifdef __cplusplus\n}\n#endif\n#endif\n", f);
   if (fclose(f)) {
@@ -1655,10 +1749,20 @@ static int write_header(const KirModule *m, Kc *cs, const char *path, char *err,
 
 int kir_cuda_write(const KirModule *m, const char *cu_path, const char *h_path, char *err,
                    size_t errlen) {
+  return kir_cuda_write_multi(m, NULL, cu_path, h_path, err, errlen);
+}
+
+int kir_cuda_write_multi(const KirModule *m, const unsigned char *multi, const char *cu_path,
+                         const char *h_path, char *err, size_t errlen) {
   if (kir_verify(m, err, errlen) || check_names(m, err, errlen)) return -1;
+  if (multi && !h_path) {
+    snprintf(err, errlen, "kir_cuda_write_multi: the _multi forms need the header (their structs)");
+    return -1;
+  }
   Kc *cs = xcalloc((size_t)m->nkernels + 1, sizeof *cs);
   for (int i = 0; i < m->nkernels; i++) {
     cs[i].k = m->kernels[i];
+    cs[i].multi = multi && multi[i] && kir_cuda_multi_max(m->kernels[i]) > 0;
     plan(&cs[i]);
     name_params(&cs[i]);
   }

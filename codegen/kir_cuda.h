@@ -142,4 +142,25 @@ void kir_cuda_plan(const KirKernel *k, KirCudaLaunch *out);
 int kir_cuda_write(const KirModule *m, const char *cu_path, const char *h_path, char *err,
                    size_t errlen);
 
+/* Batched launches (horizontal fusion).  Kernel NAME with multi[i] != 0
+ * (and a mapping without a split scratch: kir_cuda_multi_max > 0) also gets
+ *   typedef struct { T param[MAX]; ... } NAME_multi_t;      (kernels_cuda.h)
+ *   void NAME_multi_launch(const NAME_multi_t *a, int count, int64_t row_begin,
+ *                          int64_t row_end, struct CUstream_st *stream);
+ * which runs count independent instances of NAME over the same rows in one
+ * launch: instance j (blockIdx.y) takes the j-th entry of every array, and
+ * computes what NAME_launch with those arguments computes, bit for bit (the
+ * same body, float4 where every instance's buffers allow it; where some do
+ * and some do not, a launch each, as NAME_launch would choose).  The
+ * struct travels by value as the kernel's parameter: MAX is the most
+ * instances whose pointers fit KIR_CUDA_MULTI_BYTES, at most
+ * KIR_CUDA_MULTI_MAX.  The caller guarantees the instances are independent
+ * (no instance writes what another reads or writes). */
+#define KIR_CUDA_MULTI_BYTES 4000 /* of the 4096 bytes of kernel parameters */
+#define KIR_CUDA_MULTI_MAX 64
+int kir_cuda_write_multi(const KirModule *m, const unsigned char *multi, const char *cu_path,
+                         const char *h_path, char *err, size_t errlen);
+/* MAX for k, or 0 when k has no batched form (a split scratch). */
+int kir_cuda_multi_max(const KirKernel *k);
+
 #endif

@@ -10,6 +10,7 @@
 
 #include "codegen/arena_plan.h"
 #include "codegen/cg_kernels.h"
+#include "codegen/cuda_batch.h"
 #include "codegen/cuda_store.h"
 #include "codegen/host.h"
 #include "codegen/host_cuda.h"
@@ -286,8 +287,8 @@ static void comm_json(cJSON *comm, const CommCost *c, int stage) {
 
 /* plan.json: what the compiler decided, for tools and for people. */
 static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes,
-                      const CgKernelPlan *kp,
-                      const int *canon, const BufPlan *bp, const CgLeafPlan *lp, char *err,
+                      const CgKernelPlan *kp, const int *canon, const BufPlan *bp,
+                      const CgLeafPlan *lp, const CgCudaBatches *batches, char *err,
                       size_t len) {
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "parc", p->version);
@@ -406,6 +407,11 @@ static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes
     cJSON_AddNumberToObject(o, "rows", (double)kir_kernel_rows(k->k));
     /* a reshape written over its input (passes/bufplan.h): no host runs it */
     if (cg_kernel_is_view(kp, bp, i)) cJSON_AddTrueToObject(o, "view");
+    /* the GPU trainer's batched launches (codegen/cuda_batch.h): a batch's
+     * size at its first member, the first member's index at the others */
+    if (batches->count[i] > 1) cJSON_AddNumberToObject(o, "gpu_batch", batches->count[i]);
+    if (batches->lead[i] >= 0 && batches->lead[i] != i)
+      cJSON_AddNumberToObject(o, "gpu_batch_of", batches->lead[i]);
     cJSON *nodes = cJSON_AddArrayToObject(o, "nodes");
     for (int j = 0; j < k->nnodes; j++) cJSON_AddItemToArray(nodes, cJSON_CreateNumber(k->nodes[j]));
     cJSON_AddItemToArray(ks, o);
@@ -418,72 +424,6 @@ static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes
   if (f) fprintf(f, "%s\n", text);
   free(text);
   return f ? finish(f, path, err, len) : -1;
-}
-
-/* ---- kernels with the same code ------------------------------------------- *
- * A kernel is its params' kinds and accesses, its rows, its loops and its
- * nodes; names (of the kernel and its params) are only labels.  Layers of a
- * model give many kernels that differ in nothing else: each distinct code
- * is compiled once and every kernel with it calls that one. */
-
-static uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 1099511628211ull; }
-
-static uint64_t code_hash(const KirKernel *k) {
-  uint64_t h = mix(1469598103934665603ull, (uint64_t)k->nparams);
-  for (int i = 0; i < k->nparams; i++)
-    h = mix(mix(mix(h, k->params[i].kind), k->params[i].elem), k->params[i].access);
-  for (int i = 0; i < k->nrows; i++) h = mix(h, (uint64_t)k->rows[i]);
-  for (int i = 0; i < k->nnodes; i++) {
-    const KirNode *n = &k->nodes[i];
-    h = mix(mix(mix(h, n->op), (uint64_t)n->imm), (uint64_t)(n->arg[0] + 7 * n->arg[1]));
-  }
-  return mix(mix(h, (uint64_t)k->nnodes), (uint64_t)k->nloops);
-}
-
-static int same_code(const KirKernel *a, const KirKernel *b) {
-  if (a->nparams != b->nparams || a->nrows != b->nrows || a->nnodes != b->nnodes ||
-      a->nloops != b->nloops)
-    return 0;
-  for (int i = 0; i < a->nparams; i++)
-    if (a->params[i].kind != b->params[i].kind || a->params[i].elem != b->params[i].elem ||
-        a->params[i].access != b->params[i].access)
-      return 0;
-  for (int i = 0; i < a->nrows; i++)
-    if (a->rows[i] != b->rows[i]) return 0;
-  for (int i = 0; i < a->nnodes; i++) {
-    const KirNode *x = &a->nodes[i], *y = &b->nodes[i];
-    if (x->op != y->op || x->type != y->type || x->imm != y->imm ||
-        memcmp(&x->fimm, &y->fimm, sizeof x->fimm) || x->scope != y->scope ||
-        x->loop != y->loop || x->avail != y->avail || memcmp(x->arg, y->arg, sizeof x->arg))
-      return 0;
-  }
-  for (int i = 0; i < a->nloops; i++)
-    if (a->loops[i].extent != b->loops[i].extent || a->loops[i].col != b->loops[i].col ||
-        a->loops[i].first != b->loops[i].first || a->loops[i].end != b->loops[i].end)
-      return 0;
-  return 1;
-}
-
-/* canon[i]: the first kernel with kernel i's code; returns how many differ. */
-static int dedup_kernels(const CgKernelPlan *kp, int *canon) {
-  uint64_t *hash = malloc(sizeof(uint64_t) * (size_t)(kp->nkernels + 1));
-  if (!hash) {
-    for (int i = 0; i < kp->nkernels; i++) canon[i] = i;
-    return kp->nkernels;
-  }
-  int distinct = 0;
-  for (int i = 0; i < kp->nkernels; i++) {
-    hash[i] = code_hash(kp->kernels[i].k);
-    canon[i] = i;
-    for (int j = 0; j < i; j++)
-      if (canon[j] == j && hash[j] == hash[i] && same_code(kp->kernels[j].k, kp->kernels[i].k)) {
-        canon[i] = j;
-        break;
-      }
-    distinct += canon[i] == i;
-  }
-  free(hash);
-  return distinct;
 }
 
 int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char *err,
@@ -520,24 +460,33 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
   KirModule code = *kp.km; /* a view: the distinct kernels only, not owned */
   code.kernels = arena_alloc(&m->arena, sizeof(KirKernel *) * (size_t)(kp.nkernels + 1));
   code.nkernels = 0;
-  dedup_kernels(&kp, canon);
+  cg_dedup_kernels(&kp, canon);
   for (int i = 0; i < kp.nkernels; i++)
     if (canon[i] == i) code.kernels[code.nkernels++] = kp.kernels[i].k;
   /* the GPU's code: the same kernels, some storing bf16 (codegen/cuda_store.h) */
   CgCudaStore *store = arena_alloc(&m->arena, sizeof *store);
   cg_cuda_store_plan(m, &kp, &bp, canon, machine_bf16(m), p->bf16_store, p->pipe != NULL, store);
-  if (p->gemm_ws_out) *p->gemm_ws_out = cg_gemm_ws_bytes(m, machine_bf16(m), store->bf16);
-  CgHostInfo info = {p->source, p->version, 3 * p->cost->flops_fwd, canon, p->pipe, NULL, store};
+  if (p->gemm_ws_out)
+    *p->gemm_ws_out = cg_gemm_ws_bytes(m, machine_bf16(m), store->bf16, store->weights);
+  /* launches of one code run together where independent (codegen/cuda_batch.h) */
+  CgCudaBatches *batches = arena_alloc(&m->arena, sizeof *batches);
+  cg_cuda_batch_plan(m, &kp, &bp, &lp, store, p->pipe != NULL, batches);
+  CgHostInfo info = {p->source, p->version, 3 * p->cost->flops_fwd, canon, p->pipe, NULL, store,
+                     batches};
   if (p->targets & CG_TARGET_CUDA) {  /* path still names train.c (finish) */
     KirModule gpu = *kp.km;
     gpu.kernels = arena_alloc(&m->arena, sizeof(KirKernel *) * (size_t)(kp.nkernels + 1));
     gpu.nkernels = 0;
+    unsigned char *multi = arena_alloc(&m->arena, (size_t)kp.nkernels + 1);
     for (int i = 0; i < kp.nkernels; i++)
-      if (store->canon[i] == i) gpu.kernels[gpu.nkernels++] = store->code[i];
+      if (store->canon[i] == i) {
+        multi[gpu.nkernels] = batches->multi[i];
+        gpu.kernels[gpu.nkernels++] = store->code[i];
+      }
     char cu[4096], cuh[4096];
     snprintf(cu, sizeof cu, "%s/kernels.cu", p->dir);
     snprintf(cuh, sizeof cuh, "%s/kernels_cuda.h", p->dir);
-    if (kir_cuda_write(&gpu, cu, cuh, err, len) || write_nvcc_report(p, err, len)) {
+    if (kir_cuda_write_multi(&gpu, multi, cu, cuh, err, len) || write_nvcc_report(p, err, len)) {
       if (f) fclose(f);
       goto out;
     }
@@ -564,8 +513,9 @@ cuda_only:
   if (write_cmake(p, m, err, len)) goto out;
   if (p->step_out && !p->pipe) /* the report's predicted step time (pp = 1) */
     cg_step_model(m, &kp, p->cost->machine ? p->cost->machine : machine_default, p->cost->bf16,
-                  store->bf16, p->step_out);
-  if (write_plan(p, m, cg_arena_bytes(&kp, &apart, NULL), &kp, canon, &bp, &lp, err, len))
+                  store, batches, p->step_out);
+  if (write_plan(p, m, cg_arena_bytes(&kp, &apart, NULL), &kp, canon, &bp, &lp, batches, err,
+                 len))
     goto out;
   rc = 0;
 out:

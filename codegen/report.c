@@ -471,8 +471,8 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
     fprintf(out, "activation arena (planned, fp32): %s (%" PRId64 " bytes), allocated exactly by "
             "the trainer\n", bytes(a, sizeof a, (double)c->arena_bytes), c->arena_bytes);
   if (c->arena_bytes && c->gemm_ws_bytes)
-    fprintf(out, "GPU trainer (bf16): + %s (%" PRId64 " bytes) of GEMM operand copies%s, "
-            "allocated at start\n", bytes(a, sizeof a, (double)c->gemm_ws_bytes),
+    fprintf(out, "GPU trainer (bf16): + %s (%" PRId64 " bytes) of bf16 GEMM operand copies "
+            "(weights included)%s, allocated at start\n", bytes(a, sizeof a, (double)c->gemm_ws_bytes),
             c->gemm_ws_bytes, c->pipe ? " (at most: each slot its largest stage's)" : "");
   if (c->pipe) {
     pipeline(out, c->pipe, lay->tp);

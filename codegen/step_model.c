@@ -3,6 +3,8 @@
 #include "codegen/step_model.h"
 
 #include "codegen/host.h"
+#include "codegen/cuda_batch.h"
+#include "codegen/cuda_store.h"
 #include "codegen/host_cuda.h"
 
 #include <stdio.h>
@@ -54,9 +56,10 @@ static double split_cost(const Machine *mc, double largest_bytes) {
              ? mc->parallel_call_s : 0;
 }
 
-/* The time of generated kernel k (0 for a reshape the host aliases). */
+/* The time of generated kernel k (0 for a reshape the host aliases); a batch
+ * member's (member: it runs in another's launch) without the call's cost. */
 static double kernel_time(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int k,
-                          const unsigned char *stored, StepTime *st) {
+                          const unsigned char *stored, int member, StepTime *st) {
   const CgKernel *kr = &kp->kernels[k];
   if (kr->nnodes == 1 && kp->view_of[kr->nodes[0]] >= 0) return 0;
   /* an argument larger than every value the kernel computes is read in
@@ -71,7 +74,8 @@ static double kernel_time(const IrModule *m, const CgKernelPlan *kp, const Machi
     bytes += cap > 0 && b > cap ? cap : b;
   }
   st->bytes += bytes;
-  return mc->kernel_s + split_cost(mc, cap) + bytes / mc->mem_bytes_per_s;
+  /* a batch member (cuda_batch.h) is part of its batch's call: its bytes only */
+  return (member ? 0 : mc->kernel_s + split_cost(mc, cap)) + bytes / mc->mem_bytes_per_s;
 }
 
 /* The time of runtime op n (0 for a leaf, a collective or a generated
@@ -99,11 +103,11 @@ static double op_time(const IrNode *n, const Machine *mc, int p, const unsigned 
  * pass each over an operand not stored as bf16, 4 bytes read and 2 written an
  * element): their time, *calls of them.  None in fp32 (p 0). */
 static double copy_time(const IrNode *n, const Machine *mc, int p, const unsigned char *stored,
-                        int *calls, StepTime *st) {
+                        int weights, int *calls, StepTime *st) {
   *calls = 0;
   if (!p || (n->op != IR_OP_MATMUL && n->op != IR_OP_MATMUL_TA)) return 0;
   RtCudaGemm g = cg_cuda_gemm(n);
-  g.flags |= cg_cuda_stored_flags(n, stored, NULL);
+  g.flags |= cg_cuda_stored_flags(n, stored, NULL, weights);
   int64_t need[3];
   rt_cuda_gemm_ws(&g, RT_CUDA_GEMM_BF16, RT_CUDA_OPERANDS_ALIGNED, need);
   double t = 0;
@@ -118,6 +122,14 @@ static double copy_time(const IrNode *n, const Machine *mc, int p, const unsigne
   return t;
 }
 
+/* Time of a memory-bound part of another call (a batch member): no call. */
+static void add_bytes_time(StepTime *st, IrPhase phase, double t) {
+  st->mem_s += t;
+  if (phase == IR_PHASE_FWD) st->fwd_s += t;
+  else if (phase == IR_PHASE_OPT) st->opt_s += t;
+  else st->bwd_s += t;
+}
+
 static void add_call(StepTime *st, IrPhase phase, double t, int kind) {
   if (t == 0) return;
   st->calls++;
@@ -129,20 +141,43 @@ static void add_call(StepTime *st, IrPhase phase, double t, int kind) {
 }
 
 void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int bf16,
-                   const unsigned char *stored, StepTime *st, double *node_s) {
+                   const CgCudaStore *store, const CgCudaBatches *batches, StepTime *st,
+                   double *node_s) {
+  const unsigned char *stored = store ? store->bf16 : NULL;
+  int weights = store ? store->weights : 0;
   *st = (StepTime){0};
   st->valid = 1;
   if (node_s)
     for (int i = 0; i < m->nnodes; i++) node_s[i] = 0;
+  /* the params' bf16 copy (rt_cuda_params_to_bf16), first in the step */
+  int copy = 0;
+  double params = 0;
+  for (int i = 0; bf16 && weights && i < m->nnodes; i++) {
+    const IrNode *n = m->nodes[i];
+    if (n->op == IR_OP_PARAM) params += (double)ir_numel(n);
+    if (n->op == IR_OP_MATMUL || n->op == IR_OP_MATMUL_TA)
+      copy |= cg_cuda_gemm_weight(n, 0, 1) || cg_cuda_gemm_weight(n, 1, 1);
+  }
+  if (copy) {
+    st->bytes += 6 * params;
+    add_call(st, IR_PHASE_FWD,
+             mc->kernel_s + split_cost(mc, 4 * params) + 6 * params / mc->mem_bytes_per_s, 0);
+  }
   for (int k = 0; k < kp->nkernels; k++) { /* generated kernels (a _stats one too), at roots */
     int r = kp->kernels[k].root;
-    double t = kernel_time(m, kp, mc, k, stored, st);
+    int member = batches && batches->lead[k] >= 0 && batches->lead[k] != k;
+    double t = kernel_time(m, kp, mc, k, stored, member, st);
+    if (member) { /* in another's launch: no call */
+      add_bytes_time(st, m->nodes[r]->phase, t);
+      if (node_s) node_s[r] += t;
+      continue;
+    }
     add_call(st, m->nodes[r]->phase, t, 0);
     if (node_s) node_s[r] += t;
   }
   for (int i = 0; i < m->nnodes; i++) { /* runtime ops (a GEMM's operand copies first) */
     int kind = 0, copies = 0;
-    double c = copy_time(m->nodes[i], mc, bf16 ? 1 : 0, stored, &copies, st);
+    double c = copy_time(m->nodes[i], mc, bf16 ? 1 : 0, stored, weights, &copies, st);
     for (int j = 0; j < copies; j++) add_call(st, m->nodes[i]->phase, c / copies, 0);
     double t =
         kp->kernel_of[i] >= 0 ? 0 : op_time(m->nodes[i], mc, bf16 ? 1 : 0, stored, &kind, st);
@@ -152,8 +187,8 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
 }
 
 void cg_step_model(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int bf16,
-                   const unsigned char *stored, StepTime *st) {
-  cg_step_times(m, kp, mc, bf16, stored, st, NULL);
+                   const CgCudaStore *store, const CgCudaBatches *batches, StepTime *st) {
+  cg_step_times(m, kp, mc, bf16, store, batches, st, NULL);
 }
 
 int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine *mc, int bf16,
@@ -176,7 +211,7 @@ int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine
     return -1;
   }
   StepTime st;
-  cg_step_times(m, &kp, mc, bf16, NULL, &st, t); /* (pipelined: nothing stored bf16) */
+  cg_step_times(m, &kp, mc, bf16, NULL, NULL, &st, t); /* (pipelined: nothing stored bf16) */
   for (int c = 0; c < plan->st.nchunks; c++)
     plan->timing[c].f = plan->timing[c].b = plan->timing[c].w = 0;
   /* the optimizer: each stage updates the parameters it holds (an owned

@@ -23,18 +23,26 @@
  * outputs, temporaries included) once, an argument larger than every value
  * it computes counted at that size (it reads a slice); a reshape the host
  * aliases (view_of) costs nothing.  Collectives are not compute: the report adds them from
- * its CommCost.  bf16 picks the machine's bf16 rates; a value is 4 bytes an
- * element, 2 where stored[id] (NULL: none; the bf16 GPU trainer's bf16
- * values, codegen/cuda_store.h).  In bf16 each GEMM operand the GPU trainer
- * converts (rt_cuda_ws_plan.h: not stored as bf16) costs a memory-bound call
- * more, 6 bytes an element (read 4, write 2).  Not counted: a padded result's
- * copy (n % 4 != 0 under PARC_CUDA_GEMM_OPERANDS=bf16 only). */
+ * its CommCost.  bf16 picks the machine's bf16 rates.  store (NULL: the
+ * CPU trainer's step) is the GPU trainer's (codegen/cuda_store.h): a value
+ * is 4 bytes an element, 2 where store->bf16[id]; in bf16 each GEMM operand
+ * the GPU trainer converts (rt_cuda_ws_plan.h: not stored as bf16, nor a
+ * weight read from the params' bf16 copy, store->weights) costs a
+ * memory-bound call more, 6 bytes an element (read 4, write 2); the copy of
+ * the params, when a GEMM reads it, one call of 6 bytes a parameter.
+ * batches (NULL: none; codegen/cuda_batch.h): a launch that runs in another's
+ * batch costs its bytes, not a call.  Not counted: a padded result's copy
+ * (n % 4 != 0 under PARC_CUDA_GEMM_OPERANDS=bf16 only). */
+struct CgCudaStore;
+struct CgCudaBatches;
 void cg_step_model(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int bf16,
-                   const unsigned char *stored, StepTime *st);
+                   const struct CgCudaStore *store, const struct CgCudaBatches *batches,
+                   StepTime *st);
 /* As cg_step_model, also each node's call time into node_s[id] (0 where no
  * call is rooted), when node_s is not NULL. */
 void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int bf16,
-                   const unsigned char *stored, StepTime *st, double *node_s);
+                   const struct CgCudaStore *store, const struct CgCudaBatches *batches,
+                   StepTime *st, double *node_s);
 
 /* A pipelined trainer's chunk durations from its kernels: m is its module
  * (one microbatch), pp its stage programs, plan the pipeline plan whose

@@ -134,6 +134,7 @@ typedef struct {
   const char *model;                 /* for messages */
   const RtCudaGemm *gemms;           /* the trainer's GEMM calls (may repeat): their */
   int ngemms;                        /* operand workspaces are planned (rt_cuda_ws_plan.h) */
+  int params_bf16;                   /* 1: keep the params' bf16 copy (rt_cuda_params_bf16) */
 } RtCudaSetup;
 
 /* Picks the rank's GPU, checks the mesh and memory, allocates, uploads params
@@ -184,6 +185,19 @@ int rt_cuda_to_host(RtCuda *c, float *dst, const float *src, int64_t n);
 int rt_cuda_copy(RtCuda *c, float *dst, const float *src, int64_t n);
 
 /* ---- GEMM (rt_gemm.h) ---- */
+/* The params' bf16 copy (RtCudaSetup.params_bf16; "bf16 weights" of mixed
+ * precision): the GEMMs of a bf16 trainer read a weight from it
+ * (RT_CUDA_MM_A_BF16 / _B_BF16) instead of converting its fp32 master copy
+ * at every call.  rt_cuda_params_to_bf16 rounds every param to nearest even
+ * into it, the rounding of the GEMMs' own operand copies, so the results
+ * keep their bits; one pass on the compute stream, which the generated step
+ * runs first (after the last step's update, whatever set the params:
+ * upload, checkpoint, all-gather).  rt_cuda_params_bf16(c, off): the copy of
+ * the param at float offset off (a multiple of 8: rows 16-byte aligned), as
+ * the GEMMs take a bf16 operand (a float pointer to bf16 elements); NULL
+ * without a copy or past the params. */
+int rt_cuda_params_to_bf16(RtCuda *c);
+const float *rt_cuda_params_bf16(RtCuda *c, int64_t off);
 int rt_cuda_matmul(RtCuda *c, float *out, const float *a, const float *b, int64_t batch,
                    int64_t m, int64_t k, int64_t n, int flags);
 int rt_cuda_matmul_ta(RtCuda *c, float *out, const float *a, const float *b, int64_t batch,

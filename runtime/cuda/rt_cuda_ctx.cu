@@ -243,6 +243,7 @@ static int check_memory(RtCuda *c, int rc) {
   int64_t io = 2 * c->ntok * 4 + 64;
   int64_t need = 4 * c->params_numel + 4 * c->state_numel + c->arena_bytes + io +
                  RT_CUDA_GEMM_WORKSPACE + c->ws_planned;
+  /* (ws_planned counts the params' bf16 copy, which only GEMMs read) */
   char host[256] = "";
   if (gethostname(host, sizeof host - 1)) host[0] = 0;
   /* a rank without a GPU shares no device with anyone (device -1, nothing needed) */
@@ -386,6 +387,9 @@ static int alloc_device(RtCuda *c) {
   DEV_MALLOC(c, &c->targets, tb, "cudaMalloc(targets)");
   DEV_MALLOC(c, &c->scalars, 16 * sizeof(float), "cudaMalloc(scalars)");
   DEV_MALLOC(c, &c->lt_ws, (size_t)RT_CUDA_GEMM_WORKSPACE, "cudaMalloc(GEMM workspace)");
+  if (c->want_params_bf16)
+    DEV_MALLOC(c, &c->params_bf16, (size_t)(c->params_numel ? c->params_numel : 8) * 2,
+               "cudaMalloc(bf16 params)");
   for (int w = 0; w < WS_COUNT; w++)
     if (c->ws_plan[w]) {
       DEV_MALLOC(c, &c->ws[w], c->ws_plan[w], "cudaMalloc(GEMM operand workspace)");
@@ -459,6 +463,8 @@ int rt_cuda_open(RtCuda **out, const RtCudaSetup *s, const float *params, const 
     c->ws_plan[WS_BF16_A] = (size_t)need[0];
     c->ws_plan[WS_BF16_B] = (size_t)need[1];
     c->ws_plan[WS_GEMM_OUT] = (size_t)need[2];
+    c->want_params_bf16 = s->params_bf16 != 0;
+    if (c->want_params_bf16) c->ws_planned += 2 * (c->params_numel ? c->params_numel : 8);
   }
   rc = check_memory(c, rc);
   RtComm *world[3] = {c->hgroup[RT_CUDA_TP], c->hgroup[RT_CUDA_DP], c->hgroup[RT_CUDA_PP]};
@@ -514,6 +520,7 @@ void rt_cuda_close(RtCuda *c) {
   for (int i = 0; i < WS_COUNT; i++) cudaFree(c->ws[i]);
   cudaFree(c->lt_ws);
   cudaFree(c->params);
+  cudaFree(c->params_bf16);
   cudaFree(c->state);
   cudaFree(c->arena);
   cudaFree(c->tokens);

@@ -96,6 +96,29 @@ static const __nv_bfloat16 *as_bf16(RtCuda *c, int slot, const float *x, int64_t
 
 static int64_t round8(int64_t x) { return (x + 7) / 8 * 8; }
 
+/* The params' bf16 copy (rt_cuda.h): to_bf16_kernel's rounding, the GEMMs'
+ * own operand copies'. */
+extern "C" int rt_cuda_params_to_bf16(RtCuda *c) {
+  if (!c->params_bf16) return rt_fail("rt_cuda_params_to_bf16: no bf16 copy of the params "
+                                      "(RtCudaSetup.params_bf16 is 0)");
+  if (!c->params_numel) return RT_OK;
+  int64_t threads = (c->params_numel + 3) / 4;
+  unsigned grid = (unsigned)(threads / 256 + 1 < 8192 ? threads / 256 + 1 : 8192);
+  RtProfScope ps(c);
+  if (ps.on())
+    ps.set(RT_PROF_OP, 6.0 * (double)c->params_numel, 0, "params_to_bf16 %lld",
+           (long long)c->params_numel);
+  to_bf16_kernel<<<grid, 256, 0, c->compute>>>((__nv_bfloat16 *)c->params_bf16, c->params, 1,
+                                               c->params_numel, c->params_numel);
+  LAUNCH_CHECK(c, "to_bf16_kernel (params)");
+  return RT_OK;
+}
+
+extern "C" const float *rt_cuda_params_bf16(RtCuda *c, int64_t off) {
+  if (!c->params_bf16 || off < 0 || off >= (c->params_numel ? c->params_numel : 1)) return NULL;
+  return (const float *)((const __nv_bfloat16 *)c->params_bf16 + off);
+}
+
 /* x[0, n) rounded to bf16 values in place (RT_CUDA_MM_C_ROUND), grid-stride. */
 __global__ void round_bf16_kernel(float *__restrict__ x, int64_t n) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;

@@ -55,6 +55,8 @@ struct RtCuda {
   char desc[256];
   const char *model;
   float *params, *state, *scalars;
+  void *params_bf16;         /* the params' bf16 copy (RtCudaSetup.params_bf16), or NULL */
+  int want_params_bf16;
   char *arena;
   int32_t *tokens, *targets;
   int64_t params_numel, state_numel, arena_bytes, ntok;

@@ -636,7 +636,7 @@ static int host_copies(IrModule *m, const CgKernelPlan *kp) {
   bufplan_build(m, kp->materialize, cg_results(m), pos, &bp);
   CgLeafPlan lp;
   cg_plan_leaves(m, &lp);
-  CgHostInfo info = {"case.dsl", "test", 0, NULL, NULL, NULL, NULL};
+  CgHostInfo info = {"case.dsl", "test", 0, NULL, NULL, NULL, NULL, NULL};
   FILE *f = tmpfile();
   char err[512], line[1024];
   if (!f) return -1;

@@ -6,9 +6,13 @@
  *   - every function that launches reads prof_ (rt_cuda_profiling) once;
  *   - runtime calls are not bracketed by the generated code (they time
  *     themselves);
+ *   - a batched launch (codegen/cuda_batch.h) `NAME_multi_launch(&b_, N, ...)`
+ *     likewise, inside its block, with LAUNCHED("NAME_multi", BYTES);
  *   - without a pipeline (plan.json's layout pp 1): the launches are
  *     plan.json's kernels in order, less those marked "view" (a reshape
- *     written over its input, which runs nowhere), and where every argument's buffer is
+ *     written over its input, which runs nowhere) and those marked
+ *     "gpu_batch_of" (run by their batch's first member, "gpu_batch": N, whose
+ *     launch is the batched one of N instances), and where every argument's buffer is
  *     known (plan.json's params, state, and the arena buffer at that offset
  *     that the kernel writes or that is live when it runs), BYTES is at least
  *     the kernel's outputs (written whole) and at most twice all its
@@ -87,6 +91,12 @@ static double arg_bytes(const char *a, const cJSON *k, int *out) {
   return -1;
 }
 
+/* 1 if plan.json's kernel k has a launch of its own (or leads a batch): not a
+ * view, not a member of another's batch. */
+static int runs(const cJSON *k) {
+  return !cJSON_IsTrue(cJSON_GetObjectItem(k, "view")) && num(k, "gpu_batch_of") < 0;
+}
+
 /* The line after the one at s (NULL at the end). */
 static char *next_line(char *s) {
   char *e = strchr(s, '\n');
@@ -111,7 +121,7 @@ int main(int argc, char **argv) {
     fail(0, "missing macro", "LAUNCHED(kernel, bytes) or PROF_BEGIN()");
 
   const cJSON *kernels = cJSON_GetObjectItem(plan, "kernels");
-  int launches = 0, checked = 0, partial = 0, funcs = 0, reads = 0, lineno = 0;
+  int launches = 0, checked = 0, partial = 0, funcs = 0, reads = 0, lineno = 0, batched = 0;
   int fn_launches = 0, fn_reads = 0, ki = 0, nk = cJSON_GetArraySize(kernels);
   char prev[4096] = "", line[4096];
   for (char *s = src; s; s = next_line(s)) {
@@ -132,20 +142,25 @@ int main(int argc, char **argv) {
     if (!strncmp(line, "  CHECK(rt_cuda_", 16) && !strcmp(prev, "  PROF_BEGIN();"))
       fail(lineno, "a runtime call bracketed by the generated code", line);
     char *l = strstr(line, "_launch(");
-    if (strncmp(line, "  ", 2) || line[2] == ' ' || !l || !strstr(line, ", st);")) {
+    /* a batched launch, inside its block: 4 spaces in */
+    int multi = !strncmp(line, "    ", 4) && line[4] != ' ' && l && l - line > 10 &&
+                !strncmp(l - 6, "_multi", 6) && !strncmp(l, "_launch(&b_, ", 13);
+    const char *in = multi ? "    " : "  ";
+    if ((!multi && (strncmp(line, "  ", 2) || line[2] == ' ')) || !l || !strstr(line, ", st);")) {
       snprintf(prev, sizeof prev, "%s", line);
       continue;
     }
     /* a launch */
     launches++;
     fn_launches++;
-    char name[256];
-    snprintf(name, sizeof name, "%.*s", (int)(l - line - 2), line + 2);
-    if (strcmp(prev, "  PROF_BEGIN();")) fail(lineno, "no PROF_BEGIN() before", line);
+    char name[256], begin[32];
+    snprintf(name, sizeof name, "%.*s", (int)(l - line - strlen(in)), line + strlen(in));
+    snprintf(begin, sizeof begin, "%sPROF_BEGIN();", in);
+    if (strcmp(prev, begin)) fail(lineno, "no PROF_BEGIN() before", line);
     char *after = next_line(s);
     char want[300], got[512];
     long long bytes = -1;
-    snprintf(want, sizeof want, "  LAUNCHED(\"%s\", ", name);
+    snprintf(want, sizeof want, "%sLAUNCHED(\"%s\", ", in, name);
     snprintf(got, sizeof got, "%.*s", after ? (int)strcspn(after, "\n") : 0, after ? after : "");
     if (strncmp(got, want, strlen(want)) || sscanf(got + strlen(want), "%lld);", &bytes) != 1 ||
         bytes <= 0) {
@@ -153,16 +168,24 @@ int main(int argc, char **argv) {
       snprintf(prev, sizeof prev, "%s", line);
       continue;
     }
-    while (ki < nk && cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(kernels, ki), "view")))
-      ki++; /* a view runs nowhere */
+    while (ki < nk && !runs(cJSON_GetArrayItem(kernels, ki)))
+      ki++; /* a view runs nowhere, a batch member in its batch */
     const cJSON *k = pipelined ? NULL : cJSON_GetArrayItem(kernels, ki++);
     if (!pipelined) {
       const cJSON *code = k ? cJSON_GetObjectItem(k, "code") : NULL;
       if (!code && k) code = cJSON_GetObjectItem(k, "name");
-      if (!cJSON_IsString(code) || strcmp(code->valuestring, name)) {
-        fail(lineno, "not plan.json's kernel of that position", name);
+      char want_name[300];
+      snprintf(want_name, sizeof want_name, "%s%s", cJSON_IsString(code) ? code->valuestring : "",
+               multi ? "_multi" : "");
+      int count = 0;
+      if (multi) sscanf(l + 13, "%d", &count);
+      if (!cJSON_IsString(code) || strcmp(want_name, name) ||
+          (k && (multi ? num(k, "gpu_batch") != count : num(k, "gpu_batch") > 1))) {
+        fail(lineno, "not plan.json's kernel (or batch) of that position", name);
         k = NULL;
       }
+      batched += multi ? count : 0;
+      if (multi) k = NULL; /* (its arguments are the struct's: not parsed) */
     }
     if (k) { /* the arguments: between "_launch(" and ", 0, ROWS, st);" */
       char args[4096];
@@ -199,15 +222,26 @@ int main(int argc, char **argv) {
   int launched = 0;
   for (const char *p = strstr(src, "\n  LAUNCHED(\""); p; p = strstr(p + 1, "\n  LAUNCHED(\""))
     launched++;
+  for (const char *p = strstr(src, "\n    LAUNCHED(\""); p; p = strstr(p + 1, "\n    LAUNCHED(\""))
+    launched++;
   if (launched != launches) {
     char what[128];
     snprintf(what, sizeof what, "%d LAUNCHED for %d launches", launched, launches);
     fail(0, "counts", what);
   }
   if (!launches) fail(0, "counts", "no kernel launch found");
-  int run = 0; /* plan.json's kernels less its views */
-  for (int i = 0; i < nk; i++)
-    run += !cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(kernels, i), "view"));
+  int run = 0, members = 0; /* plan.json's kernels less its views and batch members */
+  for (int i = 0; i < nk; i++) {
+    run += runs(cJSON_GetArrayItem(kernels, i));
+    members += num(cJSON_GetArrayItem(kernels, i), "gpu_batch") > 1 ||
+               num(cJSON_GetArrayItem(kernels, i), "gpu_batch_of") >= 0;
+  }
+  if (!pipelined && batched != members) {
+    char what[128];
+    snprintf(what, sizeof what, "batched launches run %d instances, plan.json has %d", batched,
+             members);
+    fail(0, "counts", what);
+  }
   if (!pipelined && launches != run) {
     char what[128];
     snprintf(what, sizeof what, "%d launches, %d kernels in plan.json (less views)", launches,
@@ -218,8 +252,9 @@ int main(int argc, char **argv) {
   if (!pipelined && !checked) fail(0, "bytes", "no launch had every argument's size known");
   if (argc == 3 && !pipelined && !partial)
     fail(0, "bytes", "no kernel moves less than its arguments (slices are not counted)");
-  printf("cu_profile: %d launches in %d functions, %d with known argument sizes, %d moving "
-         "less than their arguments%s: %s\n", launches, funcs, checked, partial,
+  printf("cu_profile: %d launches in %d functions (%d instances in batches), %d with known "
+         "argument sizes, %d moving less than their arguments%s: %s\n", launches, funcs, batched,
+         checked, partial,
          pipelined ? " (pipelined: sizes not checked)" : "", failures ? "FAIL" : "ok");
   cJSON_Delete(plan);
   free(src);

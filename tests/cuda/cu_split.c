@@ -126,6 +126,20 @@ static void rowsum(KirModule *m, const char *name, int64_t R, int64_t E) {
   kir_store(k, out, r, s);
 }
 
+/* acc[r, c] += 2 x[r, c] over rows [6] of 1000: elementwise (flat, float4),
+ * for the batched form (kir_cuda.h, NAME_multi) */
+static void axpy(KirModule *m) {
+  KirKernel *k = kir_kernel_new(m, "axpy");
+  kir_row_dim(k, 6);
+  int x = kir_buf(k, "x", KIR_F32, KIR_IN), acc = kir_buf(k, "acc", KIR_F32, KIR_INOUT);
+  KirVal r = kir_row(k, 0);
+  kir_loop(k, C(k, 1000));
+  KirVal i = kir_add(k, kir_mul(k, r, C(k, 1000)), kir_col(k));
+  KirVal v = kir_load(k, x, i);
+  kir_store(k, acc, i, kir_add(k, kir_load(k, acc, i), kir_add(k, v, v)));
+  kir_end(k);
+}
+
 static KirCudaLaunch plan_of(KirModule *m, const char *name) {
   KirCudaLaunch L;
   memset(&L, 0, sizeof L);
@@ -155,11 +169,21 @@ int main(int argc, char **argv) {
   rowsum(m, "rowsum_768", 8, 768);
   rowsum(m, "rowsum_700", 5, 700);
   rowsum(m, "rowsum_701", 3, 701);
+  axpy(m);
   char err[512], cu[4096], h[4096];
   CHECK(!kir_verify(m, err, sizeof err), "%s", err);
   snprintf(cu, sizeof cu, "%s/kernels.cu", argv[1]);
   snprintf(h, sizeof h, "%s/kernels_cuda.h", argv[1]);
-  CHECK(!kir_cuda_write(m, cu, h, err, sizeof err), "%s", err);
+  /* batched forms (kir_cuda.h, NAME_multi): a row group, column tiles without
+   * a split, a loop that stores, a flat one; sumsq asks too, but its split
+   * scratch rules it out */
+  const char *batched[] = {"rowsum_768", "colshort", "loopstore", "axpy", "sumsq"};
+  unsigned char *multi = calloc((size_t)m->nkernels, 1);
+  for (int i = 0; i < m->nkernels; i++)
+    for (size_t j = 0; j < sizeof batched / sizeof *batched; j++)
+      multi[i] |= !strcmp(m->kernels[i]->name, batched[j]);
+  CHECK(!kir_cuda_write_multi(m, multi, cu, h, err, sizeof err), "%s", err);
+  free(multi);
   char *text = cu_slurp(cu), *hdr = cu_slurp(h);
   if (!text || !hdr) {
     fprintf(stderr, "cu_split: cannot read back %s\n", cu);
@@ -272,6 +296,32 @@ int main(int argc, char **argv) {
   L = plan_of(m, "rowsum_4096");  /* 1024 / 31 = 33 blocks: 2048-column chunks */
   CHECK(L.mapping == KIR_CUDA_ROW_SPLIT && L.parts == 2 && L.chunk == 2048, "rowsum_4096 plan %d %lld",
         (int)L.mapping, (long long)L.parts);
+
+  /* the batched forms: a struct of argument arrays in the header, the body
+   * again with the params from instance blockIdx.y's entries */
+  for (size_t j = 0; j + 1 < sizeof batched / sizeof *batched; j++) {
+    char want[256];
+    snprintf(want, sizeof want, "} %s_multi_t;\nvoid %s_multi_launch(const %s_multi_t *a, int count",
+             batched[j], batched[j], batched[j]);
+    CHECK(strstr(hdr, want), "header: no %s_multi:\n%s", batched[j], hdr);
+    s = cu_section(text, batched[j]);
+    snprintf(want, sizeof want, "%s_multi(const %s_multi_t a_, int64_t row_begin", batched[j],
+             batched[j]);
+    CHECK(strstr(s, want) && strstr(s, "const dim3 grid2_(grid_, (unsigned)count);"),
+          "%s source:\n%s", batched[j], s);
+    free(s);
+  }
+  s = cu_section(text, "axpy");
+  CHECK(strstr(s, "const float *__restrict__ const x = a_.x[blockIdx.y];") &&
+            strstr(s, "float *__restrict__ const acc = a_.acc[blockIdx.y];") &&
+            strstr(s, "nvec_ += kcu_aligned16(a->x[i_]) && kcu_aligned16(a->acc[i_]);") &&
+            strstr(s, "axpy_launch(a->x[i_], a->acc[i_], row_begin, row_end, stream);"),
+        "axpy's batched form:\n%s", s);
+  free(s);
+  CHECK(strstr(hdr, "  const float *x[64];\n  float *acc[64];\n} axpy_multi_t;"),
+        "axpy_multi_t:\n%s", hdr);
+  CHECK(!strstr(hdr, "sumsq_multi") && !strstr(text, "sumsq_multi"),
+        "sumsq (a split scratch) has a batched form");
 
   /* the scratch and its helpers, once; the header names the mappings */
   CHECK(strstr(text, "static __device__ float kcu_part_[KCU_LANES][KCU_LANE_PARTS];") &&

@@ -302,7 +302,110 @@ static void test_others() {
   CHECK(near(got[0], s, mag), "loopstore: %.9g, expected %.9g", got[0], s);
 }
 
+/* Batched launches (kir_cuda.h, NAME_multi): count instances over their own
+ * buffers, each instance's inputs offset by off[i] floats (1: no float4),
+ * give the bits of one NAME_launch each, in every block order, nothing
+ * written outside the outputs.  make(i) fills instance i's buffers; launch
+ * one instance (i) or all (-1); outs(i) its outputs. */
+/* a value in [-scale, scale) fixed by (i, j): make() must fill alike each time */
+static float fixed(int i, int j, float scale) {
+  uint64_t z = (uint64_t)i * 0x9e3779b97f4a7c15u + (uint64_t)j * 0xbf58476d1ce4e5b9u + 1;
+  z = (z ^ (z >> 31)) * 0x94d049bb133111ebu;
+  z ^= z >> 29;
+  return scale * (float)((double)(z >> 40) / (double)(1u << 23) - 1.0);
+}
+
+template <class Make, class Run, class Outs>
+static void check_multi(const char *name, int count, Make make, Run launch, Outs outs) {
+  std::vector<std::vector<float>> ref(count);
+  for (int i = 0; i < count; i++) {
+    make(i);
+    launch(i);
+    for (Buf *b : outs(i)) {
+      std::vector<float> v = b->get();
+      ref[i].insert(ref[i].end(), v.begin(), v.end());
+    }
+  }
+  const unsigned orders[] = {0, 1, 7};
+  for (unsigned o : orders) {
+    kcu_emu_order = o;
+    for (int i = 0; i < count; i++) make(i);
+    launch(-1);
+    for (int i = 0; i < count; i++) {
+      std::vector<float> got;
+      for (Buf *b : outs(i)) {
+        std::vector<float> v = b->get();
+        got.insert(got.end(), v.begin(), v.end());
+        CHECK(b->guards_ok(), "%s_multi: instance %d wrote outside its output", name, i);
+      }
+      CHECK(same_bits(got, ref[i]), "%s_multi: instance %d (order %u) differs from its own launch",
+            name, i, o);
+    }
+  }
+  kcu_emu_order = 0;
+}
+
+static void test_multi() {
+  enum { N = 5 };
+  for (int mixed = 0; mixed < 3; mixed++) { /* all aligned, none, some (a launch each) */
+    auto off = [&](int i) { return mixed == 0 ? 0 : mixed == 1 ? 1 : i % 2; };
+    /* rowsum_768: rows [8] of 768, a row group, float4 */
+    std::vector<Buf *> x(N), out(N);
+    for (int i = 0; i < N; i++) x[i] = new Buf(8 * 768, off(i)), out[i] = new Buf(8);
+    auto make_rs = [&](int i) {
+      for (int j = 0; j < 8 * 768; j++) (*x[i])[j] = fixed(i, j, 2) + (float)i;
+      for (int j = 0; j < 8; j++) (*out[i])[j] = 0;
+    };
+    long l0 = kcu_emu_launches;
+    check_multi("rowsum_768", N, make_rs, [&](int i) {
+      if (i >= 0) return rowsum_768_launch(out[i]->p(), x[i]->p(), 0, 8, S0);
+      rowsum_768_multi_t a = {};
+      for (int j = 0; j < N; j++) a.out[j] = out[j]->p(), a.x[j] = x[j]->p();
+      rowsum_768_multi_launch(&a, N, 0, 8, S0);
+    }, [&](int i) { return std::vector<Buf *>{out[i]}; });
+    /* N single launches, then per block order one batched launch (mixed: N) */
+    long want = N + 3 * (mixed == 2 ? N : 1);
+    CHECK(kcu_emu_launches - l0 == want, "rowsum_768_multi (mixed %d): %ld launches, expected %ld",
+          mixed, kcu_emu_launches - l0, want);
+    /* axpy: acc += 2 x over [6, 1000], flat, float4, read-modify-write */
+    std::vector<Buf *> ax(N), acc(N);
+    for (int i = 0; i < N; i++) ax[i] = new Buf(6000, off(i)), acc[i] = new Buf(6000, off(i));
+    check_multi("axpy", N, [&](int i) {
+      for (int j = 0; j < 6000; j++) (*ax[i])[j] = fixed(i, j, 1), (*acc[i])[j] = (float)(i + j % 7);
+    }, [&](int i) {
+      if (i >= 0) return axpy_launch(ax[i]->p(), acc[i]->p(), 0, 6, S0);
+      axpy_multi_t a = {};
+      for (int j = 0; j < N; j++) a.x[j] = ax[j]->p(), a.acc[j] = acc[j]->p();
+      axpy_multi_launch(&a, N, 0, 6, S0);
+    }, [&](int i) { return std::vector<Buf *>{acc[i]}; });
+    for (int i = 0; i < N; i++) delete x[i], delete out[i], delete ax[i], delete acc[i];
+  }
+  /* colshort: column tiles without a split; loopstore: a store in the loop */
+  std::vector<Buf *> cx(3), co(3), lx(3), lo(3), ly(3);
+  for (int i = 0; i < 3; i++)
+    cx[i] = new Buf(15000), co[i] = new Buf(5000), lx[i] = new Buf(8192), lo[i] = new Buf(1),
+    ly[i] = new Buf(8192);
+  check_multi("colshort", 3, [&](int i) {
+    for (int j = 0; j < 15000; j++) (*cx[i])[j] = fixed(i, j, 3);
+  }, [&](int i) {
+    if (i >= 0) return colshort_launch(cx[i]->p(), co[i]->p(), 0, 5000, S0);
+    colshort_multi_t a = {};
+    for (int j = 0; j < 3; j++) a.x[j] = cx[j]->p(), a.out[j] = co[j]->p();
+    colshort_multi_launch(&a, 3, 0, 5000, S0);
+  }, [&](int i) { return std::vector<Buf *>{co[i]}; });
+  check_multi("loopstore", 3, [&](int i) {
+    for (int j = 0; j < 8192; j++) (*lx[i])[j] = fixed(i, j, 3);
+  }, [&](int i) {
+    if (i >= 0) return loopstore_launch(lo[i]->p(), lx[i]->p(), ly[i]->p(), 0, 1, S0);
+    loopstore_multi_t a = {};
+    for (int j = 0; j < 3; j++) a.out[j] = lo[j]->p(), a.x[j] = lx[j]->p(), a.y[j] = ly[j]->p();
+    loopstore_multi_launch(&a, 3, 0, 1, S0);
+  }, [&](int i) { return std::vector<Buf *>{lo[i], ly[i]}; });
+  for (int i = 0; i < 3; i++) delete cx[i], delete co[i], delete lx[i], delete lo[i], delete ly[i];
+}
+
 int main() {
+  test_multi();
   test_sumsq();
   test_rowstats();
   test_colsum();

@@ -4,6 +4,10 @@
  * NAME_launch declared in kernels_cuda.h; a launcher launches its own kernel
  * with the block size of its __launch_bounds__ (both instantiations when the
  * kernel is a template on VEC); every kernel carries its kernel IR comment.
+ * A kernel whose code a batch runs (plan.json's "gpu_batch": the code's
+ * kernel, by "code" or its own name) has the batched form too: one more
+ * __global__ NAME_multi and NAME_multi_launch, declared with NAME_multi_t in
+ * kernels_cuda.h (codegen/cuda_batch.h); no other kernel has one.
  *
  *   cu_structure DIR       (DIR holds plan.json, kernels.cu, kernels_cuda.h) */
 #include <cjson/cJSON.h>
@@ -95,11 +99,36 @@ int main(int argc, char **argv) {
         fail(name, "the launcher does not launch its kernel with the __launch_bounds__ block");
     }
   }
+  /* the batched forms: exactly the codes some batch runs */
+  int multis = 0;
+  cJSON_ArrayForEach(k, ks) {
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(k, "name"));
+    const char *code = cJSON_GetStringValue(cJSON_GetObjectItem(k, "code"));
+    if (!name || code) continue; /* (a code's batches are counted at its own kernel) */
+    int batched = 0;
+    cJSON *j;
+    cJSON_ArrayForEach(j, ks) {
+      const char *jc = cJSON_GetStringValue(cJSON_GetObjectItem(j, "code"));
+      if (cJSON_GetObjectItem(j, "gpu_batch") &&
+          !strcmp(jc ? jc : cJSON_GetStringValue(cJSON_GetObjectItem(j, "name")), name))
+        batched = 1;
+    }
+    char want[512], decl[512];
+    snprintf(want, sizeof want, ") %s_multi(const %s_multi_t a_, ", name, name);
+    snprintf(decl, sizeof decl, "} %s_multi_t;\nvoid %s_multi_launch(const %s_multi_t *a, int count",
+             name, name, name);
+    int has = count(cu, want);
+    multis += has;
+    if (has != batched || count(hdr, decl) != batched)
+      fail(name, batched ? "a batch runs its code but it has no batched form (or several)"
+                         : "a batched form no batch runs");
+  }
   int globals = count(cu, "\n__global__ void __launch_bounds__(");
   int templates = count(cu, "\ntemplate <bool VEC>\n__global__");
-  if (globals != distinct) {  /* templates included: their __global__ follows the template line */
+  if (globals != distinct + multis) { /* templates included: their __global__ follows the template line */
     char msg[128];
-    snprintf(msg, sizeof msg, "%d __global__ functions for %d distinct kernels", globals, distinct);
+    snprintf(msg, sizeof msg, "%d __global__ functions for %d distinct kernels and %d batched forms",
+             globals, distinct, multis);
     fail("kernels.cu", msg);
   }
   cJSON_Delete(root);
@@ -107,7 +136,7 @@ int main(int argc, char **argv) {
   free(cu);
   free(hdr);
   if (!failures)
-    printf("cu_structure: %d kernels, %d distinct, %d __global__ (%d templates on VEC): ok\n", total,
-           distinct, globals, templates);
+    printf("cu_structure: %d kernels, %d distinct, %d batched forms, %d __global__ (%d templates "
+           "on VEC): ok\n", total, distinct, multis, globals, templates);
   return failures ? 1 : 0;
 }

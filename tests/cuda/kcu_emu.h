@@ -40,6 +40,11 @@
 struct kcu_emu_dim3 {
   unsigned x, y, z;
 };
+/* a launch's grid of x by y blocks (batched launches: kir_cuda.h, NAME_multi) */
+struct dim3 {
+  unsigned x, y, z;
+  dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
 inline kcu_emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 constexpr int warpSize = 32;
 
@@ -185,9 +190,11 @@ inline void kcu_emu_block(unsigned n) {
 inline unsigned kcu_emu_order = 0;
 inline long kcu_emu_launches, kcu_emu_blocks;
 
-template <class K, class... A> void kcu_emu_launch(unsigned grid, unsigned block, K kernel, A... args) {
-  if (grid == 0 || block == 0 || block > 1024 || block % 32) kcu_emu_fail("bad launch shape");
-  gridDim = {grid, 1, 1};
+template <class K, class... A> void kcu_emu_launch(dim3 grid2, unsigned block, K kernel, A... args) {
+  const unsigned grid = grid2.x * grid2.y; /* blocks in all, y-major: b = y * x + x */
+  if (grid2.x == 0 || grid2.y == 0 || grid2.z != 1 || block == 0 || block > 1024 || block % 32)
+    kcu_emu_fail("bad launch shape");
+  gridDim = {grid2.x, grid2.y, 1};
   blockDim = {block, 1, 1};
   std::vector<unsigned> order(grid);
   for (unsigned i = 0; i < grid; i++) order[i] = kcu_emu_order == 1 ? grid - 1 - i : i;
@@ -202,11 +209,15 @@ template <class K, class... A> void kcu_emu_launch(unsigned grid, unsigned block
   }
   kcu_emu_body = [&]() { kernel(args...); };
   for (unsigned b : order) {
-    blockIdx = {b, 0, 0};
+    blockIdx = {b % grid2.x, b / grid2.x, 0};
     kcu_emu_block(block);
   }
   kcu_emu_launches++;
   kcu_emu_blocks += grid;
+}
+
+template <class K, class... A> void kcu_emu_launch(unsigned grid, unsigned block, K kernel, A... args) {
+  kcu_emu_launch(dim3(grid, 1), block, kernel, args...);
 }
 
 #endif

@@ -54,11 +54,13 @@
 #               $BENCH_STEPS steps: tokens/s and MFU against $PEAK_TFLOPS;
 #   4g. the same with PARC_CUDA_GRAPH=1: tokens/s next to 4's, losses bit for
 #               bit equal to 4's;
-#   4a. the same with PARC_CUDA_GEMM_OPERANDS=fp32 (what bf16 GEMM operands buy);
 #   4s. the same trainer generated with --no-bf16-store (every value in fp32,
 #               the GEMMs copying their operands to bf16: what the bf16
 #               activations of codegen/cuda_store.h buy), 15 steps; step 4's
 #               losses within 1e-2 relative of its over those steps;
+#   4a. 4s's trainer with PARC_CUDA_GEMM_OPERANDS=fp32 (what the GEMMs' bf16
+#               operand copies buy where values are fp32; step 4's GEMMs read
+#               bf16 values and weights, which that setting does not change);
 #   4w. 4s's trainer with PARC_CUDA_ATTN=wmma (the WMMA attention kernels of
 #               rt_cuda_attn_tc.cu instead of rt_cuda_attn_mma.cu's: what the
 #               register-resident mma.sync kernels buy; they read no bf16
@@ -419,18 +421,16 @@ if [ -f "$WORK/gpt2.built" ] && running; then
   result "bf16 gpt2 graph = plain bits" "$WORK/gpt2.bf16_graph.bits.log"
 fi
 
-# variant TAG ROWNAME VAR=VALUE: the bf16 GPT-2 trainer for 15 steps with one
-# environment setting, tokens/s and MFU as a row beside step 4's
+# variant TAG ROWNAME VAR=VALUE [PROJECT]: the bf16 GPT-2 trainer (PROJECT's:
+# gpt2 unless given) for 15 steps with one environment setting, tokens/s and MFU
+# as a row beside step 4's
 variant() {
-  if [ -f "$WORK/gpt2.built" ] && running; then
-    env "$3" timeout $((2 * LIMIT)) "$WORK/gpt2/build/train_cuda" --steps 15 \
+  if [ -f "$WORK/${4:-gpt2}.built" ] && running; then
+    env "$3" timeout $((2 * LIMIT)) "$WORK/${4:-gpt2}/build/train_cuda" --steps 15 \
       --log "$WORK/gpt2.$1.jsonl" --quiet > "$WORK/gpt2.$1.log" 2>&1 || cat "$WORK/gpt2.$1.log"
     bench "gpt2.$1" "$2"
   fi
 }
-
-say "4a. bf16 GPT-2 small with fp32 GEMM operands (cuBLASLt rounding them), 15 steps"
-variant bf16_fp32ops "bf16 gpt2, fp32 GEMM operands" PARC_CUDA_GEMM_OPERANDS=fp32
 
 say "4s. bf16 GPT-2 small generated with --no-bf16-store, 15 steps"
 if project gpt2_nostore gpt2.dsl "train_cuda" --no-bf16-store && running; then
@@ -445,6 +445,10 @@ if project gpt2_nostore gpt2.dsl "train_cuda" --no-bf16-store && running; then
   cat "$WORK/gpt2.nostore.cmp.log"
   result "bf16 gpt2 stores ~ fp32 buffers" "$WORK/gpt2.nostore.cmp.log"
 fi
+
+say "4a. 4s's trainer with fp32 GEMM operands (cuBLASLt rounding them), 15 steps"
+variant nostore_fp32ops "bf16 gpt2, no stores, fp32 GEMM operands" PARC_CUDA_GEMM_OPERANDS=fp32 \
+  gpt2_nostore
 
 say "4w. 4s's trainer with the WMMA attention kernels (PARC_CUDA_ATTN=wmma), 15 steps"
 if [ -f "$WORK/gpt2_nostore.built" ] && running; then

@@ -279,6 +279,72 @@ static void check_mm_out(RtCuda *cb, int64_t m, int64_t k, int64_t n, int flags,
   free(a), free(b), free(ref), free(got), free(h);
 }
 
+static int params_refresh(RtCuda *c, void *unused) {
+  (void)unused;
+  return rt_cuda_params_to_bf16(c);
+}
+
+/* The params' bf16 copy (RtCudaSetup.params_bf16, rt_cuda_params_to_bf16):
+ * a context holding [pad | weight [k, n] | tail] as its params, a GEMM
+ * reading the weight from the copy (RT_CUDA_MM_B_BF16, PB(offset) in a
+ * trainer) against the same GEMM converting the fp32 weight: the same bits
+ * (share of results differing, tolerance 0), the copy's refresh timed as
+ * bytes (read 4, write 2 a parameter).  After the params change on the
+ * device, a refresh follows them (the GEMM again, the same bits).  Also: the
+ * copy's pointer past the params is NULL, a refresh without a copy fails. */
+static void check_params_bf16(int64_t m, int64_t k, int64_t n, int flags) {
+  int tb = (flags & RT_MM_TRANSPOSE_B) != 0;
+  const int64_t off = 48, numel = off + k * n + 13; /* (leaf offsets: multiples of 16) */
+  float *params = rnd(numel, 1), *a = rnd(m * k, 1), *ref = malloc(4 * (size_t)(m * n)),
+        *got = malloc(4 * (size_t)(m * n));
+  RtCudaSetup s = {.params_numel = numel, .state_numel = 1, .arena_bytes = 64, .rows = 1,
+                   .seq = 1, .tp = 1, .dp = 1, .gemm = RT_CUDA_GEMM_BF16, .model = "ops",
+                   .params_bf16 = 1};
+  RtCuda *c, *none;
+  char shape[96];
+  snprintf(shape, sizeof shape, "%lldx%lldx%lld%s", (long long)m, (long long)k, (long long)n,
+           tb ? " tb" : "");
+  if (rt_cuda_open(&c, &s, params, NULL)) {
+    fprintf(stderr, "params_bf16: %s\n", rt_last_error());
+    rt_cuda_close(c);
+    row("matmul (bf16 weights)", shape, INFINITY, 0, 0, 0, 0);
+    return;
+  }
+  Mm x = {dev_copy(NULL, 4 * (size_t)(m * n)), dev_copy(a, 4 * (size_t)(m * k)),
+          rt_cuda_params(c) + off, 1, m, k, n, flags, 0};
+  Mm y = x;
+  y.b = (float *)rt_cuda_params_bf16(c, off);
+  y.flags = flags | RT_CUDA_MM_B_BF16;
+  double err = !y.b || rt_cuda_params_to_bf16(c) || mm_gpu(c, &x) ? INFINITY : 0;
+  to_host(ref, x.out, 4 * (size_t)(m * n));
+  if (err == 0) err = mm_gpu(c, &y) ? INFINITY : 0;
+  to_host(got, y.out, 4 * (size_t)(m * n));
+  if (err == 0) err = differing(got, ref, m * n);
+  /* the params move (as an update moves them): the refreshed copy follows */
+  for (int64_t i = 0; i < numel; i++) params[i] *= -0.75f;
+  if (err == 0 && cudaMemcpy(rt_cuda_params(c), params, 4 * (size_t)numel,
+                             cudaMemcpyHostToDevice) != cudaSuccess)
+    err = INFINITY;
+  if (err == 0) err = rt_cuda_params_to_bf16(c) || mm_gpu(c, &x) ? INFINITY : 0;
+  to_host(ref, x.out, 4 * (size_t)(m * n));
+  if (err == 0) err = mm_gpu(c, &y) ? INFINITY : 0;
+  to_host(got, y.out, 4 * (size_t)(m * n));
+  if (err == 0) err = differing(got, ref, m * n);
+  if (isinf(err)) fprintf(stderr, "%s\n", rt_last_error());
+  row("matmul (bf16 weights)", shape, err, 0, time_op(c, mm_gpu, &y, 10), 2.0 * m * k * n, 0);
+  double past = rt_cuda_params_bf16(c, numel) || rt_cuda_params_bf16(c, -1) ? 1 : 0;
+  row("params_to_bf16", "", past, 0, time_op(c, params_refresh, NULL, 10), 0, 6.0 * numel);
+  rt_cuda_close(c);
+  s.params_bf16 = 0; /* no copy: no pointer, a refresh refused */
+  double refused = 1;
+  if (!rt_cuda_open(&none, &s, params, NULL))
+    refused = !rt_cuda_params_bf16(none, off) && rt_cuda_params_to_bf16(none) ? 0 : 1;
+  rt_cuda_close(none);
+  row("params_to_bf16 refused", "(no copy)", refused, 0, 0, 0, 0);
+  cudaFree(x.out), cudaFree(x.a);
+  free(params), free(a), free(ref), free(got);
+}
+
 /* ---- attention ---- */
 typedef struct {
   float *out, *q, *k, *v, *dy, *dqkv;
@@ -948,6 +1014,11 @@ int main(int argc, char **argv) {
     if (!small)
       check_mm_stored(c, 50304, 2048, 768, 0, 1,
                       RT_CUDA_MM_A_BF16 | RT_CUDA_MM_A_WIDE | RT_CUDA_MM_B_BF16);
+    /* weights from the params' bf16 copy: qkv's, a dx (b transposed) */
+    check_params_bf16(256, 64, 192, 0);
+    check_params_bf16(256, 192, 64, RT_MM_TRANSPOSE_B);
+    if (!small) /* GPT-2 small's MLP up-projection, 2048 of its 8192 rows */
+      check_params_bf16(2048, 768, 3072, 0);
     /* results stored as bf16: qkv's, a dx (b transposed), a weight gradient's shape */
     check_mm_out(c, 256, 64, 192, 0, 0);
     check_mm_out(c, 256, 192, 64, RT_MM_TRANSPOSE_B, 0);

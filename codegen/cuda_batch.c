@@ -1,0 +1,128 @@
+/* codegen/cuda_batch.c -- see cuda_batch.h. */
+#include "codegen/cuda_batch.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/kir_cuda.h"
+
+enum { SP_ARENA, SP_PARAMS, SP_STATE, SP_INPUT }; /* an input: SP_INPUT + its node id */
+
+/* One buffer argument of a launch: bytes [lo, hi) of a space, read and/or written. */
+typedef struct {
+  int64_t space, lo, hi;
+  int read, write;
+} Range;
+
+typedef struct {
+  Range *r;
+  int n;
+} Ranges;
+
+/* The bytes of kernel instance k's arguments. */
+static Ranges ranges_of(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
+                        const CgLeafPlan *lp, const int64_t *temp_off, int k) {
+  const CgKernel *kk = &kp->kernels[k];
+  Ranges out = {calloc((size_t)kk->nargs + 1, sizeof(Range)), 0};
+  for (int p = 0; p < kk->nargs; p++) {
+    int a = kk->arg_node[p];
+    KirAccess acc = kk->k->params[p].access;
+    Range r = {SP_ARENA, 0, 0, acc != KIR_OUT, acc != KIR_IN};
+    if (a < 0) {
+      int t = CG_ARG_TEMP(a);
+      r.lo = temp_off[t], r.hi = temp_off[t] + 4 * kp->temps[t].numel;
+    } else {
+      const IrNode *n = m->nodes[a];
+      if (kp->inplace_of[a] >= 0) n = m->nodes[kp->inplace_of[a]];
+      if (n->op == IR_OP_PARAM || n->op == IR_OP_STATE) {
+        r.space = n->op == IR_OP_PARAM ? SP_PARAMS : SP_STATE;
+        r.lo = 4 * lp->offset[n->id], r.hi = r.lo + 4 * ir_numel(n);
+      } else if (n->op == IR_OP_INPUT || bp->offset[n->id] < 0) {
+        r.space = SP_INPUT + n->id, r.lo = 0, r.hi = 1;
+      } else {
+        r.lo = bp->offset[n->id], r.hi = r.lo + bp->size[n->id];
+      }
+    }
+    out.r[out.n++] = r;
+  }
+  return out;
+}
+
+/* 1 if neither of a, b writes a byte the other reads or writes. */
+static int independent(const Ranges *a, const Ranges *b) {
+  for (int i = 0; i < a->n; i++)
+    for (int j = 0; j < b->n; j++) {
+      const Range *x = &a->r[i], *y = &b->r[j];
+      if (x->space != y->space || x->hi <= y->lo || y->hi <= x->lo) continue;
+      if (x->write || y->write) return 0;
+    }
+  return 1;
+}
+
+/* 1 if k is independent of every member of the batch led by lead. */
+static int independent_of_batch(const CgCudaBatches *b, const Ranges *rg, int k, int lead) {
+  for (int j = lead; j >= 0; j = b->next[j])
+    if (!independent(&rg[k], &rg[j])) return 0;
+  return 1;
+}
+
+void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
+                        const CgLeafPlan *lp, const CgCudaStore *store, int pipelined,
+                        CgCudaBatches *out) {
+  int nk = kp->nkernels;
+  memset(out, 0, sizeof *out);
+  out->lead = arena_alloc(&m->arena, sizeof(int) * (size_t)(nk + 1));
+  out->next = arena_alloc(&m->arena, sizeof(int) * (size_t)(nk + 1));
+  out->count = arena_alloc(&m->arena, sizeof(int) * (size_t)(nk + 1));
+  out->multi = arena_alloc(&m->arena, (size_t)nk + 1);
+  int *last = arena_alloc(&m->arena, sizeof(int) * (size_t)(nk + 1)); /* per lead: last member */
+  for (int k = 0; k < nk; k++) {
+    out->lead[k] = cg_kernel_is_view(kp, bp, k) ? -1 : k;
+    out->next[k] = -1;
+    out->count[k] = out->lead[k] >= 0;
+    last[k] = k;
+  }
+  if (pipelined || !nk) return;
+  int64_t *temp_off = calloc((size_t)kp->ntemps + 1, sizeof(int64_t));
+  Ranges *rg = calloc((size_t)nk, sizeof(Ranges));
+  int *open = calloc((size_t)nk, sizeof(int)); /* this region's launches, leads in order */
+  int *max = calloc((size_t)nk, sizeof(int));
+  cg_arena_bytes(kp, bp, temp_off);
+  int nopen = 0, next = 0;
+  IrPhase phase = IR_PHASE_COUNT;
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *n = m->nodes[i];
+    if (!(ir_op_info[n->op].flags & IR_F_LEAF) && kp->kernel_of[i] < 0) nopen = 0; /* runtime op */
+    for (; next < nk && kp->kernels[next].root == i; next++) {
+      int k = next;
+      if (out->lead[k] < 0) continue; /* a view launches nothing */
+      if (n->phase != phase) nopen = 0, phase = n->phase;
+      rg[k] = ranges_of(m, kp, bp, lp, temp_off, k);
+      int code = store->canon[k];
+      max[k] = kir_cuda_multi_max(store->code[code]);
+      int chosen = -1;
+      for (int e = 0; max[k] >= 2 && e < nopen && chosen < 0; e++) {
+        int L = open[e];
+        if (store->canon[L] != code || out->count[L] >= max[L] ||
+            !independent_of_batch(out, rg, k, L))
+          continue;
+        int ok = 1; /* k moves before every launch placed after the batch */
+        for (int f = e + 1; f < nopen && ok; f++) ok = independent_of_batch(out, rg, k, open[f]);
+        if (ok) chosen = L;
+      }
+      if (chosen < 0) {
+        open[nopen++] = k;
+        continue;
+      }
+      out->lead[k] = chosen;
+      out->next[last[chosen]] = k;
+      last[chosen] = k;
+      out->count[chosen]++, out->count[k] = 0;
+      out->multi[code] = 1;
+      out->absorbed++;
+      out->batches += out->count[chosen] == 2;
+    }
+  }
+  for (int k = 0; k < nk; k++) free(rg[k].r);
+  free(rg), free(open), free(max), free(temp_off);
+}

@@ -1,0 +1,53 @@
+/* codegen/cuda_batch.h -- which of the GPU trainer's kernel launches run
+ * together, as one batched launch (horizontal fusion: kir_cuda.h,
+ * NAME_multi).
+ *
+ * A step launches many small kernels that share their code: the optimizer's
+ * sum of squares and update of each small parameter (GPT-2: 74 layer-norm
+ * vectors of 768, each two launches of a few microseconds that move 3 KB).
+ * Launches of the same CUDA code (CgCudaStore.canon) over the same rows run
+ * as instances of one launch when they are independent.
+ *
+ * The plan walks the unpipelined step's launches in order.  A runtime op
+ * (GEMM, attention, collective, copy) and a change of phase close every open
+ * batch: nothing moves across them.  Between those, launch k joins an open
+ * batch of its code when
+ *   - the batch has room (kir_cuda_multi_max of the code: 0 for a kernel
+ *     with a split scratch, which never batches);
+ *   - k is independent of each member of the batch (they run at once) and
+ *     of each launch placed after the batch so far (k now runs before
+ *     them): no byte k writes is read or written by the other, no byte k
+ *     reads is written by it.  Bytes are buffer ranges: arena values (their
+ *     planned offset and size, views and in-place values included),
+ *     temporaries, parameters and state (the leaf plan), each input apart.
+ * The batch then runs where its first member ran; each member computes what
+ * its own launch would have (the same code, the same arguments).  Launches
+ * absorbed this way run nothing where they were (train_cuda.c says where
+ * they went). */
+#ifndef PARC_CG_CUDA_BATCH_H
+#define PARC_CG_CUDA_BATCH_H
+
+#include "codegen/cg_kernels.h"
+#include "codegen/cuda_store.h"
+#include "codegen/host.h"
+#include "passes/bufplan.h"
+
+typedef struct CgCudaBatches {
+  int *lead;            /* per kernel instance: the instance whose launch runs it
+                           (itself when it leads or runs alone; -1: a view, no launch) */
+  int *next;            /* per instance: the next member of its batch, or -1 */
+  int *count;           /* per instance that leads: its members, itself included */
+  unsigned char *multi; /* per instance whose code it is (store->canon[k] == k): some
+                           batch of 2 or more runs that code (kir_cuda_write_multi) */
+  int batches;          /* batches of 2 or more */
+  int absorbed;         /* launches they took in (members that do not lead) */
+} CgCudaBatches;
+
+/* Plans *out in m's arena for the step of kp (its buffer plan bp, leaf plan
+ * lp, CUDA code store).  pipelined: the trainer runs stage programs; then
+ * nothing batches (every instance alone). */
+void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
+                        const CgLeafPlan *lp, const CgCudaStore *store, int pipelined,
+                        CgCudaBatches *out);
+
+#endif

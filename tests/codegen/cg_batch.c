@@ -1,0 +1,192 @@
+/* tests/codegen/cg_batch.c -- the GPU trainer's batched launches
+ * (codegen/cuda_batch.h) change no value any launch reads.
+ *
+ *   cg_batch [--no-fuse] MODEL.dsl [NAME=VALUE ...]
+ *
+ * The model is loaded as the driver does, differentiated, given its
+ * optimizer, and planned as codegen/project.c plans it (fused kernels, the
+ * buffer plan with views, the leaf plan, the shared code, the bf16 stores,
+ * then the batches).  The test then runs the step's kernel launches twice on
+ * a shadow of the memory -- for every 4-byte word of the arena, the params
+ * and the state, the launch that last wrote it -- first in the plan's order,
+ * one launch each, then as the trainer runs them (a batch where its first
+ * member ran: all its members read, then all write; members elsewhere run
+ * nothing).  Every launch must read words last written by the same launches
+ * in both runs, and the memory must end the same.  The bytes are worked out
+ * here, independently of the planner's.  Also: no batch spans a runtime op
+ * or a change of phase, no batch has more members than its code's batched
+ * form takes, and the model has batches at all (its optimizer's small
+ * parameters).  --no-fuse plans one kernel per node (parc --no-fuse): short-lived
+ * buffers whose bytes the arena hands on within a batch's reach, which a
+ * launch moved too early would clobber.  Prints the batches and the launches
+ * they absorb. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/cg_kernels.h"
+#include "codegen/cuda_batch.h"
+#include "codegen/cuda_store.h"
+#include "codegen/host.h"
+#include "codegen/kir_cuda.h"
+#include "passes/bufplan.h"
+#include "passes/machine.h"
+#include "passes/passes.h"
+#include "tests/support/load.h"
+
+/* Shadow memory: word w of space s holds the id + 1 of its last writer (0: none). */
+typedef struct {
+  uint32_t *w[3]; /* arena, params, state */
+  int64_t n[3];
+} Shadow;
+
+typedef struct {
+  int space; /* 0 arena, 1 params, 2 state, -1 nothing to shadow (an input) */
+  int64_t lo, hi; /* words */
+  int read, write;
+} BArg;
+
+static BArg arg_of(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
+                  const CgLeafPlan *lp, const int64_t *temp_off, int k, int p) {
+  const CgKernel *kk = &kp->kernels[k];
+  int a = kk->arg_node[p];
+  KirAccess acc = kk->k->params[p].access;
+  BArg r = {-1, 0, 0, acc != KIR_OUT, acc != KIR_IN};
+  if (a < 0) {
+    int t = -1 - a;
+    r.space = 0, r.lo = temp_off[t] / 4, r.hi = r.lo + kp->temps[t].numel;
+    return r;
+  }
+  const IrNode *n = m->nodes[a];
+  if (kp->inplace_of[a] >= 0) n = m->nodes[kp->inplace_of[a]];
+  if (n->op == IR_OP_PARAM || n->op == IR_OP_STATE) {
+    r.space = n->op == IR_OP_PARAM ? 1 : 2;
+    r.lo = lp->offset[n->id], r.hi = r.lo + ir_numel(n);
+  } else if (n->op != IR_OP_INPUT && bp->offset[n->id] >= 0) {
+    r.space = 0, r.lo = bp->offset[n->id] / 4, r.hi = r.lo + bp->size[n->id] / 4;
+  }
+  return r;
+}
+
+/* One launch's reads into a checksum of (word, writer), then (apply) its writes. */
+static uint64_t reads_of(const Shadow *s, const BArg *args, int nargs) {
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < nargs; i++) {
+    if (args[i].space < 0 || !args[i].read) continue;
+    for (int64_t w = args[i].lo; w < args[i].hi; w++)
+      h = (h ^ ((uint64_t)w * 31 + s->w[args[i].space][w] + (uint64_t)args[i].space)) *
+          1099511628211ull;
+  }
+  return h;
+}
+
+static void writes_of(Shadow *s, const BArg *args, int nargs, int k) {
+  for (int i = 0; i < nargs; i++)
+    if (args[i].space >= 0 && args[i].write)
+      for (int64_t w = args[i].lo; w < args[i].hi; w++) s->w[args[i].space][w] = (uint32_t)k + 1;
+}
+
+int main(int argc, char **argv) {
+  int fuse = !(argc > 1 && !strcmp(argv[1], "--no-fuse"));
+  argv += !fuse, argc -= !fuse;
+  if (argc < 2) {
+    fprintf(stderr, "usage: cg_batch [--no-fuse] MODEL.dsl [NAME=VALUE ...]\n");
+    return 2;
+  }
+  IrModule *m = test_load(argv[1], (const char *const *)argv + 2, argc - 2);
+  char err[512];
+  if (!m || pass_autodiff(m) || pass_optimizer(m) || ir_verify(m, err, sizeof err)) {
+    printf("FAIL: %s does not compile\n", argv[1]);
+    return 1;
+  }
+  CgKernelPlan kp;
+  if (cg_plan_kernels(m, fuse, NULL, &kp, err, sizeof err)) {
+    printf("FAIL: kernel plan: %s\n", err);
+    return 1;
+  }
+  int nk = kp.nkernels;
+  int *pos = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));
+  for (int i = 0; i < m->nnodes; i++)
+    pos[i] = kp.kernel_of[i] >= 0 ? kp.kernels[kp.kernel_of[i]].root : i;
+  int *held = cg_async_waits(m, &kp);
+  BufPlan bp;
+  bufplan_build_views(m, kp.materialize, cg_results(m), pos, held, kp.view_of, &bp);
+  free(held);
+  CgLeafPlan lp;
+  cg_plan_leaves(m, &lp);
+  int *canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(nk + 1));
+  cg_dedup_kernels(&kp, canon);
+  CgCudaStore store;
+  cg_cuda_store_plan(m, &kp, &bp, canon, machine_bf16(m), CG_STORE_BF16, 0, &store);
+  CgCudaBatches b;
+  cg_cuda_batch_plan(m, &kp, &bp, &lp, &store, 0, &b);
+
+  int fails = 0;
+  int64_t *temp_off = calloc((size_t)kp.ntemps + 1, sizeof(int64_t));
+  Shadow s = {{NULL}, {cg_arena_bytes(&kp, &bp, temp_off) / 4, lp.params_numel, lp.state_numel}};
+  BArg **args = calloc((size_t)nk + 1, sizeof(BArg *));
+  for (int k = 0; k < nk; k++) {
+    args[k] = calloc((size_t)kp.kernels[k].nargs + 1, sizeof(BArg));
+    for (int p = 0; p < kp.kernels[k].nargs; p++)
+      args[k][p] = arg_of(m, &kp, &bp, &lp, temp_off, k, p);
+  }
+  /* the plan's shape: members after their lead, same code and phase, no
+   * runtime op between, within the batched form's size */
+  for (int k = 0; k < nk; k++) {
+    int L = b.lead[k];
+    if (L < 0 || L == k) continue;
+    int rl = kp.kernels[L].root, rk = kp.kernels[k].root, runtime = 0;
+    for (int i = rl + 1; i <= rk; i++)
+      runtime |= !(ir_op_info[m->nodes[i]->op].flags & IR_F_LEAF) && kp.kernel_of[i] < 0;
+    if (L > k || store.canon[L] != store.canon[k] || runtime ||
+        m->nodes[rl]->phase != m->nodes[rk]->phase ||
+        b.count[L] > kir_cuda_multi_max(store.code[store.canon[L]])) {
+      printf("FAIL: kernel %d in the batch of %d: not after it, another code, across a runtime "
+             "op or a phase, or too many (%d)\n", k, L, b.count[L]);
+      fails++;
+    }
+  }
+  uint64_t *seen = calloc((size_t)nk + 1, sizeof(uint64_t));
+  uint32_t *final[3];
+  for (int run = 0; run < 2; run++) {
+    for (int sp = 0; sp < 3; sp++) s.w[sp] = calloc((size_t)s.n[sp] + 1, sizeof(uint32_t));
+    for (int k = 0; k < nk; k++) {
+      if (b.lead[k] < 0) continue; /* a view: no launch */
+      if (run == 0) {
+        seen[k] = reads_of(&s, args[k], kp.kernels[k].nargs);
+        writes_of(&s, args[k], kp.kernels[k].nargs, k);
+        continue;
+      }
+      if (b.lead[k] != k) continue; /* ran with its lead */
+      for (int j = k; j >= 0; j = b.next[j])
+        if (reads_of(&s, args[j], kp.kernels[j].nargs) != seen[j]) {
+          printf("FAIL: kernel %d (%s) reads other values when batched with %d\n", j,
+                 kp.kernels[j].k->name, k);
+          fails++;
+        }
+      for (int j = k; j >= 0; j = b.next[j]) writes_of(&s, args[j], kp.kernels[j].nargs, j);
+    }
+    for (int sp = 0; sp < 3; sp++) {
+      if (run == 0) final[sp] = s.w[sp];
+      else {
+        if (memcmp(final[sp], s.w[sp], sizeof(uint32_t) * (size_t)s.n[sp])) {
+          printf("FAIL: space %d ends with other writers when batched\n", sp);
+          fails++;
+        }
+        free(final[sp]), free(s.w[sp]);
+      }
+    }
+  }
+  if (!b.batches) {
+    printf("FAIL: no batch at all: nothing to test\n");
+    fails++;
+  }
+  printf("%s %s: %d launches, %d batches absorbing %d of them\n", fails ? "FAIL" : "ok  ",
+         m->name, nk, b.batches, b.absorbed);
+  for (int k = 0; k < nk; k++) free(args[k]);
+  free(args), free(seen), free(temp_off);
+  cg_plan_free(&kp);
+  ir_module_free(m);
+  return fails != 0;
+}
