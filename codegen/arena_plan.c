@@ -11,18 +11,25 @@
 #include "codegen/step_model.h"
 #include "passes/bufplan.h"
 
+int cg_plan_step(IrModule *m, int fuse, const int *colour, CgKernelPlan *kp, int **pos,
+                 BufPlan *bp, int **held, char *err, size_t len) {
+  if (cg_plan_kernels(m, fuse, colour, kp, err, len)) return -1;
+  *pos = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));
+  for (int i = 0; i < m->nnodes; i++)
+    (*pos)[i] = kp->kernel_of[i] >= 0 ? kp->kernels[kp->kernel_of[i]].root : i;
+  int *h = colour ? NULL : cg_async_waits(m, kp);
+  bufplan_build_views(m, kp->materialize, cg_results(m), *pos, h, kp->view_of, bp);
+  if (held) *held = h;
+  else free(h);
+  return 0;
+}
+
 int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc, int bf16,
                   StepTime *st, int store, int64_t *gemm_ws, char *err, size_t len) {
   CgKernelPlan kp;
-  if (cg_plan_kernels(m, fuse, NULL, &kp, err, len)) return -1;
-  /* as in cg_write_project: a kernel's nodes live from where its root runs */
-  int *pos = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));
-  for (int i = 0; i < m->nnodes; i++)
-    pos[i] = kp.kernel_of[i] >= 0 ? kp.kernels[kp.kernel_of[i]].root : i;
   BufPlan bp;
-  int *held = cg_async_waits(m, &kp); /* as cg_write_project: async dp buckets */
-  bufplan_build_views(m, kp.materialize, cg_results(m), pos, held, kp.view_of, &bp);
-  free(held);
+  int *pos;
+  if (cg_plan_step(m, fuse, NULL, &kp, &pos, &bp, NULL, err, len)) return -1;
   *arena_bytes = cg_arena_bytes(&kp, &bp, NULL);
   CgCudaStore plan; /* with the shared code, as cg_write_project plans it */
   int *canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(kp.nkernels + 1));

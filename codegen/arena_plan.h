@@ -6,8 +6,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codegen/cg_kernels.h"
 #include "ir/ir.h"
+#include "passes/bufplan.h"
 #include "passes/passes.h"
+
+/* The step's kernels and buffers as cg_write_project plans them: *kp fused
+ * when fuse, kept to colour where it is not NULL (a pipelined module's stage
+ * programs); *pos (m's arena), each node's position, its kernel's root (a
+ * kernel's nodes are written, and its inputs read, where its root runs); *bp
+ * with the kernel plan's views and, without colour, the asynchronous dp
+ * collectives reading their inputs until their waits (cg_async_waits), which
+ * *held gets when not NULL (the caller frees it; NULL when none).  0, or -1
+ * with a one-line reason in err (nothing to free then). */
+int cg_plan_step(IrModule *m, int fuse, const int *colour, CgKernelPlan *kp, int **pos,
+                 BufPlan *bp, int **held, char *err, size_t len);
 
 /* m must have been through every pass (autodiff and the optimizer), as for
  * cg_write_project.  Plans the kernels (fused when fuse) and the buffers

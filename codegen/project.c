@@ -436,15 +436,9 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
     colour = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));
     cg_pipe_colours(m, p->pipe, colour);
   }
-  if (cg_plan_kernels(m, p->fuse, colour, &kp, err, len)) return -1;
-  /* a kernel's nodes are written, and its inputs read, where its root runs */
-  int *pos = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));
-  for (int i = 0; i < m->nnodes; i++)
-    pos[i] = kp.kernel_of[i] >= 0 ? kp.kernels[kp.kernel_of[i]].root : i;
   BufPlan bp;
-  /* an asynchronous dp bucket collective reads its input until its wait */
-  int *held = p->pipe ? NULL : cg_async_waits(m, &kp);
-  bufplan_build_views(m, kp.materialize, cg_results(m), pos, held, kp.view_of, &bp);
+  int *pos, *held;
+  if (cg_plan_step(m, p->fuse, colour, &kp, &pos, &bp, &held, err, len)) return -1;
   BufPlan apart; /* for plan.json: the arena were no buffer written over another */
   bufplan_build_apart(m, kp.materialize, cg_results(m), pos, held, &apart);
   free(held);

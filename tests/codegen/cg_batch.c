@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/arena_plan.h"
 #include "codegen/cg_kernels.h"
 #include "codegen/cuda_batch.h"
 #include "codegen/cuda_store.h"
@@ -94,25 +95,17 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: cg_batch [--no-fuse] MODEL.dsl [NAME=VALUE ...]\n");
     return 2;
   }
-  IrModule *m = test_load(argv[1], (const char *const *)argv + 2, argc - 2);
+  IrModule *m = test_load_step(argv[1], (const char *const *)argv + 2, argc - 2);
   char err[512];
-  if (!m || pass_autodiff(m) || pass_optimizer(m) || ir_verify(m, err, sizeof err)) {
-    printf("FAIL: %s does not compile\n", argv[1]);
-    return 1;
-  }
+  if (!m) return 1;
   CgKernelPlan kp;
-  if (cg_plan_kernels(m, fuse, NULL, &kp, err, sizeof err)) {
-    printf("FAIL: kernel plan: %s\n", err);
+  BufPlan bp;
+  int *pos;
+  if (cg_plan_step(m, fuse, NULL, &kp, &pos, &bp, NULL, err, sizeof err)) {
+    printf("FAIL: the step's plan: %s\n", err);
     return 1;
   }
   int nk = kp.nkernels;
-  int *pos = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));
-  for (int i = 0; i < m->nnodes; i++)
-    pos[i] = kp.kernel_of[i] >= 0 ? kp.kernels[kp.kernel_of[i]].root : i;
-  int *held = cg_async_waits(m, &kp);
-  BufPlan bp;
-  bufplan_build_views(m, kp.materialize, cg_results(m), pos, held, kp.view_of, &bp);
-  free(held);
   CgLeafPlan lp;
   cg_plan_leaves(m, &lp);
   int *canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(nk + 1));

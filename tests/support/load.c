@@ -1,6 +1,7 @@
 /* tests/support/load.c -- see load.h. */
 #include "tests/support/load.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,5 +36,16 @@ IrModule *test_load(const char *path, const char *const *defines, int n) {
   }
   arena_free(&arena);
   source_free(&user);
+  return m;
+}
+
+IrModule *test_load_step(const char *path, const char *const *defines, int n) {
+  IrModule *m = test_load(path, defines, n);
+  char err[512];
+  if (!m || pass_autodiff(m) || pass_optimizer(m) || ir_verify(m, err, sizeof err)) {
+    printf("FAIL: %s does not compile\n", path);
+    if (m) ir_module_free(m);
+    return NULL;
+  }
   return m;
 }

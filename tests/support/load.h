@@ -11,4 +11,8 @@
  * defines: "NAME=VALUE" strings, n of them. */
 IrModule *test_load(const char *path, const char *const *defines, int n);
 
+/* test_load, then autodiff and the optimizer (the step a trainer runs),
+ * verified: the module, or NULL after printing "FAIL: PATH does not compile". */
+IrModule *test_load_step(const char *path, const char *const *defines, int n);
+
 #endif
