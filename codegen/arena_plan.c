@@ -50,21 +50,19 @@ int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc
 int64_t cg_gemm_ws_bytes(const IrModule *m, int bf16, const unsigned char *stored, int weights) {
   RtCudaGemm *g = calloc((size_t)m->nnodes + 1, sizeof *g);
   if (!g) return 0;
-  int n = 0, copy = 0;
-  int64_t params = 0; /* PARAMS_NUMEL: cg_plan_leaves' aligned sizes */
+  int n = 0;
   for (int i = 0; i < m->nnodes; i++) {
     const IrNode *x = m->nodes[i];
-    if (x->op == IR_OP_PARAM) params += (ir_numel(x) + 15) / 16 * 16;
     if (x->op != IR_OP_MATMUL && x->op != IR_OP_MATMUL_TA) continue;
     g[n] = cg_cuda_gemm(x);
     /* (C_ROUND, round mode's, takes what bf16 operands take: no rounded[] here) */
     g[n++].flags |= cg_cuda_stored_flags(x, stored, NULL, weights);
-    copy |= cg_cuda_gemm_weight(x, 0, weights) || cg_cuda_gemm_weight(x, 1, weights);
   }
   int64_t need[3];
   int64_t bytes = rt_cuda_gemms_ws(g, n, bf16 ? RT_CUDA_GEMM_BF16 : RT_CUDA_GEMM_FP32,
                                    RT_CUDA_OPERANDS_ALIGNED, need);
   free(g);
   /* the params' bf16 copy, which rt_cuda_open counts with the workspaces */
-  return bytes + (bf16 && copy ? 2 * (params ? params : 8) : 0);
+  int64_t params = cg_params_numel(m);
+  return bytes + (bf16 && cg_cuda_weights_read(m, weights) ? 2 * (params ? params : 8) : 0);
 }

@@ -31,6 +31,14 @@ void cg_plan_leaves(IrModule *m, CgLeafPlan *lp) {
   }
 }
 
+int64_t cg_params_numel(const IrModule *m) {
+  int64_t n = 0;
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->op == IR_OP_PARAM)
+      n += (ir_numel(m->nodes[i]) + LEAF_ALIGN - 1) / LEAF_ALIGN * LEAF_ALIGN;
+  return n;
+}
+
 unsigned char *cg_results(IrModule *m) {
   unsigned char *keep = arena_alloc(&m->arena, (size_t)m->nnodes + 1);
   if (m->loss) keep[m->loss->id] = 1;

@@ -53,6 +53,8 @@ typedef struct {
 } CgLeafPlan;
 
 void cg_plan_leaves(IrModule *m, CgLeafPlan *out);
+/* cg_plan_leaves' params_numel (the PARAM leaves' aligned sizes), without a plan. */
+int64_t cg_params_numel(const IrModule *m);
 
 /* Nodes whose buffers must survive to the end of the step: the loss, the
  * cross-entropy, the gradient norm and every update value (keep[id] = 1). */

@@ -42,7 +42,8 @@ typedef struct {
   const IrModule *m;
   const CgKernelPlan *kp;
   const CgCudaStore *store; /* the bf16 buffers; store->code[store->canon[k]]: kernel k's code */
-  const CgCudaBatches *batches; /* the batched launches (NULL: none; pipelined) */
+  const CgCudaBatches *batches; /* the batched launches (NULL: none; a pipelined trainer's
+                                   plan has none either) */
   const BufPlan *bp;
   const CgLeafPlan *lp;
   const int64_t *temp_off;
@@ -128,8 +129,8 @@ int cg_cuda_gemm_weight(const IrNode *n, int j, int weights) {
          rt_cuda_gemm_stored_ok(&g, j);
 }
 
-int cg_cuda_weights_read(const IrModule *m, const CgCudaStore *store) {
-  for (int i = 0; store->weights && i < m->nnodes; i++)
+int cg_cuda_weights_read(const IrModule *m, int weights) {
+  for (int i = 0; weights && i < m->nnodes; i++)
     if ((m->nodes[i]->op == IR_OP_MATMUL || m->nodes[i]->op == IR_OP_MATMUL_TA) &&
         (cg_cuda_gemm_weight(m->nodes[i], 0, 1) || cg_cuda_gemm_weight(m->nodes[i], 1, 1)))
       return 1;
@@ -707,7 +708,7 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
           "  struct CUstream_st *st = rt_cuda_stream(dev);\n"
           "  (void)io, (void)A, (void)P, (void)S, (void)tokens, (void)targets, (void)lr, (void)t,\n"
           "      (void)st, (void)prof_;\n");
-  int weights = cg_cuda_weights_read(m, e->store);
+  int weights = cg_cuda_weights_read(m, e->store->weights);
   if (weights)
     fprintf(out, "  /* the bf16 weights of the GEMMs marked PB(offset): this step's params\n"
                  "   * rounded to bf16 (rt_cuda_params_to_bf16) */\n"
@@ -917,7 +918,7 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
     snprintf(err, errlen, "no bf16 storage plan (codegen/cuda_store.h)");
     return -1;
   }
-  Cu e = {out,     m,   kp,     info->store, info->pipe ? NULL : info->batches, bp, lp, temp_off,
+  Cu e = {out,     m,   kp,     info->store, info->batches, bp, lp, temp_off,
           grad_of, err, errlen, 0,           0,    NULL, 0, 0};
   int64_t nparams = 0, batch = 0, seq = 0;
   for (int i = 0; i < m->nnodes; i++) {

@@ -36,11 +36,10 @@ RtCudaGemm cg_cuda_gemm(const IrNode *n);
 int cg_cuda_stored_flags(const IrNode *n, const unsigned char *bf16, const unsigned char *rounded,
                          int weights);
 
-/* 1 if store keeps the params' bf16 copy (CgCudaStore.weights) and a GEMM
- * of m reads a weight from it: the trainer allocates it and refreshes it
- * first thing in each step. */
-struct CgCudaStore;
-int cg_cuda_weights_read(const IrModule *m, const struct CgCudaStore *store);
+/* 1 if the trainer keeps the params' bf16 copy (weights: CgCudaStore.weights)
+ * and a GEMM of m reads a weight from it: the trainer allocates it and
+ * refreshes it first thing in each step. */
+int cg_cuda_weights_read(const IrModule *m, int weights);
 
 /* 1 if operand j of GEMM n is read from the params' bf16 copy
  * (rt_cuda_params_bf16): a parameter, weights on and rt_cuda_gemm_stored_ok. */

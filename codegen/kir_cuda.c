@@ -77,7 +77,7 @@ typedef struct {
   /* emission state (ROW_GROUP barriers; see the invariant above) */
   unsigned char *loaded, *stored_all, *stored_lead;
   int nsync;
-  int multi;                /* also NAME_multi (kir_cuda_write_multi) */
+  int multi;                /* also NAME_multi (kir_cuda_write_multi; no split scratch) */
 } Kc;
 
 static void *xcalloc(size_t n, size_t size) {
@@ -1166,12 +1166,18 @@ static void emit_grid(const Kc *c, FILE *f) {
   }
 }
 
+/* kir_cuda_multi_max of k planned as L */
+static int multi_max(const KirKernel *k, const KirCudaLaunch *L) {
+  if (L->mapping == KIR_CUDA_ROW_SPLIT || (L->mapping == KIR_CUDA_COL_TILE && L->parts > 1))
+    return 0;
+  int n = KIR_CUDA_MULTI_BYTES / (8 * (k->nparams ? k->nparams : 1));
+  return n > KIR_CUDA_MULTI_MAX ? KIR_CUDA_MULTI_MAX : n;
+}
+
 int kir_cuda_multi_max(const KirKernel *k) {
   KirCudaLaunch L;
   kir_cuda_plan(k, &L);
-  if (L.mapping == KIR_CUDA_ROW_SPLIT || (L.mapping == KIR_CUDA_COL_TILE && L.parts > 1)) return 0;
-  int n = KIR_CUDA_MULTI_BYTES / (8 * (k->nparams ? k->nparams : 1));
-  return n > KIR_CUDA_MULTI_MAX ? KIR_CUDA_MULTI_MAX : n;
+  return multi_max(k, &L);
 }
 
 /* NAME_multi: the kernel's body once more, its params now locals read from
@@ -1181,7 +1187,7 @@ static void emit_multi_kernel(const Kc *c, FILE *f, const char *body) {
   const KirKernel *k = c->k;
   fprintf(f, "\n/* %s_multi: up to %d instances of %s in one launch, instance blockIdx.y\n"
              " * with the arguments at that index of each array of %s_multi_t */\n",
-          k->name, kir_cuda_multi_max(k), k->name, k->name);
+          k->name, multi_max(k, &c->L), k->name, k->name);
   if (c->L.vector) fputs("template <bool VEC>\n", f);
   fprintf(f, "__global__ void __launch_bounds__(%d) %s_multi(const %s_multi_t a_, int64_t row_begin, "
              "int64_t row_end) {\n", c->L.block_threads, k->name, k->name);
@@ -1298,7 +1304,7 @@ static void emit_kernel(Kc *c, FILE *f) {
   fputs(slot ? "int64_t row_begin, int64_t row_end, int slot_) {\n" : "int64_t row_begin, int64_t row_end) {\n", f);
   fputs(body, f);
   fputs("}\n", f);
-  if (c->multi && !slot) emit_multi_kernel(c, f, body);
+  if (c->multi) emit_multi_kernel(c, f, body);
   free(body);
 
   /* the launcher */
@@ -1314,7 +1320,7 @@ static void emit_kernel(Kc *c, FILE *f) {
       if (c->vbuf[i]) fprintf(f, "%skcu_aligned16(%s)", sep, c->pname[i]), sep = " && ";
     fputs(";\n", f);
   }
-  if (L->mapping == KIR_CUDA_FLAT || !slot) {
+  if (!slot) {
     emit_grid(c, f);
   } else if (L->mapping == KIR_CUDA_ROW_SPLIT) {
     fprintf(f,
@@ -1347,7 +1353,7 @@ static void emit_kernel(Kc *c, FILE *f) {
     fprintf(f, "  %s<<<grid_, %d, 0, stream>>>(%s%s);\n", k->name, B, args, tail);
   }
   fputs("}\n", f);
-  if (c->multi && !slot) emit_multi_launcher(c, f);
+  if (c->multi) emit_multi_launcher(c, f);
 }
 
 /* Device helpers: the numerics of kir_math.c and kir_llvm.c (kir_cuda.h,
@@ -1724,17 +1730,18 @@ static int write_header(const KirModule *m, Kc *cs, const char *path, char *err,
             kir_cuda_mapping_name[cs[i].L.mapping], k->name);
     params(&cs[i], f, 0);
     fputs("int64_t row_begin, int64_t row_end, struct CUstream_st *stream);\n", f);
-    if (!cs[i].multi || !kir_cuda_multi_max(k)) continue;
+    if (!cs[i].multi) continue;
     /* the batched form: instance j's arguments at index j of each array */
+    int max = multi_max(k, &cs[i].L);
     fprintf(f, "typedef struct {\n");
     for (int p = 0; p < k->nparams; p++) {
       const KirParam *q = &k->params[p];
       if (q->kind == KIR_PARAM_BUF)
         fprintf(f, "  %s%s *%s[%d];\n", q->access == KIR_IN ? "const " : "", elem_type(q->elem, 0),
-                cs[i].pname[p], kir_cuda_multi_max(k));
+                cs[i].pname[p], max);
       else
         fprintf(f, "  %s %s[%d];\n", q->kind == KIR_PARAM_I64 ? "int64_t" : "float",
-                cs[i].pname[p], kir_cuda_multi_max(k));
+                cs[i].pname[p], max);
     }
     fprintf(f, "} %s_multi_t;\nvoid %s_multi_launch(const %s_multi_t *a, int count, int64_t row_begin, "
                "int64_t row_end,\n    struct CUstream_st *stream);\n", k->name, k->name, k->name);
@@ -1762,8 +1769,8 @@ int kir_cuda_write_multi(const KirModule *m, const unsigned char *multi, const c
   Kc *cs = xcalloc((size_t)m->nkernels + 1, sizeof *cs);
   for (int i = 0; i < m->nkernels; i++) {
     cs[i].k = m->kernels[i];
-    cs[i].multi = multi && multi[i] && kir_cuda_multi_max(m->kernels[i]) > 0;
     plan(&cs[i]);
+    cs[i].multi = multi && multi[i] && multi_max(cs[i].k, &cs[i].L) > 0;
     name_params(&cs[i]);
   }
   int rc = -1;

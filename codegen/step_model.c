@@ -150,15 +150,8 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
   if (node_s)
     for (int i = 0; i < m->nnodes; i++) node_s[i] = 0;
   /* the params' bf16 copy (rt_cuda_params_to_bf16), first in the step */
-  int copy = 0;
-  double params = 0;
-  for (int i = 0; bf16 && weights && i < m->nnodes; i++) {
-    const IrNode *n = m->nodes[i];
-    if (n->op == IR_OP_PARAM) params += (double)ir_numel(n);
-    if (n->op == IR_OP_MATMUL || n->op == IR_OP_MATMUL_TA)
-      copy |= cg_cuda_gemm_weight(n, 0, 1) || cg_cuda_gemm_weight(n, 1, 1);
-  }
-  if (copy) {
+  if (bf16 && cg_cuda_weights_read(m, weights)) {
+    double params = (double)cg_params_numel(m);
     st->bytes += 6 * params;
     add_call(st, IR_PHASE_FWD,
              mc->kernel_s + split_cost(mc, 4 * params) + 6 * params / mc->mem_bytes_per_s, 0);

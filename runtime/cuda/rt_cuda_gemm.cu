@@ -77,21 +77,23 @@ __global__ void to_bf16_kernel(__nv_bfloat16 *__restrict__ y, const float *__res
   }
 }
 
+/* to_bf16_kernel over x[rows, cols] into y on the compute stream: RT_OK, or
+ * RT_ERR naming what (its launch failed). */
+static int to_bf16(RtCuda *c, __nv_bfloat16 *y, const float *x, int64_t rows, int64_t cols,
+                   int64_t ld, const char *what) {
+  int64_t threads = (rows * cols + 3) / 4;
+  unsigned grid = (unsigned)(threads / 256 + 1 < 8192 ? threads / 256 + 1 : 8192);
+  to_bf16_kernel<<<grid, 256, 0, c->compute>>>(y, x, rows, cols, ld);
+  LAUNCH_CHECK(c, what);
+  return RT_OK;
+}
+
 /* Row-major x[rows, cols] as bf16 rows of ld elements in workspace slot (NULL
  * on error). */
 static const __nv_bfloat16 *as_bf16(RtCuda *c, int slot, const float *x, int64_t rows,
                                     int64_t cols, int64_t ld) {
   __nv_bfloat16 *y = (__nv_bfloat16 *)rt_cuda_ws(c, slot, (size_t)(rows * ld) * 2);
-  if (!y) return NULL;
-  int64_t threads = (rows * cols + 3) / 4;
-  unsigned grid = (unsigned)(threads / 256 + 1 < 8192 ? threads / 256 + 1 : 8192);
-  to_bf16_kernel<<<grid, 256, 0, c->compute>>>(y, x, rows, cols, ld);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) {
-    rt_cuda_fail_at(c, __FILE__, __LINE__, "to_bf16_kernel", cudaGetErrorString(e));
-    return NULL;
-  }
-  return y;
+  return y && to_bf16(c, y, x, rows, cols, ld, "to_bf16_kernel") == RT_OK ? y : NULL;
 }
 
 static int64_t round8(int64_t x) { return (x + 7) / 8 * 8; }
@@ -102,16 +104,12 @@ extern "C" int rt_cuda_params_to_bf16(RtCuda *c) {
   if (!c->params_bf16) return rt_fail("rt_cuda_params_to_bf16: no bf16 copy of the params "
                                       "(RtCudaSetup.params_bf16 is 0)");
   if (!c->params_numel) return RT_OK;
-  int64_t threads = (c->params_numel + 3) / 4;
-  unsigned grid = (unsigned)(threads / 256 + 1 < 8192 ? threads / 256 + 1 : 8192);
   RtProfScope ps(c);
   if (ps.on())
     ps.set(RT_PROF_OP, 6.0 * (double)c->params_numel, 0, "params_to_bf16 %lld",
            (long long)c->params_numel);
-  to_bf16_kernel<<<grid, 256, 0, c->compute>>>((__nv_bfloat16 *)c->params_bf16, c->params, 1,
-                                               c->params_numel, c->params_numel);
-  LAUNCH_CHECK(c, "to_bf16_kernel (params)");
-  return RT_OK;
+  return to_bf16(c, (__nv_bfloat16 *)c->params_bf16, c->params, 1, c->params_numel,
+                 c->params_numel, "to_bf16_kernel (params)");
 }
 
 extern "C" const float *rt_cuda_params_bf16(RtCuda *c, int64_t off) {
