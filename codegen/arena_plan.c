@@ -25,7 +25,8 @@ int cg_plan_step(IrModule *m, int fuse, const int *colour, CgKernelPlan *kp, int
 }
 
 int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc, int bf16,
-                  StepTime *st, int store, int64_t *gemm_ws, char *err, size_t len) {
+                  StepTime *st, int store, int batch, int64_t *gemm_ws, char *err,
+                  size_t len) {
   CgKernelPlan kp;
   BufPlan bp;
   int *pos;
@@ -39,7 +40,7 @@ int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc
     CgLeafPlan lp;
     CgCudaBatches batches;
     cg_plan_leaves(m, &lp);
-    cg_cuda_batch_plan(m, &kp, &bp, &lp, &plan, 0, &batches);
+    cg_cuda_batch_plan(m, &kp, &bp, &lp, &plan, batch, &batches);
     cg_step_model(m, &kp, mc ? mc : machine_default, bf16, &plan, &batches, st);
   }
   if (gemm_ws) *gemm_ws = cg_gemm_ws_bytes(m, bf16, plan.bf16, plan.weights);

@@ -30,10 +30,12 @@ int cg_plan_step(IrModule *m, int fuse, const int *colour, CgKernelPlan *kp, int
  * and the bf16 values of store);
  * with gemm_ws, cg_gemm_ws_bytes of its GPU trainer (store: a CgStoreMode,
  * codegen/cuda_store.h; the values it stores as bf16 planned as
- * cg_write_project plans them; m is not pipelined).
+ * cg_write_project plans them; m is not pipelined); batch: the step model
+ * counts the batched launches (codegen/cuda_batch.h; 0: --no-batch).
  * Returns 0, or -1 with a one-line reason in err. */
 int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc, int bf16,
-                  StepTime *st, int store, int64_t *gemm_ws, char *err, size_t len);
+                  StepTime *st, int store, int batch, int64_t *gemm_ws, char *err,
+                  size_t len);
 
 /* The bytes the GPU trainer of module m allocates for its GEMMs' bf16 operand
  * copies (runtime/cuda/rt_cuda_ws_plan.h: the largest need of each slot over

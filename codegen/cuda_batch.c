@@ -67,7 +67,7 @@ static int independent_of_batch(const CgCudaBatches *b, const Ranges *rg, int k,
 }
 
 void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
-                        const CgLeafPlan *lp, const CgCudaStore *store, int pipelined,
+                        const CgLeafPlan *lp, const CgCudaStore *store, int batch,
                         CgCudaBatches *out) {
   int nk = kp->nkernels;
   memset(out, 0, sizeof *out);
@@ -82,7 +82,7 @@ void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
     out->count[k] = out->lead[k] >= 0;
     last[k] = k;
   }
-  if (pipelined || !nk) return;
+  if (!batch || !nk) return;
   int64_t *temp_off = calloc((size_t)kp->ntemps + 1, sizeof(int64_t));
   Ranges *rg = calloc((size_t)nk, sizeof(Ranges));
   int *open = calloc((size_t)nk, sizeof(int)); /* this region's launches, leads in order */

@@ -44,10 +44,10 @@ typedef struct CgCudaBatches {
 } CgCudaBatches;
 
 /* Plans *out in m's arena for the step of kp (its buffer plan bp, leaf plan
- * lp, CUDA code store).  pipelined: the trainer runs stage programs; then
- * nothing batches (every instance alone). */
+ * lp, CUDA code store).  batch 0 (--no-batch, or a pipelined trainer, which
+ * runs stage programs): nothing batches, every instance launches alone. */
 void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
-                        const CgLeafPlan *lp, const CgCudaStore *store, int pipelined,
+                        const CgLeafPlan *lp, const CgCudaStore *store, int batch,
                         CgCudaBatches *out);
 
 #endif

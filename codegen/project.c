@@ -464,7 +464,7 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
     *p->gemm_ws_out = cg_gemm_ws_bytes(m, machine_bf16(m), store->bf16, store->weights);
   /* launches of one code run together where independent (codegen/cuda_batch.h) */
   CgCudaBatches *batches = arena_alloc(&m->arena, sizeof *batches);
-  cg_cuda_batch_plan(m, &kp, &bp, &lp, store, p->pipe != NULL, batches);
+  cg_cuda_batch_plan(m, &kp, &bp, &lp, store, p->batch && !p->pipe, batches);
   CgHostInfo info = {p->source, p->version, 3 * p->cost->flops_fwd, canon, p->pipe, NULL, store,
                      batches};
   if (p->targets & CG_TARGET_CUDA) {  /* path still names train.c (finish) */

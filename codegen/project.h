@@ -39,6 +39,8 @@ typedef struct {
                               (cg_gemm_ws_bytes, with the values it stores as bf16) */
   int bf16_store;          /* CgStoreMode (codegen/cuda_store.h): what the bf16 GPU trainer
                               does with the values it may store as bf16 (--bf16-store) */
+  int batch;               /* 1: the GPU trainer batches independent launches of one
+                              code (codegen/cuda_batch.h); 0: --no-batch */
 } CgProject;
 
 enum { CG_TARGET_CPU = 1, CG_TARGET_CUDA = 2 };

@@ -123,6 +123,9 @@ static void usage(FILE *out) {
           "                         round keeps fp32 buffers holding the bf16-rounded values\n"
           "                         (on's reference: the same roundings, made in fp32)\n"
           "      --no-bf16-store    the same as --bf16-store off\n"
+          "      --no-batch         the GPU trainer launches every kernel on its own (default:\n"
+          "                         independent launches of one kernel's code between two\n"
+          "                         runtime ops run as one batched launch; for comparing)\n"
           "      --dump-after PASS  print the IR after PASS (lower");
   for (int i = 0; pass_name(i); i++) fprintf(out, ", %s", pass_name(i));
   fprintf(out,
@@ -229,6 +232,7 @@ typedef struct {
   int no_overlap;            /* --no-overlap: blocking dp bucket collectives */
   int keep_attn_out;         /* --keep-attn-out: no attn_delta pass */
   int bf16_store;            /* --bf16-store: a CgStoreMode (codegen/cuda_store.h) */
+  int no_batch;              /* --no-batch: the GPU trainer launches every kernel alone */
   int pad_vocab;             /* --pad-vocab; 0: not given (the train section's, else 64) */
   int pads;                  /* the layout pads the vocabulary (set after the cost):
                                 pass_shard runs even for one rank */
@@ -286,7 +290,7 @@ static const char *cuda_arch_list(const char *s) {
 static int parse_args(int argc, char **argv, Options *o) {
   enum { O_EMIT = 256, O_TP, O_PP, O_DP, O_EP, O_DUMP, O_NOVERIFY, O_TIME, O_VERSION, O_NOFUSE,
          O_CPU, O_SP, O_ZERO, O_BUCKET, O_NO_OVERLAP, O_PAD_VOCAB, O_KEEP_ATTN_OUT,
-         O_NO_BF16_STORE, O_BF16_STORE };
+         O_NO_BF16_STORE, O_BF16_STORE, O_NO_BATCH };
   static const struct option longs[] = {
       {"output", required_argument, 0, 'o'},  {"emit", required_argument, 0, O_EMIT},
       {"tp", required_argument, 0, O_TP},     {"pp", required_argument, 0, O_PP},
@@ -301,6 +305,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       {"keep-attn-out", no_argument, 0, O_KEEP_ATTN_OUT},
       {"no-bf16-store", no_argument, 0, O_NO_BF16_STORE},
       {"bf16-store", required_argument, 0, O_BF16_STORE},
+      {"no-batch", no_argument, 0, O_NO_BATCH},
       {"pad-vocab", required_argument, 0, O_PAD_VOCAB},
       {"target", required_argument, 0, 512}, {"cuda-arch", required_argument, 0, 513},
       {"machine", required_argument, 0, 514},
@@ -357,6 +362,7 @@ static int parse_args(int argc, char **argv, Options *o) {
     }
     case O_KEEP_ATTN_OUT: o->keep_attn_out = 1; break;
     case O_NO_BF16_STORE: o->bf16_store = CG_STORE_OFF; break;
+    case O_NO_BATCH: o->no_batch = 1; break;
     case O_BF16_STORE: {
       static const char *const modes[] = {"on", "off", "round"}; /* CgStoreMode's order */
       int k = 0;
@@ -500,7 +506,8 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
                       size_t len) {
   if (o->lay.tp * o->lay.dp == 1 && !o->pads)
     return cg_plan_arena(m, !o->no_fuse, &cost->arena_bytes, cost->machine, cost->bf16,
-                         &cost->step, o->bf16_store, &cost->gemm_ws_bytes, why, len);
+                         &cost->step, o->bf16_store, !o->no_batch, &cost->gemm_ws_bytes, why,
+                         len);
   IrModule *r = lower_program(prog, o->ov, o->nov);
   if (!r) {
     snprintf(why, len, "internal error: the model did not lower a second time");
@@ -528,7 +535,8 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
   }
   if (!rc)
     rc = cg_plan_arena(r, !o->no_fuse, &cost->arena_bytes, cost->machine, cost->bf16,
-                       &cost->step, o->bf16_store, &cost->gemm_ws_bytes, why, len);
+                       &cost->step, o->bf16_store, !o->no_batch, &cost->gemm_ws_bytes, why,
+                         len);
   ir_module_free(r);
   return rc;
 }
@@ -812,7 +820,7 @@ int main(int argc, char **argv) {
                             : have_nvcc() ? CG_TARGET_CPU | CG_TARGET_CUDA : CG_TARGET_CPU;
     CgProject proj = {o.outdir, o.model, PARC_VERSION, !o.no_fuse, o.generic_cpu, &cost, &o.lay,
                       targets, o.cuda_arch, tm ? &stage_prog : NULL, &cost.step,
-                      &cost.gemm_ws_bytes, o.bf16_store};
+                      &cost.gemm_ws_bytes, o.bf16_store, !o.no_batch};
     char why[512];
     if (cg_write_project(tm ? tm : m, &proj, &cost.arena_bytes, why, sizeof why)) {
       fprintf(stderr, "parc: error: %s\n", why);

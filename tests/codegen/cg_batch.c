@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
   CgCudaStore store;
   cg_cuda_store_plan(m, &kp, &bp, canon, machine_bf16(m), CG_STORE_BF16, 0, &store);
   CgCudaBatches b;
-  cg_cuda_batch_plan(m, &kp, &bp, &lp, &store, 0, &b);
+  cg_cuda_batch_plan(m, &kp, &bp, &lp, &store, 1, &b);
 
   int fails = 0;
   int64_t *temp_off = calloc((size_t)kp.ntemps + 1, sizeof(int64_t));

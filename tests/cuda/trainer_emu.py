@@ -56,6 +56,12 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
           (RT_CUDA_MM_*_BF16 in train_cuda.c, kernels taking a bf16 input,
           kcu_round_bf16 in the round trainer); PARC_CUDA_GEMM=fp32 is
           refused as a setup error (exit 1, no step).
+  batch   the trainer generated with --no-batch (every kernel launched on its
+          own) against the default one, which batches independent launches of
+          one kernel's code (codegen/cuda_batch.h; it has some, NAME_multi_launch):
+          losses and step-1 gradients bit for bit, and by the emulation's
+          count (KCU_EMU_STATS) the unbatched run makes exactly steps x the
+          absorbed launches (plan.json's gpu_batch_of) more launches;
   grads   with cpu and bf16: the step-1 gradients compared at several ranks too
           (layouts whose --save-grads file is the whole model, e.g. ZeRO-1's
           pieces gathered from the dp ranks).
@@ -311,6 +317,46 @@ def store(a, proj, env, steps, grads, against_cpu):
                           sp + ".fp32", "this trainer's GEMMs read or write bf16 values")
 
 
+def batch(a, proj, env, steps, grads, stats):
+    """The batch check (the head comment): proj_nobatch against proj."""
+    np_ = proj + "_nobatch"
+    if not build(a, np_, ["--no-batch"], cpu=False):
+        return False
+    with open(proj + "/plan.json") as f:
+        absorbed = sum("gpu_batch_of" in k for k in json.load(f)["kernels"])
+    with open(proj + "/train_cuda.c") as f:
+        multi = f.read().count("_multi_launch(")
+    with open(np_ + "/train_cuda.c") as f:
+        multi_off = f.read().count("_multi_launch(")
+    if absorbed == 0 or multi == 0 or multi_off != 0:
+        print("%s: %d launches absorbed by %d batched launches; --no-batch has %d" %
+              (a.name, absorbed, multi, multi_off))
+        return False
+    log = proj + ".nobatch.jsonl"
+    if not run([np_ + "/build/train_cuda_emu"] + steps + ["--log", log] + grads("nobatch"),
+               proj + ".nobatch.log", env=dict(env, KCU_EMU_STATS=stats("nobatch"))):
+        return False
+    ok = compare(a, "losses", log, proj + ".emu.jsonl", 0,
+                 "%s batched = unbatched bits (%d launches absorbed)" % (a.name, absorbed))
+    if ok and grads("nobatch"):
+        ok = compare(a, "grads", grads("nobatch")[1], grads("emu")[1], 0,
+                     a.name + " batched, gradients")
+    counts = []
+    for tag in ("emu", "nobatch"):
+        with open(stats(tag)) as f:
+            counts.append(json.load(f)["kernel_launches"])
+    want = absorbed * int(steps[1])
+    if ok and counts[1] - counts[0] != want:
+        print("%s: %d kernel launches batched, %d unbatched: %d fewer, expected %d "
+              "(%d absorbed a step)" % (a.name, counts[0], counts[1], counts[1] - counts[0],
+                                        want, absorbed))
+        ok = False
+    if ok:
+        print("%-34s %d kernel launches, %d unbatched" % (a.name + " launches", counts[0],
+                                                           counts[1]))
+    return ok
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--name", required=True)
@@ -323,7 +369,7 @@ def main():
         p.add_argument("--" + req, required=True)
     a = p.parse_args()
     checks = a.checks.split(",")
-    known = ("cpu", "graph", "device", "bf16", "store", "launch", "grads")
+    known = ("cpu", "graph", "device", "bf16", "store", "launch", "grads", "batch")
     bad = [c for c in checks if c not in known]
     if bad:
         p.error("unknown check %s (%s)" % (bad[0], ", ".join(known)))
@@ -381,6 +427,8 @@ def main():
                         "bf16 gradients")
     if ok and "store" in checks:
         ok = store(a, proj, env, steps, grads, against_cpu)
+    if ok and "batch" in checks:
+        ok = batch(a, proj, env, steps, grads, stats)
     if ok and "graph" in checks:
         ok = gpu("graph", {"PARC_CUDA_GRAPH": "1"})
         n = log_of("graph").count("PARC_CUDA_GRAPH=1: ") if ok else 0

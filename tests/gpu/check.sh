@@ -65,6 +65,9 @@
 #               rt_cuda_attn_tc.cu instead of rt_cuda_attn_mma.cu's: what the
 #               register-resident mma.sync kernels buy; they read no bf16
 #               tensor, so not step 4's trainer, whose attention does);
+#   4n. GPT-2 small generated with --no-batch (every kernel launched on its
+#               own: what codegen/cuda_batch.h's batched launches buy), 15
+#               steps; its losses bit for bit equal to step 4's;
 #   4b. profile the same, 6 steps, PARC_CUDA_PROFILE: per kernel and op the
 #               time, share of the step and achieved GB/s or TFLOP/s against
 #               the chip's ceilings (compare.py profile);
@@ -456,6 +459,19 @@ if [ -f "$WORK/gpt2_nostore.built" ] && running; then
     --log "$WORK/gpt2.nostore_wmma.jsonl" --quiet > "$WORK/gpt2.nostore_wmma.log" 2>&1 ||
     cat "$WORK/gpt2.nostore_wmma.log"
   bench gpt2.nostore_wmma "bf16 gpt2, no stores, WMMA attention"
+fi
+
+say "4n. bf16 GPT-2 small generated with --no-batch, 15 steps"
+if project gpt2_nobatch gpt2.dsl "train_cuda" --no-batch && running; then
+  timeout $((2 * LIMIT)) "$WORK/gpt2_nobatch/build/train_cuda" --steps 15 \
+    --log "$WORK/gpt2.nobatch.jsonl" --quiet > "$WORK/gpt2.nobatch.log" 2>&1 ||
+    cat "$WORK/gpt2.nobatch.log"
+  bench gpt2.nobatch "bf16 gpt2, no batched launches"
+  # a batch's members compute what their own launches would: the same bits
+  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/gpt2.nobatch.jsonl" "$WORK/gpt2.bf16.jsonl" \
+    0 --common > "$WORK/gpt2.nobatch.bits.log" 2>&1 || true
+  cat "$WORK/gpt2.nobatch.bits.log"
+  result "bf16 gpt2 batched = unbatched bits" "$WORK/gpt2.nobatch.bits.log"
 fi
 
 say "4b. per-kernel profile: GPT-2 small bf16, 6 steps (PARC_CUDA_PROFILE)"

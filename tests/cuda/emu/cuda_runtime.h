@@ -222,8 +222,9 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x);
 /* kernels: the maximum dynamic shared memory of the kernel at address f */
 cudaError_t kcu_emu_func_set_attribute(const void *f, enum cudaFuncAttribute a, int v);
 /* Not CUDA, for tests: the cudaGraphLaunch calls that succeeded so far (all
- * threads).  With KCU_EMU_STATS=FILE in the environment the final count is
- * written to FILE at exit as {"graph_launches": N}. */
+ * threads).  With KCU_EMU_STATS=FILE in the environment the final counts are
+ * written to FILE at exit as {"graph_launches": N, "kernel_launches": K} (K:
+ * the kernel launches made, a graph's replays of them not counted). */
 long kcu_emu_graph_launches(void);
 
 #ifdef __cplusplus
