@@ -74,6 +74,13 @@ int pass_attn_delta(IrModule *m);
  * settings, a name taken, a module that already has its optimizer). */
 int pass_optimizer(IrModule *m);
 
+/* passes/slice_sink.c: a pointwise op read only by slices becomes, at each
+ * slice, the op over slices of its operands (the same bits), so that it is
+ * computed in the slices' readers and never stored (GPT-2's q|k|v bias add).
+ * Runs last, after the optimizer.  Returns -1 after printing an internal
+ * error. */
+int pass_slice_sink(IrModule *m);
+
 /* passes/shard.c: tensor (Megatron column/row), sequence (sp != 0, with
  * tp > 1; a no-op with tp == 1) and data parallelism, and vocabulary
  * padding (m->pad_vocab, at tp 1 too).

@@ -21,6 +21,7 @@ static const Pass passes[] = {
     {"attn_delta", pass_attn_delta}, /* sdpa_grad from lse and D: sdpa's out dies early */
     {"dp_grads", dp_grads},        /* data-parallel gradient averaging */
     {"optimizer", pass_optimizer}, /* clipping and the update, as IR */
+    {"slice_sink", pass_slice_sink}, /* slices above pointwise ops: no pass to store them */
 };
 
 #define NPASSES ((int)(sizeof passes / sizeof passes[0]))

@@ -1,0 +1,164 @@
+/* tests/passes/slice_sink_test.c -- passes/slice_sink.c on a model's step.
+ *
+ *   slice_sink_test MODEL.dsl MIN [NAME=VALUE ...]
+ *
+ * The model is loaded twice, differentiated, given its optimizer; one copy
+ * then runs pass_slice_sink.  Requires:
+ *   - the rewritten module verifies, and in it no pointwise f32 op is read
+ *     by slices only (every such op of the other module was rewritten);
+ *   - the other module had at least MIN of them (the pass is exercised) and
+ *     the rewritten one has exactly that many nodes fewer plus the new
+ *     operand slices (each rewritten slice becomes its op, each cut operand
+ *     one new slice);
+ *   - two training steps of both modules in the reference interpreter, from
+ *     the same parameters and batch, give the same loss and the same value of
+ *     every update, bit for bit (slicing commutes with a pointwise op).
+ * Prints the counts and the losses. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/interp.h"
+#include "passes/passes.h"
+#include "tests/support/load.h"
+
+static int fails;
+
+static void expect(int ok, const char *what) {
+  if (!ok) {
+    printf("FAIL: %s\n", what);
+    fails++;
+  }
+}
+
+/* Pointwise f32 ops of m read by one or more slices and by nothing else:
+ * their count, *slices the slices reading them, *cut the operands those
+ * slices will cut (the operands spanning the sliced axis: numpy broadcasting
+ * aligns the last dims). */
+static int sliced_only(const IrModule *m, int *slices, int *cut) {
+  int *readers = calloc((size_t)m->nnodes + 1, sizeof *readers);
+  int *others = calloc((size_t)m->nnodes + 1, sizeof *others);
+  for (int i = 0; i < m->nnodes; i++)
+    for (int j = 0; j < m->nodes[i]->ninputs; j++) {
+      readers[m->nodes[i]->inputs[j]->id]++;
+      others[m->nodes[i]->inputs[j]->id] += m->nodes[i]->op != IR_OP_SLICE;
+    }
+  int n = 0;
+  *slices = *cut = 0;
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *p = m->nodes[i];
+    if ((ir_op_info[p->op].flags & IR_F_POINTWISE) && p->dtype == IR_F32 && readers[i] &&
+        !others[i]) {
+      n++;
+      *slices += readers[i];
+    }
+  }
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *s = m->nodes[i], *p = s->op == IR_OP_SLICE ? s->inputs[0] : NULL;
+    if (!p || !(ir_op_info[p->op].flags & IR_F_POINTWISE) || p->dtype != IR_F32 ||
+        others[p->id])
+      continue;
+    for (int j = 0; j < p->ninputs; j++) {
+      int ax = (int)s->ia[0] - (p->rank - p->inputs[j]->rank);
+      *cut += ax >= 0 && p->inputs[j]->shape[ax] == p->shape[s->ia[0]];
+    }
+  }
+  free(readers);
+  free(others);
+  return n;
+}
+
+static uint64_t rng = 88172645463325252ull;
+static double uniform(double lo, double hi) {
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return lo + (hi - lo) * (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static const IrNode *named(const IrModule *m, const char *name) {
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->name && !strcmp(m->nodes[i]->name, name)) return m->nodes[i];
+  return NULL;
+}
+
+/* Fills it's leaves as the seed says: parameters by their init, ids in [0, 16). */
+static void fill(IrInterp *it, uint64_t seed) {
+  const IrModule *m = it->m;
+  rng = seed;
+  for (int k = 0; k < m->nnodes; k++) { /* leaves in id order: the same in both modules */
+    const IrNode *n = m->nodes[k];
+    if (n->op == IR_OP_INPUT && n->dtype == IR_I32)
+      for (int64_t e = 0; e < ir_numel(n); e++) it->i[k][e] = (int32_t)uniform(0, 16);
+    if (n->op != IR_OP_PARAM) continue;
+    for (int64_t e = 0; e < ir_numel(n); e++)
+      it->f[k][e] = n->init == IR_INIT_ONES    ? 1
+                    : n->init == IR_INIT_ZEROS ? uniform(-0.1, 0.1)
+                                               : n->init_std * sqrt(3) * uniform(-1, 1);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: slice_sink_test MODEL.dsl MIN [NAME=VALUE ...]\n");
+    return 2;
+  }
+  const char *const *defs = (const char *const *)argv + 3;
+  IrModule *m = test_load_step(argv[1], defs, argc - 3);
+  IrModule *ref = test_load_step(argv[1], defs, argc - 3);
+  if (!m || !ref) return 1;
+  int before = m->nnodes, slices, cut, ops = sliced_only(m, &slices, &cut);
+  char why[512];
+  if (pass_slice_sink(m) || ir_verify(m, why, sizeof why)) {
+    printf("FAIL: slice_sink: %s\n", why);
+    return 1;
+  }
+  int after_slices, after_cut, left = sliced_only(m, &after_slices, &after_cut);
+  char msg[256];
+  snprintf(msg, sizeof msg, "%d pointwise ops still read by slices only", left);
+  expect(left == 0, msg);
+  snprintf(msg, sizeof msg, "%d ops read by slices only, at least %s wanted", ops, argv[2]);
+  expect(ops >= atoi(argv[2]), msg);
+  snprintf(msg, sizeof msg, "%d nodes after, %d expected (%d before, %d ops out, %d slices in)",
+           m->nnodes, before - ops + cut, before, ops, cut);
+  expect(m->nnodes == before - ops + cut, msg);
+  printf("%s: %d pointwise ops read by %d slices rewritten, %d operand slices; %d -> %d nodes\n",
+         argv[1], ops, slices, cut, before, m->nnodes);
+
+  IrInterp *a = ir_interp_new(ref), *b = ir_interp_new(m);
+  fill(a, 7), fill(b, 7);
+  const IrNode *lra = named(ref, "lr"), *lrb = named(m, "lr");
+  const IrNode *sta = named(ref, "step"), *stb = named(m, "step");
+  expect(lra && lrb && sta && stb, "lr and step inputs");
+  for (int t = 0; t < 2 && lra && lrb && sta && stb; t++) {
+    a->f[lra->id][0] = b->f[lrb->id][0] = 1e-2;
+    a->f[sta->id][0] = b->f[stb->id][0] = t + 1;
+    if (ir_interp_run(a, 0, ref->nnodes, why, sizeof why) ||
+        ir_interp_run(b, 0, m->nnodes, why, sizeof why)) {
+      printf("FAIL: interpreter: %s\n", why);
+      return 1;
+    }
+    double la = a->f[ref->loss->id][0], lb = b->f[m->loss->id][0];
+    printf("step %d: loss %.17g rewritten %.17g\n", t + 1, la, lb);
+    expect(memcmp(&la, &lb, sizeof la) == 0, "the loss differs");
+    expect(ref->nupdates == m->nupdates, "the updates differ in number");
+    for (int u = 0; u < ref->nupdates && u < m->nupdates; u++) {
+      const IrNode *x = ref->updates[u].value, *y = m->updates[u].value;
+      int same = ir_numel(x) == ir_numel(y) &&
+                 !memcmp(a->f[x->id], b->f[y->id], sizeof(double) * (size_t)ir_numel(x));
+      if (!same) {
+        snprintf(msg, sizeof msg, "step %d: the update of %s differs", t + 1,
+                 ref->updates[u].leaf->name);
+        expect(0, msg);
+      }
+    }
+    ir_interp_end_step(a);
+    ir_interp_end_step(b);
+  }
+  ir_interp_free(a);
+  ir_interp_free(b);
+  ir_module_free(m);
+  ir_module_free(ref);
+  if (!fails) printf("PASS\n");
+  return fails != 0;
+}
