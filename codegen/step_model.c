@@ -79,9 +79,10 @@ static double kernel_time(const IrModule *m, const CgKernelPlan *kp, const Machi
 }
 
 /* The time of runtime op n (0 for a leaf, a collective or a generated
- * kernel's node); *kind 0 memory-bound, 1 GEMM, 2 attention. */
+ * kernel's node); *kind 0 memory-bound, 1 GEMM, 2 attention.  tp: the
+ * module's tp degree (m->mesh_tp; 0 or 1: one rank). */
 static double op_time(const IrNode *n, const Machine *mc, int p, const unsigned char *stored,
-                      int *kind, StepTime *st) {
+                      int tp, int *kind, StepTime *st) {
   *kind = 0;
   if (!cg_runtime_op(n->op) || is_comm(n->op)) return 0;
   double bytes = node_bytes(n, stored), big = node_bytes(n, stored);
@@ -89,6 +90,12 @@ static double op_time(const IrNode *n, const Machine *mc, int p, const unsigned 
     bytes += node_bytes(n->inputs[j], stored);
     if (node_bytes(n->inputs[j], stored) > big) big = node_bytes(n->inputs[j], stored);
   }
+  /* a vocabulary-parallel cross-entropy over several members reads the logits
+   * once more for its gathered statistics (the row maxima, then the sums),
+   * each pass a kernel of its own (runtime/cuda/rt_cuda_ops.cu); one member
+   * takes its statistics in the pass that uses them */
+  if ((n->op == IR_OP_VOCAB_CROSS_ENTROPY || n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD) && tp > 1)
+    bytes += (n->op == IR_OP_VOCAB_CROSS_ENTROPY ? 1 : 2) * node_bytes(n->inputs[0], stored);
   int attn;
   double f = op_flops(n, &attn), rate = attn ? mc->attn_flops[p] : mc->gemm_flops[p];
   double tf = f / rate, tm = bytes / mc->mem_bytes_per_s;
@@ -172,8 +179,9 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
     int kind = 0, copies = 0;
     double c = copy_time(m->nodes[i], mc, bf16 ? 1 : 0, stored, weights, &copies, st);
     for (int j = 0; j < copies; j++) add_call(st, m->nodes[i]->phase, c / copies, 0);
-    double t =
-        kp->kernel_of[i] >= 0 ? 0 : op_time(m->nodes[i], mc, bf16 ? 1 : 0, stored, &kind, st);
+    double t = kp->kernel_of[i] >= 0
+                   ? 0
+                   : op_time(m->nodes[i], mc, bf16 ? 1 : 0, stored, m->mesh_tp, &kind, st);
     add_call(st, m->nodes[i]->phase, t, kind);
     if (node_s) node_s[i] += c + t;
   }

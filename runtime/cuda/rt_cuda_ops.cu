@@ -555,6 +555,94 @@ __global__ void __launch_bounds__(BLOCK) vxent_grad_bf16(__nv_bfloat16 *dlogits,
   }
 }
 
+/* ---- one member (the one-rank trainer's padded vocabulary: GPT-2's 50257 as
+ * 50304 columns).  Above, the statistics take two kernels that each read every
+ * row (vxent_max, vxent_stats, with the gathers between them), and the
+ * gradient a third: three passes over the logits, each larger than L2 in
+ * GPT-2 (824 MB of bf16), before its own.  With one member nothing needs
+ * gathering: a block takes its row's max and sum of exp, then (gradient)
+ * writes its row, the way xent_rows and xent_grad do -- the row's second and
+ * third reads mostly from L2.  The values are the gathered path's: the sum
+ * goes through the two floats that path sends (hi, lo) and is summed as
+ * vxent_sum sums one member's, so the loss and dlogits have the same bits
+ * (gpu_ops_check compares them with PARC_CUDA_XENT=gathered, which keeps the
+ * gathered path at one member for comparison). */
+template <typename L>
+static __device__ void vxent_one_stats(const L *row, int64_t nv, float *shf, double *shd,
+                                       float *mx, double *s) {
+  float m = row_max(row, nv, shf);
+  double t = row_sumexp(row, nv, m, shd);
+  float hi = (float)t, lo = (float)(t - (double)hi);
+  *mx = m;
+  *s = 0.0 + ((double)hi + (double)lo);
+}
+
+/* Forward: the row losses, as vxent_sum writes them. */
+template <typename L>
+__global__ void __launch_bounds__(BLOCK) vxent_one_rows(double *rows, const L *logits,
+                                                        const int32_t *targets, int64_t N,
+                                                        int64_t Vl, int64_t nv) {
+  __shared__ float shf[BLOCK / 32];
+  __shared__ double shd[BLOCK / 32];
+  for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
+    const L *row = logits + p * Vl;
+    float mx;
+    double s;
+    vxent_one_stats(row, nv, shf, shd, &mx, &s);
+    if (threadIdx.x == 0) {
+      int64_t r = targets[p];
+      float tl = r >= 0 && r < Vl ? logit(row, r) : 0.0f;
+      rows[p] = (double)mx + log(s) - (double)tl;
+    }
+  }
+}
+
+/* Gradient, in place or not (as xent_grad: both reductions end in a barrier
+ * before any write, then each thread reads only the elements it writes). */
+template <typename L>
+__global__ void __launch_bounds__(BLOCK) vxent_one_grad(L *dlogits, const L *logits,
+                                                        const int32_t *targets,
+                                                        const float *dloss, int64_t N,
+                                                        int64_t Vl, int64_t nv) {
+  __shared__ float shf[BLOCK / 32];
+  __shared__ double shd[BLOCK / 32];
+  float scale = (float)((double)*dloss / (double)N);
+  for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
+    const L *row = logits + p * Vl;
+    L *e = dlogits + p * Vl;
+    float mx;
+    double s;
+    vxent_one_stats(row, nv, shf, shd, &mx, &s);
+    XentVal<L> val = {row, mx, (float)(1.0 / s) * scale, scale, nv, (int64_t)targets[p]};
+    for (int64_t v = threadIdx.x; v < Vl; v += BLOCK) put(e + v, val(v));
+  }
+}
+
+/* The same with dlogits as bf16 rows of 2 Vl (store_row_bf16's argument). */
+__global__ void __launch_bounds__(BLOCK) vxent_one_grad_bf16(__nv_bfloat16 *dlogits,
+                                                             const float *logits,
+                                                             const int32_t *targets,
+                                                             const float *dloss, int64_t N,
+                                                             int64_t Vl, int64_t nv) {
+  __shared__ float shf[BLOCK / 32];
+  __shared__ double shd[BLOCK / 32];
+  float scale = (float)((double)*dloss / (double)N);
+  for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
+    const float *row = logits + p * Vl;
+    float mx;
+    double s;
+    vxent_one_stats(row, nv, shf, shd, &mx, &s);
+    XentVal<float> val = {row, mx, (float)(1.0 / s) * scale, scale, nv, (int64_t)targets[p]};
+    store_row_bf16(dlogits + p * 2 * Vl, Vl, val);
+  }
+}
+
+/* PARC_CUDA_XENT=gathered: one member takes the gathered path too. */
+static bool xent_gathered(void) {
+  const char *e = getenv("PARC_CUDA_XENT");
+  return e && !strcmp(e, "gathered");
+}
+
 /* The forward (loss) or the gradient (dlogits; as bf16 wide rows where
  * bf16out).  L: the logits' and dlogits' element (bf16: both, dense). */
 template <typename L>
@@ -573,6 +661,25 @@ static int vxent(RtCuda *c, const char *op, int group, float *loss, L *dlogits, 
   if (ps.on())
     ps.set(RT_PROF_OP, (double)N * ((double)sizeof(L) * (dlogits ? 2 : 1) * (double)Vl + 4), 0,
            "%s %s", op, rt_cuda_group_name[group]);
+  unsigned nb = row_blocks(N);
+  if (parts == 1 && !xent_gathered()) { /* one member: no gathers (above) */
+    if (loss) {
+      double *rows = (double *)rt_cuda_ws(c, WS_ROWS, (size_t)N * sizeof(double));
+      if (!rows) return RT_ERR;
+      vxent_one_rows<L><<<nb, BLOCK, 0, c->compute>>>(rows, logits, targets, N, Vl, nv);
+      LAUNCH_CHECK(c, op);
+      mean_rows<<<1, BLOCK, 0, c->compute>>>(loss, rows, N);
+    } else if (bf16out) { /* (L float) */
+      vxent_one_grad_bf16<<<nb, BLOCK, 0, c->compute>>>((__nv_bfloat16 *)(void *)dlogits,
+                                                        (const float *)(const void *)logits,
+                                                        targets, dloss, N, Vl, nv);
+    } else {
+      vxent_one_grad<L><<<nb, BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss, N, Vl,
+                                                      nv);
+    }
+    LAUNCH_CHECK(c, op);
+    return RT_OK;
+  }
   /* rows workspace: mx [N], s [N] (double), row losses [N] (double), send [3N] */
   char *w = (char *)rt_cuda_ws(c, WS_ROWS, up256((size_t)N * 4) + 2 * up256((size_t)N * 8) +
                                                up256((size_t)N * 12));
@@ -582,7 +689,6 @@ static int vxent(RtCuda *c, const char *op, int group, float *loss, L *dlogits, 
   double *s = (double *)(w + up256((size_t)N * 4));
   double *rows = (double *)((char *)s + up256((size_t)N * 8));
   float *send = (float *)((char *)rows + up256((size_t)N * 8));
-  unsigned nb = row_blocks(N);
   vxent_max<L><<<nb, BLOCK, 0, c->compute>>>(send, logits, N, Vl, nv);
   LAUNCH_CHECK(c, op);
   if (rt_cuda_all_gather(c, group, send, all, N)) return RT_ERR;

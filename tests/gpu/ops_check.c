@@ -833,6 +833,105 @@ static void check_xent_bf16io(RtCuda *c, int64_t N, int64_t V) {
   free(ids), free(logits), free(ref), free(back);
 }
 
+/* ---- vocabulary cross-entropy at one member (the one-rank trainer's padded
+ * vocabulary): rt_cuda_ops.cu's one-member kernels against the gathered path
+ * (PARC_CUDA_XENT=gathered), bit for bit, in every form the trainer calls --
+ * the gradients in place as its buffer plan runs them -- and against the
+ * CPU's rt_vocab_cross_entropy(_grad); timed both ways on the bf16 forms
+ * (GPT-2's). ---- */
+typedef struct {
+  void *logits, *hb;  /* fp32 logits [N, Vl], and their bf16 [N, Vl] */
+  void *ip;           /* the in-place gradient's buffer (4 N Vl bytes) */
+  float *loss, *dloss;
+  int32_t *ids;
+  int64_t N, Vl, V;
+} Vo;
+static int vo_fwd_bf16(RtCuda *c, void *p) {
+  Vo *x = p;
+  return rt_cuda_vocab_cross_entropy_bf16(c, RT_CUDA_TP, x->loss, x->hb, x->ids, x->N, x->Vl,
+                                          x->V);
+}
+static int vo_bwd_bf16io(RtCuda *c, void *p) { /* (the values are not checked here) */
+  Vo *x = p;
+  return rt_cuda_vocab_cross_entropy_grad_bf16io(c, RT_CUDA_TP, x->ip, x->ip, x->ids, x->dloss,
+                                                 x->N, x->Vl, x->V);
+}
+/* One run of every form into out[0..4): loss, dlogits fp32 (in place), dlogits
+ * bf16 wide (in place), the bf16 logits' loss, and their dlogits (bf16 io, in
+ * place); 0, or -1. */
+static int vo_run(RtCuda *c, Vo *x, const float *logits, void *out[5]) {
+  size_t n4 = 4 * (size_t)(x->N * x->Vl);
+  int rc = rt_cuda_vocab_cross_entropy(c, RT_CUDA_TP, x->loss, x->logits, x->ids, x->N, x->Vl,
+                                       x->V);
+  if (!rc) to_host(out[0], x->loss, 4);
+  cudaMemcpy(x->ip, logits, n4, cudaMemcpyHostToDevice);
+  rc = rc || rt_cuda_vocab_cross_entropy_grad(c, RT_CUDA_TP, x->ip, x->ip, x->ids, x->dloss,
+                                              x->N, x->Vl, x->V);
+  if (!rc) to_host(out[1], x->ip, n4);
+  cudaMemcpy(x->ip, logits, n4, cudaMemcpyHostToDevice);
+  rc = rc || rt_cuda_vocab_cross_entropy_grad_bf16(c, RT_CUDA_TP, x->ip, x->ip, x->ids, x->dloss,
+                                                   x->N, x->Vl, x->V);
+  if (!rc) to_host(out[2], x->ip, n4);
+  rc = rc || vo_fwd_bf16(c, x);
+  if (!rc) to_host(out[3], x->loss, 4);
+  cudaMemcpy(x->ip, x->hb, n4 / 2, cudaMemcpyDeviceToDevice);
+  rc = rc || vo_bwd_bf16io(c, x);
+  if (!rc) to_host(out[4], x->ip, n4 / 2);
+  return rc;
+}
+static void check_vocab_one(RtCuda *c, int64_t N, int64_t Vl, int64_t V) {
+  size_t n4 = 4 * (size_t)(N * Vl);
+  int32_t *ids = malloc(4 * (size_t)N);
+  for (int64_t i = 0; i < N; i++) ids[i] = (int32_t)((frand() * 0.5f + 0.5f) * (float)(V - 1));
+  float *logits = rnd(N * Vl, 4), *ref = malloc(n4), dloss = 1.0f, loss_ref = 0;
+  for (int64_t i = 0; i < N * Vl; i++) { /* values a bf16 holds: the bf16 forms see them too */
+    uint32_t u = (uint32_t)bf16_rn(logits[i]) << 16;
+    memcpy(&logits[i], &u, 4);
+  }
+  Vo x = {dev_copy(logits, n4), dev_bf16(logits, N, Vl, Vl), dev_copy(NULL, n4), dev_copy(NULL, 4),
+          dev_copy(&dloss, 4), dev_copy(ids, 4 * (size_t)N), N, Vl, V};
+  void *out[2][5];
+  size_t bytes[5] = {4, n4, n4, 4, n4 / 2};
+  for (int m = 0; m < 2; m++)
+    for (int k = 0; k < 5; k++) out[m][k] = calloc(1, bytes[k]);
+  unsetenv("PARC_CUDA_XENT");
+  int rc = vo_run(c, &x, logits, out[0]);
+  double ms[2][2] = {{0, 0}, {0, 0}};
+  if (!rc) ms[0][0] = time_op(c, vo_fwd_bf16, &x, 5), ms[0][1] = time_op(c, vo_bwd_bf16io, &x, 5);
+  setenv("PARC_CUDA_XENT", "gathered", 1);
+  rc = rc || vo_run(c, &x, logits, out[1]);
+  if (!rc) ms[1][0] = time_op(c, vo_fwd_bf16, &x, 5), ms[1][1] = time_op(c, vo_bwd_bf16io, &x, 5);
+  unsetenv("PARC_CUDA_XENT");
+  if (rc) fprintf(stderr, "%s\n", rt_last_error());
+  double e[5];
+  for (int k = 0; k < 5; k++) e[k] = rc ? INFINITY : memcmp(out[0][k], out[1][k], bytes[k]) != 0;
+  double e_loss = INFINITY, e_grad = INFINITY;
+  if (!rc && !rt_vocab_cross_entropy(NULL, &loss_ref, logits, ids, N, Vl, V) &&
+      !rt_vocab_cross_entropy_grad(NULL, ref, logits, ids, &dloss, N, Vl, V)) {
+    e_loss = rel_l2(out[0][0], &loss_ref, 1);
+    e_grad = rel_l2(out[0][1], ref, N * Vl);
+  }
+  char shape[64];
+  snprintf(shape, sizeof shape, "N %lld Vl %lld V %lld", (long long)N, (long long)Vl,
+           (long long)V);
+  row("vocab_xent 1 member", shape, e_loss, 1e-6, 0, 0, 0);
+  row("vocab_xent_grad 1 member", shape, e_grad, 1e-5, 0, 0, 0);
+  static const char *const names[5] = {"= gathered: loss", "= gathered: grad", "= gathered: grad bf16",
+                                       "= gathered: bf16 in", "= gathered: grad bf16io"};
+  for (int k = 0; k < 5; k++) row(names[k], shape, e[k], 0, 0, 0, 0);
+  /* the bf16 forms' time, one member's kernels then the gathered path's */
+  double rd = 2.0 * (double)(N * Vl); /* a pass over the bf16 logits */
+  row("vocab_xent bf16 in", "one-member kernels", 0, 0, ms[0][0], 0, rd);
+  row("vocab_xent bf16 in", "gathered path", 0, 0, ms[1][0], 0, rd);
+  row("vocab_xent_grad bf16io", "one-member kernels", 0, 0, ms[0][1], 0, 2 * rd);
+  row("vocab_xent_grad bf16io", "gathered path", 0, 0, ms[1][1], 0, 2 * rd);
+  for (int m = 0; m < 2; m++)
+    for (int k = 0; k < 5; k++) free(out[m][k]);
+  cudaFree(x.logits), cudaFree(x.hb), cudaFree(x.ip), cudaFree(x.loss), cudaFree(x.dloss);
+  cudaFree(x.ids);
+  free(ids), free(logits), free(ref);
+}
+
 /* ---- vocabulary parallelism at two members (two threads, one GPU) ---- */
 enum { VN = 96, VL = 300, VV = 590, VD = 48 }; /* V < 2 Vl: padding on member 1 */
 static float *v_logits, *v_table;
@@ -975,6 +1074,9 @@ int main(int argc, char **argv) {
   }
   if (!small)
     check_embed_xent(c, 2048, 50257, 64);
+  check_vocab_one(c, 64, 320, 257); /* gpt2_tiny's -D vocab=257 padded to 320 */
+  if (!small)
+    check_vocab_one(c, 2048, 50304, 50257); /* GPT-2 small's, 2048 of its 8192 rows */
   check_embed_grad_skewed(c, 1200, 300, 64, 0, !small);  /* float4, one column slice */
   check_embed_grad_skewed(c, 1200, 300, 520, 0, !small); /* float4, three slices */
   check_embed_grad_skewed(c, 1200, 300, 67, 0, !small);  /* scalar (D % 4), two slices */
