@@ -65,6 +65,8 @@
 #               rt_cuda_attn_tc.cu instead of rt_cuda_attn_mma.cu's: what the
 #               register-resident mma.sync kernels buy; they read no bf16
 #               tensor, so not step 4's trainer, whose attention does);
+#   4x. step 4's trainer with PARC_CUDA_XENT=gathered (the cross-entropy's
+#               statistics by separate passes: what one pass a row buys);
 #   4n. GPT-2 small generated with --no-batch (every kernel launched on its
 #               own: what codegen/cuda_batch.h's batched launches buy), 15
 #               steps; its losses bit for bit equal to step 4's;
@@ -460,6 +462,9 @@ if [ -f "$WORK/gpt2_nostore.built" ] && running; then
     cat "$WORK/gpt2.nostore_wmma.log"
   bench gpt2.nostore_wmma "bf16 gpt2, no stores, WMMA attention"
 fi
+
+say "4x. step 4's trainer with the gathered cross-entropy (PARC_CUDA_XENT=gathered), 15 steps"
+variant xent_gathered "bf16 gpt2, gathered cross-entropy" PARC_CUDA_XENT=gathered
 
 say "4n. bf16 GPT-2 small generated with --no-batch, 15 steps"
 if project gpt2_nobatch gpt2.dsl "train_cuda" --no-batch && running; then
