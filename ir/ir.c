@@ -77,6 +77,32 @@ IrNode *ir_add_inferred(IrModule *m, IrNode *proto, const IrNode *at, IrPhase ph
   return n;
 }
 
+void ir_set_order(IrModule *m, IrNode *const *order, int n) {
+  for (int i = 0; i < n; i++) {
+    m->nodes[i] = order[i];
+    m->nodes[i]->id = i;
+  }
+  m->nnodes = n;
+}
+
+int ir_node_held(const IrModule *m, const IrNode *n) {
+  if (n == m->loss || n == m->ce_loss || n == m->grad_norm) return 1;
+  for (int i = 0; i < m->nupdates; i++)
+    if (m->updates[i].value == n) return 1;
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad == n) return 1;
+  return 0;
+}
+
+void *ir_xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size);
+  if (!p) {
+    fprintf(stderr, "parc: out of memory\n");
+    exit(3);
+  }
+  return p;
+}
+
 int64_t ir_numel(const IrNode *n) {
   int64_t k = 1;
   for (int i = 0; i < n->rank; i++) k *= n->shape[i];

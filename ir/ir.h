@@ -279,6 +279,19 @@ IrNode *ir_add_like(IrModule *m, const IrNode *proto);
 IrNode *ir_add_inferred(IrModule *m, IrNode *proto, const IrNode *at, IrPhase phase,
                         const char *what);
 
+/* For passes that insert nodes: order[0..n) (every node of m once, inputs
+ * before their readers) becomes m's node list, ids renumbered to match. */
+void ir_set_order(IrModule *m, IrNode *const *order, int n);
+
+/* 1 if m refers to n other than as an input: its loss (or ce_loss), the
+ * gradient norm, an update's value, a parameter's gradient.  A pass may not
+ * remove or replace such a node. */
+int ir_node_held(const IrModule *m, const IrNode *n);
+
+/* calloc of n (at least one) elements for a pass's scratch; out of memory
+ * prints "parc: out of memory" and exits 3 (an internal error). */
+void *ir_xcalloc(size_t n, size_t size);
+
 /* Shape inference.  Fills n->dtype, n->rank and n->shape from the op, its
  * inputs and its attributes.  On failure returns 0 and writes a one-line
  * reason (naming the op and the shapes) into why. */

@@ -32,15 +32,6 @@
 
 #include "passes/passes.h"
 
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size);
-  if (!p) {
-    fprintf(stderr, "parc: out of memory\n");
-    exit(3);
-  }
-  return p;
-}
-
 /* Appends op on in[0..nin) with attribute ia0, typed by ir_infer; NULL after
  * printing why when the types do not fit (an internal error). */
 static IrNode *mk(IrModule *m, IrOp op, IrNode **in, int nin, int64_t ia0, const IrNode *at,
@@ -53,9 +44,9 @@ int pass_attn_delta(IrModule *m) {
   int nold = m->nnodes;
   /* merged[i]: a merge_heads reading node i; after[i] / before[i]: the new
    * node placed right after / before node i */
-  IrNode **merged = xcalloc((size_t)nold, sizeof *merged);
-  IrNode **after = xcalloc((size_t)nold, sizeof *after);
-  IrNode **before = xcalloc((size_t)nold, sizeof *before);
+  IrNode **merged = ir_xcalloc((size_t)nold, sizeof *merged);
+  IrNode **after = ir_xcalloc((size_t)nold, sizeof *after);
+  IrNode **before = ir_xcalloc((size_t)nold, sizeof *before);
   int rc = 0, nnew = 0;
   for (int i = 0; i < nold; i++) {
     IrNode *n = m->nodes[i];
@@ -83,17 +74,14 @@ int pass_attn_delta(IrModule *m) {
     nnew += 2;
   }
   if (!rc && nnew) { /* the new nodes into place; ids follow */
-    IrNode **order = xcalloc((size_t)m->nnodes, sizeof *order);
+    IrNode **order = ir_xcalloc((size_t)m->nnodes, sizeof *order);
     int k = 0;
     for (int i = 0; i < nold; i++) {
       if (before[i]) order[k++] = before[i];
       order[k++] = m->nodes[i];
       if (after[i]) order[k++] = after[i];
     }
-    for (int i = 0; i < m->nnodes; i++) {
-      m->nodes[i] = order[i];
-      m->nodes[i]->id = i;
-    }
+    ir_set_order(m, order, k);
     free(order);
   }
   free(merged);

@@ -7,9 +7,11 @@
  * (bufplan.h) takes its input's bytes instead, and they return to the free
  * list when the node dies, not when the input does.  A shared view joins
  * its input's byte group: the group's root returns the bytes once every
- * member has died. */
+ * member has died.  Then repack places the same groups again largest first
+ * and keeps the smaller of the two layouts. */
 #include "passes/bufplan.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -130,6 +132,71 @@ static int shared_view_input(const IrModule *m, const BufPlan *p, const int *pos
   return x->id;
 }
 
+/* A byte group for repack: a buffer that took bytes of its own (root) with
+ * the nodes written over it or sharing it, alive over positions [s, e]. */
+typedef struct {
+  int root, s, e;
+  int64_t size, off;
+} Block;
+
+static int by_size(const void *a, const void *b) {
+  const Block *x = a, *y = b;
+  if (x->size != y->size) return x->size > y->size ? -1 : 1;
+  return x->s != y->s ? (x->s < y->s ? -1 : 1) : x->root - y->root;
+}
+
+static int by_off(const void *a, const void *b) {
+  const Block *x = *(Block *const *)a, *y = *(Block *const *)b;
+  return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Best fit in time order places each buffer knowing only the past, and can
+ * leave gaps no later buffer fits (GPT-2: 4% above the live peak).  This
+ * places the same byte groups again, largest first, each at the lowest
+ * offset clear of every group already placed whose life overlaps its own
+ * (greedy by size), and keeps whichever layout is smaller.  Lives are
+ * inclusive: a group born at t and one dying at t never share a byte (a
+ * kernel reads its inputs while it writes), as in the time-order pass. */
+static void repack(IrModule *m, BufPlan *p, const int *pos) {
+  int n = m->nnodes, nb = 0;
+  int *root = arena_alloc(&m->arena, sizeof(int) * (size_t)(n + 1));
+  int *slot = arena_alloc(&m->arena, sizeof(int) * (size_t)(n + 1));
+  Block *b = arena_alloc(&m->arena, sizeof(Block) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++) { /* aliases point at earlier nodes: roots come first */
+    slot[i] = -1;
+    if (p->offset[i] < 0) continue;
+    root[i] = p->alias[i] >= 0 ? root[p->alias[i]] : i;
+    if (root[i] == i) {
+      slot[i] = nb;
+      b[nb++] = (Block){i, at(pos, i), p->last_use[i], p->size[i], 0};
+    } else if (p->last_use[i] > b[slot[root[i]]].e) {
+      b[slot[root[i]]].e = p->last_use[i];
+    }
+  }
+  if (nb < 2) return;
+  qsort(b, (size_t)nb, sizeof *b, by_size);
+  Block **placed = arena_alloc(&m->arena, sizeof(Block *) * (size_t)nb);
+  int64_t peak = 0;
+  for (int k = 0; k < nb; k++) {
+    int np = 0;
+    for (int j = 0; j < k; j++)
+      if (b[j].s <= b[k].e && b[k].s <= b[j].e) placed[np++] = &b[j];
+    qsort(placed, (size_t)np, sizeof *placed, by_off);
+    int64_t off = 0;
+    for (int j = 0; j < np; j++) {
+      if (placed[j]->off >= off + b[k].size) break;
+      if (placed[j]->off + placed[j]->size > off) off = placed[j]->off + placed[j]->size;
+    }
+    b[k].off = off;
+    if (off + b[k].size > peak) peak = off + b[k].size;
+  }
+  if (peak >= p->peak) return;
+  for (int k = 0; k < nb; k++) slot[b[k].root] = k;
+  for (int i = 0; i < n; i++)
+    if (p->offset[i] >= 0) p->offset[i] = b[slot[root[i]]].off;
+  p->peak = peak;
+}
+
 /* in_place: 0 nothing written over anything (apart), 1 In place, 2 In place
  * and shared views (bufplan.h) */
 static int plan(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
@@ -242,6 +309,7 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
     }
   }
   p->peak = f.end;
+  repack(m, p, pos);
   /* Best fit is a heuristic: another layout can fragment more than the bytes
    * in place saves (tiny models, where no buffer dominates).  Neither shared
    * views nor in place cost arena: where the plan without shared views is

@@ -1,7 +1,8 @@
 /* passes/bufplan.h -- static memory planning: one arena per rank.
  *
  * Every materialised non-leaf node gets a byte range [offset, offset+size)
- * in the activation arena.  Invariant (checked by bufplan_check): two nodes
+ * in the activation arena: best fit in time order, or the same buffers
+ * placed largest first where that is smaller (bufplan.c, repack).  Invariant (checked by bufplan_check): two nodes
  * whose live ranges overlap never share a byte.  A node is live from its
  * definition to its last use in node order; nodes in `keep` (the loss,
  * gradients the optimizer reads) stay live to the end of the step.  A

@@ -62,6 +62,12 @@ int pass_autodiff(IrModule *m);
  * dies in the forward.  Returns -1 after printing an internal error. */
 int pass_attn_delta(IrModule *m);
 
+/* passes/remat.c: a forward pointwise op of one activation and leaves (a bias
+ * add), read by pointwise ops in the forward and the backward, gets a copy
+ * that the backward readers read instead, so that neither is stored (GPT-2's
+ * MLP pre-activation).  Returns -1 after printing an internal error. */
+int pass_remat(IrModule *m);
+
 /* passes/optimizer.c: appends the optimizer step after autodiff, with
  * PyTorch's semantics: global-norm clipping (train setting clip), then
  * AdamW or SGD with momentum (m->optimizer, m->optim) for every parameter

@@ -19,6 +19,7 @@ static const Pass passes[] = {
     {"dce", pass_dce},             /* drop what the loss does not need */
     {"autodiff", pass_autodiff},   /* gradients of the loss, B/W phases */
     {"attn_delta", pass_attn_delta}, /* sdpa_grad from lse and D: sdpa's out dies early */
+    {"remat", pass_remat},         /* a bias add recomputed in the backward, not stored */
     {"dp_grads", dp_grads},        /* data-parallel gradient averaging */
     {"optimizer", pass_optimizer}, /* clipping and the update, as IR */
     {"slice_sink", pass_slice_sink}, /* slices above pointwise ops: no pass to store them */

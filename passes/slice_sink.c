@@ -35,25 +35,6 @@
 
 #include "passes/passes.h"
 
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size);
-  if (!p) {
-    fprintf(stderr, "parc: out of memory\n");
-    exit(3);
-  }
-  return p;
-}
-
-/* 1 if the module holds node p other than as an input (see the head comment) */
-static int held(const IrModule *m, const IrNode *p) {
-  if (p == m->loss || p == m->ce_loss || p == m->grad_norm) return 1;
-  for (int i = 0; i < m->nupdates; i++)
-    if (m->updates[i].value == p) return 1;
-  for (int i = 0; i < m->nnodes; i++)
-    if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad == p) return 1;
-  return 0;
-}
-
 /* The axis of input x of pointwise p that p's axis a reads, or -1 where x
  * is broadcast along it (absent or of size 1 against a larger p). */
 static int input_axis(const IrNode *p, const IrNode *x, int a) {
@@ -64,8 +45,8 @@ static int input_axis(const IrNode *p, const IrNode *x, int a) {
 
 int pass_slice_sink(IrModule *m) {
   int nold = m->nnodes;
-  int *readers = xcalloc((size_t)nold, sizeof *readers); /* per node: its readers */
-  int *others = xcalloc((size_t)nold, sizeof *others);   /* ... that are no slice */
+  int *readers = ir_xcalloc((size_t)nold, sizeof *readers); /* per node: its readers */
+  int *others = ir_xcalloc((size_t)nold, sizeof *others);   /* ... that are no slice */
   for (int i = 0; i < nold; i++) {
     const IrNode *n = m->nodes[i];
     for (int j = 0; j < n->ninputs; j++) {
@@ -74,16 +55,16 @@ int pass_slice_sink(IrModule *m) {
     }
   }
   /* before[s]: the slices of the inputs placed right before slice s; dead[p] */
-  IrNode ***before = xcalloc((size_t)nold, sizeof *before);
-  int *nbefore = xcalloc((size_t)nold, sizeof *nbefore);
-  unsigned char *dead = xcalloc((size_t)nold, 1);
+  IrNode ***before = ir_xcalloc((size_t)nold, sizeof *before);
+  int *nbefore = ir_xcalloc((size_t)nold, sizeof *nbefore);
+  unsigned char *dead = ir_xcalloc((size_t)nold, 1);
   int rc = 0, moved = 0;
   for (int i = 0; i < nold && !rc; i++) {
     IrNode *s = m->nodes[i];
     if (s->op != IR_OP_SLICE) continue;
     IrNode *p = s->inputs[0];
     if (!(ir_op_info[p->op].flags & IR_F_POINTWISE) || others[p->id] || !readers[p->id] ||
-        p->dtype != IR_F32 || held(m, p))
+        p->dtype != IR_F32 || ir_node_held(m, p))
       continue;
     int a = (int)s->ia[0], cut = 0;
     for (int j = 0; j < p->ninputs; j++) cut |= input_axis(p, p->inputs[j], a) >= 0;
@@ -126,17 +107,13 @@ int pass_slice_sink(IrModule *m) {
     moved++;
   }
   if (!rc && moved) { /* the new slices into place, the dead ops out; ids follow */
-    IrNode **order = xcalloc((size_t)m->nnodes, sizeof *order);
+    IrNode **order = ir_xcalloc((size_t)m->nnodes, sizeof *order);
     int k = 0;
     for (int i = 0; i < nold; i++) {
       for (int j = 0; j < nbefore[i]; j++) order[k++] = before[i][j];
       if (!dead[i]) order[k++] = m->nodes[i];
     }
-    for (int i = 0; i < k; i++) {
-      m->nodes[i] = order[i];
-      m->nodes[i]->id = i;
-    }
-    m->nnodes = k;
+    ir_set_order(m, order, k);
     free(order);
   }
   free(readers);

@@ -577,6 +577,18 @@ static __device__ void vxent_one_stats(const L *row, int64_t nv, float *shf, dou
   *s = 0.0 + ((double)hi + (double)lo);
 }
 
+/* The gradient's values of row p, as vxent_grad takes them (scale: dloss / N). */
+template <typename L>
+static __device__ XentVal<L> vxent_one_row(const L *logits, const int32_t *targets, float scale,
+                                           int64_t p, int64_t Vl, int64_t nv, float *shf,
+                                           double *shd) {
+  const L *row = logits + p * Vl;
+  float mx;
+  double s;
+  vxent_one_stats(row, nv, shf, shd, &mx, &s);
+  return XentVal<L>{row, mx, (float)(1.0 / s) * scale, scale, nv, (int64_t)targets[p]};
+}
+
 /* Forward: the row losses, as vxent_sum writes them. */
 template <typename L>
 __global__ void __launch_bounds__(BLOCK) vxent_one_rows(double *rows, const L *logits,
@@ -608,13 +620,8 @@ __global__ void __launch_bounds__(BLOCK) vxent_one_grad(L *dlogits, const L *log
   __shared__ double shd[BLOCK / 32];
   float scale = (float)((double)*dloss / (double)N);
   for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
-    const L *row = logits + p * Vl;
-    L *e = dlogits + p * Vl;
-    float mx;
-    double s;
-    vxent_one_stats(row, nv, shf, shd, &mx, &s);
-    XentVal<L> val = {row, mx, (float)(1.0 / s) * scale, scale, nv, (int64_t)targets[p]};
-    for (int64_t v = threadIdx.x; v < Vl; v += BLOCK) put(e + v, val(v));
+    XentVal<L> val = vxent_one_row(logits, targets, scale, p, Vl, nv, shf, shd);
+    for (int64_t v = threadIdx.x; v < Vl; v += BLOCK) put(dlogits + p * Vl + v, val(v));
   }
 }
 
@@ -627,14 +634,9 @@ __global__ void __launch_bounds__(BLOCK) vxent_one_grad_bf16(__nv_bfloat16 *dlog
   __shared__ float shf[BLOCK / 32];
   __shared__ double shd[BLOCK / 32];
   float scale = (float)((double)*dloss / (double)N);
-  for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
-    const float *row = logits + p * Vl;
-    float mx;
-    double s;
-    vxent_one_stats(row, nv, shf, shd, &mx, &s);
-    XentVal<float> val = {row, mx, (float)(1.0 / s) * scale, scale, nv, (int64_t)targets[p]};
-    store_row_bf16(dlogits + p * 2 * Vl, Vl, val);
-  }
+  for (int64_t p = blockIdx.x; p < N; p += gridDim.x)
+    store_row_bf16(dlogits + p * 2 * Vl, Vl,
+                   vxent_one_row(logits, targets, scale, p, Vl, nv, shf, shd));
 }
 
 /* PARC_CUDA_XENT=gathered: one member takes the gathered path too. */

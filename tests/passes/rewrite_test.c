@@ -1,15 +1,19 @@
-/* tests/passes/slice_sink_test.c -- passes/slice_sink.c on a model's step.
+/* tests/passes/rewrite_test.c -- a rewriting pass on a model's step:
+ * passes/slice_sink.c or passes/remat.c.
  *
- *   slice_sink_test MODEL.dsl MIN [NAME=VALUE ...]
+ *   rewrite_test slice_sink|remat MODEL.dsl MIN [NAME=VALUE ...]
  *
  * The model is loaded twice, differentiated, given its optimizer; one copy
- * then runs pass_slice_sink.  Requires:
- *   - the rewritten module verifies, and in it no pointwise f32 op is read
- *     by slices only (every such op of the other module was rewritten);
+ * then runs the pass.  Requires:
+ *   - the rewritten module verifies, and in it nothing is left to rewrite:
+ *     slice_sink, no pointwise f32 op read by slices only; remat, no forward
+ *     pointwise op of one activation and leaves with pointwise readers in
+ *     the forward and the backward (this file's own reading of the rules);
  *   - the other module had at least MIN of them (the pass is exercised) and
- *     the rewritten one has exactly that many nodes fewer plus the new
- *     operand slices (each rewritten slice becomes its op, each cut operand
- *     one new slice);
+ *     the rewritten one has exactly the nodes the rules say: slice_sink,
+ *     those ops fewer plus the new operand slices (each rewritten slice
+ *     becomes its op, each cut operand one new slice); remat, one copy more
+ *     for each;
  *   - two training steps of both modules in the reference interpreter, from
  *     the same parameters and batch, give the same loss and the same value of
  *     every update, bit for bit (slicing commutes with a pointwise op).
@@ -70,6 +74,39 @@ static int sliced_only(const IrModule *m, int *slices, int *cut) {
   return n;
 }
 
+/* remat's candidates (passes/remat.c's rules, read again here): forward
+ * pointwise f32 ops of one non-leaf input of their element count and leaves,
+ * read in the forward and in the backward, by pointwise ops only, and held
+ * by nothing else */
+static int rematerializable(const IrModule *m) {
+  int n = 0;
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *p = m->nodes[i];
+    if (p->phase != IR_PHASE_FWD || !(ir_op_info[p->op].flags & IR_F_POINTWISE) ||
+        p->dtype != IR_F32 || p == m->loss || p == m->ce_loss)
+      continue;
+    int acts = 0, ok = 1, fwd = 0, bwd = 0;
+    for (int j = 0; j < p->ninputs; j++) {
+      const IrNode *x = p->inputs[j];
+      if (ir_op_info[x->op].flags & IR_F_LEAF) continue;
+      acts++;
+      ok &= ir_numel(x) == ir_numel(p);
+    }
+    for (int r = i + 1; r < m->nnodes && ok; r++)
+      for (int j = 0; j < m->nodes[r]->ninputs; j++) {
+        const IrNode *q = m->nodes[r];
+        if (q->inputs[j] != p) continue;
+        ok &= (ir_op_info[q->op].flags & IR_F_POINTWISE) != 0 && q->phase != IR_PHASE_OPT;
+        fwd += q->phase == IR_PHASE_FWD;
+        bwd += q->phase == IR_PHASE_B || q->phase == IR_PHASE_W;
+      }
+    for (int u = 0; u < m->nupdates; u++) ok &= m->updates[u].value != p;
+    for (int k = 0; k < m->nnodes; k++) ok &= m->nodes[k]->grad != p;
+    n += ok && acts == 1 && fwd && bwd;
+  }
+  return n;
+}
+
 static uint64_t rng = 88172645463325252ull;
 static double uniform(double lo, double hi) {
   rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
@@ -99,31 +136,32 @@ static void fill(IrInterp *it, uint64_t seed) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 3) {
-    fprintf(stderr, "usage: slice_sink_test MODEL.dsl MIN [NAME=VALUE ...]\n");
+  int sink = argc >= 2 && !strcmp(argv[1], "slice_sink");
+  if (argc < 4 || (!sink && strcmp(argv[1], "remat"))) {
+    fprintf(stderr, "usage: rewrite_test slice_sink|remat MODEL.dsl MIN [NAME=VALUE ...]\n");
     return 2;
   }
-  const char *const *defs = (const char *const *)argv + 3;
-  IrModule *m = test_load_step(argv[1], defs, argc - 3);
-  IrModule *ref = test_load_step(argv[1], defs, argc - 3);
+  const char *const *defs = (const char *const *)argv + 4;
+  IrModule *m = test_load_step(argv[2], defs, argc - 4);
+  IrModule *ref = test_load_step(argv[2], defs, argc - 4);
   if (!m || !ref) return 1;
-  int before = m->nnodes, slices, cut, ops = sliced_only(m, &slices, &cut);
-  char why[512];
-  if (pass_slice_sink(m) || ir_verify(m, why, sizeof why)) {
-    printf("FAIL: slice_sink: %s\n", why);
+  int before = m->nnodes, slices, cut, ops = sink ? sliced_only(m, &slices, &cut)
+                                                  : rematerializable(m);
+  int want = sink ? before - ops + cut : before + ops;
+  char why[512] = "";
+  if ((sink ? pass_slice_sink(m) : pass_remat(m)) || ir_verify(m, why, sizeof why)) {
+    printf("FAIL: %s: %s\n", argv[1], why);
     return 1;
   }
-  int after_slices, after_cut, left = sliced_only(m, &after_slices, &after_cut);
+  int left = sink ? sliced_only(m, &slices, &cut) : rematerializable(m);
   char msg[256];
-  snprintf(msg, sizeof msg, "%d pointwise ops still read by slices only", left);
+  snprintf(msg, sizeof msg, "%d left to rewrite after %s", left, argv[1]);
   expect(left == 0, msg);
-  snprintf(msg, sizeof msg, "%d ops read by slices only, at least %s wanted", ops, argv[2]);
-  expect(ops >= atoi(argv[2]), msg);
-  snprintf(msg, sizeof msg, "%d nodes after, %d expected (%d before, %d ops out, %d slices in)",
-           m->nnodes, before - ops + cut, before, ops, cut);
-  expect(m->nnodes == before - ops + cut, msg);
-  printf("%s: %d pointwise ops read by %d slices rewritten, %d operand slices; %d -> %d nodes\n",
-         argv[1], ops, slices, cut, before, m->nnodes);
+  snprintf(msg, sizeof msg, "%d to rewrite, at least %s wanted", ops, argv[3]);
+  expect(ops >= atoi(argv[3]), msg);
+  snprintf(msg, sizeof msg, "%d nodes after, %d expected (%d before)", m->nnodes, want, before);
+  expect(m->nnodes == want, msg);
+  printf("%s %s: %d rewritten; %d -> %d nodes\n", argv[1], argv[2], ops, before, m->nnodes);
 
   IrInterp *a = ir_interp_new(ref), *b = ir_interp_new(m);
   fill(a, 7), fill(b, 7);
