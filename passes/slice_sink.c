@@ -32,6 +32,7 @@
  * then has a reader that is not a slice). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "passes/passes.h"
 
@@ -89,20 +90,14 @@ int pass_slice_sink(IrModule *m) {
     s->ninputs = p->ninputs;
     s->ia[0] = p->ia[0], s->ia[1] = p->ia[1], s->ia[2] = p->ia[2];
     s->fa = p->fa;
-    char why[256];
-    int64_t want[IR_MAX_RANK];
-    for (int d = 0; d < s->rank; d++) want[d] = s->shape[d];
-    int rank = s->rank;
-    if (!ir_infer(s, why, sizeof why) || s->rank != rank) {
-      fprintf(stderr, "parc: internal error: slice_sink: %s\n", why);
+    char why[256] = "its shape changed";
+    IrNode was = *s;
+    if (!ir_infer(s, why, sizeof why) || s->rank != was.rank ||
+        memcmp(s->shape, was.shape, sizeof(int64_t) * (size_t)was.rank)) {
+      fprintf(stderr, "parc: internal error: slice_sink: node %d: %s\n", i, why);
       rc = -1;
       break;
     }
-    for (int d = 0; d < rank; d++)
-      if (want[d] != s->shape[d]) {
-        fprintf(stderr, "parc: internal error: slice_sink: node %d changed shape\n", i);
-        rc = -1;
-      }
     if (--readers[p->id] == 0) dead[p->id] = 1;
     moved++;
   }

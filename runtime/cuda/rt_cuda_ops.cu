@@ -360,7 +360,8 @@ __global__ void __launch_bounds__(BLOCK) xent_grad(L *dlogits, const L *logits,
  * the reads of tile k + 1, [(k + 1) T, (k + 2) T), lie past every store so
  * far.  The caller's reductions over the row end in a barrier too. */
 enum { XENT_TILE = 4 * BLOCK };
-static __device__ void store_row_bf16(__nv_bfloat16 *e, int64_t V, const XentVal<float> &val) {
+template <typename L>
+static __device__ void store_row_bf16(__nv_bfloat16 *e, int64_t V, const XentVal<L> &val) {
   for (int64_t c0 = 0; c0 < V; c0 += XENT_TILE) {
     float x[XENT_TILE / BLOCK];
 #pragma unroll
@@ -610,8 +611,9 @@ __global__ void __launch_bounds__(BLOCK) vxent_one_rows(double *rows, const L *l
 }
 
 /* Gradient, in place or not (as xent_grad: both reductions end in a barrier
- * before any write, then each thread reads only the elements it writes). */
-template <typename L>
+ * before any write, then each thread reads only the elements it writes);
+ * wide: dlogits as bf16 rows of 2 Vl (store_row_bf16's argument; L float). */
+template <typename L, bool wide>
 __global__ void __launch_bounds__(BLOCK) vxent_one_grad(L *dlogits, const L *logits,
                                                         const int32_t *targets,
                                                         const float *dloss, int64_t N,
@@ -621,22 +623,11 @@ __global__ void __launch_bounds__(BLOCK) vxent_one_grad(L *dlogits, const L *log
   float scale = (float)((double)*dloss / (double)N);
   for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
     XentVal<L> val = vxent_one_row(logits, targets, scale, p, Vl, nv, shf, shd);
-    for (int64_t v = threadIdx.x; v < Vl; v += BLOCK) put(dlogits + p * Vl + v, val(v));
+    if (wide)
+      store_row_bf16((__nv_bfloat16 *)(void *)dlogits + p * 2 * Vl, Vl, val);
+    else
+      for (int64_t v = threadIdx.x; v < Vl; v += BLOCK) put(dlogits + p * Vl + v, val(v));
   }
-}
-
-/* The same with dlogits as bf16 rows of 2 Vl (store_row_bf16's argument). */
-__global__ void __launch_bounds__(BLOCK) vxent_one_grad_bf16(__nv_bfloat16 *dlogits,
-                                                             const float *logits,
-                                                             const int32_t *targets,
-                                                             const float *dloss, int64_t N,
-                                                             int64_t Vl, int64_t nv) {
-  __shared__ float shf[BLOCK / 32];
-  __shared__ double shd[BLOCK / 32];
-  float scale = (float)((double)*dloss / (double)N);
-  for (int64_t p = blockIdx.x; p < N; p += gridDim.x)
-    store_row_bf16(dlogits + p * 2 * Vl, Vl,
-                   vxent_one_row(logits, targets, scale, p, Vl, nv, shf, shd));
 }
 
 /* PARC_CUDA_XENT=gathered: one member takes the gathered path too. */
@@ -672,12 +663,11 @@ static int vxent(RtCuda *c, const char *op, int group, float *loss, L *dlogits, 
       LAUNCH_CHECK(c, op);
       mean_rows<<<1, BLOCK, 0, c->compute>>>(loss, rows, N);
     } else if (bf16out) { /* (L float) */
-      vxent_one_grad_bf16<<<nb, BLOCK, 0, c->compute>>>((__nv_bfloat16 *)(void *)dlogits,
-                                                        (const float *)(const void *)logits,
-                                                        targets, dloss, N, Vl, nv);
+      vxent_one_grad<L, true><<<nb, BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss, N,
+                                                           Vl, nv);
     } else {
-      vxent_one_grad<L><<<nb, BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss, N, Vl,
-                                                      nv);
+      vxent_one_grad<L, false><<<nb, BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss, N,
+                                                            Vl, nv);
     }
     LAUNCH_CHECK(c, op);
     return RT_OK;

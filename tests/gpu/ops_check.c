@@ -851,12 +851,12 @@ static int vo_fwd_bf16(RtCuda *c, void *p) {
   return rt_cuda_vocab_cross_entropy_bf16(c, RT_CUDA_TP, x->loss, x->hb, x->ids, x->N, x->Vl,
                                           x->V);
 }
-static int vo_bwd_bf16io(RtCuda *c, void *p) { /* (the values are not checked here) */
+static int vo_bwd_bf16io(RtCuda *c, void *p) { /* (timed: run again over its own result) */
   Vo *x = p;
   return rt_cuda_vocab_cross_entropy_grad_bf16io(c, RT_CUDA_TP, x->ip, x->ip, x->ids, x->dloss,
                                                  x->N, x->Vl, x->V);
 }
-/* One run of every form into out[0..4): loss, dlogits fp32 (in place), dlogits
+/* One run of every form into out[0..5): loss, dlogits fp32 (in place), dlogits
  * bf16 wide (in place), the bf16 logits' loss, and their dlogits (bf16 io, in
  * place); 0, or -1. */
 static int vo_run(RtCuda *c, Vo *x, const float *logits, void *out[5]) {
