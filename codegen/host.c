@@ -15,6 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/rt_attention.h"
+
+/* the trainers pass sdpa's IR layout bits to the runtimes as they are */
+_Static_assert((int)IR_SDPA_OUT_TOKENS == (int)RT_SDPA_OUT_TOKENS &&
+                   (int)IR_SDPA_DY_TOKENS == (int)RT_SDPA_DY_TOKENS,
+               "IR_SDPA_* and RT_SDPA_* differ");
+
 #define LEAF_ALIGN 16 /* floats: 64 bytes */
 
 void cg_plan_leaves(IrModule *m, CgLeafPlan *lp) {
@@ -394,15 +401,24 @@ static void emit_runtime(Emit *e, const IrNode *n) {
     return;
   }
   case IR_OP_ATTENTION: /* lse [B, H, T] right after out (ir_aux_numel) */
-    fprintf(f, "  CHECK(rt_sdpa(%s, %s + %" PRId64 ", %s, %s, %s, %s));\n", out, out, ir_numel(n),
-            x, y, z, cg_sdpa_dims(n, ds, sizeof ds));
+    if (n->ia[1]) /* token-major out (IR_SDPA_OUT_TOKENS = RT_SDPA_OUT_TOKENS) */
+      fprintf(f, "  CHECK(rt_sdpa_layout(%s, %s + %" PRId64 ", %s, %s, %s, %s, %u));\n", out, out,
+              ir_numel(n), x, y, z, cg_sdpa_dims(n, ds, sizeof ds), (unsigned)n->ia[1]);
+    else
+      fprintf(f, "  CHECK(rt_sdpa(%s, %s + %" PRId64 ", %s, %s, %s, %s));\n", out, out,
+              ir_numel(n), x, y, z, cg_sdpa_dims(n, ds, sizeof ds));
     return;
   case IR_OP_ATTENTION_GRAD: {
     if (n->ninputs == 6) { /* lse and D on their own (passes/attn_delta.c) */
       char lo[96], dl[96];
-      fprintf(f, "  CHECK(rt_sdpa_grad_stats(%s, %s, %s, %s, %s, %s, %s, %s));\n", out, x, y,
-              z, w, buf(e, in[4], lo, sizeof lo), buf(e, in[5], dl, sizeof dl),
-              cg_sdpa_dims(n, ds, sizeof ds));
+      if (n->ia[1]) /* token-major dy and / or dqkv (IR_SDPA_* = RT_SDPA_*) */
+        fprintf(f, "  CHECK(rt_sdpa_grad_stats_layout(%s, %s, %s, %s, %s, %s, %s, %s, %u));\n",
+                out, x, y, z, w, buf(e, in[4], lo, sizeof lo), buf(e, in[5], dl, sizeof dl),
+                cg_sdpa_dims(n, ds, sizeof ds), (unsigned)n->ia[1]);
+      else
+        fprintf(f, "  CHECK(rt_sdpa_grad_stats(%s, %s, %s, %s, %s, %s, %s, %s));\n", out, x, y,
+                z, w, buf(e, in[4], lo, sizeof lo), buf(e, in[5], dl, sizeof dl),
+                cg_sdpa_dims(n, ds, sizeof ds));
       return;
     }
     char yo[96]; /* the forward's out and lse from in[4]'s buffer */

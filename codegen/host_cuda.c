@@ -167,6 +167,8 @@ unsigned cg_cuda_attn_flags(const IrNode *n, const unsigned char *bf16,
     if (bf16[n->inputs[j]->id]) io |= in[j];
   if (bf16 && bf16[n->id]) io |= RT_CUDA_ATTN_O_BF16;
   if (rounded && rounded[n->id]) io |= RT_CUDA_ATTN_O_ROUND;
+  if (n->ia[1] & IR_SDPA_OUT_TOKENS) io |= RT_CUDA_ATTN_O_TOKENS; /* passes/attn_layout.c */
+  if (n->ia[1] & IR_SDPA_DY_TOKENS) io |= RT_CUDA_ATTN_DY_TOKENS;
   return io;
 }
 
@@ -176,7 +178,9 @@ static const char *attn_flag_names(unsigned io, char *s, size_t len) {
       {RT_CUDA_ATTN_Q_BF16, "RT_CUDA_ATTN_Q_BF16"}, {RT_CUDA_ATTN_K_BF16, "RT_CUDA_ATTN_K_BF16"},
       {RT_CUDA_ATTN_V_BF16, "RT_CUDA_ATTN_V_BF16"}, {RT_CUDA_ATTN_DY_BF16, "RT_CUDA_ATTN_DY_BF16"},
       {RT_CUDA_ATTN_O_BF16, "RT_CUDA_ATTN_O_BF16"}, {RT_CUDA_ATTN_O_ROUND, "RT_CUDA_ATTN_O_ROUND"},
-      {RT_CUDA_ATTN_M_BF16, "RT_CUDA_ATTN_M_BF16"}, {RT_CUDA_ATTN_DM_BF16, "RT_CUDA_ATTN_DM_BF16"}};
+      {RT_CUDA_ATTN_M_BF16, "RT_CUDA_ATTN_M_BF16"}, {RT_CUDA_ATTN_DM_BF16, "RT_CUDA_ATTN_DM_BF16"},
+      {RT_CUDA_ATTN_O_TOKENS, "RT_CUDA_ATTN_O_TOKENS"},
+      {RT_CUDA_ATTN_DY_TOKENS, "RT_CUDA_ATTN_DY_TOKENS"}};
   s[0] = 0;
   for (size_t i = 0; i < sizeof flag / sizeof flag[0]; i++)
     if (io & flag[i].bit)
@@ -268,7 +272,7 @@ static void emit_runtime(Cu *e, const IrNode *n) {
     return;
   }
   case IR_OP_ATTENTION: { /* lse [B, H, T] right after out (ir_aux_numel) */
-    char io[160]; /* RT_CUDA_ATTN_* of the tensors stored as bf16 (or rounded) */
+    char io[256]; /* RT_CUDA_ATTN_* of the tensors stored as bf16 (or rounded), layout */
     attn_flag_names(cg_cuda_attn_flags(n, e->store->bf16, e->store->rounded), io, sizeof io);
     fprintf(f, "  CHECK(rt_cuda_sdpa%s(dev, %s, %s + %" PRId64 ", %s, %s, %s, %s%s%s));\n",
             io[0] ? "_io" : "", out, out, ir_numel(n), x, y, z, cg_sdpa_dims(n, ds, sizeof ds),
@@ -277,7 +281,7 @@ static void emit_runtime(Cu *e, const IrNode *n) {
   }
   case IR_OP_ATTENTION_GRAD: {
     if (n->ninputs == 6) { /* lse and D on their own (passes/attn_delta.c) */
-      char lo[96], dl[96], io[160];
+      char lo[96], dl[96], io[256];
       attn_flag_names(cg_cuda_attn_flags(n, e->store->bf16, e->store->rounded), io, sizeof io);
       fprintf(f, "  CHECK(rt_cuda_sdpa_grad_stats%s(dev, %s, %s, %s, %s, %s, %s, %s, %s%s%s));\n",
               io[0] ? "_io" : "", out, x, y, z, w, buf(e, in[4], lo, sizeof lo),

@@ -51,8 +51,9 @@ int cg_cuda_gemm_weight(const IrNode *n, int j, int weights);
 int cg_cuda_attn_stored_ok(const IrNode *n);
 
 /* The RT_CUDA_ATTN_* flags of such a node's call: its q, k, v (dy) stored as
- * bf16, its result stored as bf16 or rounded so (bf16, rounded: as above);
- * of an IR_OP_ATTENTION_DELTA's, its m, dm stored as bf16. */
+ * bf16, its result stored as bf16 or rounded so (bf16, rounded: as above),
+ * its token-major result or dy (IR_SDPA_*, passes/attn_layout.c); of an
+ * IR_OP_ATTENTION_DELTA's, its m, dm stored as bf16. */
 unsigned cg_cuda_attn_flags(const IrNode *n, const unsigned char *bf16,
                             const unsigned char *rounded);
 

@@ -335,6 +335,14 @@ static void attn_scores(Ctx *c, int64_t b, int64_t h, int64_t t, double *s) {
   }
 }
 
+/* Offset of row t of channel ch (a head, or a dq|dk|dv channel) in batch b
+ * of a tensor of C channels: head-major [B, C, T, hd], or with tokens
+ * (IR_SDPA_OUT_TOKENS / _DY_TOKENS) token-major [B, T, C hd]. */
+static int64_t attn_row(int tokens, int64_t b, int64_t ch, int64_t C, int64_t t, int64_t T,
+                        int64_t hd) {
+  return (tokens ? (b * T + t) * C + ch : (b * C + ch) * T + t) * hd;
+}
+
 /* Attention probabilities of query row t for (batch b, head h) into p[0..T):
  * p = softmax(s) over the unmasked u of attn_scores, 0 at the masked ones.
  * Returns the row's lse, log sum_u exp(s[u]) over the unmasked u. */
@@ -363,7 +371,7 @@ static int eval_attention(Ctx *c) {
       for (int64_t t = 0; t < T; t++) {
         OUT(c)[B * H * T * hd + (b * H + h) * T + t] = attn_probs(c, b, h, t, p);
         const double *v = IN(c, 2) + (b * KV + h / (H / KV)) * T * hd;
-        double *o = OUT(c) + ((b * H + h) * T + t) * hd;
+        double *o = OUT(c) + attn_row(c->n->ia[1] & IR_SDPA_OUT_TOKENS, b, h, H, t, T, hd);
         for (int64_t i = 0; i < hd; i++) {
           double s = 0;
           for (int64_t u = 0; u < T; u++) s += p[u] * v[u * hd + i];
@@ -409,11 +417,16 @@ static int eval_attention_delta(Ctx *c) {
  *   dp[u] = dy[b,h,t,:] . v[b,g,u,:],  ds[u] = p[u] (dp[u] - D),
  *   dq[b,h,t,:]  = scale * sum_u ds[u] k[b,g,u,:],
  *   dk[b,g,u,:] += scale * ds[u] q[b,h,t,:],   dv[b,g,u,:] += p[u] dy[b,h,t,:]
- * summed over every query head h of group g = h / (H/KV) and every t. */
+ * summed over every query head h of group g = h / (H/KV) and every t.
+ * Layout bits (ia[1], IR_SDPA_*): dy token-major [B, T, H hd], and the result
+ * token-major [B, T, (H + 2 KV) hd]; sdpa's IR_SDPA_OUT_TOKENS writes out as
+ * [B, T, H hd].  The values and their order of summation do not change. */
 static int eval_attention_grad(Ctx *c) {
   const IrNode *qn = ARG(c, 0), *kn = ARG(c, 1);
   int64_t B = qn->shape[0], H = qn->shape[1], KV = kn->shape[1], T = qn->shape[2];
   int64_t hd = qn->shape[3], C = H + 2 * KV;
+  int ot = (c->n->ia[1] & IR_SDPA_OUT_TOKENS) != 0, dyt = (c->n->ia[1] & IR_SDPA_DY_TOKENS) != 0;
+  int64_t ld = ot ? C * hd : hd; /* the result's row stride */
   double *p = xcalloc((size_t)T, sizeof *p), *ds = xcalloc((size_t)T, sizeof *ds);
   double *out = OUT(c);
   memset(out, 0, sizeof(double) * (size_t)ir_numel(c->n));
@@ -424,10 +437,10 @@ static int eval_attention_grad(Ctx *c) {
         const double *q = IN(c, 0) + ((b * H + h) * T + t) * hd;
         const double *k = IN(c, 1) + (b * KV + g) * T * hd;
         const double *v = IN(c, 2) + (b * KV + g) * T * hd;
-        const double *dy = IN(c, 3) + ((b * H + h) * T + t) * hd;
-        double *dq = out + ((b * C + h) * T + t) * hd;
-        double *dk = out + (b * C + H + g) * T * hd;
-        double *dv = out + (b * C + H + KV + g) * T * hd;
+        const double *dy = IN(c, 3) + attn_row(dyt, b, h, H, t, T, hd);
+        double *dq = out + attn_row(ot, b, h, C, t, T, hd);
+        double *dk = out + attn_row(ot, b, H + g, C, 0, T, hd);  /* row u: + u ld */
+        double *dv = out + attn_row(ot, b, H + KV + g, C, 0, T, hd);
         double lse, sum = 0;
         if (c->n->ninputs == 6) {
           lse = IN(c, 4)[(b * H + h) * T + t];
@@ -448,8 +461,8 @@ static int eval_attention_grad(Ctx *c) {
           ds[u] = p[u] * (ds[u] - sum);
           for (int64_t i = 0; i < hd; i++) {
             dq[i] += c->n->fa * ds[u] * k[u * hd + i];
-            dk[u * hd + i] += c->n->fa * ds[u] * q[i];
-            dv[u * hd + i] += p[u] * dy[i];
+            dk[u * ld + i] += c->n->fa * ds[u] * q[i];
+            dv[u * ld + i] += p[u] * dy[i];
           }
         }
       }

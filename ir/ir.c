@@ -110,7 +110,8 @@ int64_t ir_numel(const IrNode *n) {
 }
 
 int64_t ir_aux_numel(const IrNode *n) {
-  if (n->op == IR_OP_ATTENTION && n->rank == 4) return n->shape[0] * n->shape[1] * n->shape[2];
+  const IrNode *q = n->op == IR_OP_ATTENTION && n->ninputs ? n->inputs[0] : NULL;
+  if (q && q->rank == 4) return q->shape[0] * q->shape[1] * q->shape[2]; /* lse [B, H, T] */
   return 0;
 }
 

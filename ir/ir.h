@@ -307,6 +307,18 @@ int64_t ir_numel(const IrNode *n);
  * the forward.  Everything that sizes,
  * allocates, sends or copies a node's buffer uses ir_buf_numel. */
 int64_t ir_aux_numel(const IrNode *n);
+
+/* The layout bits of sdpa and sdpa_grad (their ia[1], unnamed: the DSL never
+ * writes it; printed as layout=N when set).  0 is the head-major layout of
+ * ir/ops.def.  passes/attn_layout.c sets them, on the module codegen writes:
+ *   IR_SDPA_OUT_TOKENS  the result is token-major: sdpa's out [B, T, H hd]
+ *                       (merge_heads of the head-major out; lse still follows
+ *                       it, [B, H, T]), sdpa_grad's [B, T, (H + 2 KV) hd] (row
+ *                       b, t: dq's heads, then dk's, then dv's, hd each)
+ *   IR_SDPA_DY_TOKENS   sdpa_grad's dy operand is [B, T, H hd] (the dm that
+ *                       split_heads would have cut)
+ * The same values as the runtimes' RT_SDPA_* (runtime/rt_attention.h). */
+enum { IR_SDPA_OUT_TOKENS = 1, IR_SDPA_DY_TOKENS = 2 };
 static inline int64_t ir_buf_numel(const IrNode *n) { return ir_numel(n) + ir_aux_numel(n); }
 /* ZeRO-1 (m->mesh_zero > 1): the pieces a PARAM's gradient and state (or a
  * STATE, which carries its parameter's sharding) are cut in: mesh_zero (the

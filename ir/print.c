@@ -36,6 +36,8 @@ static void print_attrs(FILE *out, const IrNode *n) {
   const IrOpInfo *info = &ir_op_info[n->op];
   for (int i = 0; i < 3; i++)
     if (info->iattr[i]) fprintf(out, " %s=%lld", info->iattr[i], (long long)n->ia[i]);
+  if ((n->op == IR_OP_ATTENTION || n->op == IR_OP_ATTENTION_GRAD) && n->ia[1])
+    fprintf(out, " layout=%lld", (long long)n->ia[1]); /* IR_SDPA_*: no DSL name */
   if (info->fattr) fprintf(out, " %s=%.9g", info->fattr, n->fa);
 }
 

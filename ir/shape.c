@@ -167,6 +167,13 @@ static int attention_operands(IrNode *n, char *why, size_t len) {
   return 1;
 }
 
+/* sdpa / sdpa_grad: layout bits (ia[1], IR_SDPA_*) within allowed. */
+static int sdpa_layout_ok(IrNode *n, int64_t allowed, char *why, size_t len) {
+  if (!(n->ia[1] & ~allowed)) return 1;
+  return fail(why, len, n, "layout bits %lld not understood (allowed: %lld)", (long long)n->ia[1],
+              (long long)allowed);
+}
+
 /* dispatch / combine_grad_y attributes: experts and capacity. */
 static int experts_ok(IrNode *n, char *why, size_t len) {
   if (n->ia[0] >= 1 && n->ia[1] >= 1 && n->ia[0] <= IR_MAX_DIM && n->ia[1] <= IR_MAX_DIM)
@@ -244,8 +251,14 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     return 1;
 
   case IR_OP_ATTENTION:
-    if (!attention_operands(n, why, len)) return 0;
-    set(n, IR_F32, 4, a->shape);
+    if (!attention_operands(n, why, len) || !sdpa_layout_ok(n, IR_SDPA_OUT_TOKENS, why, len))
+      return 0;
+    if (n->ia[1] & IR_SDPA_OUT_TOKENS) { /* [B, T, H hd] */
+      s[0] = a->shape[0], s[1] = a->shape[2], s[2] = a->shape[1] * a->shape[3];
+      set(n, IR_F32, 3, s);
+    } else {
+      set(n, IR_F32, 4, a->shape);
+    }
     return 1;
 
   case IR_OP_ROPE:
@@ -533,12 +546,26 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     if (n->ninputs != 5 && n->ninputs != 6)
       return fail(why, len, n, "takes 5 operands (q, k, v, dy, y) or 6 (q, k, v, dy, lse, d), "
                   "got %d", n->ninputs);
-    if (!attention_operands(n, why, len) || !same_as(n, 0, 3, 4, why, len)) return 0;
+    if (!attention_operands(n, why, len) ||
+        !sdpa_layout_ok(n, IR_SDPA_OUT_TOKENS | IR_SDPA_DY_TOKENS, why, len))
+      return 0;
+    if (n->ia[1] & IR_SDPA_DY_TOKENS) { /* dy [B, T, H hd] */
+      IrNode *dy = n->inputs[3];
+      if (dy->rank != 3 || dy->shape[0] != a->shape[0] || dy->shape[1] != a->shape[2] ||
+          dy->shape[2] != a->shape[1] * a->shape[3])
+        return fail(why, len, n, "token-major dy %s is not [batch, seq, heads * head_dim] of q %s",
+                    T(3, y), T(0, x));
+    } else if (!same_as(n, 0, 3, 4, why, len)) {
+      return 0;
+    }
     if (n->ninputs == 6) { /* the row statistics, lse and D, each [B, H, T] */
       for (int i = 4; i < 6; i++)
         if (n->inputs[i]->rank != 3 || memcmp(n->inputs[i]->shape, a->shape, 3 * sizeof(int64_t)))
           return fail(why, len, n, "%s %s is not [batch, heads, seq] of q %s",
                       i == 4 ? "lse" : "d", T(i, y), T(0, x));
+    } else if (n->ia[1] || n->inputs[4]->ia[1]) {
+      return fail(why, len, n, "the five-operand form reads the sdpa's out head-major: no "
+                  "layout bits on either");
     } else if (n->inputs[4]->op != IR_OP_ATTENTION || n->inputs[4]->inputs[0] != a ||
                n->inputs[4]->inputs[1] != b || n->inputs[4]->inputs[2] != n->inputs[2] ||
                n->inputs[4]->ia[0] != n->ia[0] || n->inputs[4]->fa != n->fa) {
@@ -547,15 +574,20 @@ int ir_infer(IrNode *n, char *why, size_t len) {
       return fail(why, len, n, "the fifth operand must be the sdpa of q, k, v with the same "
                   "causal and scale");
     }
+    if (n->ia[1] & IR_SDPA_OUT_TOKENS) { /* [B, T, (H + 2 KV) hd] */
+      s[0] = a->shape[0], s[1] = a->shape[2], s[2] = (a->shape[1] + 2 * b->shape[1]) * a->shape[3];
+      set(n, IR_F32, 3, s);
+      return 1;
+    }
     memcpy(s, a->shape, sizeof s);
     s[1] = a->shape[1] + 2 * b->shape[1];
     set(n, IR_F32, 4, s);
     return 1;
 
   case IR_OP_ATTENTION_LSE: /* sdpa's aux part, lse [B, H, T] */
-    if (a->op != IR_OP_ATTENTION || a->rank != 4)
+    if (a->op != IR_OP_ATTENTION || a->inputs[0]->rank != 4)
       return fail(why, len, n, "needs an sdpa result, got %s %s", ir_op_info[a->op].name, T(0, x));
-    set(n, IR_F32, 3, a->shape);
+    set(n, IR_F32, 3, a->inputs[0]->shape); /* q's [B, H, T], in either layout of a */
     return 1;
 
   case IR_OP_ATTENTION_DELTA: /* (m, dm) [B, T, H hd] -> [B, H, T] */

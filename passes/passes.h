@@ -87,6 +87,11 @@ int pass_optimizer(IrModule *m);
  * error. */
 int pass_slice_sink(IrModule *m);
 
+/* passes/attn_layout.c: sdpa writes its out, and sdpa_grad reads dy and
+ * writes dq|dk|dv, token-major (IR_SDPA_*) where the neighbours only
+ * split or merge heads: those copies go.  Runs last. */
+int pass_attn_layout(IrModule *m);
+
 /* passes/shard.c: tensor (Megatron column/row), sequence (sp != 0, with
  * tp > 1; a no-op with tp == 1) and data parallelism, and vocabulary
  * padding (m->pad_vocab, at tp 1 too).

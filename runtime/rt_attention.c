@@ -28,8 +28,18 @@ typedef struct {
   int64_t B, H, KV, T, hd, nqb;
   float scale;
   int causal;
+  unsigned layout; /* RT_SDPA_OUT_TOKENS, RT_SDPA_DY_TOKENS */
   atomic_int oom;  /* a chunk could not allocate its scratch */
 } Attn;
+
+/* Row t of channel ch in batch b of a tensor of C channels: head-major
+ * [B, C, T, hd], or (tokens) token-major [B, T, C hd], whose rows are C hd
+ * apart (attn_ld). */
+static int64_t attn_row(int tokens, int64_t b, int64_t ch, int64_t C, int64_t t, int64_t T,
+                        int64_t hd) {
+  return (tokens ? (b * T + t) * C + ch : (b * C + ch) * T + t) * hd;
+}
+static int64_t attn_ld(int tokens, int64_t C, int64_t hd) { return tokens ? C * hd : hd; }
 
 /* One chunk's scratch: kt, vt [hd][BLK] (a key / value block transposed, columns
  * past the block zero); s, ds [BLK][BLK] (probabilities and their gradients); st
@@ -221,7 +231,10 @@ static void forward_range(void *ctx, int64_t begin, int64_t end) {
     int64_t i0 = t % a->nqb * BLK, i1 = i0 + BLK < T ? i0 + BLK : T;
     const float *kh = a->k + (b * a->KV + g) * T * hd, *vh = a->v + (b * a->KV + g) * T * hd;
     block_forward(a, a->q + bh * T * hd, kh, vh, i0, i1, &w);
-    memcpy(a->out + (bh * T + i0) * hd, w.o, sizeof(float) * (size_t)((i1 - i0) * hd));
+    const int tok = (a->layout & RT_SDPA_OUT_TOKENS) != 0;
+    for (int64_t r = 0; r < i1 - i0; r++)
+      memcpy(a->out + attn_row(tok, b, h, H, i0 + r, T, hd), w.o + r * hd,
+             sizeof(float) * (size_t)hd);
     if (a->lse)
       for (int64_t r = 0; r < i1 - i0; r++) a->lse[bh * T + i0 + r] = w.m[r] + logf(w.l[r]);
   }
@@ -229,14 +242,17 @@ static void forward_range(void *ctx, int64_t begin, int64_t end) {
 }
 
 /* The backward of query rows [i0, i1) of head h against its kv head: writes those
- * rows of dq (dqh) and adds their contributions into dk, dv (dkh, dvh). */
+ * rows of dq (dqh) and adds their contributions into dk, dv (dkh, dvh); the
+ * three have rows ldo apart. */
 static void block_backward(const Attn *a, int64_t b, int64_t h, int64_t i0, int64_t i1,
-                           float *dqh, float *dkh, float *dvh, Scratch *w) {
+                           float *dqh, float *dkh, float *dvh, int64_t ldo, Scratch *w) {
   int64_t H = a->H, T = a->T, hd = a->hd, g = h / (H / a->KV), nq = i1 - i0;
   int64_t kend = a->causal ? i1 : T;
-  const float *qh = a->q + (b * H + h) * T * hd, *dyh = a->dy + (b * H + h) * T * hd;
+  const int dyt = (a->layout & RT_SDPA_DY_TOKENS) != 0;
+  const int64_t ldy = attn_ld(dyt, H, hd);
+  const float *qh = a->q + (b * H + h) * T * hd, *dyh = a->dy + attn_row(dyt, b, h, H, 0, T, hd);
   const float *kh = a->k + (b * a->KV + g) * T * hd, *vh = a->v + (b * a->KV + g) * T * hd;
-  const float *qb = qh + i0 * hd, *dyb = dyh + i0 * hd;
+  const float *qb = qh + i0 * hd, *dyb = dyh + i0 * ldy;
   float scale = a->scale;
 
   /* the row statistics: lse from the forward and D given (rt_sdpa_delta, the
@@ -249,7 +265,7 @@ static void block_backward(const Attn *a, int64_t b, int64_t h, int64_t i0, int6
     if (a->fd) {
       w->d[r] = a->fd[row];
     } else {
-      const float *dyr = dyb + r * hd, *o = a->fout ? a->fout + row * hd : w->o + r * hd;
+      const float *dyr = dyb + r * ldy, *o = a->fout ? a->fout + row * hd : w->o + r * hd;
       float d = 0;
       for (int64_t x = 0; x < hd; x++) d += dyr[x] * o[x];
       w->d[r] = d;
@@ -263,7 +279,7 @@ static void block_backward(const Attn *a, int64_t b, int64_t h, int64_t i0, int6
     transpose(kh + j0 * hd, nk, hd, hd, w->kt, BLK);
     transpose(vh + j0 * hd, nk, hd, hd, w->vt, BLK);
     block_mm(nq, nk, hd, qb, hd, w->kt, BLK, w->s, BLK, 0);    /* q . k */
-    block_mm(nq, nk, hd, dyb, hd, w->vt, BLK, w->ds, BLK, 0);  /* dp = dy . v */
+    block_mm(nq, nk, hd, dyb, ldy, w->vt, BLK, w->ds, BLK, 0);  /* dp = dy . v */
     for (int64_t r = 0; r < nq; r++) {
       int64_t cnt = visible(a, i0 + r, j0, j1);
       float *p = w->s + r * BLK, *ds = w->ds + r * BLK;
@@ -274,13 +290,13 @@ static void block_backward(const Attn *a, int64_t b, int64_t h, int64_t i0, int6
     }
     block_mm(nq, hd, nk, w->ds, BLK, kh + j0 * hd, hd, w->dq, hd, 1);  /* dq += ds k */
     transpose(w->s, nq, nk, BLK, w->st, BLK);                           /* dv += p^T dy */
-    block_mm(nk, hd, nq, w->st, BLK, dyb, hd, dvh + j0 * hd, hd, 1);
+    block_mm(nk, hd, nq, w->st, BLK, dyb, ldy, dvh + j0 * ldo, ldo, 1);
     transpose(w->ds, nq, nk, BLK, w->st, BLK);                          /* dk += ds^T q */
     for (int64_t e = 0; e < nk * BLK; e++) w->st[e] *= scale;
-    block_mm(nk, hd, nq, w->st, BLK, qb, hd, dkh + j0 * hd, hd, 1);
+    block_mm(nk, hd, nq, w->st, BLK, qb, hd, dkh + j0 * ldo, ldo, 1);
   }
   for (int64_t r = 0; r < nq; r++) {
-    float *dst = dqh + (i0 + r) * hd, *src = w->dq + r * hd;
+    float *dst = dqh + (i0 + r) * ldo, *src = w->dq + r * hd;
     for (int64_t x = 0; x < hd; x++) dst[x] = scale * src[x];
   }
 }
@@ -295,15 +311,20 @@ static void backward_range(void *ctx, int64_t begin, int64_t end) {
     return;
   }
   int64_t H = a->H, KV = a->KV, T = a->T, hd = a->hd, C = H + 2 * KV, rep = H / KV;
+  const int tok = (a->layout & RT_SDPA_OUT_TOKENS) != 0;
+  const int64_t ldo = attn_ld(tok, C, hd);
   for (int64_t t = begin; t < end; t++) {
     int64_t b = t / KV, g = t % KV;
-    float *dkh = a->dqkv + (b * C + H + g) * T * hd, *dvh = a->dqkv + (b * C + H + KV + g) * T * hd;
-    memset(dkh, 0, sizeof(float) * (size_t)(T * hd));
-    memset(dvh, 0, sizeof(float) * (size_t)(T * hd));
+    float *dkh = a->dqkv + attn_row(tok, b, H + g, C, 0, T, hd);
+    float *dvh = a->dqkv + attn_row(tok, b, H + KV + g, C, 0, T, hd);
+    for (int64_t u = 0; u < T; u++) {
+      memset(dkh + u * ldo, 0, sizeof(float) * (size_t)hd);
+      memset(dvh + u * ldo, 0, sizeof(float) * (size_t)hd);
+    }
     for (int64_t h = g * rep; h < (g + 1) * rep; h++)
       for (int64_t i0 = 0; i0 < T; i0 += BLK)
         block_backward(a, b, h, i0, i0 + BLK < T ? i0 + BLK : T,
-                       a->dqkv + (b * C + h) * T * hd, dkh, dvh, &w);
+                       a->dqkv + attn_row(tok, b, h, C, 0, T, hd), dkh, dvh, ldo, &w);
   }
   free(w.mem);
 }
@@ -328,12 +349,15 @@ static int check_args(const char *op, const void *out, const float *q, const flo
   return RT_OK;
 }
 
-int rt_sdpa(float *out, float *lse, const float *q, const float *k, const float *v,
-            int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd, float scale, int causal) {
+int rt_sdpa_layout(float *out, float *lse, const float *q, const float *k, const float *v,
+                   int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd, float scale,
+                   int causal, unsigned layout) {
   if (check_args("sdpa", out, q, k, v, NULL, 0, B, H, KV, T, hd)) return RT_ERR;
+  if (layout & ~(unsigned)RT_SDPA_OUT_TOKENS)
+    return rt_fail("sdpa: layout bits 0x%x not understood", layout);
   Attn a = {.q = q, .k = k, .v = v, .out = out, .lse = lse, .B = B, .H = H, .KV = KV,
             .T = T, .hd = hd, .nqb = (T + BLK - 1) / BLK, .scale = scale,
-            .causal = causal != 0};
+            .causal = causal != 0, .layout = layout};
   atomic_init(&a.oom, 0);
   rt_parallel_for(B * H * a.nqb, 1, forward_range, &a);
   if (atomic_load(&a.oom))
@@ -341,16 +365,21 @@ int rt_sdpa(float *out, float *lse, const float *q, const float *k, const float 
   return RT_OK;
 }
 
+int rt_sdpa(float *out, float *lse, const float *q, const float *k, const float *v,
+            int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd, float scale, int causal) {
+  return rt_sdpa_layout(out, lse, q, k, v, B, H, KV, T, hd, scale, causal, 0);
+}
+
 /* The backward with the row statistics from out and lse, from lse and d, or
- * (all NULL) recomputed. */
+ * (all NULL) recomputed; layout only with lse and d. */
 static int backward(float *dqkv, const float *q, const float *k, const float *v,
                     const float *dy, const float *out, const float *lse, const float *d,
                     int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd, float scale,
-                    int causal) {
+                    int causal, unsigned layout) {
   Attn a = {.q = q, .k = k, .v = v, .dy = dy, .dqkv = dqkv, .fout = out, .flse = lse, .fd = d,
             .B = B, .H = H, .KV = KV,
             .T = T, .hd = hd, .nqb = (T + BLK - 1) / BLK, .scale = scale,
-            .causal = causal != 0};
+            .causal = causal != 0, .layout = layout};
   atomic_init(&a.oom, 0);
   rt_parallel_for(B * KV, 1, backward_range, &a);
   if (atomic_load(&a.oom))
@@ -366,15 +395,24 @@ int rt_sdpa_grad(float *dqkv, const float *q, const float *k, const float *v,
   if (!out != !lse)
     return rt_fail("sdpa_grad: the forward's %s is NULL but not its %s", !out ? "out" : "lse",
                    !out ? "lse" : "out");
-  return backward(dqkv, q, k, v, dy, out, lse, NULL, B, H, KV, T, hd, scale, causal);
+  return backward(dqkv, q, k, v, dy, out, lse, NULL, B, H, KV, T, hd, scale, causal, 0);
+}
+
+int rt_sdpa_grad_stats_layout(float *dqkv, const float *q, const float *k, const float *v,
+                              const float *dy, const float *lse, const float *d, int64_t B,
+                              int64_t H, int64_t KV, int64_t T, int64_t hd, float scale,
+                              int causal, unsigned layout) {
+  if (check_args("sdpa_grad", dqkv, q, k, v, dy, 1, B, H, KV, T, hd)) return RT_ERR;
+  if (!lse || !d) return rt_fail("sdpa_grad: NULL %s pointer", !lse ? "lse" : "d");
+  if (layout & ~(unsigned)(RT_SDPA_OUT_TOKENS | RT_SDPA_DY_TOKENS))
+    return rt_fail("sdpa_grad: layout bits 0x%x not understood", layout);
+  return backward(dqkv, q, k, v, dy, NULL, lse, d, B, H, KV, T, hd, scale, causal, layout);
 }
 
 int rt_sdpa_grad_stats(float *dqkv, const float *q, const float *k, const float *v,
                        const float *dy, const float *lse, const float *d, int64_t B, int64_t H,
                        int64_t KV, int64_t T, int64_t hd, float scale, int causal) {
-  if (check_args("sdpa_grad", dqkv, q, k, v, dy, 1, B, H, KV, T, hd)) return RT_ERR;
-  if (!lse || !d) return rt_fail("sdpa_grad: NULL %s pointer", !lse ? "lse" : "d");
-  return backward(dqkv, q, k, v, dy, NULL, lse, d, B, H, KV, T, hd, scale, causal);
+  return rt_sdpa_grad_stats_layout(dqkv, q, k, v, dy, lse, d, B, H, KV, T, hd, scale, causal, 0);
 }
 
 typedef struct {

@@ -69,6 +69,19 @@ int rt_sdpa_grad_stats(float *dqkv, const float *q, const float *k, const float 
                        const float *dy, const float *lse, const float *d, int64_t B, int64_t H,
                        int64_t KV, int64_t T, int64_t hd, float scale, int causal);
 
+/* Layout bits (ir/ir.h's IR_SDPA_*, the same values): RT_SDPA_OUT_TOKENS,
+ * the result token-major: out [B, T, H hd], dqkv [B, T, (H + 2 KV) hd] (row
+ * b, t: dq's H heads, dk's KV, dv's KV, hd each); RT_SDPA_DY_TOKENS, dy
+ * [B, T, H hd].  The values, and the order of every sum, do not change. */
+enum { RT_SDPA_OUT_TOKENS = 1, RT_SDPA_DY_TOKENS = 2 };
+int rt_sdpa_layout(float *out, float *lse, const float *q, const float *k, const float *v,
+                   int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd, float scale,
+                   int causal, unsigned layout);
+int rt_sdpa_grad_stats_layout(float *dqkv, const float *q, const float *k, const float *v,
+                              const float *dy, const float *lse, const float *d, int64_t B,
+                              int64_t H, int64_t KV, int64_t T, int64_t hd, float scale,
+                              int causal, unsigned layout);
+
 /* d[b, h, t] = sum_i dm[b, t, h hd + i] m[b, t, h hd + i], i ascending, for
  * m, dm [B, T, H hd] (the IR op sdpa_delta): with m = merge_heads(out) and
  * dy = split_heads(dm), rt_sdpa_grad's D, term for term and in its order,

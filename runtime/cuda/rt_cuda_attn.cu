@@ -34,6 +34,7 @@
 
 #include <cuda_bf16.h>
 
+#include "runtime/cuda/rt_cuda_attn_tile.h"
 #include "runtime/cuda/rt_cuda_impl.h"
 
 #define WARPS 4
@@ -53,13 +54,14 @@ static __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-/* Rows [r0, r0 + n) of a [T, hd] matrix into shared rows of stride ld (rows
- * past T are zero). */
+/* Rows [r0, r0 + n) of a [T, hd] matrix of row stride sld (0: hd) into shared
+ * rows of stride ld (rows past T are zero). */
 static __device__ __forceinline__ void load_rows(float *dst, int ld, const float *src, int64_t r0,
-                                                 int n, int64_t T, int hd) {
+                                                 int n, int64_t T, int hd, int sld = 0) {
+  const int64_t st = sld ? sld : hd;
   for (int e = threadIdx.x; e < n * hd; e += blockDim.x) {
     int r = e / hd, d = e % hd;
-    dst[r * ld + d] = r0 + r < T ? src[(r0 + r) * hd + d] : 0.0f;
+    dst[r * ld + d] = r0 + r < T ? src[(r0 + r) * st + d] : 0.0f;
   }
 }
 
@@ -70,6 +72,7 @@ struct AttnArgs {
   int hd;
   float scale;
   int causal;
+  bool otok, dytok; /* out / dqkv token-major, dy token-major (RT_CUDA_ATTN_*_TOKENS) */
 };
 
 /* STATS == false: out (and lse when given).  STATS == true: stat_lse, stat_d. */
@@ -125,12 +128,12 @@ __global__ void __launch_bounds__(WARPS * 32) attn_fwd(AttnArgs a) {
     int64_t row = row0 + w * QR + i;
     if (row >= T) continue;
     float inv = 1.0f / l[i];
-    int64_t base = (bh * T + row) * hd;
     if (STATS) {
+      const int64_t ybase = rt_attn_row(a.dytok, b, h, a.H, row, T, hd);
       float dd = 0.0f;
       for (int c = 0; c < NC; c++) {
         int d = lane + 32 * c;
-        if (d < hd) dd += a.dy[base + d] * (o[i][c] * inv);
+        if (d < hd) dd += a.dy[ybase + d] * (o[i][c] * inv);
       }
       dd = warp_sum(dd);
       if (lane == 0) {
@@ -138,6 +141,7 @@ __global__ void __launch_bounds__(WARPS * 32) attn_fwd(AttnArgs a) {
         a.stat_d[bh * T + row] = dd;
       }
     } else {
+      const int64_t base = rt_attn_row(a.otok, b, h, a.H, row, T, hd);
       for (int c = 0; c < NC; c++) {
         int d = lane + 32 * c;
         if (d < hd) a.out[base + d] = o[i][c] * inv;
@@ -190,11 +194,11 @@ __global__ void __launch_bounds__(WARPS * 32) attn_bwd_kv(AttnArgs a) {
   int64_t i_begin = a.causal ? k0 / TILE * TILE : 0;
   for (int64_t h = g * rep; h < (g + 1) * rep; h++) {
     const int64_t bh = b * a.H + h;
-    const float *qh = a.q + bh * T * hd, *dyh = a.dy + bh * T * hd;
+    const float *qh = a.q + bh * T * hd, *dyh = a.dy + rt_attn_row(a.dytok, b, h, a.H, 0, T, hd);
     for (int64_t i0 = i_begin; i0 < T; i0 += TILE) {
       __syncthreads();
       load_rows(qs, ld, qh, i0, TILE, T, hd);
-      load_rows(dys, ld, dyh, i0, TILE, T, hd);
+      load_rows(dys, ld, dyh, i0, TILE, T, hd, rt_attn_ld(a.dytok, a.H, hd));
       if (threadIdx.x < TILE) {
         int64_t i = i0 + threadIdx.x;
         ls[threadIdx.x] = i < T ? a.stat_lse[bh * T + i] : 0.0f;
@@ -229,8 +233,8 @@ __global__ void __launch_bounds__(WARPS * 32) attn_bwd_kv(AttnArgs a) {
   for (int r = 0; r < KR; r++) {
     int64_t u = k0 + w * KR + r;
     if (u >= T) continue;
-    float *dkr = a.dqkv + ((b * C + a.H + g) * T + u) * hd;
-    float *dvr = a.dqkv + ((b * C + a.H + a.KV + g) * T + u) * hd;
+    float *dkr = a.dqkv + rt_attn_row(a.otok, b, a.H + g, C, u, T, hd);
+    float *dvr = a.dqkv + rt_attn_row(a.otok, b, a.H + a.KV + g, C, u, T, hd);
     for (int c = 0; c < NC; c++) {
       int d = lane + 32 * c;
       if (d < hd) {
@@ -251,7 +255,8 @@ __global__ void __launch_bounds__(WARPS * 32) attn_bwd_q(AttnArgs a) {
   const int64_t T = a.T, row0 = (int64_t)blockIdx.x * ROWS, C = a.H + 2 * a.KV;
   const float *kh = a.k + (b * a.KV + g) * T * hd, *vh = a.v + (b * a.KV + g) * T * hd;
   load_rows(qs, hd, a.q + bh * T * hd, row0, ROWS, T, hd);
-  load_rows(dys, hd, a.dy + bh * T * hd, row0, ROWS, T, hd);
+  load_rows(dys, hd, a.dy + rt_attn_row(a.dytok, b, h, a.H, 0, T, hd), row0, ROWS, T, hd,
+            rt_attn_ld(a.dytok, a.H, hd));
   float lse[QR], dd[QR], dq[QR][NC];
   for (int i = 0; i < QR; i++) {
     int64_t row = row0 + w * QR + i;
@@ -293,7 +298,7 @@ __global__ void __launch_bounds__(WARPS * 32) attn_bwd_q(AttnArgs a) {
   for (int i = 0; i < QR; i++) {
     int64_t row = row0 + w * QR + i;
     if (row >= T) continue;
-    float *dst = a.dqkv + ((b * C + h) * T + row) * hd;
+    float *dst = a.dqkv + rt_attn_row(a.otok, b, h, C, row, T, hd);
     for (int c = 0; c < NC; c++) {
       int d = lane + 32 * c;
       if (d < hd) dst[d] = a.scale * dq[i][c];
@@ -370,18 +375,23 @@ static double attn_pairs(int64_t B, int64_t H, int64_t T, int64_t hd, int causal
 bool rt_cuda_attn_tc(RtCuda *c, int64_t T, int64_t hd);
 int rt_cuda_sdpa_tc(RtCuda *c, float *out, float *lse, const float *q, const float *k,
                     const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
-                    float scale, int causal);
+                    float scale, int causal, unsigned lay);
 int rt_cuda_sdpa_grad_tc(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
                          const float *dy, const float *lse, const float *d, int64_t B, int64_t H,
-                         int64_t KV, int64_t T, int64_t hd, float scale, int causal);
+                         int64_t KV, int64_t T, int64_t hd, float scale, int causal,
+                         unsigned lay);
+
+/* the layout flags (any kernel family) and the bf16 ones (the mma kernels) */
+static const unsigned ATTN_LAYOUT = RT_CUDA_ATTN_O_TOKENS | RT_CUDA_ATTN_DY_TOKENS;
 
 /* RT_OK if io (RT_CUDA_ATTN_* flags) is 0 or the mma kernels run this shape. */
 static int check_io(RtCuda *c, const char *op, unsigned io, int64_t T, int64_t hd) {
   if (io & ~(unsigned)(RT_CUDA_ATTN_Q_BF16 | RT_CUDA_ATTN_K_BF16 | RT_CUDA_ATTN_V_BF16 |
-                       RT_CUDA_ATTN_DY_BF16 | RT_CUDA_ATTN_O_BF16 | RT_CUDA_ATTN_O_ROUND) ||
+                       RT_CUDA_ATTN_DY_BF16 | RT_CUDA_ATTN_O_BF16 | RT_CUDA_ATTN_O_ROUND |
+                       ATTN_LAYOUT) ||
       (io & RT_CUDA_ATTN_O_BF16 && io & RT_CUDA_ATTN_O_ROUND))
     return rt_fail("%s: io flags 0x%x not understood", op, io);
-  if (io && !rt_cuda_attn_mma(c, T, hd))
+  if (io & ~ATTN_LAYOUT && !rt_cuda_attn_mma(c, T, hd))
     return rt_fail("%s: this trainer keeps attention's tensors in bf16 (hd %lld), which only the "
                    "mma tensor-core kernels read: they need GEMM mode bf16, a GPU of compute "
                    "capability 8.0 or more and PARC_CUDA_ATTN unset; or regenerate the trainer "
@@ -398,6 +408,7 @@ extern "C" int rt_cuda_sdpa_io(RtCuda *c, float *out, float *lse, const float *q
   if (check_args("sdpa", out, q, k, v, NULL, 0, B, H, KV, T, hd) ||
       check_io(c, "sdpa", io, T, hd))
     return RT_ERR;
+  if (io & RT_CUDA_ATTN_DY_TOKENS) return rt_fail("sdpa: a dy layout flag on the forward");
   RtProfScope ps(c); /* reads q, k, v; writes out (and lse) */
   if (ps.on())
     ps.set(rt_cuda_attn_tc(c, T, hd) ? RT_PROF_ATTENTION_TC : RT_PROF_ATTENTION,
@@ -407,11 +418,12 @@ extern "C" int rt_cuda_sdpa_io(RtCuda *c, float *out, float *lse, const float *q
                (lse ? 4.0 * (double)(B * H * T) : 0.0),
            4 * attn_pairs(B, H, T, hd, causal), "sdpa %lldx%lldx%lldx%lldx%lld%s", (long long)B,
            (long long)H, (long long)KV, (long long)T, (long long)hd, causal ? " causal" : "");
-  if (io) return rt_cuda_sdpa_mma(c, out, lse, q, k, v, B, H, KV, T, hd, scale, causal, io);
+  if (io & ~ATTN_LAYOUT)
+    return rt_cuda_sdpa_mma(c, out, lse, q, k, v, B, H, KV, T, hd, scale, causal, io);
   if (rt_cuda_attn_tc(c, T, hd))
-    return rt_cuda_sdpa_tc(c, out, lse, q, k, v, B, H, KV, T, hd, scale, causal);
+    return rt_cuda_sdpa_tc(c, out, lse, q, k, v, B, H, KV, T, hd, scale, causal, io);
   AttnArgs a = {q, k, v, NULL, out, lse, NULL, NULL, NULL, B, H, KV, T, (int)hd, scale,
-                causal != 0};
+                causal != 0, (io & RT_CUDA_ATTN_O_TOKENS) != 0, false};
   return hd <= 32 ? fwd<1>(c, a, false) : hd <= 64 ? fwd<2>(c, a, false)
          : hd <= 128 ? fwd<4>(c, a, false) : fwd<8>(c, a, false);
 }
@@ -440,7 +452,7 @@ static int sdpa_grad(RtCuda *c, float *dqkv, const float *q, const float *k, con
            10 * attn_pairs(B, H, T, hd, causal), "sdpa_grad %lldx%lldx%lldx%lldx%lld%s",
            (long long)B, (long long)H, (long long)KV, (long long)T, (long long)hd,
            causal ? " causal" : "");
-  if (io) /* (check_io: the mma kernels; lse and d given) */
+  if (io & ~ATTN_LAYOUT) /* (check_io: the mma kernels; lse and d given) */
     return rt_cuda_sdpa_grad_mma(c, dqkv, q, k, v, dy, lse, d, B, H, KV, T, hd, scale, causal, io);
   /* workspace: lse (when recomputed), then D (when not given) */
   float *st = (float *)rt_cuda_ws(c, WS_ATTN, (size_t)(2 * B * H * T) * sizeof(float));
@@ -457,9 +469,9 @@ static int sdpa_grad(RtCuda *c, float *dqkv, const float *q, const float *k, con
   }
   if (tc)
     return rt_cuda_sdpa_grad_tc(c, dqkv, q, k, v, dy, kept ? lse : NULL, kept ? st_d : NULL, B,
-                                H, KV, T, hd, scale, causal);
+                                H, KV, T, hd, scale, causal, io);
   AttnArgs a = {q, k, v, dy, NULL, NULL, st_lse, st_d, dqkv, B, H, KV, T, (int)hd, scale,
-                causal != 0};
+                causal != 0, (io & RT_CUDA_ATTN_O_TOKENS) != 0, (io & RT_CUDA_ATTN_DY_TOKENS) != 0};
   return hd <= 32 ? bwd<1>(c, a, kept) : hd <= 64 ? bwd<2>(c, a, kept)
          : hd <= 128 ? bwd<4>(c, a, kept) : bwd<8>(c, a, kept);
 }

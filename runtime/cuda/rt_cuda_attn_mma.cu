@@ -92,6 +92,8 @@ struct MmaArgs {
   float scale;
   int causal;
   unsigned io; /* RT_CUDA_ATTN_* (rt_cuda_ws_plan.h) */
+  bool otok, dytok; /* out / dqkv token-major, dy token-major (RT_CUDA_ATTN_*_TOKENS: kept
+                       apart from io, which the fp32 kernels fold to 0) */
 };
 
 /* p + e elements, of bf16 where io has bit, else of fp32 */
@@ -167,28 +169,29 @@ static __device__ __forceinline__ void mma_put2(void *dst, int64_t e, float x, f
 }
 
 template <int HD, int M>
-static __device__ __forceinline__ void mma_store_m(void *dst, int64_t off, const float (*c)[4],
-                                                   int r0, int T, float s0, float s1) {
+static __device__ __forceinline__ void mma_store_m(void *dst, int64_t off, int ld,
+                                                   const float (*c)[4], int r0, int T, float s0,
+                                                   float s1) {
   const int t = threadIdx.x & 3;
 #pragma unroll
   for (int n = 0; n < HD / 8; n++) {
     const int col = 8 * n + 2 * t;
-    if (r0 < T) mma_put2<M>(dst, off + (int64_t)r0 * HD + col, s0 * c[n][0], s0 * c[n][1]);
+    if (r0 < T) mma_put2<M>(dst, off + (int64_t)r0 * ld + col, s0 * c[n][0], s0 * c[n][1]);
     if (r0 + 8 < T)
-      mma_put2<M>(dst, off + (int64_t)(r0 + 8) * HD + col, s1 * c[n][2], s1 * c[n][3]);
+      mma_put2<M>(dst, off + (int64_t)(r0 + 8) * ld + col, s1 * c[n][2], s1 * c[n][3]);
   }
 }
 
 /* rows r0 (c[.][0..1]) times s0 and r0 + 8 (c[.][2..3]) times s1 of a 16 x HD
- * product into the [T, HD] matrix at element off of dst (rows >= T skipped;
- * io: how dst holds its elements, mma_put2) */
+ * product into the [T, HD] matrix of row stride ld at element off of dst (rows
+ * >= T skipped; io: how dst holds its elements, mma_put2) */
 template <int HD>
-static __device__ __forceinline__ void mma_store(void *dst, unsigned io, int64_t off,
+static __device__ __forceinline__ void mma_store(void *dst, unsigned io, int64_t off, int ld,
                                                  const float (*c)[4], int r0, int T, float s0,
                                                  float s1) {
-  if (io & RT_CUDA_ATTN_O_BF16) mma_store_m<HD, 1>(dst, off, c, r0, T, s0, s1);
-  else if (io & RT_CUDA_ATTN_O_ROUND) mma_store_m<HD, 2>(dst, off, c, r0, T, s0, s1);
-  else mma_store_m<HD, 0>(dst, off, c, r0, T, s0, s1);
+  if (io & RT_CUDA_ATTN_O_BF16) mma_store_m<HD, 1>(dst, off, ld, c, r0, T, s0, s1);
+  else if (io & RT_CUDA_ATTN_O_ROUND) mma_store_m<HD, 2>(dst, off, ld, c, r0, T, s0, s1);
+  else mma_store_m<HD, 0>(dst, off, ld, c, r0, T, s0, s1);
 }
 
 /* the maximum (sum) of v over the 4 lanes holding a row (lanes 4 g .. 4 g + 3) */
@@ -273,7 +276,8 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_fwd(MmaArgs a
     for (int kk2 = 0; kk2 < MMA_TILE / 16; kk2++) mma_pb<HD>(o, s, kk2, vs); /* O += P V */
   }
   const float l0 = mma_row_sum(l[0]), l1 = mma_row_sum(l[1]);
-  mma_store<HD>(a.out, io, bh * T * HD, o, r0, T, l0 > 0.0f ? 1.0f / l0 : 0.0f,
+  mma_store<HD>(a.out, io, rt_attn_row(a.otok, b, bh % a.H, a.H, 0, T, HD),
+                rt_attn_ld(a.otok, a.H, HD), o, r0, T, l0 > 0.0f ? 1.0f / l0 : 0.0f,
                 l1 > 0.0f ? 1.0f / l1 : 0.0f);
   if (a.out_lse && t == 0) { /* natural log of the row's sum (valid rows: l > 0) */
     if (r0 < T) a.out_lse[bh * T + r0] = (m[0] + log2f(l0)) * MMA_LN2;
@@ -307,9 +311,9 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_q(MmaArgs
   }
   rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(
       qs, mma_at(a.q, io, RT_CUDA_ATTN_Q_BF16, bh * T * HD), io & RT_CUDA_ATTN_Q_BF16, q0, T);
-  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(dys,
-                                               mma_at(a.dy, io, RT_CUDA_ATTN_DY_BF16, bh * T * HD),
-                                               io & RT_CUDA_ATTN_DY_BF16, q0, T);
+  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(
+      dys, mma_at(a.dy, io, RT_CUDA_ATTN_DY_BF16, rt_attn_row(a.dytok, b, h, a.H, 0, T, HD)),
+      io & RT_CUDA_ATTN_DY_BF16, q0, T, rt_attn_ld(a.dytok, a.H, HD));
   float dq[HD / 8][4];
 #pragma unroll
   for (int n = 0; n < HD / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
@@ -344,7 +348,8 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_q(MmaArgs
     for (int kk2 = 0; kk2 < MMA_TILE / 16; kk2++) mma_pb<HD>(dq, s, kk2, ks); /* dQ += dS K */
   }
   const int64_t C = a.H + 2 * a.KV;
-  mma_store<HD>(a.dqkv, io, (b * C + h) * T * HD, dq, r0, T, a.scale, a.scale);
+  mma_store<HD>(a.dqkv, io, rt_attn_row(a.otok, b, h, C, 0, T, HD), rt_attn_ld(a.otok, C, HD),
+                dq, r0, T, a.scale, a.scale);
 #endif
 }
 
@@ -383,12 +388,18 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_kv(MmaArg
       qr, dyr;
   float lnext = 0.0f, dnext = 0.0f; /* threads < QT: the next tile's row statistics */
   const int64_t bh0 = b * a.H + kvh * rep; /* the kv head's first query head */
+  const int ldy = rt_attn_ld(a.dytok, a.H, HD);
+  /* query head bh0 + h's dy */
+  auto dy_at = [&](int64_t h) {
+    return mma_at(a.dy, io, RT_CUDA_ATTN_DY_BF16,
+                  rt_attn_row(a.dytok, b, kvh * rep + h, a.H, 0, T, HD));
+  };
   /* the tile of query head bh0 + h, rows [i0, i0 + QT): its loads (q, dy, lse, D) */
   auto fetch = [&](int64_t h, int i0) {
     const int64_t bh = bh0 + h;
     const int i = i0 + (int)threadIdx.x;
     qr.load(mma_at(a.q, io, RT_CUDA_ATTN_Q_BF16, bh * T * HD), qb, i0, T);
-    dyr.load(mma_at(a.dy, io, RT_CUDA_ATTN_DY_BF16, bh * T * HD), yb, i0, T);
+    dyr.load(dy_at(h), yb, i0, T, ldy);
     lnext = dnext = 0.0f;
     if (threadIdx.x < QT && i < T) lnext = a.lse[bh * T + i] * MMA_LOG2E, dnext = a.d[bh * T + i];
   };
@@ -398,7 +409,7 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_kv(MmaArg
   for (bool more = true; more;) {
     __syncthreads(); /* the previous query tile is consumed */
     qr.put(qs, mma_at(a.q, io, RT_CUDA_ATTN_Q_BF16, (bh0 + h) * T * HD), qb, i0, T);
-    dyr.put(dys, mma_at(a.dy, io, RT_CUDA_ATTN_DY_BF16, (bh0 + h) * T * HD), yb, i0, T);
+    dyr.put(dys, dy_at(h), yb, i0, T, ldy);
     if (threadIdx.x < QT) ls[threadIdx.x] = lnext, ds_[threadIdx.x] = dnext;
     __syncthreads(); /* the tiles (and, the first time, ks and vs) are in */
     const int icur = i0;
@@ -430,8 +441,11 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_kv(MmaArg
       mma_pb<HD>(dk, dp, kk2, qs); /* dK += dS^T Q */
     }
   }
-  mma_store<HD>(a.dqkv, io, (b * C + a.H + kvh) * T * HD, dk, u0, T, a.scale, a.scale);
-  mma_store<HD>(a.dqkv, io, (b * C + a.H + a.KV + kvh) * T * HD, dv, u0, T, 1.0f, 1.0f);
+  const int ldo = rt_attn_ld(a.otok, C, HD);
+  mma_store<HD>(a.dqkv, io, rt_attn_row(a.otok, b, a.H + kvh, C, 0, T, HD), ldo, dk, u0, T,
+                a.scale, a.scale);
+  mma_store<HD>(a.dqkv, io, rt_attn_row(a.otok, b, a.H + a.KV + kvh, C, 0, T, HD), ldo, dv, u0,
+                T, 1.0f, 1.0f);
 #endif
 }
 
@@ -481,8 +495,9 @@ static int mma_dispatch(RtCuda *c, const MmaArgs &a, int64_t B, int64_t hd, bool
 int rt_cuda_sdpa_mma(RtCuda *c, float *out, float *lse, const float *q, const float *k,
                      const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
                      float scale, int causal, unsigned io) {
+  const unsigned lay = RT_CUDA_ATTN_O_TOKENS | RT_CUDA_ATTN_DY_TOKENS;
   const MmaArgs a = {q, k, v, NULL, NULL, NULL, NULL, out, lse, H, KV, (int)T, scale, causal != 0,
-                     io};
+                     io & ~lay, (io & RT_CUDA_ATTN_O_TOKENS) != 0, false};
   return mma_dispatch(c, a, B, hd, false);
 }
 
@@ -491,6 +506,9 @@ int rt_cuda_sdpa_grad_mma(RtCuda *c, float *dqkv, const float *q, const float *k
                           const float *dy, const float *lse, const float *d, int64_t B,
                           int64_t H, int64_t KV, int64_t T, int64_t hd, float scale, int causal,
                           unsigned io) {
-  const MmaArgs a = {q, k, v, dy, lse, d, dqkv, NULL, NULL, H, KV, (int)T, scale, causal != 0, io};
+  const unsigned lay = RT_CUDA_ATTN_O_TOKENS | RT_CUDA_ATTN_DY_TOKENS;
+  const MmaArgs a = {q, k, v, dy, lse, d, dqkv, NULL, NULL, H, KV, (int)T, scale, causal != 0,
+                     io & ~lay, (io & RT_CUDA_ATTN_O_TOKENS) != 0,
+                     (io & RT_CUDA_ATTN_DY_TOKENS) != 0};
   return mma_dispatch(c, a, B, hd, true);
 }

@@ -124,6 +124,7 @@ struct TcArgs {
   int T;
   float scale;
   int causal;
+  bool otok, dytok; /* out / dqkv token-major, dy token-major (RT_CUDA_ATTN_*_TOKENS) */
 };
 
 /* Strides (elements) and dynamic shared memory (bytes) of the kernels.  The
@@ -145,10 +146,12 @@ template <int HD> struct TcShape {
                                2 * TC_TILE * F4;
 };
 
-/* rows [r0, r0 + ROWS) of a [T, HD] fp32 matrix as a bf16 tile (rt_cuda_attn_tile.h) */
+/* rows [r0, r0 + ROWS) of a [T, HD] fp32 matrix of row stride ld as a bf16 tile
+ * (rt_cuda_attn_tile.h) */
 template <int HD, int ROWS = TC_TILE>
-static __device__ __forceinline__ void tc_load(bf16 *dst, const float *src, int r0, int T) {
-  rt_attn_tile_load<HD, ROWS, TC_THREADS>(dst, src, r0, T);
+static __device__ __forceinline__ void tc_load(bf16 *dst, const float *src, int r0, int T,
+                                               int ld = HD) {
+  rt_attn_tile_load<HD, ROWS, TC_THREADS>(dst, src, r0, T, ld);
 }
 
 /* One warp: sc[16][N] (row stride ld, fp32) = A B^T, A the 16 rows at a and
@@ -258,18 +261,21 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MIN_BLOCKS) tc_fwd(TcArgs a) {
     *(float2 *)(srow + 4 * i + 2 * half) = make_float2(o[2 * i] * inv, o[2 * i + 1] * inv);
   __syncwarp();
   const int wrow = q0 + w * 16;
-  const int64_t obase = (bh * T + wrow) * HD;
   const float lse2 = m + log2f(l); /* log2 of the row's sum (valid rows: l > 0) */
   if (!STATS) {
+    const int64_t obase = rt_attn_row(a.otok, b, bh % a.H, a.H, wrow, T, HD);
+    const int ld = rt_attn_ld(a.otok, a.H, HD);
     for (int e = lane; e < 16 * HD; e += 32) {
       const int rr = e / HD, cc = e % HD;
-      if (wrow + rr < T) a.out[obase + (int64_t)rr * HD + cc] = scw[rr * SW + cc];
+      if (wrow + rr < T) a.out[obase + (int64_t)rr * ld + cc] = scw[rr * SW + cc];
     }
     if (a.lse && half == 0 && row < T) a.lse[bh * T + row] = lse2 * TC_LN2;
   } else {
+    const int64_t ybase = rt_attn_row(a.dytok, b, bh % a.H, a.H, wrow, T, HD);
+    const int ld = rt_attn_ld(a.dytok, a.H, HD);
     for (int e = lane; e < 16 * HD; e += 32) {
       const int rr = e / HD, cc = e % HD;
-      if (wrow + rr < T) scw[rr * SW + cc] *= a.dy[obase + (int64_t)rr * HD + cc];
+      if (wrow + rr < T) scw[rr * SW + cc] *= a.dy[ybase + (int64_t)rr * ld + cc];
     }
     __syncwarp();
     float dd = 0.0f;
@@ -317,11 +323,13 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MIN_BLOCKS) tc_bwd_kv(TcArgs a)
   const int i_begin = a.causal ? k0 : 0; /* causal: earlier queries see none of these keys */
   for (int64_t h = g * rep; h < (g + 1) * rep; h++) {
     const int64_t bh = b * a.H + h;
-    const float *qh = a.q + bh * T * HD, *dyh = a.dy + bh * T * HD;
+    const float *qh = a.q + bh * T * HD, *dyh = a.dy + rt_attn_row(a.dytok, b, h, a.H, 0, T, HD);
     for (int i0 = i_begin; i0 < T; i0 += QT) {
       __syncthreads(); /* the previous query tile is consumed */
       tc_load<HD, QT>(qs, qh, i0, T);
-      tc_load<HD, QT>(dys, dyh, i0, T);
+      /* (two calls: a run-time row stride in the one load made ptxas spill at hd 64) */
+      if (a.dytok) tc_load<HD, QT>(dys, dyh, i0, T, (int)a.H * HD);
+      else tc_load<HD, QT>(dys, dyh, i0, T);
       if (threadIdx.x < QT) {
         const int i = i0 + threadIdx.x;
         ls[threadIdx.x] = i < T ? a.st_lse[bh * T + i] * TC_LOG2E : 0.0f;
@@ -369,8 +377,9 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MIN_BLOCKS) tc_bwd_kv(TcArgs a)
     }
   }
   /* out: 16-column slabs of dk (scratch columns 0..15) and dv (16..31) */
-  float *dkg = a.dqkv + (b * C + a.H + g) * T * HD;
-  float *dvg = a.dqkv + (b * C + a.H + a.KV + g) * T * HD;
+  float *dkg = a.dqkv + rt_attn_row(a.otok, b, a.H + g, C, 0, T, HD);
+  float *dvg = a.dqkv + rt_attn_row(a.otok, b, a.H + a.KV + g, C, 0, T, HD);
+  const int ldo = rt_attn_ld(a.otok, C, HD);
   const int wkey = k0 + w * 16;
 #pragma unroll
   for (int n = 0; n < HD / 16; n++) {
@@ -381,7 +390,7 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MIN_BLOCKS) tc_bwd_kv(TcArgs a)
     for (int e = lane; e < 256; e += 32) {
       const int rr = e >> 4, cc = e & 15;
       if (wkey + rr < T) {
-        const int64_t at = (int64_t)(wkey + rr) * HD + n * 16 + cc;
+        const int64_t at = (int64_t)(wkey + rr) * ldo + n * 16 + cc;
         dkg[at] = a.scale * scw[rr * LDX + cc];
         dvg[at] = scw[rr * LDX + 16 + cc];
       }
@@ -408,7 +417,8 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MIN_BLOCKS) tc_bwd_q(TcArgs a) 
   float *scw = sc + w * 16 * TC_LDS, *srow = scw + r * TC_LDS;
   const float sl2 = a.scale * TC_LOG2E;
   tc_load<HD>(qs, a.q + bh * T * HD, q0, T);
-  tc_load<HD>(dys, a.dy + bh * T * HD, q0, T);
+  tc_load<HD>(dys, a.dy + rt_attn_row(a.dytok, b, h, a.H, 0, T, HD), q0, T,
+              rt_attn_ld(a.dytok, a.H, HD));
   if (threadIdx.x < TC_TILE) {
     const int i = q0 + threadIdx.x;
     ls[threadIdx.x] = i < T ? a.st_lse[bh * T + i] * TC_LOG2E : 0.0f;
@@ -459,8 +469,8 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MIN_BLOCKS) tc_bwd_q(TcArgs a) 
       }
     }
   }
-  float *dqg = a.dqkv + (b * C + h) * T * HD;
-  const int wrow = q0 + w * 16;
+  float *dqg = a.dqkv + rt_attn_row(a.otok, b, h, C, 0, T, HD);
+  const int wrow = q0 + w * 16, ldo = rt_attn_ld(a.otok, C, HD);
 #pragma unroll
   for (int n = 0; n < HD / 16; n++) {
     __syncwarp(); /* the scratch's last readers are done */
@@ -468,7 +478,7 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MIN_BLOCKS) tc_bwd_q(TcArgs a) 
     __syncwarp();
     for (int e = lane; e < 256; e += 32) {
       const int rr = e >> 4, cc = e & 15;
-      if (wrow + rr < T) dqg[(int64_t)(wrow + rr) * HD + n * 16 + cc] = a.scale * scw[rr * TC_LDS + cc];
+      if (wrow + rr < T) dqg[(int64_t)(wrow + rr) * ldo + n * 16 + cc] = a.scale * scw[rr * TC_LDS + cc];
     }
   }
 #endif
@@ -496,6 +506,12 @@ static bool tc_wmma() {
   return e && !strcmp(e, "wmma");
 }
 
+/* a's layout as RT_CUDA_ATTN_*_TOKENS flags (for the mma kernels) */
+static unsigned tc_layout(const TcArgs &a) {
+  return (a.otok ? (unsigned)RT_CUDA_ATTN_O_TOKENS : 0u) |
+         (a.dytok ? (unsigned)RT_CUDA_ATTN_DY_TOKENS : 0u);
+}
+
 template <int HD>
 static int tc_run(RtCuda *c, const TcArgs &a, int64_t B, bool grad, bool kept) {
   typedef TcShape<HD> S;
@@ -503,14 +519,14 @@ static int tc_run(RtCuda *c, const TcArgs &a, int64_t B, bool grad, bool kept) {
   const dim3 gq(tiles, (unsigned)(B * a.H)), gkv(tiles, (unsigned)(B * a.KV));
   if (!grad && !tc_wmma())
     return rt_cuda_sdpa_mma(c, a.out, a.lse, a.q, a.k, a.v, B, a.H, a.KV, a.T, HD, a.scale,
-                            a.causal, 0);
+                            a.causal, tc_layout(a));
   if (!grad) return tc_launch(c, "sdpa (tensor cores)", tc_fwd<HD, false>, gq, S::fwd, a);
   if (!kept &&
       tc_launch(c, "sdpa_grad (statistics, tensor cores)", tc_fwd<HD, true>, gq, S::fwd, a))
     return RT_ERR;
   if (!tc_wmma())
     return rt_cuda_sdpa_grad_mma(c, a.dqkv, a.q, a.k, a.v, a.dy, a.st_lse, a.st_d, B, a.H, a.KV,
-                                 a.T, HD, a.scale, a.causal, 0);
+                                 a.T, HD, a.scale, a.causal, tc_layout(a));
   if (tc_launch(c, "sdpa_grad (dk, dv, tensor cores)", tc_bwd_kv<HD>, gkv, S::kv, a)) return RT_ERR;
   return tc_launch(c, "sdpa_grad (dq, tensor cores)", tc_bwd_q<HD>, gq, S::dq, a);
 }
@@ -552,8 +568,9 @@ int rt_cuda_attn_mma(RtCuda *c, int64_t T, int64_t hd) {
 /* The arguments are checked by the callers (rt_cuda_attn.cu's check_args). */
 int rt_cuda_sdpa_tc(RtCuda *c, float *out, float *lse, const float *q, const float *k,
                     const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
-                    float scale, int causal) {
-  TcArgs a = {q, k, v, NULL, out, lse, NULL, NULL, NULL, H, KV, (int)T, scale, causal != 0};
+                    float scale, int causal, unsigned lay) {
+  TcArgs a = {q, k, v, NULL, out, lse, NULL, NULL, NULL, H, KV, (int)T, scale, causal != 0,
+              (lay & RT_CUDA_ATTN_O_TOKENS) != 0, false};
   return tc_dispatch(c, a, B, hd, false, false);
 }
 
@@ -562,11 +579,13 @@ int rt_cuda_sdpa_tc(RtCuda *c, float *out, float *lse, const float *q, const flo
  * (then tc_fwd<.., true> computes them into the workspace). */
 int rt_cuda_sdpa_grad_tc(RtCuda *c, float *dqkv, const float *q, const float *k, const float *v,
                          const float *dy, const float *lse, const float *d, int64_t B, int64_t H,
-                         int64_t KV, int64_t T, int64_t hd, float scale, int causal) {
+                         int64_t KV, int64_t T, int64_t hd, float scale, int causal,
+                         unsigned lay) {
   const bool kept = lse != NULL;
   float *st = kept ? NULL : (float *)rt_cuda_ws(c, WS_ATTN, (size_t)(2 * B * H * T) * sizeof(float));
   if (!kept && !st) return RT_ERR;
   TcArgs a = {q, k, v, dy, NULL, NULL, kept ? (float *)lse : st,
-              kept ? (float *)d : st + B * H * T, dqkv, H, KV, (int)T, scale, causal != 0};
+              kept ? (float *)d : st + B * H * T, dqkv, H, KV, (int)T, scale, causal != 0,
+              (lay & RT_CUDA_ATTN_O_TOKENS) != 0, (lay & RT_CUDA_ATTN_DY_TOKENS) != 0};
   return tc_dispatch(c, a, B, hd, true, kept);
 }

@@ -4,7 +4,9 @@
  * memory as bf16, at once (rt_attn_tile_load) or in two halves with the loads
  * in flight between them (RtAttnTileRegs).  A bf16 source is copied as it is,
  * an fp32 one rounded to nearest even: a bf16 source holding the rounded fp32
- * values gives the same tile. */
+ * values gives the same tile.  The source's rows are ld elements apart: HD for
+ * a head-major [B, H, T, HD] tensor, H HD for a token-major [B, T, H HD] one
+ * (IR_SDPA_*: a multiple of HD, so rows stay 16-byte aligned). */
 #ifndef RT_CUDA_ATTN_TILE_H
 #define RT_CUDA_ATTN_TILE_H
 
@@ -14,29 +16,41 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+/* Element offset of row t of channel ch (a head, or a dq|dk|dv channel) in
+ * batch b of a tensor of C channels: head-major [B, C, T, hd], or (tokens)
+ * token-major [B, T, C hd]; rt_attn_ld its row stride. */
+static __host__ __device__ __forceinline__ int64_t rt_attn_row(bool tokens, int64_t b,
+                                                               int64_t ch, int64_t C, int64_t t,
+                                                               int64_t T, int hd) {
+  return (tokens ? (b * T + t) * C + ch : (b * C + ch) * T + t) * hd;
+}
+static __host__ __device__ __forceinline__ int rt_attn_ld(bool tokens, int64_t C, int hd) {
+  return tokens ? (int)C * hd : hd;
+}
+
 /* Element groups of row r0 + r, columns [c, c + 4) of an fp32 (c + 8 of a
- * bf16) [T, HD] matrix, zeros past row T; vec: src 16-byte aligned (then every
- * group is, HD % 8 == 0). */
+ * bf16) [T, HD] matrix of row stride ld, zeros past row T; vec: src 16-byte
+ * aligned (then every group is, HD % 8 == 0 and ld a multiple of HD). */
 template <int HD>
 static __device__ __forceinline__ float4 rt_attn_ld4(const float *src, bool vec, int r0, int r,
-                                                     int c, int T) {
+                                                     int c, int T, int ld) {
   if (r0 + r >= T) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  const float *p = src + (int64_t)(r0 + r) * HD + c;
+  const float *p = src + (int64_t)(r0 + r) * ld + c;
   return vec ? *(const float4 *)p : make_float4(p[0], p[1], p[2], p[3]);
 }
 template <int HD>
 static __device__ __forceinline__ int4 rt_attn_ld8(const __nv_bfloat16 *src, bool vec, int r0,
-                                                   int r, int c, int T) {
+                                                   int r, int c, int T, int ld) {
   int4 x = make_int4(0, 0, 0, 0);
   if (r0 + r < T) {
-    const __nv_bfloat16 *p = src + (int64_t)(r0 + r) * HD + c;
+    const __nv_bfloat16 *p = src + (int64_t)(r0 + r) * ld + c;
     if (vec) x = *(const int4 *)p;
     else memcpy(&x, p, sizeof x);
   }
   return x;
 }
 
-/* Rows [r0, r0 + ROWS) of a [T, HD] fp32 matrix into a bf16 tile of row
+/* Rows [r0, r0 + ROWS) of a [T, HD] fp32 matrix (row stride ld) into a bf16 tile of row
  * stride HD + 8 (rows >= T are zeros; the 8 pad columns are not written).
  * All THREADS threads of the block take part; the caller synchronises.
  * UNROLL: 0, the loop as the compiler unrolls it; else at most UNROLL
@@ -44,12 +58,12 @@ static __device__ __forceinline__ int4 rt_attn_ld8(const __nv_bfloat16 *src, boo
  * spare. */
 template <int HD, int ROWS, int THREADS, int UNROLL = 0>
 static __device__ __forceinline__ void rt_attn_tile_load(__nv_bfloat16 *dst, const float *src,
-                                                         int r0, int T) {
+                                                         int r0, int T, int ld = HD) {
   constexpr int LDH = HD + 8, V = HD / 4;
   if (((uintptr_t)src & 15) == 0) { /* every row is 16-byte aligned (HD % 4 == 0) */
     auto one = [&](int e) {
       const int r = e / V, c = (e % V) * 4;
-      const float4 x = rt_attn_ld4<HD>(src, true, r0, r, c, T);
+      const float4 x = rt_attn_ld4<HD>(src, true, r0, r, c, T, ld);
       __nv_bfloat162 *d = (__nv_bfloat162 *)(dst + r * LDH + c);
       d[0] = __floats2bfloat162_rn(x.x, x.y);
       d[1] = __floats2bfloat162_rn(x.z, x.w);
@@ -63,7 +77,7 @@ static __device__ __forceinline__ void rt_attn_tile_load(__nv_bfloat16 *dst, con
   } else {
     for (int e = threadIdx.x; e < ROWS * HD; e += THREADS) {
       const int r = e / HD, c = e % HD;
-      dst[r * LDH + c] = __float2bfloat16_rn(r0 + r < T ? src[(int64_t)(r0 + r) * HD + c] : 0.0f);
+      dst[r * LDH + c] = __float2bfloat16_rn(r0 + r < T ? src[(int64_t)(r0 + r) * ld + c] : 0.0f);
     }
   }
 }
@@ -72,12 +86,12 @@ static __device__ __forceinline__ void rt_attn_tile_load(__nv_bfloat16 *dst, con
 template <int HD, int ROWS, int THREADS, int UNROLL = 0>
 static __device__ __forceinline__ void rt_attn_tile_load_bf16(__nv_bfloat16 *dst,
                                                               const __nv_bfloat16 *src, int r0,
-                                                              int T) {
+                                                              int T, int ld = HD) {
   constexpr int LDH = HD + 8, G = HD / 8;
   const bool vec = ((uintptr_t)src & 15) == 0; /* block-uniform */
   auto one = [&](int e) {
     const int r = e / G, c = (e % G) * 8;
-    *(int4 *)(dst + r * LDH + c) = rt_attn_ld8<HD>(src, vec, r0, r, c, T);
+    *(int4 *)(dst + r * LDH + c) = rt_attn_ld8<HD>(src, vec, r0, r, c, T, ld);
   };
   if constexpr (UNROLL > 0) {
 #pragma unroll(UNROLL)
@@ -90,11 +104,11 @@ static __device__ __forceinline__ void rt_attn_tile_load_bf16(__nv_bfloat16 *dst
 /* Either, as b16 says. */
 template <int HD, int ROWS, int THREADS, int UNROLL = 0>
 static __device__ __forceinline__ void rt_attn_tile_load(__nv_bfloat16 *dst, const void *src,
-                                                         bool b16, int r0, int T) {
+                                                         bool b16, int r0, int T, int ld = HD) {
   if (b16)
-    rt_attn_tile_load_bf16<HD, ROWS, THREADS, UNROLL>(dst, (const __nv_bfloat16 *)src, r0, T);
+    rt_attn_tile_load_bf16<HD, ROWS, THREADS, UNROLL>(dst, (const __nv_bfloat16 *)src, r0, T, ld);
   else
-    rt_attn_tile_load<HD, ROWS, THREADS, UNROLL>(dst, (const float *)src, r0, T);
+    rt_attn_tile_load<HD, ROWS, THREADS, UNROLL>(dst, (const float *)src, r0, T, ld);
 }
 
 /* The same copy split at the registers, so that a kernel can issue the next
@@ -114,7 +128,7 @@ template <int HD, int ROWS, int THREADS, bool HOLD, int UNROLL = 0> struct RtAtt
   float4 x[HOLD ? N : 1]; /* bf16 source: x[0, NB) hold its bytes */
 
   /* rows [r0, r0 + ROWS) of src (bf16 where b16; rows >= T as zeros) into x */
-  __device__ __forceinline__ void load(const void *src, bool b16, int r0, int T) {
+  __device__ __forceinline__ void load(const void *src, bool b16, int r0, int T, int ld = HD) {
     if constexpr (HOLD) {
       const bool vec = ((uintptr_t)src & 15) == 0; /* block-uniform */
       if (b16) {
@@ -122,7 +136,7 @@ template <int HD, int ROWS, int THREADS, bool HOLD, int UNROLL = 0> struct RtAtt
         for (int i = 0; i < NB; i++) {
           const int e = (int)threadIdx.x + i * THREADS, r = e / G, c = (e % G) * 8;
           int4 v = make_int4(0, 0, 0, 0);
-          if (e < ROWS * G) v = rt_attn_ld8<HD>((const __nv_bfloat16 *)src, vec, r0, r, c, T);
+          if (e < ROWS * G) v = rt_attn_ld8<HD>((const __nv_bfloat16 *)src, vec, r0, r, c, T, ld);
           x[i] = make_float4(__int_as_float(v.x), __int_as_float(v.y), __int_as_float(v.z),
                              __int_as_float(v.w));
         }
@@ -132,13 +146,13 @@ template <int HD, int ROWS, int THREADS, bool HOLD, int UNROLL = 0> struct RtAtt
       for (int i = 0; i < N; i++) {
         const int e = (int)threadIdx.x + i * THREADS, r = e / V, c = (e % V) * 4;
         x[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (e < ROWS * V) x[i] = rt_attn_ld4<HD>((const float *)src, vec, r0, r, c, T);
+        if (e < ROWS * V) x[i] = rt_attn_ld4<HD>((const float *)src, vec, r0, r, c, T, ld);
       }
     }
   }
   /* those rows into the bf16 tile dst of row stride HD + 8 (pad columns not written) */
   __device__ __forceinline__ void put(__nv_bfloat16 *dst, const void *src, bool b16, int r0,
-                                      int T) const {
+                                      int T, int ld = HD) const {
     if constexpr (HOLD) {
       if (b16) {
 #pragma unroll
@@ -161,7 +175,7 @@ template <int HD, int ROWS, int THREADS, bool HOLD, int UNROLL = 0> struct RtAtt
         }
       }
     } else {
-      rt_attn_tile_load<HD, ROWS, THREADS, UNROLL>(dst, src, b16, r0, T);
+      rt_attn_tile_load<HD, ROWS, THREADS, UNROLL>(dst, src, b16, r0, T, ld);
     }
   }
 };

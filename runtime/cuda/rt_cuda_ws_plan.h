@@ -75,6 +75,12 @@ enum {
 /* rt_cuda_sdpa_delta_io's: the merged out m, its gradient dm read as bf16
  * (widened exactly; any GEMM mode, any GPU) */
 enum { RT_CUDA_ATTN_M_BF16 = 64, RT_CUDA_ATTN_DM_BF16 = 128 };
+/* Layout flags of rt_cuda_sdpa_io and rt_cuda_sdpa_grad_stats_io
+ * (rt_attention.h's RT_SDPA_*, ir/ir.h's IR_SDPA_*): the result token-major
+ * (out [B, T, H hd], dqkv [B, T, (H + 2 KV) hd]), dy token-major [B, T, H hd].
+ * Every kernel family takes them, in any GEMM mode, with or without the
+ * bf16 flags: they move elements, not values. */
+enum { RT_CUDA_ATTN_O_TOKENS = 256, RT_CUDA_ATTN_DY_TOKENS = 512 };
 
 /* 1 if attention of head dimension hd over T positions may take those flags:
  * the shapes of the tensor-core kernels (rt_cuda_attn_mma.cu), which alone

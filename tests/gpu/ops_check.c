@@ -31,7 +31,9 @@
  * (2^-9 relative each), which on these inputs costs ~5e-3; a wrong row or
  * tile (mask, tail, head) costs O(1).  The "bf16 io" rows (check_attn_io) call
  * the same kernels with tensors stored as bf16, as a bf16 trainer does, and
- * compare bits with the plain calls (tolerance 0). */
+ * compare bits with the plain calls (tolerance 0).  The "token-major" rows
+ * (check_attn_layout) hold each kernel family's token-major out, dy and dqkv
+ * to its head-major results moved, bit for bit. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -646,6 +648,103 @@ static void check_attn_io(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_t 
   free(d), free(ref), free(lref), free(got), free(lgot);
 }
 
+/* dst[b, t, c, :] = src[b, c, t, :] over C channels of hd elements of esz bytes
+ * (merge_heads, bytewise: fp32 or bf16 elements) */
+static void merge_bytes(void *dst, const void *src, int64_t B, int64_t C, int64_t T, int64_t hd,
+                        size_t esz) {
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t t = 0; t < T; t++)
+        memcpy((char *)dst + (size_t)(((b * T + t) * C + c) * hd) * esz,
+               (const char *)src + (size_t)(((b * C + c) * T + t) * hd) * esz,
+               esz * (size_t)hd);
+}
+
+/* The share of n bytes where a and b differ. */
+static double bytes_differ(const void *a, const void *b, size_t n) {
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) k += ((const unsigned char *)a)[i] != ((const unsigned char *)b)[i];
+  return n ? (double)k / (double)n : 0;
+}
+
+/* Token-major attention (RT_CUDA_ATTN_O_TOKENS, _DY_TOKENS; passes/attn_layout.c):
+ * the forward's out [B, T, H hd] and the backward's dqkv [B, T, (H + 2 KV) hd],
+ * dy read as [B, T, H hd], against the head-major calls with the same flags
+ * `bf` (bf16 inputs and result, or none) on the same values: the results
+ * moved, bit for bit (share of bytes differing, tolerance 0), lse the same
+ * bits; the backward with each of the two flags alone too.  `family` names
+ * the kernels c runs (the fp32 ones, mma, or wmma under PARC_CUDA_ATTN). */
+static void check_attn_layout(RtCuda *c, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
+                              int causal, unsigned bf, const char *family) {
+  const int64_t nq = B * H * T * hd, nk = B * KV * T * hd, C = H + 2 * KV, ng = B * C * T * hd;
+  const int64_t nl = B * H * T, len[4] = {nq, nk, nk, nq};
+  const size_t esz = bf & RT_CUDA_ATTN_O_BF16 ? 2 : 4;
+  float *h[4] = {rnd(nq, 1), rnd(nk, 1), rnd(nk, 1), rnd(nq, 1)}, *d = rnd(nl, 0.1f);
+  AtIo x = {{0}, {0}, {0}, {0}, dev_copy(NULL, 4 * (size_t)nq), dev_copy(NULL, 4 * (size_t)nl),
+            dev_copy(d, 4 * (size_t)nl), dev_copy(NULL, 4 * (size_t)ng), B, H, KV, T, hd,
+            1.0f / sqrtf((float)hd), causal, 0};
+  void **slot[4] = {x.q, x.k, x.v, x.dy};
+  for (int i = 0; i < 4; i++) {
+    float *r = bf16_values(h[i], len[i]);
+    slot[i][0] = dev_copy(r, 4 * (size_t)len[i]);
+    slot[i][1] = dev_bf16(h[i], 1, len[i], len[i]);
+    free(r);
+  }
+  void *dyh[2] = {x.dy[0], x.dy[1]}, *dyt[2]; /* dy head-major, token-major */
+  float *mdy = malloc(4 * (size_t)nq), *r = bf16_values(h[3], nq);
+  merge_bytes(mdy, r, B, H, T, hd, 4);
+  dyt[0] = dev_copy(mdy, 4 * (size_t)nq);
+  merge_bytes(mdy, h[3], B, H, T, hd, 4);
+  dyt[1] = dev_bf16(mdy, 1, nq, nq);
+  free(mdy), free(r);
+  char *ref = malloc(4 * (size_t)ng), *want = malloc(4 * (size_t)ng), *got = malloc(4 * (size_t)ng);
+  float *lref = malloc(4 * (size_t)nl), *lgot = malloc(4 * (size_t)nl);
+  double err = 0;
+  /* the forward */
+  x.io = bf & ~(unsigned)RT_CUDA_ATTN_DY_BF16;
+  if (at_io_fwd(c, &x)) err = INFINITY;
+  to_host(ref, x.out, esz * (size_t)nq);
+  to_host(lref, x.lse, 4 * (size_t)nl);
+  x.io |= RT_CUDA_ATTN_O_TOKENS;
+  cudaMemset(x.out, 0xff, 4 * (size_t)nq);
+  if (err == 0 && at_io_fwd(c, &x)) err = INFINITY;
+  to_host(got, x.out, esz * (size_t)nq);
+  to_host(lgot, x.lse, 4 * (size_t)nl);
+  merge_bytes(want, ref, B, H, T, hd, esz);
+  err = fmax(err, fmax(bytes_differ(got, want, esz * (size_t)nq), differing(lgot, lref, nl)));
+  /* the backward: head-major, then each layout flag and both */
+  x.io = bf;
+  if (err == 0 && at_io_bwd(c, &x)) err = INFINITY;
+  to_host(ref, x.dqkv, esz * (size_t)ng);
+  merge_bytes(want, ref, B, C, T, hd, esz);
+  static const unsigned lay[3] = {RT_CUDA_ATTN_O_TOKENS | RT_CUDA_ATTN_DY_TOKENS,
+                                  RT_CUDA_ATTN_DY_TOKENS, RT_CUDA_ATTN_O_TOKENS};
+  for (int i = 0; i < 3 && err == 0; i++) {
+    x.io = bf | lay[i];
+    x.dy[0] = lay[i] & RT_CUDA_ATTN_DY_TOKENS ? dyt[0] : dyh[0];
+    x.dy[1] = lay[i] & RT_CUDA_ATTN_DY_TOKENS ? dyt[1] : dyh[1];
+    cudaMemset(x.dqkv, 0xff, 4 * (size_t)ng);
+    if (at_io_bwd(c, &x)) {
+      err = INFINITY;
+      break;
+    }
+    to_host(got, x.dqkv, esz * (size_t)ng);
+    err = fmax(err, bytes_differ(got, lay[i] & RT_CUDA_ATTN_O_TOKENS ? want : ref,
+                                 esz * (size_t)ng));
+  }
+  if (err == INFINITY) fprintf(stderr, "%s\n", rt_last_error());
+  char shape[96], name[64];
+  snprintf(shape, sizeof shape, "B%lld H%lld KV%lld T%lld hd%lld%s", (long long)B, (long long)H,
+           (long long)KV, (long long)T, (long long)hd, causal ? " causal" : "");
+  snprintf(name, sizeof name, "sdpa (token-major, %s)", family);
+  row(name, shape, err, 0, 0, 0, 0);
+  x.dy[0] = dyh[0], x.dy[1] = dyh[1];
+  for (int i = 0; i < 4; i++) cudaFree(slot[i][0]), cudaFree(slot[i][1]), free(h[i]);
+  cudaFree(dyt[0]), cudaFree(dyt[1]);
+  cudaFree(x.out), cudaFree(x.lse), cudaFree(x.d), cudaFree(x.dqkv);
+  free(d), free(ref), free(want), free(got), free(lref), free(lgot);
+}
+
 /* ---- embedding and cross-entropy ---- */
 typedef struct {
   float *out, *table, *dy, *logits, *dlogits, *loss, *dloss;
@@ -1063,6 +1162,8 @@ int main(int argc, char **argv) {
   check_attn(c, 2, 4, 2, 130, 64, 1);
   check_attn(c, 1, 4, 1, 70, 128, 0);
   check_attn(c, 1, 2, 2, 64, 256, 1);
+  check_attn_layout(c, 2, 4, 2, 100, 16, 1, 0, "fp32");
+  check_attn_layout(c, 1, 2, 1, 70, 96, 0, 0, "fp32");
   if (!small)
     check_attn(c, 8, 12, 12, 1024, 64, 1); /* GPT-2 small */
   check_embed_xent(c, 256, 256, 64);
@@ -1143,6 +1244,15 @@ int main(int argc, char **argv) {
     check_attn_io(c, 2, 4, 4, 64, 16, 1, RT_CUDA_ATTN_K_BF16 | RT_CUDA_ATTN_DY_BF16);
     if (!small)
       check_attn_io(c, 8, 12, 12, 1024, 64, 1, all); /* GPT-2 small */
+    /* token-major attention: the mma kernels with fp32 and with bf16 tensors, the
+     * WMMA ones (fp32 tensors only) */
+    check_attn_layout(c, 2, 4, 2, 130, 64, 1, 0, "mma");
+    check_attn_layout(c, 1, 6, 2, 96, 128, 0, all | RT_CUDA_ATTN_O_BF16, "mma, bf16 io");
+    check_attn_layout(c, 2, 4, 4, 64, 16, 1, all | RT_CUDA_ATTN_O_ROUND, "mma, rounded");
+    setenv("PARC_CUDA_ATTN", "wmma", 1);
+    check_attn_layout(c, 2, 4, 2, 130, 64, 1, 0, "wmma");
+    check_attn_layout(c, 1, 4, 1, 70, 128, 0, 0, "wmma");
+    unsetenv("PARC_CUDA_ATTN");
     rt_cuda_close(c);
   }
   v_logits = rnd(VN * 2 * VL, 4);

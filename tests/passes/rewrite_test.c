@@ -1,22 +1,24 @@
 /* tests/passes/rewrite_test.c -- a rewriting pass on a model's step:
- * passes/slice_sink.c or passes/remat.c.
+ * passes/slice_sink.c, passes/remat.c or passes/attn_layout.c.
  *
- *   rewrite_test slice_sink|remat MODEL.dsl MIN [NAME=VALUE ...]
+ *   rewrite_test slice_sink|remat|attn_layout MODEL.dsl MIN [NAME=VALUE ...]
  *
  * The model is loaded twice, differentiated, given its optimizer; one copy
  * then runs the pass.  Requires:
  *   - the rewritten module verifies, and in it nothing is left to rewrite:
  *     slice_sink, no pointwise f32 op read by slices only; remat, no forward
  *     pointwise op of one activation and leaves with pointwise readers in
- *     the forward and the backward (this file's own reading of the rules);
+ *     the forward and the backward; attn_layout, no head copy around an
+ *     attention that its rules remove (this file's own reading of the rules);
  *   - the other module had at least MIN of them (the pass is exercised) and
  *     the rewritten one has exactly the nodes the rules say: slice_sink,
  *     those ops fewer plus the new operand slices (each rewritten slice
  *     becomes its op, each cut operand one new slice); remat, one copy more
- *     for each;
+ *     for each; attn_layout, the copies (and GPT-2's concat) fewer;
  *   - two training steps of both modules in the reference interpreter, from
  *     the same parameters and batch, give the same loss and the same value of
- *     every update, bit for bit (slicing commutes with a pointwise op).
+ *     every update, bit for bit (slicing commutes with a pointwise op; the
+ *     token-major attention computes each value as the head-major one).
  * Prints the counts and the losses. */
 #include <math.h>
 #include <stdint.h>
@@ -107,6 +109,61 @@ static int rematerializable(const IrModule *m) {
   return n;
 }
 
+/* attn_layout's candidates (passes/attn_layout.c's rules, read again here):
+ * sdpa read by merge_heads and sdpa_lse only; six-operand sdpa_grad with a
+ * split_heads dy; six-operand sdpa_grad read by three slices along 1, each by
+ * a merge_heads, all by one concat along the last axis in dq, dk, dv order.
+ * Returns their count; *gone: the nodes their rewrites remove. */
+static int attn_copies(const IrModule *m, int *gone) {
+  int *readers = calloc((size_t)m->nnodes + 1, sizeof *readers), n = 0;
+  for (int i = 0; i < m->nnodes; i++)
+    for (int j = 0; j < m->nodes[i]->ninputs; j++) readers[m->nodes[i]->inputs[j]->id]++;
+  *gone = 0;
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *x = m->nodes[i];
+    if (x->op == IR_OP_ATTENTION && !x->ia[1]) {
+      int merges = 0, other = 0;
+      for (int r = i + 1; r < m->nnodes; r++)
+        for (int j = 0; j < m->nodes[r]->ninputs; j++)
+          if (m->nodes[r]->inputs[j] == x) {
+            merges += m->nodes[r]->op == IR_OP_MERGE_HEADS;
+            other += m->nodes[r]->op != IR_OP_MERGE_HEADS &&
+                     m->nodes[r]->op != IR_OP_ATTENTION_LSE;
+          }
+      if (merges && !other) n++, *gone += merges;
+    }
+    if (x->op != IR_OP_ATTENTION_GRAD || x->ninputs != 6) continue;
+    if (!(x->ia[1] & IR_SDPA_DY_TOKENS) && x->inputs[3]->op == IR_OP_SPLIT_HEADS)
+      n++, *gone += readers[x->inputs[3]->id] == 1;
+    if (x->ia[1] & IR_SDPA_OUT_TOKENS || readers[i] != 3) continue;
+    int64_t H = x->inputs[0]->shape[1], KV = x->inputs[1]->shape[1];
+    const IrNode *cat = NULL;
+    int ok = 1;
+    for (int r = i + 1; r < m->nnodes; r++) {
+      const IrNode *s = m->nodes[r];
+      if (s->ninputs < 1 || s->inputs[0] != x) continue;
+      const IrNode *mh = NULL, *c = NULL;
+      for (int u = r + 1; u < m->nnodes; u++)
+        if (m->nodes[u]->op == IR_OP_MERGE_HEADS && m->nodes[u]->inputs[0] == s) mh = m->nodes[u];
+      for (int u = mh ? mh->id + 1 : m->nnodes; u < m->nnodes; u++)
+        if (m->nodes[u]->op == IR_OP_CONCAT)
+          for (int j = 0; j < m->nodes[u]->ninputs; j++)
+            if (m->nodes[u]->inputs[j] == mh) c = m->nodes[u];
+      int k = -1;
+      for (int j = 0; c && j < c->ninputs; j++)
+        if (c->inputs[j] == mh) k = j;
+      const int64_t start = k == 0 ? 0 : k == 1 ? H : H + KV, len = k == 0 ? H : KV;
+      ok &= s->op == IR_OP_SLICE && s->ia[0] == 1 && readers[s->id] == 1 && mh &&
+            readers[mh->id] == 1 && c && c->ninputs == 3 && c->ia[0] == c->rank - 1 &&
+            (!cat || c == cat) && s->ia[1] == start && s->ia[2] == len;
+      cat = c;
+    }
+    if (ok && cat) n++, *gone += 7;
+  }
+  free(readers);
+  return n;
+}
+
 static uint64_t rng = 88172645463325252ull;
 static double uniform(double lo, double hi) {
   rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
@@ -136,24 +193,32 @@ static void fill(IrInterp *it, uint64_t seed) {
 }
 
 int main(int argc, char **argv) {
-  int sink = argc >= 2 && !strcmp(argv[1], "slice_sink");
-  if (argc < 4 || (!sink && strcmp(argv[1], "remat"))) {
-    fprintf(stderr, "usage: rewrite_test slice_sink|remat MODEL.dsl MIN [NAME=VALUE ...]\n");
+  const char *pass = argc >= 2 ? argv[1] : "";
+  int sink = !strcmp(pass, "slice_sink"), lay = !strcmp(pass, "attn_layout");
+  if (argc < 4 || (!sink && !lay && strcmp(pass, "remat"))) {
+    fprintf(stderr, "usage: rewrite_test slice_sink|remat|attn_layout MODEL.dsl MIN "
+            "[NAME=VALUE ...]\n");
     return 2;
   }
   const char *const *defs = (const char *const *)argv + 4;
   IrModule *m = test_load_step(argv[2], defs, argc - 4);
   IrModule *ref = test_load_step(argv[2], defs, argc - 4);
   if (!m || !ref) return 1;
-  int before = m->nnodes, slices, cut, ops = sink ? sliced_only(m, &slices, &cut)
-                                                  : rematerializable(m);
-  int want = sink ? before - ops + cut : before + ops;
+  /* attn_layout's backward rewrites need sdpa_grad from lse and D: both modules
+   * first run attn_delta (its own bits are tests/passes' and the trainers') */
+  if (lay && (pass_attn_delta(m) || pass_attn_delta(ref))) return 1;
+  int before = m->nnodes, slices, cut, gone = 0;
+  int ops = sink ? sliced_only(m, &slices, &cut) : lay ? attn_copies(m, &gone)
+                                                       : rematerializable(m);
+  int want = sink ? before - ops + cut : lay ? before - gone : before + ops;
   char why[512] = "";
-  if ((sink ? pass_slice_sink(m) : pass_remat(m)) || ir_verify(m, why, sizeof why)) {
+  int rc = sink ? pass_slice_sink(m) : lay ? pass_attn_layout(m) : pass_remat(m);
+  if (rc || ir_verify(m, why, sizeof why)) {
     printf("FAIL: %s: %s\n", argv[1], why);
     return 1;
   }
-  int left = sink ? sliced_only(m, &slices, &cut) : rematerializable(m);
+  int left = sink ? sliced_only(m, &slices, &cut) : lay ? attn_copies(m, &gone)
+                                                        : rematerializable(m);
   char msg[256];
   snprintf(msg, sizeof msg, "%d left to rewrite after %s", left, argv[1]);
   expect(left == 0, msg);

@@ -8,8 +8,10 @@
  * against logsumexp in double; the backward from the forward's out and lse (the
  * trainers' old call) gives the same bits as the one that recomputes them, and
  * the one from lse and D (rt_sdpa_grad_stats, D by rt_sdpa_delta from the merged
- * out and dy, held to 1e-5 of a double dot product) the same bits again; the
- * same bits for 1, 2 and 3 pool threads; argument errors. */
+ * out and dy, held to 1e-5 of a double dot product) the same bits again, and
+ * again token-major (rt_sdpa_layout's out, rt_sdpa_grad_stats_layout's dy and
+ * packed gradient: the head-major results merged, bit for bit); the same bits
+ * for 1, 2 and 3 pool threads; argument errors. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +63,15 @@ static double lse_err(const float *lse, const float *q, const float *k, const Ca
         free(sc);
       }
   return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* dst[b, t, c hd + i] = src[b, c, t, i] over C channels (merge_heads) */
+static void merge_rows(float *dst, const float *src, int64_t B, int64_t C, int64_t T, int64_t hd) {
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t t = 0; t < T; t++)
+        memcpy(dst + ((b * T + t) * C + c) * hd, src + ((b * C + c) * T + t) * hd,
+               sizeof(float) * (size_t)hd);
 }
 
 static void run_case(TRng *rng, const Case *c, int causal) {
@@ -115,6 +126,23 @@ static void run_case(TRng *rng, const Case *c, int causal) {
   report_err("sdpa_delta", c, causal, rel_l2(d, dref, B * H * T));
   CHECK_OK(rt_sdpa_grad_stats(g2, q, k, v, dy, lse, d, B, H, KV, T, hd, scale, causal));
   CHECK(memcmp(g, g2, sizeof(float) * (size_t)ng) == 0); /* lse and D == out and lse */
+  /* token-major (RT_SDPA_*): out as merge_heads lays it out, the packed
+   * gradient [B, T, (H + 2 KV) hd], dy read from mdy: the same bits, moved */
+  float *ot = malloc(sizeof(float) * (size_t)nq), *lt = malloc(sizeof(float) * (size_t)(B * H * T));
+  float *gt = malloc(sizeof(float) * (size_t)ng), *mg = malloc(sizeof(float) * (size_t)ng);
+  CHECK_OK(rt_sdpa_layout(ot, lt, q, k, v, B, H, KV, T, hd, scale, causal, RT_SDPA_OUT_TOKENS));
+  CHECK(memcmp(ot, mo, sizeof(float) * (size_t)nq) == 0);
+  CHECK(memcmp(lt, lse, sizeof(float) * (size_t)(B * H * T)) == 0);
+  merge_rows(mg, g, B, H + 2 * KV, T, hd);
+  static const unsigned lay[3] = {RT_SDPA_OUT_TOKENS | RT_SDPA_DY_TOKENS, RT_SDPA_DY_TOKENS,
+                                  RT_SDPA_OUT_TOKENS};
+  for (int i = 0; i < 3; i++) {
+    memset(gt, 0xff, sizeof(float) * (size_t)ng); /* NaNs wherever nothing is written */
+    CHECK_OK(rt_sdpa_grad_stats_layout(gt, q, k, v, lay[i] & RT_SDPA_DY_TOKENS ? mdy : dy, lse, d,
+                                       B, H, KV, T, hd, scale, causal, lay[i]));
+    CHECK(memcmp(gt, lay[i] & RT_SDPA_OUT_TOKENS ? mg : g, sizeof(float) * (size_t)ng) == 0);
+  }
+  free(ot), free(lt), free(gt), free(mg);
   free(mo), free(mdy), free(d), free(dref);
   free(g2);
   /* Each part on its own (dk and dv are smaller than dq when H > KV). */
@@ -186,6 +214,10 @@ static void test_errors(void) {
   CHECK_FAILS(rt_sdpa_grad(x, x, x, x, x, NULL, NULL, 1, 1, 1, 0, 2, 1, 0), "T 0");
   CHECK_FAILS(rt_sdpa_grad_stats(x, x, x, x, x, x, NULL, 1, 1, 1, 2, 2, 1, 0), "NULL d");
   CHECK_FAILS(rt_sdpa_delta(x, NULL, x, 1, 1, 2, 2), "NULL m");
+  CHECK_FAILS(rt_sdpa_layout(x, NULL, x, x, x, 1, 1, 1, 2, 2, 1, 0, RT_SDPA_DY_TOKENS),
+              "layout bits 0x2 not understood");
+  CHECK_FAILS(rt_sdpa_grad_stats_layout(x, x, x, x, x, x, x, 1, 1, 1, 2, 2, 1, 0, 4),
+              "layout bits 0x4 not understood");
   CHECK_FAILS(rt_sdpa_delta(x, x, x, 1, 0, 2, 2), "H 0");
   CHECK_FAILS(rt_sdpa_grad(x, x, x, x, x, x, NULL, 1, 1, 1, 2, 2, 1, 0),
               "forward's lse is NULL but not its out");

@@ -16,7 +16,10 @@ CASE is one of:
                              equals the one from sdpa's out (--keep-attn-out) bit for
                              bit: 10-step losses and --save-weights of GPT-2 and Llama
                              (GQA) tiny at one rank, tp 2 and pp 2; the trainer calls
-                             rt_sdpa_grad_stats, the other rt_sdpa_grad, and its
+                             rt_sdpa_grad_stats (token-major where
+                             passes/attn_layout.c rewrote it: so this also holds the
+                             token-major attention to the head-major one), the
+                             other rt_sdpa_grad, and its
                              plan holds fewer bytes live at once (plan.json
                              arena_live_peak_bytes; the report's arena too, but at
                              pp 2, whose best-fit arena fragments by 2% more on
@@ -575,7 +578,8 @@ elif case == "attn_delta":
                 exe = build(model, defs, name, lay + keep)
                 out = os.path.join(work, name)
                 c = open(os.path.join(out, "train.c")).read()
-                calls = (c.count("rt_sdpa_grad_stats("), c.count("rt_sdpa_grad("))
+                calls = (c.count("rt_sdpa_grad_stats(") + c.count("rt_sdpa_grad_stats_layout("),
+                         c.count("rt_sdpa_grad("))
                 if (calls[0] == 0) == (not keep) or (calls[1] == 0) == bool(keep):
                     sys.exit(f"FAIL {name}: train.c calls rt_sdpa_grad_stats {calls[0]}, "
                              f"rt_sdpa_grad {calls[1]} times")
