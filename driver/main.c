@@ -117,6 +117,9 @@ static void usage(FILE *out) {
           "      --keep-attn-out    attention's backward reads its forward output (no\n"
           "                         attn_delta: the output stays alive until the backward;\n"
           "                         for comparing plans)\n"
+          "      --head-major-attn  attention keeps its head-major operands and results,\n"
+          "                         with split_heads / merge_heads copies around it (no\n"
+          "                         attn_layout pass; the same bits, for comparing)\n"
           "      --bf16-store MODE  what the bf16 GPU trainer does with its activations:\n"
           "                         on (default) stores them as bf16, halving their memory\n"
           "                         traffic; off keeps every value in fp32 (for comparing);\n"
@@ -231,6 +234,7 @@ typedef struct {
   int64_t bucket_bytes;      /* --bucket-mb in bytes; 0: the default */
   int no_overlap;            /* --no-overlap: blocking dp bucket collectives */
   int keep_attn_out;         /* --keep-attn-out: no attn_delta pass */
+  int head_major_attn;       /* --head-major-attn: no attn_layout pass */
   int bf16_store;            /* --bf16-store: a CgStoreMode (codegen/cuda_store.h) */
   int no_batch;              /* --no-batch: the GPU trainer launches every kernel alone */
   int pad_vocab;             /* --pad-vocab; 0: not given (the train section's, else 64) */
@@ -289,7 +293,7 @@ static const char *cuda_arch_list(const char *s) {
 
 static int parse_args(int argc, char **argv, Options *o) {
   enum { O_EMIT = 256, O_TP, O_PP, O_DP, O_EP, O_DUMP, O_NOVERIFY, O_TIME, O_VERSION, O_NOFUSE,
-         O_CPU, O_SP, O_ZERO, O_BUCKET, O_NO_OVERLAP, O_PAD_VOCAB, O_KEEP_ATTN_OUT,
+         O_CPU, O_SP, O_ZERO, O_BUCKET, O_NO_OVERLAP, O_PAD_VOCAB, O_KEEP_ATTN_OUT, O_HEAD_MAJOR_ATTN,
          O_NO_BF16_STORE, O_BF16_STORE, O_NO_BATCH };
   static const struct option longs[] = {
       {"output", required_argument, 0, 'o'},  {"emit", required_argument, 0, O_EMIT},
@@ -303,6 +307,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       {"zero", required_argument, 0, O_ZERO}, {"bucket-mb", required_argument, 0, O_BUCKET},
       {"no-overlap", no_argument, 0, O_NO_OVERLAP},
       {"keep-attn-out", no_argument, 0, O_KEEP_ATTN_OUT},
+      {"head-major-attn", no_argument, 0, O_HEAD_MAJOR_ATTN},
       {"no-bf16-store", no_argument, 0, O_NO_BF16_STORE},
       {"bf16-store", required_argument, 0, O_BF16_STORE},
       {"no-batch", no_argument, 0, O_NO_BATCH},
@@ -361,6 +366,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       break;
     }
     case O_KEEP_ATTN_OUT: o->keep_attn_out = 1; break;
+    case O_HEAD_MAJOR_ATTN: o->head_major_attn = 1; break;
     case O_NO_BF16_STORE: o->bf16_store = CG_STORE_OFF; break;
     case O_NO_BATCH: o->no_batch = 1; break;
     case O_BF16_STORE: {
@@ -516,7 +522,8 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
   r->pad_vocab = m->pad_vocab;
   PassOptions popt = {.verify = o->verify, .stop_after = "dce", .zero = o->lay.zero,
                       .bucket_bytes = o->bucket_bytes, .no_overlap = o->no_overlap,
-                      .keep_attn_out = o->keep_attn_out};
+                      .keep_attn_out = o->keep_attn_out,
+                      .head_major_attn = o->head_major_attn};
   int rc = pass_run_all(r, &popt) ? -1 : 0;
   if (rc) snprintf(why, len, "internal error: passes");
   r->mesh_ep = o->lay.ep; /* experts split over ep of the dp ranks */
@@ -572,7 +579,8 @@ static IrModule *pipe_module(Program *prog, const Options *o, const IrModule *m,
     return NULL;
   }
   PassOptions popt = {.verify = o->verify, .stop_after = "dce",
-                      .keep_attn_out = o->keep_attn_out};
+                      .keep_attn_out = o->keep_attn_out,
+                      .head_major_attn = o->head_major_attn};
   int rc = pass_run_all(r, &popt) ? -1 : 0;
   r->mesh_ep = o->lay.ep; /* experts split over ep of the dp ranks */
   r->pad_vocab = m->pad_vocab;
@@ -696,7 +704,8 @@ int main(int argc, char **argv) {
   /* The forward module first: the layout is checked and costed on it. */
   PassOptions popt = {.verify = o.verify, .dump_after = o.dump_after, .dump = stdout,
                       .stop_after = "dce", .zero = o.lay.zero, .bucket_bytes = o.bucket_bytes,
-                      .no_overlap = o.no_overlap, .keep_attn_out = o.keep_attn_out};
+                      .no_overlap = o.no_overlap, .keep_attn_out = o.keep_attn_out,
+                      .head_major_attn = o.head_major_attn};
   if (pass_run_all(m, &popt)) {
     rc = EXIT_INTERNAL;
     goto done;

@@ -33,6 +33,7 @@ typedef struct {
   int no_overlap;         /* 1 sets m->dp_blocking (blocking dp bucket collectives) */
   int keep_attn_out;      /* 1 skips attn_delta: sdpa_grad reads sdpa's out (the
                              plan before that pass, for comparison) */
+  int head_major_attn;    /* 1 skips attn_layout: head copies around attention stay */
 } PassOptions;
 
 /* Runs every pass in order.  Returns 0, or -1 after printing an internal

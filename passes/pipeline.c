@@ -49,7 +49,8 @@ int pass_run_all(IrModule *m, const PassOptions *opt) {
       m->dp_bucket_bytes = opt->bucket_bytes;
       m->dp_blocking = opt->no_overlap;
     }
-    int skip = passes[i].run == pass_attn_delta && opt->keep_attn_out;
+    int skip = (passes[i].run == pass_attn_delta && opt->keep_attn_out) ||
+               (passes[i].run == pass_attn_layout && opt->head_major_attn);
     if (!skip && passes[i].run(m)) {
       fprintf(stderr, "parc: internal error: pass %s failed\n", passes[i].name);
       return -1;

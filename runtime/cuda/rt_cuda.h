@@ -222,9 +222,11 @@ int rt_cuda_sdpa_grad_stats(RtCuda *c, float *dqkv, const float *q, const float 
                             int causal);
 /* The same, with some tensors stored as bf16 (io: RT_CUDA_ATTN_* flags,
  * rt_cuda_ws_plan.h; a bf16 tensor is passed as its buffer's float pointer,
- * its elements in the buffer's first half).  io != 0 needs the tensor-core
- * kernels (GEMM mode bf16, rt_cuda_attn_stored_ok's shapes, compute
- * capability 8.0, PARC_CUDA_ATTN unset): else an error that says so. */
+ * its elements in the buffer's first half).  A bf16 flag needs the
+ * tensor-core kernels (GEMM mode bf16, rt_cuda_attn_stored_ok's shapes,
+ * compute capability 8.0, PARC_CUDA_ATTN unset): else an error that says so.
+ * The layout flags (RT_CUDA_ATTN_O_TOKENS, _DY_TOKENS: token-major result,
+ * dy) go with any kernels. */
 int rt_cuda_sdpa_io(RtCuda *c, float *out, float *lse, const float *q, const float *k,
                     const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
                     float scale, int causal, unsigned io);

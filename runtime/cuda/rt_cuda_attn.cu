@@ -29,7 +29,10 @@
  *           dv += p dy, dk += scale ds q   (heads, then rows, ascending);
  *   dq      a warp per QR query rows, streaming key tiles as the forward:
  *           dq = scale sum_u ds_u k_u.
- * hd up to 256; shared memory above 48 KiB is requested per kernel. */
+ * hd up to 256; shared memory above 48 KiB is requested per kernel.
+ * Every kernel family here and in rt_cuda_attn_tc.cu / _mma.cu also writes its
+ * result (out, dqkv) and reads dy token-major when asked (RT_CUDA_ATTN_O_TOKENS,
+ * _DY_TOKENS: rows H hd or (H + 2 KV) hd apart, rt_attn_row), the same values. */
 #include <math.h>
 
 #include <cuda_bf16.h>

@@ -62,6 +62,12 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
           losses and step-1 gradients bit for bit, and by the emulation's
           count (KCU_EMU_STATS) the unbatched run makes exactly steps x the
           absorbed launches (plan.json's gpu_batch_of) more launches;
+  layout  the trainer generated with --head-major-attn (split_heads and
+          merge_heads copies around attention) against the default one, whose
+          attention reads and writes token-major tensors (passes/attn_layout.c;
+          it has some, RT_CUDA_ATTN_*_TOKENS in train_cuda.c): losses and step-1
+          gradients bit for bit, and fewer kernel launches by the emulation's
+          count;
   grads   with cpu and bf16: the step-1 gradients compared at several ranks too
           (layouts whose --save-grads file is the whole model, e.g. ZeRO-1's
           pieces gathered from the dp ranks).
@@ -357,6 +363,42 @@ def batch(a, proj, env, steps, grads, stats):
     return ok
 
 
+def layout(a, proj, env, steps, grads, stats):
+    """The layout check (the head comment): proj_headmajor against proj."""
+    hp = proj + "_headmajor"
+    if not build(a, hp, ["--head-major-attn"], cpu=False):
+        return False
+    flags = []
+    for p in (proj, hp):
+        with open(p + "/train_cuda.c") as f:
+            flags.append(f.read().count("_TOKENS"))
+    if flags[0] == 0 or flags[1] != 0:
+        print("%s: %d token-major attention flags in train_cuda.c, %d with --head-major-attn" %
+              (a.name, flags[0], flags[1]))
+        return False
+    log = proj + ".headmajor.jsonl"
+    if not run([hp + "/build/train_cuda_emu"] + steps + ["--log", log] + grads("headmajor"),
+               proj + ".headmajor.log", env=dict(env, KCU_EMU_STATS=stats("headmajor"))):
+        return False
+    ok = compare(a, "losses", log, proj + ".emu.jsonl", 0,
+                 "%s token-major = head-major attention bits (%d flags)" % (a.name, flags[0]))
+    if ok and grads("headmajor"):
+        ok = compare(a, "grads", grads("headmajor")[1], grads("emu")[1], 0,
+                     a.name + " token-major attention, gradients")
+    counts = []
+    for tag in ("emu", "headmajor"):
+        with open(stats(tag)) as f:
+            counts.append(json.load(f)["kernel_launches"])
+    if ok and not counts[0] < counts[1]:
+        print("%s: %d kernel launches token-major, %d head-major: not fewer" %
+              (a.name, counts[0], counts[1]))
+        ok = False
+    if ok:
+        print("%-34s %d kernel launches, %d head-major" % (a.name + " launches", counts[0],
+                                                          counts[1]))
+    return ok
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--name", required=True)
@@ -369,7 +411,7 @@ def main():
         p.add_argument("--" + req, required=True)
     a = p.parse_args()
     checks = a.checks.split(",")
-    known = ("cpu", "graph", "device", "bf16", "store", "launch", "grads", "batch")
+    known = ("cpu", "graph", "device", "bf16", "store", "launch", "grads", "batch", "layout")
     bad = [c for c in checks if c not in known]
     if bad:
         p.error("unknown check %s (%s)" % (bad[0], ", ".join(known)))
@@ -429,6 +471,8 @@ def main():
         ok = store(a, proj, env, steps, grads, against_cpu)
     if ok and "batch" in checks:
         ok = batch(a, proj, env, steps, grads, stats)
+    if ok and "layout" in checks:
+        ok = layout(a, proj, env, steps, grads, stats)
     if ok and "graph" in checks:
         ok = gpu("graph", {"PARC_CUDA_GRAPH": "1"})
         n = log_of("graph").count("PARC_CUDA_GRAPH=1: ") if ok else 0

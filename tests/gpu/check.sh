@@ -70,6 +70,10 @@
 #   4n. GPT-2 small generated with --no-batch (every kernel launched on its
 #               own: what codegen/cuda_batch.h's batched launches buy), 15
 #               steps; its losses bit for bit equal to step 4's;
+#   4h. GPT-2 small generated with --head-major-attn (split_heads and
+#               merge_heads copies around attention: passes/attn_layout.c
+#               off, what token-major attention buys), 15 steps; its losses
+#               bit for bit equal to step 4's;
 #   4b. profile the same, 6 steps, PARC_CUDA_PROFILE: per kernel and op the
 #               time, share of the step and achieved GB/s or TFLOP/s against
 #               the chip's ceilings (compare.py profile);
@@ -477,6 +481,19 @@ if project gpt2_nobatch gpt2.dsl "train_cuda" --no-batch && running; then
     0 --common > "$WORK/gpt2.nobatch.bits.log" 2>&1 || true
   cat "$WORK/gpt2.nobatch.bits.log"
   result "bf16 gpt2 batched = unbatched bits" "$WORK/gpt2.nobatch.bits.log"
+fi
+
+say "4h. bf16 GPT-2 small generated with --head-major-attn, 15 steps"
+if project gpt2_headmajor gpt2.dsl "train_cuda" --head-major-attn && running; then
+  timeout $((2 * LIMIT)) "$WORK/gpt2_headmajor/build/train_cuda" --steps 15 \
+    --log "$WORK/gpt2.headmajor.jsonl" --quiet > "$WORK/gpt2.headmajor.log" 2>&1 ||
+    cat "$WORK/gpt2.headmajor.log"
+  bench gpt2.headmajor "bf16 gpt2, head-major attention"
+  # token-major attention moves elements, not values: the same bits
+  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/gpt2.headmajor.jsonl" "$WORK/gpt2.bf16.jsonl" \
+    0 --common > "$WORK/gpt2.headmajor.bits.log" 2>&1 || true
+  cat "$WORK/gpt2.headmajor.bits.log"
+  result "bf16 gpt2 token-major = head-major bits" "$WORK/gpt2.headmajor.bits.log"
 fi
 
 say "4b. per-kernel profile: GPT-2 small bf16, 6 steps (PARC_CUDA_PROFILE)"
