@@ -308,6 +308,8 @@ int64_t ir_numel(const IrNode *n);
  * allocates, sends or copies a node's buffer uses ir_buf_numel. */
 int64_t ir_aux_numel(const IrNode *n);
 
+static inline int64_t ir_buf_numel(const IrNode *n) { return ir_numel(n) + ir_aux_numel(n); }
+
 /* The layout bits of sdpa and sdpa_grad (their ia[1], unnamed: the DSL never
  * writes it; printed as layout=N when set).  0 is the head-major layout of
  * ir/ops.def.  passes/attn_layout.c sets them, on the module codegen writes:
@@ -319,7 +321,7 @@ int64_t ir_aux_numel(const IrNode *n);
  *                       split_heads would have cut)
  * The same values as the runtimes' RT_SDPA_* (runtime/rt_attention.h). */
 enum { IR_SDPA_OUT_TOKENS = 1, IR_SDPA_DY_TOKENS = 2 };
-static inline int64_t ir_buf_numel(const IrNode *n) { return ir_numel(n) + ir_aux_numel(n); }
+
 /* ZeRO-1 (m->mesh_zero > 1): the pieces a PARAM's gradient and state (or a
  * STATE, which carries its parameter's sharding) are cut in: mesh_zero (the
  * dp ranks) for a dense tensor; for an expert-parallel one (shard EXPERT,

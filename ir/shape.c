@@ -563,9 +563,6 @@ int ir_infer(IrNode *n, char *why, size_t len) {
         if (n->inputs[i]->rank != 3 || memcmp(n->inputs[i]->shape, a->shape, 3 * sizeof(int64_t)))
           return fail(why, len, n, "%s %s is not [batch, heads, seq] of q %s",
                       i == 4 ? "lse" : "d", T(i, y), T(0, x));
-    } else if (n->ia[1] || n->inputs[4]->ia[1]) {
-      return fail(why, len, n, "the five-operand form reads the sdpa's out head-major: no "
-                  "layout bits on either");
     } else if (n->inputs[4]->op != IR_OP_ATTENTION || n->inputs[4]->inputs[0] != a ||
                n->inputs[4]->inputs[1] != b || n->inputs[4]->inputs[2] != n->inputs[2] ||
                n->inputs[4]->ia[0] != n->ia[0] || n->inputs[4]->fa != n->fa) {
@@ -573,6 +570,9 @@ int ir_infer(IrNode *n, char *why, size_t len) {
        * out are the statistics the backward reuses */
       return fail(why, len, n, "the fifth operand must be the sdpa of q, k, v with the same "
                   "causal and scale");
+    } else if (n->ia[1] || n->inputs[4]->ia[1]) {
+      return fail(why, len, n, "the five-operand form reads the sdpa's out head-major: no "
+                  "layout bits on either");
     }
     if (n->ia[1] & IR_SDPA_OUT_TOKENS) { /* [B, T, (H + 2 KV) hd] */
       s[0] = a->shape[0], s[1] = a->shape[2], s[2] = (a->shape[1] + 2 * b->shape[1]) * a->shape[3];

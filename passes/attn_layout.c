@@ -109,8 +109,9 @@ static int dqkv_tokens(Lay *L, IrNode *g) {
   int64_t H = g->inputs[0]->shape[1], KV = g->inputs[1]->shape[1];
   const int64_t start[3] = {0, H, H + KV}, len[3] = {H, KV, KV};
   IrNode *cat = NULL, *part[3][2]; /* [dq|dk|dv][slice, merge_heads] */
+  int found = 0; /* slices of g: all three of its readers, or no rewrite */
   if (L->readers[g->id] != 3 || ir_node_held(m, g)) return 0;
-  for (int i = g->id + 1, found = 0; i < m->nnodes && found < 3; i++) {
+  for (int i = g->id + 1; i < m->nnodes && found < 3; i++) {
     IrNode *s = m->nodes[i];
     if (s->ninputs < 1 || s->inputs[0] != g) continue;
     if (s->op != IR_OP_SLICE || s->ia[0] != 1 || !sole(L, s)) return 0;
@@ -126,7 +127,7 @@ static int dqkv_tokens(Lay *L, IrNode *g) {
     part[k][0] = s, part[k][1] = mh;
     found++;
   }
-  if (!cat || ir_node_held(m, cat)) return 0;
+  if (found < 3 || ir_node_held(m, cat)) return 0;
   if (relayout(g, IR_SDPA_OUT_TOKENS, cat)) return -1;
   redirect(m, cat, g);
   for (int k = 0; k < 3; k++) L->dead[part[k][0]->id] = L->dead[part[k][1]->id] = 1;

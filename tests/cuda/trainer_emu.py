@@ -323,6 +323,28 @@ def store(a, proj, env, steps, grads, against_cpu):
                           sp + ".fp32", "this trainer's GEMMs read or write bf16 values")
 
 
+def same_bits(a, proj, vp, tag, what, env, steps, grads, stats):
+    """Runs vp's trainer (proj generated with other parc flags) as run TAG:
+    its losses and step-1 gradients bit for bit proj's plain run's (WHAT
+    names them).  Returns the kernel launches of (plain, TAG) by the
+    emulation's count, or None (reported)."""
+    log = proj + "." + tag + ".jsonl"
+    if not run([vp + "/build/train_cuda_emu"] + steps + ["--log", log] + grads(tag),
+               proj + "." + tag + ".log", env=dict(env, KCU_EMU_STATS=stats(tag))):
+        return None
+    ok = compare(a, "losses", log, proj + ".emu.jsonl", 0, a.name + " " + what)
+    if ok and grads(tag):
+        ok = compare(a, "grads", grads(tag)[1], grads("emu")[1], 0, a.name + " " + tag +
+                     ", gradients")
+    if not ok:
+        return None
+    counts = []
+    for t in ("emu", tag):
+        with open(stats(t)) as f:
+            counts.append(json.load(f)["kernel_launches"])
+    return counts
+
+
 def batch(a, proj, env, steps, grads, stats):
     """The batch check (the head comment): proj_nobatch against proj."""
     np_ = proj + "_nobatch"
@@ -338,29 +360,18 @@ def batch(a, proj, env, steps, grads, stats):
         print("%s: %d launches absorbed by %d batched launches; --no-batch has %d" %
               (a.name, absorbed, multi, multi_off))
         return False
-    log = proj + ".nobatch.jsonl"
-    if not run([np_ + "/build/train_cuda_emu"] + steps + ["--log", log] + grads("nobatch"),
-               proj + ".nobatch.log", env=dict(env, KCU_EMU_STATS=stats("nobatch"))):
+    counts = same_bits(a, proj, np_, "nobatch", "batched = unbatched bits (%d launches "
+                       "absorbed)" % absorbed, env, steps, grads, stats)
+    if counts is None:
         return False
-    ok = compare(a, "losses", log, proj + ".emu.jsonl", 0,
-                 "%s batched = unbatched bits (%d launches absorbed)" % (a.name, absorbed))
-    if ok and grads("nobatch"):
-        ok = compare(a, "grads", grads("nobatch")[1], grads("emu")[1], 0,
-                     a.name + " batched, gradients")
-    counts = []
-    for tag in ("emu", "nobatch"):
-        with open(stats(tag)) as f:
-            counts.append(json.load(f)["kernel_launches"])
     want = absorbed * int(steps[1])
-    if ok and counts[1] - counts[0] != want:
+    if counts[1] - counts[0] != want:
         print("%s: %d kernel launches batched, %d unbatched: %d fewer, expected %d "
               "(%d absorbed a step)" % (a.name, counts[0], counts[1], counts[1] - counts[0],
                                         want, absorbed))
-        ok = False
-    if ok:
-        print("%-34s %d kernel launches, %d unbatched" % (a.name + " launches", counts[0],
-                                                           counts[1]))
-    return ok
+        return False
+    print("%-34s %d kernel launches, %d unbatched" % (a.name + " launches", counts[0], counts[1]))
+    return True
 
 
 def layout(a, proj, env, steps, grads, stats):
@@ -376,27 +387,17 @@ def layout(a, proj, env, steps, grads, stats):
         print("%s: %d token-major attention flags in train_cuda.c, %d with --head-major-attn" %
               (a.name, flags[0], flags[1]))
         return False
-    log = proj + ".headmajor.jsonl"
-    if not run([hp + "/build/train_cuda_emu"] + steps + ["--log", log] + grads("headmajor"),
-               proj + ".headmajor.log", env=dict(env, KCU_EMU_STATS=stats("headmajor"))):
+    counts = same_bits(a, proj, hp, "headmajor", "token-major = head-major attention bits "
+                       "(%d flags)" % flags[0], env, steps, grads, stats)
+    if counts is None:
         return False
-    ok = compare(a, "losses", log, proj + ".emu.jsonl", 0,
-                 "%s token-major = head-major attention bits (%d flags)" % (a.name, flags[0]))
-    if ok and grads("headmajor"):
-        ok = compare(a, "grads", grads("headmajor")[1], grads("emu")[1], 0,
-                     a.name + " token-major attention, gradients")
-    counts = []
-    for tag in ("emu", "headmajor"):
-        with open(stats(tag)) as f:
-            counts.append(json.load(f)["kernel_launches"])
-    if ok and not counts[0] < counts[1]:
+    if not counts[0] < counts[1]:
         print("%s: %d kernel launches token-major, %d head-major: not fewer" %
               (a.name, counts[0], counts[1]))
-        ok = False
-    if ok:
-        print("%-34s %d kernel launches, %d head-major" % (a.name + " launches", counts[0],
-                                                          counts[1]))
-    return ok
+        return False
+    print("%-34s %d kernel launches, %d head-major" % (a.name + " launches", counts[0],
+                                                      counts[1]))
+    return True
 
 
 def main():

@@ -470,31 +470,29 @@ fi
 say "4x. step 4's trainer with the gathered cross-entropy (PARC_CUDA_XENT=gathered), 15 steps"
 variant xent_gathered "bf16 gpt2, gathered cross-entropy" PARC_CUDA_XENT=gathered
 
+# GPT-2 small generated again with the parc flag $3 (project gpt2_$1, logs
+# gpt2.$1.*), 15 steps: its tokens/s as $2, and its losses bit for bit step 4's
+# (result $4)
+same_bits() {
+  if project "gpt2_$1" gpt2.dsl "train_cuda" "$3" && running; then
+    timeout $((2 * LIMIT)) "$WORK/gpt2_$1/build/train_cuda" --steps 15 \
+      --log "$WORK/gpt2.$1.jsonl" --quiet > "$WORK/gpt2.$1.log" 2>&1 || cat "$WORK/gpt2.$1.log"
+    bench "gpt2.$1" "$2"
+    python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/gpt2.$1.jsonl" "$WORK/gpt2.bf16.jsonl" \
+      0 --common > "$WORK/gpt2.$1.bits.log" 2>&1 || true
+    cat "$WORK/gpt2.$1.bits.log"
+    result "$4" "$WORK/gpt2.$1.bits.log"
+  fi
+}
+
 say "4n. bf16 GPT-2 small generated with --no-batch, 15 steps"
-if project gpt2_nobatch gpt2.dsl "train_cuda" --no-batch && running; then
-  timeout $((2 * LIMIT)) "$WORK/gpt2_nobatch/build/train_cuda" --steps 15 \
-    --log "$WORK/gpt2.nobatch.jsonl" --quiet > "$WORK/gpt2.nobatch.log" 2>&1 ||
-    cat "$WORK/gpt2.nobatch.log"
-  bench gpt2.nobatch "bf16 gpt2, no batched launches"
-  # a batch's members compute what their own launches would: the same bits
-  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/gpt2.nobatch.jsonl" "$WORK/gpt2.bf16.jsonl" \
-    0 --common > "$WORK/gpt2.nobatch.bits.log" 2>&1 || true
-  cat "$WORK/gpt2.nobatch.bits.log"
-  result "bf16 gpt2 batched = unbatched bits" "$WORK/gpt2.nobatch.bits.log"
-fi
+# a batch's members compute what their own launches would: the same bits
+same_bits nobatch "bf16 gpt2, no batched launches" --no-batch "bf16 gpt2 batched = unbatched bits"
 
 say "4h. bf16 GPT-2 small generated with --head-major-attn, 15 steps"
-if project gpt2_headmajor gpt2.dsl "train_cuda" --head-major-attn && running; then
-  timeout $((2 * LIMIT)) "$WORK/gpt2_headmajor/build/train_cuda" --steps 15 \
-    --log "$WORK/gpt2.headmajor.jsonl" --quiet > "$WORK/gpt2.headmajor.log" 2>&1 ||
-    cat "$WORK/gpt2.headmajor.log"
-  bench gpt2.headmajor "bf16 gpt2, head-major attention"
-  # token-major attention moves elements, not values: the same bits
-  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/gpt2.headmajor.jsonl" "$WORK/gpt2.bf16.jsonl" \
-    0 --common > "$WORK/gpt2.headmajor.bits.log" 2>&1 || true
-  cat "$WORK/gpt2.headmajor.bits.log"
-  result "bf16 gpt2 token-major = head-major bits" "$WORK/gpt2.headmajor.bits.log"
-fi
+# token-major attention moves elements, not values: the same bits
+same_bits headmajor "bf16 gpt2, head-major attention" --head-major-attn \
+  "bf16 gpt2 token-major = head-major bits"
 
 say "4b. per-kernel profile: GPT-2 small bf16, 6 steps (PARC_CUDA_PROFILE)"
 if [ -f "$WORK/gpt2.built" ] && running; then

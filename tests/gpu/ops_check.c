@@ -376,13 +376,16 @@ static int at_bwd(RtCuda *c, void *p) {
                            x->kept ? x->lse : NULL, x->B, x->H, x->KV, x->T, x->hd, x->scale,
                            x->causal);
 }
-/* merge_heads: dst[b, t, h hd + i] = src[b, h, t, i] */
-static void merge(float *dst, const float *src, int64_t B, int64_t H, int64_t T, int64_t hd) {
+/* merge_heads: dst[b, t, c, :] = src[b, c, t, :] over C channels of hd
+ * elements of esz bytes (fp32 or bf16 elements, moved bytewise) */
+static void merge_bytes(void *dst, const void *src, int64_t B, int64_t C, int64_t T, int64_t hd,
+                        size_t esz) {
   for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < H; h++)
+    for (int64_t c = 0; c < C; c++)
       for (int64_t t = 0; t < T; t++)
-        memcpy(dst + ((b * T + t) * H + h) * hd, src + ((b * H + h) * T + t) * hd,
-               sizeof(float) * (size_t)hd);
+        memcpy((char *)dst + (size_t)(((b * T + t) * C + c) * hd) * esz,
+               (const char *)src + (size_t)(((b * C + c) * T + t) * hd) * esz,
+               esz * (size_t)hd);
 }
 
 /* x->m, x->dm: the merged GPU out (x->out) and dy (host copy dy); x->d = D by
@@ -393,8 +396,8 @@ static void attn_delta(RtCuda *c, At *x, const float *dy, const char *shape, dou
   float *o = malloc(4 * (size_t)nq), *mo = malloc(4 * (size_t)nq), *mdy = malloc(4 * (size_t)nq);
   float *dref = malloc(4 * (size_t)nl), *dgot = malloc(4 * (size_t)nl);
   to_host(o, x->out, 4 * (size_t)nq);
-  merge(mo, o, x->B, x->H, x->T, x->hd);
-  merge(mdy, dy, x->B, x->H, x->T, x->hd);
+  merge_bytes(mo, o, x->B, x->H, x->T, x->hd, 4);
+  merge_bytes(mdy, dy, x->B, x->H, x->T, x->hd, 4);
   x->m = dev_copy(mo, 4 * (size_t)nq), x->dm = dev_copy(mdy, 4 * (size_t)nq);
   x->d = dev_copy(NULL, 4 * (size_t)nl);
   rt_sdpa_delta(dref, mo, mdy, x->B, x->H, x->T, x->hd);
@@ -544,6 +547,25 @@ typedef struct {
   unsigned io;
 } AtIo;
 #define IO_IN(x, name, bit) ((x)->name[((x)->io & (bit)) != 0])
+
+/* x's q, k, v, dy on the device from h (len elements each): [0] fp32 holding
+ * h rounded to bf16 values, [1] the bf16 copies */
+static void at_io_upload(AtIo *x, float *const h[4], const int64_t len[4]) {
+  void **slot[4] = {x->q, x->k, x->v, x->dy};
+  for (int i = 0; i < 4; i++) {
+    float *r = bf16_values(h[i], len[i]);
+    slot[i][0] = dev_copy(r, 4 * (size_t)len[i]);
+    slot[i][1] = dev_bf16(h[i], 1, len[i], len[i]);
+    free(r);
+  }
+}
+
+/* frees at_io_upload's copies and the outputs */
+static void at_io_free(AtIo *x) {
+  void **slot[4] = {x->q, x->k, x->v, x->dy};
+  for (int i = 0; i < 4; i++) cudaFree(slot[i][0]), cudaFree(slot[i][1]);
+  cudaFree(x->out), cudaFree(x->lse), cudaFree(x->d), cudaFree(x->dqkv);
+}
 static int at_io_fwd(RtCuda *c, void *p) {
   AtIo *x = p;
   return rt_cuda_sdpa_io(c, x->out, x->lse, IO_IN(x, q, RT_CUDA_ATTN_Q_BF16),
@@ -575,13 +597,7 @@ static void check_attn_io(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_t 
   AtIo x = {{0}, {0}, {0}, {0}, dev_copy(NULL, 4 * (size_t)nq), dev_copy(NULL, 4 * (size_t)nl),
             dev_copy(d, 4 * (size_t)nl), dev_copy(NULL, 4 * (size_t)ng), B, H, KV, T, hd,
             1.0f / sqrtf((float)hd), causal, 0};
-  void **slot[4] = {x.q, x.k, x.v, x.dy};
-  for (int i = 0; i < 4; i++) {
-    float *r = bf16_values(h[i], len[i]);
-    slot[i][0] = dev_copy(r, 4 * (size_t)len[i]);
-    slot[i][1] = dev_bf16(h[i], 1, len[i], len[i]);
-    free(r);
-  }
+  at_io_upload(&x, h, len);
   float *ref = malloc(4 * (size_t)ng), *lref = malloc(4 * (size_t)nl);
   float *got = malloc(4 * (size_t)ng), *lgot = malloc(4 * (size_t)nl);
   char shape[96], name[48];
@@ -643,21 +659,9 @@ static void check_attn_io(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_t 
   int refused = at_io_fwd(cb, &x) != 0 && strstr(rt_last_error(), "--bf16-store off") != NULL;
   unsetenv("PARC_CUDA_ATTN");
   row("sdpa (bf16 io, wmma)", "refused", refused ? 0 : 1, 0, 0, 0, 0);
-  for (int i = 0; i < 4; i++) cudaFree(slot[i][0]), cudaFree(slot[i][1]), free(h[i]);
-  cudaFree(x.out), cudaFree(x.lse), cudaFree(x.d), cudaFree(x.dqkv);
+  at_io_free(&x);
+  for (int i = 0; i < 4; i++) free(h[i]);
   free(d), free(ref), free(lref), free(got), free(lgot);
-}
-
-/* dst[b, t, c, :] = src[b, c, t, :] over C channels of hd elements of esz bytes
- * (merge_heads, bytewise: fp32 or bf16 elements) */
-static void merge_bytes(void *dst, const void *src, int64_t B, int64_t C, int64_t T, int64_t hd,
-                        size_t esz) {
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t c = 0; c < C; c++)
-      for (int64_t t = 0; t < T; t++)
-        memcpy((char *)dst + (size_t)(((b * T + t) * C + c) * hd) * esz,
-               (const char *)src + (size_t)(((b * C + c) * T + t) * hd) * esz,
-               esz * (size_t)hd);
 }
 
 /* The share of n bytes where a and b differ. */
@@ -683,13 +687,7 @@ static void check_attn_layout(RtCuda *c, int64_t B, int64_t H, int64_t KV, int64
   AtIo x = {{0}, {0}, {0}, {0}, dev_copy(NULL, 4 * (size_t)nq), dev_copy(NULL, 4 * (size_t)nl),
             dev_copy(d, 4 * (size_t)nl), dev_copy(NULL, 4 * (size_t)ng), B, H, KV, T, hd,
             1.0f / sqrtf((float)hd), causal, 0};
-  void **slot[4] = {x.q, x.k, x.v, x.dy};
-  for (int i = 0; i < 4; i++) {
-    float *r = bf16_values(h[i], len[i]);
-    slot[i][0] = dev_copy(r, 4 * (size_t)len[i]);
-    slot[i][1] = dev_bf16(h[i], 1, len[i], len[i]);
-    free(r);
-  }
+  at_io_upload(&x, h, len);
   void *dyh[2] = {x.dy[0], x.dy[1]}, *dyt[2]; /* dy head-major, token-major */
   float *mdy = malloc(4 * (size_t)nq), *r = bf16_values(h[3], nq);
   merge_bytes(mdy, r, B, H, T, hd, 4);
@@ -739,9 +737,9 @@ static void check_attn_layout(RtCuda *c, int64_t B, int64_t H, int64_t KV, int64
   snprintf(name, sizeof name, "sdpa (token-major, %s)", family);
   row(name, shape, err, 0, 0, 0, 0);
   x.dy[0] = dyh[0], x.dy[1] = dyh[1];
-  for (int i = 0; i < 4; i++) cudaFree(slot[i][0]), cudaFree(slot[i][1]), free(h[i]);
+  at_io_free(&x);
+  for (int i = 0; i < 4; i++) free(h[i]);
   cudaFree(dyt[0]), cudaFree(dyt[1]);
-  cudaFree(x.out), cudaFree(x.lse), cudaFree(x.d), cudaFree(x.dqkv);
   free(d), free(ref), free(want), free(got), free(lref), free(lgot);
 }
 

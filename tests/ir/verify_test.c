@@ -157,6 +157,47 @@ int main(void) {
     expect(what[bad], m, needle[bad]), checks++;
   }
 
+  /* layout bits (IR_SDPA_*, passes/attn_layout.c): a token-major sdpa is
+   * [B, T, H hd] and keeps its lse; a token-major sdpa_grad reads dy as
+   * [B, T, H hd] and is [B, T, (H + 2 KV) hd]; unknown bits, a head-major dy
+   * under DY_TOKENS and the five-operand form with a layout are refused */
+  for (int bad = 0; bad < 4; bad++) {
+    m = ir_module_new("t");
+    int64_t s4[4] = {2, 4, 8, 16}, kv4[4] = {2, 2, 8, 16}, s3[3] = {2, 8, 64};
+    IrNode *q = leaf(m, IR_OP_INPUT, "q", IR_F32, 4, s4);
+    IrNode *k = leaf(m, IR_OP_INPUT, "k", IR_F32, 4, kv4);
+    IrNode *v = leaf(m, IR_OP_INPUT, "v", IR_F32, 4, kv4);
+    IrNode *dm = leaf(m, IR_OP_INPUT, "dm", IR_F32, 3, s3);
+    IrNode *dh = leaf(m, IR_OP_INPUT, "dh", IR_F32, 4, s4);
+    IrNode *y = ir_add(m, IR_OP_ATTENTION, (IrNode *[]){q, k, v}, 3);
+    y->ia[0] = 1, y->ia[1] = bad == 1 ? 4 : IR_SDPA_OUT_TOKENS, y->fa = 0.25;
+    IrNode *lse = ir_add(m, IR_OP_ATTENTION_LSE, &y, 1);
+    IrNode *d = ir_add(m, IR_OP_ATTENTION_DELTA, (IrNode *[]){dm, dm}, 2);
+    d->ia[0] = 4;
+    char why[256];
+    if (bad == 1) { /* the type a valid layout would give */
+      y->dtype = IR_F32, y->rank = 3, memcpy(y->shape, s3, sizeof s3);
+    } else if (!ir_infer(y, why, sizeof why) || y->rank != 3 ||
+               memcmp(y->shape, s3, sizeof s3) || ir_aux_numel(y) != 2 * 4 * 8) {
+      printf("FAIL token-major sdpa: %s\n", why), failures++;
+    }
+    if (!ir_infer(lse, why, sizeof why) || !ir_infer(d, why, sizeof why))
+      printf("FAIL token-major sdpa_lse: %s\n", why), failures++;
+    IrNode *in[6] = {q, k, v, bad == 2 ? dh : dm, lse, d};
+    IrNode *g = ir_add(m, IR_OP_ATTENTION_GRAD, in, 6);
+    if (bad == 3) g->inputs[4] = y, g->ninputs = 5;
+    g->ia[0] = 1, g->ia[1] = IR_SDPA_OUT_TOKENS | IR_SDPA_DY_TOKENS, g->fa = 0.25;
+    g->dtype = IR_F32, g->rank = 3;
+    memcpy(g->shape, (int64_t[]){2, 8, 128}, sizeof(int64_t) * 3);
+    static const char *const what[4] = {"token-major sdpa and sdpa_grad", "unknown layout bits",
+                                        "head-major dy under DY_TOKENS",
+                                        "five-operand sdpa_grad with a layout"};
+    static const char *const needle[4] = {NULL, "layout bits 4 not understood",
+                                          "token-major dy f32[2, 4, 8, 16] is not",
+                                          "five-operand form reads the sdpa's out head-major"};
+    expect(what[bad], m, needle[bad]), checks++;
+  }
+
   printf("%d passed, %d failed\n", checks - failures, failures);
   return failures != 0;
 }

@@ -138,7 +138,7 @@ static int attn_copies(const IrModule *m, int *gone) {
     if (x->ia[1] & IR_SDPA_OUT_TOKENS || readers[i] != 3) continue;
     int64_t H = x->inputs[0]->shape[1], KV = x->inputs[1]->shape[1];
     const IrNode *cat = NULL;
-    int ok = 1;
+    int ok = 1, cuts = 0;
     for (int r = i + 1; r < m->nnodes; r++) {
       const IrNode *s = m->nodes[r];
       if (s->ninputs < 1 || s->inputs[0] != x) continue;
@@ -157,8 +157,9 @@ static int attn_copies(const IrModule *m, int *gone) {
             readers[mh->id] == 1 && c && c->ninputs == 3 && c->ia[0] == c->rank - 1 &&
             (!cat || c == cat) && s->ia[1] == start && s->ia[2] == len;
       cat = c;
+      cuts++;
     }
-    if (ok && cat) n++, *gone += 7;
+    if (ok && cat && cuts == 3) n++, *gone += 7;
   }
   free(readers);
   return n;
