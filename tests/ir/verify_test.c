@@ -18,6 +18,20 @@ static IrNode *leaf(IrModule *m, IrOp op, const char *name, IrDType dt, int rank
   return n;
 }
 
+/* A module of q [2, 4, 8, 16], k, v [2, 2, 8, 16], dm [2, 8, 64] and y =
+ * sdpa(q, k, v) causal scale 0.25 (untyped): x[0..4] = q, k, v, dm, y. */
+static IrModule *attn_module(IrNode *x[5]) {
+  IrModule *m = ir_module_new("t");
+  int64_t s4[4] = {2, 4, 8, 16}, kv4[4] = {2, 2, 8, 16}, s3[3] = {2, 8, 64};
+  x[0] = leaf(m, IR_OP_INPUT, "q", IR_F32, 4, s4);
+  x[1] = leaf(m, IR_OP_INPUT, "k", IR_F32, 4, kv4);
+  x[2] = leaf(m, IR_OP_INPUT, "v", IR_F32, 4, kv4);
+  x[3] = leaf(m, IR_OP_INPUT, "dm", IR_F32, 3, s3);
+  x[4] = ir_add(m, IR_OP_ATTENTION, x, 3);
+  x[4]->ia[0] = 1, x[4]->fa = 0.25;
+  return m;
+}
+
 static IrNode *node(IrModule *m, IrOp op, IrNode *a, IrNode *b) {
   IrNode *in[2] = {a, b};
   IrNode *n = ir_add(m, op, in, b ? 2 : 1);
@@ -122,14 +136,10 @@ int main(void) {
   /* the six-operand sdpa_grad (q, k, v, dy, lse, d): lse and d [B, H, T];
    * sdpa_lse reads an sdpa; sdpa_delta's width splits into its heads */
   for (int bad = 0; bad < 5; bad++) {
-    m = ir_module_new("t");
-    int64_t s4[4] = {2, 4, 8, 16}, kv4[4] = {2, 2, 8, 16}, s3[3] = {2, 8, 64};
-    IrNode *q = leaf(m, IR_OP_INPUT, "q", IR_F32, 4, s4);
-    IrNode *k = leaf(m, IR_OP_INPUT, "k", IR_F32, 4, kv4);
-    IrNode *v = leaf(m, IR_OP_INPUT, "v", IR_F32, 4, kv4);
-    IrNode *dm = leaf(m, IR_OP_INPUT, "dm", IR_F32, 3, s3);
-    IrNode *y = ir_add(m, IR_OP_ATTENTION, (IrNode *[]){q, k, v}, 3);
-    y->ia[0] = 1, y->fa = 0.25;
+    IrNode *x[5];
+    m = attn_module(x);
+    int64_t s4[4] = {2, 4, 8, 16};
+    IrNode *q = x[0], *k = x[1], *v = x[2], *dm = x[3], *y = x[4];
     IrNode *mh = ir_add(m, IR_OP_MERGE_HEADS, &y, 1);
     IrNode *dy = ir_add(m, IR_OP_SPLIT_HEADS, &dm, 1);
     dy->ia[0] = 4;
@@ -162,15 +172,12 @@ int main(void) {
    * [B, T, H hd] and is [B, T, (H + 2 KV) hd]; unknown bits, a head-major dy
    * under DY_TOKENS and the five-operand form with a layout are refused */
   for (int bad = 0; bad < 4; bad++) {
-    m = ir_module_new("t");
-    int64_t s4[4] = {2, 4, 8, 16}, kv4[4] = {2, 2, 8, 16}, s3[3] = {2, 8, 64};
-    IrNode *q = leaf(m, IR_OP_INPUT, "q", IR_F32, 4, s4);
-    IrNode *k = leaf(m, IR_OP_INPUT, "k", IR_F32, 4, kv4);
-    IrNode *v = leaf(m, IR_OP_INPUT, "v", IR_F32, 4, kv4);
-    IrNode *dm = leaf(m, IR_OP_INPUT, "dm", IR_F32, 3, s3);
+    IrNode *x[5];
+    m = attn_module(x);
+    int64_t s4[4] = {2, 4, 8, 16}, s3[3] = {2, 8, 64};
+    IrNode *q = x[0], *k = x[1], *v = x[2], *dm = x[3], *y = x[4];
     IrNode *dh = leaf(m, IR_OP_INPUT, "dh", IR_F32, 4, s4);
-    IrNode *y = ir_add(m, IR_OP_ATTENTION, (IrNode *[]){q, k, v}, 3);
-    y->ia[0] = 1, y->ia[1] = bad == 1 ? 4 : IR_SDPA_OUT_TOKENS, y->fa = 0.25;
+    y->ia[1] = bad == 1 ? 4 : IR_SDPA_OUT_TOKENS;
     IrNode *lse = ir_add(m, IR_OP_ATTENTION_LSE, &y, 1);
     IrNode *d = ir_add(m, IR_OP_ATTENTION_DELTA, (IrNode *[]){dm, dm}, 2);
     d->ia[0] = 4;
