@@ -384,17 +384,15 @@ int rt_cuda_sdpa_grad_tc(RtCuda *c, float *dqkv, const float *q, const float *k,
                          int64_t KV, int64_t T, int64_t hd, float scale, int causal,
                          unsigned lay);
 
-/* the layout flags (any kernel family) and the bf16 ones (the mma kernels) */
-static const unsigned ATTN_LAYOUT = RT_CUDA_ATTN_O_TOKENS | RT_CUDA_ATTN_DY_TOKENS;
 
 /* RT_OK if io (RT_CUDA_ATTN_* flags) is 0 or the mma kernels run this shape. */
 static int check_io(RtCuda *c, const char *op, unsigned io, int64_t T, int64_t hd) {
   if (io & ~(unsigned)(RT_CUDA_ATTN_Q_BF16 | RT_CUDA_ATTN_K_BF16 | RT_CUDA_ATTN_V_BF16 |
                        RT_CUDA_ATTN_DY_BF16 | RT_CUDA_ATTN_O_BF16 | RT_CUDA_ATTN_O_ROUND |
-                       ATTN_LAYOUT) ||
+                       RT_CUDA_ATTN_LAYOUT) ||
       (io & RT_CUDA_ATTN_O_BF16 && io & RT_CUDA_ATTN_O_ROUND))
     return rt_fail("%s: io flags 0x%x not understood", op, io);
-  if (io & ~ATTN_LAYOUT && !rt_cuda_attn_mma(c, T, hd))
+  if (io & ~(unsigned)RT_CUDA_ATTN_LAYOUT && !rt_cuda_attn_mma(c, T, hd))
     return rt_fail("%s: this trainer keeps attention's tensors in bf16 (hd %lld), which only the "
                    "mma tensor-core kernels read: they need GEMM mode bf16, a GPU of compute "
                    "capability 8.0 or more and PARC_CUDA_ATTN unset; or regenerate the trainer "
@@ -421,7 +419,7 @@ extern "C" int rt_cuda_sdpa_io(RtCuda *c, float *out, float *lse, const float *q
                (lse ? 4.0 * (double)(B * H * T) : 0.0),
            4 * attn_pairs(B, H, T, hd, causal), "sdpa %lldx%lldx%lldx%lldx%lld%s", (long long)B,
            (long long)H, (long long)KV, (long long)T, (long long)hd, causal ? " causal" : "");
-  if (io & ~ATTN_LAYOUT)
+  if (io & ~(unsigned)RT_CUDA_ATTN_LAYOUT)
     return rt_cuda_sdpa_mma(c, out, lse, q, k, v, B, H, KV, T, hd, scale, causal, io);
   if (rt_cuda_attn_tc(c, T, hd))
     return rt_cuda_sdpa_tc(c, out, lse, q, k, v, B, H, KV, T, hd, scale, causal, io);
@@ -455,7 +453,7 @@ static int sdpa_grad(RtCuda *c, float *dqkv, const float *q, const float *k, con
            10 * attn_pairs(B, H, T, hd, causal), "sdpa_grad %lldx%lldx%lldx%lldx%lld%s",
            (long long)B, (long long)H, (long long)KV, (long long)T, (long long)hd,
            causal ? " causal" : "");
-  if (io & ~ATTN_LAYOUT) /* (check_io: the mma kernels; lse and d given) */
+  if (io & ~(unsigned)RT_CUDA_ATTN_LAYOUT) /* (check_io: the mma kernels; lse and d given) */
     return rt_cuda_sdpa_grad_mma(c, dqkv, q, k, v, dy, lse, d, B, H, KV, T, hd, scale, causal, io);
   /* workspace: lse (when recomputed), then D (when not given) */
   float *st = (float *)rt_cuda_ws(c, WS_ATTN, (size_t)(2 * B * H * T) * sizeof(float));

@@ -495,9 +495,8 @@ static int mma_dispatch(RtCuda *c, const MmaArgs &a, int64_t B, int64_t hd, bool
 int rt_cuda_sdpa_mma(RtCuda *c, float *out, float *lse, const float *q, const float *k,
                      const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
                      float scale, int causal, unsigned io) {
-  const unsigned lay = RT_CUDA_ATTN_O_TOKENS | RT_CUDA_ATTN_DY_TOKENS;
   const MmaArgs a = {q, k, v, NULL, NULL, NULL, NULL, out, lse, H, KV, (int)T, scale, causal != 0,
-                     io & ~lay, (io & RT_CUDA_ATTN_O_TOKENS) != 0, false};
+                     io & ~(unsigned)RT_CUDA_ATTN_LAYOUT, (io & RT_CUDA_ATTN_O_TOKENS) != 0, false};
   return mma_dispatch(c, a, B, hd, false);
 }
 
@@ -506,9 +505,8 @@ int rt_cuda_sdpa_grad_mma(RtCuda *c, float *dqkv, const float *q, const float *k
                           const float *dy, const float *lse, const float *d, int64_t B,
                           int64_t H, int64_t KV, int64_t T, int64_t hd, float scale, int causal,
                           unsigned io) {
-  const unsigned lay = RT_CUDA_ATTN_O_TOKENS | RT_CUDA_ATTN_DY_TOKENS;
   const MmaArgs a = {q, k, v, dy, lse, d, dqkv, NULL, NULL, H, KV, (int)T, scale, causal != 0,
-                     io & ~lay, (io & RT_CUDA_ATTN_O_TOKENS) != 0,
+                     io & ~(unsigned)RT_CUDA_ATTN_LAYOUT, (io & RT_CUDA_ATTN_O_TOKENS) != 0,
                      (io & RT_CUDA_ATTN_DY_TOKENS) != 0};
   return mma_dispatch(c, a, B, hd, true);
 }

@@ -80,7 +80,10 @@ enum { RT_CUDA_ATTN_M_BF16 = 64, RT_CUDA_ATTN_DM_BF16 = 128 };
  * (out [B, T, H hd], dqkv [B, T, (H + 2 KV) hd]), dy token-major [B, T, H hd].
  * Every kernel family takes them, in any GEMM mode, with or without the
  * bf16 flags: they move elements, not values. */
-enum { RT_CUDA_ATTN_O_TOKENS = 256, RT_CUDA_ATTN_DY_TOKENS = 512 };
+enum {
+  RT_CUDA_ATTN_O_TOKENS = 256, RT_CUDA_ATTN_DY_TOKENS = 512,
+  RT_CUDA_ATTN_LAYOUT = RT_CUDA_ATTN_O_TOKENS | RT_CUDA_ATTN_DY_TOKENS /* either */
+};
 
 /* 1 if attention of head dimension hd over T positions may take those flags:
  * the shapes of the tensor-core kernels (rt_cuda_attn_mma.cu), which alone
