@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "codegen/cg_kernels.h"
+#include "codegen/cuda_arena.h"
 #include "codegen/cuda_batch.h"
 #include "codegen/cuda_store.h"
 #include "codegen/host.h"
@@ -25,22 +26,25 @@ int cg_plan_step(IrModule *m, int fuse, const int *colour, CgKernelPlan *kp, int
 }
 
 int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc, int bf16,
-                  StepTime *st, int store, int batch, int64_t *gemm_ws, char *err,
-                  size_t len) {
+                  StepTime *st, int store, int batch, int64_t *gemm_ws, int64_t *gpu_arena,
+                  char *err, size_t len) {
   CgKernelPlan kp;
-  BufPlan bp;
-  int *pos;
-  if (cg_plan_step(m, fuse, NULL, &kp, &pos, &bp, NULL, err, len)) return -1;
+  BufPlan bp, gbp;
+  int *pos, *held;
+  if (cg_plan_step(m, fuse, NULL, &kp, &pos, &bp, &held, err, len)) return -1;
   *arena_bytes = cg_arena_bytes(&kp, &bp, NULL);
   CgCudaStore plan; /* with the shared code, as cg_write_project plans it */
   int *canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(kp.nkernels + 1));
   cg_dedup_kernels(&kp, canon);
   cg_cuda_store_plan(m, &kp, &bp, canon, bf16, (CgStoreMode)store, 0, &plan);
+  int narrow = cg_cuda_arena_plan(m, &kp, pos, held, &bp, &plan, &gbp);
+  free(held);
+  if (gpu_arena) *gpu_arena = narrow ? cg_arena_bytes(&kp, &gbp, NULL) : 0;
   if (st) { /* the GPU trainer's batched launches too (codegen/cuda_batch.h) */
     CgLeafPlan lp;
     CgCudaBatches batches;
     cg_plan_leaves(m, &lp);
-    cg_cuda_batch_plan(m, &kp, &bp, &lp, &plan, batch, &batches);
+    cg_cuda_batch_plan(m, &kp, &gbp, &lp, &plan, batch, &batches);
     cg_step_model(m, &kp, mc ? mc : machine_default, bf16, &plan, &batches, st);
   }
   if (gemm_ws) *gemm_ws = cg_gemm_ws_bytes(m, bf16, plan.bf16, plan.weights);

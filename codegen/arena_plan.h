@@ -31,11 +31,13 @@ int cg_plan_step(IrModule *m, int fuse, const int *colour, CgKernelPlan *kp, int
  * with gemm_ws, cg_gemm_ws_bytes of its GPU trainer (store: a CgStoreMode,
  * codegen/cuda_store.h; the values it stores as bf16 planned as
  * cg_write_project plans them; m is not pipelined); batch: the step model
- * counts the batched launches (codegen/cuda_batch.h; 0: --no-batch).
+ * counts the batched launches (codegen/cuda_batch.h; 0: --no-batch); with
+ * gpu_arena, the GPU trainer's arena where it is smaller than train.c's
+ * (codegen/cuda_arena.h: its bf16 values at 2 bytes), else 0.
  * Returns 0, or -1 with a one-line reason in err. */
 int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc, int bf16,
-                  StepTime *st, int store, int batch, int64_t *gemm_ws, char *err,
-                  size_t len);
+                  StepTime *st, int store, int batch, int64_t *gemm_ws, int64_t *gpu_arena,
+                  char *err, size_t len);
 
 /* The bytes the GPU trainer of module m allocates for its GEMMs' bf16 operand
  * copies (runtime/cuda/rt_cuda_ws_plan.h: the largest need of each slot over

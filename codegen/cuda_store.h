@@ -50,8 +50,10 @@
  * the bytes of its own fp32 row (RT_CUDA_MM_A_WIDE / _B_WIDE; views of them
  * must keep the rows); GPT-2's logits are bf16 themselves now, and so its
  * dlogits dense.
- * A value keeps its fp32 buffer's size and offset (the same arena as
- * train.c); the bf16 elements fill its first half (wide: each row's).
+ * In train.c's buffer plan a value has its fp32 size, and the bf16 elements
+ * fill the first half of its buffer (wide: of each row); the GPU trainer
+ * plans its arena again with them at 2 bytes an element where it can
+ * (codegen/cuda_arena.h: wide values keep their size).
  *
  * A kernel instance that stores or reads a bf16 node runs its code with those
  * params retyped KIR_BF16: a clone named "<instance's name>_bf16", shared by

@@ -10,6 +10,7 @@
 
 #include "codegen/arena_plan.h"
 #include "codegen/cg_kernels.h"
+#include "codegen/cuda_arena.h"
 #include "codegen/cuda_batch.h"
 #include "codegen/cuda_store.h"
 #include "codegen/host.h"
@@ -287,7 +288,7 @@ static void comm_json(cJSON *comm, const CommCost *c, int stage) {
 
 /* plan.json: what the compiler decided, for tools and for people. */
 static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes,
-                      const CgKernelPlan *kp, const int *canon, const BufPlan *bp,
+                      int64_t gpu_bytes, const CgKernelPlan *kp, const int *canon, const BufPlan *bp,
                       const CgLeafPlan *lp, const CgCudaBatches *batches, char *err,
                       size_t len) {
   cJSON *root = cJSON_CreateObject();
@@ -313,6 +314,8 @@ static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes
   cJSON_AddNumberToObject(cost, "arena_live_peak_bytes", (double)bp->live_peak);
   /* the same plan with every buffer its own (passes/bufplan.h, In place) */
   cJSON_AddNumberToObject(cost, "arena_bytes_apart", (double)apart_bytes);
+  /* the GPU trainer's, where it stores values as bf16 (codegen/cuda_arena.h) */
+  if (gpu_bytes) cJSON_AddNumberToObject(cost, "gpu_arena_bytes", (double)gpu_bytes);
   /* updates their kernels store into the leaf (no buffer, no copy; cg_kernels.h)
    * and those copied into it at the end of the step */
   int inplace = 0;
@@ -441,7 +444,6 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
   if (cg_plan_step(m, p->fuse, colour, &kp, &pos, &bp, &held, err, len)) return -1;
   BufPlan apart; /* for plan.json: the arena were no buffer written over another */
   bufplan_build_apart(m, kp.materialize, cg_results(m), pos, held, &apart);
-  free(held);
   CgLeafPlan lp;
   cg_plan_leaves(m, &lp);
   *arena_bytes = cg_arena_bytes(&kp, &bp, NULL);
@@ -462,9 +464,14 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
   cg_cuda_store_plan(m, &kp, &bp, canon, machine_bf16(m), p->bf16_store, p->pipe != NULL, store);
   if (p->gemm_ws_out)
     *p->gemm_ws_out = cg_gemm_ws_bytes(m, machine_bf16(m), store->bf16, store->weights);
+  /* its arena: those values at 2 bytes an element (codegen/cuda_arena.h) */
+  BufPlan gbp;
+  int64_t gpu_bytes =
+      cg_cuda_arena_plan(m, &kp, pos, held, &bp, store, &gbp) ? cg_arena_bytes(&kp, &gbp, NULL) : 0;
+  if (p->gpu_arena_out) *p->gpu_arena_out = gpu_bytes;
   /* launches of one code run together where independent (codegen/cuda_batch.h) */
   CgCudaBatches *batches = arena_alloc(&m->arena, sizeof *batches);
-  cg_cuda_batch_plan(m, &kp, &bp, &lp, store, p->batch && !p->pipe, batches);
+  cg_cuda_batch_plan(m, &kp, &gbp, &lp, store, p->batch && !p->pipe, batches);
   CgHostInfo info = {p->source, p->version, 3 * p->cost->flops_fwd, canon, p->pipe, NULL, store,
                      batches};
   if (p->targets & CG_TARGET_CUDA) {  /* path still names train.c (finish) */
@@ -486,7 +493,7 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
     }
   }
   if (!f) goto cuda_only;
-  if (p->targets & CG_TARGET_CUDA && write_host_cuda(p, m, &kp, &bp, &lp, &info, err, len)) {
+  if (p->targets & CG_TARGET_CUDA && write_host_cuda(p, m, &kp, &gbp, &lp, &info, err, len)) {
     fclose(f);
     goto out;
   }
@@ -508,11 +515,12 @@ cuda_only:
   if (p->step_out && !p->pipe) /* the report's predicted step time (pp = 1) */
     cg_step_model(m, &kp, p->cost->machine ? p->cost->machine : machine_default, p->cost->bf16,
                   store, batches, p->step_out);
-  if (write_plan(p, m, cg_arena_bytes(&kp, &apart, NULL), &kp, canon, &bp, &lp, batches, err,
+  if (write_plan(p, m, cg_arena_bytes(&kp, &apart, NULL), gpu_bytes, &kp, canon, &bp, &lp, batches, err,
                  len))
     goto out;
   rc = 0;
 out:
+  free(held);
   cg_plan_free(&kp);
   return rc;
 }

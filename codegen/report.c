@@ -470,6 +470,10 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
   if (c->arena_bytes)
     fprintf(out, "activation arena (planned, fp32): %s (%" PRId64 " bytes), allocated exactly by "
             "the trainer\n", bytes(a, sizeof a, (double)c->arena_bytes), c->arena_bytes);
+  if (c->arena_bytes && c->gpu_arena_bytes)
+    fprintf(out, "GPU trainer (bf16): activation arena %s (%" PRId64 " bytes): the values it "
+            "stores as bf16 at 2 bytes an element\n", bytes(a, sizeof a, (double)c->gpu_arena_bytes),
+            c->gpu_arena_bytes);
   if (c->arena_bytes && c->gemm_ws_bytes)
     fprintf(out, "GPU trainer (bf16): + %s (%" PRId64 " bytes) of bf16 GEMM operand copies "
             "(weights included)%s, allocated at start\n", bytes(a, sizeof a, (double)c->gemm_ws_bytes),

@@ -200,25 +200,40 @@ static void repack(IrModule *m, BufPlan *p, const int *pos) {
 /* in_place: 0 nothing written over anything (apart), 1 In place, 2 In place
  * and shared views (bufplan.h) */
 static int plan(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
-                const int *pos, const int *held, int in_place, const int *view_of, BufPlan *p);
+                const int *pos, const int *held, int in_place, const int *view_of,
+                const unsigned char *narrow, BufPlan *p);
 
 int bufplan_build(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                   const int *pos, BufPlan *p) {
-  return plan(m, materialize, keep, pos, NULL, 1, NULL, p);
+  return plan(m, materialize, keep, pos, NULL, 1, NULL, NULL, p);
 }
 
 int bufplan_build_views(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                         const int *pos, const int *held, const int *view_of, BufPlan *p) {
-  return plan(m, materialize, keep, pos, held, 2, view_of, p);
+  return plan(m, materialize, keep, pos, held, 2, view_of, NULL, p);
+}
+
+int bufplan_build_narrow(IrModule *m, const unsigned char *materialize,
+                         const unsigned char *keep, const int *pos, const int *held,
+                         const int *view_of, const unsigned char *narrow, BufPlan *p) {
+  return plan(m, materialize, keep, pos, held, 2, view_of, narrow, p);
 }
 
 int bufplan_build_apart(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                         const int *pos, const int *held, BufPlan *p) {
-  return plan(m, materialize, keep, pos, held, 0, NULL, p);
+  return plan(m, materialize, keep, pos, held, 0, NULL, NULL, p);
+}
+
+/* node n's bytes: 4 an element, 2 where narrow[id] (an aux part, sdpa's
+ * lse, 4 in either case) */
+static int64_t node_bytes(const IrNode *n, const unsigned char *narrow) {
+  int64_t aux = ir_aux_numel(n);
+  return (narrow && narrow[n->id] ? 2 : 4) * ir_numel(n) + 4 * aux;
 }
 
 static int plan(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
-                const int *pos, const int *held, int in_place, const int *view_of, BufPlan *p) {
+                const int *pos, const int *held, int in_place, const int *view_of,
+                const unsigned char *narrow, BufPlan *p) {
   int n = m->nnodes;
   Arena *a = &m->arena;
   memset(p, 0, sizeof *p);
@@ -269,7 +284,7 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
   for (int t = 0; t < end; t++) {
     for (int i = def_head[t]; i >= 0; i = def_next[i]) {
       if (!has_buffer(m->nodes[i], materialize)) continue;
-      int64_t bytes = ir_buf_numel(m->nodes[i]) * 4; /* sdpa: lse after out */
+      int64_t bytes = node_bytes(m->nodes[i], narrow); /* sdpa: lse after out */
       p->size[i] = (bytes + BUFPLAN_ALIGN - 1) / BUFPLAN_ALIGN * BUFPLAN_ALIGN;
       int x = in_place ? in_place_input(m, p, pos, held, view_of, i) : -1;
       if (x >= 0 && grouped[root[x]]) x = -1; /* a shared view may still read them */
@@ -319,13 +334,13 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
   for (int i = 0; i < n; i++) any |= p->alias[i] >= 0, shared |= grouped[i];
   if (in_place == 2 && shared) {
     BufPlan fewer; /* (itself no larger than apart) */
-    plan(m, materialize, keep, pos, held, 1, view_of, &fewer);
+    plan(m, materialize, keep, pos, held, 1, view_of, narrow, &fewer);
     if (fewer.peak < p->peak) *p = fewer;
     return 0;
   }
   if (any) {
     BufPlan apart;
-    plan(m, materialize, keep, pos, held, 0, NULL, &apart);
+    plan(m, materialize, keep, pos, held, 0, NULL, narrow, &apart);
     if (apart.peak < p->peak) *p = apart;
   }
   return 0;

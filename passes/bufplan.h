@@ -80,6 +80,16 @@ int bufplan_build(IrModule *m, const unsigned char *materialize, const unsigned 
 int bufplan_build_views(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                         const int *pos, const int *held, const int *view_of, BufPlan *out);
 
+/* bufplan_build_views with the elements of the nodes where narrow[id] != 0
+ * taking 2 bytes, not 4 (bf16 values: the GPU trainer's arena,
+ * codegen/cuda_arena.h; an aux part after them, sdpa's lse, stays 4 bytes an
+ * element).  The invariants and the choices above hold with those sizes;
+ * In place and shared views ask for equal sizes, so they take a narrow
+ * input only for a narrow node. */
+int bufplan_build_narrow(IrModule *m, const unsigned char *materialize,
+                         const unsigned char *keep, const int *pos, const int *held,
+                         const int *view_of, const unsigned char *narrow, BufPlan *out);
+
 /* bufplan_build_views without views, every node in bytes of its own (no In place):
  * what the plan would be without it, for reports and tests. */
 int bufplan_build_apart(IrModule *m, const unsigned char *materialize, const unsigned char *keep,

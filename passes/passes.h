@@ -193,6 +193,9 @@ typedef struct {
                                 code generation has planned it */
   int64_t gemm_ws_bytes;     /* with it: the GPU trainer's bf16 GEMM operand workspaces
                                 (cg_gemm_ws_bytes; 0 in fp32) */
+  int64_t gpu_arena_bytes;   /* with it: the GPU trainer's activation arena, smaller where
+                                it stores values as bf16 (codegen/cuda_arena.h); 0 when it
+                                is arena_bytes */
   int has_comm;              /* comm holds the collectives one rank runs a step: the
                                 rank-local module's, or a pipelined trainer's
                                 (comm_analyze_pipe; with pp > 1, stage 0's) */

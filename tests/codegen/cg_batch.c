@@ -6,7 +6,7 @@
  * The model is loaded as the driver does, differentiated, given its
  * optimizer, and planned as codegen/project.c plans it (fused kernels, the
  * buffer plan with views, the leaf plan, the shared code, the bf16 stores,
- * then the batches).  The test then runs the step's kernel launches twice on
+ * the GPU trainer's arena, then the batches).  The test then runs the step's kernel launches twice on
  * a shadow of the memory -- for every 4-byte word of the arena, the params
  * and the state, the launch that last wrote it -- first in the plan's order,
  * one launch each, then as the trainer runs them (a batch where its first
@@ -27,6 +27,7 @@
 
 #include "codegen/arena_plan.h"
 #include "codegen/cg_kernels.h"
+#include "codegen/cuda_arena.h"
 #include "codegen/cuda_batch.h"
 #include "codegen/cuda_store.h"
 #include "codegen/host.h"
@@ -99,9 +100,9 @@ int main(int argc, char **argv) {
   char err[512];
   if (!m) return 1;
   CgKernelPlan kp;
-  BufPlan bp;
-  int *pos;
-  if (cg_plan_step(m, fuse, NULL, &kp, &pos, &bp, NULL, err, sizeof err)) {
+  BufPlan fp32, bp; /* train.c's plan; the GPU trainer's (codegen/cuda_arena.h) */
+  int *pos, *held;
+  if (cg_plan_step(m, fuse, NULL, &kp, &pos, &fp32, &held, err, sizeof err)) {
     printf("FAIL: the step's plan: %s\n", err);
     return 1;
   }
@@ -111,7 +112,9 @@ int main(int argc, char **argv) {
   int *canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(nk + 1));
   cg_dedup_kernels(&kp, canon);
   CgCudaStore store;
-  cg_cuda_store_plan(m, &kp, &bp, canon, machine_bf16(m), CG_STORE_BF16, 0, &store);
+  cg_cuda_store_plan(m, &kp, &fp32, canon, machine_bf16(m), CG_STORE_BF16, 0, &store);
+  cg_cuda_arena_plan(m, &kp, pos, held, &fp32, &store, &bp);
+  free(held);
   CgCudaBatches b;
   cg_cuda_batch_plan(m, &kp, &bp, &lp, &store, 1, &b);
 

@@ -49,3 +49,15 @@ IrModule *test_load_step(const char *path, const char *const *defines, int n) {
   }
   return m;
 }
+
+IrModule *test_load_full(const char *path, const char *const *defines, int n) {
+  IrModule *m = test_load(path, defines, n);
+  PassOptions opt = {.verify = 1, .dump = stderr, .start_after = "dce"};
+  char err[512];
+  if (!m || pass_run_all(m, &opt) || ir_verify(m, err, sizeof err)) {
+    printf("FAIL: %s does not compile\n", path);
+    if (m) ir_module_free(m);
+    return NULL;
+  }
+  return m;
+}

@@ -15,4 +15,9 @@ IrModule *test_load(const char *path, const char *const *defines, int n);
  * verified: the module, or NULL after printing "FAIL: PATH does not compile". */
 IrModule *test_load_step(const char *path, const char *const *defines, int n);
 
+/* test_load, then every pass of the pipeline after dce (autodiff, attn_delta,
+ * remat, the optimizer, slice_sink, attn_layout ...): the one-rank module
+ * `parc -o` writes its trainers from, verified; or NULL as test_load_step. */
+IrModule *test_load_full(const char *path, const char *const *defines, int n);
+
 #endif
