@@ -9,7 +9,8 @@ int cg_cuda_arena_plan(IrModule *m, const CgKernelPlan *kp, const int *pos, cons
   if (store->round || !store->count) return 0;
   unsigned char *narrow = arena_alloc(&m->arena, (size_t)m->nnodes + 1);
   for (int i = 0; i < m->nnodes; i++)
-    narrow[i] = store->bf16[i] == 1 && ir_aux_numel(m->nodes[i]) == 0;
+    narrow[i] = store->bf16[i] == 1 &&
+                (ir_aux_numel(m->nodes[i]) == 0 || ir_numel(m->nodes[i]) % 2 == 0);
   BufPlan np;
   bufplan_build_narrow(m, kp->materialize, cg_results(m), pos, held, kp->view_of, narrow, &np);
   if (np.peak >= bp->peak) return 0;

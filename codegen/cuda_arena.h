@@ -7,9 +7,10 @@
  * kernels, positions, lives, views and in-place values, other offsets.
  *
  * Narrow: a value stored bf16 densely (CgCudaStore.bf16 == 1; its views are
- * too), without an aux part (sdpa's out keeps its fp32 size: the trainer
- * finds the lse ir_numel floats after the out).  Wide values (rows of 2
- * cols, the dlogits) keep theirs.
+ * too); one with an aux part (sdpa's out, then its fp32 lse) only where its
+ * elements are even in number, so that the lse, from byte 2 ir_numel on, is
+ * 4-byte aligned (the trainer addresses it so: BufPlan.narrow).  Wide values
+ * (rows of 2 cols, the dlogits) keep their size.
  *
  * Invariant the store plan relies on: a value stored as bf16 has a buffer of
  * its own, and a view shares its value's bytes (cuda_store.h), as train.c's

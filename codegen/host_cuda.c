@@ -94,6 +94,16 @@ static const char *buf(Cu *e, const IrNode *n, char *s, size_t len) {
   }
 }
 
+/* The C expression of the aux part of node n's buffer (sdpa's lse, f32): after
+ * its ir_numel(n) elements, of 2 bytes each where the plan has n narrow
+ * (passes/bufplan.h, codegen/cuda_arena.h), else of 4. */
+static const char *aux_buf(Cu *e, const IrNode *n, char *s, size_t len) {
+  if (e->bp->offset[n->id] < 0) return buf(e, n, s, len); /* (fails) */
+  int64_t w = e->bp->narrow && e->bp->narrow[n->id] ? 2 : 4;
+  snprintf(s, len, "F(%" PRId64 ")", e->bp->offset[n->id] + w * ir_numel(n));
+  return s;
+}
+
 static int64_t lead(const IrNode *x, int keep) {
   int64_t p = 1;
   for (int i = 0; i < x->rank - keep; i++) p *= x->shape[i];
@@ -272,10 +282,10 @@ static void emit_runtime(Cu *e, const IrNode *n) {
     return;
   }
   case IR_OP_ATTENTION: { /* lse [B, H, T] right after out (ir_aux_numel) */
-    char io[256]; /* RT_CUDA_ATTN_* of the tensors stored as bf16 (or rounded), layout */
+    char io[256], lse[96]; /* io: RT_CUDA_ATTN_* of the tensors stored as bf16 (or rounded) */
     attn_flag_names(cg_cuda_attn_flags(n, e->store->bf16, e->store->rounded), io, sizeof io);
-    fprintf(f, "  CHECK(rt_cuda_sdpa%s(dev, %s, %s + %" PRId64 ", %s, %s, %s, %s%s%s));\n",
-            io[0] ? "_io" : "", out, out, ir_numel(n), x, y, z, cg_sdpa_dims(n, ds, sizeof ds),
+    fprintf(f, "  CHECK(rt_cuda_sdpa%s(dev, %s, %s, %s, %s, %s, %s%s%s));\n", io[0] ? "_io" : "",
+            out, aux_buf(e, n, lse, sizeof lse), x, y, z, cg_sdpa_dims(n, ds, sizeof ds),
             io[0] ? ", " : "", io);
     return;
   }
@@ -289,16 +299,18 @@ static void emit_runtime(Cu *e, const IrNode *n) {
               io);
       return;
     }
-    char yo[96]; /* the forward's out and lse from in[4]'s buffer */
-    const char *yb = buf(e, in[4], yo, sizeof yo);
-    fprintf(f, "  CHECK(rt_cuda_sdpa_grad(dev, %s, %s, %s, %s, %s, %s, %s + %" PRId64 ", %s));\n",
-            out, x, y, z, w, yb, yb, ir_numel(in[4]), cg_sdpa_dims(n, ds, sizeof ds));
+    char yo[96], lse[96]; /* the forward's out and lse from in[4]'s buffer */
+    fprintf(f, "  CHECK(rt_cuda_sdpa_grad(dev, %s, %s, %s, %s, %s, %s, %s, %s));\n", out, x, y,
+            z, w, buf(e, in[4], yo, sizeof yo), aux_buf(e, in[4], lse, sizeof lse),
+            cg_sdpa_dims(n, ds, sizeof ds));
     return;
   }
-  case IR_OP_ATTENTION_LSE: /* sdpa's lse, after its out (ir_aux_numel) */
-    fprintf(f, "  CHECK(rt_cuda_copy(dev, %s, %s + %" PRId64 ", %" PRId64 "));\n", out, x,
-            ir_numel(in[0]), ir_numel(n));
+  case IR_OP_ATTENTION_LSE: { /* sdpa's lse, after its out (ir_aux_numel) */
+    char lse[96];
+    fprintf(f, "  CHECK(rt_cuda_copy(dev, %s, %s, %" PRId64 "));\n", out,
+            aux_buf(e, in[0], lse, sizeof lse), ir_numel(n));
     return;
+  }
   case IR_OP_ATTENTION_DELTA: { /* [B, T, H hd] x2 -> D [B, H, T] */
     char io[96];
     attn_flag_names(cg_cuda_attn_flags(n, e->store->bf16, NULL), io, sizeof io);

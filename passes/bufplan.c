@@ -216,7 +216,9 @@ int bufplan_build_views(IrModule *m, const unsigned char *materialize, const uns
 int bufplan_build_narrow(IrModule *m, const unsigned char *materialize,
                          const unsigned char *keep, const int *pos, const int *held,
                          const int *view_of, const unsigned char *narrow, BufPlan *p) {
-  return plan(m, materialize, keep, pos, held, 2, view_of, narrow, p);
+  plan(m, materialize, keep, pos, held, 2, view_of, narrow, p);
+  p->narrow = narrow;
+  return 0;
 }
 
 int bufplan_build_apart(IrModule *m, const unsigned char *materialize, const unsigned char *keep,

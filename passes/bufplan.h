@@ -56,6 +56,8 @@ typedef struct {
   int *last_use;       /* per node id: the last position that reads it */
   int *alias;          /* per node id: the input it is written over (In place) or
                         * shares bytes with (a view), or -1 */
+  const unsigned char *narrow; /* per node id: elements of 2 bytes, an aux part after
+                        * them at 2 ir_numel bytes (bufplan_build_narrow); NULL: none */
   int64_t peak;        /* arena bytes: the largest offset + size */
   int64_t live_peak;   /* the most bytes live at once: a lower bound on peak */
 } BufPlan;
@@ -83,7 +85,8 @@ int bufplan_build_views(IrModule *m, const unsigned char *materialize, const uns
 /* bufplan_build_views with the elements of the nodes where narrow[id] != 0
  * taking 2 bytes, not 4 (bf16 values: the GPU trainer's arena,
  * codegen/cuda_arena.h; an aux part after them, sdpa's lse, stays 4 bytes an
- * element).  The invariants and the choices above hold with those sizes;
+ * element, from byte 2 ir_numel: ir_numel must be even there).  out->narrow
+ * is narrow.  The invariants and the choices above hold with those sizes;
  * In place and shared views ask for equal sizes, so they take a narrow
  * input only for a narrow node. */
 int bufplan_build_narrow(IrModule *m, const unsigned char *materialize,

@@ -7,8 +7,9 @@
  * planned as codegen/project.c plans it.  With the train
  * section's precision bf16 the plan must be the narrow one and smaller; every
  * buffer's size is worked out here from its node (2 bytes an element where
- * stored bf16 densely without an aux part, else 4; aligned to
- * BUFPLAN_ALIGN); every node keeps train.c's alias (In place, shared view)
+ * stored bf16 densely, with an aux part only where the elements are even in
+ * number, else 4; an aux part 4; aligned to BUFPLAN_ALIGN), and the plan
+ * must say which (BufPlan.narrow, where the trainer looks for sdpa's lse); every node keeps train.c's alias (In place, shared view)
  * or none; bufplan_check holds with the plan's positions; the report's
  * figure (cg_plan_arena) is this plan's arena.  In fp32, and for the bf16
  * store modes off and round, the plan must be train.c's. */
@@ -53,9 +54,14 @@ static int check_mode(IrModule *m, CgKernelPlan *kp, const int *pos, const int *
       fails++;
     }
     if (g.offset[i] < 0) continue;
-    int two = want && store.bf16[i] == 1 && ir_aux_numel(n) == 0;
+    int two = want && store.bf16[i] == 1 && (ir_aux_numel(n) == 0 || ir_numel(n) % 2 == 0);
     int64_t size = aligned((two ? 2 : 4) * ir_numel(n) + 4 * ir_aux_numel(n));
     halved += two;
+    if (want && !g.narrow[i] != !two) {
+      printf("FAIL: store %s: node %%%d narrow %d in the plan, %d here\n", names[mode], i,
+             g.narrow[i], two);
+      fails++;
+    }
     if (g.size[i] != size) {
       printf("FAIL: store %s: node %%%d (%s) takes %lld bytes, not %lld\n", names[mode], i,
              ir_op_info[n->op].name, (long long)g.size[i], (long long)size);
