@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "codegen/cg_kernels.h"
+#include "codegen/cuda_store.h"
 #include "ir/ir.h"
 #include "passes/bufplan.h"
 #include "passes/passes.h"
@@ -28,16 +29,20 @@ int cg_plan_step(IrModule *m, int fuse, const int *colour, CgKernelPlan *kp, int
  * of the trainer `-o` would write for the same module; with st, also its
  * predicted compute time on mc (codegen/step_model.h; bf16: the bf16 rates,
  * and the bf16 values of store);
- * with gemm_ws, cg_gemm_ws_bytes of its GPU trainer (store: a CgStoreMode,
+ * with gpu, its GPU trainer's bytes (cg_gpu_bytes; store: a CgStoreMode,
  * codegen/cuda_store.h; the values it stores as bf16 planned as
  * cg_write_project plans them; m is not pipelined); batch: the step model
- * counts the batched launches (codegen/cuda_batch.h; 0: --no-batch); with
- * gpu_arena, the GPU trainer's arena where it is smaller than train.c's
- * (codegen/cuda_arena.h: its bf16 values at 2 bytes), else 0.
+ * counts the batched launches (codegen/cuda_batch.h; 0: --no-batch).
  * Returns 0, or -1 with a one-line reason in err. */
 int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc, int bf16,
-                  StepTime *st, int store, int batch, int64_t *gemm_ws, int64_t *gpu_arena,
-                  char *err, size_t len);
+                  StepTime *st, int store, int batch, GpuBytes *gpu, char *err, size_t len);
+
+/* *out for the GPU trainer of m's step: kp its kernels, gbp its arena's plan
+ * (cg_cuda_arena_plan, narrow its result), store its bf16 values, bf16 the
+ * train section's precision; pipelined: a trainer of stage programs, whose
+ * device total is not planned here (out->device 0). */
+void cg_gpu_bytes(IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp, int narrow,
+                  const CgCudaStore *store, int bf16, int pipelined, GpuBytes *out);
 
 /* The bytes the GPU trainer of module m allocates for its GEMMs' bf16 operand
  * copies (runtime/cuda/rt_cuda_ws_plan.h: the largest need of each slot over

@@ -288,7 +288,7 @@ static void comm_json(cJSON *comm, const CommCost *c, int stage) {
 
 /* plan.json: what the compiler decided, for tools and for people. */
 static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes,
-                      int64_t gpu_bytes, const CgKernelPlan *kp, const int *canon, const BufPlan *bp,
+                      const GpuBytes *gpu, const CgKernelPlan *kp, const int *canon, const BufPlan *bp,
                       const CgLeafPlan *lp, const CgCudaBatches *batches, char *err,
                       size_t len) {
   cJSON *root = cJSON_CreateObject();
@@ -314,8 +314,10 @@ static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes
   cJSON_AddNumberToObject(cost, "arena_live_peak_bytes", (double)bp->live_peak);
   /* the same plan with every buffer its own (passes/bufplan.h, In place) */
   cJSON_AddNumberToObject(cost, "arena_bytes_apart", (double)apart_bytes);
-  /* the GPU trainer's, where it stores values as bf16 (codegen/cuda_arena.h) */
-  if (gpu_bytes) cJSON_AddNumberToObject(cost, "gpu_arena_bytes", (double)gpu_bytes);
+  /* the GPU trainer's arena, where it stores values as bf16 (codegen/cuda_arena.h),
+   * and what it plans on the device (passes.h GpuBytes) */
+  if (gpu->arena) cJSON_AddNumberToObject(cost, "gpu_arena_bytes", (double)gpu->arena);
+  if (gpu->device) cJSON_AddNumberToObject(cost, "gpu_device_bytes", (double)gpu->device);
   /* updates their kernels store into the leaf (no buffer, no copy; cg_kernels.h)
    * and those copied into it at the end of the step */
   int inplace = 0;
@@ -462,13 +464,12 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
   /* the GPU's code: the same kernels, some storing bf16 (codegen/cuda_store.h) */
   CgCudaStore *store = arena_alloc(&m->arena, sizeof *store);
   cg_cuda_store_plan(m, &kp, &bp, canon, machine_bf16(m), p->bf16_store, p->pipe != NULL, store);
-  if (p->gemm_ws_out)
-    *p->gemm_ws_out = cg_gemm_ws_bytes(m, machine_bf16(m), store->bf16, store->weights);
   /* its arena: those values at 2 bytes an element (codegen/cuda_arena.h) */
   BufPlan gbp;
-  int64_t gpu_bytes =
-      cg_cuda_arena_plan(m, &kp, pos, held, &bp, store, &gbp) ? cg_arena_bytes(&kp, &gbp, NULL) : 0;
-  if (p->gpu_arena_out) *p->gpu_arena_out = gpu_bytes;
+  GpuBytes dev;
+  cg_gpu_bytes(m, &kp, &gbp, cg_cuda_arena_plan(m, &kp, pos, held, &bp, store, &gbp), store,
+               machine_bf16(m), p->pipe != NULL, &dev);
+  if (p->gpu_out) *p->gpu_out = dev;
   /* launches of one code run together where independent (codegen/cuda_batch.h) */
   CgCudaBatches *batches = arena_alloc(&m->arena, sizeof *batches);
   cg_cuda_batch_plan(m, &kp, &gbp, &lp, store, p->batch && !p->pipe, batches);
@@ -515,7 +516,7 @@ cuda_only:
   if (p->step_out && !p->pipe) /* the report's predicted step time (pp = 1) */
     cg_step_model(m, &kp, p->cost->machine ? p->cost->machine : machine_default, p->cost->bf16,
                   store, batches, p->step_out);
-  if (write_plan(p, m, cg_arena_bytes(&kp, &apart, NULL), gpu_bytes, &kp, canon, &bp, &lp, batches, err,
+  if (write_plan(p, m, cg_arena_bytes(&kp, &apart, NULL), &dev, &kp, canon, &bp, &lp, batches, err,
                  len))
     goto out;
   rc = 0;

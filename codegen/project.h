@@ -35,10 +35,7 @@ typedef struct {
                               (or gradient-accumulating) trainer: codegen/host.h */
   StepTime *step_out;      /* when not NULL and not pipe: the predicted compute time
                               (codegen/step_model.h, on cost->machine), also in plan.json */
-  int64_t *gemm_ws_out;    /* when not NULL: the GPU trainer's GEMM operand copies
-                              (cg_gemm_ws_bytes, with the values it stores as bf16) */
-  int64_t *gpu_arena_out;  /* when not NULL: the GPU trainer's arena where it is not
-                              train.c's (codegen/cuda_arena.h), else 0 */
+  GpuBytes *gpu_out;       /* when not NULL: the GPU trainer's bytes (cg_gpu_bytes) */
   int bf16_store;          /* CgStoreMode (codegen/cuda_store.h): what the bf16 GPU trainer
                               does with the values it may store as bf16 (--bf16-store) */
   int batch;               /* 1: the GPU trainer batches independent launches of one

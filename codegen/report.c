@@ -470,14 +470,19 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
   if (c->arena_bytes)
     fprintf(out, "activation arena (planned, fp32): %s (%" PRId64 " bytes), allocated exactly by "
             "the trainer\n", bytes(a, sizeof a, (double)c->arena_bytes), c->arena_bytes);
-  if (c->arena_bytes && c->gpu_arena_bytes)
+  if (c->arena_bytes && c->gpu.arena)
     fprintf(out, "GPU trainer (bf16): activation arena %s (%" PRId64 " bytes): the values it "
-            "stores as bf16 at 2 bytes an element\n", bytes(a, sizeof a, (double)c->gpu_arena_bytes),
-            c->gpu_arena_bytes);
-  if (c->arena_bytes && c->gemm_ws_bytes)
+            "stores as bf16 at 2 bytes an element\n", bytes(a, sizeof a, (double)c->gpu.arena),
+            c->gpu.arena);
+  if (c->arena_bytes && c->gpu.gemm_ws)
     fprintf(out, "GPU trainer (bf16): + %s (%" PRId64 " bytes) of bf16 GEMM operand copies "
-            "(weights included)%s, allocated at start\n", bytes(a, sizeof a, (double)c->gemm_ws_bytes),
-            c->gemm_ws_bytes, c->pipe ? " (at most: each slot its largest stage's)" : "");
+            "(weights included)%s, allocated at start\n", bytes(a, sizeof a, (double)c->gpu.gemm_ws),
+            c->gpu.gemm_ws, c->pipe ? " (at most: each slot its largest stage's)" : "");
+  if (c->arena_bytes && c->gpu.device)
+    fprintf(out, "GPU trainer: %s (%" PRId64 " bytes) of device memory a rank, checked against "
+            "free memory at start (parameters, optimizer state, arena, batch, workspaces; "
+            "CUDA's, cuBLASLt's and NCCL's own aside)\n",
+            bytes(a, sizeof a, (double)c->gpu.device), c->gpu.device);
   if (c->pipe) {
     pipeline(out, c->pipe, lay->tp);
     predicted_pipe_step(out, lay, c);

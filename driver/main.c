@@ -512,9 +512,7 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
                       size_t len) {
   if (o->lay.tp * o->lay.dp == 1 && !o->pads)
     return cg_plan_arena(m, !o->no_fuse, &cost->arena_bytes, cost->machine, cost->bf16,
-                         &cost->step, o->bf16_store, !o->no_batch, &cost->gemm_ws_bytes,
-                         &cost->gpu_arena_bytes, why,
-                         len);
+                         &cost->step, o->bf16_store, !o->no_batch, &cost->gpu, why, len);
   IrModule *r = lower_program(prog, o->ov, o->nov);
   if (!r) {
     snprintf(why, len, "internal error: the model did not lower a second time");
@@ -543,9 +541,7 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
   }
   if (!rc)
     rc = cg_plan_arena(r, !o->no_fuse, &cost->arena_bytes, cost->machine, cost->bf16,
-                       &cost->step, o->bf16_store, !o->no_batch, &cost->gemm_ws_bytes,
-                         &cost->gpu_arena_bytes, why,
-                         len);
+                       &cost->step, o->bf16_store, !o->no_batch, &cost->gpu, why, len);
   ir_module_free(r);
   return rc;
 }
@@ -831,7 +827,7 @@ int main(int argc, char **argv) {
                             : have_nvcc() ? CG_TARGET_CPU | CG_TARGET_CUDA : CG_TARGET_CPU;
     CgProject proj = {o.outdir, o.model, PARC_VERSION, !o.no_fuse, o.generic_cpu, &cost, &o.lay,
                       targets, o.cuda_arch, tm ? &stage_prog : NULL, &cost.step,
-                      &cost.gemm_ws_bytes, &cost.gpu_arena_bytes, o.bf16_store, !o.no_batch};
+                      &cost.gpu, o.bf16_store, !o.no_batch};
     char why[512];
     if (cg_write_project(tm ? tm : m, &proj, &cost.arena_bytes, why, sizeof why)) {
       fprintf(stderr, "parc: error: %s\n", why);
@@ -841,7 +837,9 @@ int main(int argc, char **argv) {
   }
   char unplanned[512] = "";
   double t4 = now();
-  if (!o.outdir && !o.emit && !o.dump_after && o.lay.pp == 1 &&
+  /* (a routed model's microbatches: their accumulating trainer's arena is the
+   * pipelined one, planned only with -o, as at pp > 1) */
+  if (!o.outdir && !o.emit && !o.dump_after && o.lay.pp == 1 && !routed_mb &&
       plan_ranks(&prog, &o, m, &cost, unplanned, sizeof unplanned) && !unplanned[0])
     snprintf(unplanned, sizeof unplanned, "unknown reason");
   double t5 = now();

@@ -178,6 +178,17 @@ typedef struct {
 
 void comm_analyze(const IrModule *m, CommCost *out);
 
+/* What the GPU trainer of a rank allocates, planned before launch
+ * (codegen/arena_plan.h: cg_plan_arena, cg_write_project). */
+typedef struct {
+  int64_t gemm_ws;  /* its bf16 GEMM operand workspaces and the params' bf16 copy
+                       (cg_gemm_ws_bytes; 0 in fp32) */
+  int64_t arena;    /* its activation arena where it is not train.c's (codegen/cuda_arena.h:
+                       values stored as bf16 at 2 bytes), else 0 */
+  int64_t device;   /* everything rt_cuda_open plans and checks against the GPU's free
+                       memory (rt_cuda_planned_bytes); 0: not planned (pipelined) */
+} GpuBytes;
+
 typedef struct {
   int64_t params;            /* the model as written */
   int nparam_tensors;
@@ -191,11 +202,7 @@ typedef struct {
   StageCost *stages;         /* nstages entries, in the module's arena */
   int64_t arena_bytes;       /* the trainer's planned activation arena; 0 until
                                 code generation has planned it */
-  int64_t gemm_ws_bytes;     /* with it: the GPU trainer's bf16 GEMM operand workspaces
-                                (cg_gemm_ws_bytes; 0 in fp32) */
-  int64_t gpu_arena_bytes;   /* with it: the GPU trainer's activation arena, smaller where
-                                it stores values as bf16 (codegen/cuda_arena.h); 0 when it
-                                is arena_bytes */
+  GpuBytes gpu;              /* with it: the GPU trainer's (codegen/arena_plan.h) */
   int has_comm;              /* comm holds the collectives one rank runs a step: the
                                 rank-local module's, or a pipelined trainer's
                                 (comm_analyze_pipe; with pp > 1, stage 0's) */

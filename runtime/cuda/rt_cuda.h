@@ -118,7 +118,7 @@ enum { RT_CUDA_TP = 0, RT_CUDA_DP = 1, RT_CUDA_EP = 2, RT_CUDA_EP_DP = 3, RT_CUD
        RT_CUDA_NGROUPS = 5 };
 /* RT_CUDA_GEMM_* (the GEMM modes) and RtCudaGemm: rt_cuda_ws_plan.h */
 
-#define RT_CUDA_GEMM_WORKSPACE (32 << 20) /* bytes */
+/* RT_CUDA_GEMM_WORKSPACE (cuBLASLt's), rt_cuda_planned_bytes: rt_cuda_ws_plan.h */
 
 typedef struct {
   int64_t params_numel, state_numel; /* floats */

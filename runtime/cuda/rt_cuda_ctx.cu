@@ -240,10 +240,9 @@ static int check_memory(RtCuda *c, int rc) {
   cudaError_t e = rc == RT_OK ? cudaMemGetInfo(&free_b, &total_b) : cudaSuccess;
   if (e != cudaSuccess)
     rc = rt_cuda_fail_at(c, __FILE__, __LINE__, "cudaMemGetInfo", cudaGetErrorString(e));
-  int64_t io = 2 * c->ntok * 4 + 64;
-  int64_t need = 4 * c->params_numel + 4 * c->state_numel + c->arena_bytes + io +
-                 RT_CUDA_GEMM_WORKSPACE + c->ws_planned;
   /* (ws_planned counts the params' bf16 copy, which only GEMMs read) */
+  int64_t need = rt_cuda_planned_bytes(c->params_numel, c->state_numel, c->arena_bytes, c->ntok,
+                                       c->ws_planned);
   char host[256] = "";
   if (gethostname(host, sizeof host - 1)) host[0] = 0;
   /* a rank without a GPU shares no device with anyone (device -1, nothing needed) */

@@ -62,3 +62,9 @@ int64_t rt_cuda_gemms_ws(const RtCudaGemm *g, int n, int mode, int operands, int
   }
   return need[0] + need[1] + need[2];
 }
+
+int64_t rt_cuda_planned_bytes(int64_t params_numel, int64_t state_numel, int64_t arena_bytes,
+                              int64_t ntok, int64_t ws) {
+  return 4 * params_numel + 4 * state_numel + arena_bytes + 2 * 4 * ntok + 16 * 4 +
+         RT_CUDA_GEMM_WORKSPACE + ws;
+}

@@ -98,6 +98,18 @@ void rt_cuda_gemm_ws(const RtCudaGemm *g, int mode, int operands, int64_t need[3
 /* The largest need of each slot over n GEMMs; returns their sum. */
 int64_t rt_cuda_gemms_ws(const RtCudaGemm *g, int n, int mode, int operands, int64_t need[3]);
 
+#define RT_CUDA_GEMM_WORKSPACE (32 << 20) /* cuBLASLt's workspace, bytes */
+
+/* The device bytes rt_cuda_open plans for a rank, and checks against the
+ * GPU's free memory before it allocates: the parameters and the optimizer
+ * state (f32: params_numel, state_numel), the arena, the batch's tokens and
+ * targets (ntok i32 each) and 16 f32 scalars, cuBLASLt's workspace, and ws
+ * (the GEMM operand workspaces with the params' bf16 copy, as parc's report
+ * counts them: codegen/arena_plan.h).  What CUDA, cuBLASLt and NCCL take
+ * for themselves is not in it. */
+int64_t rt_cuda_planned_bytes(int64_t params_numel, int64_t state_numel, int64_t arena_bytes,
+                              int64_t ntok, int64_t ws);
+
 #ifdef __cplusplus
 }
 #endif

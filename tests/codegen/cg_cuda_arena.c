@@ -101,15 +101,16 @@ int main(int argc, char **argv) {
   int64_t gpu[3];
   for (int mode = CG_STORE_BF16; mode <= CG_STORE_ROUND; mode++)
     fails += check_mode(m, &kp, pos, held, &fp32, canon, (CgStoreMode)mode, &gpu[mode]);
-  int64_t train = cg_arena_bytes(&kp, &fp32, NULL), rep = 0, rep_gpu = -1;
+  int64_t train = cg_arena_bytes(&kp, &fp32, NULL), rep = 0;
   free(held);
   cg_plan_free(&kp);
   /* the report: train.c's arena, and the GPU trainer's where it is not that */
-  if (cg_plan_arena(m, 1, &rep, NULL, machine_bf16(m), NULL, CG_STORE_BF16, 1, NULL, &rep_gpu,
-                    err, sizeof err) ||
-      rep != train || rep_gpu != (gpu[CG_STORE_BF16] != train ? gpu[CG_STORE_BF16] : 0)) {
+  GpuBytes rg = {0, -1, 0};
+  if (cg_plan_arena(m, 1, &rep, NULL, machine_bf16(m), NULL, CG_STORE_BF16, 1, &rg, err,
+                    sizeof err) ||
+      rep != train || rg.arena != (gpu[CG_STORE_BF16] != train ? gpu[CG_STORE_BF16] : 0)) {
     printf("FAIL: the report's arenas %lld, %lld; the plans' %lld, %lld\n", (long long)rep,
-           (long long)rep_gpu, (long long)train, (long long)gpu[CG_STORE_BF16]);
+           (long long)rg.arena, (long long)train, (long long)gpu[CG_STORE_BF16]);
     fails++;
   }
   printf("%s %s (%s): arena %lld bytes in train.c, %lld in the GPU trainer\n",

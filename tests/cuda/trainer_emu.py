@@ -28,7 +28,9 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
   launch  the start-up checks and launchers: on an emulated GPU of 16 MiB
           (KCU_EMU_MEM_MIB) train_cuda refuses to start with the planned and
           free bytes (several ranks sharing a GPU of just over one rank's need:
-          the shared message) as a setup error: exit 1, the message once and
+          the shared message; a rank's planned bytes those of parc's report,
+          "GPU trainer: ... of device memory a rank") as a setup error: exit 1,
+          the message once and
           nothing else, no "internal error", no step in its log; likewise a
           cudaMalloc failing after the memory check (KCU_EMU_MALLOC_FAIL=3:
           memory taken meanwhile), its line naming the allocation, the bytes
@@ -55,7 +57,9 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
           train (gpt2_tiny: 3.1e-5 and 6.2e-3); it has such values
           (RT_CUDA_MM_*_BF16 in train_cuda.c, kernels taking a bf16 input,
           kcu_round_bf16 in the round trainer); PARC_CUDA_GEMM=fp32 is
-          refused as a setup error (exit 1, no step).
+          refused as a setup error (exit 1, no step); on a GPU too small it
+          refuses to start with parc's reported bytes (its own arena, with
+          the bf16 values at 2 bytes: codegen/cuda_arena.h).
   batch   the trainer generated with --no-batch (every kernel launched on its
           own) against the default one, which batches independent launches of
           one kernel's code (codegen/cuda_batch.h; it has some, NAME_multi_launch):
@@ -231,13 +235,31 @@ def oom_line(line):
     return problems
 
 
+def planned_as_reported(proj, line):
+    """The refusal's planned bytes (this rank's) against parc's report of the same
+    project ("GPU trainer: ... (N bytes) of device memory a rank"; pipelined
+    trainers have no such line): the problems."""
+    with open(proj + "/report.txt") as f:
+        text = f.read()
+    rep = re.search(r"^GPU trainer: .*?\((\d+) bytes\) of device memory a rank", text, re.M)
+    if not rep and re.search(r"^layout: tp \d+, pp [2-9]", text, re.M):
+        return []
+    got = re.search(r"this rank (\d+)", line) or re.search(r"planned (\d+) bytes", line)
+    if not rep or not got:
+        return ["no planned bytes in the report or the refusal: %r" % line]
+    planned = int(got.group(1))
+    return [] if planned == int(rep.group(1)) else \
+        ["planned %d bytes at start-up, %s in parc's report" % (planned, rep.group(1))]
+
+
 def launch(a, proj, emu, env, steps, one_rank):
     """The launch check (module doc); proj.emu.jsonl is the plain run (ranks as threads)."""
     # a GPU too small: one rank alone does not fit; several share one GPU that
     # one rank's plan fits (its GEMM workspace alone is 32 MiB)
     mib, want = ("16", "the plan does not fit: planned") if one_rank else \
         ("48", "ranks sharing this GPU do not fit")
-    if not refused([emu] + steps, dict(env, KCU_EMU_MEM_MIB=mib), proj + ".small_gpu", want):
+    if not refused([emu] + steps, dict(env, KCU_EMU_MEM_MIB=mib), proj + ".small_gpu", want,
+                   lambda line: planned_as_reported(proj, line)):
         return False
     # memory taken after the agreed check (the emulation fails the 3rd cudaMalloc, the
     # first rank's arena or another rank's buffer): the user's environment, agreed
@@ -286,9 +308,10 @@ def launch(a, proj, emu, env, steps, one_rank):
                           a.name + " mpirun = threads bits")  # the plain run: threads
 
 
-def store(a, proj, env, steps, grads, against_cpu):
+def store(a, proj, env, steps, grads, against_cpu, one_rank):
     """The store check (the head comment): proj_bf16 against proj_bf16r, and
-    against the CPU's f32."""
+    against the CPU's f32; and the bf16 trainer's planned device bytes (its own
+    arena, codegen/cuda_arena.h, and GEMM workspaces) as parc reported them."""
     sp, rp = proj + "_bf16", proj + "_bf16r"
     if not (build(a, sp, ["-D", "precision=bf16"], cpu=False) and
             build(a, rp, ["-D", "precision=bf16", "--bf16-store", "round"], cpu=False)):
@@ -319,8 +342,13 @@ def store(a, proj, env, steps, grads, against_cpu):
     ok = ok and against_cpu("store", BF16_LOSS_TOL, BF16_GRAD_TOL_OF.get(a.name, BF16_GRAD_TOL),
                             "bf16 activations vs CPU",
                             "bf16 activations, gradients")
+    mib, want = ("16", "the plan does not fit: planned") if one_rank else \
+        ("48", "ranks sharing this GPU do not fit")
     return ok and refused([sp + "/build/train_cuda_emu"] + steps, dict(env, PARC_CUDA_GEMM="fp32"),
-                          sp + ".fp32", "this trainer's GEMMs read or write bf16 values")
+                          sp + ".fp32", "this trainer's GEMMs read or write bf16 values") and \
+        refused([sp + "/build/train_cuda_emu"] + steps,
+                dict(env, PARC_CUDA_GEMM="bf16", KCU_EMU_MEM_MIB=mib),
+                sp + ".small_gpu", want, lambda line: planned_as_reported(sp, line))
 
 
 def same_bits(a, proj, vp, tag, what, env, steps, grads, stats):
@@ -469,7 +497,7 @@ def main():
                         "bf16 GEMMs vs CPU",
                         "bf16 gradients")
     if ok and "store" in checks:
-        ok = store(a, proj, env, steps, grads, against_cpu)
+        ok = store(a, proj, env, steps, grads, against_cpu, one_rank)
     if ok and "batch" in checks:
         ok = batch(a, proj, env, steps, grads, stats)
     if ok and "layout" in checks:
