@@ -288,9 +288,9 @@ static void comm_json(cJSON *comm, const CommCost *c, int stage) {
 
 /* plan.json: what the compiler decided, for tools and for people. */
 static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes,
-                      const GpuBytes *gpu, const CgKernelPlan *kp, const int *canon, const BufPlan *bp,
-                      const CgLeafPlan *lp, const CgCudaBatches *batches, char *err,
-                      size_t len) {
+                      const GpuBytes *gpu, const CgKernelPlan *kp, const int *canon,
+                      const BufPlan *bp, const CgLeafPlan *lp, const CgCudaBatches *batches,
+                      char *err, size_t len) {
   cJSON *root = cJSON_CreateObject();
   cJSON_AddStringToObject(root, "parc", p->version);
   cJSON_AddStringToObject(root, "model", m->name);
@@ -516,8 +516,8 @@ cuda_only:
   if (p->step_out && !p->pipe) /* the report's predicted step time (pp = 1) */
     cg_step_model(m, &kp, p->cost->machine ? p->cost->machine : machine_default, p->cost->bf16,
                   store, batches, p->step_out);
-  if (write_plan(p, m, cg_arena_bytes(&kp, &apart, NULL), &dev, &kp, canon, &bp, &lp, batches, err,
-                 len))
+  if (write_plan(p, m, cg_arena_bytes(&kp, &apart, NULL), &dev, &kp, canon, &bp, &lp, batches,
+                 err, len))
     goto out;
   rc = 0;
 out:

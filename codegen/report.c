@@ -476,8 +476,9 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
             c->gpu.arena);
   if (c->arena_bytes && c->gpu.gemm_ws)
     fprintf(out, "GPU trainer (bf16): + %s (%" PRId64 " bytes) of bf16 GEMM operand copies "
-            "(weights included)%s, allocated at start\n", bytes(a, sizeof a, (double)c->gpu.gemm_ws),
-            c->gpu.gemm_ws, c->pipe ? " (at most: each slot its largest stage's)" : "");
+            "(weights included)%s, allocated at start\n",
+            bytes(a, sizeof a, (double)c->gpu.gemm_ws), c->gpu.gemm_ws,
+            c->pipe ? " (at most: each slot its largest stage's)" : "");
   if (c->arena_bytes && c->gpu.device)
     fprintf(out, "GPU trainer: %s (%" PRId64 " bytes) of device memory a rank, checked against "
             "free memory at start (parameters, optimizer state, arena, batch, workspaces; "

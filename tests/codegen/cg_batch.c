@@ -6,8 +6,9 @@
  * The model is loaded as the driver does, differentiated, given its
  * optimizer, and planned as codegen/project.c plans it (fused kernels, the
  * buffer plan with views, the leaf plan, the shared code, the bf16 stores,
- * the GPU trainer's arena, then the batches).  The test then runs the step's kernel launches twice on
- * a shadow of the memory -- for every 4-byte word of the arena, the params
+ * the GPU trainer's arena, then the batches).  The test then runs the
+ * step's kernel launches twice on a shadow of the memory -- for every 4-byte
+ * word of the arena, the params
  * and the state, the launch that last wrote it -- first in the plan's order,
  * one launch each, then as the trainer runs them (a batch where its first
  * member ran: all its members read, then all write; members elsewhere run

@@ -4,15 +4,17 @@
  *   cg_cuda_arena MODEL.dsl [NAME=VALUE ...]
  *
  * The model, through every pass as `parc -o` compiles it at one rank, is
- * planned as codegen/project.c plans it.  With the train
- * section's precision bf16 the plan must be the narrow one and smaller; every
- * buffer's size is worked out here from its node (2 bytes an element where
- * stored bf16 densely, with an aux part only where the elements are even in
- * number, else 4; an aux part 4; aligned to BUFPLAN_ALIGN), and the plan
- * must say which (BufPlan.narrow, where the trainer looks for sdpa's lse); every node keeps train.c's alias (In place, shared view)
- * or none; bufplan_check holds with the plan's positions; the report's
- * figure (cg_plan_arena) is this plan's arena.  In fp32, and for the bf16
- * store modes off and round, the plan must be train.c's. */
+ * planned as codegen/project.c plans it.  With the train section's precision
+ * bf16 the plan must be the narrow one and smaller; every buffer's size is
+ * worked out here from its node (2 bytes an element where stored bf16
+ * densely, with an aux part only where the elements are even in number,
+ * else 4; an aux part 4; aligned to BUFPLAN_ALIGN), and the plan must say
+ * which (BufPlan.narrow, where the trainer looks for sdpa's lse); every node
+ * keeps train.c's alias (In place, shared view) or none; bufplan_check holds
+ * with the plan's positions; the report's figure (cg_plan_arena) is this
+ * plan's arena.  In fp32, and for the bf16 store modes off and round, the
+ * plan must be train.c's.  (The trainer's bits on this arena: the emulated
+ * store checks, tests/cuda/trainer_emu.py.) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

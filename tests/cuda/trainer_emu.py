@@ -235,14 +235,24 @@ def oom_line(line):
     return problems
 
 
+def small_gpu(one_rank):
+    """An emulated GPU too small for the trainer (KCU_EMU_MEM_MIB) and the words of
+    its refusal: one rank alone does not fit; several share one GPU that one
+    rank's plan fits (its GEMM workspace alone is 32 MiB)."""
+    return ("16", "the plan does not fit: planned") if one_rank else \
+        ("48", "ranks sharing this GPU do not fit")
+
+
 def planned_as_reported(proj, line):
     """The refusal's planned bytes (this rank's) against parc's report of the same
-    project ("GPU trainer: ... (N bytes) of device memory a rank"; pipelined
-    trainers have no such line): the problems."""
+    project ("GPU trainer: ... (N bytes) of device memory a rank"; trainers of
+    stage programs, pipelined or accumulating microbatches, have no such
+    line): the problems."""
     with open(proj + "/report.txt") as f:
         text = f.read()
     rep = re.search(r"^GPU trainer: .*?\((\d+) bytes\) of device memory a rank", text, re.M)
-    if not rep and re.search(r"^layout: tp \d+, pp [2-9]", text, re.M):
+    if not rep and (re.search(r"^layout: tp \d+, pp [2-9]", text, re.M) or
+                    "= the microbatches" in text):
         return []
     got = re.search(r"this rank (\d+)", line) or re.search(r"planned (\d+) bytes", line)
     if not rep or not got:
@@ -254,10 +264,7 @@ def planned_as_reported(proj, line):
 
 def launch(a, proj, emu, env, steps, one_rank):
     """The launch check (module doc); proj.emu.jsonl is the plain run (ranks as threads)."""
-    # a GPU too small: one rank alone does not fit; several share one GPU that
-    # one rank's plan fits (its GEMM workspace alone is 32 MiB)
-    mib, want = ("16", "the plan does not fit: planned") if one_rank else \
-        ("48", "ranks sharing this GPU do not fit")
+    mib, want = small_gpu(one_rank)
     if not refused([emu] + steps, dict(env, KCU_EMU_MEM_MIB=mib), proj + ".small_gpu", want,
                    lambda line: planned_as_reported(proj, line)):
         return False
@@ -342,8 +349,7 @@ def store(a, proj, env, steps, grads, against_cpu, one_rank):
     ok = ok and against_cpu("store", BF16_LOSS_TOL, BF16_GRAD_TOL_OF.get(a.name, BF16_GRAD_TOL),
                             "bf16 activations vs CPU",
                             "bf16 activations, gradients")
-    mib, want = ("16", "the plan does not fit: planned") if one_rank else \
-        ("48", "ranks sharing this GPU do not fit")
+    mib, want = small_gpu(one_rank)
     return ok and refused([sp + "/build/train_cuda_emu"] + steps, dict(env, PARC_CUDA_GEMM="fp32"),
                           sp + ".fp32", "this trainer's GEMMs read or write bf16 values") and \
         refused([sp + "/build/train_cuda_emu"] + steps,
