@@ -97,6 +97,7 @@ static int parse(const char *path, const char *text, Machine *out, char *err, si
       {"inter_node_bytes_per_s", {&out->inter_bytes_per_s, NULL}, 0},
       {"latency_s", {&out->latency_s, NULL}, 0},
       {"ranks_per_node", {&rpn_d, NULL}, 1},
+      {"device_bytes", {&out->device_bytes, NULL}, 0},
   };
   int nf = (int)(sizeof fields / sizeof fields[0]);
   for (const cJSON *j = root->child; j; j = j->next) {
@@ -119,7 +120,8 @@ static int parse(const char *path, const char *text, Machine *out, char *err, si
   }
   for (int f = 0; !base && f < nf; f++)
     if (!cJSON_GetObjectItemCaseSensitive(root, fields[f].key) &&
-        strncmp(fields[f].key, "parallel_", 9)) { /* (those two default to 0) */
+        strncmp(fields[f].key, "parallel_", 9) &&
+        strcmp(fields[f].key, "device_bytes")) { /* (those three default to 0) */
       snprintf(err, len, "'%s': \"%s\" is missing (or give \"base\": a preset to start from)",
                path, fields[f].key);
       goto done;
@@ -133,7 +135,7 @@ static int parse(const char *path, const char *text, Machine *out, char *err, si
     snprintf(err, len, "'%s': \"%s\" must be %s", path, bad,
              !strcmp(bad, "ranks_per_node") ? "a whole number in [1, 1048576]"
              : !strcmp(bad, "kernel_s") || !strcmp(bad, "latency_s") ||
-                     !strncmp(bad, "parallel_", 9)
+                     !strncmp(bad, "parallel_", 9) || !strcmp(bad, "device_bytes")
                  ? "finite and >= 0"
                                                                     : "finite and > 0");
     goto done;

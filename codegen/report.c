@@ -479,11 +479,22 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
             "(weights included)%s, allocated at start\n",
             bytes(a, sizeof a, (double)c->gpu.gemm_ws), c->gpu.gemm_ws,
             c->pipe ? " (at most: each slot its largest stage's)" : "");
-  if (c->arena_bytes && c->gpu.device)
-    fprintf(out, "GPU trainer: %s (%" PRId64 " bytes) of device memory a rank, checked against "
-            "free memory at start (parameters, optimizer state, arena, batch, workspaces; "
-            "CUDA's, cuBLASLt's and NCCL's own aside)\n",
-            bytes(a, sizeof a, (double)c->gpu.device), c->gpu.device);
+  if (c->arena_bytes && c->gpu.device) {
+    const Machine *mc = c->machine ? c->machine : machine_default;
+    char cap[32];
+    fprintf(out, "GPU trainer: %s (%" PRId64 " bytes) of device memory a rank (parameters, "
+            "optimizer state, arena, batch, workspaces; CUDA's, cuBLASLt's and NCCL's own aside), "
+            "checked against free memory at start", bytes(a, sizeof a, (double)c->gpu.device),
+            c->gpu.device);
+    double share = mc->device_bytes > 0 ? (double)c->gpu.device / mc->device_bytes : 0;
+    bytes(cap, sizeof cap, mc->device_bytes);
+    if (share > 1)
+      fprintf(out, ": does not fit a GPU's %s (%s): %.0f%% of it; use more tp or pp ranks, or a "
+              "smaller batch (-D batch=N)", cap, mc->name, 100 * share);
+    else if (share > 0)
+      fprintf(out, ": %.1f%% of a GPU's %s (%s)", 100 * share, cap, mc->name);
+    fputc('\n', out);
+  }
   if (c->pipe) {
     pipeline(out, c->pipe, lay->tp);
     predicted_pipe_step(out, lay, c);

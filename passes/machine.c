@@ -8,7 +8,9 @@
  * GEMMs, 15 TFLOP/s for attention (estimates).  Peaks: 989 TFLOP/s bf16
  * dense, 67 fp32.  Links: NVLink 4 at 450 GB/s a direction (NCCL reaches
  * ~80% of it: 360), 400 Gb/s InfiniBand a GPU between nodes (50 GB/s, 45
- * taken), 8 GPUs a node, 10 us a collective.
+ * taken), 8 GPUs a node, 10 us a collective.  Memory (device_bytes): the
+ * total nvidia-smi gives, 143771 MiB (H200 SXM, 141 GB), 81559 MiB (H100
+ * SXM 80 GB), 81920 MiB (A100 SXM 80 GB).
  * h100: the H200's compute (same peaks), memory-bound kernels scaled by the
  * HBM bandwidth (3.35 against 4.8 TB/s).  a100: everything scaled from the
  * H200 by the A100 SXM's peaks (312 TFLOP/s bf16, 19.5 fp32, 2.0 TB/s,
@@ -21,11 +23,11 @@
 
 const Machine machine_presets[] = {
     {"h200", {67e12, 989e12}, {50e12, 400e12}, {15e12, 40e12}, 3.0e12, 3e-6, 0, 0, 360e9, 45e9,
-     10e-6, 8},
+     10e-6, 8, 143771.0 * (1 << 20)},
     {"h100", {67e12, 989e12}, {50e12, 400e12}, {15e12, 40e12}, 2.1e12, 3e-6, 0, 0, 360e9, 45e9,
-     10e-6, 8},
+     10e-6, 8, 81559.0 * (1 << 20)},
     {"a100", {19.5e12, 312e12}, {14.6e12, 126e12}, {4.4e12, 12.6e12}, 1.25e12, 3e-6, 0, 0, 240e9,
-     22e9, 10e-6, 8},
+     22e9, 10e-6, 8, 81920.0 * (1 << 20)},
 };
 const int machine_npresets = (int)(sizeof machine_presets / sizeof machine_presets[0]);
 const Machine *const machine_default = &machine_presets[0];
@@ -65,5 +67,6 @@ int machine_check(const Machine *mc, const char **field) {
   if (bad(mc->inter_bytes_per_s)) return *field = "inter_node_bytes_per_s", -1;
   if (!(mc->latency_s >= 0) || !isfinite(mc->latency_s)) return *field = "latency_s", -1;
   if (mc->ranks_per_node < 1) return *field = "ranks_per_node", -1;
+  if (!(mc->device_bytes >= 0) || !isfinite(mc->device_bytes)) return *field = "device_bytes", -1;
   return 0;
 }

@@ -30,6 +30,9 @@ typedef struct Machine {
   double inter_bytes_per_s;  /* the same between nodes */
   double latency_s;          /* fixed cost of every collective or transfer */
   int ranks_per_node;
+  double device_bytes;       /* one GPU's memory, as cudaMemGetInfo's total gives it (the
+                                report compares a rank's planned bytes with it); 0: unknown
+                                (a CPU) */
 } Machine;
 
 /* The presets, by name; machine_default is the one without --machine. */
@@ -48,8 +51,9 @@ double machine_link_bytes_per_s(const Machine *mc, int span);
  * section says precision = bf16, else 0. */
 int machine_bf16(const IrModule *m);
 
-/* 0 if every rate is positive and finite and ranks_per_node >= 1, else -1
- * with the offending field's name in *field. */
+/* 0 if every rate is positive and finite, ranks_per_node >= 1 and
+ * device_bytes finite and >= 0, else -1 with the offending field's name in
+ * *field. */
 int machine_check(const Machine *mc, const char **field);
 
 #endif
