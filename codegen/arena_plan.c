@@ -2,7 +2,6 @@
 #include "codegen/arena_plan.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 #include "codegen/cg_kernels.h"
 #include "codegen/cuda_arena.h"
@@ -37,13 +36,13 @@ int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc
   int *canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(kp.nkernels + 1));
   cg_dedup_kernels(&kp, canon);
   cg_cuda_store_plan(m, &kp, &bp, canon, bf16, (CgStoreMode)store, 0, &plan);
-  int narrow = cg_cuda_arena_plan(m, &kp, pos, held, &bp, &plan, &gbp);
+  cg_cuda_arena_plan(m, &kp, pos, held, &bp, &plan, &gbp);
   free(held);
-  if (gpu) cg_gpu_bytes(m, &kp, &gbp, narrow, &plan, bf16, 0, gpu);
+  CgLeafPlan lp;
+  cg_plan_leaves(m, &lp);
+  if (gpu) cg_gpu_bytes(m, &kp, &gbp, &lp, &plan, bf16, 0, gpu);
   if (st) { /* the GPU trainer's batched launches too (codegen/cuda_batch.h) */
-    CgLeafPlan lp;
     CgCudaBatches batches;
-    cg_plan_leaves(m, &lp);
     cg_cuda_batch_plan(m, &kp, &gbp, &lp, &plan, batch, &batches);
     cg_step_model(m, &kp, mc ? mc : machine_default, bf16, &plan, &batches, st);
   }
@@ -51,20 +50,16 @@ int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc
   return 0;
 }
 
-void cg_gpu_bytes(IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp, int narrow,
-                  const CgCudaStore *store, int bf16, int pipelined, GpuBytes *out) {
-  int64_t arena = cg_arena_bytes(kp, gbp, NULL), ntok = 0;
-  CgLeafPlan lp;
-  cg_plan_leaves(m, &lp);
-  for (int i = 0; i < m->nnodes; i++) /* the batch: train_cuda.c's rows x seq */
-    if (m->nodes[i]->op == IR_OP_INPUT && !strcmp(m->nodes[i]->name, "tokens") &&
-        m->nodes[i]->rank == 2)
-      ntok = ir_numel(m->nodes[i]);
+void cg_gpu_bytes(const IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp,
+                  const CgLeafPlan *lp, const CgCudaStore *store, int bf16, int pipelined,
+                  GpuBytes *out) {
+  int64_t arena = cg_arena_bytes(kp, gbp, NULL);
+  const IrNode *tok = cg_tokens_input(m);
   out->gemm_ws = cg_gemm_ws_bytes(m, bf16, store->bf16, store->weights);
-  out->arena = narrow ? arena : 0;
+  out->arena = gbp->narrow ? arena : 0;
   out->device = pipelined ? 0
-                          : rt_cuda_planned_bytes(lp.params_numel, lp.state_numel, arena, ntok,
-                                                  out->gemm_ws);
+                          : rt_cuda_planned_bytes(lp->params_numel, lp->state_numel, arena,
+                                                  tok ? ir_numel(tok) : 0, out->gemm_ws);
 }
 
 int64_t cg_gemm_ws_bytes(const IrModule *m, int bf16, const unsigned char *stored, int weights) {

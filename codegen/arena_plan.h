@@ -8,6 +8,7 @@
 
 #include "codegen/cg_kernels.h"
 #include "codegen/cuda_store.h"
+#include "codegen/host.h"
 #include "ir/ir.h"
 #include "passes/bufplan.h"
 #include "passes/passes.h"
@@ -38,11 +39,12 @@ int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc
                   StepTime *st, int store, int batch, GpuBytes *gpu, char *err, size_t len);
 
 /* *out for the GPU trainer of m's step: kp its kernels, gbp its arena's plan
- * (cg_cuda_arena_plan, narrow its result), store its bf16 values, bf16 the
- * train section's precision; pipelined: a trainer of stage programs, whose
- * device total is not planned here (out->device 0). */
-void cg_gpu_bytes(IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp, int narrow,
-                  const CgCudaStore *store, int bf16, int pipelined, GpuBytes *out);
+ * (cg_cuda_arena_plan: narrow where gbp->narrow), lp its leaves, store its
+ * bf16 values, bf16 the train section's precision; pipelined: a trainer of
+ * stage programs, whose device total is not planned here (out->device 0). */
+void cg_gpu_bytes(const IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp,
+                  const CgLeafPlan *lp, const CgCudaStore *store, int bf16, int pipelined,
+                  GpuBytes *out);
 
 /* The bytes the GPU trainer of module m allocates for its GEMMs' bf16 operand
  * copies (runtime/cuda/rt_cuda_ws_plan.h: the largest need of each slot over

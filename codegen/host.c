@@ -46,6 +46,14 @@ int64_t cg_params_numel(const IrModule *m) {
   return n;
 }
 
+const IrNode *cg_tokens_input(const IrModule *m) {
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *n = m->nodes[i];
+    if (n->op == IR_OP_INPUT && !strcmp(n->name, "tokens") && n->rank == 2) return n;
+  }
+  return NULL;
+}
+
 unsigned char *cg_results(IrModule *m) {
   unsigned char *keep = arena_alloc(&m->arena, (size_t)m->nnodes + 1);
   if (m->loss) keep[m->loss->id] = 1;
@@ -794,11 +802,10 @@ static void emit_desc(Emit *e, const CgHostInfo *info, int stats) {
     np += m->nodes[i]->op == IR_OP_PARAM;
     ns += m->nodes[i]->op == IR_OP_STATE;
   }
-  int64_t batch = 0, seq = 0, vocab = 0;
+  const IrNode *tok = cg_tokens_input(m);
+  int64_t batch = tok ? tok->shape[0] : 0, seq = tok ? tok->shape[1] : 0, vocab = 0;
   for (int i = 0; i < m->nnodes; i++) {
     const IrNode *n = m->nodes[i];
-    if (n->op == IR_OP_INPUT && !strcmp(n->name, "tokens") && n->rank == 2)
-      batch = n->shape[0], seq = n->shape[1];
     if (n->op == IR_OP_CROSS_ENTROPY && n->phase == IR_PHASE_FWD) vocab = dim(n->inputs[0], -1);
     if (n->op == IR_OP_VOCAB_CROSS_ENTROPY && n->phase == IR_PHASE_FWD)
       vocab = n->ia[2]; /* the whole vocabulary, padding left out */

@@ -56,6 +56,10 @@ void cg_plan_leaves(IrModule *m, CgLeafPlan *out);
 /* cg_plan_leaves' params_numel (the PARAM leaves' aligned sizes), without a plan. */
 int64_t cg_params_numel(const IrModule *m);
 
+/* The step's batch of token ids, the input "tokens" of i32 [batch, seq] the
+ * trainers feed (rows x seq), or NULL. */
+const IrNode *cg_tokens_input(const IrModule *m);
+
 /* Nodes whose buffers must survive to the end of the step: the loss, the
  * cross-entropy, the gradient norm and every update value (keep[id] = 1). */
 unsigned char *cg_results(IrModule *m);

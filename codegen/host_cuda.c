@@ -936,13 +936,10 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
   }
   Cu e = {out,     m,   kp,     info->store, info->batches, bp, lp, temp_off,
           grad_of, err, errlen, 0,           0,    NULL, 0, 0};
-  int64_t nparams = 0, batch = 0, seq = 0;
-  for (int i = 0; i < m->nnodes; i++) {
-    const IrNode *n = m->nodes[i];
-    if (n->op == IR_OP_PARAM) nparams += ir_numel(n);
-    if (n->op == IR_OP_INPUT && !strcmp(n->name, "tokens") && n->rank == 2)
-      batch = n->shape[0], seq = n->shape[1];
-  }
+  const IrNode *tok = cg_tokens_input(m);
+  int64_t nparams = 0, batch = tok ? tok->shape[0] : 0, seq = tok ? tok->shape[1] : 0;
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->op == IR_OP_PARAM) nparams += ir_numel(m->nodes[i]);
   int bf16 = machine_bf16(m); /* the train section's precision */
   const char *src = info->source ? info->source : "?", *slash = strrchr(src, '/');
   fprintf(out,

@@ -467,8 +467,8 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
   /* its arena: those values at 2 bytes an element (codegen/cuda_arena.h) */
   BufPlan gbp;
   GpuBytes dev;
-  cg_gpu_bytes(m, &kp, &gbp, cg_cuda_arena_plan(m, &kp, pos, held, &bp, store, &gbp), store,
-               machine_bf16(m), p->pipe != NULL, &dev);
+  cg_cuda_arena_plan(m, &kp, pos, held, &bp, store, &gbp);
+  cg_gpu_bytes(m, &kp, &gbp, &lp, store, machine_bf16(m), p->pipe != NULL, &dev);
   if (p->gpu_out) *p->gpu_out = dev;
   /* launches of one code run together where independent (codegen/cuda_batch.h) */
   CgCudaBatches *batches = arena_alloc(&m->arena, sizeof *batches);

@@ -384,7 +384,6 @@ int rt_cuda_sdpa_grad_tc(RtCuda *c, float *dqkv, const float *q, const float *k,
                          int64_t KV, int64_t T, int64_t hd, float scale, int causal,
                          unsigned lay);
 
-
 /* RT_OK if io (RT_CUDA_ATTN_* flags) is 0 or the mma kernels run this shape. */
 static int check_io(RtCuda *c, const char *op, unsigned io, int64_t T, int64_t hd) {
   if (io & ~(unsigned)(RT_CUDA_ATTN_Q_BF16 | RT_CUDA_ATTN_K_BF16 | RT_CUDA_ATTN_V_BF16 |
