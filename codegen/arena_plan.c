@@ -40,7 +40,7 @@ int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc
   free(held);
   CgLeafPlan lp;
   cg_plan_leaves(m, &lp);
-  if (gpu) cg_gpu_bytes(m, &kp, &gbp, &lp, &plan, bf16, 0, gpu);
+  if (gpu) cg_gpu_bytes(m, &kp, &gbp, &lp, &plan, bf16, NULL, gpu);
   if (st) { /* the GPU trainer's batched launches too (codegen/cuda_batch.h) */
     CgCudaBatches batches;
     cg_cuda_batch_plan(m, &kp, &gbp, &lp, &plan, batch, &batches);
@@ -50,25 +50,18 @@ int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc
   return 0;
 }
 
-void cg_gpu_bytes(const IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp,
-                  const CgLeafPlan *lp, const CgCudaStore *store, int bf16, int pipelined,
-                  GpuBytes *out) {
-  int64_t arena = cg_arena_bytes(kp, gbp, NULL);
-  const IrNode *tok = cg_tokens_input(m);
-  out->gemm_ws = cg_gemm_ws_bytes(m, bf16, store->bf16, store->weights);
-  out->arena = gbp->narrow ? arena : 0;
-  out->device = pipelined ? 0
-                          : rt_cuda_planned_bytes(lp->params_numel, lp->state_numel, arena,
-                                                  tok ? ir_numel(tok) : 0, out->gemm_ws);
-}
-
-int64_t cg_gemm_ws_bytes(const IrModule *m, int bf16, const unsigned char *stored, int weights) {
+/* The bf16 operand workspaces of m's GEMMs (cg_gemm_ws_bytes' arithmetic),
+ * over those of stage `stage` where pp is not NULL (a chunk's nodes run on
+ * stage chunk % P: the GEMM table that stage's start gives rt_cuda_open). */
+static int64_t gemm_ws(const IrModule *m, int bf16, const unsigned char *stored, int weights,
+                       const PpProgram *pp, int stage) {
   RtCudaGemm *g = calloc((size_t)m->nnodes + 1, sizeof *g);
   if (!g) return 0;
   int n = 0;
   for (int i = 0; i < m->nnodes; i++) {
     const IrNode *x = m->nodes[i];
     if (x->op != IR_OP_MATMUL && x->op != IR_OP_MATMUL_TA) continue;
+    if (pp && (pp->chunk[i] < 0 || pp->chunk[i] % pp->nstages != stage)) continue;
     g[n] = cg_cuda_gemm(x);
     /* (C_ROUND, round mode's, takes what bf16 operands take: no rounded[] here) */
     g[n++].flags |= cg_cuda_stored_flags(x, stored, NULL, weights);
@@ -80,4 +73,36 @@ int64_t cg_gemm_ws_bytes(const IrModule *m, int bf16, const unsigned char *store
   /* the params' bf16 copy, which rt_cuda_open counts with the workspaces */
   int64_t params = cg_params_numel(m);
   return bytes + (bf16 && cg_cuda_weights_read(m, weights) ? 2 * (params ? params : 8) : 0);
+}
+
+int64_t cg_gemm_ws_bytes(const IrModule *m, int bf16, const unsigned char *stored, int weights) {
+  return gemm_ws(m, bf16, stored, weights, NULL, 0);
+}
+
+void cg_gpu_bytes(const IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp,
+                  const CgLeafPlan *lp, const CgCudaStore *store, int bf16, const PpProgram *pp,
+                  GpuBytes *out) {
+  int64_t arena = cg_arena_bytes(kp, gbp, NULL);
+  const IrNode *tok = cg_tokens_input(m);
+  int64_t ntok = tok ? ir_numel(tok) : 0;
+  out->gemm_ws = cg_gemm_ws_bytes(m, bf16, store->bf16, store->weights);
+  out->arena = gbp->narrow ? arena : 0;
+  out->nstages = 0;
+  if (!pp) {
+    out->device = rt_cuda_planned_bytes(lp->params_numel, lp->state_numel, arena, ntok,
+                                        out->gemm_ws);
+    return;
+  }
+  /* a stage's rank: its own parameters and state, the slots' arena (the same
+   * on every stage), every microbatch's tokens, its own GEMMs' workspaces */
+  int64_t slots = cg_pipe_arena_bytes(pp, arena, lp->params_numel);
+  out->device = 0;
+  out->nstages = pp->nstages;
+  for (int s = 0; s < pp->nstages && s < PP_MAX_STAGES; s++) {
+    int64_t ws = gemm_ws(m, bf16, store->bf16, store->weights, pp, s);
+    out->stage_device[s] = rt_cuda_planned_bytes(pp->stage_params_numel[s],
+                                                 pp->stage_state_numel[s], slots,
+                                                 ntok * pp->microbatches, ws);
+    if (out->stage_device[s] > out->device) out->device = out->stage_device[s];
+  }
 }

@@ -40,10 +40,13 @@ int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc
 
 /* *out for the GPU trainer of m's step: kp its kernels, gbp its arena's plan
  * (cg_cuda_arena_plan: narrow where gbp->narrow), lp its leaves, store its
- * bf16 values, bf16 the train section's precision; pipelined: a trainer of
- * stage programs, whose device total is not planned here (out->device 0). */
+ * bf16 values, bf16 the train section's precision; pp: m is the module of a
+ * trainer of stage programs (pipelined, or a routed model's accumulated
+ * microbatches), gbp its slot's plan: out->stage_device per stage, as that
+ * stage's start gives rt_cuda_open (host_cuda.c), and out->device the
+ * largest of them. */
 void cg_gpu_bytes(const IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp,
-                  const CgLeafPlan *lp, const CgCudaStore *store, int bf16, int pipelined,
+                  const CgLeafPlan *lp, const CgCudaStore *store, int bf16, const PpProgram *pp,
                   GpuBytes *out);
 
 /* The bytes the GPU trainer of module m allocates for its GEMMs' bf16 operand

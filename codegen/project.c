@@ -318,6 +318,11 @@ static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes
    * and what it plans on the device (passes.h GpuBytes) */
   if (gpu->arena) cJSON_AddNumberToObject(cost, "gpu_arena_bytes", (double)gpu->arena);
   if (gpu->device) cJSON_AddNumberToObject(cost, "gpu_device_bytes", (double)gpu->device);
+  if (gpu->nstages) { /* stage programs: a rank of each stage (gpu_device_bytes: the largest) */
+    cJSON *st = cJSON_AddArrayToObject(cost, "gpu_device_bytes_per_stage");
+    for (int s = 0; s < gpu->nstages; s++)
+      cJSON_AddItemToArray(st, cJSON_CreateNumber((double)gpu->stage_device[s]));
+  }
   /* updates their kernels store into the leaf (no buffer, no copy; cg_kernels.h)
    * and those copied into it at the end of the step */
   int inplace = 0;
@@ -468,7 +473,7 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
   BufPlan gbp;
   GpuBytes dev;
   cg_cuda_arena_plan(m, &kp, pos, held, &bp, store, &gbp);
-  cg_gpu_bytes(m, &kp, &gbp, &lp, store, machine_bf16(m), p->pipe != NULL, &dev);
+  cg_gpu_bytes(m, &kp, &gbp, &lp, store, machine_bf16(m), p->pipe, &dev);
   if (p->gpu_out) *p->gpu_out = dev;
   /* launches of one code run together where independent (codegen/cuda_batch.h) */
   CgCudaBatches *batches = arena_alloc(&m->arena, sizeof *batches);

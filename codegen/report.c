@@ -414,6 +414,45 @@ static double expert_share(const IrModule *m, const Layout *lay, const Cost *c,
   return n;
 }
 
+/* ": N% of a GPU's X (machine)" or what to change where `device` bytes do
+ * not fit the machine's GPU; nothing where the machine gives no memory. */
+static void gpu_fit(FILE *out, int64_t device, const Machine *mc, int stages) {
+  char cap[32];
+  double share = mc->device_bytes > 0 ? (double)device / mc->device_bytes : 0;
+  bytes(cap, sizeof cap, mc->device_bytes);
+  if (share > 1)
+    fprintf(out, ": does not fit a GPU's %s (%s): %.0f%% of it; use more tp or pp ranks, %sor a "
+            "smaller batch (-D batch=N)", cap, mc->name, 100 * share,
+            stages ? "more microbatches (--microbatches M) " : "");
+  else if (share > 0)
+    fprintf(out, ": %.1f%% of a GPU's %s (%s)", 100 * share, cap, mc->name);
+  fputc('\n', out);
+}
+
+/* The device bytes the GPU trainer plans for a rank (passes.h GpuBytes),
+ * which its start-up check compares with the GPU's free memory: one line,
+ * or one a stage for a pipeline's stage programs. */
+static void gpu_device(FILE *out, const Cost *c) {
+  const GpuBytes *g = &c->gpu;
+  const Machine *mc = c->machine ? c->machine : machine_default;
+  const char *what = "(parameters, optimizer state, arena, batch, "
+                     "workspaces; CUDA's, cuBLASLt's and NCCL's own aside), checked against "
+                     "free memory at start";
+  char a[32];
+  if (g->nstages <= 1) {
+    fprintf(out, "GPU trainer: %s (%" PRId64 " bytes) of device memory a rank %s",
+            bytes(a, sizeof a, (double)g->device), g->device, what);
+    gpu_fit(out, g->device, mc, g->nstages);
+    return;
+  }
+  fprintf(out, "GPU trainer: device memory a rank of each stage %s:\n", what);
+  for (int s = 0; s < g->nstages && s < PP_MAX_STAGES; s++) {
+    fprintf(out, "    stage %d: %s (%" PRId64 " bytes)", s,
+            bytes(a, sizeof a, (double)g->stage_device[s]), g->stage_device[s]);
+    gpu_fit(out, g->stage_device[s], mc, g->nstages);
+  }
+}
+
 void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
   char a[64], b[64];
   int ranks = lay->tp * lay->pp * lay->dp;
@@ -479,22 +518,7 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
             "(weights included)%s, allocated at start\n",
             bytes(a, sizeof a, (double)c->gpu.gemm_ws), c->gpu.gemm_ws,
             c->pipe ? " (at most: each slot its largest stage's)" : "");
-  if (c->arena_bytes && c->gpu.device) {
-    const Machine *mc = c->machine ? c->machine : machine_default;
-    char cap[32];
-    fprintf(out, "GPU trainer: %s (%" PRId64 " bytes) of device memory a rank (parameters, "
-            "optimizer state, arena, batch, workspaces; CUDA's, cuBLASLt's and NCCL's own aside), "
-            "checked against free memory at start", bytes(a, sizeof a, (double)c->gpu.device),
-            c->gpu.device);
-    double share = mc->device_bytes > 0 ? (double)c->gpu.device / mc->device_bytes : 0;
-    bytes(cap, sizeof cap, mc->device_bytes);
-    if (share > 1)
-      fprintf(out, ": does not fit a GPU's %s (%s): %.0f%% of it; use more tp or pp ranks, or a "
-              "smaller batch (-D batch=N)", cap, mc->name, 100 * share);
-    else if (share > 0)
-      fprintf(out, ": %.1f%% of a GPU's %s (%s)", 100 * share, cap, mc->name);
-    fputc('\n', out);
-  }
+  if (c->arena_bytes && c->gpu.device) gpu_device(out, c);
   if (c->pipe) {
     pipeline(out, c->pipe, lay->tp);
     predicted_pipe_step(out, lay, c);

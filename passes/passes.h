@@ -19,6 +19,8 @@ typedef struct {
 
 #define LAYOUT_MAX_DEGREE 65536
 #define LAYOUT_MAX_RANKS  (1 << 20)
+#define PP_MAX_STAGES     64 /* pipeline stages with stage-local parameters (passes/pp_split.c:
+                                 a parameter's holders are the bits of a uint64_t) */
 
 /* Options the pass pipeline reads. */
 typedef struct {
@@ -186,7 +188,11 @@ typedef struct {
   int64_t arena;    /* its activation arena where it is not train.c's (codegen/cuda_arena.h:
                        values stored as bf16 at 2 bytes), else 0 */
   int64_t device;   /* everything rt_cuda_open plans and checks against the GPU's free
-                       memory (rt_cuda_planned_bytes); 0: not planned (pipelined) */
+                       memory (rt_cuda_planned_bytes); a trainer of stage programs: its
+                       largest stage's; 0: not planned */
+  int nstages;      /* a trainer of stage programs (pipelined, or a routed model's
+                       accumulated microbatches): its stages, else 0 */
+  int64_t stage_device[PP_MAX_STAGES]; /* per stage: device of a rank of that stage */
 } GpuBytes;
 
 typedef struct {

@@ -238,7 +238,7 @@ static void param_holders(const IrModule *m, const int *chunk, int P, uint64_t *
 int pp_param_stages(const IrModule *m, const PpStages *st, uint64_t *h) {
   int N = m->nnodes, P = st->nstages;
   int *chunk = malloc(sizeof(int) * ((size_t)N + 1));
-  if (!chunk || P > 64 || pp_node_chunks(m, st, chunk)) {
+  if (!chunk || P > PP_MAX_STAGES || pp_node_chunks(m, st, chunk)) {
     free(chunk);
     return -1;
   }
@@ -270,9 +270,9 @@ static int state_param(const IrModule *m, const IrNode *st) {
 static int stage_local(IrModule *m, PpProgram *out, char *err, size_t len) {
   int N = m->nnodes, P = out->nstages;
   size_t n1 = (size_t)N + 1;
-  if (P > 64) {
-    snprintf(err, len, "pipeline split: stage-local parameters support at most 64 stages, "
-             "not %d", P);
+  if (P > PP_MAX_STAGES) {
+    snprintf(err, len, "pipeline split: stage-local parameters support at most %d stages, "
+             "not %d", PP_MAX_STAGES, P);
     return -1;
   }
   const int *chunk = out->chunk;

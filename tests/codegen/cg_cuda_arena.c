@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
   free(held);
   cg_plan_free(&kp);
   /* the report: train.c's arena, and the GPU trainer's where it is not that */
-  GpuBytes rg = {0, -1, 0};
+  GpuBytes rg = {.arena = -1};
   if (cg_plan_arena(m, 1, &rep, NULL, machine_bf16(m), NULL, CG_STORE_BF16, 1, &rg, err,
                     sizeof err) ||
       rep != train || rg.arena != (gpu[CG_STORE_BF16] != train ? gpu[CG_STORE_BF16] : 0)) {

@@ -29,7 +29,8 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
           (KCU_EMU_MEM_MIB) train_cuda refuses to start with the planned and
           free bytes (several ranks sharing a GPU of just over one rank's need:
           the shared message; a rank's planned bytes those of parc's report,
-          "GPU trainer: ... of device memory a rank") as a setup error: exit 1,
+          "GPU trainer: ... of device memory a rank", a stage's line for stage
+          programs) as a setup error: exit 1,
           the message once and
           nothing else, no "internal error", no step in its log; likewise a
           cudaMalloc failing after the memory check (KCU_EMU_MALLOC_FAIL=3:
@@ -246,15 +247,18 @@ def small_gpu(one_rank):
 def planned_as_reported(proj, line):
     """The refusal's planned bytes (this rank's) against parc's report of the same
     project ("GPU trainer: ... (N bytes) of device memory a rank"; trainers of
-    stage programs, pipelined or accumulating microbatches, have no such
-    line): the problems."""
+    stage programs: a line a stage, "stage S: ... (N bytes)", the refusing
+    world rank's stage S = rank / (tp dp)): the problems."""
     with open(proj + "/report.txt") as f:
         text = f.read()
     rep = re.search(r"^GPU trainer: .*?\((\d+) bytes\) of device memory a rank", text, re.M)
-    if not rep and (re.search(r"^layout: tp \d+, pp [2-9]", text, re.M) or
-                    "= the microbatches" in text):
-        return []
     got = re.search(r"this rank (\d+)", line) or re.search(r"planned (\d+) bytes", line)
+    if re.search(r"^GPU trainer: device memory a rank of each stage", text, re.M):
+        lay = re.search(r"^layout: tp (\d+), pp \d+, dp (\d+)", text, re.M)
+        who = re.search(r"\brank (\d+) on ", line)
+        stage = int(who.group(1)) // (int(lay.group(1)) * int(lay.group(2))) \
+            if lay and who else -1
+        rep = re.search(r"^    stage %d: .*?\((\d+) bytes\)" % stage, text, re.M)
     if not rep or not got:
         return ["no planned bytes in the report or the refusal: %r" % line]
     planned = int(got.group(1))
@@ -302,6 +306,16 @@ def launch(a, proj, emu, env, steps, one_rank):
     mpmd = opts + ["-np", "1", emu] + steps + \
         [":", "-np", str(ranks - 1), "-x", "KCU_EMU_MEM_MIB=16", emu] + steps
     if not refused(mpmd, e, proj + ".mpi_small_gpu1", "rank 1 on GPU 1 (Emulated"):
+        return False
+    # a pipeline: only its last stage's ranks too small, the first of them refusing
+    # with that stage's planned bytes (each stage plans its own parameters and GEMMs)
+    pp = int(f[f.index("--pp") + 1]) if "--pp" in f else 1
+    first = ranks - ranks // pp
+    last = opts + ["-np", str(first), emu] + steps + \
+        [":", "-np", str(ranks - first), "-x", "KCU_EMU_MEM_MIB=16", emu] + steps
+    if pp > 1 and not refused(last, e, proj + ".mpi_small_gpu_last",
+                              "rank %d on GPU %d (Emulated" % (first, first),
+                              lambda line: planned_as_reported(proj, line)):
         return False
     # ranks 1.. out of memory after the agreed check: every rank stops, rank 1's message
     oom = opts + ["-np", "1", emu] + steps + \
