@@ -35,7 +35,7 @@ int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc
   CgCudaStore plan; /* with the shared code, as cg_write_project plans it */
   int *canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(kp.nkernels + 1));
   cg_dedup_kernels(&kp, canon);
-  cg_cuda_store_plan(m, &kp, &bp, canon, bf16, (CgStoreMode)store, 0, &plan);
+  cg_cuda_store_plan(m, &kp, &bp, canon, bf16, (CgStoreMode)store, NULL, &plan);
   cg_cuda_arena_plan(m, &kp, pos, held, &bp, &plan, &gbp);
   free(held);
   CgLeafPlan lp;
@@ -86,16 +86,18 @@ void cg_gpu_bytes(const IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp,
   const IrNode *tok = cg_tokens_input(m);
   int64_t ntok = tok ? ir_numel(tok) : 0;
   out->gemm_ws = cg_gemm_ws_bytes(m, bf16, store->bf16, store->weights);
-  out->arena = gbp->narrow ? arena : 0;
   out->nstages = 0;
   if (!pp) {
+    out->arena = gbp->narrow ? arena : 0;
     out->device = rt_cuda_planned_bytes(lp->params_numel, lp->state_numel, arena, ntok,
                                         out->gemm_ws);
     return;
   }
   /* a stage's rank: its own parameters and state, the slots' arena (the same
-   * on every stage), every microbatch's tokens, its own GEMMs' workspaces */
+   * on every stage: gbp plans a slot), every microbatch's tokens, its own
+   * GEMMs' workspaces */
   int64_t slots = cg_pipe_arena_bytes(pp, arena, lp->params_numel);
+  out->arena = gbp->narrow ? slots : 0;
   out->device = 0;
   out->nstages = pp->nstages;
   for (int s = 0; s < pp->nstages && s < PP_MAX_STAGES; s++) {

@@ -34,18 +34,19 @@ static int xent(IrOp op) {
  * bf16 in any mode), or sdpa_lse (it copies the lse after sdpa's out, which
  * stays f32); READ_OTHER, anything else (a runtime op, a GEMM that could not, the
  * optimizer: what it reads are parameter gradients).  A view of
- * n counts as its readers (recursively); wide values (rows of 2 cols) admit
+ * n counts as its readers (recursively), or as OTHER where keep[] has it; wide values (rows of 2 cols) admit
  * views that keep the rows only, and their kernel readers count as OTHER (a
  * kernel indexes dense rows).  mark[] gets n's views. */
-static int readers(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, const IrNode *n,
-                   int wide, unsigned char *mark) {
+static int readers(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
+                   const unsigned char *keep, const IrNode *n, int wide, unsigned char *mark) {
   int who = 0;
   for (int i = n->id + 1; i < m->nnodes; i++) {
     const IrNode *q = m->nodes[i];
     for (int j = 0; j < q->ninputs; j++) {
       if (q->inputs[j] != n) continue;
       if (is_view_of(kp, bp, q, n, wide)) {
-        who |= readers(m, kp, bp, q, wide, mark);
+        /* (a view that stays f32 keeps its value f32: its bytes are the value's) */
+        who |= keep[q->id] ? READ_OTHER : readers(m, kp, bp, keep, q, wide, mark);
         mark[q->id] = 1;
       } else if (q->phase == IR_PHASE_OPT) {
         who |= READ_OTHER; /* a parameter gradient: f32 for the optimizer */
@@ -74,10 +75,11 @@ static int readers(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
  * kernel may not read as bf16 (row statistics stay f32).  Logits go bf16 with
  * their gradients (rt_cuda_(vocab_)cross_entropy_grad_bf16io reads and writes
  * both, in place): only if GEMMs that may are all that read each gradient. */
-static void mark(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, const IrNode *n,
-                 int how, int small, unsigned char *views, unsigned char *bf16) {
+static void mark(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
+                 const unsigned char *keep, const IrNode *n, int how, int small,
+                 unsigned char *views, unsigned char *bf16) {
   memset(views, 0, (size_t)m->nnodes);
-  int who = readers(m, kp, bp, n, how == 2, views);
+  int who = readers(m, kp, bp, keep, n, how == 2, views);
   if (!who || who & READ_OTHER || (small && who & READ_KERNEL)) return;
   unsigned char *grad = NULL; /* n's cross_entropy_grads and their views */
   if (who & READ_XENT) {
@@ -87,7 +89,7 @@ static void mark(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, const I
       const IrNode *q = m->nodes[i];
       if (xent(q->op) != 1 || (q->inputs[0] != n && !views[q->inputs[0]->id])) continue;
       memset(gv, 0, (size_t)m->nnodes);
-      if (readers(m, kp, bp, q, 0, gv) != READ_GEMM) return;
+      if (readers(m, kp, bp, keep, q, 0, gv) != READ_GEMM) return;
       grad[i] = 1;
       for (int v = i + 1; v < m->nnodes; v++) grad[v] |= gv[v];
     }
@@ -127,17 +129,32 @@ static int candidate(const IrModule *m, const CgKernelPlan *kp, const BufPlan *b
          kp->view_of[a] < 0 && bp->alias[a] < 0 && bp->offset[a] >= 0;
 }
 
+/* A trainer of stage programs (pp): the values its stage functions move
+ * outside kernels stay f32 -- those sent between chunks (rt_cuda_pipe_step's
+ * transfers carry f32 elements) and the parameter-gradient terms added to
+ * the accumulator (rt_cuda_acc) -- and so do the nodes of no chunk (leaves,
+ * the optimizer, the gradient sums the accumulator replaces). */
+static void keep_pipe(const IrModule *m, const PpProgram *pp, unsigned char *keep) {
+  for (int i = 0; i < m->nnodes; i++)
+    if (pp->chunk[i] < 0 || pp->grad_param[i] >= 0) keep[i] = 1;
+  for (int c = 0; c + 1 < pp->nchunks; c++) {
+    for (int k = 0; k < pp->nact[c]; k++) keep[pp->act[c][k]] = 1;
+    for (int k = 0; k < pp->ngrad[c]; k++) keep[pp->grad[c][k]] = 1;
+  }
+}
+
 void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, const int *canon,
-                        int bf16, CgStoreMode mode, int pipelined, CgCudaStore *out) {
+                        int bf16, CgStoreMode mode, const PpProgram *pp, CgCudaStore *out) {
   bf16 = bf16 && mode != CG_STORE_OFF;
   memset(out, 0, sizeof *out);
   out->bf16 = arena_alloc(&m->arena, (size_t)m->nnodes + 1);
   out->canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(kp->nkernels + 1));
   out->code = arena_alloc(&m->arena, sizeof(KirKernel *) * (size_t)(kp->nkernels + 1));
   unsigned char *keep = cg_results(m);
+  if (pp) keep_pipe(m, pp, keep);
   unsigned char *views = arena_alloc(&m->arena, (size_t)m->nnodes + 1);
   /* the candidates: stored by a kernel as an out param (at most 64 params) */
-  for (int i = 0; bf16 && !pipelined && i < kp->nkernels; i++) {
+  for (int i = 0; bf16 && i < kp->nkernels; i++) {
     const CgKernel *k = &kp->kernels[i];
     if (cg_kernel_is_view(kp, bp, i)) continue;
     for (int p = 0; p < k->nargs && p < 64; p++) {
@@ -145,31 +162,31 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
       const KirParam *q = &k->k->params[p];
       if (a < 0 || q->access != KIR_OUT || q->elem != KIR_F32 || !candidate(m, kp, bp, keep, a))
         continue;
-      mark(m, kp, bp, m->nodes[a], 1, reduces(m, k, m->nodes[a]), views, out->bf16);
+      mark(m, kp, bp, keep, m->nodes[a], 1, reduces(m, k, m->nodes[a]), views, out->bf16);
     }
   }
   /* GEMM results: cuBLASLt writes them bf16 (RT_CUDA_MM_C_BF16) */
-  for (int i = 0; bf16 && !pipelined && i < m->nnodes; i++) {
+  for (int i = 0; bf16 && i < m->nnodes; i++) {
     const IrNode *n = m->nodes[i];
     if (n->op != IR_OP_MATMUL && n->op != IR_OP_MATMUL_TA) continue;
     const RtCudaGemm g = cg_cuda_gemm(n);
     if (rt_cuda_gemm_out_stored_ok(&g) && candidate(m, kp, bp, keep, i))
-      mark(m, kp, bp, n, 1, 0, views, out->bf16);
+      mark(m, kp, bp, keep, n, 1, 0, views, out->bf16);
   }
   /* attention's results: the mma kernels write out (dqkv) bf16 (RT_CUDA_ATTN_O_BF16) */
-  for (int i = 0; bf16 && !pipelined && i < m->nnodes; i++) {
+  for (int i = 0; bf16 && i < m->nnodes; i++) {
     const IrNode *n = m->nodes[i];
     if (cg_cuda_attn_stored_ok(n) && candidate(m, kp, bp, keep, i))
-      mark(m, kp, bp, n, 1, 0, views, out->bf16);
+      mark(m, kp, bp, keep, n, 1, 0, views, out->bf16);
   }
   /* (vocab_)cross_entropy_grad's dlogits: rt_cuda_(vocab_)cross_entropy_grad_bf16
    * store them wide, in place of the logits or not */
-  for (int i = 0; bf16 && !pipelined && i < m->nnodes; i++) {
+  for (int i = 0; bf16 && i < m->nnodes; i++) {
     const IrNode *n = m->nodes[i];
     if ((n->op == IR_OP_CROSS_ENTROPY_GRAD || n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD) &&
         !keep[i] && bp->offset[i] >= 0 && kp->view_of[i] < 0 &&
         !out->bf16[i]) /* (not stored with its logits already) */
-      mark(m, kp, bp, n, 2, 0, views, out->bf16);
+      mark(m, kp, bp, keep, n, 2, 0, views, out->bf16);
   }
   for (int i = 0; i < m->nnodes; i++) /* (a view is its value's buffer: not counted again) */
     if (out->bf16[i] && kp->view_of[i] < 0) out->count++, out->elements += ir_numel(m->nodes[i]);
@@ -205,8 +222,9 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
     out->code[i] = c;
   }
   /* the weights' bf16 copy: round mode's GEMMs convert the f32 params, as
-   * the copy rounds them (the store check compares the two) */
-  out->weights = bf16 && !pipelined && !round;
+   * the copy rounds them (the store check compares the two); stage programs
+   * keep stage-local params, and no copy */
+  out->weights = bf16 && !pp && !round;
   /* round: the buffers hold f32 (GEMMs convert them, dlogits are written f32) */
   if (round) {
     out->rounded = arena_alloc(&m->arena, (size_t)m->nnodes + 1);

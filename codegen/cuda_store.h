@@ -12,8 +12,10 @@
  * and no copy pass for the GEMMs.
  *
  * A node n is stored as bf16 when
- *   - the train section's precision is bf16 and the trainer is not pipelined
- *     (stage programs copy values between chunks; not handled yet);
+ *   - the train section's precision is bf16; in a trainer of stage programs
+ *     (pipelined, or a routed model's microbatches) n is in a chunk, neither
+ *     sent between chunks nor a parameter-gradient term added to the
+ *     accumulator (the runtime moves those as f32), and no view of n is;
  *   - n is f32, an activation or an activation's gradient (phase FWD or B;
  *     not W: a part of a weight gradient, e.g. the tied head's before the
  *     embedding's is added, stays f32), computed by a generated kernel that
@@ -74,6 +76,7 @@
 
 #include "codegen/cg_kernels.h"
 #include "passes/bufplan.h"
+#include "passes/passes.h"
 
 /* What the bf16 trainer does with the values above: store them as bf16
  * (the default: 0), keep them f32 (--bf16-store off), or keep f32 buffers
@@ -90,15 +93,16 @@ typedef struct CgCudaStore {
   int64_t elements;      /* their elements, all together */
   int weights;           /* 1: the GEMMs read their weights from a bf16 copy of the
                             params (rt_cuda_params_bf16) where rt_cuda_gemm_stored_ok:
-                            precision bf16, stores on (not round), not pipelined */
+                            precision bf16, stores on (not round), no stage programs */
   int *canon;            /* per kernel instance: the instance whose CUDA code it runs */
   KirKernel **code;      /* per kernel instance i with canon[i] == i: that code */
 } CgCudaStore;
 
 /* Plans *out in m's arena.  canon: the kernels' shared code (project.c's
  * dedup; NULL: each its own); bf16: the train section's precision is bf16
- * (else nothing is stored); pipelined: the trainer runs stage programs. */
+ * (else nothing is stored); pp: the stage programs the trainer runs (m their
+ * module), or NULL. */
 void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, const int *canon,
-                        int bf16, CgStoreMode mode, int pipelined, CgCudaStore *out);
+                        int bf16, CgStoreMode mode, const PpProgram *pp, CgCudaStore *out);
 
 #endif

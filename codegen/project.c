@@ -468,7 +468,7 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
     if (canon[i] == i) code.kernels[code.nkernels++] = kp.kernels[i].k;
   /* the GPU's code: the same kernels, some storing bf16 (codegen/cuda_store.h) */
   CgCudaStore *store = arena_alloc(&m->arena, sizeof *store);
-  cg_cuda_store_plan(m, &kp, &bp, canon, machine_bf16(m), p->bf16_store, p->pipe != NULL, store);
+  cg_cuda_store_plan(m, &kp, &bp, canon, machine_bf16(m), p->bf16_store, p->pipe, store);
   /* its arena: those values at 2 bytes an element (codegen/cuda_arena.h) */
   BufPlan gbp;
   GpuBytes dev;

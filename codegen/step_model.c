@@ -1,6 +1,7 @@
 /* codegen/step_model.c -- a rank's predicted compute time a step
  * (codegen/step_model.h). */
 #include "codegen/step_model.h"
+#include "codegen/arena_plan.h"
 
 #include "codegen/host.h"
 #include "codegen/cuda_batch.h"
@@ -193,33 +194,36 @@ void cg_step_model(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
 }
 
 int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine *mc, int bf16,
-                       PpPlan *plan, char *err, size_t len) {
+                       int store, PpPlan *plan, char *err, size_t len) {
   CgKernelPlan kp;
+  BufPlan bp;
+  int *pos;
   /* planned as cg_write_project plans a pipelined module: fused within a
-   * (chunk, phase) colour */
-  int *colour = calloc((size_t)m->nnodes + 1, sizeof *colour);
+   * (chunk, phase) colour, the values it stores as bf16 from that plan */
+  int *colour = arena_alloc(&m->arena, sizeof *colour * ((size_t)m->nnodes + 1));
   double *t = calloc((size_t)m->nnodes + 1, sizeof *t);
-  if (!colour || !t) {
-    free(colour), free(t);
+  if (!t) {
     snprintf(err, len, "out of memory");
     return -1;
   }
   cg_pipe_colours(m, pp, colour);
-  int rc = cg_plan_kernels(m, fuse, colour, &kp, err, len);
-  free(colour);
-  if (rc) {
+  if (cg_plan_step(m, fuse, colour, &kp, &pos, &bp, NULL, err, len)) {
     free(t);
     return -1;
   }
+  int *canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(kp.nkernels + 1));
+  cg_dedup_kernels(&kp, canon);
+  CgCudaStore stored;
+  cg_cuda_store_plan(m, &kp, &bp, canon, bf16, (CgStoreMode)store, pp, &stored);
   StepTime st;
-  cg_step_times(m, &kp, mc, bf16, NULL, NULL, &st, t); /* (pipelined: nothing stored bf16) */
+  cg_step_times(m, &kp, mc, bf16, &stored, NULL, &st, t);
   for (int c = 0; c < plan->st.nchunks; c++)
     plan->timing[c].f = plan->timing[c].b = plan->timing[c].w = 0;
   /* the optimizer: each stage updates the parameters it holds (an owned
    * node runs on its parameter's holders, a shared one on every stage), the
    * stages at once; the step waits for the slowest */
-  double opt[64] = {0};
-  int P = pp->nstages < 64 ? pp->nstages : 64;
+  double opt[PP_MAX_STAGES] = {0};
+  int P = pp->nstages < PP_MAX_STAGES ? pp->nstages : PP_MAX_STAGES;
   for (int i = 0; i < m->nnodes; i++) {
     int c = pp->chunk[i];
     IrPhase ph = m->nodes[i]->phase;

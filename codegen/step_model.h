@@ -49,9 +49,10 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
  * timing (per chunk: F, B and W, one microbatch) this replaces with the sums
  * of the calls each chunk runs in each phase, the optimizer's into
  * plan->opt_s, then simulates again (pp_plan_simulate).  The kernels are
- * planned as cg_write_project plans them (fuse: its choice for pipelines).
+ * planned as cg_write_project plans them (fuse: its choice for pipelines),
+ * and so are the values they store as bf16 (store: a CgStoreMode).
  * 0, or -1 with a one-line reason in err. */
 int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine *mc, int bf16,
-                       PpPlan *plan, char *err, size_t len);
+                       int store, PpPlan *plan, char *err, size_t len);
 
 #endif

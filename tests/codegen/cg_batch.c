@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
   int *canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(nk + 1));
   cg_dedup_kernels(&kp, canon);
   CgCudaStore store;
-  cg_cuda_store_plan(m, &kp, &fp32, canon, machine_bf16(m), CG_STORE_BF16, 0, &store);
+  cg_cuda_store_plan(m, &kp, &fp32, canon, machine_bf16(m), CG_STORE_BF16, NULL, &store);
   cg_cuda_arena_plan(m, &kp, pos, held, &fp32, &store, &bp);
   free(held);
   CgCudaBatches b;

@@ -37,7 +37,7 @@ static int check_mode(IrModule *m, CgKernelPlan *kp, const int *pos, const int *
                       const BufPlan *fp32, const int *canon, CgStoreMode mode, int64_t *gpu) {
   static const char *const names[] = {"bf16", "off", "round"};
   CgCudaStore store;
-  cg_cuda_store_plan(m, kp, fp32, canon, machine_bf16(m), mode, 0, &store);
+  cg_cuda_store_plan(m, kp, fp32, canon, machine_bf16(m), mode, NULL, &store);
   BufPlan g;
   int narrow = cg_cuda_arena_plan(m, kp, pos, held, fp32, &store, &g);
   int want = machine_bf16(m) && mode == CG_STORE_BF16, fails = 0;

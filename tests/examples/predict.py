@@ -15,10 +15,11 @@ usage: predict.py PARC EXAMPLES_DIR WORK_DIR
 - the parts add up to the total; MFU is the model FLOPs a rank over the total
   and the peak; bf16 models use the bf16 rates, move 2 bytes an element of
   the values the GPU trainer stores as bf16 and copy the GEMM operands it
-  converts; the pipeline simulation runs
-  by its chunks' kernels, then the optimizer.
+  converts; the pipeline simulation runs by its chunks' kernels (bf16 stores
+  there too: fewer bytes than --bf16-store off, and a GPU arena a stage
+  smaller than train.c's), then the optimizer.
 """
-import json, os, subprocess, sys
+import json, os, re, subprocess, sys
 
 parc, examples, work = sys.argv[1:4]
 os.makedirs(work, exist_ok=True)
@@ -157,6 +158,24 @@ for part in ("pipeline_s", "optimizer_s"):
     if calls < 10 or abs(calls - round(calls)) > 1e-6:
         sys.exit(f"FAIL pp: {part} {ps[part]} is not a whole number of 1 ms calls")
 near(ps["mfu"], plan["cost"]["flops_per_step"] / 4 / ps["seconds"] / 1e12, "MFU pp")
+# a pipeline's bf16 stores (codegen/cuda_store.h: stage programs too) move fewer
+# bytes than --bf16-store off (round: off's bytes), and its GPU arena is planned
+# with them at 2 bytes an element: smaller than train.c's, a device total a stage
+pipe = {tag: compile_("pp_bytes_" + tag, mc, "--pp", "2", "-D", "precision=bf16", *f)[0]
+        for tag, f in (("bf16", ()), ("off", ("--bf16-store", "off")),
+                       ("round", ("--bf16-store", "round")))}
+pmem = {tag: p["predicted_step"]["pipeline_s"] for tag, p in pipe.items()}
+if not 0 < pmem["bf16"] < 0.9 * pmem["off"]:
+    sys.exit(f"FAIL pp bf16 stores: pipeline {pmem} s")
+near(pmem["round"], pmem["off"], "pp --bf16-store round: off's bytes")
+c16, coff = pipe["bf16"]["cost"], pipe["off"]["cost"]
+dev = c16.get("gpu_device_bytes_per_stage", [])
+with open(os.path.join(work, "pp_bytes_off", "train.c")) as f:  # the slots, accumulator ...
+    train_arena = int(re.search(r"^#define ARENA_BYTES (\d+)$", f.read(), re.M).group(1))
+if not (0 < c16.get("gpu_arena_bytes", 0) < 0.9 * train_arena and len(dev) == 2 and
+        max(dev) == c16["gpu_device_bytes"] and "gpu_arena_bytes" not in coff and
+        c16["gpu_device_bytes"] < coff["gpu_device_bytes"]):
+    sys.exit(f"FAIL pp bf16 arena: {c16} against --bf16-store off {coff}")
 # a routed model's microbatches at pp 1: accumulated on one stage, timed the same way
 plan, rep = compile_("accum", machine("accum", kernel_s=1e-3), "-D", "microbatches=2",
                      model="moe_tiny")
