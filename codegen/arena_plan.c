@@ -70,8 +70,9 @@ static int64_t gemm_ws(const IrModule *m, int bf16, const unsigned char *stored,
   int64_t bytes = rt_cuda_gemms_ws(g, n, bf16 ? RT_CUDA_GEMM_BF16 : RT_CUDA_GEMM_FP32,
                                    RT_CUDA_OPERANDS_ALIGNED, need);
   free(g);
-  /* the params' bf16 copy, which rt_cuda_open counts with the workspaces */
-  int64_t params = cg_params_numel(m);
+  /* the params' bf16 copy, which rt_cuda_open counts with the workspaces (a
+   * stage: of its own params, on every stage where a GEMM reads a weight) */
+  int64_t params = pp ? pp->stage_params_numel[stage] : cg_params_numel(m);
   return bytes + (bf16 && cg_cuda_weights_read(m, weights) ? 2 * (params ? params : 8) : 0);
 }
 
@@ -98,7 +99,7 @@ void cg_gpu_bytes(const IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp,
    * GEMMs' workspaces */
   int64_t slots = cg_pipe_arena_bytes(pp, arena, lp->params_numel);
   out->arena = gbp->narrow ? slots : 0;
-  out->device = 0;
+  out->gemm_ws = out->device = 0;
   out->nstages = pp->nstages;
   for (int s = 0; s < pp->nstages && s < PP_MAX_STAGES; s++) {
     int64_t ws = gemm_ws(m, bf16, store->bf16, store->weights, pp, s);
@@ -106,5 +107,6 @@ void cg_gpu_bytes(const IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp,
                                                  pp->stage_state_numel[s], slots,
                                                  ntok * pp->microbatches, ws);
     if (out->stage_device[s] > out->device) out->device = out->stage_device[s];
+    if (ws > out->gemm_ws) out->gemm_ws = ws;
   }
 }

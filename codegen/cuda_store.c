@@ -222,9 +222,9 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
     out->code[i] = c;
   }
   /* the weights' bf16 copy: round mode's GEMMs convert the f32 params, as
-   * the copy rounds them (the store check compares the two); stage programs
-   * keep stage-local params, and no copy */
-  out->weights = bf16 && !pp && !round;
+   * the copy rounds them (the store check compares the two); a stage
+   * program's, of its stage's own params */
+  out->weights = bf16 && !round;
   /* round: the buffers hold f32 (GEMMs convert them, dlogits are written f32) */
   if (round) {
     out->rounded = arena_alloc(&m->arena, (size_t)m->nnodes + 1);

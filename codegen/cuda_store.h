@@ -93,7 +93,8 @@ typedef struct CgCudaStore {
   int64_t elements;      /* their elements, all together */
   int weights;           /* 1: the GEMMs read their weights from a bf16 copy of the
                             params (rt_cuda_params_bf16) where rt_cuda_gemm_stored_ok:
-                            precision bf16, stores on (not round), no stage programs */
+                            precision bf16, stores on (not round); stage programs:
+                            each stage's copy of its own params */
   int *canon;            /* per kernel instance: the instance whose CUDA code it runs */
   KirKernel **code;      /* per kernel instance i with canon[i] == i: that code */
 } CgCudaStore;

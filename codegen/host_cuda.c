@@ -870,6 +870,8 @@ static void pipe_grad_norm(void *ctx, const char *x) {
 static void emit_pipe_cuda(Cu *e, const CgHostInfo *info, int64_t slot_bytes, int64_t rows,
                            int64_t seq) {
   FILE *out = e->out;
+  /* the GEMMs read weights from the bf16 copy of the stage's own params */
+  int weights = cg_cuda_weights_read(e->m, e->store->weights);
   fprintf(out,
           "/* This rank's device: made by start, before the first step (ranks are threads or\n"
           " * processes). */\n"
@@ -895,16 +897,19 @@ static void emit_pipe_cuda(Cu *e, const CgHostInfo *info, int64_t slot_bytes, in
            "                   .tp_rank = io->tp_rank, .dp_rank = io->dp_rank, .pp = MESH_PP,\n"
            "                   .ep = MESH_EP, .pp_group = io->pp_group, .ep_group = io->ep_group,\n"
            "                   .ep_dp_group = io->ep_dp_group, .pp_rank = s_, .gemm = GEMM_MODE,\n"
-           "                   .model = \"%s\", .gemms = gl, .ngemms = ng};\n"
+           "                   .model = \"%s\", .gemms = gl, .ngemms = ng,\n"
+           "                   .params_bf16 = %d};\n"
            "  return rt_cuda_open(&dev, &s, io->params, io->state);\n"
            "}\n\n"
-           "/* One step: all the rank's microbatches go to the device and rt_cuda_pipe_step\n"
-           " * runs the stage's action list. */\n"
+           "/* One step: all the rank's microbatches go to the device%s and\n"
+           " * rt_cuda_pipe_step runs the stage's action list. */\n"
            "static int step(RtStepIO *io) {\n"
-           "  CHECK(rt_cuda_step_begin(dev, io->tokens, io->targets, io->lr, io->step));\n"
+           "  CHECK(rt_cuda_step_begin(dev, io->tokens, io->targets, io->lr, io->step));\n%s"
            "  return rt_cuda_pipe_step(dev, io, &pipe);\n"
            "}\n",
-           rows * info->pipe->microbatches, seq, e->m->name);
+           rows * info->pipe->microbatches, seq, e->m->name, weights,
+           weights ? ", the stage's params to bf16 for\n * the GEMMs marked PB(offset)" : "",
+           weights ? "  CHECK(rt_cuda_params_to_bf16(dev));\n" : "");
   CgPipeHooks h = {e, pipe_fn_head, pipe_runtime, pipe_kernel, pipe_zero, pipe_pp_sum,
                    pipe_loss, pipe_copy, pipe_grad_norm, step};
   const CgLeafPlan *whole = e->lp;

@@ -517,7 +517,8 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
     fprintf(out, "GPU trainer (bf16): + %s (%" PRId64 " bytes) of bf16 GEMM operand copies "
             "(weights included)%s, allocated at start\n",
             bytes(a, sizeof a, (double)c->gpu.gemm_ws), c->gpu.gemm_ws,
-            c->pipe ? " (at most: each slot its largest stage's)" : "");
+            c->gpu.nstages > 1 ? " (the stage needing most; a stage's own, per stage below)"
+                               : "");
   if (c->arena_bytes && c->gpu.device) gpu_device(out, c);
   if (c->pipe) {
     pipeline(out, c->pipe, lay->tp);

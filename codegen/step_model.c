@@ -148,6 +148,11 @@ static void add_call(StepTime *st, IrPhase phase, double t, int kind) {
   else st->bwd_s += t;
 }
 
+/* rt_cuda_params_to_bf16 over `params` floats: read 4, write 2 bytes each */
+static double params_copy_s(const Machine *mc, double params) {
+  return mc->kernel_s + split_cost(mc, 4 * params) + 6 * params / mc->mem_bytes_per_s;
+}
+
 void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int bf16,
                    const CgCudaStore *store, const CgCudaBatches *batches, StepTime *st,
                    double *node_s) {
@@ -161,8 +166,7 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
   if (bf16 && cg_cuda_weights_read(m, weights)) {
     double params = (double)cg_params_numel(m);
     st->bytes += 6 * params;
-    add_call(st, IR_PHASE_FWD,
-             mc->kernel_s + split_cost(mc, 4 * params) + 6 * params / mc->mem_bytes_per_s, 0);
+    add_call(st, IR_PHASE_FWD, params_copy_s(mc, params), 0);
   }
   for (int k = 0; k < kp->nkernels; k++) { /* generated kernels (a _stats one too), at roots */
     int r = kp->kernels[k].root;
@@ -237,6 +241,10 @@ int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine
       *(ph == IR_PHASE_FWD ? &tc->f : ph == IR_PHASE_B ? &tc->b : &tc->w) += t[i];
     }
   }
+  /* each stage's params' bf16 copy, first in its step, outside the schedule
+   * as the optimizer is: counted with it */
+  for (int s = 0; s < P && bf16 && cg_cuda_weights_read(m, stored.weights); s++)
+    opt[s] += params_copy_s(mc, (double)pp->stage_params_numel[s]);
   plan->opt_s = 0;
   for (int s = 0; s < P; s++)
     if (opt[s] > plan->opt_s) plan->opt_s = opt[s];

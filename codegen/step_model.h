@@ -47,8 +47,9 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
 /* A pipelined trainer's chunk durations from its kernels: m is its module
  * (one microbatch), pp its stage programs, plan the pipeline plan whose
  * timing (per chunk: F, B and W, one microbatch) this replaces with the sums
- * of the calls each chunk runs in each phase, the optimizer's into
- * plan->opt_s, then simulates again (pp_plan_simulate).  The kernels are
+ * of the calls each chunk runs in each phase, the optimizer's (with a bf16
+ * trainer's copy of the stage's params, which also runs once a step outside
+ * the schedule) into plan->opt_s, then simulates again (pp_plan_simulate).  The kernels are
  * planned as cg_write_project plans them (fuse: its choice for pipelines),
  * and so are the values they store as bf16 (store: a CgStoreMode).
  * 0, or -1 with a one-line reason in err. */
