@@ -50,6 +50,12 @@
 #               device-local collectives: device copies and reduction kernels, no
 #               host staging): against the same CPU references at 1e-4, and the
 #               losses bit for bit equal to the host-staged run's;
+#   3e. bf16 pp gpt2_tiny at --tp 2 --pp 2 in precision bf16 (the stage programs
+#               store activations as bf16, the stages' GEMMs read their own
+#               params' bf16 copy) against the same layout generated with
+#               --bf16-store round (fp32 buffers holding the same rounded
+#               values): losses bit for bit; and within 2e-4 relative of 3b's
+#               CPU trainer (the emulated store check's bound);
 #   4. bf16     GPT-2 small (examples/gpt2.dsl, precision = bf16) for
 #               $BENCH_STEPS steps: tokens/s and MFU against $PEAK_TFLOPS;
 #   4g. the same with PARC_CUDA_GRAPH=1: tokens/s next to 4's, losses bit for
@@ -404,6 +410,29 @@ for pair in gpt2_tiny_tp2:gpt2_tiny llama_tiny_tp2:llama_tiny gpt2_tiny_tp2_pp2 
     > "$WORK/$name.dev.bits.log" 2>&1 || true
   result "$name device = host bits" "$WORK/$name.dev.bits.log"
 done
+
+# 3e. a bf16 pipeline on the GPU's bf16 paths (tensor-core attention, cuBLASLt
+# bf16), 4 ranks as threads: bf16 stores = the round trainer's bits, and near
+# the fp32 CPU trainer of the layout (3b's reference)
+say "3e. bf16 gpt2_tiny at tp=2 pp=2: bf16 stores against --bf16-store round"
+pp16=gpt2_tiny_tp2_pp2_bf16
+if project $pp16 gpt2_tiny.dsl "train_cuda" --tp 2 --pp 2 -D precision=bf16 &&
+   project ${pp16}r gpt2_tiny.dsl "train_cuda" --tp 2 --pp 2 -D precision=bf16 \
+     --bf16-store round && running; then
+  for name in $pp16 ${pp16}r; do
+    PARC_CUDA_COMM=host timeout "$LIMIT" "$WORK/$name/build/train_cuda" --steps "$STEPS" \
+      --log "$WORK/$name.gpu.jsonl" --quiet > "$WORK/$name.gpu.log" 2>&1 ||
+      cat "$WORK/$name.gpu.log"
+  done
+  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/${pp16}r.gpu.jsonl" \
+    "$WORK/$pp16.gpu.jsonl" 0 > "$WORK/$pp16.bits.log" 2>&1 || true
+  cat "$WORK/$pp16.bits.log"
+  result "bf16 tp=2 pp=2 stores = round bits" "$WORK/$pp16.bits.log"
+  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/gpt2_tiny_tp2_pp2.cpu.jsonl" \
+    "$WORK/$pp16.gpu.jsonl" 2e-4 > "$WORK/$pp16.cmp.log" 2>&1 || true
+  cat "$WORK/$pp16.cmp.log"
+  result "bf16 tp=2 pp=2 gpt2_tiny vs fp32 CPU" "$WORK/$pp16.cmp.log"
+fi
 
 say "4. bf16 GPT-2 small: $BENCH_STEPS steps"
 if project gpt2 gpt2.dsl "train_cuda" && running; then
