@@ -45,7 +45,7 @@ static void row(FILE *out, const char *what, double p, double w, double g, doubl
 /* The pipeline section (--pp above 1): per stage its chunks' layers, FLOPs
  * and activations of one microbatch, the simulated peak of stashed
  * activations, and the bubble simulated next to the analytic value. */
-static void pipeline(FILE *out, const PpPlan *p, int tp) {
+static void pipeline(FILE *out, const PpPlan *p, int tp, int bf16) {
   const PpStages *st = &p->st;
   const PpSim *sim = &p->sim;
   int P = st->nstages, V = st->nvirtual;
@@ -64,6 +64,9 @@ static void pipeline(FILE *out, const PpPlan *p, int tp) {
   if (tp > 1)
     fprintf(out, "  (FLOPs are per tp rank; stashed activations are whole over the tp group, an "
             "upper bound)\n");
+  if (bf16)
+    fprintf(out, "  (stashed activations at 4 bytes an element; the bf16 GPU trainer stores most "
+            "as bf16: its arena is the \"GPU trainer\" line above, with -o)\n");
   for (int s = 0; s < P; s++) {
     fprintf(out, "  stage %d:%s", s, V > 1 ? "\n" : "");
     for (int k = s; k < st->nchunks; k += P) {
@@ -521,7 +524,7 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
                                : "");
   if (c->arena_bytes && c->gpu.device) gpu_device(out, c);
   if (c->pipe) {
-    pipeline(out, c->pipe, lay->tp);
+    pipeline(out, c->pipe, lay->tp, c->bf16);
     predicted_pipe_step(out, lay, c);
   } else if (c->accum) predicted_pipe_step(out, lay, c);
   else if (c->tokens && (c->has_comm || lay->tp * lay->dp == 1)) predicted_step(out, lay, c);
