@@ -86,9 +86,9 @@ void cg_gpu_bytes(const IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp,
   int64_t arena = cg_arena_bytes(kp, gbp, NULL);
   const IrNode *tok = cg_tokens_input(m);
   int64_t ntok = tok ? ir_numel(tok) : 0;
-  out->gemm_ws = cg_gemm_ws_bytes(m, bf16, store->bf16, store->weights);
   out->nstages = 0;
   if (!pp) {
+    out->gemm_ws = cg_gemm_ws_bytes(m, bf16, store->bf16, store->weights);
     out->arena = gbp->narrow ? arena : 0;
     out->device = rt_cuda_planned_bytes(lp->params_numel, lp->state_numel, arena, ntok,
                                         out->gemm_ws);

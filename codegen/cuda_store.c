@@ -26,6 +26,50 @@ static int xent(IrOp op) {
                                                                                 : 0;
 }
 
+/* Nodes marked (on[id] = 1), listed in ids[0 .. n) so that clearing them
+ * costs what marking did. */
+typedef struct {
+  unsigned char *on;
+  int *ids, n;
+} Marks;
+
+static void marks_clear(Marks *mk) {
+  for (int k = 0; k < mk->n; k++) mk->on[mk->ids[k]] = 0;
+  mk->n = 0;
+}
+
+/* What the plan reads: m and its kernel and buffer plans, the values that
+ * stay f32 (keep), and who reads each node: its uses u in
+ * [first[id], first[id + 1]), each the reader's id and the input's index,
+ * in node order (uses()). */
+typedef struct {
+  IrModule *m;
+  const CgKernelPlan *kp;
+  const BufPlan *bp;
+  const unsigned char *keep;
+  int *first, *reader, *input;
+} Store;
+
+/* Fills c's uses of every node from m's inputs (m's arena). */
+static void uses(Store *c) {
+  IrModule *m = c->m;
+  int n = m->nnodes, total = 0;
+  c->first = arena_alloc(&m->arena, sizeof(int) * (size_t)(n + 2));
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < m->nodes[i]->ninputs; j++) c->first[m->nodes[i]->inputs[j]->id + 1]++;
+  for (int i = 0; i < n; i++) c->first[i + 1] += c->first[i];
+  total = c->first[n];
+  c->reader = arena_alloc(&m->arena, sizeof(int) * (size_t)(total + 1));
+  c->input = arena_alloc(&m->arena, sizeof(int) * (size_t)(total + 1));
+  int *fill = arena_alloc(&m->arena, sizeof(int) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++) fill[i] = c->first[i];
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < m->nodes[i]->ninputs; j++) {
+      int a = m->nodes[i]->inputs[j]->id, at = fill[a]++;
+      c->reader[at] = i, c->input[at] = j;
+    }
+}
+
 /* Who reads n: READ_GEMM, a GEMM that may read it stored as bf16; READ_KERNEL,
  * a generated kernel (through a param of it, which the store retypes);
  * READ_XENT, (vocab_)cross_entropy or its gradient as their logits;
@@ -33,21 +77,22 @@ static int xent(IrOp op) {
  * (dy) where cg_cuda_attn_stored_ok, sdpa_delta (rt_cuda_sdpa_delta_io reads
  * bf16 in any mode), or sdpa_lse (it copies the lse after sdpa's out, which
  * stays f32); READ_OTHER, anything else (a runtime op, a GEMM that could not, the
- * optimizer: what it reads are parameter gradients).  A view of
- * n counts as its readers (recursively), or as OTHER where keep[] has it; wide values (rows of 2 cols) admit
- * views that keep the rows only, and their kernel readers count as OTHER (a
- * kernel indexes dense rows).  mark[] gets n's views. */
-static int readers(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
-                   const unsigned char *keep, const IrNode *n, int wide, unsigned char *mark) {
+ * optimizer: what it reads are parameter gradients).  A view of n counts as
+ * its readers (recursively), or as OTHER where keep[] has it; wide values
+ * (rows of 2 cols) admit views that keep the rows only, and their kernel
+ * readers count as OTHER (a kernel indexes dense rows).  mark gets n's
+ * views. */
+static int readers(const Store *c, const IrNode *n, int wide, Marks *mark) {
+  const CgKernelPlan *kp = c->kp;
   int who = 0;
-  for (int i = n->id + 1; i < m->nnodes; i++) {
-    const IrNode *q = m->nodes[i];
-    for (int j = 0; j < q->ninputs; j++) {
-      if (q->inputs[j] != n) continue;
-      if (is_view_of(kp, bp, q, n, wide)) {
+  for (int u = c->first[n->id]; u < c->first[n->id + 1]; u++) {
+    const IrNode *q = c->m->nodes[c->reader[u]];
+    int j = c->input[u];
+    {
+      if (is_view_of(kp, c->bp, q, n, wide)) {
         /* (a view that stays f32 keeps its value f32: its bytes are the value's) */
-        who |= keep[q->id] ? READ_OTHER : readers(m, kp, bp, keep, q, wide, mark);
-        mark[q->id] = 1;
+        who |= c->keep[q->id] ? READ_OTHER : readers(c, q, wide, mark);
+        if (!mark->on[q->id]) mark->on[q->id] = 1, mark->ids[mark->n++] = q->id;
       } else if (q->phase == IR_PHASE_OPT) {
         who |= READ_OTHER; /* a parameter gradient: f32 for the optimizer */
       } else if (!cg_runtime_op(q->op)) {
@@ -74,29 +119,30 @@ static int readers(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
  * reduction's result (fewer elements than a buffer its kernel reads), which a
  * kernel may not read as bf16 (row statistics stay f32).  Logits go bf16 with
  * their gradients (rt_cuda_(vocab_)cross_entropy_grad_bf16io reads and writes
- * both, in place): only if GEMMs that may are all that read each gradient. */
-static void mark(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
-                 const unsigned char *keep, const IrNode *n, int how, int small,
-                 unsigned char *views, unsigned char *bf16) {
-  memset(views, 0, (size_t)m->nnodes);
-  int who = readers(m, kp, bp, keep, n, how == 2, views);
-  if (!who || who & READ_OTHER || (small && who & READ_KERNEL)) return;
-  unsigned char *grad = NULL; /* n's cross_entropy_grads and their views */
-  if (who & READ_XENT) {
-    grad = arena_alloc(&m->arena, (size_t)m->nnodes + 1);
-    unsigned char *gv = arena_alloc(&m->arena, (size_t)m->nnodes + 1);
-    for (int i = n->id + 1; i < m->nnodes; i++) {
-      const IrNode *q = m->nodes[i];
-      if (xent(q->op) != 1 || (q->inputs[0] != n && !views[q->inputs[0]->id])) continue;
-      memset(gv, 0, (size_t)m->nnodes);
-      if (readers(m, kp, bp, keep, q, 0, gv) != READ_GEMM) return;
-      grad[i] = 1;
-      for (int v = i + 1; v < m->nnodes; v++) grad[v] |= gv[v];
+ * both, in place): only if GEMMs that may are all that read each gradient.
+ * views, gv: scratch, clear on entry and on return. */
+static void mark(const Store *c, const IrNode *n, int how, int small, Marks *views, Marks *gv,
+                 unsigned char *bf16) {
+  IrModule *m = c->m;
+  int who = readers(c, n, how == 2, views);
+  if (!who || who & READ_OTHER || (small && who & READ_KERNEL)) {
+    marks_clear(views);
+    return;
+  }
+  /* n's cross_entropy_grads and their views, into gv */
+  for (int i = n->id + 1; who & READ_XENT && i < m->nnodes; i++) {
+    const IrNode *q = m->nodes[i];
+    if (xent(q->op) != 1 || (q->inputs[0] != n && !views->on[q->inputs[0]->id])) continue;
+    if (readers(c, q, 0, gv) != READ_GEMM) {
+      marks_clear(views), marks_clear(gv);
+      return;
     }
+    if (!gv->on[i]) gv->on[i] = 1, gv->ids[gv->n++] = i;
   }
   bf16[n->id] = (unsigned char)how;
-  for (int v = n->id + 1; v < m->nnodes; v++)
-    if (views[v] || (grad && grad[v])) bf16[v] = (unsigned char)how;
+  for (int k = 0; k < views->n; k++) bf16[views->ids[k]] = (unsigned char)how;
+  for (int k = 0; k < gv->n; k++) bf16[gv->ids[k]] = (unsigned char)how;
+  marks_clear(views), marks_clear(gv);
 }
 
 /* The params of kernel instance k to retype, as a mask (params past 63:
@@ -152,7 +198,12 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
   out->code = arena_alloc(&m->arena, sizeof(KirKernel *) * (size_t)(kp->nkernels + 1));
   unsigned char *keep = cg_results(m);
   if (pp) keep_pipe(m, pp, keep);
-  unsigned char *views = arena_alloc(&m->arena, (size_t)m->nnodes + 1);
+  Store st = {m, kp, bp, keep, NULL, NULL, NULL};
+  uses(&st);
+  Marks views = {arena_alloc(&m->arena, (size_t)m->nnodes + 1),
+                 arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1)), 0};
+  Marks gv = {arena_alloc(&m->arena, (size_t)m->nnodes + 1),
+              arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1)), 0};
   /* the candidates: stored by a kernel as an out param (at most 64 params) */
   for (int i = 0; bf16 && i < kp->nkernels; i++) {
     const CgKernel *k = &kp->kernels[i];
@@ -162,7 +213,7 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
       const KirParam *q = &k->k->params[p];
       if (a < 0 || q->access != KIR_OUT || q->elem != KIR_F32 || !candidate(m, kp, bp, keep, a))
         continue;
-      mark(m, kp, bp, keep, m->nodes[a], 1, reduces(m, k, m->nodes[a]), views, out->bf16);
+      mark(&st, m->nodes[a], 1, reduces(m, k, m->nodes[a]), &views, &gv, out->bf16);
     }
   }
   /* GEMM results: cuBLASLt writes them bf16 (RT_CUDA_MM_C_BF16) */
@@ -171,13 +222,13 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
     if (n->op != IR_OP_MATMUL && n->op != IR_OP_MATMUL_TA) continue;
     const RtCudaGemm g = cg_cuda_gemm(n);
     if (rt_cuda_gemm_out_stored_ok(&g) && candidate(m, kp, bp, keep, i))
-      mark(m, kp, bp, keep, n, 1, 0, views, out->bf16);
+      mark(&st, n, 1, 0, &views, &gv, out->bf16);
   }
   /* attention's results: the mma kernels write out (dqkv) bf16 (RT_CUDA_ATTN_O_BF16) */
   for (int i = 0; bf16 && i < m->nnodes; i++) {
     const IrNode *n = m->nodes[i];
     if (cg_cuda_attn_stored_ok(n) && candidate(m, kp, bp, keep, i))
-      mark(m, kp, bp, keep, n, 1, 0, views, out->bf16);
+      mark(&st, n, 1, 0, &views, &gv, out->bf16);
   }
   /* (vocab_)cross_entropy_grad's dlogits: rt_cuda_(vocab_)cross_entropy_grad_bf16
    * store them wide, in place of the logits or not */
@@ -186,7 +237,7 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
     if ((n->op == IR_OP_CROSS_ENTROPY_GRAD || n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD) &&
         !keep[i] && bp->offset[i] >= 0 && kp->view_of[i] < 0 &&
         !out->bf16[i]) /* (not stored with its logits already) */
-      mark(m, kp, bp, keep, n, 2, 0, views, out->bf16);
+      mark(&st, n, 2, 0, &views, &gv, out->bf16);
   }
   for (int i = 0; i < m->nnodes; i++) /* (a view is its value's buffer: not counted again) */
     if (out->bf16[i] && kp->view_of[i] < 0) out->count++, out->elements += ir_numel(m->nodes[i]);

@@ -438,9 +438,8 @@ static void gpu_fit(FILE *out, int64_t device, const Machine *mc, int stages) {
 static void gpu_device(FILE *out, const Cost *c) {
   const GpuBytes *g = &c->gpu;
   const Machine *mc = c->machine ? c->machine : machine_default;
-  const char *what = "(parameters, optimizer state, arena, batch, "
-                     "workspaces; CUDA's, cuBLASLt's and NCCL's own aside), checked against "
-                     "free memory at start";
+  const char *what = "(parameters, optimizer state, arena, batch, workspaces; CUDA's, "
+                     "cuBLASLt's and NCCL's own aside), checked against free memory at start";
   char a[32];
   if (g->nstages <= 1) {
     fprintf(out, "GPU trainer: %s (%" PRId64 " bytes) of device memory a rank %s",

@@ -492,8 +492,8 @@ static int parse_args(int argc, char **argv, Options *o) {
 static int pipe_retime(const Options *o, const IrModule *m, IrModule *tm, const PpProgram *pp,
                        PpPlan *plan) {
   char why[512];
-  if (cg_pipe_step_model(tm, pp, !o->no_fuse, &o->machine, machine_bf16(m), o->bf16_store, plan, why,
-                         sizeof why)) {
+  if (cg_pipe_step_model(tm, pp, !o->no_fuse, &o->machine, machine_bf16(m), o->bf16_store, plan,
+                         why, sizeof why)) {
     fprintf(stderr, "parc: internal error: timing the pipeline: %s\n", why);
     return -1;
   }

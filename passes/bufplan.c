@@ -145,11 +145,6 @@ static int by_size(const void *a, const void *b) {
   return x->s != y->s ? (x->s < y->s ? -1 : 1) : x->root - y->root;
 }
 
-static int by_off(const void *a, const void *b) {
-  const Block *x = *(Block *const *)a, *y = *(Block *const *)b;
-  return x->off < y->off ? -1 : x->off > y->off;
-}
-
 /* Best fit in time order places each buffer knowing only the past, and can
  * leave gaps no later buffer fits (GPT-2: 4% above the live peak).  This
  * places the same byte groups again, largest first, each at the lowest
@@ -175,20 +170,26 @@ static void repack(IrModule *m, BufPlan *p, const int *pos) {
   }
   if (nb < 2) return;
   qsort(b, (size_t)nb, sizeof *b, by_size);
-  Block **placed = arena_alloc(&m->arena, sizeof(Block *) * (size_t)nb);
+  /* `order`: the groups placed so far by offset (ties: placing order), kept
+   * sorted by insertion, so each group scans them once: O(nb^2) in all */
+  Block **order = arena_alloc(&m->arena, sizeof(Block *) * (size_t)nb);
   int64_t peak = 0;
   for (int k = 0; k < nb; k++) {
-    int np = 0;
-    for (int j = 0; j < k; j++)
-      if (b[j].s <= b[k].e && b[k].s <= b[j].e) placed[np++] = &b[j];
-    qsort(placed, (size_t)np, sizeof *placed, by_off);
     int64_t off = 0;
-    for (int j = 0; j < np; j++) {
-      if (placed[j]->off >= off + b[k].size) break;
-      if (placed[j]->off + placed[j]->size > off) off = placed[j]->off + placed[j]->size;
+    for (int j = 0; j < k; j++) {
+      const Block *q = order[j];
+      if (!(q->s <= b[k].e && b[k].s <= q->e)) continue; /* lives apart */
+      if (q->off >= off + b[k].size) break;
+      if (q->off + q->size > off) off = q->off + q->size;
     }
     b[k].off = off;
     if (off + b[k].size > peak) peak = off + b[k].size;
+    int at_k = k; /* after every group at an offset <= off */
+    while (at_k > 0 && order[at_k - 1]->off > off) {
+      order[at_k] = order[at_k - 1];
+      at_k--;
+    }
+    order[at_k] = &b[k];
   }
   if (peak >= p->peak) return;
   for (int k = 0; k < nb; k++) slot[b[k].root] = k;
