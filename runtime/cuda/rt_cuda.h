@@ -70,6 +70,9 @@
  *   PARC_CUDA_COMM=nccl it is an error) and world rank 0 then prints the
  *   choice ("parcrt_cuda: GPU 0 (...), ..., collectives device-local ...").
  *   With nccl, ranks > GPUs in one process is refused with a message.
+ *   With nccl a pipeline's transfers run on a stream of their own, the compute
+ *   stream waiting for them per slot (rt_cuda_pipe.cu: a send overlaps the next
+ *   microbatch's work); PARC_CUDA_PIPE_STREAM=0 keeps them on the compute stream.
  * Watchdog (nccl): a thread per rank polls the last collective enqueued;
  * when NCCL reports an asynchronous error (ncclCommGetAsyncError) or the
  * collective has not finished rt_comm_timeout() seconds after it was

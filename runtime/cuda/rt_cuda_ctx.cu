@@ -210,6 +210,14 @@ static int choose_device(RtCuda *c, const RtCudaSetup *s) {
     c->use_nccl = 0;
     c->local_dev = c->ranks > 1 && !strcmp(loc, "device");
   }
+  /* NCCL's pipeline transfers on their own stream (1, the default) or on the
+   * compute stream (0: no overlap, as before; rt_cuda_pipe.cu) */
+  const char *ps = getenv("PARC_CUDA_PIPE_STREAM");
+  if (ps && *ps && strcmp(ps, "0") && strcmp(ps, "1"))
+    return rt_fail_setup("PARC_CUDA_PIPE_STREAM='%s': expected 1 (NCCL pipeline transfers on "
+                         "their own stream, overlapping compute) or 0 (on the compute stream)",
+                         ps);
+  c->p2p_off = ps && !strcmp(ps, "0");
   if (c->local_dev && mpi) /* (rt_cuda_local_open's own check, before any allocation) */
     return rt_fail_setup("PARC_CUDA_LOCAL=device needs the ranks as threads of one process, "
                          "not under mpirun; use PARC_CUDA_LOCAL=host");
@@ -506,6 +514,7 @@ void rt_cuda_close(RtCuda *c) {
   if (c->pending_ev) cudaEventDestroy(c->pending_ev);
 #endif
   rt_cuda_local_close(c);
+  rt_cuda_pipe_close(c);
   if (c->graph_exec) cudaGraphExecDestroy(c->graph_exec);
   for (int i = 0; i < RT_CUDA_GEMM_CACHE; i++) {
     GemmPlan *p = &c->plans[i];

@@ -95,6 +95,15 @@ struct RtCuda {
   int pipe_host_n, pipe_nloss, pipe_norm;
   const RtPipeDesc *pipe_desc; /* the desc pipe_p2p was decided for */
   int pipe_p2p;              /* 1: boundary values over NCCL send/recv; 0: host-staged */
+  /* NCCL's transfers run on p2p (made with the first such step): after the
+   * compute stream's work so far (p2p_ready); slot_ev[k], recorded after those
+   * touching slot k, which the compute stream waits for before it next runs
+   * on slot k (slot_wait[k]); p2p_done, joined before the step's collectives */
+  cudaStream_t p2p;
+  cudaEvent_t p2p_ready, p2p_done, *slot_ev;
+  unsigned char *slot_wait;
+  int nslot_ev, p2p_used;
+  int p2p_off;               /* PARC_CUDA_PIPE_STREAM=0: NCCL's transfers on compute */
   /* watchdog: the last collective enqueued */
   pthread_t watchdog;
   int watchdog_on;
@@ -187,6 +196,9 @@ int rt_cuda_local_collective(RtCuda *c, int op, int g, const float *send, float 
  * buffered semantics (send: x may change once it returns) on device values;
  * n > 0 floats, the same on both sides. */
 int rt_cuda_local_p2p(RtCuda *c, int send, float *x, int64_t n, int peer, int tag);
+
+/* rt_cuda_pipe.cu: frees the NCCL transfers' stream and events (RtCuda.p2p). */
+void rt_cuda_pipe_close(RtCuda *c);
 
 /* PARC_CUDA_GRAPH (rt_cuda_graph.cu): at a step's start, whether anything
  * keeps the run's steps out of a graph; the first call looks (pipelined:

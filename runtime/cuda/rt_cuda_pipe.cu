@@ -6,8 +6,9 @@
  *   - the arena is `slots` slots of slot_bytes, then the accumulator (room for
  *     the largest stage's parameters, 64-byte rounded), then two scratch
  *     vectors of shared_max floats; microbatch mb runs on slot mb % slots;
- *   - actions run in the stage's list order, all on the compute stream; a
- *     schedule without W actions runs wgt right after bwd;
+ *   - actions run in the stage's list order, on the compute stream (NCCL's
+ *     transfers on their own stream, p2p: the compute stream waits for them
+ *     per slot); a schedule without W actions runs wgt right after bwd;
  *   - the accumulator is summed over dp (reduce_grads: the expert-parallel
  *     parameters' regions over ep_dp instead, RtPipeDesc.expert; the same
  *     pieces, groups and order as rt_pipe.c's) or, under ZeRO-1,
@@ -235,7 +236,68 @@ static int rendezvous_safe(const RtPipeDesc *p) {
   return ok;
 }
 
-/* Runs the transfer actions [i, end) of stage s's list, one NCCL group, or one
+/* ---- NCCL transfers on their own stream (RtCuda.p2p) ----
+ * A group of transfers waits for the compute stream's work so far (its sends'
+ * values are written, its receives' buffers free); the compute stream waits
+ * for it only before it next runs on a slot the group touched (wait_slot), and
+ * for all of them before the step's collectives (p2p_join): a send, which
+ * NCCL completes only once its peer receives, no longer holds up the next
+ * microbatch's compute.  Relative to one stream this drops dependencies and
+ * adds none, so a schedule rendezvous_safe accepts stays deadlock-free. */
+
+/* The stream and events for a desc of `slots` slots (made once, grown). */
+static int p2p_open(RtCuda *c, int slots) {
+  if (!c->p2p) {
+    CU_CHECK(c, cudaStreamCreateWithFlags(&c->p2p, cudaStreamNonBlocking), "cudaStreamCreate");
+    CU_CHECK(c, cudaEventCreateWithFlags(&c->p2p_ready, cudaEventDisableTiming),
+             "cudaEventCreate");
+    CU_CHECK(c, cudaEventCreateWithFlags(&c->p2p_done, cudaEventDisableTiming),
+             "cudaEventCreate");
+  }
+  if (slots <= c->nslot_ev) return RT_OK;
+  cudaEvent_t *ev = (cudaEvent_t *)realloc(c->slot_ev, sizeof *ev * (size_t)slots);
+  if (ev) c->slot_ev = ev;
+  unsigned char *w = (unsigned char *)realloc(c->slot_wait, (size_t)slots);
+  if (w) c->slot_wait = w;
+  if (!ev || !w) return rt_fail("rank %d: out of host memory", c->wrank);
+  for (; c->nslot_ev < slots; c->nslot_ev++) {
+    c->slot_wait[c->nslot_ev] = 0;
+    CU_CHECK(c, cudaEventCreateWithFlags(&c->slot_ev[c->nslot_ev], cudaEventDisableTiming),
+             "cudaEventCreate");
+  }
+  return RT_OK;
+}
+
+void rt_cuda_pipe_close(RtCuda *c) {
+  if (c->p2p) cudaStreamSynchronize(c->p2p);
+  for (int k = 0; k < c->nslot_ev; k++) cudaEventDestroy(c->slot_ev[k]);
+  free(c->slot_ev), free(c->slot_wait);
+  if (c->p2p_ready) cudaEventDestroy(c->p2p_ready);
+  if (c->p2p_done) cudaEventDestroy(c->p2p_done);
+  if (c->p2p) cudaStreamDestroy(c->p2p);
+}
+
+/* Before the compute stream runs on slot k: the transfers touching it done. */
+static int wait_slot(RtCuda *c, int k) {
+  if (k >= c->nslot_ev || !c->slot_wait[k]) return RT_OK;
+  c->slot_wait[k] = 0;
+  CU_CHECK(c, cudaStreamWaitEvent(c->compute, c->slot_ev[k], 0), "wait for a pipeline transfer");
+  return RT_OK;
+}
+
+/* Before the step's collectives: every transfer done (NCCL's kernels of one
+ * communicator must not run out of their issue order on two streams). */
+static int p2p_join(RtCuda *c) {
+  if (!c->p2p_used) return RT_OK;
+  c->p2p_used = 0;
+  for (int k = 0; k < c->nslot_ev; k++) c->slot_wait[k] = 0;
+  CU_CHECK(c, cudaEventRecord(c->p2p_done, c->p2p), "join the pipeline transfers");
+  CU_CHECK(c, cudaStreamWaitEvent(c->compute, c->p2p_done, 0), "join the pipeline transfers");
+  return RT_OK;
+}
+
+/* Runs the transfer actions [i, end) of stage s's list, one NCCL group (on
+ * RtCuda.p2p; on the compute stream while PARC_CUDA_PROFILE times them), or one
  * by one through the host. */
 static int transfers(RtCuda *c, const RtPipeDesc *p, int s, int i, int end, char *base) {
   RtProfScope ps(c);
@@ -265,20 +327,31 @@ static int transfers(RtCuda *c, const RtPipeDesc *p, int s, int i, int end, char
   snprintf(what, sizeof what, "pipeline transfers (%d actions) over group pp (%d stages)",
            end - i, p->stages);
   ncclComm_t nc = c->gcomm[RT_CUDA_PP];
+  cudaStream_t st = c->p2p && !c->prof ? c->p2p : c->compute;
+  if (st != c->compute) {
+    CU_CHECK(c, cudaEventRecord(c->p2p_ready, c->compute), what);
+    CU_CHECK(c, cudaStreamWaitEvent(st, c->p2p_ready, 0), what);
+  }
   NC_CHECK(c, ncclGroupStart(), what);
-  for (; i < end; i++) {
-    const RtPipeAction *a = &p->actions[s][i];
+  for (int j = i; j < end; j++) {
+    const RtPipeAction *a = &p->actions[s][j];
     Xfer x = xfer_of(p, a);
     char *slot = base + (int64_t)(a->mb % p->slots) * p->slot_bytes;
     for (int k = 0; k < x.n; k++) {
       void *ptr = slot + x.v[k].offset; /* f32 or i32: 4-byte words, moved as they are */
       size_t cnt = (size_t)x.v[k].count;
-      if (x.send) NC_CHECK(c, ncclSend(ptr, cnt, ncclFloat, x.peer, nc, c->compute), what);
-      else NC_CHECK(c, ncclRecv(ptr, cnt, ncclFloat, x.peer, nc, c->compute), what);
+      if (x.send) NC_CHECK(c, ncclSend(ptr, cnt, ncclFloat, x.peer, nc, st), what);
+      else NC_CHECK(c, ncclRecv(ptr, cnt, ncclFloat, x.peer, nc, st), what);
     }
   }
   NC_CHECK(c, ncclGroupEnd(), what);
-  return rt_cuda_watch(c, c->compute, what);
+  for (int j = i; st != c->compute && j < end; j++) { /* the slots the group touched */
+    int k = p->actions[s][j].mb % p->slots;
+    CU_CHECK(c, cudaEventRecord(c->slot_ev[k], st), what);
+    c->slot_wait[k] = 1;
+    c->p2p_used = 1;
+  }
+  return rt_cuda_watch(c, st, what);
 #else
   (void)s, (void)base;
   return rt_fail("rank %d: built without NCCL", c->wrank);
@@ -434,6 +507,7 @@ extern "C" int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p) {
   if (c->pipe_desc != p) { /* decided once: the same on every rank */
     c->pipe_desc = p;
     c->pipe_p2p = c->use_nccl && p->stages > 1 && rendezvous_safe(p);
+    if (c->pipe_p2p && !c->p2p_off && p2p_open(c, p->slots)) return RT_ERR;
   }
   if (pipe_host(c, M)) return RT_ERR;
   c->pipe_nloss = 0;
@@ -462,6 +536,7 @@ extern "C" int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p) {
       continue;
     }
     int ch = a->chunk, mb = a->mb;
+    if (wait_slot(c, mb % p->slots)) return RT_ERR;
     d.arena = base + (int64_t)(mb % p->slots) * p->slot_bytes;
     d.tokens = c->tokens + (int64_t)mb * p->mb_tokens;
     d.targets = c->targets + (int64_t)mb * p->mb_tokens;
@@ -472,6 +547,7 @@ extern "C" int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p) {
     if (rc) return RT_ERR;
     i++;
   }
+  if (p2p_join(c)) return RT_ERR;
   int dp = c->gsize[RT_CUDA_DP];
   const bool zero = p->zero > 1 && dp > 1;
   float *after = part + (p->shared_max * 4 + 63) / 64 * 16;

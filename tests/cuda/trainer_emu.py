@@ -40,7 +40,8 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
           -np RANKS with a 16 MiB GPU per process (and with only ranks 1.. too
           small, or out of memory after the check: every rank stops, rank 1's
           message), every process finalising MPI (Open MPI: its btl verbose
-          lines); and mpirun -np RANKS (a process per rank, each its own
+          lines), likewise a bad PARC_CUDA_PIPE_STREAM; and mpirun -np RANKS (a
+          process per rank, each its own
           emulated GPU, host-staged collectives over MPI) gives the threads'
           losses bit for bit;
   bf16    PARC_CUDA_GEMM=bf16 (GEMM operands rounded to bf16, attention on the
@@ -283,6 +284,10 @@ def launch(a, proj, emu, env, steps, one_rank):
     if not one_rank and not refused([emu] + steps, dict(env, PARC_CUDA_COMM="nccl",
                                                         PARC_CUDA_LOCAL=""),
                                     proj + ".nccl_setting", "built without NCCL"):
+        return False
+    # a bad PARC_CUDA_PIPE_STREAM (NCCL's pipeline transfers on their own stream or not)
+    if not one_rank and not refused([emu] + steps, dict(env, PARC_CUDA_PIPE_STREAM="2"),
+                                    proj + ".pipe_stream", "PARC_CUDA_PIPE_STREAM='2': expected 1"):
         return False
     mpirun = shutil.which("mpirun")
     if one_rank or not mpirun:
