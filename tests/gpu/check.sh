@@ -50,6 +50,11 @@
 #               device-local collectives: device copies and reduction kernels, no
 #               host staging): against the same CPU references at 1e-4, and the
 #               losses bit for bit equal to the host-staged run's;
+#   3n. nccl    only where the machine has 2 (4) GPUs or more: the tp=2 (tp=2
+#               pp=2) layouts of 3 and 3b with PARC_CUDA_COMM=nccl, a thread per
+#               GPU, against the same CPU references at 1e-4; the pipelines also
+#               with PARC_CUDA_PIPE_STREAM=0 (NCCL's transfers on the compute
+#               stream instead of their own): losses bit for bit the default's;
 #   3e. bf16 pp gpt2_tiny at --tp 2 --pp 2 in precision bf16 (the stage programs
 #               store activations as bf16, the stages' GEMMs read their own
 #               params' bf16 copy) against the same layout generated with
@@ -410,6 +415,31 @@ for pair in gpt2_tiny_tp2:gpt2_tiny llama_tiny_tp2:llama_tiny gpt2_tiny_tp2_pp2 
     > "$WORK/$name.dev.bits.log" 2>&1 || true
   result "$name device = host bits" "$WORK/$name.dev.bits.log"
 done
+
+# 3n. NCCL where there is a GPU a rank (the lent machines have had one: then a
+# SKIP row); the projects of 3 and 3b, run with PARC_CUDA_COMM=nccl
+if running; then
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+  say "3n. fp32 layouts over NCCL ($ngpu GPUs)"
+  [ "${ngpu:-0}" -ge 2 ] || row "nccl tp=2 / tp=2 pp=2" SKIP "$ngpu GPU(s): needs 2 (4)"
+  for name in gpt2_tiny_tp2 llama_tiny_tp2 gpt2_tiny_tp2_pp2 llama_tiny_tp2_pp2 \
+              moe_tiny_tp2_pp2; do
+    case $name in *_pp2) need=4 ref=$name ;; *) need=2 ref=${name%_tp2} ;; esac
+    [ "${ngpu:-0}" -ge "$need" ] && [ -f "$WORK/$name.built" ] || continue
+    for ps in 1 0; do
+      PARC_CUDA_COMM=nccl PARC_CUDA_PIPE_STREAM=$ps PARC_CUDA_GEMM=fp32 timeout "$LIMIT" \
+        "$WORK/$name/build/train_cuda" --steps "$STEPS" --log "$WORK/$name.nccl$ps.jsonl" \
+        --quiet > "$WORK/$name.nccl$ps.log" 2>&1 || cat "$WORK/$name.nccl$ps.log"
+    done
+    compare losses "$WORK/$ref.cpu.jsonl" "$WORK/$name.nccl1.jsonl" "nccl $name vs CPU" \
+      "$WORK/$name.nccl.cmp.log"
+    case $name in *_pp2) ;; *) continue ;; esac
+    python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/$name.nccl1.jsonl" \
+      "$WORK/$name.nccl0.jsonl" 0 > "$WORK/$name.nccl.bits.log" 2>&1 || true
+    cat "$WORK/$name.nccl.bits.log"
+    result "nccl $name stream = compute bits" "$WORK/$name.nccl.bits.log"
+  done
+fi
 
 # 3e. a bf16 pipeline on the GPU's bf16 paths (tensor-core attention, cuBLASLt
 # bf16), 4 ranks as threads: bf16 stores = the round trainer's bits, and near
