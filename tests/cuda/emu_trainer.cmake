@@ -44,7 +44,11 @@ set(emu_cases
   "moe_tiny_pp2_dp2_ep2|moe_tiny|--pp 2 --dp 2 --ep 2 --microbatches 2|cpu,device|0"
   "moe_tiny_dp4_ep2_zero|moe_tiny|--dp 4 --ep 2 --zero 1|cpu,device,grads|0"
   "gpt2_tiny_dp2_zero|gpt2_tiny|--dp 2 --zero 1|cpu,device,grads|0"
-  "gpt2_tiny_pp2_dp2_zero|gpt2_tiny|--pp 2 --dp 2 --zero 1|cpu,device,grads,store|0")
+  "gpt2_tiny_pp2_dp2_zero|gpt2_tiny|--pp 2 --dp 2 --zero 1|cpu,device,grads,store|0"
+  # the other schedules' stage programs with bf16 stores: interleaved chunks (two a
+  # stage) and zero-bubble's split weight-gradient (W) actions
+  "gpt2_tiny_pp2_interleaved|gpt2_tiny|--pp 2 --schedule interleaved --virtual-stages 2 --microbatches 4|cpu,store|0"
+  "gpt2_tiny_pp2_zb|gpt2_tiny|--pp 2 --schedule zb --microbatches 4|cpu,store|0")
 foreach(c ${emu_cases})
   string(REPLACE "|" ";" f "${c}")
   list(GET f 0 name)
