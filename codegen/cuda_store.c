@@ -53,12 +53,12 @@ typedef struct {
 /* Fills c's uses of every node from m's inputs (m's arena). */
 static void uses(Store *c) {
   IrModule *m = c->m;
-  int n = m->nnodes, total = 0;
+  int n = m->nnodes;
   c->first = arena_alloc(&m->arena, sizeof(int) * (size_t)(n + 2));
   for (int i = 0; i < n; i++)
     for (int j = 0; j < m->nodes[i]->ninputs; j++) c->first[m->nodes[i]->inputs[j]->id + 1]++;
   for (int i = 0; i < n; i++) c->first[i + 1] += c->first[i];
-  total = c->first[n];
+  int total = c->first[n];
   c->reader = arena_alloc(&m->arena, sizeof(int) * (size_t)(total + 1));
   c->input = arena_alloc(&m->arena, sizeof(int) * (size_t)(total + 1));
   int *fill = arena_alloc(&m->arena, sizeof(int) * (size_t)(n + 1));
@@ -88,27 +88,25 @@ static int readers(const Store *c, const IrNode *n, int wide, Marks *mark) {
   for (int u = c->first[n->id]; u < c->first[n->id + 1]; u++) {
     const IrNode *q = c->m->nodes[c->reader[u]];
     int j = c->input[u];
-    {
-      if (is_view_of(kp, c->bp, q, n, wide)) {
-        /* (a view that stays f32 keeps its value f32: its bytes are the value's) */
-        who |= c->keep[q->id] ? READ_OTHER : readers(c, q, wide, mark);
-        if (!mark->on[q->id]) mark->on[q->id] = 1, mark->ids[mark->n++] = q->id;
-      } else if (q->phase == IR_PHASE_OPT) {
-        who |= READ_OTHER; /* a parameter gradient: f32 for the optimizer */
-      } else if (!cg_runtime_op(q->op)) {
-        who |= wide || kp->kernel_of[q->id] < 0 ? READ_OTHER : READ_KERNEL;
-      } else if (xent(q->op) && j == 0 && !wide) {
-        who |= READ_XENT;
-      } else if (!wide && ((cg_cuda_attn_stored_ok(q) && j < 4) ||
-                           (q->op == IR_OP_ATTENTION_LSE && j == 0) ||
-                           (q->op == IR_OP_ATTENTION_DELTA && j < 2))) {
-        who |= READ_ATTN; /* (an attention's inputs are q, k, v and, its gradient's, dy first) */
-      } else if ((q->op == IR_OP_MATMUL || q->op == IR_OP_MATMUL_TA) && j <= 1) {
-        const RtCudaGemm g = cg_cuda_gemm(q);
-        who |= rt_cuda_gemm_stored_ok(&g, j) ? READ_GEMM : READ_OTHER;
-      } else {
-        who |= READ_OTHER;
-      }
+    if (is_view_of(kp, c->bp, q, n, wide)) {
+      /* (a view that stays f32 keeps its value f32: its bytes are the value's) */
+      who |= c->keep[q->id] ? READ_OTHER : readers(c, q, wide, mark);
+      if (!mark->on[q->id]) mark->on[q->id] = 1, mark->ids[mark->n++] = q->id;
+    } else if (q->phase == IR_PHASE_OPT) {
+      who |= READ_OTHER; /* a parameter gradient: f32 for the optimizer */
+    } else if (!cg_runtime_op(q->op)) {
+      who |= wide || kp->kernel_of[q->id] < 0 ? READ_OTHER : READ_KERNEL;
+    } else if (xent(q->op) && j == 0 && !wide) {
+      who |= READ_XENT;
+    } else if (!wide && ((cg_cuda_attn_stored_ok(q) && j < 4) ||
+                         (q->op == IR_OP_ATTENTION_LSE && j == 0) ||
+                         (q->op == IR_OP_ATTENTION_DELTA && j < 2))) {
+      who |= READ_ATTN; /* (an attention's inputs are q, k, v and, its gradient's, dy first) */
+    } else if ((q->op == IR_OP_MATMUL || q->op == IR_OP_MATMUL_TA) && j <= 1) {
+      const RtCudaGemm g = cg_cuda_gemm(q);
+      who |= rt_cuda_gemm_stored_ok(&g, j) ? READ_GEMM : READ_OTHER;
+    } else {
+      who |= READ_OTHER;
     }
   }
   return who;
