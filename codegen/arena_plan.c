@@ -87,11 +87,13 @@ void cg_gpu_bytes(const IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp,
   const IrNode *tok = cg_tokens_input(m);
   int64_t ntok = tok ? ir_numel(tok) : 0;
   out->nstages = 0;
+  /* (the same on every stage: the module's largest piece, RtCudaSetup.reduce_piece) */
+  out->reduce_ws = 4 * cg_cuda_reduce_piece(m, store);
   if (!pp) {
     out->gemm_ws = cg_gemm_ws_bytes(m, bf16, store->bf16, store->weights);
     out->arena = gbp->narrow ? arena : 0;
     out->device = rt_cuda_planned_bytes(lp->params_numel, lp->state_numel, arena, ntok,
-                                        out->gemm_ws);
+                                        out->gemm_ws + out->reduce_ws);
     return;
   }
   /* a stage's rank: its own parameters and state, the slots' arena (the same
@@ -105,7 +107,7 @@ void cg_gpu_bytes(const IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp,
     int64_t ws = gemm_ws(m, bf16, store->bf16, store->weights, pp, s);
     out->stage_device[s] = rt_cuda_planned_bytes(pp->stage_params_numel[s],
                                                  pp->stage_state_numel[s], slots,
-                                                 ntok * pp->microbatches, ws);
+                                                 ntok * pp->microbatches, ws + out->reduce_ws);
     if (out->stage_device[s] > out->device) out->device = out->stage_device[s];
     if (ws > out->gemm_ws) out->gemm_ws = ws;
   }

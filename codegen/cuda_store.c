@@ -228,6 +228,17 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
     if (cg_cuda_attn_stored_ok(n) && candidate(m, kp, bp, keep, i))
       mark(&st, n, 1, 0, &views, &gv, out->bf16);
   }
+  /* all-reduce results: rt_cuda_all_reduce_bf16 rounds the f32 sum as it
+   * stores it (in pieces of an even number of elements, one a member);
+   * small: the partials are a kernel's reduction (row statistics) */
+  for (int i = 0; bf16 && i < m->nnodes; i++) {
+    const IrNode *n = m->nodes[i];
+    if (n->op != IR_OP_ALL_REDUCE || n->ia[1] < 1 || ir_numel(n) % (2 * n->ia[1]) ||
+        !candidate(m, kp, bp, keep, i))
+      continue;
+    int k = kp->kernel_of[n->inputs[0]->id];
+    mark(&st, n, 1, k >= 0 && reduces(m, &kp->kernels[k], n->inputs[0]), &views, &gv, out->bf16);
+  }
   /* (vocab_)cross_entropy_grad's dlogits: rt_cuda_(vocab_)cross_entropy_grad_bf16
    * store them wide, in place of the logits or not */
   for (int i = 0; bf16 && i < m->nnodes; i++) {
@@ -281,4 +292,15 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
     memset(out->bf16, 0, (size_t)m->nnodes + 1);
     out->round = 1;
   }
+}
+
+int64_t cg_cuda_reduce_piece(const IrModule *m, const CgCudaStore *store) {
+  int64_t piece = 0;
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *n = m->nodes[i];
+    if (n->op == IR_OP_ALL_REDUCE && (store->bf16[i] || (store->rounded && store->rounded[i])) &&
+        ir_numel(n) / n->ia[1] > piece)
+      piece = ir_numel(n) / n->ia[1];
+  }
+  return piece;
 }

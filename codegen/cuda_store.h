@@ -24,7 +24,11 @@
  *     rt_cuda_gemm_out_stored_ok: cuBLASLt rounds its fp32 accumulators to
  *     nearest even) or by attention (out; its gradient from the row
  *     statistics: dqkv) where the tensor-core kernels may write it bf16
- *     (RT_CUDA_ATTN_O_BF16, cg_cuda_attn_stored_ok), has a buffer of its own (no view, no alias of another
+ *     (RT_CUDA_ATTN_O_BF16, cg_cuda_attn_stored_ok) or by an all-reduce
+ *     (rt_cuda_all_reduce_bf16: the f32 sum of the f32 partials, rounded
+ *     once as it is stored, where its elements split into even pieces, one a
+ *     member; not where the partials are a kernel's reduction, as for any
+ *     kernel result below), has a buffer of its own (no view, no alias of another
  *     buffer: a bf16 store could land on an element not yet read) and is
  *     none of the step's results (loss, norms, updates), of the optimizer's
  *     values (IR_PHASE_OPT: its scalars, the clip coefficient) or of what
@@ -105,5 +109,10 @@ typedef struct CgCudaStore {
  * module), or NULL. */
 void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, const int *canon,
                         int bf16, CgStoreMode mode, const PpProgram *pp, CgCudaStore *out);
+
+/* RtCudaSetup.reduce_piece of a trainer of m with *store: the largest piece
+ * (elements / members) of its all-reduces stored as bf16 (or rounded so); 0
+ * where it has none.  Its f32 scratch is 4 bytes an element of it. */
+int64_t cg_cuda_reduce_piece(const IrModule *m, const CgCudaStore *store);
 
 #endif

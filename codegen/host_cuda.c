@@ -405,10 +405,16 @@ static void emit_runtime(Cu *e, const IrNode *n) {
             e->store->bf16[in[0]->id] ? "_bf16io" : e->store->bf16[n->id] ? "_bf16" : "",
             grp(n->ia[0]), out, x, y, z, lead(in[0], 1), dim(in[0], -1), n->ia[2]);
     return;
-  case IR_OP_ALL_REDUCE:
-    fprintf(f, "  CHECK(rt_cuda_all_reduce(dev, %s, %s, %s, %" PRId64 "));\n", grp(n->ia[0]), x,
-            out, ir_numel(n));
+  case IR_OP_ALL_REDUCE: { /* the sum stored as bf16 (or rounded so): codegen/cuda_store.h */
+    int round = e->store->rounded && e->store->rounded[n->id];
+    if (e->store->bf16[n->id] || round)
+      fprintf(f, "  CHECK(rt_cuda_all_reduce_bf16(dev, %s, %s, %s, %" PRId64 ", %d));\n",
+              grp(n->ia[0]), x, out, ir_numel(n), round);
+    else
+      fprintf(f, "  CHECK(rt_cuda_all_reduce(dev, %s, %s, %s, %" PRId64 "));\n", grp(n->ia[0]), x,
+              out, ir_numel(n));
     return;
+  }
   case IR_OP_ALL_GATHER:
   case IR_OP_REDUCE_SCATTER: { /* contiguous blocks when the cut is the leading dims' */
     int gather = n->op == IR_OP_ALL_GATHER;
@@ -787,7 +793,7 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
                "                   .dp_rank = io->dp_rank, .ep = MESH_EP, .ep_group = io->ep_group,\n"
                "                   .ep_dp_group = io->ep_dp_group, .gemm = GEMM_MODE,\n"
                "                   .model = \"%s\", .gemms = gl, .ngemms = ng,\n"
-               "                   .params_bf16 = %d};\n"
+               "                   .params_bf16 = %d, .reduce_piece = %" PRId64 "};\n"
                "  return rt_cuda_open(&dev, &s, io->params, io->state);\n"
                "}\n\n"
                "static int step(RtStepIO *io) {\n"
@@ -797,7 +803,7 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
                "  CHECK(rt_cuda_graph_step(dev, step_body_, io, %d, io->grads != NULL));\n"
                "  char *A = rt_cuda_arena(dev);\n"
                "  (void)A;\n",
-          rows, seq, m->name, weights, host_ops, host_ops == 1 ? "" : "s",
+          rows, seq, m->name, weights, cg_cuda_reduce_piece(m, e->store), host_ops, host_ops == 1 ? "" : "s",
           host_ops ? ": no graph" : "", host_ops);
   if (!m->loss) fail(e, "the module has no loss");
   else
@@ -898,7 +904,7 @@ static void emit_pipe_cuda(Cu *e, const CgHostInfo *info, int64_t slot_bytes, in
            "                   .ep = MESH_EP, .pp_group = io->pp_group, .ep_group = io->ep_group,\n"
            "                   .ep_dp_group = io->ep_dp_group, .pp_rank = s_, .gemm = GEMM_MODE,\n"
            "                   .model = \"%s\", .gemms = gl, .ngemms = ng,\n"
-           "                   .params_bf16 = %d};\n"
+           "                   .params_bf16 = %d, .reduce_piece = %" PRId64 "};\n"
            "  return rt_cuda_open(&dev, &s, io->params, io->state);\n"
            "}\n\n"
            "/* One step: all the rank's microbatches go to the device%s and\n"
@@ -908,6 +914,7 @@ static void emit_pipe_cuda(Cu *e, const CgHostInfo *info, int64_t slot_bytes, in
            "  return rt_cuda_pipe_step(dev, io, &pipe);\n"
            "}\n",
            rows * info->pipe->microbatches, seq, e->m->name, weights,
+           cg_cuda_reduce_piece(e->m, e->store),
            weights ? ", the stage's params to bf16 for\n * the GEMMs marked PB(offset)" : "",
            weights ? "  CHECK(rt_cuda_params_to_bf16(dev));\n" : "");
   CgPipeHooks h = {e, pipe_fn_head, pipe_runtime, pipe_kernel, pipe_zero, pipe_pp_sum,

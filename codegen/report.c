@@ -521,6 +521,10 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
             bytes(a, sizeof a, (double)c->gpu.gemm_ws), c->gpu.gemm_ws,
             c->gpu.nstages > 1 ? " (the stage needing most; a stage's own, per stage below)"
                                : "");
+  if (c->arena_bytes && c->gpu.reduce_ws)
+    fprintf(out, "GPU trainer (bf16): + %s (%" PRId64 " bytes) of f32 scratch for the all-reduces "
+            "whose sums it stores as bf16, allocated at start\n",
+            bytes(a, sizeof a, (double)c->gpu.reduce_ws), c->gpu.reduce_ws);
   if (c->arena_bytes && c->gpu.device) gpu_device(out, c);
   if (c->pipe) {
     pipeline(out, c->pipe, lay->tp, c->bf16);

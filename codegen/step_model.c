@@ -85,6 +85,13 @@ static double kernel_time(const IrModule *m, const CgKernelPlan *kp, const Machi
 static double op_time(const IrNode *n, const Machine *mc, int p, const unsigned char *stored,
                       int tp, int *kind, StepTime *st) {
   *kind = 0;
+  if (n->op == IR_OP_ALL_REDUCE && stored && stored[n->id]) {
+    /* rt_cuda_all_reduce_bf16: a pass rounding the member's piece of the f32
+     * sum (4 bytes read and 2 written an element) */
+    double piece = (double)ir_numel(n) / (double)(n->ia[1] > 1 ? n->ia[1] : 1);
+    st->bytes += 6 * piece;
+    return mc->kernel_s + split_cost(mc, 4 * piece) + 6 * piece / mc->mem_bytes_per_s;
+  }
   if (!cg_runtime_op(n->op) || is_comm(n->op)) return 0;
   double bytes = node_bytes(n, stored), big = node_bytes(n, stored);
   for (int j = 0; j < n->ninputs; j++) {

@@ -138,6 +138,9 @@ typedef struct {
   const RtCudaGemm *gemms;           /* the trainer's GEMM calls (may repeat): their */
   int ngemms;                        /* operand workspaces are planned (rt_cuda_ws_plan.h) */
   int params_bf16;                   /* 1: keep the params' bf16 copy (rt_cuda_params_bf16) */
+  int64_t reduce_piece;              /* the largest piece (count / members) of its
+                                        rt_cuda_all_reduce_bf16 calls, floats (0: none):
+                                        their f32 scratch */
 } RtCudaSetup;
 
 /* Picks the rank's GPU, checks the mesh and memory, allocates, uploads params
@@ -357,6 +360,19 @@ int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p);
 
 /* ---- collectives over a group (rt_comm.h, rt_route.h), device buffers ---- */
 int rt_cuda_all_reduce(RtCuda *c, int group, const float *send, float *recv, int64_t count);
+/* The same sum, rounded once to bf16 (to nearest even) as it is stored: as
+ * bf16 in the first half of recv's bytes (recv holds count bf16 elements;
+ * send stays f32), or with round, as f32 values in recv (the reference of
+ * --bf16-store round).  count splits into pieces of an even number of
+ * elements, one a member (count % (2 members) == 0).  A reduce-scatter of
+ * the f32 partials puts the member's piece of the sum into an f32 scratch of
+ * RtCudaSetup.reduce_piece floats (round: into its place in recv), a pass
+ * rounds it into its place in recv, and an all-gather of the rounded pieces
+ * (bf16: half the bytes) completes recv: 3/4 of an f32 all-reduce's bytes on
+ * a ring.  Both modes make the same collectives, so their sums agree bit for
+ * bit on every backend (codegen/cuda_store.h). */
+int rt_cuda_all_reduce_bf16(RtCuda *c, int group, const float *send, float *recv,
+                            int64_t count, int round);
 /* equal blocks: `count` floats per member */
 int rt_cuda_all_gather(RtCuda *c, int group, const float *send, float *recv, int64_t count);
 int rt_cuda_reduce_scatter(RtCuda *c, int group, const float *send, float *recv, int64_t count);

@@ -399,7 +399,9 @@ static int alloc_device(RtCuda *c) {
                "cudaMalloc(bf16 params)");
   for (int w = 0; w < WS_COUNT; w++)
     if (c->ws_plan[w]) {
-      DEV_MALLOC(c, &c->ws[w], c->ws_plan[w], "cudaMalloc(GEMM operand workspace)");
+      DEV_MALLOC(c, &c->ws[w], c->ws_plan[w],
+                 w == WS_REDUCE ? "cudaMalloc(all-reduce scratch)"
+                                : "cudaMalloc(GEMM operand workspace)");
       c->ws_bytes[w] = c->ws_plan[w];
     }
   cublasStatus_t st = cublasLtCreate(&c->lt);
@@ -472,6 +474,9 @@ int rt_cuda_open(RtCuda **out, const RtCudaSetup *s, const float *params, const 
     c->ws_plan[WS_GEMM_OUT] = (size_t)need[2];
     c->want_params_bf16 = s->params_bf16 != 0;
     if (c->want_params_bf16) c->ws_planned += 2 * (c->params_numel ? c->params_numel : 8);
+    c->reduce_piece = s->reduce_piece > 0 ? s->reduce_piece : 0;
+    c->ws_plan[WS_REDUCE] = (size_t)c->reduce_piece * 4;
+    c->ws_planned += 4 * c->reduce_piece;
   }
   rc = check_memory(c, rc);
   RtComm *world[3] = {c->hgroup[RT_CUDA_TP], c->hgroup[RT_CUDA_DP], c->hgroup[RT_CUDA_PP]};
@@ -721,6 +726,36 @@ static int collective(RtCuda *c, int op, int g, const float *send, float *recv, 
 
 int rt_cuda_all_reduce(RtCuda *c, int group, const float *send, float *recv, int64_t count) {
   return collective(c, OP_ALL_REDUCE, group, send, recv, count);
+}
+
+int rt_cuda_all_reduce_bf16(RtCuda *c, int group, const float *send, float *recv,
+                            int64_t count, int round) {
+  if (count <= 0) return RT_OK;
+  const int p = c->gsize[group], me = c->grank[group];
+  const int64_t piece = count / p;
+  if (count % (2 * p) || piece > c->reduce_piece)
+    return rt_fail("rank %d: all_reduce_bf16 of %lld floats over group %s (%d ranks): the "
+                   "count must split into even pieces, one a member, of at most the setup's "
+                   "%lld floats (RtCudaSetup.reduce_piece)", c->wrank, (long long)count,
+                   group_name[group], p, (long long)c->reduce_piece);
+  RtProfScope ps(c); /* one op: its collectives and pass inside it */
+  if (ps.on())
+    ps.set(RT_PROF_COMM, 4.0 * (double)count, 0, "all_reduce_bf16 %s", group_name[group]);
+  if (round) { /* f32 values: the piece reduced, rounded and gathered in place */
+    float *mine = recv + (int64_t)me * piece;
+    if (collective(c, OP_REDUCE_SCATTER, group, send, mine, piece) ||
+        rt_cuda_round_bf16(c, mine, piece))
+      return RT_ERR;
+    return p > 1 ? collective(c, OP_ALL_GATHER, group, mine, recv, piece) : RT_OK;
+  }
+  float *sum = (float *)rt_cuda_ws(c, WS_REDUCE, (size_t)piece * 4);
+  uint16_t *mine = (uint16_t *)recv + (int64_t)me * piece; /* bf16, 4-byte aligned */
+  if (!sum || collective(c, OP_REDUCE_SCATTER, group, send, sum, piece) ||
+      rt_cuda_to_bf16(c, mine, sum, piece))
+    return RT_ERR;
+  /* (the pieces travel as floats: two bf16 elements each) */
+  return p > 1 ? collective(c, OP_ALL_GATHER, group, (const float *)mine, recv, piece / 2)
+               : RT_OK;
 }
 
 int rt_cuda_all_gather(RtCuda *c, int group, const float *send, float *recv, int64_t count) {

@@ -124,6 +124,18 @@ __global__ void round_bf16_kernel(float *__restrict__ x, int64_t n) {
     x[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
 }
 
+int rt_cuda_to_bf16(RtCuda *c, void *y, const float *x, int64_t n) {
+  return n > 0 ? to_bf16(c, (__nv_bfloat16 *)y, x, 1, n, n, "to_bf16_kernel") : RT_OK;
+}
+
+int rt_cuda_round_bf16(RtCuda *c, float *x, int64_t n) {
+  if (n <= 0) return RT_OK;
+  unsigned grid = (unsigned)(n / 1024 + 1 < 8192 ? n / 1024 + 1 : 8192);
+  round_bf16_kernel<<<grid, 256, 0, c->compute>>>(x, n);
+  LAUNCH_CHECK(c, "round_bf16_kernel");
+  return RT_OK;
+}
+
 /* PARC_CUDA_GEMM_OPERANDS (the head comment); which GEMMs convert their
  * operands: rt_cuda_gemm_bf16ops (rt_cuda_ws_plan.h) */
 int rt_cuda_gemm_operands(void) {
@@ -325,13 +337,8 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
     CU_CHECK(c, cudaMemcpy2DAsync(out, (size_t)n * 4, gout, (size_t)ld[2] * 4, (size_t)n * 4,
                                   (size_t)m, cudaMemcpyDeviceToDevice, c->compute),
              "gemm: the result out of its padded rows");
-  if (flags & RT_CUDA_MM_C_ROUND) { /* the reference of a bf16 result: its values in fp32 */
-    int64_t count = m * n;
-    unsigned grid = (unsigned)(count / 1024 + 1 < 8192 ? count / 1024 + 1 : 8192);
-    round_bf16_kernel<<<grid, 256, 0, c->compute>>>(out, count);
-    LAUNCH_CHECK(c, "round_bf16_kernel");
-  }
-  return RT_OK;
+  /* the reference of a bf16 result: its values in fp32 */
+  return flags & RT_CUDA_MM_C_ROUND ? rt_cuda_round_bf16(c, out, m * n) : RT_OK;
 }
 
 /* The profile's record of a GEMM (rt_cuda.h): "matmul BxMxKxN", the shape as

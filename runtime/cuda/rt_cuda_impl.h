@@ -32,6 +32,7 @@ enum {
   WS_BF16_B,     /* bf16 GEMMs: our b (weights, or the other activation) rounded to bf16 */
   WS_GEMM_OUT,   /* bf16 GEMMs: a result with rows padded to 16 bytes */
   WS_LOCAL,      /* device-local collectives: an in-place result before it is copied */
+  WS_REDUCE,     /* rt_cuda_all_reduce_bf16: a piece's f32 sum (RtCudaSetup.reduce_piece) */
   WS_COUNT
 };
 
@@ -57,6 +58,7 @@ struct RtCuda {
   float *params, *state, *scalars;
   void *params_bf16;         /* the params' bf16 copy (RtCudaSetup.params_bf16), or NULL */
   int want_params_bf16;
+  int64_t reduce_piece;      /* RtCudaSetup.reduce_piece */
   char *arena;
   int32_t *tokens, *targets;
   int64_t params_numel, state_numel, arena_bytes, ntok;
@@ -188,6 +190,11 @@ int rt_cuda_attn_mma(RtCuda *c, int64_t T, int64_t hd);
  * open makes the per-group events (RT_OK, or RT_ERR with the error recorded),
  * close frees them; a collective is op RT_CUDA_OP_* (rt_cuda_local.h) over
  * group g of two or more members, count > 0 as rt_cuda_all_reduce etc. */
+/* rt_cuda_gemm.cu: x[0, n) rounded to bf16 (to nearest even) into y[0, n)
+ * (y 4-byte aligned), and in place as f32 values; on the compute stream. */
+int rt_cuda_to_bf16(RtCuda *c, void *y, const float *x, int64_t n);
+int rt_cuda_round_bf16(RtCuda *c, float *x, int64_t n);
+
 int rt_cuda_local_open(RtCuda *c);
 void rt_cuda_local_close(RtCuda *c);
 int rt_cuda_local_collective(RtCuda *c, int op, int g, const float *send, float *recv,

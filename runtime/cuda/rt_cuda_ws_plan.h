@@ -105,7 +105,8 @@ int64_t rt_cuda_gemms_ws(const RtCudaGemm *g, int n, int mode, int operands, int
  * state (f32: params_numel, state_numel), the arena, the batch's tokens and
  * targets (ntok i32 each) and 16 f32 scalars, cuBLASLt's workspace, and ws
  * (the GEMM operand workspaces with the params' bf16 copy, as parc's report
- * counts them: codegen/arena_plan.h).  What CUDA, cuBLASLt and NCCL take
+ * counts them: codegen/arena_plan.h; and rt_cuda_all_reduce_bf16's scratch,
+ * 4 bytes a float of RtCudaSetup.reduce_piece).  What CUDA, cuBLASLt and NCCL take
  * for themselves is not in it. */
 int64_t rt_cuda_planned_bytes(int64_t params_numel, int64_t state_numel, int64_t arena_bytes,
                               int64_t ntok, int64_t ws);

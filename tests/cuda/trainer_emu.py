@@ -56,7 +56,10 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
           gradients bit for bit those of the --bf16-store round trainer (f32
           buffers, the same values rounded as they are stored: the same
           roundings, made elsewhere), and within the bf16 check's bounds of
-          train (gpt2_tiny: 3.1e-5 and 6.2e-3); it has such values
+          train (gpt2_tiny: 3.1e-5 and 6.2e-3); with the device check and
+          several ranks, its PARC_CUDA_LOCAL=device run gives the host-staged
+          run's losses bit for bit (the all-reduces it stores as bf16,
+          rt_cuda_all_reduce_bf16, on both backends); it has such values
           (RT_CUDA_MM_*_BF16 in train_cuda.c, kernels taking a bf16 input,
           kcu_round_bf16 in the round trainer); PARC_CUDA_GEMM=fp32 is
           refused as a setup error (exit 1, no step); on a GPU too small it
@@ -334,10 +337,12 @@ def launch(a, proj, emu, env, steps, one_rank):
                           a.name + " mpirun = threads bits")  # the plain run: threads
 
 
-def store(a, proj, env, steps, grads, against_cpu, one_rank):
+def store(a, proj, env, steps, grads, against_cpu, one_rank, device):
     """The store check (the head comment): proj_bf16 against proj_bf16r, and
-    against the CPU's f32; and the bf16 trainer's planned device bytes (its own
-    arena, codegen/cuda_arena.h, and GEMM workspaces) as parc reported them."""
+    against the CPU's f32; with device (several ranks), the bf16 trainer's
+    device-local run against its host-staged one; and the bf16 trainer's
+    planned device bytes (its own arena, codegen/cuda_arena.h, and GEMM
+    workspaces) as parc reported them."""
     sp, rp = proj + "_bf16", proj + "_bf16r"
     if not (build(a, sp, ["-D", "precision=bf16"], cpu=False) and
             build(a, rp, ["-D", "precision=bf16", "--bf16-store", "round"], cpu=False)):
@@ -345,6 +350,8 @@ def store(a, proj, env, steps, grads, against_cpu, one_rank):
     with open(sp + "/train_cuda.c") as f:  # GEMM operands and results stored as bf16
         n = sum(f.read().count(flag) for flag in ("RT_CUDA_MM_A_BF16 |", "RT_CUDA_MM_B_BF16 |",
                                                    "RT_CUDA_MM_C_BF16 |"))
+    with open(sp + "/train_cuda.c") as f:  # all-reduces whose sums it stores as bf16
+        ar = f.read().count("rt_cuda_all_reduce_bf16(")
     with open(sp + "/kernels.cu") as f:  # kernels reading a bf16 value (declarations once)
         k = sum("const __nv_bfloat16 *" in line for line in f if line.startswith("__global__"))
     with open(rp + "/kernels.cu") as f:
@@ -360,8 +367,15 @@ def store(a, proj, env, steps, grads, against_cpu, one_rank):
                    proj + "." + tag + ".log", env=dict(env, PARC_CUDA_GEMM="bf16")):
             return False
     ok = compare(a, "losses", runs["round"][0], runs["store"][0], 0,
-                 "%s bf16 stores = round bits (%d GEMM operands and results, %d kernels)"
-                 % (a.name, n, k))
+                 "%s bf16 stores = round bits (%d GEMM operands and results, %d kernels, "
+                 "%d all-reduces)" % (a.name, n, k, ar))
+    if ok and device:  # rt_cuda_all_reduce_bf16 on the device-local collectives too
+        dev = proj + ".store_dev.jsonl"
+        ok = run([sp + "/build/train_cuda_emu"] + steps + ["--log", dev],
+                 proj + ".store_dev.log",
+                 env=dict(env, PARC_CUDA_GEMM="bf16", PARC_CUDA_LOCAL="device")) and \
+            compare(a, "losses", runs["store"][0], dev, 0,
+                    "%s bf16 stores, device = host bits (%d all-reduces)" % (a.name, ar))
     if ok and runs["store"][1]:
         ok = compare(a, "grads", runs["round"][1][1], runs["store"][1][1], 0,
                      a.name + " bf16 stores, gradients")
@@ -522,7 +536,8 @@ def main():
                         "bf16 GEMMs vs CPU",
                         "bf16 gradients")
     if ok and "store" in checks:
-        ok = store(a, proj, env, steps, grads, against_cpu, one_rank)
+        ok = store(a, proj, env, steps, grads, against_cpu, one_rank,
+                   "device" in checks and not one_rank)
     if ok and "batch" in checks:
         ok = batch(a, proj, env, steps, grads, stats)
     if ok and "layout" in checks:

@@ -14,7 +14,11 @@
  * synchronisation, the out-of-place send buffer refilled on the rank's stream
  * right after each (a peer still reading it would see the next round's
  * values), each round's result compared with memcmp against rt_comm_*'s on
- * the same inputs. */
+ * the same inputs.  And rt_cuda_all_reduce_bf16 (its reduce-scatter, rounding
+ * pass and all-gather), both forms, on counts of 2 members x (1, 500,
+ * 2^17 + 1): the thread communicator's f32 sum rounded to nearest even, as
+ * bf16 elements and as f32 values; a count that does not split into even
+ * pieces, or a piece past the setup's scratch, is an error naming it. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <cuda_runtime.h>
 #include <stdatomic.h>
@@ -28,6 +32,8 @@
 #include "runtime/rt_err.h"
 
 #define ROUNDS 3
+#define AR16_PIECES 3 /* pieces of rt_cuda_all_reduce_bf16 checked: 2 (1, 500, 2^17 + 1) */
+static const int64_t ar16_piece[AR16_PIECES] = {2, 1000, (1 << 18) + 2};
 enum { OP_AR, OP_AG, OP_RS, NOPS };
 static const char *const opname[] = {"all_reduce", "all_gather", "reduce_scatter"};
 static const int64_t counts[] = {1, 1000, (1 << 18) + 3};
@@ -140,6 +146,67 @@ static int check_op(RtCuda *c, RtComm *hg, int g, int op, int64_t count, int mod
   return rc ? -1 : 0;
 }
 
+/* f to bf16, to nearest even (a NaN stays a quiet NaN): __float2bfloat16_rn */
+static uint16_t bf16_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+/* rt_cuda_all_reduce_bf16 of count floats over group g (host group hg), both
+ * forms, against rt_comm_all_reduce's sum rounded here: 0 when compared
+ * (mismatches counted), -1 on an error. */
+static int check_ar16(RtCuda *c, RtComm *hg, int g, int64_t count, uint64_t seed) {
+  uint64_t s = seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(rt_comm_world_rank(hg) + 1));
+  float *h_in = malloc(sizeof(float) * (size_t)count), *h_sum = malloc(sizeof(float) * (size_t)count);
+  float *h_got = malloc(sizeof(float) * (size_t)count);
+  float *d_in = NULL, *d_out = NULL;
+  for (int64_t i = 0; i < count; i++) h_in[i] = val(&s);
+  int rc = rt_comm_all_reduce(hg, h_in, h_sum, count);
+  if (!rc) {
+    CU(cudaMalloc((void **)&d_in, sizeof(float) * (size_t)count));
+    CU(cudaMalloc((void **)&d_out, sizeof(float) * (size_t)count));
+    CU(cudaMemcpy(d_in, h_in, sizeof(float) * (size_t)count, cudaMemcpyHostToDevice));
+  }
+  for (int round = 0; round <= 1 && !rc; round++) {
+    CU(cudaMemset(d_out, 0xff, sizeof(float) * (size_t)count)); /* NaNs: nothing left unwritten */
+    rc = rt_cuda_all_reduce_bf16(c, g, d_in, d_out, count, round);
+    if (rc) break;
+    CU(cudaStreamSynchronize((cudaStream_t)rt_cuda_stream(c)));
+    CU(cudaMemcpy(h_got, d_out, sizeof(float) * (size_t)count, cudaMemcpyDeviceToHost));
+    atomic_fetch_add(&cases, 1);
+    const uint16_t *b = (const uint16_t *)(const void *)h_got;
+    for (int64_t i = 0; i < count; i++) {
+      uint16_t want = bf16_bits(h_sum[i]);
+      uint32_t wide = (uint32_t)want << 16, got;
+      memcpy(&got, h_got + i, 4);
+      if (round ? got == wide : b[i] == want) continue;
+      fprintf(stderr, "local_check: rank %d, group %s: all_reduce_bf16 of %lld floats%s: element "
+              "%lld is 0x%08x, the thread communicator's sum %.9g rounded 0x%04x\n",
+              rt_comm_world_rank(hg), rt_comm_name(hg), (long long)count,
+              round ? " (round)" : "", (long long)i, round ? got : b[i], h_sum[i], want);
+      atomic_fetch_add(&mismatches, 1);
+      break;
+    }
+  }
+  cudaFree(d_in), cudaFree(d_out), free(h_in), free(h_sum), free(h_got);
+  return rc ? -1 : 0;
+}
+
+/* rt_cuda_all_reduce_bf16's refusals: 0 when both calls failed naming the cause. */
+static int check_ar16_refused(RtCuda *c, int g, int members, int64_t scratch) {
+  static const char *const why[2] = {"even pieces", "RtCudaSetup.reduce_piece"};
+  const int64_t bad[2] = {2 * members + 1, 2 * members * (scratch / 2 + 1)};
+  for (int k = 0; k < 2; k++) {
+    if (!rt_cuda_all_reduce_bf16(c, g, NULL, NULL, bad[k], 0) || !strstr(rt_last_error(), why[k]))
+      return rt_fail("all_reduce_bf16 of %lld floats over %d members: %s (expected a refusal "
+                     "naming %s)", (long long)bad[k], members, rt_last_error(), why[k]);
+    atomic_fetch_add(&cases, 1);
+  }
+  return 0;
+}
+
 static int rank_main(RtComm *world, void *arg) {
   const Mesh *ms = arg;
   RtMesh mesh;
@@ -148,7 +215,8 @@ static int rank_main(RtComm *world, void *arg) {
                    .tp = ms->tp, .dp = ms->dp, .tp_group = mesh.tp_comm,
                    .dp_group = mesh.dp_comm, .tp_rank = mesh.tp_rank, .dp_rank = mesh.dp_rank,
                    .ep_dp_group = mesh.ep_dp_comm, /* ep 1: ep_dp is dp's ranks */
-                   .gemm = RT_CUDA_GEMM_FP32, .model = "local_check"};
+                   .gemm = RT_CUDA_GEMM_FP32, .model = "local_check",
+                   .reduce_piece = ar16_piece[AR16_PIECES - 1]};
   RtCuda *c;
   int rc = rt_cuda_open(&c, &s, NULL, NULL);
   if (!rc && rt_comm_world_rank(world) == 0) printf("local_check on %s\n", rt_cuda_describe(c));
@@ -164,6 +232,14 @@ static int rank_main(RtComm *world, void *arg) {
         if (!rc && ms->dp > 1)
           rc = check_op(c, mesh.dp_comm, RT_CUDA_DP, op, counts[ci], mode, seed + 7);
       }
+  for (int ci = 0; ci < AR16_PIECES && !rc; ci++) {
+    uint64_t seed = 7000003u * (uint64_t)(ci + 1);
+    if (ms->tp > 1)
+      rc = check_ar16(c, mesh.tp_comm, RT_CUDA_TP, ar16_piece[ci] * ms->tp, seed);
+    if (!rc && ms->dp > 1)
+      rc = check_ar16(c, mesh.dp_comm, RT_CUDA_DP, ar16_piece[ci] * ms->dp, seed + 7);
+  }
+  if (!rc) rc = check_ar16_refused(c, RT_CUDA_TP, ms->tp, ar16_piece[AR16_PIECES - 1]);
   if (rc) {
     fprintf(stderr, "local_check: rank %d: %s\n", rt_comm_world_rank(world), rt_last_error());
     atomic_fetch_add(&errors, 1);
