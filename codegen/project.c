@@ -253,8 +253,25 @@ static void moe_json(cJSON *root, const IrModule *m, const CgProject *p) {
 
 /* plan.json's "communication": one entry per group and kind one rank runs a
  * step (stage >= 0: a rank of that pipeline stage, with "stage"). */
+static const char *const comm_group[COMM_GROUPS] = {"tp", "dp", "ep", "ep_dp", "pp"};
+
+/* The GPU trainer's collectives where they differ from "communication"'s
+ * (passes.h CommGpu), an entry a group. */
+static void gpu_comm_json(cJSON *arr, const CommGpu *d, int stage) {
+  for (int g = 0; g < COMM_GROUPS; g++) {
+    if (!d->extra[g]) continue;
+    cJSON *o = cJSON_CreateObject();
+    if (stage >= 0) cJSON_AddNumberToObject(o, "stage", stage);
+    cJSON_AddStringToObject(o, "group", comm_group[g]);
+    cJSON_AddNumberToObject(o, "all_reduces_stored_bf16", d->extra[g]);
+    cJSON_AddNumberToObject(o, "extra_collectives", d->extra[g]);
+    cJSON_AddNumberToObject(o, "saved_bytes_per_rank", d->saved_bytes[g]);
+    cJSON_AddItemToArray(arr, o);
+  }
+}
+
 static void comm_json(cJSON *comm, const CommCost *c, int stage) {
-  static const char *const group[COMM_GROUPS] = {"tp", "dp", "ep", "ep_dp", "pp"};
+  static const char *const *const group = comm_group;
   static const char *const kind[COMM_KINDS] = {"all_reduce", "all_gather", "reduce_scatter",
                                                "send", "recv"};
   for (int g = 0; g < COMM_GROUPS; g++)
@@ -337,6 +354,14 @@ static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes
       comm_json(comm, &p->cost->stage_comm[st], st);
   else if (p->cost->has_comm)
     comm_json(comm, &p->cost->comm, -1);
+  /* where the GPU trainer's differ (bf16 sums: the report's "GPU trainer (bf16)" lines) */
+  cJSON *gcomm = cJSON_AddArrayToObject(root, "gpu_communication");
+  const PpPlan *pl = p->cost->pipe ? p->cost->pipe : p->cost->accum;
+  if (pl && pl->kernel_timed)
+    for (int st = 0; p->cost->has_comm && st < pl->st.nstages && st < PP_MAX_STAGES; st++)
+      gpu_comm_json(gcomm, &pl->stage_comm[st], p->cost->stage_comm ? st : -1);
+  else if (p->cost->has_comm && p->step_out && p->step_out->valid)
+    gpu_comm_json(gcomm, &p->step_out->comm, -1);
   moe_json(root, m, p);
   if ((p->step_out && p->step_out->valid) || (p->cost->pipe && p->cost->pipe->kernel_timed) ||
       p->cost->accum) {

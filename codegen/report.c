@@ -107,11 +107,12 @@ static int group_span(const Layout *lay, int g) {
   return span[g];
 }
 
-/* The time of one rank's collectives in cc on mc (groups with skip_pp: all
+/* The time of one rank's collectives in cc on mc, as the GPU trainer runs
+ * them (gpu: where they differ; NULL: as planned) (groups with skip_pp: all
  * but the pp group, whose transfers the pipeline simulation holds); the dp
  * group's part into *dp_s, the count into *n. */
-static double comm_time(const Layout *lay, const CommCost *cc, const Machine *mc, int skip_pp,
-                        double *dp_s, int *n) {
+static double comm_time(const Layout *lay, const CommCost *cc, const CommGpu *gpu,
+                        const Machine *mc, int skip_pp, double *dp_s, int *n) {
   double total = 0;
   *dp_s = 0, *n = 0;
   for (int g = 0; g < COMM_GROUPS - (skip_pp ? 1 : 0); g++) {
@@ -119,6 +120,10 @@ static double comm_time(const Layout *lay, const CommCost *cc, const Machine *mc
     for (int k = 0; k < COMM_KINDS; k++) {
       t += cc->e[g][k].sent_bytes / link + cc->e[g][k].count * mc->latency_s;
       *n += cc->e[g][k].count;
+    }
+    if (gpu) {
+      t += gpu->extra[g] * mc->latency_s - gpu->saved_bytes[g] / link;
+      *n += gpu->extra[g];
     }
     total += t;
     if (g == 1) *dp_s = t;
@@ -142,15 +147,18 @@ void cg_predict_step(const Layout *lay, const Cost *c, CgPredicted *o) {
     o->compute_s = o->pipeline_s + o->opt_s;
     for (int s = 0; c->has_comm && c->stage_comm && s < c->nstage_comm; s++) {
       int k;
-      double t = comm_time(lay, &c->stage_comm[s], mc, 1, &dp_s, &k);
+      double t = comm_time(lay, &c->stage_comm[s], s < PP_MAX_STAGES ? &pl->stage_comm[s] : NULL,
+                           mc, 1, &dp_s, &k);
       if (t > o->comm_s) o->comm_s = t, o->collectives = k;
     }
     if (c->has_comm && !c->stage_comm) /* one stage: the rank's collectives */
-      o->comm_s = comm_time(lay, &c->comm, mc, 1, &dp_s, &o->collectives);
+      o->comm_s = comm_time(lay, &c->comm, &pl->stage_comm[0], mc, 1, &dp_s, &o->collectives);
   } else {
     o->compute_s = c->step.valid ? c->step.fwd_s + c->step.bwd_s + c->step.opt_s
                                  : model / mc->gemm_flops[p];
-    if (c->has_comm) o->comm_s = comm_time(lay, &c->comm, mc, 0, &dp_s, &o->collectives);
+    if (c->has_comm)
+      o->comm_s = comm_time(lay, &c->comm, c->step.valid ? &c->step.comm : NULL, mc, 0, &dp_s,
+                            &o->collectives);
     if (c->overlap_dp && c->step.valid) o->hidden_s = dp_s < c->step.bwd_s ? dp_s : c->step.bwd_s;
   }
   o->total_s = o->compute_s + o->comm_s - o->hidden_s;
@@ -220,8 +228,23 @@ static void predicted_step(FILE *out, const Layout *lay, const Cost *c) {
 
 /* The collectives one rank runs a step (stage >= 0: a rank of that pipeline
  * stage), by group and kind, as passes/comm_cost.c counts them. */
+static const char *const comm_group[COMM_GROUPS] = {"tp", "dp", "ep", "ep_dp", "pp"};
+
+/* The GPU trainer's collectives where they differ from the table's (CommGpu),
+ * a line a group; stage as communication's. */
+static void communication_gpu(FILE *out, const CommGpu *d, int stage) {
+  for (int g = 0; g < COMM_GROUPS; g++) {
+    if (!d->extra[g]) continue;
+    char s[32], at[48] = "";
+    if (stage >= 0) snprintf(at, sizeof at, " (a rank of stage %d)", stage);
+    fprintf(out, "GPU trainer (bf16)%s: %d %s all-reduces store their sums as bf16, each a "
+            "reduce-scatter of the f32 partials and an all-gather of the bf16 pieces: %s less "
+            "sent a step\n", at, d->extra[g], comm_group[g], bytes(s, sizeof s, d->saved_bytes[g]));
+  }
+}
+
 static void communication(FILE *out, const CommCost *cc, int stage) {
-  static const char *const group[COMM_GROUPS] = {"tp", "dp", "ep", "ep_dp", "pp"};
+  static const char *const *const group = comm_group;
   static const char *const kind[COMM_KINDS] = {"all-reduce", "all-gather", "reduce-scatter",
                                                "send", "receive"};
   for (int g = 0; g < COMM_GROUPS; g++) {
@@ -503,10 +526,17 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
     else if (zero)
       fprintf(out, "    (--zero 1: optimizer state sharded over the %d dp ranks)\n", lay->dp);
   }
+  const PpPlan *pl = c->pipe ? c->pipe : c->accum;
   if (c->has_comm && c->stage_comm)
-    for (int st = 0; st < c->nstage_comm; st++) communication(out, &c->stage_comm[st], st);
-  else if (c->has_comm)
+    for (int st = 0; st < c->nstage_comm; st++) {
+      communication(out, &c->stage_comm[st], st);
+      if (pl && st < PP_MAX_STAGES) communication_gpu(out, &pl->stage_comm[st], st);
+    }
+  else if (c->has_comm) {
     communication(out, &c->comm, -1);
+    if (pl) communication_gpu(out, &pl->stage_comm[0], -1);
+    else if (c->step.valid) communication_gpu(out, &c->step.comm, -1);
+  }
   moe(out, m, lay, c);
   if (c->arena_bytes)
     fprintf(out, "activation arena (planned, fp32): %s (%" PRId64 " bytes), allocated exactly by "

@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* n's bytes; stored: the values held as bf16 (cg_step_times), or NULL */
 static double node_bytes(const IrNode *n, const unsigned char *stored) {
@@ -196,6 +197,8 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
                    : op_time(m->nodes[i], mc, bf16 ? 1 : 0, stored, m->mesh_tp, &kind, st);
     add_call(st, m->nodes[i]->phase, t, kind);
     if (node_s) node_s[i] += c + t;
+    if (m->nodes[i]->op == IR_OP_ALL_REDUCE && stored && stored[i])
+      comm_gpu_sum_bf16(&st->comm, m->nodes[i]);
   }
 }
 
@@ -235,9 +238,13 @@ int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine
    * stages at once; the step waits for the slowest */
   double opt[PP_MAX_STAGES] = {0};
   int P = pp->nstages < PP_MAX_STAGES ? pp->nstages : PP_MAX_STAGES;
+  memset(plan->stage_comm, 0, sizeof plan->stage_comm);
   for (int i = 0; i < m->nnodes; i++) {
     int c = pp->chunk[i];
     IrPhase ph = m->nodes[i]->phase;
+    /* (a chunk's nodes run on stage chunk % P) */
+    if (c >= 0 && m->nodes[i]->op == IR_OP_ALL_REDUCE && stored.bf16[i])
+      comm_gpu_sum_bf16(&plan->stage_comm[c % P], m->nodes[i]);
     if (ph == IR_PHASE_OPT || c == PP_NODE_OPT) {
       int own = pp->opt_owner ? pp->opt_owner[i] : -1;
       uint64_t on = own >= 0 && pp->holders[own] ? pp->holders[own] : ~(uint64_t)0;

@@ -140,16 +140,6 @@ int dp_grads_is_bucket(const IrNode *n);
  * per problem to err and returns how many there were. */
 int layout_check(const IrModule *m, const Layout *lay, FILE *err);
 
-/* codegen/step_model.c: a rank's predicted compute time a step (a rank of
- * a layout at pp = 1: the rank-local module's kernels and runtime calls). */
-typedef struct {
-  int valid;                 /* 0: not predicted (the report falls back on FLOPs) */
-  double gemm_s, attn_s, mem_s; /* time of the GEMM, attention and memory-bound calls */
-  double fwd_s, bwd_s, opt_s;   /* the same time by phase (bwd: B and W) */
-  double gemm_flops, attn_flops, bytes;
-  int calls;                 /* kernels and runtime calls a step */
-} StepTime;
-
 /* passes/cost.c: what a layout costs, per rank and stage. */
 typedef struct {
   int first_layer, nlayers;  /* layers held, [first, first + n) */
@@ -179,6 +169,32 @@ typedef struct {
 } CommCost;
 
 void comm_analyze(const IrModule *m, CommCost *out);
+
+/* Where the GPU trainer's collectives differ from the plan's (codegen/
+ * cuda_store.h): an all-reduce whose sum it stores as bf16 runs as a
+ * reduce-scatter of the f32 partials and an all-gather of the bf16 pieces
+ * (rt_cuda_all_reduce_bf16) -- one collective more, and (n-1)/n of 2 bytes an
+ * element less sent by a rank (ring).  Per group. */
+typedef struct {
+  int sums;                        /* such all-reduces a step */
+  int extra[COMM_GROUPS];          /* the collectives they add */
+  double saved_bytes[COMM_GROUPS]; /* the bytes a rank sends less */
+} CommGpu;
+
+/* Adds all-reduce n, its sum stored as bf16, to d. */
+void comm_gpu_sum_bf16(CommGpu *d, const IrNode *n);
+
+/* codegen/step_model.c: a rank's predicted compute time a step (a rank of
+ * a layout at pp = 1: the rank-local module's kernels and runtime calls), and
+ * how its collectives differ from the plan's. */
+typedef struct {
+  int valid;                 /* 0: not predicted (the report falls back on FLOPs) */
+  double gemm_s, attn_s, mem_s; /* time of the GEMM, attention and memory-bound calls */
+  double fwd_s, bwd_s, opt_s;   /* the same time by phase (bwd: B and W) */
+  double gemm_flops, attn_flops, bytes;
+  int calls;                 /* kernels and runtime calls a step */
+  CommGpu comm;              /* the GPU trainer's collectives against the plan's */
+} StepTime;
 
 /* What the GPU trainer of a rank allocates, planned before launch
  * (codegen/arena_plan.h: cg_plan_arena, cg_write_project). */
@@ -377,6 +393,8 @@ typedef struct PpPlan {
   int kernel_timed;          /* timing holds each chunk's kernels' times
                                 (cg_pipe_step_model), not its FLOPs at flops_per_s */
   double opt_s;              /* then: the optimizer's time a step, after the pipeline */
+  CommGpu stage_comm[PP_MAX_STAGES]; /* then: a rank of each stage's GPU collectives
+                                against the plan's (StepTime.comm) */
 } PpPlan;
 
 /* Checks the pipeline options against the model and fills in defaults:

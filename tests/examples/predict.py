@@ -11,7 +11,9 @@ usage: predict.py PARC EXAMPLES_DIR WORK_DIR
 - calls: with every rate unbounded, the step is calls x kernel_s.
 - communication: each plan.json collective at its bytes over the link its
   group spans (tp 2 within a node of 2 ranks, dp between nodes) plus the
-  latency; the dp part hidden behind the backward only without --no-overlap.
+  latency; the dp part hidden behind the backward only without --no-overlap;
+  in bf16, the GPU trainer's all-reduces of sums it stores as bf16 as a
+  reduce-scatter and an all-gather (gpu_communication, from train_cuda.c).
 - the parts add up to the total; MFU is the model FLOPs a rank over the total
   and the peak; bf16 models use the bf16 rates, move 2 bytes an element of
   the values the GPU trainer stores as bf16 and copy the GEMM operands it
@@ -37,10 +39,10 @@ def machine(name, **kw):
     return path
 
 
-def compile_(tag, mc, *flags, model="gpt2_tiny"):
+def compile_(tag, mc, *flags, model="gpt2_tiny", target="cpu"):
     out = os.path.join(work, tag)
     r = subprocess.run([parc, os.path.join(examples, model + ".dsl"), "-o", out, "--target",
-                        "cpu", "--machine", mc, *flags], capture_output=True, text=True)
+                        target, "--machine", mc, *flags], capture_output=True, text=True)
     if r.returncode:
         sys.exit(f"FAIL {tag}: parc exited {r.returncode}:\n{r.stderr}")
     return json.load(open(os.path.join(out, "plan.json"))), r.stdout
@@ -111,6 +113,26 @@ for tag, flags in (("overlap", []), ("blocking", ["--no-overlap"])):
     if tag == "overlap" and not 0 < ps["hidden_s"] <= want["dp"] * (1 + 1e-12):
         sys.exit(f"FAIL overlap hides {ps['hidden_s']} s of a dp part of {want['dp']} s")
     near(ps["mfu"], plan["cost"]["flops_per_step"] / 4 / ps["seconds"] / 1e12, f"MFU {tag}")
+
+# bf16 at tp 2: the all-reduces whose sums the GPU trainer stores as bf16
+# (train_cuda.c's rt_cuda_all_reduce_bf16 calls and their counts) run as a
+# reduce-scatter and an all-gather: a collective more each, and (n-1)/n of 2
+# bytes an element less sent a rank -- plan.json's gpu_communication, and the
+# predicted communication time with them
+plan, _ = compile_("comm_bf16", mc, "--tp", "2", "-D", "precision=bf16", target="all")
+with open(os.path.join(work, "comm_bf16", "train_cuda.c")) as f:
+    sums = [int(n) for n in re.findall(r"rt_cuda_all_reduce_bf16\(dev, RT_CUDA_TP, [^,]+, [^,]+, "
+                                       r"(\d+), 0\)", f.read())]
+g = plan["gpu_communication"]
+if not sums or len(g) != 1 or g[0]["group"] != "tp" or g[0]["extra_collectives"] != len(sums):
+    sys.exit(f"FAIL comm bf16: {len(sums)} bf16 all-reduces in train_cuda.c, plan.json {g}")
+near(g[0]["saved_bytes_per_rank"], sum(2.0 * n / 2 for n in sums), "comm bf16: bytes saved")
+want = sum(e["sent_bytes_per_rank"] / 1e9 + e["count"] * 1e-4 for e in plan["communication"])
+near(plan["predicted_step"]["communication_s"],
+     want - g[0]["saved_bytes_per_rank"] / 1e9 + len(sums) * 1e-4, "comm bf16: time")
+plan, _ = compile_("comm_bf16_off", mc, "--tp", "2", "-D", "precision=bf16", "--bf16-store", "off")
+if plan["gpu_communication"]:
+    sys.exit(f"FAIL comm bf16 off: {plan['gpu_communication']}")
 
 # precision: a bf16 model takes the bf16 rates
 mc = machine("prec", gemm_flops={"fp32": 1e12, "bf16": 4e12}, attention_flops=1e11)
