@@ -70,6 +70,16 @@ static void uses(Store *c) {
     }
 }
 
+/* 1 if q is a group_copy of n (tp's identity forward, its gradient the
+ * all-reduce) with a buffer of its own, n dense and of an even number of
+ * elements: the trainer copies n's bytes as they are (rt_cuda_copy of
+ * numel / 2 floats where n is stored as bf16), so q is stored as n is. */
+static int copy_of(const Store *c, const IrNode *q, const IrNode *n, int wide) {
+  return q->op == IR_OP_GROUP_COPY && q->inputs[0] == n && !wide && ir_numel(n) % 2 == 0 &&
+         q->dtype == IR_F32 && c->bp->offset[q->id] >= 0 && c->bp->alias[q->id] < 0 &&
+         c->kp->view_of[q->id] < 0;
+}
+
 /* Who reads n: READ_GEMM, a GEMM that may read it stored as bf16; READ_KERNEL,
  * a generated kernel (through a param of it, which the store retypes);
  * READ_XENT, (vocab_)cross_entropy or its gradient as their logits;
@@ -77,18 +87,19 @@ static void uses(Store *c) {
  * (dy) where cg_cuda_attn_stored_ok, sdpa_delta (rt_cuda_sdpa_delta_io reads
  * bf16 in any mode), or sdpa_lse (it copies the lse after sdpa's out, which
  * stays f32); READ_OTHER, anything else (a runtime op, a GEMM that could not, the
- * optimizer: what it reads are parameter gradients).  A view of n counts as
- * its readers (recursively), or as OTHER where keep[] has it; wide values
+ * optimizer: what it reads are parameter gradients).  A view of n, or a
+ * group_copy of it (copy_of), counts as its readers (recursively), or as
+ * OTHER where keep[] has it; wide values
  * (rows of 2 cols) admit views that keep the rows only, and their kernel
  * readers count as OTHER (a kernel indexes dense rows).  mark gets n's
- * views. */
+ * views and copies. */
 static int readers(const Store *c, const IrNode *n, int wide, Marks *mark) {
   const CgKernelPlan *kp = c->kp;
   int who = 0;
   for (int u = c->first[n->id]; u < c->first[n->id + 1]; u++) {
     const IrNode *q = c->m->nodes[c->reader[u]];
     int j = c->input[u];
-    if (is_view_of(kp, c->bp, q, n, wide)) {
+    if (is_view_of(kp, c->bp, q, n, wide) || copy_of(c, q, n, wide)) {
       /* (a view that stays f32 keeps its value f32: its bytes are the value's) */
       who |= c->keep[q->id] ? READ_OTHER : readers(c, q, wide, mark);
       if (!mark->on[q->id]) mark->on[q->id] = 1, mark->ids[mark->n++] = q->id;

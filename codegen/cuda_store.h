@@ -45,7 +45,10 @@
  *     them to bf16 anyway, so that costs no bit), sdpa_delta (it widens the
  *     merged out and its gradient as it reads them), sdpa_lse (it copies the
  *     lse after sdpa's out, which stays f32), or a reshape view of n whose
- *     readers are; no other runtime op (the fp32 attention paths, the
+ *     readers are, or a group_copy of n whose readers are (tp's identity
+ *     forward: n dense, of an even number of elements, the copy a buffer of
+ *     its own; the trainer copies n's bytes, and the copy is stored as n
+ *     is); no other runtime op (the fp32 attention paths, the other
  *     collectives, routing ... read f32);
  *   - if a kernel reads n, n is no reduction's result: its kernel reads no
  *     buffer of more elements than n (row statistics such as a layer norm's

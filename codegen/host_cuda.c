@@ -434,8 +434,10 @@ static void emit_runtime(Cu *e, const IrNode *n) {
   case IR_OP_REPLICATE: case IR_OP_LOCAL_SLICE:
     emit_dim_collective(e, n, x, out);
     return;
-  case IR_OP_GROUP_COPY:
-    fprintf(f, "  CHECK(rt_cuda_copy(dev, %s, %s, %" PRId64 "));\n", out, x, ir_numel(n));
+  case IR_OP_GROUP_COPY: /* a value stored as bf16, as its copy (cuda_store.c copy_of): its bytes */
+    fprintf(f, "  CHECK(rt_cuda_copy(dev, %s, %s, %" PRId64 "));%s\n", out, x,
+            e->store->bf16[n->id] ? ir_numel(n) / 2 : ir_numel(n),
+            e->store->bf16[n->id] ? " /* bf16: 2 elements a float */" : "");
     return;
   default:
     fail(e, "the GPU trainer has no routine for %s", ir_op_info[n->op].name);
@@ -803,8 +805,8 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
                "  CHECK(rt_cuda_graph_step(dev, step_body_, io, %d, io->grads != NULL));\n"
                "  char *A = rt_cuda_arena(dev);\n"
                "  (void)A;\n",
-          rows, seq, m->name, weights, cg_cuda_reduce_piece(m, e->store), host_ops, host_ops == 1 ? "" : "s",
-          host_ops ? ": no graph" : "", host_ops);
+          rows, seq, m->name, weights, cg_cuda_reduce_piece(m, e->store), host_ops,
+          host_ops == 1 ? "" : "s", host_ops ? ": no graph" : "", host_ops);
   if (!m->loss) fail(e, "the module has no loss");
   else
     fprintf(out, "  CHECK(rt_cuda_step_end(dev, %s, %s, %s, &io->loss, &io->ce_loss, "

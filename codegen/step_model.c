@@ -93,6 +93,11 @@ static double op_time(const IrNode *n, const Machine *mc, int p, const unsigned 
     st->bytes += 6 * piece;
     return mc->kernel_s + split_cost(mc, 4 * piece) + 6 * piece / mc->mem_bytes_per_s;
   }
+  if (n->op == IR_OP_GROUP_COPY) { /* (the GPU trainer copies the value: rt_cuda_copy) */
+    double bytes = 2 * node_bytes(n, stored);
+    st->bytes += bytes;
+    return mc->kernel_s + split_cost(mc, bytes / 2) + bytes / mc->mem_bytes_per_s;
+  }
   if (!cg_runtime_op(n->op) || is_comm(n->op)) return 0;
   double bytes = node_bytes(n, stored), big = node_bytes(n, stored);
   for (int j = 0; j < n->ninputs; j++) {

@@ -733,11 +733,15 @@ int rt_cuda_all_reduce_bf16(RtCuda *c, int group, const float *send, float *recv
   if (count <= 0) return RT_OK;
   const int p = c->gsize[group], me = c->grank[group];
   const int64_t piece = count / p;
-  if (count % (2 * p) || piece > c->reduce_piece)
+  if (count % (2 * p))
     return rt_fail("rank %d: all_reduce_bf16 of %lld floats over group %s (%d ranks): the "
-                   "count must split into even pieces, one a member, of at most the setup's "
-                   "%lld floats (RtCudaSetup.reduce_piece)", c->wrank, (long long)count,
-                   group_name[group], p, (long long)c->reduce_piece);
+                   "count does not split into even pieces, one a member", c->wrank,
+                   (long long)count, group_name[group], p);
+  if (piece > c->reduce_piece)
+    return rt_fail("rank %d: all_reduce_bf16 of %lld floats over group %s (%d ranks): a piece "
+                   "of %lld floats, past the scratch the setup planned (RtCudaSetup.reduce_piece "
+                   "%lld)", c->wrank, (long long)count, group_name[group], p, (long long)piece,
+                   (long long)c->reduce_piece);
   RtProfScope ps(c); /* one op: its collectives and pass inside it */
   if (ps.on())
     ps.set(RT_PROF_COMM, 4.0 * (double)count, 0, "all_reduce_bf16 %s", group_name[group]);

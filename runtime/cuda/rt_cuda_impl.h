@@ -186,15 +186,15 @@ int rt_cuda_sdpa_grad_mma(RtCuda *c, float *dqkv, const float *q, const float *k
                           unsigned io);
 int rt_cuda_attn_mma(RtCuda *c, int64_t T, int64_t hd);
 
-/* The device-local collectives (rt_cuda_local.cu; PARC_CUDA_LOCAL=device):
- * open makes the per-group events (RT_OK, or RT_ERR with the error recorded),
- * close frees them; a collective is op RT_CUDA_OP_* (rt_cuda_local.h) over
- * group g of two or more members, count > 0 as rt_cuda_all_reduce etc. */
 /* rt_cuda_gemm.cu: x[0, n) rounded to bf16 (to nearest even) into y[0, n)
  * (y 4-byte aligned), and in place as f32 values; on the compute stream. */
 int rt_cuda_to_bf16(RtCuda *c, void *y, const float *x, int64_t n);
 int rt_cuda_round_bf16(RtCuda *c, float *x, int64_t n);
 
+/* The device-local collectives (rt_cuda_local.cu; PARC_CUDA_LOCAL=device):
+ * open makes the per-group events (RT_OK, or RT_ERR with the error recorded),
+ * close frees them; a collective is op RT_CUDA_OP_* (rt_cuda_local.h) over
+ * group g of two or more members, count > 0 as rt_cuda_all_reduce etc. */
 int rt_cuda_local_open(RtCuda *c);
 void rt_cuda_local_close(RtCuda *c);
 int rt_cuda_local_collective(RtCuda *c, int op, int g, const float *send, float *recv,

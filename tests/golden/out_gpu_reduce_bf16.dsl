@@ -3,7 +3,10 @@
 # all-reduce's result, which the GPU trainer stores as bf16 too (the sum in
 # f32, rounded once: rt_cuda_all_reduce_bf16) -- so its arena holds every
 # layer's residual at 2 bytes an element, and the report adds the f32 scratch
-# of the largest all-reduce's piece (4 x 64 x 64 / 2 floats, 32 KiB).
+# of the largest all-reduce's piece (4 x 64 x 64 / 2 floats, 32 KiB).  The
+# column-parallel GEMMs' inputs pass through group_copy (identity forward, the
+# all-reduce its gradient): the copy is stored as bf16 with its value, so those
+# GEMMs convert no operand and the copy moves 2 bytes an element.
 model llama_tp {
   config { vocab = 256  seq = 64  d = 64  heads = 4  kv_heads = 2  ffn = 176  layers = 2
            theta = 10000.0  eps = 1e-5 }
