@@ -70,14 +70,25 @@ static void uses(Store *c) {
     }
 }
 
-/* 1 if q is a group_copy of n (tp's identity forward, its gradient the
- * all-reduce) with a buffer of its own, n dense and of an even number of
- * elements: the trainer copies n's bytes as they are (rt_cuda_copy of
- * numel / 2 floats where n is stored as bf16), so q is stored as n is. */
+/* 1 if q moves n's elements as they are, with a buffer of its own, in
+ * pairs (n dense): a group_copy of n (tp's identity forward, its gradient
+ * the all-reduce) of an even number of elements, or an all-gather of n
+ * whose pieces' rows (the elements past the cut dimension) are of an even
+ * number.  The trainer moves n's bytes (the float counts halved where n is
+ * stored as bf16: cg_cuda_moves_pairs), so q is stored as n is. */
 static int copy_of(const Store *c, const IrNode *q, const IrNode *n, int wide) {
-  return q->op == IR_OP_GROUP_COPY && q->inputs[0] == n && !wide && ir_numel(n) % 2 == 0 &&
-         q->dtype == IR_F32 && c->bp->offset[q->id] >= 0 && c->bp->alias[q->id] < 0 &&
-         c->kp->view_of[q->id] < 0;
+  if (q->inputs[0] != n || wide || q->dtype != IR_F32 || c->bp->offset[q->id] < 0 ||
+      c->bp->alias[q->id] >= 0 || c->kp->view_of[q->id] >= 0)
+    return 0;
+  return cg_cuda_moves_pairs(q);
+}
+
+int cg_cuda_moves_pairs(const IrNode *q) {
+  int64_t outer, len, inner;
+  if (q->op == IR_OP_GROUP_COPY) return ir_numel(q) % 2 == 0;
+  if (q->op != IR_OP_ALL_GATHER) return 0;
+  cg_dim_split(q, &outer, &len, &inner);
+  return inner % 2 == 0;
 }
 
 /* Who reads n: READ_GEMM, a GEMM that may read it stored as bf16; READ_KERNEL,
@@ -88,7 +99,7 @@ static int copy_of(const Store *c, const IrNode *q, const IrNode *n, int wide) {
  * bf16 in any mode), or sdpa_lse (it copies the lse after sdpa's out, which
  * stays f32); READ_OTHER, anything else (a runtime op, a GEMM that could not, the
  * optimizer: what it reads are parameter gradients).  A view of n, or a
- * group_copy of it (copy_of), counts as its readers (recursively), or as
+ * group_copy or all-gather of it (copy_of), counts as its readers (recursively), or as
  * OTHER where keep[] has it; wide values
  * (rows of 2 cols) admit views that keep the rows only, and their kernel
  * readers count as OTHER (a kernel indexes dense rows).  mark gets n's

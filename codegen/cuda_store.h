@@ -45,9 +45,10 @@
  *     them to bf16 anyway, so that costs no bit), sdpa_delta (it widens the
  *     merged out and its gradient as it reads them), sdpa_lse (it copies the
  *     lse after sdpa's out, which stays f32), or a reshape view of n whose
- *     readers are, or a group_copy of n whose readers are (tp's identity
- *     forward: n dense, of an even number of elements, the copy a buffer of
- *     its own; the trainer copies n's bytes, and the copy is stored as n
+ *     readers are, or a group_copy or an all-gather of n whose readers are
+ *     (tp's identity forward, sequence parallelism's gather: n dense, moved
+ *     in pairs of elements -- cg_cuda_moves_pairs --, the result a buffer of
+ *     its own; the trainer moves n's bytes, and the result is stored as n
  *     is); no other runtime op (the fp32 attention paths, the other
  *     collectives, routing ... read f32);
  *   - if a kernel reads n, n is no reduction's result: its kernel reads no
@@ -112,6 +113,10 @@ typedef struct CgCudaStore {
  * module), or NULL. */
 void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, const int *canon,
                         int bf16, CgStoreMode mode, const PpProgram *pp, CgCudaStore *out);
+
+/* 1 if collective q (group_copy, all_gather) may move its input's elements
+ * stored as bf16, two to a float (codegen/cuda_store.c copy_of). */
+int cg_cuda_moves_pairs(const IrNode *q);
 
 /* RtCudaSetup.reduce_piece of a trainer of m with *store: the largest piece
  * (elements / members) of its all-reduces stored as bf16 (or rounded so); 0

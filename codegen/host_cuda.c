@@ -120,17 +120,22 @@ static const char *grp(int64_t axis) {
 
 /* all_gather / reduce_scatter along dimension ia[2], replicate, local_slice:
  * [outer, n, inner] with n the whole size (rt_cuda.h). */
+/* After a collective that moves bf16 elements two to a float (cuda_store.h) */
+#define BF16_PAIRS " /* bf16: 2 elements a float */"
+
 static void emit_dim_collective(Cu *e, const IrNode *n, const char *x, const char *out) {
   int64_t outer, len, inner;
   cg_dim_split(n, &outer, &len, &inner);
+  int pairs = e->store->bf16[n->id] && n->op == IR_OP_ALL_GATHER; /* cuda_store.h */
+  if (pairs) inner /= 2;
   if (n->op == IR_OP_LOCAL_SLICE)
     fprintf(e->out, "  CHECK(rt_cuda_local_slice(dev, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
             ", rt_cuda_group_rank(dev, %s), %" PRId64 "));\n", out, x, outer, len,
             inner, grp(n->ia[0]), n->ia[1]);
   else
-    fprintf(e->out, "  CHECK(%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n",
+    fprintf(e->out, "  CHECK(%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));%s\n",
             n->op == IR_OP_REDUCE_SCATTER ? "rt_cuda_reduce_scatter_dim" : "rt_cuda_all_gather_dim",
-            grp(n->ia[0]), x, out, outer, len, inner);
+            grp(n->ia[0]), x, out, outer, len, inner, pairs ? BF16_PAIRS : "");
 }
 
 int cg_cuda_gemm_weight(const IrNode *n, int j, int weights) {
@@ -423,8 +428,10 @@ static void emit_runtime(Cu *e, const IrNode *n) {
       emit_dim_collective(e, n, x, out);
       return;
     }
-    fprintf(f, "  CHECK(rt_cuda_%s(dev, %s, %s, %s, %" PRId64 "));\n", ir_op_info[n->op].name,
-            grp(n->ia[0]), x, out, ir_numel(piece));
+    int pairs = gather && e->store->bf16[n->id]; /* cuda_store.h */
+    fprintf(f, "  CHECK(rt_cuda_%s(dev, %s, %s, %s, %" PRId64 "));%s\n", ir_op_info[n->op].name,
+            grp(n->ia[0]), x, out, pairs ? ir_numel(piece) / 2 : ir_numel(piece),
+            pairs ? BF16_PAIRS : "");
     return;
   }
   case IR_OP_FLAT_SHARD:
@@ -437,7 +444,7 @@ static void emit_runtime(Cu *e, const IrNode *n) {
   case IR_OP_GROUP_COPY: /* a value stored as bf16, as its copy (cuda_store.c copy_of): its bytes */
     fprintf(f, "  CHECK(rt_cuda_copy(dev, %s, %s, %" PRId64 "));%s\n", out, x,
             e->store->bf16[n->id] ? ir_numel(n) / 2 : ir_numel(n),
-            e->store->bf16[n->id] ? " /* bf16: 2 elements a float */" : "");
+            e->store->bf16[n->id] ? BF16_PAIRS : "");
     return;
   default:
     fail(e, "the GPU trainer has no routine for %s", ir_op_info[n->op].name);

@@ -122,8 +122,8 @@ static double comm_time(const Layout *lay, const CommCost *cc, const CommGpu *gp
       *n += cc->e[g][k].count;
     }
     if (gpu) {
-      t += gpu->extra[g] * mc->latency_s - gpu->saved_bytes[g] / link;
-      *n += gpu->extra[g];
+      t += gpu->sums[g] * mc->latency_s - gpu->saved_bytes[g] / link;
+      *n += gpu->sums[g];
     }
     total += t;
     if (g == 1) *dp_s = t;
@@ -234,12 +234,16 @@ static const char *const comm_group[COMM_GROUPS] = {"tp", "dp", "ep", "ep_dp", "
  * a line a group; stage as communication's. */
 static void communication_gpu(FILE *out, const CommGpu *d, int stage) {
   for (int g = 0; g < COMM_GROUPS; g++) {
-    if (!d->extra[g]) continue;
+    if (!d->sums[g] && !d->gathers[g]) continue;
     char s[32], at[48] = "";
     if (stage >= 0) snprintf(at, sizeof at, " (a rank of stage %d)", stage);
-    fprintf(out, "GPU trainer (bf16)%s: %d %s all-reduces store their sums as bf16, each a "
-            "reduce-scatter of the f32 partials and an all-gather of the bf16 pieces: %s less "
-            "sent a step\n", at, d->extra[g], comm_group[g], bytes(s, sizeof s, d->saved_bytes[g]));
+    fprintf(out, "GPU trainer (bf16)%s, %s group: ", at, comm_group[g]);
+    if (d->sums[g])
+      fprintf(out, "%d all-reduces store their sums as bf16 (each a reduce-scatter of the f32 "
+              "partials and an all-gather of the bf16 pieces)%s", d->sums[g],
+              d->gathers[g] ? ", " : "");
+    if (d->gathers[g]) fprintf(out, "%d all-gathers move bf16 values", d->gathers[g]);
+    fprintf(out, ": %s less sent a step\n", bytes(s, sizeof s, d->saved_bytes[g]));
   }
 }
 

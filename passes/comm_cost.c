@@ -73,11 +73,13 @@ void comm_analyze(const IrModule *m, CommCost *c) {
   for (int i = 0; i < m->nnodes; i++) count_node(c, m->nodes[i], 1);
 }
 
-void comm_gpu_sum_bf16(CommGpu *d, const IrNode *n) {
+void comm_gpu_bf16(CommGpu *d, const IrNode *n) {
   int axis = (int)n->ia[0], size = (int)n->ia[1];
-  if (n->op != IR_OP_ALL_REDUCE || axis < 0 || axis >= COMM_GROUPS || size < 2) return;
-  d->sums++;
-  d->extra[axis]++;
+  if ((n->op != IR_OP_ALL_REDUCE && n->op != IR_OP_ALL_GATHER) || axis < 0 ||
+      axis >= COMM_GROUPS || size < 2)
+    return;
+  if (n->op == IR_OP_ALL_REDUCE) d->sums[axis]++;
+  else d->gathers[axis]++;
   d->saved_bytes[axis] += 2.0 * (double)ir_numel(n) * (size - 1) / size;
 }
 

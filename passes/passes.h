@@ -171,18 +171,20 @@ typedef struct {
 void comm_analyze(const IrModule *m, CommCost *out);
 
 /* Where the GPU trainer's collectives differ from the plan's (codegen/
- * cuda_store.h): an all-reduce whose sum it stores as bf16 runs as a
- * reduce-scatter of the f32 partials and an all-gather of the bf16 pieces
+ * cuda_store.h), per group: an all-reduce whose sum it stores as bf16 runs as
+ * a reduce-scatter of the f32 partials and an all-gather of the bf16 pieces
  * (rt_cuda_all_reduce_bf16) -- one collective more, and (n-1)/n of 2 bytes an
- * element less sent by a rank (ring).  Per group. */
+ * element less sent by a rank (ring); an all-gather of bf16 values sends
+ * (n-1)/n of 2 bytes an element less. */
 typedef struct {
-  int sums;                        /* such all-reduces a step */
-  int extra[COMM_GROUPS];          /* the collectives they add */
+  int sums[COMM_GROUPS];           /* such all-reduces a step: a collective more each */
+  int gathers[COMM_GROUPS];        /* such all-gathers a step */
   double saved_bytes[COMM_GROUPS]; /* the bytes a rank sends less */
 } CommGpu;
 
-/* Adds all-reduce n, its sum stored as bf16, to d. */
-void comm_gpu_sum_bf16(CommGpu *d, const IrNode *n);
+/* Adds collective n to d: an all-reduce whose sum the GPU trainer stores as
+ * bf16, or an all-gather of bf16 values (other ops: nothing). */
+void comm_gpu_bf16(CommGpu *d, const IrNode *n);
 
 /* codegen/step_model.c: a rank's predicted compute time a step (a rank of
  * a layout at pp = 1: the rank-local module's kernels and runtime calls), and

@@ -350,8 +350,9 @@ def store(a, proj, env, steps, grads, against_cpu, one_rank, device):
     with open(sp + "/train_cuda.c") as f:  # GEMM operands and results stored as bf16
         n = sum(f.read().count(flag) for flag in ("RT_CUDA_MM_A_BF16 |", "RT_CUDA_MM_B_BF16 |",
                                                    "RT_CUDA_MM_C_BF16 |"))
-    with open(sp + "/train_cuda.c") as f:  # all-reduces whose sums it stores as bf16
-        ar = f.read().count("rt_cuda_all_reduce_bf16(")
+    with open(sp + "/train_cuda.c") as f:  # all-reduces whose sums it stores as bf16,
+        src = f.read()  # and collectives moving bf16 values (group_copy, all-gathers)
+        ar, pairs = src.count("rt_cuda_all_reduce_bf16("), src.count("/* bf16: 2 elements a float */")
     with open(sp + "/kernels.cu") as f:  # kernels reading a bf16 value (declarations once)
         k = sum("const __nv_bfloat16 *" in line for line in f if line.startswith("__global__"))
     with open(rp + "/kernels.cu") as f:
@@ -368,14 +369,15 @@ def store(a, proj, env, steps, grads, against_cpu, one_rank, device):
             return False
     ok = compare(a, "losses", runs["round"][0], runs["store"][0], 0,
                  "%s bf16 stores = round bits (%d GEMM operands and results, %d kernels, "
-                 "%d all-reduces)" % (a.name, n, k, ar))
+                 "%d all-reduces, %d copies and gathers)" % (a.name, n, k, ar, pairs))
     if ok and device:  # rt_cuda_all_reduce_bf16 on the device-local collectives too
         dev = proj + ".store_dev.jsonl"
         ok = run([sp + "/build/train_cuda_emu"] + steps + ["--log", dev],
                  proj + ".store_dev.log",
                  env=dict(env, PARC_CUDA_GEMM="bf16", PARC_CUDA_LOCAL="device")) and \
             compare(a, "losses", runs["store"][0], dev, 0,
-                    "%s bf16 stores, device = host bits (%d all-reduces)" % (a.name, ar))
+                    "%s bf16 stores, device = host bits (%d all-reduces, %d copies and "
+                    "gathers)" % (a.name, ar, pairs))
     if ok and runs["store"][1]:
         ok = compare(a, "grads", runs["round"][1][1], runs["store"][1][1], 0,
                      a.name + " bf16 stores, gradients")

@@ -13,7 +13,8 @@ usage: predict.py PARC EXAMPLES_DIR WORK_DIR
   group spans (tp 2 within a node of 2 ranks, dp between nodes) plus the
   latency; the dp part hidden behind the backward only without --no-overlap;
   in bf16, the GPU trainer's all-reduces of sums it stores as bf16 as a
-  reduce-scatter and an all-gather (gpu_communication, from train_cuda.c).
+  reduce-scatter and an all-gather, and its all-gathers of bf16 values at 2
+  bytes an element (gpu_communication, from train_cuda.c).
 - the parts add up to the total; MFU is the model FLOPs a rank over the total
   and the peak; bf16 models use the bf16 rates, move 2 bytes an element of
   the values the GPU trainer stores as bf16 and copy the GEMM operands it
@@ -133,6 +134,23 @@ near(plan["predicted_step"]["communication_s"],
 plan, _ = compile_("comm_bf16_off", mc, "--tp", "2", "-D", "precision=bf16", "--bf16-store", "off")
 if plan["gpu_communication"]:
     sys.exit(f"FAIL comm bf16 off: {plan['gpu_communication']}")
+# with --sp, all-gathers of bf16 values (two elements a float: each element's 2 bytes
+# less, (n-1)/n of them sent) and no collective more
+plan, _ = compile_("comm_bf16_sp", mc, "--tp", "2", "--sp", "-D", "precision=bf16", target="all")
+with open(os.path.join(work, "comm_bf16_sp", "train_cuda.c")) as f:
+    src = f.read()
+dims = re.findall(r"rt_cuda_all_gather_dim\(dev, RT_CUDA_TP, [^,]+, [^,]+, (\d+), (\d+), (\d+)\)\); "
+                  r"/\* bf16: 2 elements a float \*/", src)
+flat = re.findall(r"rt_cuda_all_gather\(dev, RT_CUDA_TP, [^,]+, [^,]+, (\d+)\)\); "
+                  r"/\* bf16: 2 elements a float \*/", src)
+numel = [int(o) * int(n) * int(i) * 2 for o, n, i in dims] + [int(c) * 2 * 2 for c in flat]
+g = plan["gpu_communication"]
+if not numel or len(g) != 1 or g[0]["all_gathers_bf16"] != len(numel) or g[0]["extra_collectives"]:
+    sys.exit(f"FAIL comm bf16 sp: {len(numel)} bf16 all-gathers in train_cuda.c, plan.json {g}")
+near(g[0]["saved_bytes_per_rank"], sum(2.0 * n / 2 for n in numel), "comm bf16 sp: bytes saved")
+want = sum(e["sent_bytes_per_rank"] / 1e9 + e["count"] * 1e-4 for e in plan["communication"])
+near(plan["predicted_step"]["communication_s"], want - g[0]["saved_bytes_per_rank"] / 1e9,
+     "comm bf16 sp: time")
 
 # precision: a bf16 model takes the bf16 rates
 mc = machine("prec", gemm_flops={"fp32": 1e12, "bf16": 4e12}, attention_flops=1e11)
