@@ -251,8 +251,6 @@ static void moe_json(cJSON *root, const IrModule *m, const CgProject *p) {
   free(v);
 }
 
-/* plan.json's "communication": one entry per group and kind one rank runs a
- * step (stage >= 0: a rank of that pipeline stage, with "stage"). */
 static const char *const comm_group[COMM_GROUPS] = {"tp", "dp", "ep", "ep_dp", "pp"};
 
 /* The GPU trainer's collectives where they differ from "communication"'s
@@ -271,8 +269,9 @@ static void gpu_comm_json(cJSON *arr, const CommGpu *d, int stage) {
   }
 }
 
+/* plan.json's "communication": one entry per group and kind one rank runs a
+ * step (stage >= 0: a rank of that pipeline stage, with "stage"). */
 static void comm_json(cJSON *comm, const CommCost *c, int stage) {
-  static const char *const *const group = comm_group;
   static const char *const kind[COMM_KINDS] = {"all_reduce", "all_gather", "reduce_scatter",
                                                "send", "recv"};
   for (int g = 0; g < COMM_GROUPS; g++)
@@ -281,7 +280,7 @@ static void comm_json(cJSON *comm, const CommCost *c, int stage) {
       if (!e->count) continue;
       cJSON *o = cJSON_CreateObject();
       if (stage >= 0) cJSON_AddNumberToObject(o, "stage", stage);
-      cJSON_AddStringToObject(o, "group", group[g]);
+      cJSON_AddStringToObject(o, "group", comm_group[g]);
       cJSON_AddNumberToObject(o, "ranks", c->group_size[g]);
       cJSON_AddStringToObject(o, "kind", kind[k]);
       cJSON_AddNumberToObject(o, "count", e->count);

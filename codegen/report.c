@@ -226,8 +226,6 @@ static void predicted_step(FILE *out, const Layout *lay, const Cost *c) {
             pr.hidden_s > 0 ? " of the dp part hidden behind the backward" : "");
 }
 
-/* The collectives one rank runs a step (stage >= 0: a rank of that pipeline
- * stage), by group and kind, as passes/comm_cost.c counts them. */
 static const char *const comm_group[COMM_GROUPS] = {"tp", "dp", "ep", "ep_dp", "pp"};
 
 /* The GPU trainer's collectives where they differ from the table's (CommGpu),
@@ -247,8 +245,9 @@ static void communication_gpu(FILE *out, const CommGpu *d, int stage) {
   }
 }
 
+/* The collectives one rank runs a step (stage >= 0: a rank of that pipeline
+ * stage), by group and kind, as passes/comm_cost.c counts them. */
 static void communication(FILE *out, const CommCost *cc, int stage) {
-  static const char *const *const group = comm_group;
   static const char *const kind[COMM_KINDS] = {"all-reduce", "all-gather", "reduce-scatter",
                                                "send", "receive"};
   for (int g = 0; g < COMM_GROUPS; g++) {
@@ -256,7 +255,7 @@ static void communication(FILE *out, const CommCost *cc, int stage) {
     if (!cc->group_size[g] && !a2a) continue;
     if (stage >= 0) fprintf(out, "communication per step, a rank of stage %d, ", stage);
     else fprintf(out, "communication per step and rank, ");
-    fprintf(out, "%s group of %d ranks:\n", group[g], a2a ? cc->a2a_group : cc->group_size[g]);
+    fprintf(out, "%s group of %d ranks:\n", comm_group[g], a2a ? cc->a2a_group : cc->group_size[g]);
     for (int k = 0; k < COMM_KINDS; k++) {
       const CommEntry *e = &cc->e[g][k];
       char p[32], s[32];

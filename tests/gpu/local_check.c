@@ -159,22 +159,22 @@ static uint16_t bf16_bits(float f) {
  * (mismatches counted), -1 on an error. */
 static int check_ar16(RtCuda *c, RtComm *hg, int g, int64_t count, uint64_t seed) {
   uint64_t s = seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(rt_comm_world_rank(hg) + 1));
-  float *h_in = malloc(sizeof(float) * (size_t)count), *h_sum = malloc(sizeof(float) * (size_t)count);
-  float *h_got = malloc(sizeof(float) * (size_t)count);
+  size_t bytes = sizeof(float) * (size_t)count;
+  float *h_in = malloc(bytes), *h_sum = malloc(bytes), *h_got = malloc(bytes);
   float *d_in = NULL, *d_out = NULL;
   for (int64_t i = 0; i < count; i++) h_in[i] = val(&s);
   int rc = rt_comm_all_reduce(hg, h_in, h_sum, count);
   if (!rc) {
-    CU(cudaMalloc((void **)&d_in, sizeof(float) * (size_t)count));
-    CU(cudaMalloc((void **)&d_out, sizeof(float) * (size_t)count));
-    CU(cudaMemcpy(d_in, h_in, sizeof(float) * (size_t)count, cudaMemcpyHostToDevice));
+    CU(cudaMalloc((void **)&d_in, bytes));
+    CU(cudaMalloc((void **)&d_out, bytes));
+    CU(cudaMemcpy(d_in, h_in, bytes, cudaMemcpyHostToDevice));
   }
   for (int round = 0; round <= 1 && !rc; round++) {
-    CU(cudaMemset(d_out, 0xff, sizeof(float) * (size_t)count)); /* NaNs: nothing left unwritten */
+    CU(cudaMemset(d_out, 0xff, bytes)); /* NaNs: nothing left unwritten */
     rc = rt_cuda_all_reduce_bf16(c, g, d_in, d_out, count, round);
     if (rc) break;
     CU(cudaStreamSynchronize((cudaStream_t)rt_cuda_stream(c)));
-    CU(cudaMemcpy(h_got, d_out, sizeof(float) * (size_t)count, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(h_got, d_out, bytes, cudaMemcpyDeviceToHost));
     atomic_fetch_add(&cases, 1);
     const uint16_t *b = (const uint16_t *)(const void *)h_got;
     for (int64_t i = 0; i < count; i++) {
