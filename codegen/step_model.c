@@ -202,7 +202,7 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
                    : op_time(m->nodes[i], mc, bf16 ? 1 : 0, stored, m->mesh_tp, &kind, st);
     add_call(st, m->nodes[i]->phase, t, kind);
     if (node_s) node_s[i] += c + t;
-    if (stored && stored[i]) comm_gpu_bf16(&st->comm, m->nodes[i]);
+    if (stored && stored[i]) comm_gpu_bf16(&st->comm, m->nodes[i], 1);
   }
 }
 
@@ -246,8 +246,9 @@ int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine
   for (int i = 0; i < m->nnodes; i++) {
     int c = pp->chunk[i];
     IrPhase ph = m->nodes[i]->phase;
-    /* (a chunk's nodes run on stage chunk % P) */
-    if (c >= 0 && stored.bf16[i]) comm_gpu_bf16(&plan->stage_comm[c % P], m->nodes[i]);
+    /* (a chunk's nodes run on stage chunk % P, once a microbatch: comm_analyze_pipe) */
+    if (c >= 0 && ph != IR_PHASE_OPT && stored.bf16[i])
+      comm_gpu_bf16(&plan->stage_comm[c % P], m->nodes[i], pp->microbatches);
     if (ph == IR_PHASE_OPT || c == PP_NODE_OPT) {
       int own = pp->opt_owner ? pp->opt_owner[i] : -1;
       uint64_t on = own >= 0 && pp->holders[own] ? pp->holders[own] : ~(uint64_t)0;

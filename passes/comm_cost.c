@@ -73,14 +73,13 @@ void comm_analyze(const IrModule *m, CommCost *c) {
   for (int i = 0; i < m->nnodes; i++) count_node(c, m->nodes[i], 1);
 }
 
-void comm_gpu_bf16(CommGpu *d, const IrNode *n) {
+void comm_gpu_bf16(CommGpu *d, const IrNode *n, int times) {
   int axis = (int)n->ia[0], size = (int)n->ia[1];
   if ((n->op != IR_OP_ALL_REDUCE && n->op != IR_OP_ALL_GATHER) || axis < 0 ||
-      axis >= COMM_GROUPS || size < 2)
+      axis >= COMM_GROUPS || size < 2 || times < 1)
     return;
-  if (n->op == IR_OP_ALL_REDUCE) d->sums[axis]++;
-  else d->gathers[axis]++;
-  d->saved_bytes[axis] += 2.0 * (double)ir_numel(n) * (size - 1) / size;
+  *(n->op == IR_OP_ALL_REDUCE ? &d->sums[axis] : &d->gathers[axis]) += times;
+  d->saved_bytes[axis] += 2.0 * (double)ir_numel(n) * (size - 1) / size * times;
 }
 
 /* ---- a pipelined trainer's stage ---------------------------------------- */

@@ -182,9 +182,10 @@ typedef struct {
   double saved_bytes[COMM_GROUPS]; /* the bytes a rank sends less */
 } CommGpu;
 
-/* Adds collective n to d: an all-reduce whose sum the GPU trainer stores as
- * bf16, or an all-gather of bf16 values (other ops: nothing). */
-void comm_gpu_bf16(CommGpu *d, const IrNode *n);
+/* Adds collective n, run `times` times a step, to d: an all-reduce whose sum
+ * the GPU trainer stores as bf16, or an all-gather of bf16 values (other
+ * ops: nothing). */
+void comm_gpu_bf16(CommGpu *d, const IrNode *n, int times);
 
 /* codegen/step_model.c: a rank's predicted compute time a step (a rank of
  * a layout at pp = 1: the rank-local module's kernels and runtime calls), and

@@ -134,6 +134,26 @@ near(plan["predicted_step"]["communication_s"],
 plan, _ = compile_("comm_bf16_off", mc, "--tp", "2", "-D", "precision=bf16", "--bf16-store", "off")
 if plan["gpu_communication"]:
     sys.exit(f"FAIL comm bf16 off: {plan['gpu_communication']}")
+# a pipeline's stages run each chunk's collectives once a microbatch (M 4): the
+# stages' bf16 all-reduces are M x train_cuda.c's calls (each chunk's code once),
+# and each stage's communication time (its tp collectives; the pp transfers are
+# the simulation's) takes its own differences, the step the busiest stage's
+plan, _ = compile_("comm_bf16_pp", mc, "--tp", "2", "--pp", "2", "--microbatches", "4",
+                   "-D", "precision=bf16", target="all")
+with open(os.path.join(work, "comm_bf16_pp", "train_cuda.c")) as f:
+    sums = [int(n) for n in re.findall(r"rt_cuda_all_reduce_bf16\(dev, RT_CUDA_TP, [^,]+, [^,]+, "
+                                       r"(\d+), 0\)", f.read())]
+g = plan["gpu_communication"]
+if not sums or sorted(e["stage"] for e in g) != [0, 1] or \
+        sum(e["all_reduces_stored_bf16"] for e in g) != 4 * len(sums):
+    sys.exit(f"FAIL comm bf16 pp: {len(sums)} bf16 all-reduces in train_cuda.c, plan.json {g}")
+near(sum(e["saved_bytes_per_rank"] for e in g), 4 * sum(2.0 * n / 2 for n in sums),
+     "comm bf16 pp: bytes saved")
+stage_s = [sum(e["sent_bytes_per_rank"] / 1e9 + e["count"] * 1e-4 for e in plan["communication"]
+               if e["stage"] == s and e["group"] != "pp") for s in (0, 1)]
+for e in g:
+    stage_s[e["stage"]] += e["extra_collectives"] * 1e-4 - e["saved_bytes_per_rank"] / 1e9
+near(plan["predicted_step"]["communication_s"], max(stage_s), "comm bf16 pp: time")
 # with --sp, all-gathers of bf16 values (two elements a float: each element's 2 bytes
 # less, (n-1)/n of them sent) and no collective more
 plan, _ = compile_("comm_bf16_sp", mc, "--tp", "2", "--sp", "-D", "precision=bf16", target="all")
