@@ -88,7 +88,7 @@ void cg_gpu_bytes(const IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp,
   int64_t ntok = tok ? ir_numel(tok) : 0;
   out->nstages = 0;
   /* (the same on every stage: the module's largest piece, RtCudaSetup.reduce_piece) */
-  out->reduce_ws = 4 * cg_cuda_reduce_piece(m, store);
+  out->reduce_ws = 4 * store->reduce_piece;
   if (!pp) {
     out->gemm_ws = cg_gemm_ws_bytes(m, bf16, store->bf16, store->weights);
     out->arena = gbp->narrow ? arena : 0;

@@ -75,15 +75,11 @@ static void uses(Store *c) {
  * the all-reduce) of an even number of elements, or an all-gather of n
  * whose pieces' rows (the elements past the cut dimension) are of an even
  * number.  The trainer moves n's bytes (the float counts halved where n is
- * stored as bf16: cg_cuda_moves_pairs), so q is stored as n is. */
+ * stored as bf16: host_cuda.c), so q is stored as n is. */
 static int copy_of(const Store *c, const IrNode *q, const IrNode *n, int wide) {
   if (q->inputs[0] != n || wide || q->dtype != IR_F32 || c->bp->offset[q->id] < 0 ||
       c->bp->alias[q->id] >= 0 || c->kp->view_of[q->id] >= 0)
     return 0;
-  return cg_cuda_moves_pairs(q);
-}
-
-int cg_cuda_moves_pairs(const IrNode *q) {
   int64_t outer, len, inner;
   if (q->op == IR_OP_GROUP_COPY) return ir_numel(q) % 2 == 0;
   if (q->op != IR_OP_ALL_GATHER) return 0;
@@ -307,6 +303,11 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
    * the copy rounds them (the store check compares the two); a stage
    * program's, of its stage's own params */
   out->weights = bf16 && !round;
+  /* the all-reduces' scratch: their largest piece, bf16 and round alike */
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->op == IR_OP_ALL_REDUCE && out->bf16[i] &&
+        ir_numel(m->nodes[i]) / m->nodes[i]->ia[1] > out->reduce_piece)
+      out->reduce_piece = ir_numel(m->nodes[i]) / m->nodes[i]->ia[1];
   /* round: the buffers hold f32 (GEMMs convert them, dlogits are written f32) */
   if (round) {
     out->rounded = arena_alloc(&m->arena, (size_t)m->nnodes + 1);
@@ -314,15 +315,4 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
     memset(out->bf16, 0, (size_t)m->nnodes + 1);
     out->round = 1;
   }
-}
-
-int64_t cg_cuda_reduce_piece(const IrModule *m, const CgCudaStore *store) {
-  int64_t piece = 0;
-  for (int i = 0; i < m->nnodes; i++) {
-    const IrNode *n = m->nodes[i];
-    if (n->op == IR_OP_ALL_REDUCE && (store->bf16[i] || (store->rounded && store->rounded[i])) &&
-        ir_numel(n) / n->ia[1] > piece)
-      piece = ir_numel(n) / n->ia[1];
-  }
-  return piece;
 }

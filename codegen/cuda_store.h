@@ -47,7 +47,7 @@
  *     lse after sdpa's out, which stays f32), or a reshape view of n whose
  *     readers are, or a group_copy or an all-gather of n whose readers are
  *     (tp's identity forward, sequence parallelism's gather: n dense, moved
- *     in pairs of elements -- cg_cuda_moves_pairs --, the result a buffer of
+ *     in pairs of elements -- cuda_store.c copy_of --, the result a buffer of
  *     its own; the trainer moves n's bytes, and the result is stored as n
  *     is); no other runtime op (the fp32 attention paths, the other
  *     collectives, routing ... read f32);
@@ -103,6 +103,9 @@ typedef struct CgCudaStore {
                             params (rt_cuda_params_bf16) where rt_cuda_gemm_stored_ok:
                             precision bf16, stores on (not round); stage programs:
                             each stage's copy of its own params */
+  int64_t reduce_piece;  /* RtCudaSetup.reduce_piece: the largest piece (elements /
+                            members) of the all-reduces stored as bf16 (or rounded
+                            so), 0 where none is; its f32 scratch is 4 bytes an element */
   int *canon;            /* per kernel instance: the instance whose CUDA code it runs */
   KirKernel **code;      /* per kernel instance i with canon[i] == i: that code */
 } CgCudaStore;
@@ -114,13 +117,5 @@ typedef struct CgCudaStore {
 void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, const int *canon,
                         int bf16, CgStoreMode mode, const PpProgram *pp, CgCudaStore *out);
 
-/* 1 if collective q (group_copy, all_gather) may move its input's elements
- * stored as bf16, two to a float (codegen/cuda_store.c copy_of). */
-int cg_cuda_moves_pairs(const IrNode *q);
-
-/* RtCudaSetup.reduce_piece of a trainer of m with *store: the largest piece
- * (elements / members) of its all-reduces stored as bf16 (or rounded so); 0
- * where it has none.  Its f32 scratch is 4 bytes an element of it. */
-int64_t cg_cuda_reduce_piece(const IrModule *m, const CgCudaStore *store);
 
 #endif

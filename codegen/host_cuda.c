@@ -118,10 +118,11 @@ static const char *grp(int64_t axis) {
   return axis >= 0 && axis < 4 ? name[axis] : "RT_CUDA_TP";
 }
 
-/* all_gather / reduce_scatter along dimension ia[2], replicate, local_slice:
- * [outer, n, inner] with n the whole size (rt_cuda.h). */
 /* After a collective that moves bf16 elements two to a float (cuda_store.h) */
 #define BF16_PAIRS " /* bf16: 2 elements a float */"
+
+/* all_gather / reduce_scatter along dimension ia[2], replicate, local_slice:
+ * [outer, n, inner] with n the whole size (rt_cuda.h). */
 
 static void emit_dim_collective(Cu *e, const IrNode *n, const char *x, const char *out) {
   int64_t outer, len, inner;
@@ -812,7 +813,7 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
                "  CHECK(rt_cuda_graph_step(dev, step_body_, io, %d, io->grads != NULL));\n"
                "  char *A = rt_cuda_arena(dev);\n"
                "  (void)A;\n",
-          rows, seq, m->name, weights, cg_cuda_reduce_piece(m, e->store), host_ops,
+          rows, seq, m->name, weights, e->store->reduce_piece, host_ops,
           host_ops == 1 ? "" : "s", host_ops ? ": no graph" : "", host_ops);
   if (!m->loss) fail(e, "the module has no loss");
   else
@@ -923,7 +924,7 @@ static void emit_pipe_cuda(Cu *e, const CgHostInfo *info, int64_t slot_bytes, in
            "  return rt_cuda_pipe_step(dev, io, &pipe);\n"
            "}\n",
            rows * info->pipe->microbatches, seq, e->m->name, weights,
-           cg_cuda_reduce_piece(e->m, e->store),
+           e->store->reduce_piece,
            weights ? ", the stage's params to bf16 for\n * the GEMMs marked PB(offset)" : "",
            weights ? "  CHECK(rt_cuda_params_to_bf16(dev));\n" : "");
   CgPipeHooks h = {e, pipe_fn_head, pipe_runtime, pipe_kernel, pipe_zero, pipe_pp_sum,

@@ -205,7 +205,7 @@ typedef struct {
   int64_t gemm_ws;  /* its bf16 GEMM operand workspaces and the params' bf16 copy
                        (cg_gemm_ws_bytes; 0 in fp32) */
   int64_t reduce_ws; /* the f32 scratch of its all-reduces stored as bf16
-                        (4 bytes a float of cg_cuda_reduce_piece; 0: none) */
+                        (4 bytes a float of CgCudaStore.reduce_piece; 0: none) */
   int64_t arena;    /* its activation arena where it is not train.c's (codegen/cuda_arena.h:
                        values stored as bf16 at 2 bytes), else 0 */
   int64_t device;   /* everything rt_cuda_open plans and checks against the GPU's free
