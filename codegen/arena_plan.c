@@ -25,28 +25,30 @@ int cg_plan_step(IrModule *m, int fuse, const int *colour, CgKernelPlan *kp, int
   return 0;
 }
 
+int cg_plan_whole_step(IrModule *m, int fuse, int bf16, int store, int batch, CgStepPlan *sp,
+                       char *err, size_t len) {
+  int *held;
+  if (cg_plan_step(m, fuse, NULL, &sp->kp, &sp->pos, &sp->bp, &held, err, len)) return -1;
+  /* with the shared code, as cg_write_project plans it */
+  int *canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(sp->kp.nkernels + 1));
+  cg_dedup_kernels(&sp->kp, canon);
+  cg_cuda_store_plan(m, &sp->kp, &sp->bp, canon, bf16, (CgStoreMode)store, NULL, &sp->store);
+  cg_cuda_arena_plan(m, &sp->kp, sp->pos, held, &sp->bp, &sp->store, &sp->gbp);
+  free(held);
+  cg_plan_leaves(m, &sp->lp);
+  /* the GPU trainer's batched launches too (codegen/cuda_batch.h) */
+  cg_cuda_batch_plan(m, &sp->kp, &sp->gbp, &sp->lp, &sp->store, batch, &sp->batches);
+  return 0;
+}
+
 int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc, int bf16,
                   StepTime *st, int store, int batch, GpuBytes *gpu, char *err, size_t len) {
-  CgKernelPlan kp;
-  BufPlan bp, gbp;
-  int *pos, *held;
-  if (cg_plan_step(m, fuse, NULL, &kp, &pos, &bp, &held, err, len)) return -1;
-  *arena_bytes = cg_arena_bytes(&kp, &bp, NULL);
-  CgCudaStore plan; /* with the shared code, as cg_write_project plans it */
-  int *canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(kp.nkernels + 1));
-  cg_dedup_kernels(&kp, canon);
-  cg_cuda_store_plan(m, &kp, &bp, canon, bf16, (CgStoreMode)store, NULL, &plan);
-  cg_cuda_arena_plan(m, &kp, pos, held, &bp, &plan, &gbp);
-  free(held);
-  CgLeafPlan lp;
-  cg_plan_leaves(m, &lp);
-  if (gpu) cg_gpu_bytes(m, &kp, &gbp, &lp, &plan, bf16, NULL, gpu);
-  if (st) { /* the GPU trainer's batched launches too (codegen/cuda_batch.h) */
-    CgCudaBatches batches;
-    cg_cuda_batch_plan(m, &kp, &gbp, &lp, &plan, batch, &batches);
-    cg_step_model(m, &kp, mc ? mc : machine_default, bf16, &plan, &batches, st);
-  }
-  cg_plan_free(&kp);
+  CgStepPlan sp;
+  if (cg_plan_whole_step(m, fuse, bf16, store, batch, &sp, err, len)) return -1;
+  *arena_bytes = cg_arena_bytes(&sp.kp, &sp.bp, NULL);
+  if (gpu) cg_gpu_bytes(m, &sp.kp, &sp.gbp, &sp.lp, &sp.store, bf16, NULL, gpu);
+  if (st) cg_step_model(m, &sp.kp, mc ? mc : machine_default, bf16, &sp.store, &sp.batches, st);
+  cg_plan_free(&sp.kp);
   return 0;
 }
 

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "codegen/cg_kernels.h"
+#include "codegen/cuda_batch.h"
 #include "codegen/cuda_store.h"
 #include "codegen/host.h"
 #include "ir/ir.h"
@@ -23,6 +24,22 @@
  * with a one-line reason in err (nothing to free then). */
 int cg_plan_step(IrModule *m, int fuse, const int *colour, CgKernelPlan *kp, int **pos,
                  BufPlan *bp, int **held, char *err, size_t len);
+
+/* A pp 1 step as cg_write_project plans it: kp its kernels (fused when
+ * fuse), pos each node's position, bp train.c's arena, store the bf16 GPU
+ * trainer's stored values (bf16, store: a CgStoreMode), gbp its arena
+ * (cg_cuda_arena_plan), lp its leaves, batches its batched launches (batch 0:
+ * --no-batch).  Arrays in m's arena; cg_plan_free(&sp->kp) when done. */
+typedef struct {
+  CgKernelPlan kp;
+  int *pos;
+  BufPlan bp, gbp;
+  CgCudaStore store;
+  CgLeafPlan lp;
+  CgCudaBatches batches;
+} CgStepPlan;
+int cg_plan_whole_step(IrModule *m, int fuse, int bf16, int store, int batch, CgStepPlan *sp,
+                       char *err, size_t len);
 
 /* m must have been through every pass (autodiff and the optimizer), as for
  * cg_write_project.  Plans the kernels (fused when fuse) and the buffers

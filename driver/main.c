@@ -18,6 +18,7 @@
 
 #include "codegen/arena_plan.h"
 #include "codegen/cuda_store.h"
+#include "codegen/explain.h"
 #include "codegen/machine_file.h"
 #include "codegen/project.h"
 #include "codegen/report.h"
@@ -65,6 +66,10 @@ static void usage(FILE *out) {
           "                         schedule to stdout as an SVG picture (a row per stage,\n"
           "                         F/B/W boxes per microbatch) or as Chrome trace JSON\n"
           "                         (open in Perfetto or chrome://tracing)\n"
+          "      --explain WHAT     after the report, trace a rank's plan back to the model's\n"
+          "                         lines: memory (what is live at the activation arena's\n"
+          "                         peak, CPU and GPU trainers), step (where the predicted\n"
+          "                         compute time goes) or all; --pp 1 only\n"
           "  -D NAME=VALUE          override a config or train value (-D layers=2 -D batch=4)\n"
           "      --tp N             tensor-parallel degree (default 1)\n"
           "      --pp N             pipeline-parallel degree (default 1)\n"
@@ -241,11 +246,13 @@ typedef struct {
   int head_major_attn;       /* --head-major-attn: no attn_layout pass */
   int bf16_store;            /* --bf16-store: a CgStoreMode (codegen/cuda_store.h) */
   int no_batch;              /* --no-batch: the GPU trainer launches every kernel alone */
+  unsigned explain;          /* --explain: CG_EXPLAIN_* bits (codegen/explain.h); 0: none */
   int pad_vocab;             /* --pad-vocab; 0: not given (the train section's, else 64) */
   int pads;                  /* the layout pads the vocabulary (set after the cost):
                                 pass_shard runs even for one rank */
   PpRequest pipe;            /* --schedule, --microbatches, --virtual-stages, --stage-layers */
   Machine machine;           /* --machine (passes/machine.h); the default preset if not given */
+  CgSourceText srcs[2];      /* the prelude's and the model's text, for --explain */
 } Options;
 
 /* 1 if an nvcc is found: $CUDACXX (as CMake takes it), PATH, /usr/local/cuda. */
@@ -298,7 +305,7 @@ static const char *cuda_arch_list(const char *s) {
 static int parse_args(int argc, char **argv, Options *o) {
   enum { O_EMIT = 256, O_TP, O_PP, O_DP, O_EP, O_DUMP, O_NOVERIFY, O_TIME, O_VERSION, O_NOFUSE,
          O_CPU, O_SP, O_ZERO, O_BUCKET, O_NO_OVERLAP, O_PAD_VOCAB, O_KEEP_ATTN_OUT, O_HEAD_MAJOR_ATTN,
-         O_NO_BF16_STORE, O_BF16_STORE, O_NO_BATCH };
+         O_NO_BF16_STORE, O_BF16_STORE, O_NO_BATCH, O_EXPLAIN };
   static const struct option longs[] = {
       {"output", required_argument, 0, 'o'},  {"emit", required_argument, 0, O_EMIT},
       {"tp", required_argument, 0, O_TP},     {"pp", required_argument, 0, O_PP},
@@ -315,6 +322,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       {"no-bf16-store", no_argument, 0, O_NO_BF16_STORE},
       {"bf16-store", required_argument, 0, O_BF16_STORE},
       {"no-batch", no_argument, 0, O_NO_BATCH},
+      {"explain", required_argument, 0, O_EXPLAIN},
       {"pad-vocab", required_argument, 0, O_PAD_VOCAB},
       {"target", required_argument, 0, 512}, {"cuda-arch", required_argument, 0, 513},
       {"machine", required_argument, 0, 514},
@@ -338,6 +346,15 @@ static int parse_args(int argc, char **argv, Options *o) {
         return EXIT_BAD;
       }
       o->emit = optarg;
+      break;
+    case O_EXPLAIN: /* (given twice: both) */
+      if (!strcmp(optarg, "memory")) o->explain |= CG_EXPLAIN_MEMORY;
+      else if (!strcmp(optarg, "step")) o->explain |= CG_EXPLAIN_STEP;
+      else if (!strcmp(optarg, "all")) o->explain |= CG_EXPLAIN_MEMORY | CG_EXPLAIN_STEP;
+      else {
+        fprintf(stderr, "parc: error: --explain '%s': expected memory, step or all\n", optarg);
+        return EXIT_BAD;
+      }
       break;
     case 'D': {
       char *eq = strchr(optarg, '=');
@@ -479,6 +496,17 @@ static int parse_args(int argc, char **argv, Options *o) {
             o->lay.tp, o->lay.pp, o->lay.dp, (long long)ranks, LAYOUT_MAX_RANKS);
     return EXIT_BAD;
   }
+  if (o->explain && o->lay.pp > 1) {
+    fprintf(stderr, "parc: error: --explain with --pp %d: it explains one-stage trainers "
+                    "only, for now (use --pp 1 to see a layer's values and calls)\n",
+            o->lay.pp);
+    return EXIT_BAD;
+  }
+  if (o->explain && (o->emit || o->dump_after)) {
+    fprintf(stderr, "parc: error: --explain with %s: both print to stdout; ask for one at a "
+                    "time\n", o->emit ? "--emit" : "--dump-after");
+    return EXIT_BAD;
+  }
   if (o->lay.zero && o->lay.dp == 1)
     fprintf(stderr, "parc: warning: --zero 1 at --dp 1 shards nothing: ZeRO-1 splits the "
                     "optimizer state over the data-parallel ranks (add --dp N)\n");
@@ -507,16 +535,30 @@ static void predict_on(Cost *cost, const Options *o, const IrModule *m) {
   cost->overlap_dp = !o->no_overlap;
 }
 
+/* --explain of m, the module a rank runs (every pass done, pp 1), into out.
+ * 0, or -1 after an internal error message. */
+static int explain(const Options *o, IrModule *m, const Cost *cost, FILE *out) {
+  char why[512];
+  if (!cg_explain(out, m, o->explain, !o->no_fuse, cost->machine, cost->bf16, o->bf16_store,
+                  !o->no_batch, o->srcs, 2, why, sizeof why))
+    return 0;
+  fprintf(stderr, "parc: internal error: --explain: %s\n", why);
+  return -1;
+}
+
 /* The per-rank plan for a report without -o (pp = ep = 1): the rank-local
  * module's activation arena and, with several ranks, its communication, into
- * cost.  The module m has been through every pass unsharded; a sharded copy
+ * cost; with xout, that module's --explain into it.  The module m has been through every pass unsharded; a sharded copy
  * is lowered afresh.  Returns 0, or -1 with the reason in why (the report
  * then says what it could not plan; the compile itself is fine). */
-static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, char *why,
-                      size_t len) {
-  if (o->lay.tp * o->lay.dp == 1 && !o->pads)
-    return cg_plan_arena(m, !o->no_fuse, &cost->arena_bytes, cost->machine, cost->bf16,
-                         &cost->step, o->bf16_store, !o->no_batch, &cost->gpu, why, len);
+static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, FILE *xout,
+                      char *why, size_t len) {
+  if (o->lay.tp * o->lay.dp == 1 && !o->pads) {
+    if (cg_plan_arena(m, !o->no_fuse, &cost->arena_bytes, cost->machine, cost->bf16,
+                      &cost->step, o->bf16_store, !o->no_batch, &cost->gpu, why, len))
+      return -1;
+    return xout && explain(o, m, cost, xout) ? -1 : 0;
+  }
   IrModule *r = lower_program(prog, o->ov, o->nov);
   if (!r) {
     snprintf(why, len, "internal error: the model did not lower a second time");
@@ -546,6 +588,7 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
   if (!rc)
     rc = cg_plan_arena(r, !o->no_fuse, &cost->arena_bytes, cost->machine, cost->bf16,
                        &cost->step, o->bf16_store, !o->no_batch, &cost->gpu, why, len);
+  if (!rc && xout && explain(o, r, cost, xout)) rc = -1;
   ir_module_free(r);
   return rc;
 }
@@ -685,6 +728,8 @@ int main(int argc, char **argv) {
   Diag diag;
   diag_init(&diag, stderr);
   Program prog = {.arena = &parse_arena, .diag = &diag, .main_src = &user};
+  o.srcs[0] = (CgSourceText){prelude.path, prelude.text, prelude.len};
+  o.srcs[1] = (CgSourceText){user.path, user.text, user.len};
   parse_source(&prog, &prelude);
   if (prog.nmodels) {
     fprintf(stderr, "parc: internal error: the prelude defines a model\n");
@@ -766,6 +811,13 @@ int main(int argc, char **argv) {
    * one-stage pipeline at pp 1: the same microbatches as on every layout. */
   int routed_mb = o.lay.pp == 1 && o.pipe.microbatches > 1;
   int pipe1 = routed_mb && o.outdir;
+  if (o.explain && routed_mb) {
+    fprintf(stderr, "parc: error: --explain: this model routes its %d microbatches apart (a "
+                    "one-stage pipeline), which --explain does not cover yet\n",
+            o.pipe.microbatches);
+    rc = EXIT_BAD;
+    goto done;
+  }
   if (o.lay.pp > 1 || routed_mb) { /* (without -o too: the report's communication) */
     /* the pipeline plan on the differentiated module; the report's stages follow it */
     char why[512];
@@ -841,15 +893,35 @@ int main(int argc, char **argv) {
   }
   char unplanned[512] = "";
   double t4 = now();
+  /* --explain: the rank's module is the report's plan_ranks' (printed after
+   * the report), or with -o the trainer's */
+  char *xtext = NULL;
+  size_t xlen = 0;
+  FILE *xout = o.explain && !o.outdir ? open_memstream(&xtext, &xlen) : NULL;
   /* (a routed model's microbatches: their accumulating trainer's arena is the
    * pipelined one, planned only with -o, as at pp > 1) */
   if (!o.outdir && !o.emit && !o.dump_after && o.lay.pp == 1 && !routed_mb &&
-      plan_ranks(&prog, &o, m, &cost, unplanned, sizeof unplanned) && !unplanned[0])
+      plan_ranks(&prog, &o, m, &cost, xout, unplanned, sizeof unplanned) && !unplanned[0])
     snprintf(unplanned, sizeof unplanned, "unknown reason");
+  if (xout && fclose(xout)) xtext = NULL;
   double t5 = now();
   cg_report(rep, m, &o.lay, &cost);
   if (unplanned[0])
     fprintf(rep, "per-rank activation arena and communication: not planned (%s)\n", unplanned);
+  if (o.explain && !o.outdir) {
+    if (xtext && !unplanned[0]) {
+      fprintf(rep, "\n%s", xtext);
+    } else {
+      fprintf(stderr, "parc: error: --explain: the per-rank plan was not made (%s)\n",
+              unplanned[0] ? unplanned : "out of memory");
+      rc = EXIT_INTERNAL;
+    }
+  }
+  free(xtext);
+  if (o.explain && o.outdir) {
+    fputc('\n', rep);
+    if (explain(&o, m, &cost, rep)) rc = EXIT_INTERNAL;
+  }
   if (o.outdir) {
     FILE *f = open_out(o.outdir, "report.txt");
     if (f) {

@@ -1,0 +1,296 @@
+/* codegen/explain.c -- see explain.h. */
+#include "codegen/explain.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/arena_plan.h"
+#include "codegen/host.h"
+#include "codegen/step_model.h"
+
+/* ---- grouping ----------------------------------------------------------- */
+
+static int same_key(const IrNode *a, const IrNode *b) {
+  return a->op == b->op && a->phase == b->phase && a->loc.line == b->loc.line &&
+         a->loc.col == b->loc.col &&
+         (a->loc.file == b->loc.file ||
+          (a->loc.file && b->loc.file && !strcmp(a->loc.file, b->loc.file)));
+}
+
+/* Adds amount for node n to its group among g[0..*ng) (a new one at the end
+ * when it has none). */
+static void add(CgExplainGroup *g, int *ng, const IrNode *n, double amount, int runtime) {
+  int k = 0;
+  while (k < *ng && !(same_key(g[k].first, n) && g[k].runtime == runtime)) k++;
+  if (k == *ng) g[(*ng)++] = (CgExplainGroup){n, 0, 0, INT_MAX, -1, 0, runtime};
+  g[k].amount += amount;
+  g[k].count++;
+  if (n->layer < 0) g[k].outside = 1;
+  else if (n->layer < g[k].lo) g[k].lo = n->layer;
+  if (n->layer > g[k].hi) g[k].hi = n->layer;
+}
+
+static int by_amount(const void *a, const void *b) {
+  const CgExplainGroup *x = a, *y = b;
+  if (x->amount != y->amount) return x->amount < y->amount ? 1 : -1;
+  return x->first->id - y->first->id; /* (a total order: the earlier made first) */
+}
+
+static int pos_of(const int *pos, int i) { return pos ? pos[i] : i; }
+
+/* A buffer's bytes (its owner: a node with a buffer and no alias) are live
+ * from the owner's write to the last read of any node sharing them (written
+ * in place over it, or a view: alias chains end at the owner), as the
+ * planner frees them (passes/bufplan.c). */
+int cg_explain_peak(const IrModule *m, const BufPlan *p, const int *pos, int *at, int64_t *live,
+                    int *buffers, CgExplainGroup *g) {
+  int n = m->nnodes, end = 1;
+  for (int i = 0; i < n; i++) {
+    if (pos_of(pos, i) + 1 > end) end = pos_of(pos, i) + 1;
+    if (p->offset[i] >= 0 && p->last_use[i] + 1 > end) end = p->last_use[i] + 1;
+  }
+  int *owner = malloc(sizeof *owner * (size_t)(n + 1));
+  int *until = malloc(sizeof *until * (size_t)(n + 1));
+  int *holder = malloc(sizeof *holder * (size_t)(n + 1));
+  int64_t *delta = calloc((size_t)end + 2, sizeof *delta);
+  if (!owner || !until || !holder || !delta) {
+    free(owner), free(until), free(holder), free(delta);
+    return -1;
+  }
+  for (int i = 0; i < n; i++) {
+    int r = i;
+    for (int hops = 0; p->offset[r] >= 0 && p->alias[r] >= 0 && hops <= n; hops++)
+      r = p->alias[r];
+    owner[i] = p->offset[i] >= 0 ? r : -1;
+    until[i] = -1;
+  }
+  for (int i = 0; i < n; i++)
+    if (owner[i] >= 0 && p->last_use[i] > until[owner[i]]) until[owner[i]] = p->last_use[i];
+  for (int r = 0; r < n; r++)
+    if (owner[r] == r) {
+      delta[pos_of(pos, r)] += p->size[r];
+      delta[until[r] + 1] -= p->size[r];
+    }
+  int64_t now = 0, best = 0;
+  int peak = 0;
+  for (int t = 0; t < end; t++) {
+    now += delta[t];
+    if (now > best) best = now, peak = t;
+  }
+  /* the value each live buffer holds at the peak: of the nodes sharing it,
+   * the last written at or before the peak, views aside (GPT-2's dlogits,
+   * written over the logits and read as a reshape by the head's weight
+   * gradient, count as the cross-entropy's gradient) */
+  for (int r = 0; r < n; r++)
+    holder[r] = owner[r] == r && pos_of(pos, r) <= peak && until[r] >= peak ? r : -1;
+  for (int i = 0; i < n; i++) {
+    int r = owner[i];
+    int view = p->alias[i] >= 0 && m->nodes[i]->op == IR_OP_RESHAPE;
+    if (r < 0 || holder[r] < 0 || view || pos_of(pos, i) > peak) continue;
+    if (pos_of(pos, i) >= pos_of(pos, holder[r])) holder[r] = i;
+  }
+  int ng = 0;
+  *buffers = 0;
+  for (int r = 0; r < n; r++)
+    if (holder[r] >= 0) {
+      add(g, &ng, m->nodes[holder[r]], (double)p->size[r], 1);
+      ++*buffers;
+    }
+  qsort(g, (size_t)ng, sizeof *g, by_amount);
+  *at = peak;
+  *live = best;
+  free(owner), free(until), free(holder), free(delta);
+  return ng;
+}
+
+int cg_explain_calls(const IrModule *m, const CgKernelPlan *kp, const double *node_s,
+                     CgExplainGroup *g) {
+  int ng = 0;
+  for (int i = 0; i < m->nnodes; i++)
+    if (node_s[i] > 0) add(g, &ng, m->nodes[i], node_s[i], kp->kernel_of[i] < 0);
+  qsort(g, (size_t)ng, sizeof *g, by_amount);
+  return ng;
+}
+
+/* ---- printing ----------------------------------------------------------- */
+
+static const char *phase_word(IrPhase p) {
+  static const char *const w[IR_PHASE_COUNT] = {"forward", "backward", "weight grad",
+                                                "optimizer"};
+  return p < IR_PHASE_COUNT ? w[p] : "?";
+}
+
+static const char *base_name(const char *path) {
+  const char *s = path ? strrchr(path, '/') : NULL;
+  return s ? s + 1 : path ? path : "?";
+}
+
+/* Line `loc.line` of loc's file, trimmed, cut with "..." to fit buf ("" when
+ * the file's text is not among srcs). */
+static const char *source_line(char *buf, size_t len, IrLoc loc, const CgSourceText *srcs,
+                               int nsrc) {
+  buf[0] = 0;
+  const CgSourceText *s = NULL;
+  for (int i = 0; i < nsrc && !s && loc.file; i++)
+    if (srcs[i].path == loc.file || (srcs[i].path && !strcmp(srcs[i].path, loc.file)))
+      s = &srcs[i];
+  if (!s || loc.line < 1) return buf;
+  size_t at = 0;
+  for (int l = 1; l < loc.line && at < s->len; at++)
+    if (s->text[at] == '\n') l++;
+  while (at < s->len && (s->text[at] == ' ' || s->text[at] == '\t')) at++;
+  size_t k = 0;
+  while (at + k < s->len && s->text[at + k] != '\n' && s->text[at + k] != '\r') k++;
+  int cut = k >= len;
+  if (cut) k = len - 1;
+  for (size_t i = 0; i < k; i++) /* the user's bytes: control characters as spaces */
+    buf[i] = (unsigned char)s->text[at + i] < 0x20 ? ' ' : s->text[at + i];
+  buf[k] = 0;
+  if (cut && len > 4) memcpy(buf + len - 4, "...", 4);
+  return buf;
+}
+
+static const char *bytes(char *buf, size_t len, double b) {
+  static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (b >= 1024 && u < 5) b /= 1024, u++;
+  snprintf(buf, len, u ? "%.2f %s" : "%.0f %s", b, unit[u]);
+  return buf;
+}
+
+static const char *ms(char *buf, size_t len, double s) {
+  if (s >= 1e-3) snprintf(buf, len, "%.3f ms", s * 1e3);
+  else snprintf(buf, len, "%.1f us", s * 1e6);
+  return buf;
+}
+
+static const char *layers(char *buf, size_t len, const CgExplainGroup *g) {
+  const char *out = g->outside ? ",-" : ""; /* "-": outside every repeat */
+  if (g->hi < 0) snprintf(buf, len, "-");
+  else if (g->lo == g->hi) snprintf(buf, len, "%d%s", g->lo, out);
+  else snprintf(buf, len, "%d-%d%s", g->lo, g->hi, out);
+  return buf;
+}
+
+/* The first CG_EXPLAIN_ROWS of g[0..ng) (sorted), amounts printed by fmt,
+ * each a share of total; `what` names a group's members in the header;
+ * other (or NULL): one line for what total holds beyond the groups; then the
+ * rest of the groups, summed. */
+static void print_groups(FILE *out, const CgExplainGroup *g, int ng, double total,
+                         const char *what, const char *(*fmt)(char *, size_t, double),
+                         const CgSourceText *srcs, int nsrc, const char *other) {
+  fprintf(out, "    %12s  %6s  %6s  %-7s  %-40s  %s\n", "", "share", what, "layers",
+          "op (phase)", "made at");
+  double sum = 0, rest = 0;
+  int nrest = 0;
+  char a[32];
+  for (int k = 0; k < ng; k++) {
+    sum += g[k].amount;
+    if (k >= CG_EXPLAIN_ROWS) {
+      rest += g[k].amount;
+      nrest += g[k].count;
+      continue;
+    }
+    const IrNode *n = g[k].first;
+    char l[32], op[80], where[128], line[72];
+    snprintf(op, sizeof op, "%s%s (%s)", g[k].runtime ? "" : "kernel: ", ir_op_info[n->op].name,
+             phase_word(n->phase));
+    snprintf(where, sizeof where, "%s:%d:%d", base_name(n->loc.file), n->loc.line, n->loc.col);
+    fprintf(out, "    %12s  %5.1f%%  %6d  %-7s  %-40s  %-20s %s\n", fmt(a, sizeof a, g[k].amount),
+            total > 0 ? 100 * g[k].amount / total : 0.0, g[k].count, layers(l, sizeof l, &g[k]),
+            op, where, source_line(line, sizeof line, n->loc, srcs, nsrc));
+  }
+  if (other)
+    fprintf(out, "    %12s  %5.1f%%  %6d  %-7s  %s\n", fmt(a, sizeof a, total - sum),
+            total > 0 ? 100 * (total - sum) / total : 0.0, 1, "-", other);
+  if (nrest)
+    fprintf(out, "    %12s  %5.1f%%  %6d  (%d more group%s)\n", fmt(a, sizeof a, rest),
+            total > 0 ? 100 * rest / total : 0.0, nrest, ng - CG_EXPLAIN_ROWS,
+            ng - CG_EXPLAIN_ROWS > 1 ? "s" : "");
+}
+
+static int explain_arena(FILE *out, const IrModule *m, const CgKernelPlan *kp, const BufPlan *p,
+                         const int *pos, const char *title, const CgSourceText *srcs,
+                         int nsrc) {
+  CgExplainGroup *g = malloc(sizeof *g * (size_t)(m->nnodes + 1));
+  int at, buffers;
+  int64_t live;
+  int ng = g ? cg_explain_peak(m, p, pos, &at, &live, &buffers, g) : -1;
+  if (ng < 0) {
+    free(g);
+    return -1;
+  }
+  char a[32], b[32], c[32], l[32];
+  int64_t whole = cg_arena_bytes(kp, p, NULL);
+  fprintf(out, "%s: %s (%lld bytes)", title, bytes(a, sizeof a, (double)whole),
+          (long long)whole);
+  if (whole > p->peak)
+    fprintf(out, ", of which %s of kernel temporaries after the buffers",
+            bytes(b, sizeof b, (double)(whole - p->peak)));
+  fputc('\n', out);
+  const IrNode *x = m->nodes[at < m->nnodes ? at : m->nnodes - 1];
+  if (x->layer >= 0) snprintf(l, sizeof l, ", layer %d", x->layer);
+  else l[0] = 0;
+  fprintf(out, "  the buffers' peak: %s live in %d buffers (%.1f%% of their %s; the rest is "
+               "room between buffers), while %s (%s%s) at %s:%d:%d runs\n",
+          bytes(b, sizeof b, (double)live), buffers,
+          p->peak ? 100 * (double)live / (double)p->peak : 0.0,
+          bytes(c, sizeof c, (double)p->peak), ir_op_info[x->op].name, phase_word(x->phase), l,
+          base_name(x->loc.file), x->loc.line, x->loc.col);
+  fprintf(out, "  live at the peak, by the op and line that made them:\n");
+  print_groups(out, g, ng, (double)live, "values", bytes, srcs, nsrc, NULL);
+  free(g);
+  return 0;
+}
+
+static int explain_step(FILE *out, const IrModule *m, const CgStepPlan *sp, const Machine *mc,
+                        int bf16, const CgSourceText *srcs, int nsrc) {
+  double *t = calloc((size_t)m->nnodes + 1, sizeof *t);
+  CgExplainGroup *g = malloc(sizeof *g * (size_t)(m->nnodes + 1));
+  if (!t || !g) {
+    free(t), free(g);
+    return -1;
+  }
+  StepTime st;
+  cg_step_times(m, &sp->kp, mc, bf16, &sp->store, &sp->batches, &st, t);
+  int ng = cg_explain_calls(m, &sp->kp, t, g);
+  double compute = st.fwd_s + st.bwd_s + st.opt_s, sum = 0;
+  for (int k = 0; k < ng; k++) sum += g[k].amount;
+  char a[32], b[32], c[32], d[32];
+  fprintf(out, "predicted step on %s (%s), compute only: %s in %d calls (GEMMs %s, attention "
+               "%s, memory-bound %s)\n",
+          mc->name[0] ? mc->name : "the given machine", bf16 ? "bf16 mixed" : "fp32",
+          ms(a, sizeof a, compute), st.calls, ms(b, sizeof b, st.gemm_s),
+          ms(c, sizeof c, st.attn_s), ms(d, sizeof d, st.mem_s));
+  fprintf(out, "  by the op and line that made each call (a GEMM with its operands' bf16 copies; "
+               "collectives are in the report's communication):\n");
+  /* (what no node's call holds: the params' bf16 copy, made once a step) */
+  print_groups(out, g, ng, compute, "calls", ms, srcs, nsrc,
+               compute - sum > 1e-12 ? "the parameters' bf16 copy" : NULL);
+  free(t), free(g);
+  return 0;
+}
+
+int cg_explain(FILE *out, IrModule *m, unsigned what, int fuse, const Machine *mc, int bf16,
+               int store, int batch, const CgSourceText *srcs, int nsrc, char *err,
+               size_t len) {
+  CgStepPlan sp;
+  if (cg_plan_whole_step(m, fuse, bf16, store, batch, &sp, err, len)) return -1;
+  if (!mc) mc = machine_default;
+  int rc = 0;
+  if (what & CG_EXPLAIN_MEMORY) {
+    rc = explain_arena(out, m, &sp.kp, &sp.bp, sp.pos,
+                       sp.gbp.narrow ? "activation arena of the CPU trainer (train.c, fp32)"
+                                     : "activation arena (train.c's plan; a GPU trainer's too)",
+                       srcs, nsrc);
+    if (!rc && sp.gbp.narrow)
+      rc = explain_arena(out, m, &sp.kp, &sp.gbp, sp.pos,
+                         "activation arena of the GPU trainer (train_cuda.c, bf16 values at 2 "
+                         "bytes)", srcs, nsrc);
+  }
+  if (!rc && what & CG_EXPLAIN_STEP) rc = explain_step(out, m, &sp, mc, bf16, srcs, nsrc);
+  cg_plan_free(&sp.kp);
+  if (rc) snprintf(err, len, "out of memory explaining the plan");
+  return rc;
+}

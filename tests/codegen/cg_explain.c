@@ -1,0 +1,183 @@
+/* tests/codegen/cg_explain.c -- `parc --explain` (codegen/explain.h) against
+ * the plans it explains.
+ *
+ *   cg_explain [--tp N] [--no-fuse] MODEL.dsl [NAME=VALUE ...]
+ *
+ * The model goes through every pass as `parc -o` compiles it (sharded over
+ * tp first with --tp), and is planned as codegen/project.c plans it.  For
+ * train.c's arena and, where the GPU trainer has one of its own (bf16), for
+ * that one:
+ *   - the peak cg_explain_peak finds is the one the planner counted while it
+ *     placed the buffers (BufPlan.live_peak, freed from a free list: another
+ *     computation of the same lives), and no arena is smaller than it;
+ *   - at that position, the bytes of every buffer whose owner is written at
+ *     or before it and read at or after it (a brute-force scan over nodes,
+ *     the lives taken from last_use of all the nodes sharing a buffer) sum
+ *     to the same, and the groups' bytes and values add up to it and to the
+ *     buffers counted;
+ *   - a group holds nodes of one op, phase and source location, and no two
+ *     groups have the same key.
+ * For the predicted step: the groups' seconds plus the params' bf16 copy
+ * (its one call outside every node) are the step model's compute time, and
+ * the groups' calls are the nodes with a call.  cg_explain itself must print
+ * each part it is asked for and nothing else. */
+#define _GNU_SOURCE /* open_memstream */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/arena_plan.h"
+#include "codegen/explain.h"
+#include "codegen/host_cuda.h"
+#include "codegen/step_model.h"
+#include "passes/machine.h"
+#include "passes/passes.h"
+#include "tests/support/load.h"
+
+static int fails;
+
+static void fail(const char *what, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(const char *what, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  printf("FAIL: %s: ", what);
+  vprintf(fmt, ap);
+  printf("\n");
+  va_end(ap);
+  fails++;
+}
+
+/* The brute-force live bytes of p at position t. */
+static int64_t live_at(const IrModule *m, const BufPlan *p, const int *pos, int t) {
+  int64_t sum = 0;
+  for (int r = 0; r < m->nnodes; r++) {
+    if (p->offset[r] < 0 || p->alias[r] >= 0) continue;
+    int last = p->last_use[r];
+    for (int i = 0; i < m->nnodes; i++) { /* the nodes whose alias chain ends at r */
+      int o = i;
+      while (o >= 0 && p->offset[o] >= 0 && p->alias[o] >= 0) o = p->alias[o];
+      if (o == r && p->offset[i] >= 0 && p->last_use[i] > last) last = p->last_use[i];
+    }
+    if (pos[r] <= t && t <= last) sum += p->size[r];
+  }
+  return sum;
+}
+
+static void check_arena(const IrModule *m, const CgKernelPlan *kp, const BufPlan *p,
+                        const int *pos, const char *which) {
+  CgExplainGroup *g = malloc(sizeof *g * (size_t)(m->nnodes + 1));
+  int at = -1, buffers = -1;
+  int64_t live = -1;
+  int ng = cg_explain_peak(m, p, pos, &at, &live, &buffers, g);
+  if (ng <= 0) {
+    fail(which, "%d groups", ng);
+    free(g);
+    return;
+  }
+  if (live != p->live_peak) fail(which, "peak %lld bytes live, the planner counted %lld", (long long)live,
+                                 (long long)p->live_peak);
+  if (live > p->peak) fail(which, "peak %lld bytes live in an arena of %lld", (long long)live,
+                                 (long long)p->peak);
+  int64_t brute = live_at(m, p, pos, at);
+  if (brute != live) fail(which, "at the peak %lld bytes live by a scan, %lld explained",
+                          (long long)brute, (long long)live);
+  double sum = 0;
+  int values = 0;
+  for (int k = 0; k < ng; k++) {
+    sum += g[k].amount;
+    values += g[k].count;
+    if (k && g[k].amount > g[k - 1].amount) fail(which, "group %d larger than group %d", k, k - 1);
+    for (int j = 0; j < k; j++) {
+      const IrNode *a = g[j].first, *b = g[k].first;
+      if (a->op == b->op && a->phase == b->phase && a->loc.line == b->loc.line &&
+          a->loc.col == b->loc.col && a->loc.file == b->loc.file)
+        fail(which, "groups %d and %d have one key", j, k);
+    }
+  }
+  if ((int64_t)sum != live) fail(which, "the groups hold %.0f bytes of %lld", sum, (long long)live);
+  if (values != buffers) fail(which, "the groups hold %d values of %d buffers", values, buffers);
+  printf("  %s: peak %lld bytes live at position %d (%s), arena %lld, %d groups\n", which,
+         (long long)live, at, ir_op_info[m->nodes[at]->op].name, (long long)p->peak, ng);
+  free(g);
+}
+
+static void check_step(const IrModule *m, const CgStepPlan *sp) {
+  double *t = calloc((size_t)m->nnodes + 1, sizeof *t);
+  CgExplainGroup *g = malloc(sizeof *g * (size_t)(m->nnodes + 1));
+  StepTime st;
+  int bf16 = machine_bf16(m);
+  cg_step_times(m, &sp->kp, machine_default, bf16, &sp->store, &sp->batches, &st, t);
+  int ng = cg_explain_calls(m, &sp->kp, t, g), calls = 0, nodes = 0;
+  double sum = 0;
+  for (int k = 0; k < ng; k++) sum += g[k].amount, calls += g[k].count;
+  for (int i = 0; i < m->nnodes; i++) nodes += t[i] > 0;
+  double compute = st.fwd_s + st.bwd_s + st.opt_s, copy = 0;
+  if (bf16 && cg_cuda_weights_read(m, sp->store.weights)) { /* step_model.c's arithmetic */
+    double params = (double)cg_params_numel(m);
+    copy = machine_default->kernel_s + 6 * params / machine_default->mem_bytes_per_s;
+  }
+  if (sum + copy < compute * (1 - 1e-9) || sum + copy > compute * (1 + 1e-9))
+    fail("step", "the groups' %.9f s and the params' copy's %.9f s, a step of %.9f s", sum,
+         copy, compute);
+  if (calls != nodes) fail("step", "the groups hold %d calls of %d", calls, nodes);
+  printf("  step: %.3f ms in %d groups of %d nodes' calls\n", compute * 1e3, ng, nodes);
+  free(t), free(g);
+}
+
+/* cg_explain prints what it is asked for: the arena lines, the step lines. */
+static void check_print(IrModule *m, int fuse) {
+  for (unsigned what = 1; what <= 3; what++) {
+    char *text = NULL, err[256];
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    int rc = cg_explain(f, m, what, fuse, NULL, machine_bf16(m), CG_STORE_BF16, 1, NULL, 0, err,
+                        sizeof err);
+    fclose(f);
+    int mem = strstr(text, "live at the peak") != NULL, step = strstr(text, "predicted step") != NULL;
+    if (rc || mem != !!(what & CG_EXPLAIN_MEMORY) || step != !!(what & CG_EXPLAIN_STEP))
+      fail("print", "explain %u printed memory %d, step %d (rc %d)", what, mem, step, rc);
+    free(text);
+  }
+}
+
+int main(int argc, char **argv) {
+  int tp = 1, fuse = 1, a = 1;
+  for (; a < argc && argv[a][0] == '-'; a++) {
+    if (!strcmp(argv[a], "--tp") && a + 1 < argc) tp = atoi(argv[++a]);
+    else if (!strcmp(argv[a], "--no-fuse")) fuse = 0;
+    else break;
+  }
+  if (a >= argc || tp < 1) {
+    fprintf(stderr, "usage: cg_explain [--tp N] [--no-fuse] MODEL.dsl [NAME=VALUE ...]\n");
+    return 2;
+  }
+  const char *const *defs = (const char *const *)argv + a + 1;
+  IrModule *m = tp > 1 ? test_load(argv[a], defs, argc - a - 1)
+                       : test_load_full(argv[a], defs, argc - a - 1);
+  if (!m) return 1;
+  char err[512];
+  if (tp > 1) { /* as the driver: shard after dce, then every later pass */
+    PassOptions popt = {.verify = 1, .start_after = "dce"};
+    if (pass_shard(m, tp, 1, 0, err, sizeof err) || pass_run_all(m, &popt)) {
+      printf("FAIL: sharding over tp %d: %s\n", tp, err);
+      return 1;
+    }
+  }
+  CgStepPlan sp;
+  if (cg_plan_whole_step(m, fuse, machine_bf16(m), CG_STORE_BF16, 1, &sp, err, sizeof err)) {
+    printf("FAIL: the step's plan: %s\n", err);
+    return 1;
+  }
+  printf("%s tp %d%s (%s):\n", m->name, tp, fuse ? "" : " unfused",
+         machine_bf16(m) ? "bf16" : "fp32");
+  check_arena(m, &sp.kp, &sp.bp, sp.pos, "train.c's arena");
+  if (sp.gbp.narrow) check_arena(m, &sp.kp, &sp.gbp, sp.pos, "the GPU trainer's arena");
+  else if (machine_bf16(m)) fail("bf16", "no GPU arena of its own");
+  check_step(m, &sp);
+  cg_plan_free(&sp.kp);
+  check_print(m, fuse);
+  printf("%s\n", fails ? "FAIL" : "ok");
+  ir_module_free(m);
+  return fails != 0;
+}

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""`parc --explain` against the plan it explains (codegen/explain.h).
+
+usage: explain.py PARC EXAMPLES_DIR WORK_DIR
+
+For a few layouts, parc MODEL --explain all, with and without -o:
+- the explanation is the same text both ways (without -o, the report's
+  per-rank module; with -o, the trainer's);
+- each arena it explains has plan.json's size (cost.arena_bytes, and
+  cost.gpu_arena_bytes for the GPU trainer's own), and its peak is at most
+  that and at least plan.json's arena_live_peak_bytes for train.c's;
+- the step it explains has plan.json's calls and compute time (to the printed
+  digits), and its rows' shares add up to 100% (to their rounding);
+- every row names a source location that exists: a line of the model or the
+  prelude, its text printed beside it.
+"""
+import json, os, re, subprocess, sys
+
+parc, examples, work = sys.argv[1:4]
+os.makedirs(work, exist_ok=True)
+fails = 0
+
+
+def fail(msg):
+    global fails
+    print("FAIL:", msg)
+    fails += 1
+
+
+def explanation(out):
+    """The text after the report: from the first line the explanation starts with."""
+    m = re.search(r"^(activation arena|predicted step on)", out, re.M)
+    return out[m.start():] if m else ""
+
+
+UNIT = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+def check(name, model, args):
+    path = os.path.join(examples, model + ".dsl")
+    base = [parc, path, "--explain", "all"] + args
+    plain = subprocess.run(base, capture_output=True, text=True)
+    outdir = os.path.join(work, name)
+    built = subprocess.run(base + ["-o", outdir, "--target", "cpu"], capture_output=True,
+                           text=True)
+    if plain.returncode or built.returncode:
+        fail(f"{name}: exit {plain.returncode}, with -o {built.returncode}: "
+             f"{plain.stderr}{built.stderr}")
+        return
+    a, b = explanation(plain.stdout), explanation(built.stdout)
+    b = b[:b.rfind("wrote ")] if "wrote " in b else b
+    if not a or a != b:
+        fail(f"{name}: the explanation differs with -o ({len(a)} and {len(b)} bytes)")
+    plan = json.load(open(os.path.join(outdir, "plan.json")))
+    cost, step = plan["cost"], plan["predicted_step"]
+    arenas = re.findall(r"^activation arena (of the (CPU|GPU) trainer|\(train.c's plan).*?"
+                        r"\((\d+) bytes\).*\n.*?peak: ([\d.]+) (\w+) live", a, re.M)
+    want = [cost["arena_bytes"]] + ([cost["gpu_arena_bytes"]] if cost.get("gpu_arena_bytes") else [])
+    if [int(x[2]) for x in arenas] != want:
+        fail(f"{name}: arenas {[x[2] for x in arenas]}, plan.json's {want}")
+    for k, x in enumerate(arenas):
+        live = float(x[3]) * UNIT[x[4]]
+        low = cost["arena_live_peak_bytes"] * 0.995 if k == 0 else 0
+        if not low <= live <= want[min(k, len(want) - 1)] * 1.005:
+            fail(f"{name}: peak {x[3]} {x[4]} live, arena {want}, "
+                 f"planner's live peak {cost['arena_live_peak_bytes']}")
+    m = re.search(r"compute only: ([\d.]+) (ms|us) in (\d+) calls", a)
+    if not m:
+        fail(f"{name}: no step line")
+        return
+    secs = float(m.group(1)) * (1e-3 if m.group(2) == "ms" else 1e-6)
+    if int(m.group(3)) != step["calls"] or abs(secs - step["compute_s"]) > 1e-3 * secs:
+        fail(f"{name}: step {m.group(0)}, plan.json {step['calls']} calls, "
+             f"{step['compute_s']} s")
+    part = a[m.start():]
+    shares = [float(s) for s in re.findall(r"^ +[\d.]+ (?:ms|us) +([\d.]+)%", part, re.M)]
+    if abs(sum(shares) - 100) > 0.05 * len(shares) + 0.1:
+        fail(f"{name}: the step's shares add up to {sum(shares):.1f}%")
+    prelude = os.path.join(examples, "..", "frontend", "prelude.dsl")
+    texts = {os.path.basename(path): open(path).read().split("\n"),
+             "prelude.dsl": open(prelude).read().split("\n")}
+    rows = re.findall(r"  ([\w.]+\.dsl):(\d+):(\d+) +(.*)$", a, re.M)
+    for f, line, col, text in rows:
+        if f in texts and texts[f][int(line) - 1].strip()[:40] != text[:40]:
+            fail(f"{name}: {f}:{line} printed as '{text[:40]}'")
+    if len(rows) < 10:
+        fail(f"{name}: {len(rows)} rows name a source line")
+    print(f"ok   {name}: {len(arenas)} arena(s), {int(m.group(3))} calls, {len(rows)} rows")
+
+
+check("gpt2_tiny_bf16_tp2", "gpt2_tiny", ["--tp", "2", "-D", "precision=bf16"])
+check("llama_tiny_dp2_sp", "llama_tiny", ["--tp", "2", "--dp", "2", "--sp"])
+check("moe_tiny_ep2_bf16", "moe_tiny", ["--dp", "2", "--ep", "2", "-D", "precision=bf16"])
+check("gpt2_tiny_nofuse", "gpt2_tiny", ["--no-fuse"])
+sys.exit(1 if fails else 0)
