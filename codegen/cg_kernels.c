@@ -171,6 +171,23 @@ static int at_shape(const Planner *P, const IrNode *n, int g) {
 
 /* Puts n into the kernel of its consumers if it may (see the file comment
  * and cg_kernels.h); 1 if it did. */
+/* 1 if norm node r (a group's root) has a twin: another norm of its op on
+ * the same inputs (the backward's recomputation, passes/remat_norm.c).
+ * Then r's kernel takes no prologue and joins no other, so that both run one
+ * kernel code on one buffer and store the same bits (FUSION in
+ * cg_kernels.h). */
+static int recomputed_norm(const Planner *P, const IrNode *r) {
+  if (r->op != IR_OP_LAYERNORM && r->op != IR_OP_RMSNORM) return 0;
+  const IrNode *x = r->inputs[0];
+  for (int i = P->cons_start[x->id]; i < P->cons_start[x->id + 1]; i++) {
+    const IrNode *q = nd(P, P->cons[i]);
+    int same = q != r && q->op == r->op && q->ninputs == r->ninputs;
+    for (int j = 0; same && j < r->ninputs; j++) same = q->inputs[j] == r->inputs[j];
+    if (same) return 1;
+  }
+  return 0;
+}
+
 static int try_join(Planner *P, const IrNode *n) {
   int g = -1, best = INT_MAX;
   for (int i = P->cons_start[n->id]; i < P->cons_start[n->id + 1]; i++) {
@@ -191,6 +208,7 @@ static int try_join(Planner *P, const IrNode *n) {
   int need_store = outside || P->forced[n->id];
   int at = at_shape(P, n, g);
   const IrNode *root = nd(P, G->root);
+  if (recomputed_norm(P, root) || recomputed_norm(P, n)) return 0;
   if (cg_inline_op(n->op)) {
     if (root->op == IR_OP_LAYERNORM_WGRAD || root->op == IR_OP_RMSNORM_WGRAD) return 0;
     if (need_store && !at) return 0;

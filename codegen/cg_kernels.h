@@ -105,6 +105,12 @@
  *     - or it is a row op (softmax, the norms and their gradients) whose
  *       consumers read it elementwise in an elementwise kernel of its shape:
  *       the kernel becomes a row kernel with that epilogue.
+ *   A norm the backward computes again (passes/remat_norm.c: another norm
+ *   of the same op reads the same input and weights) takes no prologue and
+ *   joins no consumer's kernel: it
+ *   and its recomputation run the same kernel code on the same buffers, so
+ *   they store the same bits (a prologue would change the order of the
+ *   row's sums).
  *   Reductions (sum, mean, sum_to, sumsq, the wgrads) and concat start
  *   kernels that take prologues but are never fused into a consumer.  A
  *   bias gradient sum_to(dy) to [D] shares the column loop of the norm

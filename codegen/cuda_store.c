@@ -182,11 +182,16 @@ static int reduces(const IrModule *m, const CgKernel *k, const IrNode *n) {
 
 /* 1 if node a may be stored as bf16 as far as it goes (the header's second
  * rule): f32, an activation or an activation's gradient (phase FWD or B: not
- * W, a weight gradient's part, nor OPT) with a buffer of its own, no result. */
+ * W, a weight gradient's part, nor OPT; but a norm in W is an activation, the
+ * backward's recomputation of a forward one, passes/remat_norm.c) with a
+ * buffer of its own, no result. */
 static int candidate(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                      const unsigned char *keep, int a) {
   const IrNode *n = m->nodes[a];
-  return n->dtype == IR_F32 && (n->phase == IR_PHASE_FWD || n->phase == IR_PHASE_B) && !keep[a] &&
+  int norm = n->op == IR_OP_LAYERNORM || n->op == IR_OP_RMSNORM;
+  return n->dtype == IR_F32 &&
+         (n->phase == IR_PHASE_FWD || n->phase == IR_PHASE_B || (n->phase == IR_PHASE_W && norm)) &&
+         !keep[a] &&
          kp->inplace_of[a] < 0 &&
          kp->view_of[a] < 0 && bp->alias[a] < 0 && bp->offset[a] >= 0;
 }

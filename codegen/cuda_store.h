@@ -18,7 +18,9 @@
  *     accumulator (the runtime moves those as f32), and no view of n is;
  *   - n is f32, an activation or an activation's gradient (phase FWD or B;
  *     not W: a part of a weight gradient, e.g. the tied head's before the
- *     embedding's is added, stays f32), computed by a generated kernel that
+ *     embedding's is added, stays f32; but a norm in W is an activation,
+ *     the backward's recomputation of a forward one, passes/remat_norm.c),
+ *     computed by a generated kernel that
  *     stores it (a param of access out) or by a GEMM that may write it bf16
  *     (RT_CUDA_MM_C_BF16,
  *     rt_cuda_gemm_out_stored_ok: cuBLASLt rounds its fp32 accumulators to

@@ -34,6 +34,33 @@ static const char *rate(char *buf, size_t len, double r, const char *what) {
   return buf;
 }
 
+/* The norms the backward recomputes (passes/remat_norm.c: the only norms
+ * in its phases), if any. */
+static void recomputed(FILE *out, const IrModule *m) {
+  int n = 0, top = -1;
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *x = m->nodes[i];
+    if ((x->op == IR_OP_LAYERNORM || x->op == IR_OP_RMSNORM) &&
+        (x->phase == IR_PHASE_B || x->phase == IR_PHASE_W)) {
+      n++;
+      if (x->layer > top) top = x->layer;
+    }
+  }
+  if (!n) return;
+  unsigned char *seen = calloc((size_t)top + 2, 1);
+  int layers = 0;
+  for (int i = 0; seen && i < m->nnodes; i++) {
+    const IrNode *x = m->nodes[i];
+    if ((x->op == IR_OP_LAYERNORM || x->op == IR_OP_RMSNORM) &&
+        (x->phase == IR_PHASE_B || x->phase == IR_PHASE_W) && x->layer >= 0 && !seen[x->layer])
+      seen[x->layer] = 1, layers++;
+  }
+  free(seen);
+  fprintf(out, "recomputed in the backward (--recompute norms): %d norm outputs in %d layers, "
+          "not kept from the forward (each a [tokens, d] value at the peak; one more kernel "
+          "each)\n", n, layers);
+}
+
 static void row(FILE *out, const char *what, double p, double w, double g, double master,
                 double opt) {
   char a[32], b[32], c[32], d[32], e[32];
@@ -541,6 +568,7 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
     else if (c->step.valid) communication_gpu(out, &c->step.comm, -1);
   }
   moe(out, m, lay, c);
+  recomputed(out, m);
   if (c->arena_bytes)
     fprintf(out, "activation arena (planned, fp32): %s (%" PRId64 " bytes), allocated exactly by "
             "the trainer\n", bytes(a, sizeof a, (double)c->arena_bytes), c->arena_bytes);

@@ -124,6 +124,12 @@ static void usage(FILE *out) {
           "      --keep-attn-out    attention's backward reads its forward output (no\n"
           "                         attn_delta: the output stays alive until the backward;\n"
           "                         for comparing plans)\n"
+          "      --recompute WHAT   norms: the backward recomputes each layer's norm output\n"
+          "                         (layer_norm, rms_norm) from its input, which it keeps\n"
+          "                         anyway, instead of keeping the output from the forward\n"
+          "                         (a [tokens, d] value a norm and layer less at the\n"
+          "                         arena's peak for one more memory-bound kernel; the same\n"
+          "                         bits); none (default)\n"
           "      --head-major-attn  attention keeps its head-major operands and results,\n"
           "                         with split_heads / merge_heads copies around it (no\n"
           "                         attn_layout pass; the same bits, for comparing)\n"
@@ -244,6 +250,7 @@ typedef struct {
   int no_overlap;            /* --no-overlap: blocking dp bucket collectives */
   int keep_attn_out;         /* --keep-attn-out: no attn_delta pass */
   int head_major_attn;       /* --head-major-attn: no attn_layout pass */
+  int recompute_norms;       /* --recompute norms: the remat_norm pass */
   int bf16_store;            /* --bf16-store: a CgStoreMode (codegen/cuda_store.h) */
   int no_batch;              /* --no-batch: the GPU trainer launches every kernel alone */
   unsigned explain;          /* --explain: CG_EXPLAIN_* bits (codegen/explain.h); 0: none */
@@ -305,7 +312,7 @@ static const char *cuda_arch_list(const char *s) {
 static int parse_args(int argc, char **argv, Options *o) {
   enum { O_EMIT = 256, O_TP, O_PP, O_DP, O_EP, O_DUMP, O_NOVERIFY, O_TIME, O_VERSION, O_NOFUSE,
          O_CPU, O_SP, O_ZERO, O_BUCKET, O_NO_OVERLAP, O_PAD_VOCAB, O_KEEP_ATTN_OUT, O_HEAD_MAJOR_ATTN,
-         O_NO_BF16_STORE, O_BF16_STORE, O_NO_BATCH, O_EXPLAIN };
+         O_NO_BF16_STORE, O_BF16_STORE, O_NO_BATCH, O_EXPLAIN, O_RECOMPUTE };
   static const struct option longs[] = {
       {"output", required_argument, 0, 'o'},  {"emit", required_argument, 0, O_EMIT},
       {"tp", required_argument, 0, O_TP},     {"pp", required_argument, 0, O_PP},
@@ -323,6 +330,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       {"bf16-store", required_argument, 0, O_BF16_STORE},
       {"no-batch", no_argument, 0, O_NO_BATCH},
       {"explain", required_argument, 0, O_EXPLAIN},
+      {"recompute", required_argument, 0, O_RECOMPUTE},
       {"pad-vocab", required_argument, 0, O_PAD_VOCAB},
       {"target", required_argument, 0, 512}, {"cuda-arch", required_argument, 0, 513},
       {"machine", required_argument, 0, 514},
@@ -346,6 +354,13 @@ static int parse_args(int argc, char **argv, Options *o) {
         return EXIT_BAD;
       }
       o->emit = optarg;
+      break;
+    case O_RECOMPUTE:
+      if (strcmp(optarg, "norms") && strcmp(optarg, "none")) {
+        fprintf(stderr, "parc: error: --recompute '%s': expected norms or none\n", optarg);
+        return EXIT_BAD;
+      }
+      o->recompute_norms = !strcmp(optarg, "norms");
       break;
     case O_EXPLAIN: /* (given twice: both) */
       if (!strcmp(optarg, "memory")) o->explain |= CG_EXPLAIN_MEMORY;
@@ -568,7 +583,8 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
   PassOptions popt = {.verify = o->verify, .stop_after = "dce", .zero = o->lay.zero,
                       .bucket_bytes = o->bucket_bytes, .no_overlap = o->no_overlap,
                       .keep_attn_out = o->keep_attn_out,
-                      .head_major_attn = o->head_major_attn};
+                      .head_major_attn = o->head_major_attn,
+                      .recompute_norms = o->recompute_norms};
   int rc = pass_run_all(r, &popt) ? -1 : 0;
   if (rc) snprintf(why, len, "internal error: passes");
   r->mesh_ep = o->lay.ep; /* experts split over ep of the dp ranks */
@@ -625,7 +641,8 @@ static IrModule *pipe_module(Program *prog, const Options *o, const IrModule *m,
   }
   PassOptions popt = {.verify = o->verify, .stop_after = "dce",
                       .keep_attn_out = o->keep_attn_out,
-                      .head_major_attn = o->head_major_attn};
+                      .head_major_attn = o->head_major_attn,
+                      .recompute_norms = o->recompute_norms};
   int rc = pass_run_all(r, &popt) ? -1 : 0;
   r->mesh_ep = o->lay.ep; /* experts split over ep of the dp ranks */
   r->pad_vocab = m->pad_vocab;
@@ -752,7 +769,8 @@ int main(int argc, char **argv) {
   PassOptions popt = {.verify = o.verify, .dump_after = o.dump_after, .dump = stdout,
                       .stop_after = "dce", .zero = o.lay.zero, .bucket_bytes = o.bucket_bytes,
                       .no_overlap = o.no_overlap, .keep_attn_out = o.keep_attn_out,
-                      .head_major_attn = o.head_major_attn};
+                      .head_major_attn = o.head_major_attn,
+                      .recompute_norms = o.recompute_norms};
   if (pass_run_all(m, &popt)) {
     rc = EXIT_INTERNAL;
     goto done;

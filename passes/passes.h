@@ -36,6 +36,8 @@ typedef struct {
   int keep_attn_out;      /* 1 skips attn_delta: sdpa_grad reads sdpa's out (the
                              plan before that pass, for comparison) */
   int head_major_attn;    /* 1 skips attn_layout: head copies around attention stay */
+  int recompute_norms;    /* 1 runs remat_norm: the backward recomputes the layers' norm
+                             outputs instead of keeping them (parc --recompute norms) */
 } PassOptions;
 
 /* Runs every pass in order.  Returns 0, or -1 after printing an internal
@@ -70,6 +72,13 @@ int pass_attn_delta(IrModule *m);
  * that the backward readers read instead, so that neither is stored (GPT-2's
  * MLP pre-activation).  Returns -1 after printing an internal error. */
 int pass_remat(IrModule *m);
+
+/* passes/remat_norm.c: a layer's norm output (and its forward group_copy),
+ * read by the backward, is recomputed there from the norm's input, which
+ * the norm's gradient keeps anyway: the forward's value dies early (parc
+ * --recompute norms; PassOptions.recompute_norms).  Returns -1 after
+ * printing an internal error. */
+int pass_remat_norm(IrModule *m);
 
 /* passes/optimizer.c: appends the optimizer step after autodiff, with
  * PyTorch's semantics: global-norm clipping (train setting clip), then

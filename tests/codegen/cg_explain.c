@@ -75,8 +75,9 @@ static void check_arena(const IrModule *m, const CgKernelPlan *kp, const BufPlan
     free(g);
     return;
   }
-  if (live != p->live_peak) fail(which, "peak %lld bytes live, the planner counted %lld", (long long)live,
-                                 (long long)p->live_peak);
+  if (live != p->live_peak)
+    fail(which, "peak %lld bytes live, the planner counted %lld", (long long)live,
+         (long long)p->live_peak);
   if (live > p->peak) fail(which, "peak %lld bytes live in an arena of %lld", (long long)live,
                                  (long long)p->peak);
   int64_t brute = live_at(m, p, pos, at);
@@ -134,7 +135,8 @@ static void check_print(IrModule *m, int fuse) {
     int rc = cg_explain(f, m, what, fuse, NULL, machine_bf16(m), CG_STORE_BF16, 1, NULL, 0, err,
                         sizeof err);
     fclose(f);
-    int mem = strstr(text, "live at the peak") != NULL, step = strstr(text, "predicted step") != NULL;
+    int mem = strstr(text, "live at the peak") != NULL;
+    int step = strstr(text, "predicted step") != NULL;
     if (rc || mem != !!(what & CG_EXPLAIN_MEMORY) || step != !!(what & CG_EXPLAIN_STEP))
       fail("print", "explain %u printed memory %d, step %d (rc %d)", what, mem, step, rc);
     free(text);

@@ -77,6 +77,12 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
           it has some, RT_CUDA_ATTN_*_TOKENS in train_cuda.c): losses and step-1
           gradients bit for bit, and fewer kernel launches by the emulation's
           count;
+  recompute  with store: the bf16 trainer generated with --recompute norms
+          (passes/remat_norm.c: the backward recomputes the layers' norm outputs,
+          stored as bf16 as the kept ones were) against the store check's:
+          losses within 1e-4 and step-1 gradients within 2e-2 relative (its
+          forward norms take no fused prologue: other sum orders), with a
+          smaller GPU arena (plan.json gpu_arena_bytes);
   grads   with cpu and bf16: the step-1 gradients compared at several ranks too
           (layouts whose --save-grads file is the whole model, e.g. ZeRO-1's
           pieces gathered from the dp ranks).
@@ -106,6 +112,11 @@ BF16_LOSS_TOL, BF16_GRAD_TOL = 2e-4, 3e-2
 # gradient of layer 0's MoE block moves 6-11% at once (gate 0.106, w1-w3
 # 0.062-0.069), the others as before: a token's top-2 choice flipping there
 BF16_GRAD_TOL_OF = {"moe_tiny": 0.15}
+# --recompute norms against the kept norms, both bf16: the forward's norms take
+# no fused prologue there (their sums in another order, an f32 ulp now and then,
+# which a bf16 rounding can turn into a bf16 ulp; gpt2_tiny: losses 7.7e-6,
+# step-1 gradients 5.6e-3)
+RECOMPUTE_LOSS_TOL, RECOMPUTE_GRAD_TOL = 1e-4, 2e-2
 
 
 def run(cmd, log, env=None, timeout=900):
@@ -392,6 +403,35 @@ def store(a, proj, env, steps, grads, against_cpu, one_rank, device):
                 sp + ".small_gpu", want, lambda line: planned_as_reported(sp, line))
 
 
+def recompute(a, proj, env, steps, grads):
+    """The recompute check (the head comment): proj_bf16rec against the store
+    check's proj_bf16 run."""
+    sp, cp = proj + "_bf16", proj + "_bf16rec"
+    if not build(a, cp, ["-D", "precision=bf16", "--recompute", "norms"], cpu=False):
+        return False
+    arena = []
+    for p in (sp, cp):
+        with open(p + "/plan.json") as f:
+            arena.append(json.load(f)["cost"]["gpu_arena_bytes"])
+    with open(cp + "/report.txt") as f:
+        m = re.search(r"recomputed in the backward \(--recompute norms\): (\d+) norm", f.read())
+    if not m or not arena[1] < arena[0]:
+        print("%s: --recompute norms: %s norms recomputed, GPU arena %d bytes, %d without" %
+              (a.name, m.group(1) if m else "no", arena[1], arena[0]))
+        return False
+    log = proj + ".recompute.jsonl"
+    if not run([cp + "/build/train_cuda_emu"] + steps + ["--log", log] + grads("recompute"),
+               proj + ".recompute.log", env=dict(env, PARC_CUDA_GEMM="bf16")):
+        return False
+    ok = compare(a, "losses", proj + ".store.jsonl", log, RECOMPUTE_LOSS_TOL,
+                 "%s bf16 --recompute norms vs kept (%s norms; GPU arena %d -> %d)" %
+                 (a.name, m.group(1), arena[0], arena[1]))
+    if ok and grads("recompute"):
+        ok = compare(a, "grads", grads("store")[1], grads("recompute")[1], RECOMPUTE_GRAD_TOL,
+                     a.name + " bf16 --recompute norms, gradients")
+    return ok
+
+
 def same_bits(a, proj, vp, tag, what, env, steps, grads, stats):
     """Runs vp's trainer (proj generated with other parc flags) as run TAG:
     its losses and step-1 gradients bit for bit proj's plain run's (WHAT
@@ -481,7 +521,8 @@ def main():
         p.add_argument("--" + req, required=True)
     a = p.parse_args()
     checks = a.checks.split(",")
-    known = ("cpu", "graph", "device", "bf16", "store", "launch", "grads", "batch", "layout")
+    known = ("cpu", "graph", "device", "bf16", "store", "launch", "grads", "batch", "layout",
+             "recompute")
     bad = [c for c in checks if c not in known]
     if bad:
         p.error("unknown check %s (%s)" % (bad[0], ", ".join(known)))
@@ -540,6 +581,8 @@ def main():
     if ok and "store" in checks:
         ok = store(a, proj, env, steps, grads, against_cpu, one_rank,
                    "device" in checks and not one_rank)
+    if ok and "recompute" in checks and "store" in checks:
+        ok = recompute(a, proj, env, steps, grads)
     if ok and "batch" in checks:
         ok = batch(a, proj, env, steps, grads, stats)
     if ok and "layout" in checks:

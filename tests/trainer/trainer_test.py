@@ -24,6 +24,15 @@ CASE is one of:
                              arena_live_peak_bytes; the report's arena too, but at
                              pp 2, whose best-fit arena fragments by 2% more on
                              this tiny model)
+  recompute_norms            --recompute norms (passes/remat_norm.c) gives the same losses
+                             over 10 steps within 1e-6 relative and step-1 gradients
+                             within 1e-5 relative L2 (its forward norms take no fused
+                             prologue: other sum orders; Adam's updates of gradients
+                             that are rounding noise, a key bias's, part further),
+                             GPT-2 and Llama tiny at one rank, tp 2, pp 2 and tp 2 --sp;
+                             the report counts
+                             each layer's two norms (none with --sp, whose backward reads
+                             the gathered values) and plan.json's live peak is smaller
   moe                        the MoE model trains: loss falls over 30 steps
   mesh_sp                    --sp trainers of GPT-2 and Llama tiny at tp x dp in 2x1,
                              4x1, 2x2, 4x2 equal the one-rank trainer over 20 steps
@@ -144,7 +153,7 @@ CASE is one of:
 The generated project is built with TRAIN_WERROR=ON: it must compile without
 a warning.  Exit 77 (skip) where /usr/bin/python3 has no torch.
 """
-import json, os, shutil, struct, subprocess, sys
+import json, os, re, shutil, struct, subprocess, sys
 
 case, parc, src, work = sys.argv[1:5]
 sys.path.insert(0, os.path.join(src, "scripts"))
@@ -601,6 +610,40 @@ elif case == "attn_delta":
             shown.append(f"{tag} {arena[0][0]}/{arena[1][0]} ({arena[0][1]}/{arena[1][1]})")
     print("attn_delta: losses and weights equal --keep-attn-out's bit for bit; live peak "
           "(report arena) bytes with/without: " + ", ".join(shown))
+elif case == "recompute_norms":
+    data, shown = data_file(), []
+    for model, defs in (("gpt2_tiny", GPT2), ("llama_tiny", LLAMA)):
+        for lay in ([], ["--tp", "2"], ["--pp", "2"], ["--tp", "2", "--sp"]):
+            tag = model + "".join(lay).replace("--", "_").replace(" ", "")
+            losses, files, peak, norms = [], [], [], []
+            for rec in ([], ["--recompute", "norms"]):
+                name = tag + ("_rec" if rec else "")
+                exe = build(model, defs, name, lay + rec)
+                out = os.path.join(work, name)
+                files.append(os.path.join(work, name + "_grads.safetensors"))
+                losses.append([r["loss"] for r in train(exe, "--data", data, "--steps", "10",
+                                                        "--save-grads", files[-1])])
+                peak.append(json.load(open(os.path.join(out, "plan.json")))["cost"]
+                            ["arena_live_peak_bytes"])
+                rep = open(os.path.join(out, "report.txt")).read()
+                m = re.search(r"recomputed in the backward \(--recompute norms\): (\d+) norm", rep)
+                norms.append(int(m.group(1)) if m else 0)
+            # the forward's norms no longer fuse the residual add before them (so that
+            # the recomputation stores the same bits): their sums run in another order
+            worst = max(rel(a, b) for a, b in zip(*losses))
+            w, where = grads_rel_l2(*files)
+            if worst > 1e-6 or w > 1e-5:
+                sys.exit(f"FAIL {tag}: with --recompute norms losses differ by {worst:.2e} "
+                         f"relative, step-1 gradients by {w:.2e} (rel L2, {where}):\n"
+                         f"{losses[0]}\n{losses[1]}")
+            # each layer's two norms, where the backward reads them (not --sp's gathers)
+            want = 0 if "--sp" in lay else 2 * 2
+            if norms != [0, want] or (want and not peak[1] < peak[0]) or \
+                    (not want and peak[1] != peak[0]):
+                sys.exit(f"FAIL {tag}: {norms} norms recomputed, live peak {peak} bytes")
+            shown.append(f"{tag} {peak[0]}->{peak[1]} ({worst:.1e}, {w:.1e})")
+    print("recompute_norms: live peak bytes (losses, step-1 gradients rel. difference): " +
+          ", ".join(shown))
 elif case == "moe":
     exe = build("moe_tiny", MOE, "project")
     got = train(exe, "--data", data_file(), "--steps", "30")
