@@ -470,16 +470,32 @@ static double expert_share(const IrModule *m, const Layout *lay, const Cost *c,
   return n;
 }
 
+/* 1 if m keeps norm outputs from the forward that --recompute norms would
+ * recompute (passes/remat_norm.c): norms in a repeat, none in the backward. */
+static int norms_kept(const IrModule *m) {
+  int kept = 0;
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *x = m->nodes[i];
+    if (x->op != IR_OP_LAYERNORM && x->op != IR_OP_RMSNORM) continue;
+    if (x->phase == IR_PHASE_B || x->phase == IR_PHASE_W) return 0;
+    kept |= x->layer >= 0;
+  }
+  return kept;
+}
+
 /* ": N% of a GPU's X (machine)" or what to change where `device` bytes do
- * not fit the machine's GPU; nothing where the machine gives no memory. */
-static void gpu_fit(FILE *out, int64_t device, const Machine *mc, int stages) {
+ * not fit the machine's GPU (recompute: --recompute norms would help);
+ * nothing where the machine gives no memory. */
+static void gpu_fit(FILE *out, int64_t device, const Machine *mc, int stages, int recompute) {
   char cap[32];
   double share = mc->device_bytes > 0 ? (double)device / mc->device_bytes : 0;
   bytes(cap, sizeof cap, mc->device_bytes);
   if (share > 1)
-    fprintf(out, ": does not fit a GPU's %s (%s): %.0f%% of it; use more tp or pp ranks, %sor a "
+    fprintf(out, ": does not fit a GPU's %s (%s): %.0f%% of it; use more tp or pp ranks, %s%sor a "
             "smaller batch (-D batch=N)", cap, mc->name, 100 * share,
-            stages ? "more microbatches (--microbatches M) " : "");
+            stages ? "more microbatches (--microbatches M), " : "",
+            recompute ? "--recompute norms (the layers' norm outputs computed again in the "
+                        "backward, not kept), " : "");
   else if (share > 0)
     fprintf(out, ": %.1f%% of a GPU's %s (%s)", 100 * share, cap, mc->name);
   fputc('\n', out);
@@ -488,7 +504,7 @@ static void gpu_fit(FILE *out, int64_t device, const Machine *mc, int stages) {
 /* The device bytes the GPU trainer plans for a rank (passes.h GpuBytes),
  * which its start-up check compares with the GPU's free memory: one line,
  * or one a stage for a pipeline's stage programs. */
-static void gpu_device(FILE *out, const Cost *c) {
+static void gpu_device(FILE *out, const IrModule *m, const Cost *c) {
   const GpuBytes *g = &c->gpu;
   const Machine *mc = c->machine ? c->machine : machine_default;
   const char *what = "(parameters, optimizer state, arena, batch, workspaces; CUDA's, "
@@ -497,14 +513,14 @@ static void gpu_device(FILE *out, const Cost *c) {
   if (g->nstages <= 1) {
     fprintf(out, "GPU trainer: %s (%" PRId64 " bytes) of device memory a rank %s",
             bytes(a, sizeof a, (double)g->device), g->device, what);
-    gpu_fit(out, g->device, mc, g->nstages);
+    gpu_fit(out, g->device, mc, g->nstages, norms_kept(m));
     return;
   }
   fprintf(out, "GPU trainer: device memory a rank of each stage %s:\n", what);
   for (int s = 0; s < g->nstages && s < PP_MAX_STAGES; s++) {
     fprintf(out, "    stage %d: %s (%" PRId64 " bytes)", s,
             bytes(a, sizeof a, (double)g->stage_device[s]), g->stage_device[s]);
-    gpu_fit(out, g->stage_device[s], mc, g->nstages);
+    gpu_fit(out, g->stage_device[s], mc, g->nstages, norms_kept(m));
   }
 }
 
@@ -586,7 +602,7 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
     fprintf(out, "GPU trainer (bf16): + %s (%" PRId64 " bytes) of f32 scratch for the all-reduces "
             "whose sums it stores as bf16, allocated at start\n",
             bytes(a, sizeof a, (double)c->gpu.reduce_ws), c->gpu.reduce_ws);
-  if (c->arena_bytes && c->gpu.device) gpu_device(out, c);
+  if (c->arena_bytes && c->gpu.device) gpu_device(out, m, c);
   if (c->pipe) {
     pipeline(out, c->pipe, lay->tp, c->bf16);
     predicted_pipe_step(out, lay, c);
