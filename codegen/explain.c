@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "codegen/arena_plan.h"
+#include "codegen/cuda_arena.h"
+#include "codegen/cuda_store.h"
 #include "codegen/host.h"
 #include "codegen/step_model.h"
 
@@ -45,6 +47,12 @@ static int pos_of(const int *pos, int i) { return pos ? pos[i] : i; }
  * planner frees them (passes/bufplan.c). */
 int cg_explain_peak(const IrModule *m, const BufPlan *p, const int *pos, int *at, int64_t *live,
                     int *buffers, CgExplainGroup *g) {
+  return cg_explain_peak_of(m, p, pos, NULL, at, live, buffers, g);
+}
+
+int cg_explain_peak_of(const IrModule *m, const BufPlan *p, const int *pos,
+                       const unsigned char *only, int *at, int64_t *live, int *buffers,
+                       CgExplainGroup *g) {
   int n = m->nnodes, end = 1;
   for (int i = 0; i < n; i++) {
     if (pos_of(pos, i) + 1 > end) end = pos_of(pos, i) + 1;
@@ -68,7 +76,7 @@ int cg_explain_peak(const IrModule *m, const BufPlan *p, const int *pos, int *at
   for (int i = 0; i < n; i++)
     if (owner[i] >= 0 && p->last_use[i] > until[owner[i]]) until[owner[i]] = p->last_use[i];
   for (int r = 0; r < n; r++)
-    if (owner[r] == r) {
+    if (owner[r] == r && (!only || only[r])) {
       delta[pos_of(pos, r)] += p->size[r];
       delta[until[r] + 1] -= p->size[r];
     }
@@ -83,7 +91,9 @@ int cg_explain_peak(const IrModule *m, const BufPlan *p, const int *pos, int *at
    * written over the logits and read as a reshape by the head's weight
    * gradient, count as the cross-entropy's gradient) */
   for (int r = 0; r < n; r++)
-    holder[r] = owner[r] == r && pos_of(pos, r) <= peak && until[r] >= peak ? r : -1;
+    holder[r] = owner[r] == r && (!only || only[r]) && pos_of(pos, r) <= peak && until[r] >= peak
+                    ? r
+                    : -1;
   for (int i = 0; i < n; i++) {
     int r = owner[i];
     int view = p->alias[i] >= 0 && m->nodes[i]->op == IR_OP_RESHAPE;
@@ -270,6 +280,113 @@ static int explain_step(FILE *out, const IrModule *m, const CgStepPlan *sp, cons
                compute - sum > 1e-12 ? "the parameters' bf16 copy" : NULL);
   free(t), free(g);
   return 0;
+}
+
+/* ---- trainers of stage programs ---------------------------------------- */
+
+/* A slot of a pipelined trainer's arena p (explain_arena), then each stage's
+ * own values' peak: the nodes of the chunks it runs (chunk % P). */
+static int explain_slot(FILE *out, const IrModule *m, const PpProgram *pp,
+                        const CgKernelPlan *kp, const BufPlan *p, const int *pos,
+                        const char *title, const CgSourceText *srcs, int nsrc) {
+  if (explain_arena(out, m, kp, p, pos, title, srcs, nsrc)) return -1;
+  int n = m->nnodes, P = pp->nstages;
+  unsigned char *only = malloc((size_t)n + 1);
+  CgExplainGroup *g = malloc(sizeof *g * (size_t)(n + 1));
+  if (!only || !g) {
+    free(only), free(g);
+    return -1;
+  }
+  fprintf(out, "  each stage's own values (a slot holds every stage's; the most each stage's "
+               "alone hold at once):\n");
+  for (int s = 0; s < P; s++) {
+    for (int i = 0; i < n; i++) only[i] = pp->chunk[i] >= 0 && pp->chunk[i] % P == s;
+    int at, buffers;
+    int64_t live;
+    if (cg_explain_peak_of(m, p, pos, only, &at, &live, &buffers, g) < 0) {
+      free(only), free(g);
+      return -1;
+    }
+    char a[32], l[32];
+    const IrNode *x = m->nodes[at < n ? at : n - 1];
+    if (x->layer >= 0) snprintf(l, sizeof l, ", layer %d", x->layer);
+    else l[0] = 0;
+    fprintf(out, "    stage %d: %s in %d buffers (%.1f%% of the slot), while %s (%s%s) runs\n",
+            s, bytes(a, sizeof a, (double)live), buffers,
+            p->peak ? 100 * (double)live / (double)p->peak : 0.0, ir_op_info[x->op].name,
+            phase_word(x->phase), l);
+  }
+  free(only), free(g);
+  return 0;
+}
+
+/* Each stage's calls a step: its chunks' nodes once a microbatch. */
+static int explain_stage_steps(FILE *out, const IrModule *m, const PpProgram *pp,
+                               const CgKernelPlan *kp, const CgCudaStore *store,
+                               const Machine *mc, int bf16, const CgSourceText *srcs, int nsrc) {
+  int n = m->nnodes, P = pp->nstages, M = pp->microbatches > 0 ? pp->microbatches : 1;
+  double *t = calloc((size_t)n + 1, sizeof *t), *ts = calloc((size_t)n + 1, sizeof *ts);
+  CgExplainGroup *g = malloc(sizeof *g * (size_t)(n + 1));
+  if (!t || !ts || !g) {
+    free(t), free(ts), free(g);
+    return -1;
+  }
+  StepTime st;
+  cg_step_times(m, kp, mc, bf16, store, NULL, &st, t);
+  char a[32];
+  fprintf(out, "predicted calls of each stage on %s (%s), compute only, a step of %d "
+               "microbatches (the schedule's idle time, transfers and optimizer aside):\n",
+          mc->name[0] ? mc->name : "the given machine", bf16 ? "bf16 mixed" : "fp32", M);
+  for (int s = 0; s < P; s++) {
+    double total = 0;
+    for (int i = 0; i < n; i++) {
+      int on = pp->chunk[i] >= 0 && pp->chunk[i] % P == s && m->nodes[i]->phase != IR_PHASE_OPT;
+      ts[i] = on ? t[i] * M : 0;
+      total += ts[i];
+    }
+    int ng = cg_explain_calls(m, kp, ts, g);
+    for (int k = 0; k < ng; k++) g[k].count *= M;
+    fprintf(out, "  stage %d: %s\n", s, ms(a, sizeof a, total));
+    print_groups(out, g, ng, total, "calls", ms, srcs, nsrc, NULL);
+  }
+  free(t), free(ts), free(g);
+  return 0;
+}
+
+int cg_explain_pipe(FILE *out, IrModule *m, const PpProgram *pp, unsigned what, int fuse,
+                    const Machine *mc, int bf16, int store, const CgSourceText *srcs, int nsrc,
+                    char *err, size_t len) {
+  /* planned as cg_write_project plans a trainer of stage programs */
+  int *colour = arena_alloc(&m->arena, sizeof *colour * ((size_t)m->nnodes + 1));
+  cg_pipe_colours(m, pp, colour);
+  CgKernelPlan kp;
+  BufPlan bp, gbp;
+  int *pos, *held;
+  if (cg_plan_step(m, fuse, colour, &kp, &pos, &bp, &held, err, len)) return -1;
+  int *canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(kp.nkernels + 1));
+  cg_dedup_kernels(&kp, canon);
+  CgCudaStore st;
+  cg_cuda_store_plan(m, &kp, &bp, canon, bf16, (CgStoreMode)store, pp, &st);
+  cg_cuda_arena_plan(m, &kp, pos, held, &bp, &st, &gbp);
+  free(held);
+  if (!mc) mc = machine_default;
+  char title[192];
+  int rc = 0;
+  if (what & CG_EXPLAIN_MEMORY) {
+    snprintf(title, sizeof title, "a slot of the activation arena%s (one microbatch's values; "
+             "a stage's arena holds %d)", gbp.narrow ? " of the CPU trainer (train.c, fp32)"
+                                                     : " (train.c's plan; a GPU trainer's too)",
+             pp->slots);
+    rc = explain_slot(out, m, pp, &kp, &bp, pos, title, srcs, nsrc);
+    snprintf(title, sizeof title, "a slot of the activation arena of the GPU trainer "
+             "(train_cuda.c, bf16 values at 2 bytes; a stage's arena holds %d)", pp->slots);
+    if (!rc && gbp.narrow) rc = explain_slot(out, m, pp, &kp, &gbp, pos, title, srcs, nsrc);
+  }
+  if (!rc && what & CG_EXPLAIN_STEP)
+    rc = explain_stage_steps(out, m, pp, &kp, &st, mc, bf16, srcs, nsrc);
+  cg_plan_free(&kp);
+  if (rc) snprintf(err, len, "out of memory explaining the plan");
+  return rc;
 }
 
 int cg_explain(FILE *out, IrModule *m, unsigned what, int fuse, const Machine *mc, int bf16,

@@ -59,6 +59,12 @@ typedef struct {
 int cg_explain_peak(const IrModule *m, const BufPlan *p, const int *pos, int *at, int64_t *live,
                     int *buffers, CgExplainGroup *g);
 
+/* cg_explain_peak over the buffers whose owner (the node with the bytes)
+ * has only[owner] != 0 (NULL: all): the most those alone hold at once. */
+int cg_explain_peak_of(const IrModule *m, const BufPlan *p, const int *pos,
+                       const unsigned char *only, int *at, int64_t *live, int *buffers,
+                       CgExplainGroup *g);
+
 /* The calls of node_s (cg_step_times' per-node seconds; kp's kernels) by
  * group into g (room for m->nnodes), largest first; the number of groups. */
 int cg_explain_calls(const IrModule *m, const CgKernelPlan *kp, const double *node_s,
@@ -72,5 +78,16 @@ int cg_explain_calls(const IrModule *m, const CgKernelPlan *kp, const double *no
  * 0, or -1 with a one-line reason in err. */
 int cg_explain(FILE *out, IrModule *m, unsigned what, int fuse, const Machine *mc, int bf16,
                int store, int batch, const CgSourceText *srcs, int nsrc, char *err, size_t len);
+
+/* cg_explain for a trainer of stage programs (a pipeline's, or a routed
+ * model's accumulated microbatches): m its module (one microbatch), pp its
+ * stage programs, planned as cg_write_project plans them.  Memory: a slot of
+ * the arena (one microbatch's values; a stage's arena holds pp->slots of
+ * them), its peak by group and by the stage whose chunks make the values, and
+ * each stage's own values' peak.  Step: each stage's calls, a chunk's once a
+ * microbatch (times pp->microbatches), by group.  0, or -1 with a reason. */
+int cg_explain_pipe(FILE *out, IrModule *m, const PpProgram *pp, unsigned what, int fuse,
+                    const Machine *mc, int bf16, int store, const CgSourceText *srcs, int nsrc,
+                    char *err, size_t len);
 
 #endif

@@ -69,7 +69,8 @@ static void usage(FILE *out) {
           "      --explain WHAT     after the report, trace a rank's plan back to the model's\n"
           "                         lines: memory (what is live at the activation arena's\n"
           "                         peak, CPU and GPU trainers), step (where the predicted\n"
-          "                         compute time goes) or all; --pp 1 only\n"
+          "                         compute time goes) or all; pipelines: a slot of the\n"
+          "                         arena, each stage's own values, each stage's calls\n"
           "  -D NAME=VALUE          override a config or train value (-D layers=2 -D batch=4)\n"
           "      --tp N             tensor-parallel degree (default 1)\n"
           "      --pp N             pipeline-parallel degree (default 1)\n"
@@ -511,12 +512,6 @@ static int parse_args(int argc, char **argv, Options *o) {
             o->lay.tp, o->lay.pp, o->lay.dp, (long long)ranks, LAYOUT_MAX_RANKS);
     return EXIT_BAD;
   }
-  if (o->explain && o->lay.pp > 1) {
-    fprintf(stderr, "parc: error: --explain with --pp %d: it explains one-stage trainers "
-                    "only, for now (use --pp 1 to see a layer's values and calls)\n",
-            o->lay.pp);
-    return EXIT_BAD;
-  }
   if (o->explain && (o->emit || o->dump_after)) {
     fprintf(stderr, "parc: error: --explain with %s: both print to stdout; ask for one at a "
                     "time\n", o->emit ? "--emit" : "--dump-after");
@@ -561,10 +556,22 @@ static int explain(const Options *o, IrModule *m, const Cost *cost, FILE *out) {
   return -1;
 }
 
+/* --explain of a trainer of stage programs (tm, pp: pipe_module's) into out;
+ * 0, or -1 after an internal error message. */
+static int explain_pipe(const Options *o, IrModule *tm, const PpProgram *pp, const Cost *cost,
+                        FILE *out) {
+  char why[512];
+  if (!cg_explain_pipe(out, tm, pp, o->explain, !o->no_fuse, cost->machine, cost->bf16,
+                       o->bf16_store, o->srcs, 2, why, sizeof why))
+    return 0;
+  fprintf(stderr, "parc: internal error: --explain: %s\n", why);
+  return -1;
+}
+
 /* The per-rank plan for a report without -o (pp = ep = 1): the rank-local
  * module's activation arena and, with several ranks, its communication, into
- * cost; with xout, that module's --explain into it.  The module m has been through every pass unsharded; a sharded copy
- * is lowered afresh.  Returns 0, or -1 with the reason in why (the report
+ * cost; with xout, that module's --explain into it.  The module m has been
+ * through every pass unsharded; a sharded copy is lowered afresh.  Returns 0, or -1 with the reason in why (the report
  * then says what it could not plan; the compile itself is fine). */
 static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, FILE *xout,
                       char *why, size_t len) {
@@ -727,6 +734,9 @@ static void pipe_comm(const Options *o, IrModule *m, const IrModule *tm, const P
 
 int main(int argc, char **argv) {
   Options o = {0};
+  FILE *xout = NULL; /* --explain without -o: printed after the report */
+  char *xtext = NULL;
+  size_t xlen = 0;
   IrModule *tm = NULL; /* a pipelined trainer's module (pipe_module) */
   PpProgram stage_prog = {0};
   PpPlan pipe = {0}; /* --pp above 1: stages, schedule, simulated timeline */
@@ -829,13 +839,9 @@ int main(int argc, char **argv) {
    * one-stage pipeline at pp 1: the same microbatches as on every layout. */
   int routed_mb = o.lay.pp == 1 && o.pipe.microbatches > 1;
   int pipe1 = routed_mb && o.outdir;
-  if (o.explain && routed_mb) {
-    fprintf(stderr, "parc: error: --explain: this model routes its %d microbatches apart (a "
-                    "one-stage pipeline), which --explain does not cover yet\n",
-            o.pipe.microbatches);
-    rc = EXIT_BAD;
-    goto done;
-  }
+  /* --explain without -o: the report's per-rank module (plan_ranks, or the
+   * pipeline's module below), printed after the report; with -o, the trainer's */
+  xout = o.explain && !o.outdir ? open_memstream(&xtext, &xlen) : NULL;
   if (o.lay.pp > 1 || routed_mb) { /* (without -o too: the report's communication) */
     /* the pipeline plan on the differentiated module; the report's stages follow it */
     char why[512];
@@ -879,6 +885,7 @@ int main(int argc, char **argv) {
     IrModule *r = pipe_module(&prog, &o, m, &pipe, &pp, why, sizeof why);
     if (r) pipe_comm(&o, m, r, &pp, &cost);
     int bad = r && pipe_retime(&o, m, r, &pp, &pipe);
+    if (r && !bad && xout && explain_pipe(&o, r, &pp, &cost, xout)) bad = 1;
     ir_module_free(r);
     if (bad) {
       rc = EXIT_INTERNAL;
@@ -911,17 +918,13 @@ int main(int argc, char **argv) {
   }
   char unplanned[512] = "";
   double t4 = now();
-  /* --explain: the rank's module is the report's plan_ranks' (printed after
-   * the report), or with -o the trainer's */
-  char *xtext = NULL;
-  size_t xlen = 0;
-  FILE *xout = o.explain && !o.outdir ? open_memstream(&xtext, &xlen) : NULL;
   /* (a routed model's microbatches: their accumulating trainer's arena is the
    * pipelined one, planned only with -o, as at pp > 1) */
   if (!o.outdir && !o.emit && !o.dump_after && o.lay.pp == 1 && !routed_mb &&
       plan_ranks(&prog, &o, m, &cost, xout, unplanned, sizeof unplanned) && !unplanned[0])
     snprintf(unplanned, sizeof unplanned, "unknown reason");
   if (xout && fclose(xout)) xtext = NULL;
+  xout = NULL;
   double t5 = now();
   cg_report(rep, m, &o.lay, &cost);
   if (unplanned[0])
@@ -935,10 +938,10 @@ int main(int argc, char **argv) {
       rc = EXIT_INTERNAL;
     }
   }
-  free(xtext);
   if (o.explain && o.outdir) {
     fputc('\n', rep);
-    if (explain(&o, m, &cost, rep)) rc = EXIT_INTERNAL;
+    if (tm ? explain_pipe(&o, tm, &stage_prog, &cost, rep) : explain(&o, m, &cost, rep))
+      rc = EXIT_INTERNAL;
   }
   if (o.outdir) {
     FILE *f = open_out(o.outdir, "report.txt");
@@ -962,6 +965,8 @@ int main(int argc, char **argv) {
             (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3, (now() - t0) * 1e3,
             (t5 - t4) * 1e3, (t4 - t3) * 1e3);
 done:
+  if (xout) fclose(xout);
+  free(xtext);
   ir_module_free(tm);
   pp_plan_free(&pipe);
   free((void *)o.pipe.stage_layers);

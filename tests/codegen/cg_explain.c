@@ -16,7 +16,9 @@
  *     to the same, and the groups' bytes and values add up to it and to the
  *     buffers counted;
  *   - a group holds nodes of one op, phase and source location, and no two
- *     groups have the same key.
+ *     groups have the same key;
+ *   - the buffers cut in two halves (cg_explain_peak_of): each half peaks
+ *     at no more than the whole, and the two peaks add up to no less.
  * For the predicted step: the groups' seconds plus the params' bf16 copy
  * (its one call outside every node) are the step model's compute time, and
  * the groups' calls are the nodes with a call.  cg_explain itself must print
@@ -98,6 +100,20 @@ static void check_arena(const IrModule *m, const CgKernelPlan *kp, const BufPlan
   }
   if ((int64_t)sum != live) fail(which, "the groups hold %.0f bytes of %lld", sum, (long long)live);
   if (values != buffers) fail(which, "the groups hold %d values of %d buffers", values, buffers);
+  /* two halves of the buffers (owners by id parity): each peaks at no more
+   * than the whole, and together at no less (at the whole's peak they hold
+   * all of it) */
+  unsigned char *half = malloc((size_t)m->nnodes + 1);
+  int64_t part[2];
+  for (int h = 0; h < 2; h++) {
+    for (int i = 0; i < m->nnodes; i++) half[i] = (i & 1) == h;
+    int a2, b2;
+    cg_explain_peak_of(m, p, pos, half, &a2, &part[h], &b2, g);
+  }
+  if (part[0] > live || part[1] > live || part[0] + part[1] < live || !part[0] || !part[1])
+    fail(which, "halves peak at %lld and %lld bytes, the whole at %lld", (long long)part[0],
+         (long long)part[1], (long long)live);
+  free(half);
   printf("  %s: peak %lld bytes live at position %d (%s), arena %lld, %d groups\n", which,
          (long long)live, at, ir_op_info[m->nodes[at]->op].name, (long long)p->peak, ng);
   free(g);

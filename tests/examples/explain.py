@@ -13,6 +13,11 @@ For a few layouts, parc MODEL --explain all, with and without -o:
   digits), and its rows' shares add up to 100% (to their rounding);
 - every row names a source location that exists: a line of the model or the
   prelude, its text printed beside it.
+For pipelines (--pp 2, and a routed model's microbatches at pp 1), the same
+both ways, each stage's calls sum to the report's "busy" time of that stage
+(pp 2), each stage's own values peak at no more than the slot's, train.c's
+slot is plan.json's arena_bytes and the GPU trainer's arena
+(gpu_arena_bytes) holds its slots of the GPU slot explained.
 """
 import json, os, re, subprocess, sys
 
@@ -88,8 +93,53 @@ def check(name, model, args):
     print(f"ok   {name}: {len(arenas)} arena(s), {int(m.group(3))} calls, {len(rows)} rows")
 
 
+def check_pipe(name, model, args):
+    path = os.path.join(examples, model + ".dsl")
+    base = [parc, path, "--explain", "all"] + args
+    plain = subprocess.run(base, capture_output=True, text=True)
+    outdir = os.path.join(work, name)
+    built = subprocess.run(base + ["-o", outdir, "--target", "cpu"], capture_output=True,
+                           text=True)
+    if plain.returncode or built.returncode:
+        fail(f"{name}: exit {plain.returncode}, with -o {built.returncode}: "
+             f"{plain.stderr}{built.stderr}")
+        return
+    a = plain.stdout[plain.stdout.find("a slot of the activation arena"):]
+    b = built.stdout[built.stdout.find("a slot of the activation arena"):]
+    b = b[:b.rfind("wrote ")] if "wrote " in b else b
+    if not a.startswith("a slot") or a != b:
+        fail(f"{name}: the pipelined explanation differs with -o or is missing")
+        return
+    busy = [float(x) * (1e-3 if u == "ms" else 1e-6) for x, u in
+            re.findall(r"busy ([\d.]+) of [\d.]+ (ms|us)", plain.stdout)]
+    stages = [float(x) * (1e-3 if u == "ms" else 1e-6) for x, u in
+              re.findall(r"^  stage \d+: ([\d.]+) (ms|us)$", a, re.M)]
+    if "--pp" in args and (not busy or len(busy) != len(stages) or
+                           any(abs(x - y) > 1e-3 * y for x, y in zip(stages, busy))):
+        fail(f"{name}: stages' calls {stages} s, the report's busy {busy} s")
+    plan = json.load(open(os.path.join(outdir, "plan.json")))["cost"]
+    slots = re.findall(r"^a slot of the activation arena.*?holds (\d+)\): .*?\((\d+) bytes\)", a, re.M)
+    # (plan.json's arena_bytes is train.c's slot; gpu_arena_bytes the GPU trainer's
+    # whole arena, its slots and the gradient accumulators)
+    gpu = plan.get("gpu_arena_bytes")
+    if len(slots) != 1 + bool(gpu) or int(slots[0][1]) != plan["arena_bytes"] or \
+            (gpu and int(slots[1][0]) * int(slots[1][1]) > gpu):
+        fail(f"{name}: slots {slots}, plan.json arena {plan['arena_bytes']}, GPU {gpu}")
+    for part in a.split("a slot of the activation arena")[1:]:
+        peak = re.search(r"the buffers' peak: ([\d.]+) (\w+) live", part)
+        own = re.findall(r"^    stage \d+: ([\d.]+) (\w+) in", part, re.M)
+        top = float(peak.group(1)) * UNIT[peak.group(2)]
+        if not own or any(float(x) * UNIT[u] > top * 1.005 for x, u in own):
+            fail(f"{name}: stages' own peaks {own} above the slot's {peak.group(0)}")
+    print(f"ok   {name}: {len(stages)} stages busy {busy}, slots {slots}")
+
+
 check("gpt2_tiny_bf16_tp2", "gpt2_tiny", ["--tp", "2", "-D", "precision=bf16"])
 check("llama_tiny_dp2_sp", "llama_tiny", ["--tp", "2", "--dp", "2", "--sp"])
 check("moe_tiny_ep2_bf16", "moe_tiny", ["--dp", "2", "--ep", "2", "-D", "precision=bf16"])
 check("gpt2_tiny_nofuse", "gpt2_tiny", ["--no-fuse"])
+check_pipe("llama_tiny_pp2_bf16", "llama_tiny", ["--pp", "2", "-D", "precision=bf16"])
+check_pipe("gpt2_tiny_pp2_tp2_zb", "gpt2_tiny", ["--pp", "2", "--tp", "2", "--schedule", "zb",
+                                                  "--microbatches", "4"])
+check_pipe("moe_tiny_routed", "moe_tiny", ["-D", "microbatches=2"])
 sys.exit(1 if fails else 0)

@@ -1,5 +1,7 @@
-# ARGS: --pp 2 --explain step
-# --explain does not cover pipelined trainers yet: said, not guessed
+# ARGS: --pp 2 --explain all
+# --explain for a pipeline (bf16, 2 stages, 1f1b over 2 microbatches): a slot of
+# each arena (one microbatch's values of every stage), then what each stage's
+# own values alone hold at once; and each stage's calls a step by op and line
 model llama_tp {
   config { vocab = 256  seq = 64  d = 64  heads = 4  kv_heads = 2  ffn = 176  layers = 2
            theta = 10000.0  eps = 1e-5 }
