@@ -9,6 +9,7 @@
 #include "codegen/cuda_arena.h"
 #include "codegen/cuda_store.h"
 #include "codegen/host.h"
+#include "codegen/report.h"
 #include "codegen/step_model.h"
 
 /* ---- grouping ----------------------------------------------------------- */
@@ -161,13 +162,6 @@ static const char *source_line(char *buf, size_t len, IrLoc loc, const CgSourceT
   return buf;
 }
 
-static const char *bytes(char *buf, size_t len, double b) {
-  static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int u = 0;
-  while (b >= 1024 && u < 5) b /= 1024, u++;
-  snprintf(buf, len, u ? "%.2f %s" : "%.0f %s", b, unit[u]);
-  return buf;
-}
 
 static const char *ms(char *buf, size_t len, double s) {
   if (s >= 1e-3) snprintf(buf, len, "%.3f ms", s * 1e3);
@@ -233,23 +227,23 @@ static int explain_arena(FILE *out, const IrModule *m, const CgKernelPlan *kp, c
   }
   char a[32], b[32], c[32], l[32];
   int64_t whole = cg_arena_bytes(kp, p, NULL);
-  fprintf(out, "%s: %s (%lld bytes)", title, bytes(a, sizeof a, (double)whole),
+  fprintf(out, "%s: %s (%lld bytes)", title, cg_bytes_text(a, sizeof a, (double)whole),
           (long long)whole);
   if (whole > p->peak)
     fprintf(out, ", of which %s of kernel temporaries after the buffers",
-            bytes(b, sizeof b, (double)(whole - p->peak)));
+            cg_bytes_text(b, sizeof b, (double)(whole - p->peak)));
   fputc('\n', out);
   const IrNode *x = m->nodes[at < m->nnodes ? at : m->nnodes - 1];
   if (x->layer >= 0) snprintf(l, sizeof l, ", layer %d", x->layer);
   else l[0] = 0;
   fprintf(out, "  the buffers' peak: %s live in %d buffers (%.1f%% of their %s; the rest is "
                "room between buffers), while %s (%s%s) at %s:%d:%d runs\n",
-          bytes(b, sizeof b, (double)live), buffers,
+          cg_bytes_text(b, sizeof b, (double)live), buffers,
           p->peak ? 100 * (double)live / (double)p->peak : 0.0,
-          bytes(c, sizeof c, (double)p->peak), ir_op_info[x->op].name, phase_word(x->phase), l,
+          cg_bytes_text(c, sizeof c, (double)p->peak), ir_op_info[x->op].name, phase_word(x->phase), l,
           base_name(x->loc.file), x->loc.line, x->loc.col);
   fprintf(out, "  live at the peak, by the op and line that made them:\n");
-  print_groups(out, g, ng, (double)live, "values", bytes, srcs, nsrc, NULL);
+  print_groups(out, g, ng, (double)live, "values", cg_bytes_text, srcs, nsrc, NULL);
   free(g);
   return 0;
 }
@@ -312,7 +306,7 @@ static int explain_slot(FILE *out, const IrModule *m, const PpProgram *pp,
     if (x->layer >= 0) snprintf(l, sizeof l, ", layer %d", x->layer);
     else l[0] = 0;
     fprintf(out, "    stage %d: %s in %d buffers (%.1f%% of the slot), while %s (%s%s) runs\n",
-            s, bytes(a, sizeof a, (double)live), buffers,
+            s, cg_bytes_text(a, sizeof a, (double)live), buffers,
             p->peak ? 100 * (double)live / (double)p->peak : 0.0, ir_op_info[x->op].name,
             phase_word(x->phase), l);
   }

@@ -9,13 +9,15 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
-static const char *bytes(char *buf, size_t len, double b) {
+const char *cg_bytes_text(char *buf, size_t len, double b) {
   static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   int u = 0;
   while (b >= 1024 && u < 5) b /= 1024, u++;
   snprintf(buf, len, u ? "%.2f %s" : "%.0f %s", b, unit[u]);
   return buf;
 }
+
+static const char *bytes(char *buf, size_t len, double b) { return cg_bytes_text(buf, len, b); }
 
 static const char *flops(char *buf, size_t len, double f) {
   static const char *const unit[] = {"", "K", "M", "G", "T", "P", "E"};

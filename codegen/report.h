@@ -8,6 +8,9 @@
 
 void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c);
 
+/* b bytes as the report writes them ("512 B", "3.21 GiB"), into buf. */
+const char *cg_bytes_text(char *buf, size_t len, double b);
+
 /* A rank's predicted step time on c->machine (the default when NULL).
  * pp = 1: the compute time of c->step when valid (codegen/step_model.h), else
  * the forward + backward FLOPs at the machine's GEMM rate; plus each

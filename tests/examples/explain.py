@@ -33,17 +33,19 @@ def fail(msg):
 
 
 def explanation(out):
-    """The text after the report: from the first line the explanation starts with."""
-    m = re.search(r"^(activation arena|predicted step on)", out, re.M)
-    return out[m.start():] if m else ""
+    """The text after the report: from the first line the explanation starts with,
+    up to the -o line."""
+    m = re.search(r"^(activation arena of the|activation arena \(train.c's plan|"
+                  r"predicted step on|a slot of the)", out, re.M)
+    text = out[m.start():] if m else ""
+    return text[:text.rfind("wrote ")] if "wrote " in text else text
 
 
-UNIT = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
-
-
-def check(name, model, args):
-    path = os.path.join(examples, model + ".dsl")
-    base = [parc, path, "--explain", "all"] + args
+def explain_both(name, model, args):
+    """parc MODEL --explain all ARGS without and with -o: (its stdout without -o,
+    the explanation, the -o directory), or None after a failure (both must print
+    the same explanation)."""
+    base = [parc, os.path.join(examples, model + ".dsl"), "--explain", "all"] + args
     plain = subprocess.run(base, capture_output=True, text=True)
     outdir = os.path.join(work, name)
     built = subprocess.run(base + ["-o", outdir, "--target", "cpu"], capture_output=True,
@@ -51,11 +53,23 @@ def check(name, model, args):
     if plain.returncode or built.returncode:
         fail(f"{name}: exit {plain.returncode}, with -o {built.returncode}: "
              f"{plain.stderr}{built.stderr}")
-        return
+        return None
     a, b = explanation(plain.stdout), explanation(built.stdout)
-    b = b[:b.rfind("wrote ")] if "wrote " in b else b
     if not a or a != b:
         fail(f"{name}: the explanation differs with -o ({len(a)} and {len(b)} bytes)")
+        return None
+    return plain.stdout, a, outdir
+
+
+UNIT = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+def check(name, model, args):
+    got = explain_both(name, model, args)
+    if not got:
+        return
+    _, a, outdir = got
+    path = os.path.join(examples, model + ".dsl")
     plan = json.load(open(os.path.join(outdir, "plan.json")))
     cost, step = plan["cost"], plan["predicted_step"]
     arenas = re.findall(r"^activation arena (of the (CPU|GPU) trainer|\(train.c's plan).*?"
@@ -94,24 +108,15 @@ def check(name, model, args):
 
 
 def check_pipe(name, model, args):
-    path = os.path.join(examples, model + ".dsl")
-    base = [parc, path, "--explain", "all"] + args
-    plain = subprocess.run(base, capture_output=True, text=True)
-    outdir = os.path.join(work, name)
-    built = subprocess.run(base + ["-o", outdir, "--target", "cpu"], capture_output=True,
-                           text=True)
-    if plain.returncode or built.returncode:
-        fail(f"{name}: exit {plain.returncode}, with -o {built.returncode}: "
-             f"{plain.stderr}{built.stderr}")
+    got = explain_both(name, model, args)
+    if not got:
         return
-    a = plain.stdout[plain.stdout.find("a slot of the activation arena"):]
-    b = built.stdout[built.stdout.find("a slot of the activation arena"):]
-    b = b[:b.rfind("wrote ")] if "wrote " in b else b
-    if not a.startswith("a slot") or a != b:
-        fail(f"{name}: the pipelined explanation differs with -o or is missing")
+    report, a, outdir = got
+    if not a.startswith("a slot"):
+        fail(f"{name}: no slot explained")
         return
     busy = [float(x) * (1e-3 if u == "ms" else 1e-6) for x, u in
-            re.findall(r"busy ([\d.]+) of [\d.]+ (ms|us)", plain.stdout)]
+            re.findall(r"busy ([\d.]+) of [\d.]+ (ms|us)", report)]
     stages = [float(x) * (1e-3 if u == "ms" else 1e-6) for x, u in
               re.findall(r"^  stage \d+: ([\d.]+) (ms|us)$", a, re.M)]
     if "--pp" in args and (not busy or len(busy) != len(stages) or
