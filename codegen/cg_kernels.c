@@ -169,8 +169,6 @@ static int at_shape(const Planner *P, const IrNode *n, int g) {
   return 1;
 }
 
-/* Puts n into the kernel of its consumers if it may (see the file comment
- * and cg_kernels.h); 1 if it did. */
 /* 1 if norm node r (a group's root) has a twin: another norm of its op on
  * the same inputs (the backward's recomputation, passes/remat_norm.c).
  * Then r's kernel takes no prologue and joins no other, so that both run one
@@ -188,6 +186,8 @@ static int recomputed_norm(const Planner *P, const IrNode *r) {
   return 0;
 }
 
+/* Puts n into the kernel of its consumers if it may (see the file comment
+ * and cg_kernels.h); 1 if it did. */
 static int try_join(Planner *P, const IrNode *n) {
   int g = -1, best = INT_MAX;
   for (int i = P->cons_start[n->id]; i < P->cons_start[n->id + 1]; i++) {

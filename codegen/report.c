@@ -473,15 +473,27 @@ static double expert_share(const IrModule *m, const Layout *lay, const Cost *c,
 }
 
 /* 1 if m keeps norm outputs from the forward that --recompute norms would
- * recompute (passes/remat_norm.c): norms in a repeat, none in the backward. */
+ * recompute (passes/remat_norm.c): the backward reads a forward norm of a
+ * repeat, or its forward group_copy or reshape, and recomputes none.  (m
+ * is the report's module, sharded only with -o: --sp's gathers, which keep
+ * their values, may be missing from it; the hint says so.) */
 static int norms_kept(const IrModule *m) {
+  unsigned char *norm = calloc((size_t)m->nnodes + 1, 1); /* a norm's value, forward */
   int kept = 0;
-  for (int i = 0; i < m->nnodes; i++) {
+  for (int i = 0; norm && i < m->nnodes; i++) {
     const IrNode *x = m->nodes[i];
-    if (x->op != IR_OP_LAYERNORM && x->op != IR_OP_RMSNORM) continue;
-    if (x->phase == IR_PHASE_B || x->phase == IR_PHASE_W) return 0;
-    kept |= x->layer >= 0;
+    int is = x->op == IR_OP_LAYERNORM || x->op == IR_OP_RMSNORM;
+    if (is && (x->phase == IR_PHASE_B || x->phase == IR_PHASE_W)) {
+      kept = 0; /* recomputed already */
+      break;
+    }
+    if (x->phase == IR_PHASE_FWD)
+      norm[i] = (is && x->layer >= 0) ||
+                ((x->op == IR_OP_GROUP_COPY || x->op == IR_OP_RESHAPE) && norm[x->inputs[0]->id]);
+    else if (x->phase == IR_PHASE_B || x->phase == IR_PHASE_W)
+      for (int j = 0; j < x->ninputs; j++) kept |= norm[x->inputs[j]->id];
   }
+  free(norm);
   return kept;
 }
 
@@ -497,7 +509,7 @@ static void gpu_fit(FILE *out, int64_t device, const Machine *mc, int stages, in
             "smaller batch (-D batch=N)", cap, mc->name, 100 * share,
             stages ? "more microbatches (--microbatches M), " : "",
             recompute ? "--recompute norms (the layers' norm outputs computed again in the "
-                        "backward, not kept), " : "");
+                        "backward, not kept; not with --sp), " : "");
   else if (share > 0)
     fprintf(out, ": %.1f%% of a GPU's %s (%s)", 100 * share, cap, mc->name);
   fputc('\n', out);

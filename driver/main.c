@@ -129,8 +129,8 @@ static void usage(FILE *out) {
           "                         (layer_norm, rms_norm) from its input, which it keeps\n"
           "                         anyway, instead of keeping the output from the forward\n"
           "                         (a [tokens, d] value a norm and layer less at the\n"
-          "                         arena's peak for one more memory-bound kernel; the same\n"
-          "                         bits); none (default)\n"
+          "                         arena's peak for one more memory-bound kernel each; the\n"
+          "                         recomputation stores the forward's bits); none (default)\n"
           "      --head-major-attn  attention keeps its head-major operands and results,\n"
           "                         with split_heads / merge_heads copies around it (no\n"
           "                         attn_layout pass; the same bits, for comparing)\n"
@@ -571,8 +571,9 @@ static int explain_pipe(const Options *o, IrModule *tm, const PpProgram *pp, con
 /* The per-rank plan for a report without -o (pp = ep = 1): the rank-local
  * module's activation arena and, with several ranks, its communication, into
  * cost; with xout, that module's --explain into it.  The module m has been
- * through every pass unsharded; a sharded copy is lowered afresh.  Returns 0, or -1 with the reason in why (the report
- * then says what it could not plan; the compile itself is fine). */
+ * through every pass unsharded; a sharded copy is lowered afresh.  Returns
+ * 0, or -1 with the reason in why (the report then says what it could not
+ * plan; the compile itself is fine). */
 static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, FILE *xout,
                       char *why, size_t len) {
   if (o->lay.tp * o->lay.dp == 1 && !o->pads) {
@@ -923,7 +924,10 @@ int main(int argc, char **argv) {
   if (!o.outdir && !o.emit && !o.dump_after && o.lay.pp == 1 && !routed_mb &&
       plan_ranks(&prog, &o, m, &cost, xout, unplanned, sizeof unplanned) && !unplanned[0])
     snprintf(unplanned, sizeof unplanned, "unknown reason");
-  if (xout && fclose(xout)) xtext = NULL;
+  if (xout && fclose(xout)) {
+    free(xtext);
+    xtext = NULL;
+  }
   xout = NULL;
   double t5 = now();
   cg_report(rep, m, &o.lay, &cost);
