@@ -327,7 +327,17 @@ static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes
   cJSON_AddNumberToObject(cost, "flops_per_step", 3 * p->cost->flops_fwd);
   cJSON_AddNumberToObject(cost, "params_numel", (double)lp->params_numel);
   cJSON_AddNumberToObject(cost, "state_numel", (double)lp->state_numel);
-  cJSON_AddNumberToObject(cost, "arena_bytes", (double)cg_arena_bytes(kp, bp, NULL));
+  /* what train.c allocates (ARENA_BYTES); a trainer of stage programs: its
+   * slots of one plan (arena_slot_bytes, whose live peak and apart figures
+   * follow) and the gradient accumulators (cg_pipe_arena_bytes) */
+  int64_t slot = cg_arena_bytes(kp, bp, NULL);
+  cJSON_AddNumberToObject(cost, "arena_bytes",
+                          (double)(p->pipe ? cg_pipe_arena_bytes(p->pipe, slot, lp->params_numel)
+                                           : slot));
+  if (p->pipe) {
+    cJSON_AddNumberToObject(cost, "arena_slot_bytes", (double)slot);
+    cJSON_AddNumberToObject(cost, "arena_slots", p->pipe->slots);
+  }
   cJSON_AddNumberToObject(cost, "arena_live_peak_bytes", (double)bp->live_peak);
   /* the same plan with every buffer its own (passes/bufplan.h, In place) */
   cJSON_AddNumberToObject(cost, "arena_bytes_apart", (double)apart_bytes);

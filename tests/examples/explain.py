@@ -16,8 +16,8 @@ For a few layouts, parc MODEL --explain all, with and without -o:
 For pipelines (--pp 2, and a routed model's microbatches at pp 1), the same
 both ways, each stage's calls sum to the report's "busy" time of that stage
 (pp 2), each stage's own values peak at no more than the slot's, train.c's
-slot is plan.json's arena_bytes and the GPU trainer's arena
-(gpu_arena_bytes) holds its slots of the GPU slot explained.
+slot and slots are plan.json's arena_slot_bytes and arena_slots, and the
+arenas (arena_bytes, gpu_arena_bytes) hold their slots.
 """
 import json, os, re, subprocess, sys
 
@@ -124,12 +124,14 @@ def check_pipe(name, model, args):
         fail(f"{name}: stages' calls {stages} s, the report's busy {busy} s")
     plan = json.load(open(os.path.join(outdir, "plan.json")))["cost"]
     slots = re.findall(r"^a slot of the activation arena.*?holds (\d+)\): .*?\((\d+) bytes\)", a, re.M)
-    # (plan.json's arena_bytes is train.c's slot; gpu_arena_bytes the GPU trainer's
-    # whole arena, its slots and the gradient accumulators)
+    # (plan.json: train.c's slot and slots; arena_bytes and gpu_arena_bytes the whole
+    # arenas, the slots and the gradient accumulators)
     gpu = plan.get("gpu_arena_bytes")
-    if len(slots) != 1 + bool(gpu) or int(slots[0][1]) != plan["arena_bytes"] or \
+    if len(slots) != 1 + bool(gpu) or int(slots[0][1]) != plan["arena_slot_bytes"] or \
+            int(slots[0][0]) != plan["arena_slots"] or \
+            plan["arena_slots"] * plan["arena_slot_bytes"] > plan["arena_bytes"] or \
             (gpu and int(slots[1][0]) * int(slots[1][1]) > gpu):
-        fail(f"{name}: slots {slots}, plan.json arena {plan['arena_bytes']}, GPU {gpu}")
+        fail(f"{name}: slots {slots}, plan.json {plan}")
     for part in a.split("a slot of the activation arena")[1:]:
         peak = re.search(r"the buffers' peak: ([\d.]+) (\w+) live", part)
         own = re.findall(r"^    stage \d+: ([\d.]+) (\w+) in", part, re.M)
