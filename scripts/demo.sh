@@ -1,6 +1,7 @@
 #!/bin/sh
 # Sets up, builds parc, prints what parc reports for the example models
-# (parameters, FLOPs per token, per-rank memory), then compiles GPT-2 tiny
+# (parameters, FLOPs per token, per-rank memory) and what fills Llama 3 8B's
+# GPU arena at tp 8 (--explain memory), then compiles GPT-2 tiny
 # into a trainer, builds it and trains it on the built-in corpus (no
 # download) for about a minute on 2 cores: the loss falls
 # from ln 256 = 5.55 to well below the corpus's unigram entropy (3.12 nats).
@@ -16,6 +17,10 @@ for args in "llama.dsl --tp 8 --pp 4 --dp 4" "mixtral.dsl --tp 8 --pp 4 --dp 8 -
   # shellcheck disable=SC2086
   ./build/parc examples/$args -D batch=64
 done
+echo
+echo "\$ parc examples/llama.dsl --tp 8 -D precision=bf16 --explain memory  (its GPU arena, by DSL line)"
+./build/parc examples/llama.dsl --tp 8 -D precision=bf16 --explain memory |
+  sed -n '/^activation arena of the GPU/,$p' | cut -c1-150
 echo
 echo "\$ parc examples/gpt2_tiny.dsl -o build/demo"
 rm -rf build/demo
