@@ -42,15 +42,15 @@ static int by_amount(const void *a, const void *b) {
 
 static int pos_of(const int *pos, int i) { return pos ? pos[i] : i; }
 
-/* A buffer's bytes (its owner: a node with a buffer and no alias) are live
- * from the owner's write to the last read of any node sharing them (written
- * in place over it, or a view: alias chains end at the owner), as the
- * planner frees them (passes/bufplan.c). */
 int cg_explain_peak(const IrModule *m, const BufPlan *p, const int *pos, int *at, int64_t *live,
                     int *buffers, CgExplainGroup *g) {
   return cg_explain_peak_of(m, p, pos, NULL, at, live, buffers, g);
 }
 
+/* A buffer's bytes (its owner: a node with a buffer and no alias) are live
+ * from the owner's write to the last read of any node sharing them (written
+ * in place over it, or a view: alias chains end at the owner), as the
+ * planner frees them (passes/bufplan.c). */
 int cg_explain_peak_of(const IrModule *m, const BufPlan *p, const int *pos,
                        const unsigned char *only, int *at, int64_t *live, int *buffers,
                        CgExplainGroup *g) {
