@@ -25,30 +25,42 @@ int cg_plan_step(IrModule *m, int fuse, const int *colour, CgKernelPlan *kp, int
   return 0;
 }
 
-int cg_plan_whole_step(IrModule *m, int fuse, int bf16, int store, int batch, CgStepPlan *sp,
-                       char *err, size_t len) {
-  int *held;
-  if (cg_plan_step(m, fuse, NULL, &sp->kp, &sp->pos, &sp->bp, &held, err, len)) return -1;
-  /* with the shared code, as cg_write_project plans it */
-  int *canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(sp->kp.nkernels + 1));
-  cg_dedup_kernels(&sp->kp, canon);
-  cg_cuda_store_plan(m, &sp->kp, &sp->bp, canon, bf16, (CgStoreMode)store, NULL, &sp->store);
-  cg_cuda_arena_plan(m, &sp->kp, sp->pos, held, &sp->bp, &sp->store, &sp->gbp);
-  free(held);
+int cg_plan_whole_step(IrModule *m, int fuse, const PpProgram *pp, int bf16, int store, int batch,
+                       CgStepPlan *sp, char *err, size_t len) {
+  /* stage programs run a chunk's nodes apart from the others' (one chunk
+   * and phase, one optimizer part, at a time): kernels keep to one colour */
+  int *colour = NULL;
+  if (pp) {
+    colour = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));
+    cg_pipe_colours(m, pp, colour);
+  }
+  if (cg_plan_step(m, fuse, colour, &sp->kp, &sp->pos, &sp->bp, &sp->held, err, len)) return -1;
+  sp->canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(sp->kp.nkernels + 1));
+  cg_dedup_kernels(&sp->kp, sp->canon);
+  /* the GPU's code: the same kernels, some storing bf16 (codegen/cuda_store.h),
+   * and its arena: those values at 2 bytes an element (codegen/cuda_arena.h) */
+  cg_cuda_store_plan(m, &sp->kp, &sp->bp, sp->canon, bf16, (CgStoreMode)store, pp, &sp->store);
+  cg_cuda_arena_plan(m, &sp->kp, sp->pos, sp->held, &sp->bp, &sp->store, &sp->gbp);
   cg_plan_leaves(m, &sp->lp);
-  /* the GPU trainer's batched launches too (codegen/cuda_batch.h) */
-  cg_cuda_batch_plan(m, &sp->kp, &sp->gbp, &sp->lp, &sp->store, batch, &sp->batches);
+  /* launches of one code run together where independent (codegen/cuda_batch.h) */
+  cg_cuda_batch_plan(m, &sp->kp, &sp->gbp, &sp->lp, &sp->store, batch && !pp, &sp->batches);
   return 0;
+}
+
+void cg_step_plan_free(CgStepPlan *sp) {
+  free(sp->held);
+  sp->held = NULL;
+  cg_plan_free(&sp->kp);
 }
 
 int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc, int bf16,
                   StepTime *st, int store, int batch, GpuBytes *gpu, char *err, size_t len) {
   CgStepPlan sp;
-  if (cg_plan_whole_step(m, fuse, bf16, store, batch, &sp, err, len)) return -1;
+  if (cg_plan_whole_step(m, fuse, NULL, bf16, store, batch, &sp, err, len)) return -1;
   *arena_bytes = cg_arena_bytes(&sp.kp, &sp.bp, NULL);
   if (gpu) cg_gpu_bytes(m, &sp.kp, &sp.gbp, &sp.lp, &sp.store, bf16, NULL, gpu);
   if (st) cg_step_model(m, &sp.kp, mc ? mc : machine_default, bf16, &sp.store, &sp.batches, st);
-  cg_plan_free(&sp.kp);
+  cg_step_plan_free(&sp);
   return 0;
 }
 

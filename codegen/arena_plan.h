@@ -25,21 +25,25 @@
 int cg_plan_step(IrModule *m, int fuse, const int *colour, CgKernelPlan *kp, int **pos,
                  BufPlan *bp, int **held, char *err, size_t len);
 
-/* A pp 1 step as cg_write_project plans it: kp its kernels (fused when
- * fuse), pos each node's position, bp train.c's arena, store the bf16 GPU
- * trainer's stored values (bf16, store: a CgStoreMode), gbp its arena
- * (cg_cuda_arena_plan), lp its leaves, batches its batched launches (batch 0:
- * --no-batch).  Arrays in m's arena; cg_plan_free(&sp->kp) when done. */
+/* A step as cg_write_project plans it: kp its kernels (fused when fuse;
+ * pp, a trainer of stage programs, or NULL: kept to its colours,
+ * cg_pipe_colours), pos each node's position, held cg_plan_step's, bp
+ * train.c's arena, canon the kernels' shared code (cg_dedup_kernels), store
+ * the bf16 GPU trainer's stored values (bf16, store: a CgStoreMode), gbp its
+ * arena (cg_cuda_arena_plan), lp its leaves, batches its batched launches
+ * (batch 0: --no-batch; none for stage programs).  Arrays in m's arena but
+ * held; cg_step_plan_free when done. */
 typedef struct {
   CgKernelPlan kp;
-  int *pos;
+  int *pos, *held, *canon;
   BufPlan bp, gbp;
   CgCudaStore store;
   CgLeafPlan lp;
   CgCudaBatches batches;
 } CgStepPlan;
-int cg_plan_whole_step(IrModule *m, int fuse, int bf16, int store, int batch, CgStepPlan *sp,
-                       char *err, size_t len);
+int cg_plan_whole_step(IrModule *m, int fuse, const PpProgram *pp, int bf16, int store, int batch,
+                       CgStepPlan *sp, char *err, size_t len);
+void cg_step_plan_free(CgStepPlan *sp);
 
 /* m must have been through every pass (autodiff and the optimizer), as for
  * cg_write_project.  Plans the kernels (fused when fuse) and the buffers

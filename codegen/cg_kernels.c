@@ -175,7 +175,7 @@ static int at_shape(const Planner *P, const IrNode *n, int g) {
  * kernel code on one buffer and store the same bits (FUSION in
  * cg_kernels.h). */
 static int recomputed_norm(const Planner *P, const IrNode *r) {
-  if (r->op != IR_OP_LAYERNORM && r->op != IR_OP_RMSNORM) return 0;
+  if (!ir_op_is_norm(r->op)) return 0;
   const IrNode *x = r->inputs[0];
   for (int i = P->cons_start[x->id]; i < P->cons_start[x->id + 1]; i++) {
     const IrNode *q = nd(P, P->cons[i]);

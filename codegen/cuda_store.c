@@ -188,9 +188,9 @@ static int reduces(const IrModule *m, const CgKernel *k, const IrNode *n) {
 static int candidate(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                      const unsigned char *keep, int a) {
   const IrNode *n = m->nodes[a];
-  int norm = n->op == IR_OP_LAYERNORM || n->op == IR_OP_RMSNORM;
   return n->dtype == IR_F32 &&
-         (n->phase == IR_PHASE_FWD || n->phase == IR_PHASE_B || (n->phase == IR_PHASE_W && norm)) &&
+         (n->phase == IR_PHASE_FWD || n->phase == IR_PHASE_B ||
+          (n->phase == IR_PHASE_W && ir_op_is_norm(n->op))) &&
          !keep[a] &&
          kp->inplace_of[a] < 0 &&
          kp->view_of[a] < 0 && bp->alias[a] < 0 && bp->offset[a] >= 0;

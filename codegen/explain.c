@@ -42,18 +42,13 @@ static int by_amount(const void *a, const void *b) {
 
 static int pos_of(const int *pos, int i) { return pos ? pos[i] : i; }
 
-int cg_explain_peak(const IrModule *m, const BufPlan *p, const int *pos, int *at, int64_t *live,
-                    int *buffers, CgExplainGroup *g) {
-  return cg_explain_peak_of(m, p, pos, NULL, at, live, buffers, g);
-}
-
 /* A buffer's bytes (its owner: a node with a buffer and no alias) are live
  * from the owner's write to the last read of any node sharing them (written
  * in place over it, or a view: alias chains end at the owner), as the
  * planner frees them (passes/bufplan.c). */
-int cg_explain_peak_of(const IrModule *m, const BufPlan *p, const int *pos,
-                       const unsigned char *only, int *at, int64_t *live, int *buffers,
-                       CgExplainGroup *g) {
+int cg_explain_peak(const IrModule *m, const BufPlan *p, const int *pos,
+                    const unsigned char *only, int *at, int64_t *live, int *buffers,
+                    CgExplainGroup *g) {
   int n = m->nnodes, end = 1;
   for (int i = 0; i < n; i++) {
     if (pos_of(pos, i) + 1 > end) end = pos_of(pos, i) + 1;
@@ -214,18 +209,27 @@ static void print_groups(FILE *out, const CgExplainGroup *g, int ng, double tota
             ng - CG_EXPLAIN_ROWS > 1 ? "s" : "");
 }
 
+/* "op (phase, layer N)" of the node that runs at position at */
+static const char *running(char *buf, size_t len, const IrModule *m, int at) {
+  const IrNode *x = m->nodes[at < m->nnodes ? at : m->nnodes - 1];
+  char l[32] = "";
+  if (x->layer >= 0) snprintf(l, sizeof l, ", layer %d", x->layer);
+  snprintf(buf, len, "%s (%s%s)", ir_op_info[x->op].name, phase_word(x->phase), l);
+  return buf;
+}
+
 static int explain_arena(FILE *out, const IrModule *m, const CgKernelPlan *kp, const BufPlan *p,
                          const int *pos, const char *title, const CgSourceText *srcs,
                          int nsrc) {
   CgExplainGroup *g = malloc(sizeof *g * (size_t)(m->nnodes + 1));
   int at, buffers;
   int64_t live;
-  int ng = g ? cg_explain_peak(m, p, pos, &at, &live, &buffers, g) : -1;
+  int ng = g ? cg_explain_peak(m, p, pos, NULL, &at, &live, &buffers, g) : -1;
   if (ng < 0) {
     free(g);
     return -1;
   }
-  char a[32], b[32], c[32], l[32];
+  char a[32], b[32], c[32], r[96];
   int64_t whole = cg_arena_bytes(kp, p, NULL);
   fprintf(out, "%s: %s (%lld bytes)", title, cg_bytes_text(a, sizeof a, (double)whole),
           (long long)whole);
@@ -234,13 +238,11 @@ static int explain_arena(FILE *out, const IrModule *m, const CgKernelPlan *kp, c
             cg_bytes_text(b, sizeof b, (double)(whole - p->peak)));
   fputc('\n', out);
   const IrNode *x = m->nodes[at < m->nnodes ? at : m->nnodes - 1];
-  if (x->layer >= 0) snprintf(l, sizeof l, ", layer %d", x->layer);
-  else l[0] = 0;
   fprintf(out, "  the buffers' peak: %s live in %d buffers (%.1f%% of their %s; the rest is "
-               "room between buffers), while %s (%s%s) at %s:%d:%d runs\n",
+               "room between buffers), while %s at %s:%d:%d runs\n",
           cg_bytes_text(b, sizeof b, (double)live), buffers,
           p->peak ? 100 * (double)live / (double)p->peak : 0.0,
-          cg_bytes_text(c, sizeof c, (double)p->peak), ir_op_info[x->op].name, phase_word(x->phase), l,
+          cg_bytes_text(c, sizeof c, (double)p->peak), running(r, sizeof r, m, at),
           base_name(x->loc.file), x->loc.line, x->loc.col);
   fprintf(out, "  live at the peak, by the op and line that made them:\n");
   print_groups(out, g, ng, (double)live, "values", cg_bytes_text, srcs, nsrc, NULL);
@@ -278,12 +280,10 @@ static int explain_step(FILE *out, const IrModule *m, const CgStepPlan *sp, cons
 
 /* ---- trainers of stage programs ---------------------------------------- */
 
-/* A slot of a pipelined trainer's arena p (explain_arena), then each stage's
- * own values' peak: the nodes of the chunks it runs (chunk % P). */
-static int explain_slot(FILE *out, const IrModule *m, const PpProgram *pp,
-                        const CgKernelPlan *kp, const BufPlan *p, const int *pos,
-                        const char *title, const CgSourceText *srcs, int nsrc) {
-  if (explain_arena(out, m, kp, p, pos, title, srcs, nsrc)) return -1;
+/* Each stage's own values' peak in the slot plan p of a trainer of stage
+ * programs: the nodes of the chunks it runs (chunk % P). */
+static int stage_peaks(FILE *out, const IrModule *m, const PpProgram *pp, const BufPlan *p,
+                       const int *pos) {
   int n = m->nnodes, P = pp->nstages;
   unsigned char *only = malloc((size_t)n + 1);
   CgExplainGroup *g = malloc(sizeof *g * (size_t)(n + 1));
@@ -297,18 +297,14 @@ static int explain_slot(FILE *out, const IrModule *m, const PpProgram *pp,
     for (int i = 0; i < n; i++) only[i] = pp->chunk[i] >= 0 && pp->chunk[i] % P == s;
     int at, buffers;
     int64_t live;
-    if (cg_explain_peak_of(m, p, pos, only, &at, &live, &buffers, g) < 0) {
+    if (cg_explain_peak(m, p, pos, only, &at, &live, &buffers, g) < 0) {
       free(only), free(g);
       return -1;
     }
-    char a[32], l[32];
-    const IrNode *x = m->nodes[at < n ? at : n - 1];
-    if (x->layer >= 0) snprintf(l, sizeof l, ", layer %d", x->layer);
-    else l[0] = 0;
-    fprintf(out, "    stage %d: %s in %d buffers (%.1f%% of the slot), while %s (%s%s) runs\n",
-            s, cg_bytes_text(a, sizeof a, (double)live), buffers,
-            p->peak ? 100 * (double)live / (double)p->peak : 0.0, ir_op_info[x->op].name,
-            phase_word(x->phase), l);
+    char a[32], r[96];
+    fprintf(out, "    stage %d: %s in %d buffers (%.1f%% of the slot), while %s runs\n", s,
+            cg_bytes_text(a, sizeof a, (double)live), buffers,
+            p->peak ? 100 * (double)live / (double)p->peak : 0.0, running(r, sizeof r, m, at));
   }
   free(only), free(g);
   return 0;
@@ -347,61 +343,41 @@ static int explain_stage_steps(FILE *out, const IrModule *m, const PpProgram *pp
   return 0;
 }
 
-int cg_explain_pipe(FILE *out, IrModule *m, const PpProgram *pp, unsigned what, int fuse,
-                    const Machine *mc, int bf16, int store, const CgSourceText *srcs, int nsrc,
-                    char *err, size_t len) {
-  /* planned as cg_write_project plans a trainer of stage programs */
-  int *colour = arena_alloc(&m->arena, sizeof *colour * ((size_t)m->nnodes + 1));
-  cg_pipe_colours(m, pp, colour);
-  CgKernelPlan kp;
-  BufPlan bp, gbp;
-  int *pos, *held;
-  if (cg_plan_step(m, fuse, colour, &kp, &pos, &bp, &held, err, len)) return -1;
-  int *canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(kp.nkernels + 1));
-  cg_dedup_kernels(&kp, canon);
-  CgCudaStore st;
-  cg_cuda_store_plan(m, &kp, &bp, canon, bf16, (CgStoreMode)store, pp, &st);
-  cg_cuda_arena_plan(m, &kp, pos, held, &bp, &st, &gbp);
-  free(held);
+/* The title of arena p's explanation: train.c's (narrow: the GPU trainer
+ * has its own) or the GPU trainer's (gpu), of a slot for stage programs. */
+static const char *arena_title(char *buf, size_t len, const PpProgram *pp, int gpu, int narrow) {
+  const char *whose = narrow ? " of the CPU trainer (train.c, fp32)"
+                             : " (train.c's plan; a GPU trainer's too)";
+  if (gpu)
+    snprintf(buf, len, "%sactivation arena of the GPU trainer (train_cuda.c, bf16 values at 2 "
+             "bytes%s", pp ? "a slot of the " : "", pp ? "; a stage's arena holds " : ")");
+  else
+    snprintf(buf, len, "%sactivation arena%s%s", pp ? "a slot of the " : "", whose,
+             pp ? " (one microbatch's values; a stage's arena holds " : "");
+  if (pp) snprintf(buf + strlen(buf), len - strlen(buf), "%d)", pp->slots);
+  return buf;
+}
+
+int cg_explain(FILE *out, IrModule *m, const PpProgram *pp, unsigned what, int fuse,
+               const Machine *mc, int bf16, int store, int batch, const CgSourceText *srcs,
+               int nsrc, char *err, size_t len) {
+  CgStepPlan sp;
+  if (cg_plan_whole_step(m, fuse, pp, bf16, store, batch, &sp, err, len)) return -1;
   if (!mc) mc = machine_default;
   char title[192];
   int rc = 0;
-  if (what & CG_EXPLAIN_MEMORY) {
-    snprintf(title, sizeof title, "a slot of the activation arena%s (one microbatch's values; "
-             "a stage's arena holds %d)", gbp.narrow ? " of the CPU trainer (train.c, fp32)"
-                                                     : " (train.c's plan; a GPU trainer's too)",
-             pp->slots);
-    rc = explain_slot(out, m, pp, &kp, &bp, pos, title, srcs, nsrc);
-    snprintf(title, sizeof title, "a slot of the activation arena of the GPU trainer "
-             "(train_cuda.c, bf16 values at 2 bytes; a stage's arena holds %d)", pp->slots);
-    if (!rc && gbp.narrow) rc = explain_slot(out, m, pp, &kp, &gbp, pos, title, srcs, nsrc);
+  for (int gpu = 0; gpu < 2 && !rc && what & CG_EXPLAIN_MEMORY; gpu++) {
+    const BufPlan *p = gpu ? &sp.gbp : &sp.bp;
+    if (gpu && !sp.gbp.narrow) break; /* (the GPU trainer takes train.c's plan) */
+    rc = explain_arena(out, m, &sp.kp, p, sp.pos,
+                       arena_title(title, sizeof title, pp, gpu, sp.gbp.narrow != NULL), srcs,
+                       nsrc);
+    if (!rc && pp) rc = stage_peaks(out, m, pp, p, sp.pos);
   }
   if (!rc && what & CG_EXPLAIN_STEP)
-    rc = explain_stage_steps(out, m, pp, &kp, &st, mc, bf16, srcs, nsrc);
-  cg_plan_free(&kp);
-  if (rc) snprintf(err, len, "out of memory explaining the plan");
-  return rc;
-}
-
-int cg_explain(FILE *out, IrModule *m, unsigned what, int fuse, const Machine *mc, int bf16,
-               int store, int batch, const CgSourceText *srcs, int nsrc, char *err,
-               size_t len) {
-  CgStepPlan sp;
-  if (cg_plan_whole_step(m, fuse, bf16, store, batch, &sp, err, len)) return -1;
-  if (!mc) mc = machine_default;
-  int rc = 0;
-  if (what & CG_EXPLAIN_MEMORY) {
-    rc = explain_arena(out, m, &sp.kp, &sp.bp, sp.pos,
-                       sp.gbp.narrow ? "activation arena of the CPU trainer (train.c, fp32)"
-                                     : "activation arena (train.c's plan; a GPU trainer's too)",
-                       srcs, nsrc);
-    if (!rc && sp.gbp.narrow)
-      rc = explain_arena(out, m, &sp.kp, &sp.gbp, sp.pos,
-                         "activation arena of the GPU trainer (train_cuda.c, bf16 values at 2 "
-                         "bytes)", srcs, nsrc);
-  }
-  if (!rc && what & CG_EXPLAIN_STEP) rc = explain_step(out, m, &sp, mc, bf16, srcs, nsrc);
-  cg_plan_free(&sp.kp);
+    rc = pp ? explain_stage_steps(out, m, pp, &sp.kp, &sp.store, mc, bf16, srcs, nsrc)
+            : explain_step(out, m, &sp, mc, bf16, srcs, nsrc);
+  cg_step_plan_free(&sp);
   if (rc) snprintf(err, len, "out of memory explaining the plan");
   return rc;
 }

@@ -49,45 +49,37 @@ typedef struct {
   int runtime;          /* step: a runtime op's calls (not a generated kernel's) */
 } CgExplainGroup;
 
-/* The peak of arena plan p (pos: its positions, NULL: node ids): *at the
- * first position where the most bytes are live, *live those bytes (the
- * planner's BufPlan.live_peak), *buffers how many buffers hold them; g (room
- * for m->nnodes groups) gets them by group, largest first, each buffer
- * counted for the value it holds there (of the nodes sharing its bytes, the
- * last written at or before *at; a view holds its input's value).  Returns
- * the number of groups, or -1 when out of memory. */
-int cg_explain_peak(const IrModule *m, const BufPlan *p, const int *pos, int *at, int64_t *live,
-                    int *buffers, CgExplainGroup *g);
-
-/* cg_explain_peak over the buffers whose owner (the node with the bytes)
- * has only[owner] != 0 (NULL: all): the most those alone hold at once. */
-int cg_explain_peak_of(const IrModule *m, const BufPlan *p, const int *pos,
-                       const unsigned char *only, int *at, int64_t *live, int *buffers,
-                       CgExplainGroup *g);
+/* The peak of arena plan p (pos: its positions, NULL: node ids) over the
+ * buffers whose owner (the node with the bytes) has only[owner] != 0 (only
+ * NULL: all): *at the first position where the most of those bytes are live,
+ * *live those bytes (over all buffers: the planner's BufPlan.live_peak),
+ * *buffers how many buffers hold them; g (room for m->nnodes groups) gets
+ * them by group, largest first, each buffer counted for the value it holds
+ * there (of the nodes sharing its bytes, the last written at or before *at;
+ * a view holds its input's value).  Returns the number of groups, or -1
+ * when out of memory. */
+int cg_explain_peak(const IrModule *m, const BufPlan *p, const int *pos,
+                    const unsigned char *only, int *at, int64_t *live, int *buffers,
+                    CgExplainGroup *g);
 
 /* The calls of node_s (cg_step_times' per-node seconds; kp's kernels) by
  * group into g (room for m->nnodes), largest first; the number of groups. */
 int cg_explain_calls(const IrModule *m, const CgKernelPlan *kp, const double *node_s,
                      CgExplainGroup *g);
 
-/* Explains the step of m (every pass done, pp 1: not a pipeline's stage
- * module) into out: what (CG_EXPLAIN_*), the kernels planned as
- * cg_plan_arena plans them (fuse, bf16, store: a CgStoreMode, batch), the
- * step predicted on mc (NULL: the default machine).  srcs: the texts of the
- * files IrLoc names (nsrc of them; a file not among them prints no line).
- * 0, or -1 with a one-line reason in err. */
-int cg_explain(FILE *out, IrModule *m, unsigned what, int fuse, const Machine *mc, int bf16,
-               int store, int batch, const CgSourceText *srcs, int nsrc, char *err, size_t len);
-
-/* cg_explain for a trainer of stage programs (a pipeline's, or a routed
- * model's accumulated microbatches): m its module (one microbatch), pp its
- * stage programs, planned as cg_write_project plans them.  Memory: a slot of
- * the arena (one microbatch's values; a stage's arena holds pp->slots of
- * them), its peak by group and by the stage whose chunks make the values, and
- * each stage's own values' peak.  Step: each stage's calls, a chunk's once a
- * microbatch (times pp->microbatches), by group.  0, or -1 with a reason. */
-int cg_explain_pipe(FILE *out, IrModule *m, const PpProgram *pp, unsigned what, int fuse,
-                    const Machine *mc, int bf16, int store, const CgSourceText *srcs, int nsrc,
-                    char *err, size_t len);
+/* Explains the step of m (every pass done) into out: what (CG_EXPLAIN_*),
+ * the kernels planned as cg_write_project plans them (cg_plan_whole_step:
+ * fuse, pp, bf16, store -- a CgStoreMode --, batch), the step predicted on mc
+ * (NULL: the default machine).  pp: m is the module of a trainer of stage
+ * programs (a pipeline's, or a routed model's accumulated microbatches), its
+ * stage programs: the arenas are a slot's (one microbatch's values of every
+ * stage; a stage's arena holds pp->slots of them), followed by each stage's
+ * own values' peak, and the step is each stage's calls, a chunk's once a
+ * microbatch.  srcs: the texts of the files IrLoc names (nsrc of them; a
+ * file not among them prints no line).  0, or -1 with a one-line reason in
+ * err. */
+int cg_explain(FILE *out, IrModule *m, const PpProgram *pp, unsigned what, int fuse,
+               const Machine *mc, int bf16, int store, int batch, const CgSourceText *srcs,
+               int nsrc, char *err, size_t len);
 
 #endif

@@ -473,57 +473,38 @@ static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes
 
 int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char *err,
                      size_t len) {
-  CgKernelPlan kp;
-  /* stage programs run a chunk's nodes apart from the others' (one chunk
-   * and phase, one optimizer part, at a time): kernels keep to one colour */
-  int *colour = NULL;
-  if (p->pipe) {
-    colour = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));
-    cg_pipe_colours(m, p->pipe, colour);
-  }
-  BufPlan bp;
-  int *pos, *held;
-  if (cg_plan_step(m, p->fuse, colour, &kp, &pos, &bp, &held, err, len)) return -1;
+  CgStepPlan sp;
+  if (cg_plan_whole_step(m, p->fuse, p->pipe, machine_bf16(m), p->bf16_store, p->batch, &sp, err,
+                         len))
+    return -1;
+  const CgKernelPlan *kp = &sp.kp;
   BufPlan apart; /* for plan.json: the arena were no buffer written over another */
-  bufplan_build_apart(m, kp.materialize, cg_results(m), pos, held, &apart);
-  CgLeafPlan lp;
-  cg_plan_leaves(m, &lp);
-  *arena_bytes = cg_arena_bytes(&kp, &bp, NULL);
-  if (p->pipe) *arena_bytes = cg_pipe_arena_bytes(p->pipe, *arena_bytes, lp.params_numel);
+  bufplan_build_apart(m, kp->materialize, cg_results(m), sp.pos, sp.held, &apart);
+  *arena_bytes = cg_arena_bytes(kp, &sp.bp, NULL);
+  if (p->pipe) *arena_bytes = cg_pipe_arena_bytes(p->pipe, *arena_bytes, sp.lp.params_numel);
   char path[4096], ll[4096];
   int rc = -1;
   FILE *f = target_cpu(p) ? create(p->dir, "train.c", path, sizeof path, err, len) : NULL;
   if (target_cpu(p) && !f) goto out;
-  int *canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(kp.nkernels + 1));
-  KirModule code = *kp.km; /* a view: the distinct kernels only, not owned */
-  code.kernels = arena_alloc(&m->arena, sizeof(KirKernel *) * (size_t)(kp.nkernels + 1));
+  KirModule code = *kp->km; /* a view: the distinct kernels only, not owned */
+  code.kernels = arena_alloc(&m->arena, sizeof(KirKernel *) * (size_t)(kp->nkernels + 1));
   code.nkernels = 0;
-  cg_dedup_kernels(&kp, canon);
-  for (int i = 0; i < kp.nkernels; i++)
-    if (canon[i] == i) code.kernels[code.nkernels++] = kp.kernels[i].k;
-  /* the GPU's code: the same kernels, some storing bf16 (codegen/cuda_store.h) */
-  CgCudaStore *store = arena_alloc(&m->arena, sizeof *store);
-  cg_cuda_store_plan(m, &kp, &bp, canon, machine_bf16(m), p->bf16_store, p->pipe, store);
-  /* its arena: those values at 2 bytes an element (codegen/cuda_arena.h) */
-  BufPlan gbp;
+  for (int i = 0; i < kp->nkernels; i++)
+    if (sp.canon[i] == i) code.kernels[code.nkernels++] = kp->kernels[i].k;
   GpuBytes dev;
-  cg_cuda_arena_plan(m, &kp, pos, held, &bp, store, &gbp);
-  cg_gpu_bytes(m, &kp, &gbp, &lp, store, machine_bf16(m), p->pipe, &dev);
+  cg_gpu_bytes(m, kp, &sp.gbp, &sp.lp, &sp.store, machine_bf16(m), p->pipe, &dev);
   if (p->gpu_out) *p->gpu_out = dev;
-  /* launches of one code run together where independent (codegen/cuda_batch.h) */
-  CgCudaBatches *batches = arena_alloc(&m->arena, sizeof *batches);
-  cg_cuda_batch_plan(m, &kp, &gbp, &lp, store, p->batch && !p->pipe, batches);
-  CgHostInfo info = {p->source, p->version, 3 * p->cost->flops_fwd, canon, p->pipe, NULL, store,
-                     batches};
+  CgHostInfo info = {p->source, p->version, 3 * p->cost->flops_fwd, sp.canon, p->pipe, NULL,
+                     &sp.store, &sp.batches};
   if (p->targets & CG_TARGET_CUDA) {  /* path still names train.c (finish) */
-    KirModule gpu = *kp.km;
-    gpu.kernels = arena_alloc(&m->arena, sizeof(KirKernel *) * (size_t)(kp.nkernels + 1));
+    KirModule gpu = *kp->km;
+    gpu.kernels = arena_alloc(&m->arena, sizeof(KirKernel *) * (size_t)(kp->nkernels + 1));
     gpu.nkernels = 0;
-    unsigned char *multi = arena_alloc(&m->arena, (size_t)kp.nkernels + 1);
-    for (int i = 0; i < kp.nkernels; i++)
-      if (store->canon[i] == i) {
-        multi[gpu.nkernels] = batches->multi[i];
-        gpu.kernels[gpu.nkernels++] = store->code[i];
+    unsigned char *multi = arena_alloc(&m->arena, (size_t)kp->nkernels + 1);
+    for (int i = 0; i < kp->nkernels; i++)
+      if (sp.store.canon[i] == i) {
+        multi[gpu.nkernels] = sp.batches.multi[i];
+        gpu.kernels[gpu.nkernels++] = sp.store.code[i];
       }
     char cu[4096], cuh[4096];
     snprintf(cu, sizeof cu, "%s/kernels.cu", p->dir);
@@ -534,11 +515,11 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
     }
   }
   if (!f) goto cuda_only;
-  if (p->targets & CG_TARGET_CUDA && write_host_cuda(p, m, &kp, &gbp, &lp, &info, err, len)) {
+  if (p->targets & CG_TARGET_CUDA && write_host_cuda(p, m, kp, &sp.gbp, &sp.lp, &info, err, len)) {
     fclose(f);
     goto out;
   }
-  if (cg_emit_host(f, m, &kp, &bp, &lp, &info, err, len)) {
+  if (cg_emit_host(f, m, kp, &sp.bp, &sp.lp, &info, err, len)) {
     fclose(f);
     goto out;
   }
@@ -554,14 +535,13 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
 cuda_only:
   if (write_cmake(p, m, err, len)) goto out;
   if (p->step_out && !p->pipe) /* the report's predicted step time (pp = 1) */
-    cg_step_model(m, &kp, p->cost->machine ? p->cost->machine : machine_default, p->cost->bf16,
-                  store, batches, p->step_out);
-  if (write_plan(p, m, cg_arena_bytes(&kp, &apart, NULL), &dev, &kp, canon, &bp, &lp, batches,
-                 err, len))
+    cg_step_model(m, kp, p->cost->machine ? p->cost->machine : machine_default, p->cost->bf16,
+                  &sp.store, &sp.batches, p->step_out);
+  if (write_plan(p, m, cg_arena_bytes(kp, &apart, NULL), &dev, kp, sp.canon, &sp.bp, &sp.lp,
+                 &sp.batches, err, len))
     goto out;
   rc = 0;
 out:
-  free(held);
-  cg_plan_free(&kp);
+  cg_step_plan_free(&sp);
   return rc;
 }

@@ -39,25 +39,16 @@ static const char *rate(char *buf, size_t len, double r, const char *what) {
 /* The norms the backward recomputes (passes/remat_norm.c: the only norms
  * in its phases), if any. */
 static void recomputed(FILE *out, const IrModule *m) {
-  int n = 0, top = -1;
-  for (int i = 0; i < m->nnodes; i++) {
-    const IrNode *x = m->nodes[i];
-    if ((x->op == IR_OP_LAYERNORM || x->op == IR_OP_RMSNORM) &&
-        (x->phase == IR_PHASE_B || x->phase == IR_PHASE_W)) {
-      n++;
-      if (x->layer > top) top = x->layer;
-    }
-  }
-  if (!n) return;
-  unsigned char *seen = calloc((size_t)top + 2, 1);
-  int layers = 0;
+  unsigned char *seen = calloc((size_t)m->nnodes + 1, 1); /* per layer (fewer than nodes) */
+  int n = 0, layers = 0;
   for (int i = 0; seen && i < m->nnodes; i++) {
     const IrNode *x = m->nodes[i];
-    if ((x->op == IR_OP_LAYERNORM || x->op == IR_OP_RMSNORM) &&
-        (x->phase == IR_PHASE_B || x->phase == IR_PHASE_W) && x->layer >= 0 && !seen[x->layer])
-      seen[x->layer] = 1, layers++;
+    if (!ir_op_is_norm(x->op) || !ir_backward(x)) continue;
+    n++;
+    if (x->layer >= 0 && !seen[x->layer]) seen[x->layer] = 1, layers++;
   }
   free(seen);
+  if (!n) return;
   fprintf(out, "recomputed in the backward (--recompute norms): %d norm outputs in %d layers, "
           "not kept from the forward (each a [tokens, d] value at the peak; one more kernel "
           "each)\n", n, layers);
@@ -482,15 +473,15 @@ static int norms_kept(const IrModule *m) {
   int kept = 0;
   for (int i = 0; norm && i < m->nnodes; i++) {
     const IrNode *x = m->nodes[i];
-    int is = x->op == IR_OP_LAYERNORM || x->op == IR_OP_RMSNORM;
-    if (is && (x->phase == IR_PHASE_B || x->phase == IR_PHASE_W)) {
+    int is = ir_op_is_norm(x->op);
+    if (is && ir_backward(x)) {
       kept = 0; /* recomputed already */
       break;
     }
     if (x->phase == IR_PHASE_FWD)
       norm[i] = (is && x->layer >= 0) ||
                 ((x->op == IR_OP_GROUP_COPY || x->op == IR_OP_RESHAPE) && norm[x->inputs[0]->id]);
-    else if (x->phase == IR_PHASE_B || x->phase == IR_PHASE_W)
+    else if (ir_backward(x))
       for (int j = 0; j < x->ninputs; j++) kept |= norm[x->inputs[j]->id];
   }
   free(norm);
@@ -523,18 +514,19 @@ static void gpu_device(FILE *out, const IrModule *m, const Cost *c) {
   const Machine *mc = c->machine ? c->machine : machine_default;
   const char *what = "(parameters, optimizer state, arena, batch, workspaces; CUDA's, "
                      "cuBLASLt's and NCCL's own aside), checked against free memory at start";
+  int kept = norms_kept(m);
   char a[32];
   if (g->nstages <= 1) {
     fprintf(out, "GPU trainer: %s (%" PRId64 " bytes) of device memory a rank %s",
             bytes(a, sizeof a, (double)g->device), g->device, what);
-    gpu_fit(out, g->device, mc, g->nstages, norms_kept(m));
+    gpu_fit(out, g->device, mc, g->nstages, kept);
     return;
   }
   fprintf(out, "GPU trainer: device memory a rank of each stage %s:\n", what);
   for (int s = 0; s < g->nstages && s < PP_MAX_STAGES; s++) {
     fprintf(out, "    stage %d: %s (%" PRId64 " bytes)", s,
             bytes(a, sizeof a, (double)g->stage_device[s]), g->stage_device[s]);
-    gpu_fit(out, g->stage_device[s], mc, g->nstages, norms_kept(m));
+    gpu_fit(out, g->stage_device[s], mc, g->nstages, kept);
   }
 }
 

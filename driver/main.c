@@ -545,24 +545,14 @@ static void predict_on(Cost *cost, const Options *o, const IrModule *m) {
   cost->overlap_dp = !o->no_overlap;
 }
 
-/* --explain of m, the module a rank runs (every pass done, pp 1), into out.
- * 0, or -1 after an internal error message. */
-static int explain(const Options *o, IrModule *m, const Cost *cost, FILE *out) {
+/* --explain of m, the module a rank runs (every pass done; pp: its stage
+ * programs, pipe_module's, or NULL at pp 1), into out.  0, or -1 after an
+ * internal error message. */
+static int explain(const Options *o, IrModule *m, const PpProgram *pp, const Cost *cost,
+                   FILE *out) {
   char why[512];
-  if (!cg_explain(out, m, o->explain, !o->no_fuse, cost->machine, cost->bf16, o->bf16_store,
+  if (!cg_explain(out, m, pp, o->explain, !o->no_fuse, cost->machine, cost->bf16, o->bf16_store,
                   !o->no_batch, o->srcs, 2, why, sizeof why))
-    return 0;
-  fprintf(stderr, "parc: internal error: --explain: %s\n", why);
-  return -1;
-}
-
-/* --explain of a trainer of stage programs (tm, pp: pipe_module's) into out;
- * 0, or -1 after an internal error message. */
-static int explain_pipe(const Options *o, IrModule *tm, const PpProgram *pp, const Cost *cost,
-                        FILE *out) {
-  char why[512];
-  if (!cg_explain_pipe(out, tm, pp, o->explain, !o->no_fuse, cost->machine, cost->bf16,
-                       o->bf16_store, o->srcs, 2, why, sizeof why))
     return 0;
   fprintf(stderr, "parc: internal error: --explain: %s\n", why);
   return -1;
@@ -580,7 +570,7 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
     if (cg_plan_arena(m, !o->no_fuse, &cost->arena_bytes, cost->machine, cost->bf16,
                       &cost->step, o->bf16_store, !o->no_batch, &cost->gpu, why, len))
       return -1;
-    return xout && explain(o, m, cost, xout) ? -1 : 0;
+    return xout && explain(o, m, NULL, cost, xout) ? -1 : 0;
   }
   IrModule *r = lower_program(prog, o->ov, o->nov);
   if (!r) {
@@ -612,7 +602,7 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
   if (!rc)
     rc = cg_plan_arena(r, !o->no_fuse, &cost->arena_bytes, cost->machine, cost->bf16,
                        &cost->step, o->bf16_store, !o->no_batch, &cost->gpu, why, len);
-  if (!rc && xout && explain(o, r, cost, xout)) rc = -1;
+  if (!rc && xout && explain(o, r, NULL, cost, xout)) rc = -1;
   ir_module_free(r);
   return rc;
 }
@@ -886,7 +876,7 @@ int main(int argc, char **argv) {
     IrModule *r = pipe_module(&prog, &o, m, &pipe, &pp, why, sizeof why);
     if (r) pipe_comm(&o, m, r, &pp, &cost);
     int bad = r && pipe_retime(&o, m, r, &pp, &pipe);
-    if (r && !bad && xout && explain_pipe(&o, r, &pp, &cost, xout)) bad = 1;
+    if (r && !bad && xout && explain(&o, r, &pp, &cost, xout)) bad = 1;
     ir_module_free(r);
     if (bad) {
       rc = EXIT_INTERNAL;
@@ -944,7 +934,7 @@ int main(int argc, char **argv) {
   }
   if (o.explain && o.outdir) {
     fputc('\n', rep);
-    if (tm ? explain_pipe(&o, tm, &stage_prog, &cost, rep) : explain(&o, m, &cost, rep))
+    if (explain(&o, tm ? tm : m, tm ? &stage_prog : NULL, &cost, rep))
       rc = EXIT_INTERNAL;
   }
   if (o.outdir) {

@@ -310,6 +310,14 @@ int64_t ir_aux_numel(const IrNode *n);
 
 static inline int64_t ir_buf_numel(const IrNode *n) { return ir_numel(n) + ir_aux_numel(n); }
 
+/* A normalisation over the last dimension (layer_norm, rms_norm). */
+static inline int ir_op_is_norm(IrOp op) { return op == IR_OP_LAYERNORM || op == IR_OP_RMSNORM; }
+
+/* Made by autodiff for the backward pass (phase B or W). */
+static inline int ir_backward(const IrNode *n) {
+  return n->phase == IR_PHASE_B || n->phase == IR_PHASE_W;
+}
+
 /* The layout bits of sdpa and sdpa_grad (their ia[1], unnamed: the DSL never
  * writes it; printed as layout=N when set).  0 is the head-major layout of
  * ir/ops.def.  passes/attn_layout.c sets them, on the module codegen writes:

@@ -38,10 +38,6 @@
 
 #include "passes/passes.h"
 
-static int is_norm(IrOp op) { return op == IR_OP_LAYERNORM || op == IR_OP_RMSNORM; }
-
-static int backward(const IrNode *n) { return n->phase == IR_PHASE_B || n->phase == IR_PHASE_W; }
-
 /* 1 if node r reads x among its inputs */
 static int reads(const IrNode *r, const IrNode *x) {
   for (int j = 0; j < r->ninputs; j++)
@@ -66,7 +62,7 @@ int pass_remat_norm(IrModule *m) {
   int *at = ir_xcalloc((size_t)nold * 2, sizeof *at); /* copy k goes before node at[k] */
   for (int i = 0; i < nold && !rc; i++) {
     IrNode *p = m->nodes[i];
-    if (!is_norm(p->op) || p->phase != IR_PHASE_FWD || p->layer < 0 || ir_node_held(m, p))
+    if (!ir_op_is_norm(p->op) || p->phase != IR_PHASE_FWD || p->layer < 0 || ir_node_held(m, p))
       continue;
     int leaves = 1;
     for (int j = 1; j < p->ninputs; j++)
@@ -77,7 +73,7 @@ int pass_remat_norm(IrModule *m) {
     for (int r = i + 1; r < nold; r++) {
       const IrNode *n = m->nodes[r];
       if ((same_value(n, p) && n != p) || view_of(n, p)) held |= ir_node_held(m, n);
-      if (first < 0 && backward(n))
+      if (first < 0 && ir_backward(n))
         for (int j = 0; j < n->ninputs && first < 0; j++)
           if (same_value(n->inputs[j], p) || view_of(n->inputs[j], p)) first = r;
     }
@@ -87,7 +83,7 @@ int pass_remat_norm(IrModule *m) {
     for (int r = first; r < nold && !later; r++) {
       const IrNode *n = m->nodes[r];
       later = reads(n, p->inputs[0]) &&
-              (n->phase == IR_PHASE_W || (phase == IR_PHASE_B && backward(n)));
+              (n->phase == IR_PHASE_W || (phase == IR_PHASE_B && ir_backward(n)));
     }
     if (!later) continue;
     IrNode proto = {.op = p->op, .inputs = p->inputs, .ninputs = p->ninputs,
@@ -104,7 +100,7 @@ int pass_remat_norm(IrModule *m) {
       IrNode *w = m->nodes[v], *in = c;
       int read = 0;
       for (int r = first; r < nold && !read; r++)
-        read = backward(m->nodes[r]) && reads(m->nodes[r], w);
+        read = ir_backward(m->nodes[r]) && reads(m->nodes[r], w);
       if (!view_of(w, p) || !read) continue;
       IrNode vp = {.op = IR_OP_RESHAPE, .inputs = &in, .ninputs = 1, .rank = w->rank};
       for (int d = 0; d < w->rank; d++) vp.shape[d] = w->shape[d];
@@ -114,7 +110,7 @@ int pass_remat_norm(IrModule *m) {
         break;
       }
       for (int r = first; r < nold; r++)
-        if (backward(m->nodes[r]))
+        if (ir_backward(m->nodes[r]))
           for (int j = 0; j < m->nodes[r]->ninputs; j++)
             if (m->nodes[r]->inputs[j] == w) m->nodes[r]->inputs[j] = cv;
       at[nmade] = first;
@@ -122,7 +118,7 @@ int pass_remat_norm(IrModule *m) {
     }
     for (int r = first; r < nold; r++) {
       IrNode *n = m->nodes[r];
-      if (!backward(n)) continue;
+      if (!ir_backward(n)) continue;
       for (int j = 0; j < n->ninputs; j++)
         if (same_value(n->inputs[j], p)) n->inputs[j] = c;
     }

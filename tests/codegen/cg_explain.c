@@ -17,7 +17,7 @@
  *     buffers counted;
  *   - a group holds nodes of one op, phase and source location, and no two
  *     groups have the same key;
- *   - the buffers cut in two halves (cg_explain_peak_of): each half peaks
+ *   - the buffers cut in two halves (cg_explain_peak's only): each half peaks
  *     at no more than the whole, and the two peaks add up to no less.
  * For the predicted step: the groups' seconds plus the params' bf16 copy
  * (its one call outside every node) are the step model's compute time, and
@@ -71,7 +71,7 @@ static void check_arena(const IrModule *m, const CgKernelPlan *kp, const BufPlan
   CgExplainGroup *g = malloc(sizeof *g * (size_t)(m->nnodes + 1));
   int at = -1, buffers = -1;
   int64_t live = -1;
-  int ng = cg_explain_peak(m, p, pos, &at, &live, &buffers, g);
+  int ng = cg_explain_peak(m, p, pos, NULL, &at, &live, &buffers, g);
   if (ng <= 0) {
     fail(which, "%d groups", ng);
     free(g);
@@ -108,7 +108,7 @@ static void check_arena(const IrModule *m, const CgKernelPlan *kp, const BufPlan
   for (int h = 0; h < 2; h++) {
     for (int i = 0; i < m->nnodes; i++) half[i] = (i & 1) == h;
     int a2, b2;
-    cg_explain_peak_of(m, p, pos, half, &a2, &part[h], &b2, g);
+    cg_explain_peak(m, p, pos, half, &a2, &part[h], &b2, g);
   }
   if (part[0] > live || part[1] > live || part[0] + part[1] < live || !part[0] || !part[1])
     fail(which, "halves peak at %lld and %lld bytes, the whole at %lld", (long long)part[0],
@@ -148,8 +148,8 @@ static void check_print(IrModule *m, int fuse) {
     char *text = NULL, err[256];
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
-    int rc = cg_explain(f, m, what, fuse, NULL, machine_bf16(m), CG_STORE_BF16, 1, NULL, 0, err,
-                        sizeof err);
+    int rc = cg_explain(f, m, NULL, what, fuse, NULL, machine_bf16(m), CG_STORE_BF16, 1, NULL, 0,
+                        err, sizeof err);
     fclose(f);
     int mem = strstr(text, "live at the peak") != NULL;
     int step = strstr(text, "predicted step") != NULL;
@@ -183,7 +183,7 @@ int main(int argc, char **argv) {
     }
   }
   CgStepPlan sp;
-  if (cg_plan_whole_step(m, fuse, machine_bf16(m), CG_STORE_BF16, 1, &sp, err, sizeof err)) {
+  if (cg_plan_whole_step(m, fuse, NULL, machine_bf16(m), CG_STORE_BF16, 1, &sp, err, sizeof err)) {
     printf("FAIL: the step's plan: %s\n", err);
     return 1;
   }
@@ -193,7 +193,7 @@ int main(int argc, char **argv) {
   if (sp.gbp.narrow) check_arena(m, &sp.kp, &sp.gbp, sp.pos, "the GPU trainer's arena");
   else if (machine_bf16(m)) fail("bf16", "no GPU arena of its own");
   check_step(m, &sp);
-  cg_plan_free(&sp.kp);
+  cg_step_plan_free(&sp);
   check_print(m, fuse);
   printf("%s\n", fails ? "FAIL" : "ok");
   ir_module_free(m);
