@@ -12,14 +12,28 @@
 #include "codegen/step_model.h"
 #include "passes/bufplan.h"
 
-int cg_plan_step(IrModule *m, int fuse, const int *colour, CgKernelPlan *kp, int **pos,
+int cg_plan_step(IrModule *m, int fuse, const PpProgram *pp, CgKernelPlan *kp, int **pos,
                  BufPlan *bp, int **held, char *err, size_t len) {
+  /* stage programs run a chunk's nodes apart from the others' (one chunk
+   * and phase, one optimizer part, at a time): kernels keep to one colour;
+   * each stage's arena holds its own values (pp_node_arenas) */
+  int *colour = NULL;
+  BufArenas ar = {NULL, NULL};
+  if (pp) {
+    size_t n = (size_t)m->nnodes + 1;
+    colour = arena_alloc(&m->arena, sizeof(int) * n);
+    uint64_t *where = arena_alloc(&m->arena, sizeof(uint64_t) * n);
+    unsigned char *unread = arena_alloc(&m->arena, n);
+    cg_pipe_colours(m, pp, colour);
+    pp_node_arenas(m, pp, where, unread);
+    ar = (BufArenas){where, unread};
+  }
   if (cg_plan_kernels(m, fuse, colour, kp, err, len)) return -1;
   *pos = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));
   for (int i = 0; i < m->nnodes; i++)
     (*pos)[i] = kp->kernel_of[i] >= 0 ? kp->kernels[kp->kernel_of[i]].root : i;
-  int *h = colour ? NULL : cg_async_waits(m, kp);
-  bufplan_build_views(m, kp->materialize, cg_results(m), *pos, h, kp->view_of, bp);
+  int *h = pp ? NULL : cg_async_waits(m, kp);
+  bufplan_build_arenas(m, kp->materialize, cg_results(m), *pos, h, kp->view_of, NULL, &ar, bp);
   if (held) *held = h;
   else free(h);
   return 0;
@@ -27,14 +41,7 @@ int cg_plan_step(IrModule *m, int fuse, const int *colour, CgKernelPlan *kp, int
 
 int cg_plan_whole_step(IrModule *m, int fuse, const PpProgram *pp, int bf16, int store, int batch,
                        CgStepPlan *sp, char *err, size_t len) {
-  /* stage programs run a chunk's nodes apart from the others' (one chunk
-   * and phase, one optimizer part, at a time): kernels keep to one colour */
-  int *colour = NULL;
-  if (pp) {
-    colour = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));
-    cg_pipe_colours(m, pp, colour);
-  }
-  if (cg_plan_step(m, fuse, colour, &sp->kp, &sp->pos, &sp->bp, &sp->held, err, len)) return -1;
+  if (cg_plan_step(m, fuse, pp, &sp->kp, &sp->pos, &sp->bp, &sp->held, err, len)) return -1;
   sp->canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(sp->kp.nkernels + 1));
   cg_dedup_kernels(&sp->kp, sp->canon);
   /* the GPU's code: the same kernels, some storing bf16 (codegen/cuda_store.h),

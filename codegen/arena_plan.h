@@ -15,20 +15,22 @@
 #include "passes/passes.h"
 
 /* The step's kernels and buffers as cg_write_project plans them: *kp fused
- * when fuse, kept to colour where it is not NULL (a pipelined module's stage
- * programs); *pos (m's arena), each node's position, its kernel's root (a
- * kernel's nodes are written, and its inputs read, where its root runs); *bp
- * with the kernel plan's views and, without colour, the asynchronous dp
- * collectives reading their inputs until their waits (cg_async_waits), which
- * *held gets when not NULL (the caller frees it; NULL when none).  0, or -1
- * with a one-line reason in err (nothing to free then). */
-int cg_plan_step(IrModule *m, int fuse, const int *colour, CgKernelPlan *kp, int **pos,
+ * when fuse, kept to the stage programs' colours where pp is not NULL (a
+ * trainer of stage programs, cg_pipe_colours); *pos (m's arena), each
+ * node's position, its kernel's root (a kernel's nodes are written, and its
+ * inputs read, where its root runs); *bp with the kernel plan's views and,
+ * with pp, one arena per stage (pp_node_arenas: a slot of stage s holds the
+ * values of stage s), without pp the asynchronous dp collectives reading
+ * their inputs until their waits (cg_async_waits), which *held gets when not
+ * NULL (the caller frees it; NULL when none).  0, or -1 with a one-line
+ * reason in err (nothing to free then). */
+int cg_plan_step(IrModule *m, int fuse, const PpProgram *pp, CgKernelPlan *kp, int **pos,
                  BufPlan *bp, int **held, char *err, size_t len);
 
 /* A step as cg_write_project plans it: kp its kernels (fused when fuse;
- * pp, a trainer of stage programs, or NULL: kept to its colours,
- * cg_pipe_colours), pos each node's position, held cg_plan_step's, bp
- * train.c's arena, canon the kernels' shared code (cg_dedup_kernels), store
+ * pp, a trainer of stage programs, or NULL: as cg_plan_step plans them),
+ * pos each node's position, held cg_plan_step's, bp train.c's arena (with
+ * pp, a slot of every stage's at once), canon the kernels' shared code (cg_dedup_kernels), store
  * the bf16 GPU trainer's stored values (bf16, store: a CgStoreMode), gbp its
  * arena (cg_cuda_arena_plan), lp its leaves, batches its batched launches
  * (batch 0: --no-batch; none for stage programs).  Arrays in m's arena but

@@ -218,29 +218,24 @@ static const char *running(char *buf, size_t len, const IrModule *m, int at) {
   return buf;
 }
 
-static int explain_arena(FILE *out, const IrModule *m, const CgKernelPlan *kp, const BufPlan *p,
-                         const int *pos, const char *title, const CgSourceText *srcs,
-                         int nsrc) {
+/* The peak of arena p over the buffers only[] selects (NULL: all; who names
+ * them after "the buffers' peak", or "") and what is live there by group. */
+static int explain_peak(FILE *out, const IrModule *m, const BufPlan *p, const int *pos,
+                        const unsigned char *only, const char *who, const CgSourceText *srcs,
+                        int nsrc) {
   CgExplainGroup *g = malloc(sizeof *g * (size_t)(m->nnodes + 1));
   int at, buffers;
   int64_t live;
-  int ng = g ? cg_explain_peak(m, p, pos, NULL, &at, &live, &buffers, g) : -1;
+  int ng = g ? cg_explain_peak(m, p, pos, only, &at, &live, &buffers, g) : -1;
   if (ng < 0) {
     free(g);
     return -1;
   }
-  char a[32], b[32], c[32], r[96];
-  int64_t whole = cg_arena_bytes(kp, p, NULL);
-  fprintf(out, "%s: %s (%lld bytes)", title, cg_bytes_text(a, sizeof a, (double)whole),
-          (long long)whole);
-  if (whole > p->peak)
-    fprintf(out, ", of which %s of kernel temporaries after the buffers",
-            cg_bytes_text(b, sizeof b, (double)(whole - p->peak)));
-  fputc('\n', out);
+  char b[32], c[32], r[96];
   const IrNode *x = m->nodes[at < m->nnodes ? at : m->nnodes - 1];
-  fprintf(out, "  the buffers' peak: %s live in %d buffers (%.1f%% of their %s; the rest is "
+  fprintf(out, "  the buffers' peak%s: %s live in %d buffers (%.1f%% of their %s; the rest is "
                "room between buffers), while %s at %s:%d:%d runs\n",
-          cg_bytes_text(b, sizeof b, (double)live), buffers,
+          who, cg_bytes_text(b, sizeof b, (double)live), buffers,
           p->peak ? 100 * (double)live / (double)p->peak : 0.0,
           cg_bytes_text(c, sizeof c, (double)p->peak), running(r, sizeof r, m, at),
           base_name(x->loc.file), x->loc.line, x->loc.col);
@@ -248,6 +243,18 @@ static int explain_arena(FILE *out, const IrModule *m, const CgKernelPlan *kp, c
   print_groups(out, g, ng, (double)live, "values", cg_bytes_text, srcs, nsrc, NULL);
   free(g);
   return 0;
+}
+
+/* Arena p's size under title. */
+static void arena_head(FILE *out, const CgKernelPlan *kp, const BufPlan *p, const char *title) {
+  char a[32], b[32];
+  int64_t whole = cg_arena_bytes(kp, p, NULL);
+  fprintf(out, "%s: %s (%lld bytes)", title, cg_bytes_text(a, sizeof a, (double)whole),
+          (long long)whole);
+  if (whole > p->peak)
+    fprintf(out, ", of which %s of kernel temporaries after the buffers",
+            cg_bytes_text(b, sizeof b, (double)(whole - p->peak)));
+  fputc('\n', out);
 }
 
 static int explain_step(FILE *out, const IrModule *m, const CgStepPlan *sp, const Machine *mc,
@@ -280,34 +287,46 @@ static int explain_step(FILE *out, const IrModule *m, const CgStepPlan *sp, cons
 
 /* ---- trainers of stage programs ---------------------------------------- */
 
-/* Each stage's own values' peak in the slot plan p of a trainer of stage
- * programs: the nodes of the chunks it runs (chunk % P). */
+/* A slot plan p of a trainer of stage programs: each stage's values' peak
+ * (the buffers its arena holds, bufplan_group_where), then what is live at
+ * the largest of them, which sizes the slot. */
 static int stage_peaks(FILE *out, const IrModule *m, const PpProgram *pp, const BufPlan *p,
-                       const int *pos) {
-  int n = m->nnodes, P = pp->nstages;
+                       const int *pos, const CgSourceText *srcs, int nsrc) {
+  int n = m->nnodes, P = pp->nstages, best = 0;
+  int64_t most = -1;
   unsigned char *only = malloc((size_t)n + 1);
+  uint64_t *gw = malloc(sizeof *gw * ((size_t)n + 1));
   CgExplainGroup *g = malloc(sizeof *g * (size_t)(n + 1));
-  if (!only || !g) {
-    free(only), free(g);
+  if (!only || !gw || !g) {
+    free(only), free(gw), free(g);
     return -1;
   }
-  fprintf(out, "  each stage's own values (a slot holds every stage's; the most each stage's "
-               "alone hold at once):\n");
-  for (int s = 0; s < P; s++) {
-    for (int i = 0; i < n; i++) only[i] = pp->chunk[i] >= 0 && pp->chunk[i] % P == s;
+  bufplan_group_where(m, p, gw);
+  fprintf(out, "  each stage's values (one plan for all: a stage's slot holds its own, and "
+               "stages reuse each other's offsets):\n");
+  int rc = 0;
+  for (int s = 0; s < P && !rc; s++) {
+    for (int i = 0; i < n; i++) only[i] = gw[i] >> s & 1;
     int at, buffers;
     int64_t live;
     if (cg_explain_peak(m, p, pos, only, &at, &live, &buffers, g) < 0) {
-      free(only), free(g);
-      return -1;
+      rc = -1;
+      break;
     }
     char a[32], r[96];
     fprintf(out, "    stage %d: %s in %d buffers (%.1f%% of the slot), while %s runs\n", s,
             cg_bytes_text(a, sizeof a, (double)live), buffers,
             p->peak ? 100 * (double)live / (double)p->peak : 0.0, running(r, sizeof r, m, at));
+    if (live > most) most = live, best = s;
   }
-  free(only), free(g);
-  return 0;
+  if (!rc) {
+    char who[32];
+    snprintf(who, sizeof who, ", stage %d's", best);
+    for (int i = 0; i < n; i++) only[i] = gw[i] >> best & 1;
+    rc = explain_peak(out, m, p, pos, only, who, srcs, nsrc);
+  }
+  free(only), free(gw), free(g);
+  return rc;
 }
 
 /* Each stage's calls a step: its chunks' nodes once a microbatch. */
@@ -353,7 +372,7 @@ static const char *arena_title(char *buf, size_t len, const PpProgram *pp, int g
              "bytes%s", pp ? "a slot of the " : "", pp ? "; a stage's arena holds " : ")");
   else
     snprintf(buf, len, "%sactivation arena%s%s", pp ? "a slot of the " : "", whose,
-             pp ? " (one microbatch's values; a stage's arena holds " : "");
+             pp ? " (a stage's values of one microbatch; a stage's arena holds " : "");
   if (pp) snprintf(buf + strlen(buf), len - strlen(buf), "%d)", pp->slots);
   return buf;
 }
@@ -369,10 +388,9 @@ int cg_explain(FILE *out, IrModule *m, const PpProgram *pp, unsigned what, int f
   for (int gpu = 0; gpu < 2 && !rc && what & CG_EXPLAIN_MEMORY; gpu++) {
     const BufPlan *p = gpu ? &sp.gbp : &sp.bp;
     if (gpu && !sp.gbp.narrow) break; /* (the GPU trainer takes train.c's plan) */
-    rc = explain_arena(out, m, &sp.kp, p, sp.pos,
-                       arena_title(title, sizeof title, pp, gpu, sp.gbp.narrow != NULL), srcs,
-                       nsrc);
-    if (!rc && pp) rc = stage_peaks(out, m, pp, p, sp.pos);
+    arena_head(out, &sp.kp, p, arena_title(title, sizeof title, pp, gpu, sp.gbp.narrow != NULL));
+    rc = pp ? stage_peaks(out, m, pp, p, sp.pos, srcs, nsrc)
+            : explain_peak(out, m, p, sp.pos, NULL, "", srcs, nsrc);
   }
   if (!rc && what & CG_EXPLAIN_STEP)
     rc = pp ? explain_stage_steps(out, m, pp, &sp.kp, &sp.store, mc, bf16, srcs, nsrc)

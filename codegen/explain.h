@@ -72,10 +72,10 @@ int cg_explain_calls(const IrModule *m, const CgKernelPlan *kp, const double *no
  * fuse, pp, bf16, store -- a CgStoreMode --, batch), the step predicted on mc
  * (NULL: the default machine).  pp: m is the module of a trainer of stage
  * programs (a pipeline's, or a routed model's accumulated microbatches), its
- * stage programs: the arenas are a slot's (one microbatch's values of every
- * stage; a stage's arena holds pp->slots of them), followed by each stage's
- * own values' peak, and the step is each stage's calls, a chunk's once a
- * microbatch.  srcs: the texts of the files IrLoc names (nsrc of them; a
+ * stage programs: the arenas are a slot's (one plan for every stage, a
+ * stage's slot holding its values of one microbatch; a stage's arena holds
+ * pp->slots of them): each stage's values' peak, then what is live at the
+ * largest, and the step is each stage's calls, a chunk's once a microbatch.  srcs: the texts of the files IrLoc names (nsrc of them; a
  * file not among them prints no line).  0, or -1 with a one-line reason in
  * err. */
 int cg_explain(FILE *out, IrModule *m, const PpProgram *pp, unsigned what, int fuse,

@@ -479,7 +479,8 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
     return -1;
   const CgKernelPlan *kp = &sp.kp;
   BufPlan apart; /* for plan.json: the arena were no buffer written over another */
-  bufplan_build_apart(m, kp->materialize, cg_results(m), sp.pos, sp.held, &apart);
+  bufplan_build_apart(m, kp->materialize, cg_results(m), sp.pos, sp.held, &sp.bp.arenas,
+                      &apart);
   *arena_bytes = cg_arena_bytes(kp, &sp.bp, NULL);
   if (p->pipe) *arena_bytes = cg_pipe_arena_bytes(p->pipe, *arena_bytes, sp.lp.params_numel);
   char path[4096], ll[4096];

@@ -218,14 +218,12 @@ int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine
   int *pos;
   /* planned as cg_write_project plans a pipelined module: fused within a
    * (chunk, phase) colour, the values it stores as bf16 from that plan */
-  int *colour = arena_alloc(&m->arena, sizeof *colour * ((size_t)m->nnodes + 1));
   double *t = calloc((size_t)m->nnodes + 1, sizeof *t);
   if (!t) {
     snprintf(err, len, "out of memory");
     return -1;
   }
-  cg_pipe_colours(m, pp, colour);
-  if (cg_plan_step(m, fuse, colour, &kp, &pos, &bp, NULL, err, len)) {
+  if (cg_plan_step(m, fuse, pp, &kp, &pos, &bp, NULL, err, len)) {
     free(t);
     return -1;
   }

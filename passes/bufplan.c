@@ -96,7 +96,9 @@ static int in_place_input(const IrModule *m, const BufPlan *p, const int *pos, c
                           const int *view_of, int i) {
   const IrNode *n = m->nodes[i];
   int t = at(pos, i);
-  if (n->ninputs < 1 || (held && held[i] >= 0)) return -1;
+  /* (a node that never runs reads nothing: its inputs may be gone) */
+  if (n->ninputs < 1 || (held && held[i] >= 0) || (p->arenas.unread && p->arenas.unread[i]))
+    return -1;
   const IrNode *x = n->inputs[0];
   if (!(ir_op_info[n->op].flags & IR_F_INPLACE0) &&
       !(view_of && view_of[i] == x->id && n->op == IR_OP_RESHAPE))
@@ -123,7 +125,8 @@ static int in_place_input(const IrModule *m, const BufPlan *p, const int *pos, c
 static int shared_view_input(const IrModule *m, const BufPlan *p, const int *pos,
                              const int *view_of, int i) {
   const IrNode *n = m->nodes[i];
-  if (!view_of || n->op != IR_OP_RESHAPE || n->ninputs != 1 || view_of[i] != n->inputs[0]->id)
+  if (!view_of || n->op != IR_OP_RESHAPE || n->ninputs != 1 || view_of[i] != n->inputs[0]->id ||
+      (p->arenas.unread && p->arenas.unread[i]))
     return -1;
   const IrNode *x = n->inputs[0];
   if (p->offset[x->id] < 0 || at(pos, x->id) >= at(pos, i) || x->dtype != n->dtype ||
@@ -137,6 +140,7 @@ static int shared_view_input(const IrModule *m, const BufPlan *p, const int *pos
 typedef struct {
   int root, s, e;
   int64_t size, off;
+  uint64_t where; /* the arenas holding it (bufplan_group_where) */
 } Block;
 
 static int by_size(const void *a, const void *b) {
@@ -151,19 +155,23 @@ static int by_size(const void *a, const void *b) {
  * offset clear of every group already placed whose life overlaps its own
  * (greedy by size), and keeps whichever layout is smaller.  Lives are
  * inclusive: a group born at t and one dying at t never share a byte (a
- * kernel reads its inputs while it writes), as in the time-order pass. */
+ * kernel reads its inputs while it writes), as in the time-order pass.
+ * Groups no arena holds together (BufArenas) are apart whatever their lives:
+ * the one pass that lets a pipeline's stages reuse each other's bytes. */
 static void repack(IrModule *m, BufPlan *p, const int *pos) {
   int n = m->nnodes, nb = 0;
   int *root = arena_alloc(&m->arena, sizeof(int) * (size_t)(n + 1));
   int *slot = arena_alloc(&m->arena, sizeof(int) * (size_t)(n + 1));
   Block *b = arena_alloc(&m->arena, sizeof(Block) * (size_t)(n + 1));
+  uint64_t *gw = arena_alloc(&m->arena, sizeof(uint64_t) * (size_t)(n + 1));
+  bufplan_group_where(m, p, gw);
   for (int i = 0; i < n; i++) { /* aliases point at earlier nodes: roots come first */
     slot[i] = -1;
     if (p->offset[i] < 0) continue;
     root[i] = p->alias[i] >= 0 ? root[p->alias[i]] : i;
     if (root[i] == i) {
       slot[i] = nb;
-      b[nb++] = (Block){i, at(pos, i), p->last_use[i], p->size[i], 0};
+      b[nb++] = (Block){i, at(pos, i), p->last_use[i], p->size[i], 0, gw[i]};
     } else if (p->last_use[i] > b[slot[root[i]]].e) {
       b[slot[root[i]]].e = p->last_use[i];
     }
@@ -178,7 +186,8 @@ static void repack(IrModule *m, BufPlan *p, const int *pos) {
     int64_t off = 0;
     for (int j = 0; j < k; j++) {
       const Block *q = order[j];
-      if (!(q->s <= b[k].e && b[k].s <= q->e)) continue; /* lives apart */
+      if (!(q->s <= b[k].e && b[k].s <= q->e) || !(q->where & b[k].where))
+        continue; /* lives (or arenas) apart */
       if (q->off >= off + b[k].size) break;
       if (q->off + q->size > off) off = q->off + q->size;
     }
@@ -202,29 +211,89 @@ static void repack(IrModule *m, BufPlan *p, const int *pos) {
  * and shared views (bufplan.h) */
 static int plan(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                 const int *pos, const int *held, int in_place, const int *view_of,
-                const unsigned char *narrow, BufPlan *p);
+                const unsigned char *narrow, const BufArenas *ar, BufPlan *p);
 
 int bufplan_build(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                   const int *pos, BufPlan *p) {
-  return plan(m, materialize, keep, pos, NULL, 1, NULL, NULL, p);
+  return plan(m, materialize, keep, pos, NULL, 1, NULL, NULL, NULL, p);
 }
 
 int bufplan_build_views(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                         const int *pos, const int *held, const int *view_of, BufPlan *p) {
-  return plan(m, materialize, keep, pos, held, 2, view_of, NULL, p);
+  return plan(m, materialize, keep, pos, held, 2, view_of, NULL, NULL, p);
+}
+
+int bufplan_build_arenas(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
+                         const int *pos, const int *held, const int *view_of,
+                         const unsigned char *narrow, const BufArenas *ar, BufPlan *p) {
+  plan(m, materialize, keep, pos, held, 2, view_of, narrow, ar, p);
+  p->narrow = narrow;
+  return 0;
 }
 
 int bufplan_build_narrow(IrModule *m, const unsigned char *materialize,
                          const unsigned char *keep, const int *pos, const int *held,
                          const int *view_of, const unsigned char *narrow, BufPlan *p) {
-  plan(m, materialize, keep, pos, held, 2, view_of, narrow, p);
-  p->narrow = narrow;
-  return 0;
+  return bufplan_build_arenas(m, materialize, keep, pos, held, view_of, narrow, NULL, p);
 }
 
 int bufplan_build_apart(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
-                        const int *pos, const int *held, BufPlan *p) {
-  return plan(m, materialize, keep, pos, held, 0, NULL, NULL, p);
+                        const int *pos, const int *held, const BufArenas *ar, BufPlan *p) {
+  return plan(m, materialize, keep, pos, held, 0, NULL, NULL, ar, p);
+}
+
+void bufplan_group_where(const IrModule *m, const BufPlan *p, uint64_t *out) {
+  const uint64_t *w = p->arenas.where;
+  int n = m->nnodes;
+  for (int i = 0; i < n; i++) out[i] = 0;
+  /* aliases point at earlier nodes: a member's root is settled before it */
+  for (int i = 0; i < n; i++) {
+    if (p->offset[i] < 0) continue;
+    int r = i;
+    while (p->alias[r] >= 0) r = p->alias[r];
+    out[r] |= !w || !w[i] ? ~(uint64_t)0 : w[i];
+  }
+  for (int i = 0; i < n; i++) {
+    if (p->offset[i] < 0) continue;
+    int r = i;
+    while (p->alias[r] >= 0) r = p->alias[r];
+    out[i] = out[r];
+  }
+}
+
+/* The most bytes any one arena holds at once: per arena, the groups it
+ * holds, each live from its root's write to its last member's read. */
+static int64_t arenas_live_peak(IrModule *m, const BufPlan *p, const int *pos, int end) {
+  int n = m->nnodes;
+  uint64_t *gw = arena_alloc(&m->arena, sizeof(uint64_t) * (size_t)(n + 1));
+  int *die = arena_alloc(&m->arena, sizeof(int) * (size_t)(n + 1));
+  int64_t *delta = arena_alloc(&m->arena, sizeof(int64_t) * (size_t)(end + 2));
+  bufplan_group_where(m, p, gw);
+  uint64_t any = 0;
+  for (int i = 0; i < n; i++) {
+    die[i] = -1;
+    if (p->offset[i] < 0) continue;
+    int r = i;
+    while (p->alias[r] >= 0) r = p->alias[r];
+    if (p->last_use[i] > die[r]) die[r] = p->last_use[i];
+    if (gw[i] != ~(uint64_t)0) any |= gw[i];
+  }
+  int64_t best = 0;
+  for (int s = 0; s < 64; s++) {
+    if (s > 0 && !(any >> s)) break;
+    memset(delta, 0, sizeof(int64_t) * (size_t)(end + 2));
+    for (int r = 0; r < n; r++)
+      if (p->offset[r] >= 0 && p->alias[r] < 0 && (gw[r] >> s & 1)) {
+        delta[at(pos, r)] += p->size[r];
+        delta[die[r] + 1] -= p->size[r];
+      }
+    int64_t now = 0;
+    for (int t = 0; t <= end; t++) {
+      now += delta[t];
+      if (now > best) best = now;
+    }
+  }
+  return best;
 }
 
 /* node n's bytes: 4 an element, 2 where narrow[id] (an aux part, sdpa's
@@ -236,10 +305,12 @@ static int64_t node_bytes(const IrNode *n, const unsigned char *narrow) {
 
 static int plan(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                 const int *pos, const int *held, int in_place, const int *view_of,
-                const unsigned char *narrow, BufPlan *p) {
+                const unsigned char *narrow, const BufArenas *ar, BufPlan *p) {
   int n = m->nnodes;
   Arena *a = &m->arena;
   memset(p, 0, sizeof *p);
+  if (ar) p->arenas = *ar;
+  const unsigned char *unread = p->arenas.unread;
   p->offset = arena_alloc(a, sizeof(int64_t) * (size_t)(n + 1));
   p->size = arena_alloc(a, sizeof(int64_t) * (size_t)(n + 1));
   p->last_use = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
@@ -261,7 +332,7 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
     if (at(pos, i) + 1 > end) end = at(pos, i) + 1;
   }
   for (int i = 0; i < n; i++)
-    for (int k = 0; k < m->nodes[i]->ninputs; k++) {
+    for (int k = 0; k < m->nodes[i]->ninputs && !(unread && unread[i]); k++) {
       int j = m->nodes[i]->inputs[k]->id;
       if (at(pos, i) > p->last_use[j]) p->last_use[j] = at(pos, i);
       /* an asynchronous reader: its input until its wait (bufplan_check then
@@ -327,6 +398,9 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
     }
   }
   p->peak = f.end;
+  /* (the time-order pass placed every arena's buffers in one: sound for
+   * each, and repack lets arenas share bytes) */
+  if (p->arenas.where) p->live_peak = arenas_live_peak(m, p, pos, end);
   repack(m, p, pos);
   /* Best fit is a heuristic: another layout can fragment more than the bytes
    * in place saves (tiny models, where no buffer dominates).  Neither shared
@@ -337,19 +411,35 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
   for (int i = 0; i < n; i++) any |= p->alias[i] >= 0, shared |= grouped[i];
   if (in_place == 2 && shared) {
     BufPlan fewer; /* (itself no larger than apart) */
-    plan(m, materialize, keep, pos, held, 1, view_of, narrow, &fewer);
+    plan(m, materialize, keep, pos, held, 1, view_of, narrow, ar, &fewer);
     if (fewer.peak < p->peak) *p = fewer;
     return 0;
   }
   if (any) {
     BufPlan apart;
-    plan(m, materialize, keep, pos, held, 0, NULL, narrow, &apart);
+    plan(m, materialize, keep, pos, held, 0, NULL, narrow, ar, &apart);
     if (apart.peak < p->peak) *p = apart;
   }
   return 0;
 }
 
+static int check(const IrModule *m, const BufPlan *p, const int *pos, const uint64_t *gw,
+                 char *why, size_t len);
+
 int bufplan_check(const IrModule *m, const BufPlan *p, const int *pos, char *why, size_t len) {
+  uint64_t *gw = malloc(sizeof *gw * ((size_t)m->nnodes + 1));
+  if (!gw) {
+    snprintf(why, len, "out of memory");
+    return -1;
+  }
+  bufplan_group_where(m, p, gw);
+  int rc = check(m, p, pos, gw, why, len);
+  free(gw);
+  return rc;
+}
+
+static int check(const IrModule *m, const BufPlan *p, const int *pos, const uint64_t *gw,
+                 char *why, size_t len) {
   for (int i = 0; i < m->nnodes; i++) {
     if (p->offset[i] < 0) continue;
     int x = p->alias[i];
@@ -387,6 +477,7 @@ int bufplan_check(const IrModule *m, const BufPlan *p, const int *pos, char *why
       int ti = at(pos, i), tj = at(pos, j);
       if (tj < ti || tj > p->last_use[i] || p->alias[j] == i) continue;
       if (p->alias[j] >= 0 && m->nodes[j]->op == IR_OP_RESHAPE) continue;
+      if (!(gw[i] & gw[j])) continue; /* no arena holds both */
       int overlap = p->offset[i] < p->offset[j] + p->size[j] &&
                     p->offset[j] < p->offset[i] + p->size[i];
       if (overlap) {

@@ -40,7 +40,15 @@
  * gradient's GEMM costs no copy even where its input, a residual gradient,
  * is read again after it.  Like In place, shared views never grow the peak:
  * where the plan without them (In place only) is smaller, it is the plan,
- * and those reshapes copy. */
+ * and those reshapes copy.
+ *
+ * Several arenas (BufArenas: a pipeline's stages, each rank allocating its
+ * stage's).  One offset per node serves every arena that holds its bytes,
+ * so a value sent between two stages sits at the same offset on both.  Two
+ * byte groups (a buffer with the nodes written over it or sharing it) may
+ * share bytes where their lives are apart, as above, or where no arena
+ * holds both (their groups' where bits are disjoint).  The arenas are all
+ * peak bytes; live_peak is the most any one of them holds at once. */
 #ifndef PARC_BUFPLAN_H
 #define PARC_BUFPLAN_H
 
@@ -49,6 +57,16 @@
 #include "ir/ir.h"
 
 #define BUFPLAN_ALIGN 64
+
+/* Arenas planned at once (NULL fields: one arena, every node read where its
+ * readers run).  where[id]: bit s for each arena s holding node id's bytes
+ * (0 for a buffered node counts as every arena).  unread[id] != 0: node id
+ * never runs, so its reads keep no input alive (a pipeline's skipped
+ * gradient sums: their terms go to an accumulator where they are made). */
+typedef struct {
+  const uint64_t *where;
+  const unsigned char *unread;
+} BufArenas;
 
 typedef struct {
   int64_t *offset;     /* per node id; -1 when the node has no buffer */
@@ -59,7 +77,9 @@ typedef struct {
   const unsigned char *narrow; /* per node id: elements of 2 bytes, an aux part after
                         * them at 2 ir_numel bytes (bufplan_build_narrow); NULL: none */
   int64_t peak;        /* arena bytes: the largest offset + size */
-  int64_t live_peak;   /* the most bytes live at once: a lower bound on peak */
+  int64_t live_peak;   /* the most bytes live at once (in any one arena): a lower
+                        * bound on peak */
+  BufArenas arenas;    /* as planned (bufplan_build_arenas; else none) */
 } BufPlan;
 
 /* Plans buffers for every non-leaf node with materialize[id] != 0 (NULL:
@@ -93,12 +113,23 @@ int bufplan_build_narrow(IrModule *m, const unsigned char *materialize,
                          const unsigned char *keep, const int *pos, const int *held,
                          const int *view_of, const unsigned char *narrow, BufPlan *out);
 
-/* bufplan_build_views without views, every node in bytes of its own (no In place):
- * what the plan would be without it, for reports and tests. */
-int bufplan_build_apart(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
-                        const int *pos, const int *held, BufPlan *out);
+/* bufplan_build_narrow (narrow NULL: none) for the arenas ar (NULL: one),
+ * which out->arenas keeps (the arrays are the caller's). */
+int bufplan_build_arenas(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
+                         const int *pos, const int *held, const int *view_of,
+                         const unsigned char *narrow, const BufArenas *ar, BufPlan *out);
 
-/* Checks the invariant above (with the same pos), In place included: an
+/* bufplan_build_views without views, every node in bytes of its own (no In place):
+ * what the plan would be without it, for reports and tests (ar: as above). */
+int bufplan_build_apart(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
+                        const int *pos, const int *held, const BufArenas *ar, BufPlan *out);
+
+/* Per node id with a buffer, the arenas of its byte group (the OR of its
+ * members' where bits; every arena, ~0, without arenas); 0 for the others. */
+void bufplan_group_where(const IrModule *m, const BufPlan *p, uint64_t *out);
+
+/* Checks the invariant above (with the same pos; for p->arenas, between
+ * groups an arena holds both of), In place included: an
  * alias is to input 0 of an IR_F_INPLACE0 node, the input's last reader, or
  * of a reshape (a view: same offset and size, written after its input;
  * nothing else may write those bytes while the view is live);

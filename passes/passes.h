@@ -483,6 +483,16 @@ typedef struct {
  * chunks against the pipeline's direction). */
 int pass_pp_split(IrModule *m, const PpPlan *plan, PpProgram *out, char *err, size_t len);
 
+/* The stages whose arenas hold each node's bytes in a trainer of pp's stage
+ * programs (bufplan's BufArenas): where[id] bit s for stage s, for the nodes
+ * of its chunks, the values its chunks receive or send (act, grad), and the
+ * values its nodes read; a parameter's holders for its gradient and the
+ * optimizer nodes it owns; every stage for the other optimizer nodes, the
+ * leaves and the skipped gradient sums, which unread[id] marks (never run: their terms go
+ * to the accumulator where they are made).  m->nnodes entries each. */
+void pp_node_arenas(const IrModule *m, const PpProgram *pp, uint64_t *where,
+                    unsigned char *unread);
+
 /* passes/pp_zero.c: fills pp's zero_* (see PpProgram and pp_zero.c's head
  * comment) from m's ZeRO-1 degree and bucket bytes and pp's stage offsets;
  * pass_pp_split calls it last.  Allocates from m's arena. */

@@ -19,12 +19,17 @@
  * within a group; -1 if that is not a topological order).  A rank then runs,
  * for one microbatch, a subsequence of node order (kernels at their roots: a
  * fused kernel keeps to one chunk and phase, codegen/host.c cg_pipe_colours,
- * and a value another chunk or phase reads has a buffer), so the one buffer plan
+ * and a value another chunk or phase reads has a buffer), so one buffer plan
  * (bufplan: liveness in node order) is sound for it: a value is never
  * overwritten between its definition and its last use in node order, and a
  * stage's own subsequence keeps that order.  Values received from another
  * stage are written into their own planned buffers, which are reserved
- * from their definition (earlier in node order) to their last use.
+ * from their definition (earlier in node order) to their last use.  The plan
+ * is of one arena per stage at once (bufplan's BufArenas, pp_node_arenas):
+ * a stage's arena holds the values its chunks make, receive, send or read,
+ * each at the one offset every stage holding it uses (a sent value is
+ * received where it was sent from), and two values no stage holds both of
+ * may share bytes whatever their lives.
  *
  * Stash.  Each microbatch in flight on a stage has its own copy of the
  * arena (a slot): everything its backward reads stays where the forward
@@ -487,4 +492,37 @@ int pass_pp_split(IrModule *m, const PpPlan *plan, PpProgram *out, char *err, si
   if (stage_local(m, out, err, len)) return -1;
   pp_zero_buckets(m, out); /* ZeRO-1's gradient buckets: pp_zero.c */
   return 0;
+}
+
+void pp_node_arenas(const IrModule *m, const PpProgram *pp, uint64_t *where,
+                    unsigned char *unread) {
+  int P = pp->nstages, n = m->nnodes;
+  uint64_t all = P >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << P) - 1;
+  for (int i = 0; i < n; i++) {
+    int c = pp->chunk[i];
+    int own = pp->opt_owner[i];
+    where[i] = c >= 0 ? (uint64_t)1 << (c % P) : all;
+    /* an owned optimizer node runs on its parameter's holders (an opt_pub 1
+     * one is zeroed on every other stage) */
+    if (c == PP_NODE_OPT && own >= 0 && pp->opt_pub[i] != 1) where[i] = pp->holders[own] & all;
+    unread[i] = c == PP_NODE_SKIP;
+  }
+  for (int c = 0; c + 1 < pp->nchunks; c++) {
+    uint64_t both = (uint64_t)1 << (c % P) | (uint64_t)1 << ((c + 1) % P);
+    for (int k = 0; k < pp->nact[c]; k++) where[pp->act[c][k]] |= both;
+    for (int k = 0; k < pp->ngrad[c]; k++) where[pp->grad[c][k]] |= both;
+  }
+  /* what a node reads is where it runs (the lists above carry every value
+   * that crosses stages; this keeps the rule whatever made the value), and
+   * a parameter's gradient buffer is where the optimizer writes it: its
+   * holders */
+  for (int i = 0; i < n; i++) {
+    const IrNode *x = m->nodes[i];
+    int own = pp->opt_owner[i];
+    if (unread[i]) continue;
+    /* (an owned optimizer node reads on its parameter's holders alone) */
+    uint64_t reads = pp->chunk[i] == PP_NODE_OPT && own >= 0 ? pp->holders[own] & all : where[i];
+    for (int k = 0; k < x->ninputs; k++) where[x->inputs[k]->id] |= reads;
+    if (x->op == IR_OP_PARAM && x->grad) where[x->grad->id] |= pp->holders[i] & all;
+  }
 }

@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
     printf("FAIL: the step's plan: %s\n", err);
     return 1;
   }
-  bufplan_build_apart(m, kp.materialize, cg_results(m), pos, held, &ap);
+  bufplan_build_apart(m, kp.materialize, cg_results(m), pos, held, NULL, &ap);
   free(held);
   int fails = 0, grads = 0, views = 0;
   int64_t logits = 0;

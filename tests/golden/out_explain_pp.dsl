@@ -1,7 +1,8 @@
 # ARGS: --pp 2 --explain all
 # --explain for a pipeline (bf16, 2 stages, 1f1b over 2 microbatches): a slot of
-# each arena (one microbatch's values of every stage), then what each stage's
-# own values alone hold at once; and each stage's calls a step by op and line
+# each arena (one plan for every stage, each stage's slot holding its own
+# values), each stage's peak in it and what the largest holds; and each
+# stage's calls a step by op and line
 model llama_tp {
   config { vocab = 256  seq = 64  d = 64  heads = 4  kv_heads = 2  ffn = 176  layers = 2
            theta = 10000.0  eps = 1e-5 }

@@ -104,7 +104,7 @@ static void check_plan_views(IrModule *m, const unsigned char *mat, const unsign
   }
   /* In place never costs bytes: each alias saves its node's, at no later death */
   BufPlan apart;
-  bufplan_build_apart(m, mat, keep, pos, held, &apart);
+  bufplan_build_apart(m, mat, keep, pos, held, NULL, &apart);
   checks++;
   if (p.live_peak > apart.live_peak) {
     snprintf(why, sizeof why, "live peak %lld in place, %lld apart", (long long)p.live_peak,
@@ -200,6 +200,111 @@ static IrModule *random_inplace_dag(unsigned seed, int nodes, int **view_of) {
   return m;
 }
 
+/* Several arenas (BufArenas): each node runs on one of three arenas
+ * (run[i]), holds its bytes there and on every arena whose nodes read it
+ * (a pipeline's sent and received values), and a few never run (unread).
+ * Each arena is executed on stamps apart from the others, over the one plan:
+ * its nodes check their operands and stamp their bytes (a view, its
+ * input's stamp), and a value it holds but another arena computes is stamped
+ * where it is defined (received as early as it can be).  Returns 1 if some arena's value was clobbered. */
+static int simulate_arenas(const IrModule *m, const BufPlan *p, const int *pos, const int *run,
+                           const char *what) {
+  const uint64_t *where = p->arenas.where;
+  const unsigned char *unread = p->arenas.unread;
+  int end = 0;
+  for (int i = 0; i < m->nnodes; i++)
+    if (pos[i] + 1 > end) end = pos[i] + 1;
+  for (int s = 0; s < 3; s++) {
+    uint32_t *mem = calloc((size_t)p->peak / 4 + 1, 4);
+    for (int t = 0; t < end; t++)
+      for (int i = 0; i < m->nnodes; i++) {
+        if (pos[i] != t) continue;
+        const IrNode *n = m->nodes[i];
+        for (int k = 0; run[i] == s && !unread[i] && k < n->ninputs; k++) {
+          int j = n->inputs[k]->id;
+          if (!intact(m, p, mem, j)) {
+            char why[160];
+            snprintf(why, sizeof why, "arena %d: node %%%d read %%%d after it was overwritten",
+                     s, i, j);
+            fail(what, why);
+            free(mem);
+            return 1;
+          }
+        }
+        /* (a view another arena made arrives like any value it receives) */
+        int own = writer(m, p, i) == i || run[i] != s;
+        if (p->offset[i] >= 0 && own && (where[i] >> s & 1))
+          for (int64_t w = p->offset[i] / 4; w < (p->offset[i] + p->size[i]) / 4; w++)
+            mem[w] = (uint32_t)writer(m, p, i) + 1;
+      }
+    free(mem);
+  }
+  return 0;
+}
+
+/* Random in-place DAGs over three arenas: sound by bufplan_check and by
+ * running each arena; no larger than one arena's plan, and smaller over all
+ * of them (arenas share bytes); unread readers keep nothing alive. */
+static void check_arenas(void) {
+  int64_t one = 0, three = 0, reading = 0;
+  for (unsigned seed = 1; seed <= 200; seed++) {
+    int *view_of;
+    IrModule *m = random_inplace_dag(seed, 6 + (int)(seed % 40), &view_of);
+    int n = m->nnodes;
+    int *run = calloc((size_t)n, sizeof(int)), *pos = calloc((size_t)n, sizeof(int));
+    uint64_t *where = calloc((size_t)n, sizeof(uint64_t));
+    unsigned char *unread = calloc((size_t)n, 1), *keep = calloc((size_t)n, 1);
+    for (int i = 0; i < n; i++) {
+      run[i] = rand() % 3;
+      unread[i] = rand() % 10 == 0;
+      keep[i] = rand() % 13 == 0;
+      where[i] |= (uint64_t)1 << run[i];
+      pos[i] = i + rand() % 3;
+      for (int k = 0; k < m->nodes[i]->ninputs; k++) {
+        int j = m->nodes[i]->inputs[k]->id;
+        if (pos[j] > pos[i]) pos[i] = pos[j];
+        if (!unread[i]) where[j] |= (uint64_t)1 << run[i];
+      }
+    }
+    char what[64], why[256];
+    snprintf(what, sizeof what, "random dag over arenas %u", seed);
+    BufArenas ar = {where, unread}, ar1 = {NULL, unread}, ar0 = {NULL, NULL};
+    BufPlan p, p1, p0;
+    bufplan_build_arenas(m, NULL, keep, pos, NULL, view_of, NULL, &ar, &p);
+    bufplan_build_arenas(m, NULL, keep, pos, NULL, view_of, NULL, &ar1, &p1);
+    bufplan_build_arenas(m, NULL, keep, pos, NULL, view_of, NULL, &ar0, &p0);
+    checks += 4;
+    if (bufplan_check(m, &p, pos, why, sizeof why)) fail(what, why);
+    simulate_arenas(m, &p, pos, run, what);
+    if (p.live_peak > p.peak || p.peak > p1.peak) {
+      snprintf(why, sizeof why, "live peak %lld, peak %lld, one arena's peak %lld",
+               (long long)p.live_peak, (long long)p.peak, (long long)p1.peak);
+      fail(what, why);
+    }
+    /* an unread node's inputs live past it only for another reason */
+    for (int i = 0; i < n; i++)
+      for (int k = 0; unread[i] && k < m->nodes[i]->ninputs; k++) {
+        int j = m->nodes[i]->inputs[k]->id, later = keep[j];
+        for (int r = 0; r < n; r++)
+          for (int q = 0; !unread[r] && q < m->nodes[r]->ninputs; q++)
+            later |= m->nodes[r]->inputs[q]->id == j && pos[r] >= pos[i];
+        if (p.offset[j] >= 0 && !later && p.last_use[j] >= pos[i] && p.last_use[j] > pos[j]) {
+          snprintf(why, sizeof why, "%%%d lives to %d for unread %%%d at %d", j,
+                   p.last_use[j], i, pos[i]);
+          fail(what, why);
+        }
+      }
+    one += p1.peak, three += p.peak, reading += p0.peak;
+    free(run), free(pos), free(where), free(unread), free(keep), free(view_of);
+    ir_module_free(m);
+  }
+  printf("random dags over 3 arenas: %lld bytes of plans, %lld in one arena, %lld with every "
+         "reader read\n", (long long)three, (long long)one, (long long)reading);
+  checks += 2;
+  if (three >= one) fail("random dags over 3 arenas", "the arenas shared no bytes");
+  if (one > reading) fail("random dags over 3 arenas", "unread readers made plans larger");
+}
+
 int main(int argc, char **argv) {
   for (unsigned seed = 1; seed <= 200; seed++) {
     IrModule *m = random_dag(seed, 5 + (int)(seed % 60));
@@ -256,6 +361,8 @@ int main(int argc, char **argv) {
   if (aliases - before < 100) fail("random in-place dags", "fewer than 100 aliases: untested");
   checks++;
   if (shared - before_shared < 50) fail("random in-place dags", "fewer than 50 shared views");
+
+  check_arenas();
 
   /* real models: a plan must also reuse memory, not just stack buffers */
   const char *const defs[] = {"layers=2"};
