@@ -12,8 +12,7 @@ int cg_cuda_arena_plan(IrModule *m, const CgKernelPlan *kp, const int *pos, cons
     narrow[i] = store->bf16[i] == 1 &&
                 (ir_aux_numel(m->nodes[i]) == 0 || ir_numel(m->nodes[i]) % 2 == 0);
   BufPlan np;
-  bufplan_build_arenas(m, kp->materialize, cg_results(m), pos, held, kp->view_of, narrow,
-                       &bp->arenas, &np);
+  bufplan_build_like(m, kp->materialize, cg_results(m), pos, held, kp->view_of, narrow, bp, &np);
   if (np.peak >= bp->peak) return 0;
   for (int i = 0; i < m->nnodes; i++)
     if (np.alias[i] != bp->alias[i] || (np.offset[i] < 0) != (bp->offset[i] < 0)) return 0;

@@ -3,8 +3,9 @@
  * train.c's buffer plan gives every value 4 bytes an element.  The bf16 GPU
  * trainer stores many of them as bf16 (codegen/cuda_store.h), which used the
  * first half of that fp32 buffer.  This plans the GPU trainer's arena again
- * with those values at 2 bytes an element (bufplan_build_narrow): the same
- * kernels, positions, lives, views and in-place values, other offsets.
+ * with those values at 2 bytes an element (bufplan_build_like: train.c's
+ * plan's arenas and mode): the same kernels, positions, lives, views and
+ * in-place values, other offsets.
  *
  * Narrow: a value stored bf16 densely (CgCudaStore.bf16 == 1; its views are
  * too); one with an aux part (sdpa's out, then its fp32 lse) only where its

@@ -960,6 +960,15 @@ void cg_pipe_colours(const IrModule *m, const PpProgram *pp, int *colour) {
   }
 }
 
+/* 1 if a node of phase x runs in a chunk's function of phase ph: a schedule
+ * that does not split W runs W(c) in B(c)'s function, in node order (the
+ * weight gradients' function is empty then; passes/pp_split.c). */
+static int in_phase(const PpProgram *pp, IrPhase x, IrPhase ph) {
+  if (!pp->split_w && ph == IR_PHASE_B) return x == IR_PHASE_B || x == IR_PHASE_W;
+  if (!pp->split_w && ph == IR_PHASE_W) return 0;
+  return x == ph;
+}
+
 /* The nodes of chunk c in phase ph, in node order (a kernel where its root
  * is), each term of a parameter's gradient accumulated once computed
  * (acc_grad).  stage >= 0 (the optimizer, c == PP_NODE_OPT): stage's part
@@ -976,7 +985,7 @@ static void emit_group(Emit *e, const PpProgram *pp, int c, IrPhase ph, int stag
   if (stage >= 0 && !pend) fail(e, "out of memory");
   for (int i = 0; i < m->nnodes && !e->failed; i++) {
     const IrNode *n = m->nodes[i];
-    int mine = pp->chunk[i] == c && n->phase == ph;
+    int mine = pp->chunk[i] == c && in_phase(pp, n->phase, ph);
     int runtime = !(ir_op_info[n->op].flags & IR_F_LEAF) && kp->kernel_of[i] < 0;
     for (; next < kp->nkernels && kp->kernels[next].root < i; next++) {}
     if (!mine) continue;
@@ -1030,7 +1039,7 @@ static void emit_group(Emit *e, const PpProgram *pp, int c, IrPhase ph, int stag
       const CgKernel *kk = &kp->kernels[next];
       for (int j = 0; j < kk->nnodes; j++) {
         const IrNode *x = m->nodes[kk->nodes[j]];
-        if (pp->chunk[x->id] != c || x->phase != ph)
+        if (pp->chunk[x->id] != c || !in_phase(pp, x->phase, ph))
           fail(e, "kernel %d mixes pipeline chunks or phases", next);
         comment(e, x, "  ");
       }
@@ -1074,8 +1083,12 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
   const IrModule *m = e->m;
   FILE *f = e->out;
   int C = pp->nchunks, P = pp->nstages;
-  static const char *const title[] = {"forward", "backward: input gradients",
-                                      "backward: weight gradients"};
+  static const char *const titles[2][3] = {
+      {"forward", "backward: input and weight gradients",
+       "backward: weight gradients (none here: the schedule runs them with the input "
+       "gradients)"},
+      {"forward", "backward: input gradients", "backward: weight gradients"}};
+  const char *const *title = titles[pp->split_w != 0];
   static const char *const fn[] = {"fwd", "bwd", "wgt"};
   if (!e->hooks)
     fprintf(f, "#define ACC_GRAD(off, g, n) \\\n"
@@ -1092,9 +1105,10 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
   const CgLeafPlan *whole = e->lp;
   for (int c = 0; c < C; c++)
     for (int ph = IR_PHASE_FWD; ph <= IR_PHASE_W; ph++) {
-      char name[32], what[160];
+      char name[32], what[224];
       snprintf(name, sizeof name, "%s_%d", fn[ph], c);
-      snprintf(what, sizeof what, "chunk %d (stage %d): %s of one microbatch", c, c % P, title[ph]);
+      snprintf(what, sizeof what, "chunk %d (stage %d): %s of one microbatch", c, c % P,
+               title[ph]);
       emit_fn_head(e, name, what, c % P);
       e->lp = &slp[c % P];
       emit_group(e, pp, c, (IrPhase)ph, -1);

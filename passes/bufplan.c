@@ -211,35 +211,38 @@ static void repack(IrModule *m, BufPlan *p, const int *pos) {
  * and shared views (bufplan.h) */
 static int plan(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                 const int *pos, const int *held, int in_place, const int *view_of,
-                const unsigned char *narrow, const BufArenas *ar, BufPlan *p);
+                const unsigned char *narrow, const BufArenas *ar, int fallback, BufPlan *p);
 
 int bufplan_build(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                   const int *pos, BufPlan *p) {
-  return plan(m, materialize, keep, pos, NULL, 1, NULL, NULL, NULL, p);
+  return plan(m, materialize, keep, pos, NULL, 1, NULL, NULL, NULL, 1, p);
 }
 
 int bufplan_build_views(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                         const int *pos, const int *held, const int *view_of, BufPlan *p) {
-  return plan(m, materialize, keep, pos, held, 2, view_of, NULL, NULL, p);
+  return plan(m, materialize, keep, pos, held, 2, view_of, NULL, NULL, 1, p);
 }
 
 int bufplan_build_arenas(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                          const int *pos, const int *held, const int *view_of,
                          const unsigned char *narrow, const BufArenas *ar, BufPlan *p) {
-  plan(m, materialize, keep, pos, held, 2, view_of, narrow, ar, p);
+  plan(m, materialize, keep, pos, held, 2, view_of, narrow, ar, 1, p);
   p->narrow = narrow;
   return 0;
 }
 
-int bufplan_build_narrow(IrModule *m, const unsigned char *materialize,
-                         const unsigned char *keep, const int *pos, const int *held,
-                         const int *view_of, const unsigned char *narrow, BufPlan *p) {
-  return bufplan_build_arenas(m, materialize, keep, pos, held, view_of, narrow, NULL, p);
+int bufplan_build_like(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
+                       const int *pos, const int *held, const int *view_of,
+                       const unsigned char *narrow, const BufPlan *like, BufPlan *p) {
+  plan(m, materialize, keep, pos, held, like->mode, like->mode ? view_of : NULL, narrow,
+       &like->arenas, 0, p);
+  p->narrow = narrow;
+  return 0;
 }
 
 int bufplan_build_apart(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                         const int *pos, const int *held, const BufArenas *ar, BufPlan *p) {
-  return plan(m, materialize, keep, pos, held, 0, NULL, NULL, ar, p);
+  return plan(m, materialize, keep, pos, held, 0, NULL, NULL, ar, 1, p);
 }
 
 void bufplan_group_where(const IrModule *m, const BufPlan *p, uint64_t *out) {
@@ -305,10 +308,11 @@ static int64_t node_bytes(const IrNode *n, const unsigned char *narrow) {
 
 static int plan(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                 const int *pos, const int *held, int in_place, const int *view_of,
-                const unsigned char *narrow, const BufArenas *ar, BufPlan *p) {
+                const unsigned char *narrow, const BufArenas *ar, int fallback, BufPlan *p) {
   int n = m->nnodes;
   Arena *a = &m->arena;
   memset(p, 0, sizeof *p);
+  p->mode = in_place;
   if (ar) p->arenas = *ar;
   const unsigned char *unread = p->arenas.unread;
   p->offset = arena_alloc(a, sizeof(int64_t) * (size_t)(n + 1));
@@ -402,6 +406,7 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
    * each, and repack lets arenas share bytes) */
   if (p->arenas.where) p->live_peak = arenas_live_peak(m, p, pos, end);
   repack(m, p, pos);
+  if (!fallback) return 0;
   /* Best fit is a heuristic: another layout can fragment more than the bytes
    * in place saves (tiny models, where no buffer dominates).  Neither shared
    * views nor in place cost arena: where the plan without shared views is
@@ -411,13 +416,13 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
   for (int i = 0; i < n; i++) any |= p->alias[i] >= 0, shared |= grouped[i];
   if (in_place == 2 && shared) {
     BufPlan fewer; /* (itself no larger than apart) */
-    plan(m, materialize, keep, pos, held, 1, view_of, narrow, ar, &fewer);
+    plan(m, materialize, keep, pos, held, 1, view_of, narrow, ar, 1, &fewer);
     if (fewer.peak < p->peak) *p = fewer;
     return 0;
   }
   if (any) {
     BufPlan apart;
-    plan(m, materialize, keep, pos, held, 0, NULL, narrow, ar, &apart);
+    plan(m, materialize, keep, pos, held, 0, NULL, narrow, ar, 1, &apart);
     if (apart.peak < p->peak) *p = apart;
   }
   return 0;

@@ -75,11 +75,13 @@ typedef struct {
   int *alias;          /* per node id: the input it is written over (In place) or
                         * shares bytes with (a view), or -1 */
   const unsigned char *narrow; /* per node id: elements of 2 bytes, an aux part after
-                        * them at 2 ir_numel bytes (bufplan_build_narrow); NULL: none */
+                        * them at 2 ir_numel bytes (bufplan_build_arenas); NULL: none */
   int64_t peak;        /* arena bytes: the largest offset + size */
   int64_t live_peak;   /* the most bytes live at once (in any one arena): a lower
                         * bound on peak */
   BufArenas arenas;    /* as planned (bufplan_build_arenas; else none) */
+  int mode;            /* what it writes over what: 0 nothing (apart), 1 In place,
+                        * 2 In place and shared views */
 } BufPlan;
 
 /* Plans buffers for every non-leaf node with materialize[id] != 0 (NULL:
@@ -102,22 +104,25 @@ int bufplan_build(IrModule *m, const unsigned char *materialize, const unsigned 
 int bufplan_build_views(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                         const int *pos, const int *held, const int *view_of, BufPlan *out);
 
-/* bufplan_build_views with the elements of the nodes where narrow[id] != 0
- * taking 2 bytes, not 4 (bf16 values: the GPU trainer's arena,
- * codegen/cuda_arena.h; an aux part after them, sdpa's lse, stays 4 bytes an
- * element, from byte 2 ir_numel: ir_numel must be even there).  out->narrow
- * is narrow.  The invariants and the choices above hold with those sizes;
- * In place and shared views ask for equal sizes, so they take a narrow
- * input only for a narrow node. */
-int bufplan_build_narrow(IrModule *m, const unsigned char *materialize,
-                         const unsigned char *keep, const int *pos, const int *held,
-                         const int *view_of, const unsigned char *narrow, BufPlan *out);
-
-/* bufplan_build_narrow (narrow NULL: none) for the arenas ar (NULL: one),
- * which out->arenas keeps (the arrays are the caller's). */
+/* bufplan_build_views for the arenas ar (NULL: one; out->arenas keeps them,
+ * the arrays are the caller's), with the elements of the nodes where
+ * narrow[id] != 0 (narrow NULL: none) taking 2 bytes, not 4 (bf16 values:
+ * the GPU trainer's arena, codegen/cuda_arena.h; an aux part after them,
+ * sdpa's lse, stays 4 bytes an element, from byte 2 ir_numel: ir_numel must
+ * be even there).  out->narrow is narrow.  The invariants and the choices
+ * above hold with those sizes; In place and shared views ask for equal
+ * sizes, so they take a narrow input only for a narrow node. */
 int bufplan_build_arenas(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                          const int *pos, const int *held, const int *view_of,
                          const unsigned char *narrow, const BufArenas *ar, BufPlan *out);
+
+/* bufplan_build_arenas in like's mode and arenas, with no other mode tried
+ * (a second plan of the same step at other sizes, codegen/cuda_arena.h: the
+ * same nodes written over, or sharing, their inputs where the sizes allow,
+ * not a plan that fell back to none where those sizes fragment more). */
+int bufplan_build_like(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
+                       const int *pos, const int *held, const int *view_of,
+                       const unsigned char *narrow, const BufPlan *like, BufPlan *out);
 
 /* bufplan_build_views without views, every node in bytes of its own (no In place):
  * what the plan would be without it, for reports and tests (ar: as above). */

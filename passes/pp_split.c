@@ -10,13 +10,16 @@
  * (pp_node_chunks: forward nodes by layer, backward nodes with their forward
  * node).  Chunk c's program is three node lists, each in node order:
  *   F(c)  its forward nodes;  B(c)  its input-gradient nodes;  W(c)  its
- *   weight-gradient nodes (a schedule that does not split W runs B(c) then
- *   W(c) as its B action).
+ *   weight-gradient nodes (a schedule that does not split W runs B(c) and
+ *   W(c) as its B action, as one list in node order: each weight gradient
+ *   right where autodiff made it, so the output gradients it reads die
+ *   there, not at the end of the chunk's backward).
  * The optimizer nodes run after the microbatches (below).
  *
  * Node order.  The nodes are reordered to [leaves] [F(0)] ... [F(n-1)]
  * [B(n-1) W(n-1)] ... [B(0) W(0)] [gradient sums] [optimizer] (stable
- * within a group; -1 if that is not a topological order).  A rank then runs,
+ * within a group, B(c) and W(c) one group where W is not split; -1 if that
+ * is not a topological order).  A rank then runs,
  * for one microbatch, a subsequence of node order (kernels at their roots: a
  * fused kernel keeps to one chunk and phase, codegen/host.c cg_pipe_colours,
  * and a value another chunk or phase reads has a buffer), so one buffer plan
@@ -180,13 +183,14 @@ static void sink_all_reduces(const IrModule *m, int *chunk) {
   free(lo), free(hi);
 }
 
-/* Sort key: the groups of the head comment. */
-static int group_key(const IrNode *n, int chunk, int nchunks) {
+/* Sort key: the groups of the head comment (split_w: W(c) after B(c); else
+ * one group, B(c) and W(c) in the order autodiff made them). */
+static int group_key(const IrNode *n, int chunk, int nchunks, int split_w) {
   if (chunk == PP_NODE_LEAF) return 0;
   if (chunk == PP_NODE_SKIP) return 1 + 3 * nchunks;
   if (chunk == PP_NODE_OPT) return 2 + 3 * nchunks;
   if (n->phase == IR_PHASE_FWD) return 1 + chunk;
-  return 1 + nchunks + 2 * (nchunks - 1 - chunk) + (n->phase == IR_PHASE_W);
+  return 1 + nchunks + 2 * (nchunks - 1 - chunk) + (split_w && n->phase == IR_PHASE_W);
 }
 
 typedef struct {
@@ -408,7 +412,8 @@ int pass_pp_split(IrModule *m, const PpPlan *plan, PpProgram *out, char *err, si
     snprintf(err, len, "pipeline split: out of memory");
     return -1;
   }
-  for (int i = 0; i < N; i++) order[i] = (Keyed){group_key(m->nodes[i], chunk[i], C), i};
+  for (int i = 0; i < N; i++)
+    order[i] = (Keyed){group_key(m->nodes[i], chunk[i], C, plan->sched.split_w), i};
   qsort(order, (size_t)N, sizeof *order, by_key);
   for (int i = 0; i < N; i++) {
     nodes[i] = m->nodes[order[i].id];
