@@ -60,13 +60,16 @@ void cg_step_plan_free(CgStepPlan *sp) {
   cg_plan_free(&sp->kp);
 }
 
-int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc, int bf16,
-                  StepTime *st, int store, int batch, GpuBytes *gpu, char *err, size_t len) {
+int cg_plan_arena(IrModule *m, int fuse, const PpProgram *pp, int64_t *arena_bytes,
+                  const Machine *mc, int bf16, StepTime *st, int store, int batch, GpuBytes *gpu,
+                  char *err, size_t len) {
   CgStepPlan sp;
-  if (cg_plan_whole_step(m, fuse, NULL, bf16, store, batch, &sp, err, len)) return -1;
+  if (cg_plan_whole_step(m, fuse, pp, bf16, store, batch, &sp, err, len)) return -1;
   *arena_bytes = cg_arena_bytes(&sp.kp, &sp.bp, NULL);
-  if (gpu) cg_gpu_bytes(m, &sp.kp, &sp.gbp, &sp.lp, &sp.store, bf16, NULL, gpu);
-  if (st) cg_step_model(m, &sp.kp, mc ? mc : machine_default, bf16, &sp.store, &sp.batches, st);
+  if (pp) *arena_bytes = cg_pipe_arena_bytes(pp, *arena_bytes, sp.lp.params_numel);
+  if (gpu) cg_gpu_bytes(m, &sp.kp, &sp.gbp, &sp.lp, &sp.store, bf16, pp, gpu);
+  if (st && !pp)
+    cg_step_model(m, &sp.kp, mc ? mc : machine_default, bf16, &sp.store, &sp.batches, st);
   cg_step_plan_free(&sp);
   return 0;
 }

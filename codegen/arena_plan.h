@@ -48,18 +48,21 @@ int cg_plan_whole_step(IrModule *m, int fuse, const PpProgram *pp, int bf16, int
 void cg_step_plan_free(CgStepPlan *sp);
 
 /* m must have been through every pass (autodiff and the optimizer), as for
- * cg_write_project.  Plans the kernels (fused when fuse) and the buffers
- * exactly as cg_write_project does, so *arena_bytes equals the ARENA_BYTES
- * of the trainer `-o` would write for the same module; with st, also its
+ * cg_write_project; pp its stage programs, or NULL.  Plans the kernels
+ * (fused when fuse) and the buffers exactly as cg_write_project does, so
+ * *arena_bytes equals the ARENA_BYTES of the trainer `-o` would write for the
+ * same module (pp: every slot and the accumulators, cg_pipe_arena_bytes);
+ * with st (not for pp: the pipeline's timeline is the step), also its
  * predicted compute time on mc (codegen/step_model.h; bf16: the bf16 rates,
  * and the bf16 values of store);
  * with gpu, its GPU trainer's bytes (cg_gpu_bytes; store: a CgStoreMode,
  * codegen/cuda_store.h; the values it stores as bf16 planned as
- * cg_write_project plans them; m is not pipelined); batch: the step model
+ * cg_write_project plans them; pp: each stage's); batch: the step model
  * counts the batched launches (codegen/cuda_batch.h; 0: --no-batch).
  * Returns 0, or -1 with a one-line reason in err. */
-int cg_plan_arena(IrModule *m, int fuse, int64_t *arena_bytes, const Machine *mc, int bf16,
-                  StepTime *st, int store, int batch, GpuBytes *gpu, char *err, size_t len);
+int cg_plan_arena(IrModule *m, int fuse, const PpProgram *pp, int64_t *arena_bytes,
+                  const Machine *mc, int bf16, StepTime *st, int store, int batch, GpuBytes *gpu,
+                  char *err, size_t len);
 
 /* *out for the GPU trainer of m's step: kp its kernels, gbp its arena's plan
  * (cg_cuda_arena_plan: narrow where gbp->narrow), lp its leaves, store its

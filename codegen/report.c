@@ -85,8 +85,9 @@ static void pipeline(FILE *out, const PpPlan *p, int tp, int bf16) {
     fprintf(out, "  (FLOPs are per tp rank; stashed activations are whole over the tp group, an "
             "upper bound)\n");
   if (bf16)
-    fprintf(out, "  (stashed activations at 4 bytes an element; the bf16 GPU trainer stores most "
-            "as bf16: its arena is the \"GPU trainer\" line above, with -o)\n");
+    fprintf(out, "  (stashed activations: the schedule's estimate, at 4 bytes an element; what "
+            "each stage's rank allocates, most values bf16, is the \"GPU trainer\" lines "
+            "above)\n");
   for (int s = 0; s < P; s++) {
     fprintf(out, "  stage %d:%s", s, V > 1 ? "\n" : "");
     for (int k = s; k < st->nchunks; k += P) {

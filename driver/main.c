@@ -567,7 +567,7 @@ static int explain(const Options *o, IrModule *m, const PpProgram *pp, const Cos
 static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, FILE *xout,
                       char *why, size_t len) {
   if (o->lay.tp * o->lay.dp == 1 && !o->pads) {
-    if (cg_plan_arena(m, !o->no_fuse, &cost->arena_bytes, cost->machine, cost->bf16,
+    if (cg_plan_arena(m, !o->no_fuse, NULL, &cost->arena_bytes, cost->machine, cost->bf16,
                       &cost->step, o->bf16_store, !o->no_batch, &cost->gpu, why, len))
       return -1;
     return xout && explain(o, m, NULL, cost, xout) ? -1 : 0;
@@ -600,7 +600,7 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
     cost->has_comm = 1;
   }
   if (!rc)
-    rc = cg_plan_arena(r, !o->no_fuse, &cost->arena_bytes, cost->machine, cost->bf16,
+    rc = cg_plan_arena(r, !o->no_fuse, NULL, &cost->arena_bytes, cost->machine, cost->bf16,
                        &cost->step, o->bf16_store, !o->no_batch, &cost->gpu, why, len);
   if (!rc && xout && explain(o, r, NULL, cost, xout)) rc = -1;
   ir_module_free(r);
@@ -876,6 +876,13 @@ int main(int argc, char **argv) {
     IrModule *r = pipe_module(&prog, &o, m, &pipe, &pp, why, sizeof why);
     if (r) pipe_comm(&o, m, r, &pp, &cost);
     int bad = r && pipe_retime(&o, m, r, &pp, &pipe);
+    /* each stage's arena and device bytes, as -o would allocate them */
+    if (r && !bad && !o.emit && !o.dump_after &&
+        cg_plan_arena(r, !o.no_fuse, &pp, &cost.arena_bytes, cost.machine, machine_bf16(r),
+                      NULL, o.bf16_store, !o.no_batch, &cost.gpu, why, sizeof why)) {
+      fprintf(stderr, "parc: internal error: %s\n", why);
+      bad = 1;
+    }
     if (r && !bad && xout && explain(&o, r, &pp, &cost, xout)) bad = 1;
     ir_module_free(r);
     if (bad) {

@@ -96,8 +96,8 @@ int main(int argc, char **argv) {
   cg_plan_free(&kp);
 
   int64_t now = 0, before = 0;
-  if (cg_plan_arena(m, 1, &now, NULL, 0, NULL, 0, 1, NULL, err, sizeof err) ||
-      cg_plan_arena(keep, 1, &before, NULL, 0, NULL, 0, 1, NULL, err, sizeof err)) {
+  if (cg_plan_arena(m, 1, NULL, &now, NULL, 0, NULL, 0, 1, NULL, err, sizeof err) ||
+      cg_plan_arena(keep, 1, NULL, &before, NULL, 0, NULL, 0, 1, NULL, err, sizeof err)) {
     printf("FAIL: arena plan: %s\n", err);
     return 1;
   }

@@ -108,7 +108,7 @@ int main(int argc, char **argv) {
   cg_plan_free(&kp);
   /* the report: train.c's arena, and the GPU trainer's where it is not that */
   GpuBytes rg = {.arena = -1};
-  if (cg_plan_arena(m, 1, &rep, NULL, machine_bf16(m), NULL, CG_STORE_BF16, 1, &rg, err,
+  if (cg_plan_arena(m, 1, NULL, &rep, NULL, machine_bf16(m), NULL, CG_STORE_BF16, 1, &rg, err,
                     sizeof err) ||
       rep != train || rg.arena != (gpu[CG_STORE_BF16] != train ? gpu[CG_STORE_BF16] : 0)) {
     printf("FAIL: the report's arenas %lld, %lld; the plans' %lld, %lld\n", (long long)rep,

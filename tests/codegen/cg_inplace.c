@@ -108,7 +108,7 @@ int main(int argc, char **argv) {
     fails++;
   }
   cg_plan_free(&kp);
-  if (cg_plan_arena(m, 1, &rep, NULL, 0, NULL, 0, 1, NULL, err, sizeof err) || rep != now) {
+  if (cg_plan_arena(m, 1, NULL, &rep, NULL, 0, NULL, 0, 1, NULL, err, sizeof err) || rep != now) {
     printf("FAIL: the report's arena %lld is not the plan's %lld\n", (long long)rep,
            (long long)now);
     fails++;

@@ -14,7 +14,7 @@ For a few layouts, parc MODEL --explain all, with and without -o:
 - every row names a source location that exists: a line of the model or the
   prelude, its text printed beside it.
 For pipelines (--pp 2, and a routed model's microbatches at pp 1), the same
-both ways, each stage's calls sum to the report's "busy" time of that stage
+both ways (and the report's arena and device lines the same with and without -o), each stage's calls sum to the report's "busy" time of that stage
 (pp 2), each stage's values (its arena's) peak within the slot, the table
 is the largest stage's, whose peak for train.c is plan.json's
 arena_live_peak_bytes, train.c's slot and slots are plan.json's
@@ -60,7 +60,7 @@ def explain_both(name, model, args):
     if not a or a != b:
         fail(f"{name}: the explanation differs with -o ({len(a)} and {len(b)} bytes)")
         return None
-    return plain.stdout, a, outdir
+    return plain.stdout, a, outdir, built.stdout
 
 
 UNIT = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
@@ -70,7 +70,7 @@ def check(name, model, args):
     got = explain_both(name, model, args)
     if not got:
         return
-    _, a, outdir = got
+    _, a, outdir, _ = got
     path = os.path.join(examples, model + ".dsl")
     plan = json.load(open(os.path.join(outdir, "plan.json")))
     cost, step = plan["cost"], plan["predicted_step"]
@@ -113,7 +113,14 @@ def check_pipe(name, model, args):
     got = explain_both(name, model, args)
     if not got:
         return
-    report, a, outdir = got
+    report, a, outdir, built = got
+    # the report plans each stage's arena and device bytes without -o as -o does
+    lines = r"^(activation arena \(planned.*|GPU trainer \(bf16\): activation arena.*|" \
+            r"    stage \d+: [\d.]+ \w+ \(\d+ bytes\).*)$"
+    plain_lines = re.findall(lines, report[:report.find(a)], re.M)
+    built_lines = re.findall(lines, built[:built.find(a)], re.M)
+    if not plain_lines or plain_lines != built_lines:
+        fail(f"{name}: the report's arena lines {plain_lines}, with -o {built_lines}")
     if not a.startswith("a slot"):
         fail(f"{name}: no slot explained")
         return
