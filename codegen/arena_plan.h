@@ -30,7 +30,8 @@ int cg_plan_step(IrModule *m, int fuse, const PpProgram *pp, CgKernelPlan *kp, i
 /* A step as cg_write_project plans it: kp its kernels (fused when fuse;
  * pp, a trainer of stage programs, or NULL: as cg_plan_step plans them),
  * pos each node's position, held cg_plan_step's, bp train.c's arena (with
- * pp, a slot of every stage's at once), canon the kernels' shared code (cg_dedup_kernels), store
+ * pp, a slot of every stage's at once), canon the kernels' shared code
+ * (cg_dedup_kernels), store
  * the bf16 GPU trainer's stored values (bf16, store: a CgStoreMode), gbp its
  * arena (cg_cuda_arena_plan), lp its leaves, batches its batched launches
  * (batch 0: --no-batch; none for stage programs).  Arrays in m's arena but

@@ -75,9 +75,9 @@ int cg_explain_calls(const IrModule *m, const CgKernelPlan *kp, const double *no
  * stage programs: the arenas are a slot's (one plan for every stage, a
  * stage's slot holding its values of one microbatch; a stage's arena holds
  * pp->slots of them): each stage's values' peak, then what is live at the
- * largest, and the step is each stage's calls, a chunk's once a microbatch.  srcs: the texts of the files IrLoc names (nsrc of them; a
- * file not among them prints no line).  0, or -1 with a one-line reason in
- * err. */
+ * largest, and the step is each stage's calls, a chunk's once a microbatch.
+ * srcs: the texts of the files IrLoc names (nsrc of them; a file not among
+ * them prints no line).  0, or -1 with a one-line reason in err. */
 int cg_explain(FILE *out, IrModule *m, const PpProgram *pp, unsigned what, int fuse,
                const Machine *mc, int bf16, int store, int batch, const CgSourceText *srcs,
                int nsrc, char *err, size_t len);

@@ -1083,10 +1083,10 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
   const IrModule *m = e->m;
   FILE *f = e->out;
   int C = pp->nchunks, P = pp->nstages;
+  /* (a schedule that does not split W: bwd_c runs W(c) too, wgt_c nothing) */
   static const char *const titles[2][3] = {
       {"forward", "backward: input and weight gradients",
-       "backward: weight gradients (none here: the schedule runs them with the input "
-       "gradients)"},
+       "backward: nothing (bwd_%d ran its weight gradients)"},
       {"forward", "backward: input gradients", "backward: weight gradients"}};
   const char *const *title = titles[pp->split_w != 0];
   static const char *const fn[] = {"fwd", "bwd", "wgt"};
@@ -1107,8 +1107,9 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
     for (int ph = IR_PHASE_FWD; ph <= IR_PHASE_W; ph++) {
       char name[32], what[224];
       snprintf(name, sizeof name, "%s_%d", fn[ph], c);
-      snprintf(what, sizeof what, "chunk %d (stage %d): %s of one microbatch", c, c % P,
-               title[ph]);
+      char t[96];
+      snprintf(t, sizeof t, title[ph], c);
+      snprintf(what, sizeof what, "chunk %d (stage %d): %s of one microbatch", c, c % P, t);
       emit_fn_head(e, name, what, c % P);
       e->lp = &slp[c % P];
       emit_group(e, pp, c, (IrPhase)ph, -1);

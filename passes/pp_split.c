@@ -517,17 +517,19 @@ void pp_node_arenas(const IrModule *m, const PpProgram *pp, uint64_t *where,
     for (int k = 0; k < pp->nact[c]; k++) where[pp->act[c][k]] |= both;
     for (int k = 0; k < pp->ngrad[c]; k++) where[pp->grad[c][k]] |= both;
   }
-  /* what a node reads is where it runs (the lists above carry every value
-   * that crosses stages; this keeps the rule whatever made the value), and
-   * a parameter's gradient buffer is where the optimizer writes it: its
-   * holders */
+  /* what a node reads is held where the node runs (the lists above carry
+   * every value that crosses stages; this keeps the rule whatever made the
+   * value): a chunk's node on its stage, an owned optimizer node on its
+   * parameter's holders, a shared one everywhere; and a parameter's gradient
+   * buffer is where the optimizer writes it, its holders */
   for (int i = 0; i < n; i++) {
     const IrNode *x = m->nodes[i];
-    int own = pp->opt_owner[i];
+    int c = pp->chunk[i], own = pp->opt_owner[i];
     if (unread[i]) continue;
-    /* (an owned optimizer node reads on its parameter's holders alone) */
-    uint64_t reads = pp->chunk[i] == PP_NODE_OPT && own >= 0 ? pp->holders[own] & all : where[i];
-    for (int k = 0; k < x->ninputs; k++) where[x->inputs[k]->id] |= reads;
+    uint64_t runs = c >= 0                       ? (uint64_t)1 << (c % P)
+                    : c == PP_NODE_OPT && own >= 0 ? pp->holders[own] & all
+                                                   : all;
+    for (int k = 0; k < x->ninputs; k++) where[x->inputs[k]->id] |= runs;
     if (x->op == IR_OP_PARAM && x->grad) where[x->grad->id] |= pp->holders[i] & all;
   }
 }
