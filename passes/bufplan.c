@@ -245,23 +245,21 @@ int bufplan_build_apart(IrModule *m, const unsigned char *materialize, const uns
   return plan(m, materialize, keep, pos, held, 0, NULL, NULL, ar, 1, p);
 }
 
+/* The node that took the bytes node i (with a buffer) is written over or
+ * shares: the root of its byte group. */
+static int group_root(const BufPlan *p, int i) {
+  while (p->alias[i] >= 0) i = p->alias[i];
+  return i;
+}
+
 void bufplan_group_where(const IrModule *m, const BufPlan *p, uint64_t *out) {
   const uint64_t *w = p->arenas.where;
   int n = m->nnodes;
   for (int i = 0; i < n; i++) out[i] = 0;
-  /* aliases point at earlier nodes: a member's root is settled before it */
-  for (int i = 0; i < n; i++) {
-    if (p->offset[i] < 0) continue;
-    int r = i;
-    while (p->alias[r] >= 0) r = p->alias[r];
-    out[r] |= !w || !w[i] ? ~(uint64_t)0 : w[i];
-  }
-  for (int i = 0; i < n; i++) {
-    if (p->offset[i] < 0) continue;
-    int r = i;
-    while (p->alias[r] >= 0) r = p->alias[r];
-    out[i] = out[r];
-  }
+  for (int i = 0; i < n; i++)
+    if (p->offset[i] >= 0) out[group_root(p, i)] |= !w || !w[i] ? ~(uint64_t)0 : w[i];
+  for (int i = 0; i < n; i++)
+    if (p->offset[i] >= 0) out[i] = out[group_root(p, i)];
 }
 
 /* The most bytes any one arena holds at once: per arena, the groups it
@@ -272,18 +270,16 @@ static int64_t arenas_live_peak(IrModule *m, const BufPlan *p, const int *pos, i
   int *die = arena_alloc(&m->arena, sizeof(int) * (size_t)(n + 1));
   int64_t *delta = arena_alloc(&m->arena, sizeof(int64_t) * (size_t)(end + 2));
   bufplan_group_where(m, p, gw);
-  uint64_t any = 0;
+  uint64_t any = 1; /* the arenas named (bit 0 at least) */
+  for (int i = 0; i < n; i++) die[i] = -1;
   for (int i = 0; i < n; i++) {
-    die[i] = -1;
     if (p->offset[i] < 0) continue;
-    int r = i;
-    while (p->alias[r] >= 0) r = p->alias[r];
+    int r = group_root(p, i);
     if (p->last_use[i] > die[r]) die[r] = p->last_use[i];
     if (gw[i] != ~(uint64_t)0) any |= gw[i];
   }
   int64_t best = 0;
-  for (int s = 0; s < 64; s++) {
-    if (s > 0 && !(any >> s)) break;
+  for (int s = 0; s < 64 && any >> s; s++) {
     memset(delta, 0, sizeof(int64_t) * (size_t)(end + 2));
     for (int r = 0; r < n; r++)
       if (p->offset[r] >= 0 && p->alias[r] < 0 && (gw[r] >> s & 1)) {

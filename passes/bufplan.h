@@ -58,8 +58,8 @@
 
 #define BUFPLAN_ALIGN 64
 
-/* Arenas planned at once (NULL fields: one arena, every node read where its
- * readers run).  where[id]: bit s for each arena s holding node id's bytes
+/* Arenas planned at once (where NULL: one arena; unread NULL: every node
+ * runs).  where[id]: bit s for each arena s holding node id's bytes
  * (0 for a buffered node counts as every arena).  unread[id] != 0: node id
  * never runs, so its reads keep no input alive (a pipeline's skipped
  * gradient sums: their terms go to an accumulator where they are made). */

@@ -488,8 +488,9 @@ int pass_pp_split(IrModule *m, const PpPlan *plan, PpProgram *out, char *err, si
  * of its chunks, the values its chunks receive or send (act, grad), and the
  * values its nodes read; a parameter's holders for its gradient and the
  * optimizer nodes it owns; every stage for the other optimizer nodes, the
- * leaves and the skipped gradient sums, which unread[id] marks (never run: their terms go
- * to the accumulator where they are made).  m->nnodes entries each. */
+ * leaves and the skipped gradient sums, which unread[id] marks (never run:
+ * their terms go to the accumulator where they are made).  m->nnodes
+ * entries each. */
 void pp_node_arenas(const IrModule *m, const PpProgram *pp, uint64_t *where,
                     unsigned char *unread);
 

@@ -499,18 +499,22 @@ int pass_pp_split(IrModule *m, const PpPlan *plan, PpProgram *out, char *err, si
   return 0;
 }
 
+/* The stages where node i runs: a chunk's node on its chunk's stage, an
+ * owned optimizer node on its parameter's holders, the rest everywhere. */
+static uint64_t runs_on(const PpProgram *pp, int i, uint64_t all) {
+  int c = pp->chunk[i], own = pp->opt_owner[i];
+  if (c >= 0) return (uint64_t)1 << (c % pp->nstages);
+  return c == PP_NODE_OPT && own >= 0 ? pp->holders[own] & all : all;
+}
+
 void pp_node_arenas(const IrModule *m, const PpProgram *pp, uint64_t *where,
                     unsigned char *unread) {
   int P = pp->nstages, n = m->nnodes;
   uint64_t all = P >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << P) - 1;
   for (int i = 0; i < n; i++) {
-    int c = pp->chunk[i];
-    int own = pp->opt_owner[i];
-    where[i] = c >= 0 ? (uint64_t)1 << (c % P) : all;
-    /* an owned optimizer node runs on its parameter's holders (an opt_pub 1
-     * one is zeroed on every other stage) */
-    if (c == PP_NODE_OPT && own >= 0 && pp->opt_pub[i] != 1) where[i] = pp->holders[own] & all;
-    unread[i] = c == PP_NODE_SKIP;
+    /* (an opt_pub 1 node is also zeroed on the stages not holding it) */
+    where[i] = pp->opt_pub[i] == 1 ? all : runs_on(pp, i, all);
+    unread[i] = pp->chunk[i] == PP_NODE_SKIP;
   }
   for (int c = 0; c + 1 < pp->nchunks; c++) {
     uint64_t both = (uint64_t)1 << (c % P) | (uint64_t)1 << ((c + 1) % P);
@@ -519,17 +523,12 @@ void pp_node_arenas(const IrModule *m, const PpProgram *pp, uint64_t *where,
   }
   /* what a node reads is held where the node runs (the lists above carry
    * every value that crosses stages; this keeps the rule whatever made the
-   * value): a chunk's node on its stage, an owned optimizer node on its
-   * parameter's holders, a shared one everywhere; and a parameter's gradient
-   * buffer is where the optimizer writes it, its holders */
+   * value), and a parameter's gradient buffer where the optimizer writes
+   * it, its holders */
   for (int i = 0; i < n; i++) {
     const IrNode *x = m->nodes[i];
-    int c = pp->chunk[i], own = pp->opt_owner[i];
     if (unread[i]) continue;
-    uint64_t runs = c >= 0                       ? (uint64_t)1 << (c % P)
-                    : c == PP_NODE_OPT && own >= 0 ? pp->holders[own] & all
-                                                   : all;
-    for (int k = 0; k < x->ninputs; k++) where[x->inputs[k]->id] |= runs;
+    for (int k = 0; k < x->ninputs; k++) where[x->inputs[k]->id] |= runs_on(pp, i, all);
     if (x->op == IR_OP_PARAM && x->grad) where[x->grad->id] |= pp->holders[i] & all;
   }
 }
