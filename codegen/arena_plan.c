@@ -127,7 +127,10 @@ void cg_gpu_bytes(const IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp,
   out->arena = gbp->narrow ? slots : 0;
   out->gemm_ws = out->device = 0;
   out->nstages = pp->nstages;
+  out->slots = pp->slots, out->slot = arena;
   for (int s = 0; s < pp->nstages && s < PP_MAX_STAGES; s++) {
+    /* (a stage whose arena no value names, were there one: the largest, a bound) */
+    out->stage_live[s] = s < gbp->narenas ? gbp->arena_live[s] : gbp->live_peak;
     int64_t ws = gemm_ws(m, bf16, store->bf16, store->weights, pp, s);
     out->stage_device[s] = rt_cuda_planned_bytes(pp->stage_params_numel[s],
                                                  pp->stage_state_numel[s], slots,

@@ -63,12 +63,15 @@ static void row(FILE *out, const char *what, double p, double w, double g, doubl
 }
 
 /* The pipeline section (--pp above 1): per stage its chunks' layers, FLOPs
- * and activations of one microbatch, the simulated peak of stashed
- * activations, and the bubble simulated next to the analytic value. */
-static void pipeline(FILE *out, const PpPlan *p, int tp, int bf16) {
+ * and boundary bytes of one microbatch, the simulated peak of microbatches
+ * in flight, and the bubble simulated next to the analytic value.  The
+ * activations are the planned arena's where g holds it (g->nstages: the
+ * GPU trainer's slots, a rank's, as it allocates them), else the schedule's
+ * estimate from pass_stages (whole over the tp group, 4 bytes an element). */
+static void pipeline(FILE *out, const PpPlan *p, const GpuBytes *g, int tp, int bf16) {
   const PpStages *st = &p->st;
   const PpSim *sim = &p->sim;
-  int P = st->nstages, V = st->nvirtual;
+  int P = st->nstages, V = st->nvirtual, planned = g->nstages == P && g->slots > 0;
   char a[32], b[32], c[32], d[32], e[32];
   fprintf(out, "pipeline: %s, %d stages", pp_schedule_name[p->req.schedule], P);
   if (V > 1) fprintf(out, " x %d virtual (%d chunks, chunk c on stage c %% %d)", V, st->nchunks, P);
@@ -81,13 +84,21 @@ static void pipeline(FILE *out, const PpPlan *p, int tp, int bf16) {
     fprintf(out, "  simulated at %s per rank (the machine's GEMM rate), %s and %.3g us a "
             "transfer between stages\n", rate(a, sizeof a, p->flops_per_s, "FLOP"),
             rate(b, sizeof b, p->link_bytes_per_s, "B"), p->latency_s * 1e6);
-  if (tp > 1)
-    fprintf(out, "  (FLOPs are per tp rank; stashed activations are whole over the tp group, an "
-            "upper bound)\n");
-  if (bf16)
-    fprintf(out, "  (stashed activations: the schedule's estimate, at 4 bytes an element; what "
-            "each stage's rank allocates, most values bf16, is the \"GPU trainer\" lines "
-            "above)\n");
+  if (planned)
+    fprintf(out, "  activations (planned, a rank's, as %s): %d slots of %s (%" PRId64 " bytes) "
+            "on each stage, a slot a microbatch's values; FLOPs are per tp rank\n",
+            g->arena ? "the GPU trainer allocates them, bf16 values at 2 bytes"
+                     : "the trainers allocate them", g->slots,
+            bytes(a, sizeof a, (double)g->slot), g->slot);
+  else {
+    if (tp > 1)
+      fprintf(out, "  (FLOPs are per tp rank; stashed activations are whole over the tp group, "
+              "an upper bound)\n");
+    if (bf16)
+      fprintf(out, "  (stashed activations: the schedule's estimate, at 4 bytes an element; "
+              "what each stage's rank allocates, most values bf16, is the \"GPU trainer\" "
+              "lines above)\n");
+  }
   for (int s = 0; s < P; s++) {
     fprintf(out, "  stage %d:%s", s, V > 1 ? "\n" : "");
     for (int k = s; k < st->nchunks; k += P) {
@@ -96,15 +107,20 @@ static void pipeline(FILE *out, const PpPlan *p, int tp, int bf16) {
       fprintf(out, " layers %d-%d%s%s, %" PRId64 " parameters\n", ch->first_layer,
               ch->first_layer + ch->nlayers - 1, ch->embedding ? " + embedding" : "",
               ch->head ? " + head and loss" : "", ch->params);
-      fprintf(out, "    %sper microbatch: F %s, B %s, W %s; stash %s, sends %s\n",
-              V > 1 ? "  " : "", flops(a, sizeof a, ch->flops_f), flops(b, sizeof b, ch->flops_b),
-              flops(c, sizeof c, ch->flops_w), bytes(d, sizeof d, (double)ch->stash_bytes),
-              bytes(e, sizeof e, (double)ch->boundary_bytes));
+      fprintf(out, "    %sper microbatch: F %s, B %s, W %s; ", V > 1 ? "  " : "",
+              flops(a, sizeof a, ch->flops_f), flops(b, sizeof b, ch->flops_b),
+              flops(c, sizeof c, ch->flops_w));
+      if (!planned) fprintf(out, "stash %s, ", bytes(d, sizeof d, (double)ch->stash_bytes));
+      fprintf(out, "sends %s\n", bytes(e, sizeof e, (double)ch->boundary_bytes));
     }
-    fprintf(out, "    peak %d microbatch%s in flight: %s of activations; busy %.4g of %.4g ms\n",
-            sim->peak_inflight[s], V > 1 ? "-chunk(s)" : sim->peak_inflight[s] == 1 ? "" : "es",
-            bytes(a, sizeof a, (double)sim->peak_stash_bytes[s]), sim->busy[s] * 1e3,
-            sim->makespan * 1e3);
+    fprintf(out, "    peak %d microbatch%s in flight", sim->peak_inflight[s],
+            V > 1 ? "-chunk(s)" : sim->peak_inflight[s] == 1 ? "" : "es");
+    if (planned && s < PP_MAX_STAGES)
+      fprintf(out, "; a microbatch's values at most %s live in its slot",
+              bytes(a, sizeof a, (double)g->stage_live[s]));
+    else
+      fprintf(out, ": %s of activations", bytes(a, sizeof a, (double)sim->peak_stash_bytes[s]));
+    fprintf(out, "; busy %.4g of %.4g ms\n", sim->busy[s] * 1e3, sim->makespan * 1e3);
   }
   static const char *const formula[PP_NSCHEDULES] = {"(P-1)/M", "(P-1)/M", "(P-1)/(V M)",
                                                      "(P-1)(F+B-W)/(M(F+B+W))"};
@@ -611,7 +627,7 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
             bytes(a, sizeof a, (double)c->gpu.reduce_ws), c->gpu.reduce_ws);
   if (c->arena_bytes && c->gpu.device) gpu_device(out, m, c);
   if (c->pipe) {
-    pipeline(out, c->pipe, lay->tp, c->bf16);
+    pipeline(out, c->pipe, &c->gpu, lay->tp, c->bf16);
     predicted_pipe_step(out, lay, c);
   } else if (c->accum) predicted_pipe_step(out, lay, c);
   else if (c->tokens && (c->has_comm || lay->tp * lay->dp == 1)) predicted_step(out, lay, c);

@@ -262,9 +262,10 @@ void bufplan_group_where(const IrModule *m, const BufPlan *p, uint64_t *out) {
     if (p->offset[i] >= 0) out[i] = out[group_root(p, i)];
 }
 
-/* The most bytes any one arena holds at once: per arena, the groups it
- * holds, each live from its root's write to its last member's read. */
-static int64_t arenas_live_peak(IrModule *m, const BufPlan *p, const int *pos, int end) {
+/* The most bytes any one arena holds at once: per arena (into
+ * p->arena_live), the groups it holds, each live from its root's write to
+ * its last member's read. */
+static int64_t arenas_live_peak(IrModule *m, BufPlan *p, const int *pos, int end) {
   int n = m->nnodes;
   uint64_t *gw = arena_alloc(&m->arena, sizeof(uint64_t) * (size_t)(n + 1));
   int *die = arena_alloc(&m->arena, sizeof(int) * (size_t)(n + 1));
@@ -279,7 +280,10 @@ static int64_t arenas_live_peak(IrModule *m, const BufPlan *p, const int *pos, i
     if (gw[i] != ~(uint64_t)0) any |= gw[i];
   }
   int64_t best = 0;
-  for (int s = 0; s < 64 && any >> s; s++) {
+  p->narenas = 0;
+  while (p->narenas < 64 && any >> p->narenas) p->narenas++;
+  p->arena_live = arena_alloc(&m->arena, sizeof(int64_t) * (size_t)p->narenas);
+  for (int s = 0; s < p->narenas; s++) {
     memset(delta, 0, sizeof(int64_t) * (size_t)(end + 2));
     for (int r = 0; r < n; r++)
       if (p->offset[r] >= 0 && p->alias[r] < 0 && (gw[r] >> s & 1)) {
@@ -287,10 +291,12 @@ static int64_t arenas_live_peak(IrModule *m, const BufPlan *p, const int *pos, i
         delta[die[r] + 1] -= p->size[r];
       }
     int64_t now = 0;
+    p->arena_live[s] = 0;
     for (int t = 0; t <= end; t++) {
       now += delta[t];
-      if (now > best) best = now;
+      if (now > p->arena_live[s]) p->arena_live[s] = now;
     }
+    if (p->arena_live[s] > best) best = p->arena_live[s];
   }
   return best;
 }

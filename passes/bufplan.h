@@ -80,6 +80,9 @@ typedef struct {
   int64_t live_peak;   /* the most bytes live at once (in any one arena): a lower
                         * bound on peak */
   BufArenas arenas;    /* as planned (bufplan_build_arenas; else none) */
+  int narenas;         /* with arenas: one past the highest arena named, else 0 */
+  int64_t *arena_live; /* with arenas: per arena s (narenas), the most bytes live
+                        * at once in it (live_peak is the largest) */
   int mode;            /* what it writes over what: 0 nothing (apart), 1 In place,
                         * 2 In place and shared views */
 } BufPlan;

@@ -223,6 +223,12 @@ typedef struct {
   int nstages;      /* a trainer of stage programs (pipelined, or a routed model's
                        accumulated microbatches): its stages, else 0 */
   int64_t stage_device[PP_MAX_STAGES]; /* per stage: device of a rank of that stage */
+  /* a trainer of stage programs (nstages > 0): its arena's slots (the same count and
+   * size on every stage; a slot holds a stage's values of one microbatch) */
+  int slots;
+  int64_t slot;     /* a slot's bytes, its kernels' temporaries included */
+  int64_t stage_live[PP_MAX_STAGES]; /* per stage: the most bytes its values of one
+                       microbatch hold at once in a slot (BufPlan.arena_live) */
 } GpuBytes;
 
 typedef struct {

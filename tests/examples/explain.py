@@ -15,7 +15,8 @@ For a few layouts, parc MODEL --explain all, with and without -o:
   prelude, its text printed beside it.
 For pipelines (--pp 2, and a routed model's microbatches at pp 1), the same
 both ways (and the report's arena and device lines the same with and without -o), each stage's calls sum to the report's "busy" time of that stage
-(pp 2), each stage's values (its arena's) peak within the slot, the table
+(pp 2), each stage's values (its arena's) peak within the slot, and are
+the report's pipeline section's (with its slots, the GPU trainer's), the table
 is the largest stage's, whose peak for train.c is plan.json's
 arena_live_peak_bytes, train.c's slot and slots are plan.json's
 arena_slot_bytes and arena_slots, and the arenas (arena_bytes,
@@ -116,7 +117,8 @@ def check_pipe(name, model, args):
     report, a, outdir, built = got
     # the report plans each stage's arena and device bytes without -o as -o does
     lines = r"^(activation arena \(planned.*|GPU trainer \(bf16\): activation arena.*|" \
-            r"    stage \d+: [\d.]+ \w+ \(\d+ bytes\).*)$"
+            r"    stage \d+: [\d.]+ \w+ \(\d+ bytes\).*|  activations \(planned.*|" \
+            r"    peak .* at most .*)$"
     plain_lines = re.findall(lines, report[:report.find(a)], re.M)
     built_lines = re.findall(lines, built[:built.find(a)], re.M)
     if not plain_lines or plain_lines != built_lines:
@@ -160,6 +162,20 @@ def check_pipe(name, model, args):
         if k == 0 and abs(top - plan["arena_live_peak_bytes"]) > 0.005 * top:
             fail(f"{name}: {peak.group(0)}, plan.json's live peak "
                  f"{plan['arena_live_peak_bytes']}")
+    # the pipeline section's activations are the GPU trainer's slots (its own plan
+    # where it has one, else train.c's), and each stage's values in them the
+    # explanation's, computed apart (the planner's per-arena peaks against
+    # cg_explain_peak)
+    if "--pp" in args:
+        head = re.search(r"^  activations \(planned.*?: (\d+) slots of .*?\((\d+) bytes\)",
+                         report, re.M)
+        most = re.findall(r"^    peak .*; a microbatch's values at most ([\d.]+ \w+) live",
+                          report, re.M)
+        last = a.split("a slot of the activation arena")[-1]
+        own = re.findall(r"^    stage \d+: ([\d.]+ \w+) in", last, re.M)
+        if not head or (head.group(1), head.group(2)) != slots[-1] or most != own:
+            fail(f"{name}: the pipeline's activations {head and head.group(0)}, {most}; "
+                 f"explained {slots[-1]}, {own}")
     print(f"ok   {name}: {len(stages)} stages busy {busy}, slots {slots}")
 
 

@@ -242,6 +242,45 @@ static int simulate_arenas(const IrModule *m, const BufPlan *p, const int *pos, 
   return 0;
 }
 
+/* Each arena's live peak, counted plainly: at every position, the bytes of
+ * the byte groups (a root and the nodes written over it or sharing it) it
+ * holds that are live then, from the root's write to the last read of any
+ * member.  Fails what where p->arena_live or p->live_peak differ. */
+static void check_arena_live(const IrModule *m, const BufPlan *p, const int *pos,
+                             const char *what) {
+  int n = m->nnodes, end = 0;
+  for (int i = 0; i < n; i++)
+    if (pos[i] + 1 > end) end = pos[i] + 1;
+  int64_t most = 0;
+  for (int s = 0; s < p->narenas; s++) {
+    int64_t peak = 0;
+    for (int t = 0; t < end; t++) {
+      int64_t live = 0;
+      for (int r = 0; r < n; r++) {
+        if (p->offset[r] < 0 || p->alias[r] >= 0) continue;
+        int holds = 0, die = -1;
+        for (int j = 0; j < n; j++) {
+          int x = j;
+          while (p->offset[x] >= 0 && p->alias[x] >= 0) x = p->alias[x];
+          if (x != r || p->offset[j] < 0) continue;
+          holds |= !p->arenas.where[j] || (p->arenas.where[j] >> s & 1);
+          if (p->last_use[j] > die) die = p->last_use[j];
+        }
+        if (holds && pos[r] <= t && t <= die) live += p->size[r];
+      }
+      if (live > peak) peak = live;
+    }
+    if (peak != p->arena_live[s]) {
+      char why[128];
+      snprintf(why, sizeof why, "arena %d: live peak %lld, counted %lld", s,
+               (long long)p->arena_live[s], (long long)peak);
+      fail(what, why);
+    }
+    if (peak > most) most = peak;
+  }
+  if (most != p->live_peak) fail(what, "live_peak is not the largest arena's");
+}
+
 /* Random in-place DAGs over three arenas: sound by bufplan_check and by
  * running each arena; no larger than one arena's plan, and smaller over all
  * of them (arenas share bytes); unread readers keep nothing alive. */
@@ -273,9 +312,10 @@ static void check_arenas(void) {
     bufplan_build_arenas(m, NULL, keep, pos, NULL, view_of, NULL, &ar, &p);
     bufplan_build_arenas(m, NULL, keep, pos, NULL, view_of, NULL, &ar1, &p1);
     bufplan_build_arenas(m, NULL, keep, pos, NULL, view_of, NULL, &ar0, &p0);
-    checks += 4;
+    checks += 5;
     if (bufplan_check(m, &p, pos, why, sizeof why)) fail(what, why);
     simulate_arenas(m, &p, pos, run, what);
+    check_arena_live(m, &p, pos, what);
     if (p.live_peak > p.peak || p.peak > p1.peak) {
       snprintf(why, sizeof why, "live peak %lld, peak %lld, one arena's peak %lld",
                (long long)p.live_peak, (long long)p.peak, (long long)p1.peak);
