@@ -369,11 +369,13 @@ static const char *arena_title(char *buf, size_t len, const PpProgram *pp, int g
                              : " (train.c's plan; a GPU trainer's too)";
   if (gpu)
     snprintf(buf, len, "%sactivation arena of the GPU trainer (train_cuda.c, bf16 values at 2 "
-             "bytes%s", pp ? "a slot of the " : "", pp ? "; a stage's arena holds " : ")");
+             "bytes%s", pp ? "a slot of the " : "", pp ? "; the stages' arenas hold " : ")");
   else
     snprintf(buf, len, "%sactivation arena%s%s", pp ? "a slot of the " : "", whose,
-             pp ? " (a stage's values of one microbatch; a stage's arena holds " : "");
-  if (pp) snprintf(buf + strlen(buf), len - strlen(buf), "%d)", pp->slots);
+             pp ? " (a stage's values of one microbatch; the stages' arenas hold " : "");
+  for (int s = 0; pp && s < pp->nstages; s++)
+    snprintf(buf + strlen(buf), len - strlen(buf), "%d%s", pp->stage_slots[s],
+             s + 1 < pp->nstages ? ", " : ")");
   return buf;
 }
 
@@ -383,7 +385,7 @@ int cg_explain(FILE *out, IrModule *m, const PpProgram *pp, unsigned what, int f
   CgStepPlan sp;
   if (cg_plan_whole_step(m, fuse, pp, bf16, store, batch, &sp, err, len)) return -1;
   if (!mc) mc = machine_default;
-  char title[192];
+  char title[512];
   int rc = 0;
   for (int gpu = 0; gpu < 2 && !rc && what & CG_EXPLAIN_MEMORY; gpu++) {
     const BufPlan *p = gpu ? &sp.gbp : &sp.bp;

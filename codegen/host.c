@@ -846,7 +846,8 @@ static void emit_desc(Emit *e, const CgHostInfo *info, int stats) {
   if (info->pipe)
     fprintf(f, "    .pp = %d, /* each stage holds its own parameters and state */\n"
                "    .pp_param_offset = pp_param_offset, .pp_params_numel = pp_param_numel,\n"
-               "    .pp_state_offset = pp_state_offset, .pp_state_numel = pp_state_numel,\n",
+               "    .pp_state_offset = pp_state_offset, .pp_state_numel = pp_state_numel,\n"
+               "    .pp_arena_bytes = pp_arena_bytes,\n",
             info->pipe->nstages);
   fprintf(f, "    .nparams = %d, .params = params, .params_numel = %" PRId64 ",\n", np,
           e->lp->params_numel);
@@ -918,12 +919,20 @@ static void emit_update_copies(Emit *e, int stage) {
 
 #define ROUND64(x) (((x) + 63) / 64 * 64)
 
-int64_t cg_pipe_arena_bytes(const PpProgram *pp, int64_t slot_bytes, int64_t params_numel) {
-  (void)params_numel; /* the stages' own buffers, not the whole one, size the accumulator */
+int64_t cg_pipe_arena_bytes(const PpProgram *pp, int64_t slot_bytes, int s) {
+  if (s < 0) { /* the largest */
+    int64_t most = 0;
+    for (int k = 0; k < pp->nstages; k++) {
+      int64_t b = cg_pipe_arena_bytes(pp, slot_bytes, k);
+      if (b > most) most = b;
+    }
+    return most;
+  }
+  /* the accumulator has room for the largest stage's parameters (rt_pipe.h) */
   int64_t most = 0;
-  for (int s = 0; s < pp->nstages; s++)
-    if (pp->stage_params_numel[s] > most) most = pp->stage_params_numel[s];
-  int64_t slots = (int64_t)pp->slots * ROUND64(slot_bytes);
+  for (int k = 0; k < pp->nstages; k++)
+    if (pp->stage_params_numel[k] > most) most = pp->stage_params_numel[k];
+  int64_t slots = (int64_t)pp->stage_slots[s] * ROUND64(slot_bytes);
   int64_t scratch = ROUND64(pp->zero_bucket_max * 4); /* over the slots when they hold it */
   return slots + ROUND64(most * 4) + 2 * ROUND64(pp->shared_numel_max * 4) +
          (scratch > slots ? scratch : 0);
@@ -1183,6 +1192,12 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
     fprintf(f, "};\n");
   }
   (void)np, (void)ns;
+  fprintf(f, "/* Stage s's arena: its slots of a microbatch each, the gradient accumulator "
+             "and\n * its scratch (rt_pipe.h; ARENA_BYTES is the largest). */\n"
+             "static const int64_t pp_arena_bytes[] = {");
+  for (int s = 0; s < P; s++)
+    fprintf(f, "%s%" PRId64, s ? ", " : "", cg_pipe_arena_bytes(pp, slot_bytes, s));
+  fprintf(f, "};\n");
   fprintf(f, "/* Parameters held by several stages (the tied embedding): numel, then per "
              "stage its offset in that stage's accumulator, -1 where not held. */\n"
              "static const int64_t pp_shared[] = {");
@@ -1247,6 +1262,11 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
   for (int s = 0; s < P; s++) fprintf(f, "%sactions_%d", s ? ", " : "", s);
   fprintf(f, "};\nstatic const int nactions[] = {");
   for (int s = 0; s < P; s++) fprintf(f, "%s%d", s ? ", " : "", sc->nactions[s]);
+  fprintf(f, "};\n\n/* Stage s's slot of microbatch mb: pipe_slot[s * %d + mb] (one slot a "
+             "microbatch the stage\n * holds at once, from its first action there to its "
+             "last). */\nstatic const int pipe_slot[] = {", pp->microbatches);
+  for (int k = 0; k < P * pp->microbatches; k++)
+    fprintf(f, "%s%d", !k ? "" : k % pp->microbatches ? ", " : ",\n    ", pp->slot[k]);
   fprintf(f, "};\n\n/* Boundary c: what chunk c sends to chunk c + 1 (act) and chunk c + 1 "
              "back to c (grad), {arena offset, elements}. */\n");
   for (int c = 0; c + 1 < C; c++) {
@@ -1281,8 +1301,8 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
   fprintf(f, "\nstatic const RtPipeDesc pipe = {\n"
              "    .schedule = \"%s\",\n"
              "    .stages = %d, .chunks = %d, .microbatches = %d, .slots = %d, .split_w = %d,\n"
-             "    .slot_bytes = %" PRId64 ", .grad_numel = pp_param_numel, .mb_tokens = %" PRId64
-             ",\n"
+             "    .slot_bytes = %" PRId64 ", .slot = pipe_slot, .grad_numel = pp_param_numel,\n"
+             "    .mb_tokens = %" PRId64 ",\n"
              "    .nshared = %d, .shared = pp_shared, .shared_max = %" PRId64 ",\n"
              "    .nexpert = %d, .expert = pp_expert,\n"
              "%s"
@@ -1304,7 +1324,7 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
     return -1;
   }
   int64_t arena = cg_arena_bytes(kp, bp, temp_off), slot = arena;
-  if (info->pipe) arena = cg_pipe_arena_bytes(info->pipe, slot, lp->params_numel);
+  if (info->pipe) arena = cg_pipe_arena_bytes(info->pipe, slot, -1);
   int *param_index = calloc((size_t)m->nnodes + 1, sizeof(int));
   if (!param_index) {
     free(temp_off);

@@ -25,8 +25,8 @@ typedef struct {
                                 module of one microbatch: train.c then has per chunk
                                 fwd_c, bwd_c, wgt_c, an optimizer, the schedule's
                                 action tables, and step = rt_pipe_step
-                                (runtime/rt_pipe.h); arena = slots * slot + the
-                                gradient accumulator */
+                                (runtime/rt_pipe.h); a stage's arena = its slots *
+                                slot + the gradient accumulator */
   const char *desc_extra;    /* NULL, or RtModelDesc field initialisers (".x = y,\n"
                                 lines) written before .step (codegen/host_cuda.c) */
   const struct CgCudaStore *store; /* train_cuda.c: the bf16 activations and the CUDA
@@ -39,11 +39,12 @@ typedef struct {
  * the nodes its stage functions run together (host.c). */
 void cg_pipe_colours(const IrModule *m, const PpProgram *pp, int *colour);
 
-/* The whole arena of a pipelined trainer whose one slot is slot_bytes
- * (runtime/rt_pipe.h): the slots, the accumulator, two shared vectors, and
- * the ZeRO-1 bucket scratch (PpProgram.zero_bucket_max floats) where the
- * slots are too small to hold it. */
-int64_t cg_pipe_arena_bytes(const PpProgram *pp, int64_t slot_bytes, int64_t params_numel);
+/* The whole arena of stage s of a pipelined trainer whose one slot is
+ * slot_bytes (runtime/rt_pipe.h): the stage's slots (PpProgram.stage_slots),
+ * the accumulator, two shared vectors, and the ZeRO-1 bucket scratch
+ * (PpProgram.zero_bucket_max floats) where the slots are too small to hold
+ * it; s = -1: the largest stage's (ARENA_BYTES). */
+int64_t cg_pipe_arena_bytes(const PpProgram *pp, int64_t slot_bytes, int s);
 
 /* Offsets (in floats) of every PARAM and STATE leaf in their buffers, in
  * node order, each 16-float aligned; -1 for other nodes. */

@@ -907,7 +907,7 @@ static void emit_pipe_cuda(Cu *e, const CgHostInfo *info, int64_t slot_bytes, in
            "  int s_ = io->pp_group ? io->pp_rank : 0, ng;\n"
            "  const RtCudaGemm *gl = gemm_table(s_, &ng);\n"
            "  RtCudaSetup s = {.params_numel = pp_param_numel[s_],\n"
-           "                   .state_numel = pp_state_numel[s_], .arena_bytes = ARENA_BYTES,\n"
+           "                   .state_numel = pp_state_numel[s_], .arena_bytes = pp_arena_bytes[s_],\n"
            "                   .rows = %" PRId64 ", .seq = %" PRId64 ", .tp = MESH_TP,\n"
            "                   .dp = MESH_DP, .tp_group = io->tp_group, .dp_group = io->dp_group,\n"
            "                   .tp_rank = io->tp_rank, .dp_rank = io->dp_rank, .pp = MESH_PP,\n"
@@ -946,7 +946,7 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
     return -1;
   }
   int64_t arena = cg_arena_bytes(kp, bp, temp_off), slot = arena;
-  if (info->pipe) arena = cg_pipe_arena_bytes(info->pipe, slot, lp->params_numel);
+  if (info->pipe) arena = cg_pipe_arena_bytes(info->pipe, slot, -1);
   for (int i = 0; i < m->nnodes; i++) grad_of[i] = -1;
   for (int i = 0; i < m->nnodes; i++)
     if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad) grad_of[m->nodes[i]->grad->id] = i;

@@ -332,11 +332,17 @@ static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes
    * follow) and the gradient accumulators (cg_pipe_arena_bytes) */
   int64_t slot = cg_arena_bytes(kp, bp, NULL);
   cJSON_AddNumberToObject(cost, "arena_bytes",
-                          (double)(p->pipe ? cg_pipe_arena_bytes(p->pipe, slot, lp->params_numel)
+                          (double)(p->pipe ? cg_pipe_arena_bytes(p->pipe, slot, -1)
                                            : slot));
   if (p->pipe) {
     cJSON_AddNumberToObject(cost, "arena_slot_bytes", (double)slot);
-    cJSON_AddNumberToObject(cost, "arena_slots", p->pipe->slots);
+    cJSON_AddNumberToObject(cost, "arena_slots", p->pipe->slots); /* the most on a stage */
+    cJSON *ss = cJSON_AddArrayToObject(cost, "arena_stage_slots");
+    cJSON *sb = cJSON_AddArrayToObject(cost, "arena_stage_bytes");
+    for (int s = 0; s < p->pipe->nstages; s++) {
+      cJSON_AddItemToArray(ss, cJSON_CreateNumber(p->pipe->stage_slots[s]));
+      cJSON_AddItemToArray(sb, cJSON_CreateNumber((double)cg_pipe_arena_bytes(p->pipe, slot, s)));
+    }
   }
   cJSON_AddNumberToObject(cost, "arena_live_peak_bytes", (double)bp->live_peak);
   /* the same plan with every buffer its own (passes/bufplan.h, In place) */
@@ -482,7 +488,7 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
   bufplan_build_apart(m, kp->materialize, cg_results(m), sp.pos, sp.held, &sp.bp.arenas,
                       &apart);
   *arena_bytes = cg_arena_bytes(kp, &sp.bp, NULL);
-  if (p->pipe) *arena_bytes = cg_pipe_arena_bytes(p->pipe, *arena_bytes, sp.lp.params_numel);
+  if (p->pipe) *arena_bytes = cg_pipe_arena_bytes(p->pipe, *arena_bytes, -1);
   char path[4096], ll[4096];
   int rc = -1;
   FILE *f = target_cpu(p) ? create(p->dir, "train.c", path, sizeof path, err, len) : NULL;

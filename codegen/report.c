@@ -71,7 +71,7 @@ static void row(FILE *out, const char *what, double p, double w, double g, doubl
 static void pipeline(FILE *out, const PpPlan *p, const GpuBytes *g, int tp, int bf16) {
   const PpStages *st = &p->st;
   const PpSim *sim = &p->sim;
-  int P = st->nstages, V = st->nvirtual, planned = g->nstages == P && g->slots > 0;
+  int P = st->nstages, V = st->nvirtual, planned = g->nstages == P && g->slot > 0;
   char a[32], b[32], c[32], d[32], e[32];
   fprintf(out, "pipeline: %s, %d stages", pp_schedule_name[p->req.schedule], P);
   if (V > 1) fprintf(out, " x %d virtual (%d chunks, chunk c on stage c %% %d)", V, st->nchunks, P);
@@ -85,10 +85,10 @@ static void pipeline(FILE *out, const PpPlan *p, const GpuBytes *g, int tp, int 
             "transfer between stages\n", rate(a, sizeof a, p->flops_per_s, "FLOP"),
             rate(b, sizeof b, p->link_bytes_per_s, "B"), p->latency_s * 1e6);
   if (planned)
-    fprintf(out, "  activations (planned, a rank's, as %s): %d slots of %s (%" PRId64 " bytes) "
-            "on each stage, a slot a microbatch's values; FLOPs are per tp rank\n",
-            g->arena ? "the GPU trainer allocates them, bf16 values at 2 bytes"
-                     : "the trainers allocate them", g->slots,
+    fprintf(out, "  activations (planned, a rank's, as %s): slots of %s (%" PRId64 " bytes), "
+            "each a microbatch's values, as many on a stage as it holds at once; FLOPs are "
+            "per tp rank\n", g->arena ? "the GPU trainer allocates them, bf16 values at 2 bytes"
+                                      : "the trainers allocate them",
             bytes(a, sizeof a, (double)g->slot), g->slot);
   else {
     if (tp > 1)
@@ -116,7 +116,8 @@ static void pipeline(FILE *out, const PpPlan *p, const GpuBytes *g, int tp, int 
     fprintf(out, "    peak %d microbatch%s in flight", sim->peak_inflight[s],
             V > 1 ? "-chunk(s)" : sim->peak_inflight[s] == 1 ? "" : "es");
     if (planned && s < PP_MAX_STAGES)
-      fprintf(out, "; a microbatch's values at most %s live in its slot",
+      fprintf(out, ", %d slot%s; a microbatch's values at most %s live in its slot",
+              g->stage_slots[s], g->stage_slots[s] == 1 ? "" : "s",
               bytes(a, sizeof a, (double)g->stage_live[s]));
     else
       fprintf(out, ": %s of activations", bytes(a, sizeof a, (double)sim->peak_stash_bytes[s]));
@@ -609,12 +610,14 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
   moe(out, m, lay, c);
   recomputed(out, m);
   if (c->arena_bytes)
-    fprintf(out, "activation arena (planned, fp32): %s (%" PRId64 " bytes), allocated exactly by "
-            "the trainer\n", bytes(a, sizeof a, (double)c->arena_bytes), c->arena_bytes);
+    fprintf(out, "activation arena (planned, fp32%s): %s (%" PRId64 " bytes), allocated exactly "
+            "by the trainer\n", c->gpu.nstages > 1 ? "; the largest stage's" : "",
+            bytes(a, sizeof a, (double)c->arena_bytes), c->arena_bytes);
   if (c->arena_bytes && c->gpu.arena)
-    fprintf(out, "GPU trainer (bf16): activation arena %s (%" PRId64 " bytes): the values it "
-            "stores as bf16 at 2 bytes an element\n", bytes(a, sizeof a, (double)c->gpu.arena),
-            c->gpu.arena);
+    fprintf(out, "GPU trainer (bf16): %sactivation arena %s (%" PRId64 " bytes): the values it "
+            "stores as bf16 at 2 bytes an element\n",
+            c->gpu.nstages > 1 ? "the largest stage's " : "",
+            bytes(a, sizeof a, (double)c->gpu.arena), c->gpu.arena);
   if (c->arena_bytes && c->gpu.gemm_ws)
     fprintf(out, "GPU trainer (bf16): + %s (%" PRId64 " bytes) of bf16 GEMM operand copies "
             "(weights included)%s, allocated at start\n",

@@ -216,17 +216,19 @@ typedef struct {
   int64_t reduce_ws; /* the f32 scratch of its all-reduces stored as bf16
                         (4 bytes a float of CgCudaStore.reduce_piece; 0: none) */
   int64_t arena;    /* its activation arena where it is not train.c's (codegen/cuda_arena.h:
-                       values stored as bf16 at 2 bytes), else 0 */
+                       values stored as bf16 at 2 bytes), else 0; a trainer of stage
+                       programs: its largest stage's */
   int64_t device;   /* everything rt_cuda_open plans and checks against the GPU's free
                        memory (rt_cuda_planned_bytes); a trainer of stage programs: its
                        largest stage's; 0: not planned */
   int nstages;      /* a trainer of stage programs (pipelined, or a routed model's
                        accumulated microbatches): its stages, else 0 */
   int64_t stage_device[PP_MAX_STAGES]; /* per stage: device of a rank of that stage */
-  /* a trainer of stage programs (nstages > 0): its arena's slots (the same count and
-   * size on every stage; a slot holds a stage's values of one microbatch) */
-  int slots;
-  int64_t slot;     /* a slot's bytes, its kernels' temporaries included */
+  /* a trainer of stage programs (nstages > 0): its arenas' slots (a slot holds a
+   * stage's values of one microbatch) */
+  int stage_slots[PP_MAX_STAGES]; /* per stage: its slots */
+  int64_t slot;     /* a slot's bytes (one size on every stage), its kernels'
+                       temporaries included */
   int64_t stage_live[PP_MAX_STAGES]; /* per stage: the most bytes its values of one
                        microbatch hold at once in a slot (BufPlan.arena_live) */
 } GpuBytes;
@@ -455,7 +457,11 @@ void pp_plan_free(PpPlan *p);
 enum { PP_NODE_LEAF = -1, PP_NODE_OPT = -2, PP_NODE_SKIP = -3 };
 typedef struct {
   int nstages, nchunks, microbatches, split_w;
-  int slots;                 /* arenas: microbatch mb uses slot mb % slots */
+  int slots;                 /* the most slots a stage has (stage_slots' largest) */
+  int *stage_slots;          /* per stage: its arena's slots, one a microbatch it holds
+                                at once */
+  int *slot;                 /* [stage * microbatches + mb]: the slot microbatch mb uses
+                                on that stage (from its first action there to its last) */
   int *chunk;                /* per node id: chunk that computes it, or PP_NODE_* */
   int *grad_param;           /* per node id: the PARAM whose gradient it is a term
                                 of (added to the accumulator where it is computed),
@@ -488,6 +494,15 @@ typedef struct {
  * Returns 0, or -1 with a one-line internal error in err (a value crossing
  * chunks against the pipeline's direction). */
 int pass_pp_split(IrModule *m, const PpPlan *plan, PpProgram *out, char *err, size_t len);
+
+/* Each stage's slot of each microbatch under schedule s into slot[st * M + mb]
+ * (PpProgram.slot): a microbatch holds its slot on a stage from its first
+ * action there to its last, and takes the lowest slot free at its first (by
+ * the action list's order), so two microbatches share a slot only where
+ * their actions do not interleave, and a stage has as many slots as the
+ * most microbatches it holds at once: stage_slots[st] (NULL: not wanted).
+ * Returns the slots of the stage needing most; -1 when out of memory. */
+int pp_assign_slots(const PpSchedule *s, int *slot, int *stage_slots);
 
 /* The stages whose arenas hold each node's bytes in a trainer of pp's stage
  * programs (bufplan's BufArenas): where[id] bit s for stage s, for the nodes

@@ -36,9 +36,11 @@
  *
  * Stash.  Each microbatch in flight on a stage has its own copy of the
  * arena (a slot): everything its backward reads stays where the forward
- * left it.  Microbatch mb uses slot mb % slots, where slots is the smallest
- * count for which no two microbatches in flight at once on any stage share a
- * slot (from the schedule's action lists: GPipe M, 1F1B about P).
+ * left it.  A microbatch holds its slot on a stage from its first action
+ * there to its last, and takes the lowest slot free then (pp_assign_slots:
+ * the fewest slots, the most microbatches the stage holds at once; GPipe M,
+ * 1F1B P - s on stage s, ZB-H1 no more though its W actions come late).
+ * Each stage's arena has its own slots; all slots are one size (one plan).
  *
  * Boundaries.  Forward value v of chunk a read by chunk b > a crosses every
  * boundary c in [a, b): it is in act[c], sent after F(mb, c) by chunk c's
@@ -203,32 +205,37 @@ static int by_key(const void *a, const void *b) {
   return (x->id > y->id) - (x->id < y->id);
 }
 
-/* The fewest slots for which mb % slots never gives two microbatches in
- * flight at once on one stage the same arena. */
-static int count_slots(const PpSchedule *s) {
-  int M = s->microbatches, slots = 1;
+/* (passes.h) interval colouring, in order of start: the fewest slots */
+int pp_assign_slots(const PpSchedule *s, int *slot, int *stage_slots) {
+  int M = s->microbatches, most = 1;
   int *first = malloc(sizeof(int) * (size_t)M), *last = malloc(sizeof(int) * (size_t)M);
-  if (!first || !last) {
-    free(first);
-    free(last);
-    return M;
+  int *order = malloc(sizeof(int) * (size_t)M), *until = malloc(sizeof(int) * (size_t)M);
+  if (!first || !last || !order || !until) {
+    free(first), free(last), free(order), free(until);
+    return -1;
   }
   for (int st = 0; st < s->nstages; st++) {
-    for (int mb = 0; mb < M; mb++) first[mb] = -1, last[mb] = -1;
+    int n = 0, used = 0;
+    for (int mb = 0; mb < M; mb++) first[mb] = -1, last[mb] = -1, slot[st * M + mb] = 0;
     for (int i = 0; i < s->nactions[st]; i++) {
       int mb = s->actions[st][i].mb;
-      if (first[mb] < 0) first[mb] = i;
+      if (first[mb] < 0) first[mb] = i, order[n++] = mb;
       last[mb] = i;
     }
-    for (int a = 0; a < M; a++)
-      for (int b = a + 1; b < M; b++)
-        if (first[a] >= 0 && first[b] >= 0 && first[a] <= last[b] && first[b] <= last[a] &&
-            b - a + 1 > slots)
-          slots = b - a + 1;
+    /* (order: the microbatches by first action, as the list meets them) */
+    for (int k = 0; k < n; k++) {
+      int mb = order[k], free_slot = used;
+      for (int j = 0; j < used && free_slot == used; j++)
+        if (until[j] < first[mb]) free_slot = j;
+      if (free_slot == used) used++;
+      until[free_slot] = last[mb];
+      slot[st * M + mb] = free_slot;
+    }
+    if (used > most) most = used;
+    if (stage_slots) stage_slots[st] = used;
   }
-  free(first);
-  free(last);
-  return slots;
+  free(first), free(last), free(order), free(until);
+  return most;
 }
 
 /* The stages holding each PARAM: bit s for every stage whose chunk nodes
@@ -490,7 +497,12 @@ int pass_pp_split(IrModule *m, const PpPlan *plan, PpProgram *out, char *err, si
   out->nchunks = C;
   out->microbatches = st->microbatches;
   out->split_w = plan->sched.split_w;
-  out->slots = count_slots(&plan->sched);
+  out->slot = arena_alloc(&m->arena, sizeof(int) * (size_t)(st->nstages * st->microbatches));
+  out->stage_slots = arena_alloc(&m->arena, sizeof(int) * (size_t)st->nstages);
+  if ((out->slots = pp_assign_slots(&plan->sched, out->slot, out->stage_slots)) < 0) {
+    snprintf(err, len, "pipeline split: out of memory");
+    return -1;
+  }
   out->chunk = chunk;
   out->grad_param = grad_param;
   out->sched = &plan->sched;

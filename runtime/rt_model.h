@@ -151,6 +151,9 @@ typedef struct {
   const int64_t *pp_state_offset; /* [s * nstate + i], likewise for state[i] (held
                                 where its parameter is) */
   const int64_t *pp_state_numel;
+  const int64_t *pp_arena_bytes; /* pp > 1: per stage, its arena's bytes (arena_bytes: the
+                                largest; a stage holds its own slots, rt_pipe.h); NULL:
+                                arena_bytes on every stage */
   int nmoe;                  /* MoE layers with routing statistics (0: none) */
   const RtMoeDesc *moe;
   int64_t moe_numel;         /* floats of RtStepIO.moe */

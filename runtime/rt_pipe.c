@@ -25,7 +25,7 @@ static int transfer(RtStepIO *io, char *slot, const RtPipeValue *v, int n, int s
 static int act(RtStepIO *io, const RtPipeDesc *p, const RtPipeAction *a, char *base,
                const int32_t *tokens, const int32_t *targets, double *loss, double *ce) {
   int c = a->chunk, mb = a->mb, P = p->stages, M = p->microbatches;
-  char *slot = base + (int64_t)(mb % p->slots) * p->slot_bytes;
+  char *slot = base + (int64_t)rt_pipe_slot(p, c % P, mb) * p->slot_bytes;
   switch ((RtPipeKind)a->kind) {
   case RT_PIPE_F:
   case RT_PIPE_B:
@@ -231,9 +231,9 @@ static void zero_block(const RtPipeDesc *p, int s, const ZeroBucket *zb, int k, 
   rt_pipe_bucket_block(p, s, &zb->b, zb->z, k, block_copy, &c);
 }
 
-int64_t rt_pipe_zero_scratch(const RtPipeDesc *p, int64_t after) {
+int64_t rt_pipe_zero_scratch(const RtPipeDesc *p, int s, int64_t after) {
   int64_t bytes = (p->bucket_max * 4 + 63) / 64 * 64;
-  return bytes <= (int64_t)p->slots * p->slot_bytes ? 0 : after;
+  return bytes <= (int64_t)rt_pipe_slots(p, s) * p->slot_bytes ? 0 : after;
 }
 
 /* ZeRO-1: stage s's gradients reduce-scattered over their groups, one
@@ -303,7 +303,7 @@ int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p) {
   int64_t gmax = 0, gn = p->grad_numel[s];
   for (int k = 0; k < p->stages; k++)
     if (p->grad_numel[k] > gmax) gmax = p->grad_numel[k];
-  float *g = (float *)(void *)(base + (int64_t)p->slots * p->slot_bytes);
+  float *g = (float *)(void *)(base + (int64_t)rt_pipe_slots(p, s) * p->slot_bytes);
   float *sum = g + (gmax * 4 + 63) / 64 * 16, *part = sum + (p->shared_max * 4 + 63) / 64 * 16;
   memset(g, 0, (size_t)gn * sizeof *g);
   io->gacc = g;
@@ -317,7 +317,7 @@ int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p) {
   if (rc) return RT_ERR;
   int dp = io->dp_group ? rt_comm_size(io->dp_group) : 1, zero = p->zero > 1 && dp > 1;
   float *after = part + (p->shared_max * 4 + 63) / 64 * 16;
-  float *scratch = zero ? (float *)(void *)(base + rt_pipe_zero_scratch(p, (char *)after - base))
+  float *scratch = zero ? (float *)(void *)(base + rt_pipe_zero_scratch(p, s, (char *)after - base))
                         : NULL;
   if (zero ? scatter_grads(io, p, s, g, scratch) : dp > 1 && reduce_grads(io, p, s, g, gn, dp))
     return RT_ERR;
@@ -410,6 +410,7 @@ int rt_pipe_stage_desc(const RtModelDesc *m, int s, RtPipeStageDesc *d) {
   d->m = *m;
   d->m.nparams = np, d->m.params = d->p, d->m.params_numel = m->pp_params_numel[s];
   d->m.nstate = ns, d->m.state = d->s, d->m.state_numel = m->pp_state_numel[s];
+  if (m->pp_arena_bytes) d->m.arena_bytes = m->pp_arena_bytes[s];
   return RT_OK;
 }
 

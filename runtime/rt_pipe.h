@@ -5,8 +5,10 @@
  * Each stage holds its own parameters and optimizer state (passes/pp_split.c):
  * io->params / io->state are the stage's buffers (RtModelDesc.pp_*).
  *
- * The step's arena (RtStepIO.arena) is `slots` arenas of slot_bytes, one
- * per microbatch in flight (microbatch mb uses slot mb % slots), followed by
+ * Stage s's arena (RtStepIO.arena; RtModelDesc.pp_arena_bytes[s]) is
+ * rt_pipe_slots(p, s) arenas of slot_bytes, one per microbatch the stage
+ * holds at once (microbatch mb uses slot slot[s * microbatches + mb] on
+ * stage s, rt_pipe_slot), followed by
  * the gradient accumulator: grad_numel[s] floats laid out like stage s's
  * parameter buffer (room for the largest stage's, rounded to 64 bytes), then
  * two scratch vectors of shared_max floats (each rounded to 64 bytes).  Under
@@ -78,6 +80,9 @@ typedef struct {
   int stages, chunks, microbatches, slots; /* chunk c runs on stage c % stages */
   int split_w;               /* the schedule has W actions (else B runs bwd, then wgt) */
   int64_t slot_bytes;        /* one slot's arena, a multiple of 64 */
+  const int *slot;           /* [s * microbatches + mb]: microbatch mb's slot on stage s
+                                (< slots; two microbatches share one only where their
+                                actions on s do not interleave) */
   const int64_t *grad_numel; /* per stage: the accumulator, its parameter buffer's floats */
   int nshared;               /* parameters held by several stages */
   const int64_t *shared;     /* per such parameter: numel, then per stage its offset in
@@ -105,6 +110,19 @@ typedef struct {
   const RtPipeFn *optimizer; /* per stage: reads io->gacc; sets io->grad_norm, updates
                                 the stage's buffers */
 } RtPipeDesc;
+
+/* Microbatch mb's slot on stage s. */
+static inline int rt_pipe_slot(const RtPipeDesc *p, int s, int mb) {
+  return p->slot[s * p->microbatches + mb];
+}
+
+/* Stage s's slots: one past the highest it uses. */
+static inline int rt_pipe_slots(const RtPipeDesc *p, int s) {
+  int n = 0;
+  for (int mb = 0; mb < p->microbatches; mb++)
+    if (rt_pipe_slot(p, s, mb) + 1 > n) n = rt_pipe_slot(p, s, mb) + 1;
+  return n;
+}
 
 /* The step above.  0, or -1 with rt_fail() called. */
 int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p);
@@ -156,9 +174,9 @@ int64_t rt_pipe_bucket_counts(const RtPipeDesc *p, int s, const RtPipeBucket *b,
 /* where bucket b's first row starts in stage s's accumulator */
 int64_t rt_pipe_bucket_offset(const RtPipeDesc *p, int s, const RtPipeBucket *b);
 
-/* The bucket scratch's byte offset in the step's arena: 0 when the slots
+/* The bucket scratch's byte offset in stage s's arena: 0 when its slots
  * hold it, else `after` (where the two shared vectors end). */
-int64_t rt_pipe_zero_scratch(const RtPipeDesc *p, int64_t after);
+int64_t rt_pipe_zero_scratch(const RtPipeDesc *p, int s, int64_t after);
 
 /* ---- the harness's side of stage-local buffers (runtime/rt_train.c) ----
  * A pipelined model m (m->pp > 1, m->pp_param_offset set) describes the whole

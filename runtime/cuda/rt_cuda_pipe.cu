@@ -314,7 +314,7 @@ static int transfers(RtCuda *c, const RtPipeDesc *p, int s, int i, int end, char
     for (; i < end; i++) {
       const RtPipeAction *a = &p->actions[s][i];
       Xfer x = xfer_of(p, a);
-      char *slot = base + (int64_t)(a->mb % p->slots) * p->slot_bytes;
+      char *slot = base + (int64_t)rt_pipe_slot(p, s, a->mb) * p->slot_bytes;
       for (int k = 0; k < x.n; k++)
         if (host_p2p(c, x.send, (float *)(void *)(slot + x.v[k].offset), x.v[k].count, x.peer,
                      x.tag))
@@ -336,7 +336,7 @@ static int transfers(RtCuda *c, const RtPipeDesc *p, int s, int i, int end, char
   for (int j = i; j < end; j++) {
     const RtPipeAction *a = &p->actions[s][j];
     Xfer x = xfer_of(p, a);
-    char *slot = base + (int64_t)(a->mb % p->slots) * p->slot_bytes;
+    char *slot = base + (int64_t)rt_pipe_slot(p, s, a->mb) * p->slot_bytes;
     for (int k = 0; k < x.n; k++) {
       void *ptr = slot + x.v[k].offset; /* f32 or i32: 4-byte words, moved as they are */
       size_t cnt = (size_t)x.v[k].count;
@@ -346,7 +346,7 @@ static int transfers(RtCuda *c, const RtPipeDesc *p, int s, int i, int end, char
   }
   NC_CHECK(c, ncclGroupEnd(), what);
   for (int j = i; st != c->compute && j < end; j++) { /* the slots the group touched */
-    int k = p->actions[s][j].mb % p->slots;
+    int k = rt_pipe_slot(p, s, p->actions[s][j].mb);
     CU_CHECK(c, cudaEventRecord(c->slot_ev[k], st), what);
     c->slot_wait[k] = 1;
     c->p2p_used = 1;
@@ -516,7 +516,7 @@ extern "C" int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p) {
   for (int k = 0; k < p->stages; k++)
     if (p->grad_numel[k] > gmax) gmax = p->grad_numel[k];
   char *base = c->arena;
-  float *g = (float *)(void *)(base + (int64_t)p->slots * p->slot_bytes);
+  float *g = (float *)(void *)(base + (int64_t)rt_pipe_slots(p, s) * p->slot_bytes);
   float *sum = g + (gmax * 4 + 63) / 64 * 16, *part = sum + (p->shared_max * 4 + 63) / 64 * 16;
   if (rt_cuda_zero(c, g, gn)) return RT_ERR;
   /* the generated stage functions see device memory only */
@@ -536,8 +536,9 @@ extern "C" int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p) {
       continue;
     }
     int ch = a->chunk, mb = a->mb;
-    if (wait_slot(c, mb % p->slots)) return RT_ERR;
-    d.arena = base + (int64_t)(mb % p->slots) * p->slot_bytes;
+    int k = rt_pipe_slot(p, s, mb);
+    if (wait_slot(c, k)) return RT_ERR;
+    d.arena = base + (int64_t)k * p->slot_bytes;
     d.tokens = c->tokens + (int64_t)mb * p->mb_tokens;
     d.targets = c->targets + (int64_t)mb * p->mb_tokens;
     int rc = a->kind == RT_PIPE_F   ? p->fwd[ch](&d)
@@ -551,7 +552,7 @@ extern "C" int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p) {
   int dp = c->gsize[RT_CUDA_DP];
   const bool zero = p->zero > 1 && dp > 1;
   float *after = part + (p->shared_max * 4 + 63) / 64 * 16;
-  float *scratch = zero ? (float *)(void *)(base + rt_pipe_zero_scratch(p, (char *)after - base))
+  float *scratch = zero ? (float *)(void *)(base + rt_pipe_zero_scratch(p, s, (char *)after - base))
                         : NULL;
   if (zero ? zero_buckets(c, p, s, g, scratch, false) : dp > 1 && reduce_grads(c, p, s, g, gn))
     return RT_ERR;

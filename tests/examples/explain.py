@@ -16,11 +16,11 @@ For a few layouts, parc MODEL --explain all, with and without -o:
 For pipelines (--pp 2, and a routed model's microbatches at pp 1), the same
 both ways (and the report's arena and device lines the same with and without -o), each stage's calls sum to the report's "busy" time of that stage
 (pp 2), each stage's values (its arena's) peak within the slot, and are
-the report's pipeline section's (with its slots, the GPU trainer's), the table
-is the largest stage's, whose peak for train.c is plan.json's
-arena_live_peak_bytes, train.c's slot and slots are plan.json's
-arena_slot_bytes and arena_slots, and the arenas (arena_bytes,
-gpu_arena_bytes) hold their slots.
+the report's pipeline section's (with the GPU trainer's slot and each stage's
+slots), the table is the largest stage's, whose peak for train.c is plan.json's
+arena_live_peak_bytes, train.c's slot and each stage's slots are plan.json's
+arena_slot_bytes and arena_stage_slots (arena_slots the most), and the arenas
+(arena_stage_bytes, arena_bytes the largest, gpu_arena_bytes) hold their slots.
 """
 import json, os, re, subprocess, sys
 
@@ -134,14 +134,19 @@ def check_pipe(name, model, args):
                            any(abs(x - y) > 1e-3 * y for x, y in zip(stages, busy))):
         fail(f"{name}: stages' calls {stages} s, the report's busy {busy} s")
     plan = json.load(open(os.path.join(outdir, "plan.json")))["cost"]
-    slots = re.findall(r"^a slot of the activation arena.*?holds (\d+)\): .*?\((\d+) bytes\)", a, re.M)
-    # (plan.json: train.c's slot and slots; arena_bytes and gpu_arena_bytes the whole
-    # arenas, the slots and the gradient accumulators)
+    slots = re.findall(r"^a slot of the activation arena.*?arenas hold ([\d, ]+)\): .*?"
+                       r"\((\d+) bytes\)", a, re.M)
+    slots = [([int(x) for x in n.split(", ")], int(b)) for n, b in slots]
+    # (plan.json: train.c's slot and each stage's slots, the most of them; arena_bytes
+    # and gpu_arena_bytes the largest stage's whole arena, its slots and the gradient
+    # accumulators, arena_stage_bytes each stage's)
     gpu = plan.get("gpu_arena_bytes")
-    if len(slots) != 1 + bool(gpu) or int(slots[0][1]) != plan["arena_slot_bytes"] or \
-            int(slots[0][0]) != plan["arena_slots"] or \
-            plan["arena_slots"] * plan["arena_slot_bytes"] > plan["arena_bytes"] or \
-            (gpu and int(slots[1][0]) * int(slots[1][1]) > gpu):
+    each = plan.get("arena_stage_bytes", [])
+    if len(slots) != 1 + bool(gpu) or slots[0][1] != plan["arena_slot_bytes"] or \
+            slots[0][0] != plan["arena_stage_slots"] or \
+            max(slots[0][0]) != plan["arena_slots"] or max(each) != plan["arena_bytes"] or \
+            any(n * slots[0][1] > b for n, b in zip(slots[0][0], each)) or \
+            (gpu and max(slots[1][0]) * slots[1][1] > gpu):
         fail(f"{name}: slots {slots}, plan.json {plan}")
     # each stage's values peak within the slot; the table is the largest's, and
     # train.c's is the planner's own live peak (the most any stage's arena holds)
@@ -167,13 +172,14 @@ def check_pipe(name, model, args):
     # explanation's, computed apart (the planner's per-arena peaks against
     # cg_explain_peak)
     if "--pp" in args:
-        head = re.search(r"^  activations \(planned.*?: (\d+) slots of .*?\((\d+) bytes\)",
-                         report, re.M)
-        most = re.findall(r"^    peak .*; a microbatch's values at most ([\d.]+ \w+) live",
-                          report, re.M)
+        head = re.search(r"^  activations \(planned.*?: slots of .*?\((\d+) bytes\)", report,
+                         re.M)
+        most = re.findall(r"^    peak .*, (\d+) slots?; a microbatch's values at most "
+                          r"([\d.]+ \w+) live", report, re.M)
         last = a.split("a slot of the activation arena")[-1]
         own = re.findall(r"^    stage \d+: ([\d.]+ \w+) in", last, re.M)
-        if not head or (head.group(1), head.group(2)) != slots[-1] or most != own:
+        if not head or int(head.group(1)) != slots[-1][1] or \
+                [(int(n), x) for n, x in most] != list(zip(slots[-1][0], own)):
             fail(f"{name}: the pipeline's activations {head and head.group(0)}, {most}; "
                  f"explained {slots[-1]}, {own}")
     print(f"ok   {name}: {len(stages)} stages busy {busy}, slots {slots}")

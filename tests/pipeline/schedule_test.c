@@ -1,6 +1,7 @@
 /* tests/pipeline/schedule_test.c -- every schedule passes the checker, its
- * simulated bubble matches the analytic one under uniform durations, and
- * the checker refuses broken schedules, naming the stage and action. */
+ * simulated bubble matches the analytic one under uniform durations, its
+ * microbatches' slots are the fewest that keep them apart, and the checker
+ * refuses broken schedules, naming the stage and action. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,8 +197,67 @@ static void test_broken(void) {
   pp_schedule_free(&s);
 }
 
+/* pp_assign_slots on every schedule: a slot per microbatch on each stage,
+ * two microbatches in one slot only where their action spans on the stage
+ * are apart, and as many slots as the most spans one action index lies in
+ * (counted plainly): no fewer could do.  1F1B's stage s holds P - s; ZB-H1,
+ * whose late W actions made mb % slots take every microbatch, holds P. */
+static void test_slots(void) {
+  static const int Ps[] = {2, 4}, Ms[] = {4, 8, 16};
+  for (int k = 0; k < PP_NSCHEDULES; k++)
+    for (int i = 0; i < 2; i++)
+      for (int j = 0; j < 3; j++) {
+        int P = Ps[i], M = Ms[j], V = k == PP_INTERLEAVED ? 2 : 1, most = 0;
+        PpSchedule s;
+        if (pp_schedule_build((PpScheduleKind)k, P, V, M, &s)) {
+          CHECK(0, "%s P=%d M=%d: build failed", pp_schedule_name[k], P, M);
+          continue;
+        }
+        int *slot = malloc(sizeof(int) * (size_t)(P * M));
+        int *first = malloc(sizeof(int) * (size_t)M), *last = malloc(sizeof(int) * (size_t)M);
+        int *stage_slots = malloc(sizeof(int) * (size_t)P);
+        int slots = pp_assign_slots(&s, slot, stage_slots);
+        for (int st = 0; st < P; st++) {
+          for (int mb = 0; mb < M; mb++) first[mb] = last[mb] = -1;
+          for (int a = 0; a < s.nactions[st]; a++) {
+            int mb = s.actions[st][a].mb;
+            if (first[mb] < 0) first[mb] = a;
+            last[mb] = a;
+          }
+          int held = 0, used = 0;
+          for (int a = 0; a < s.nactions[st]; a++) {
+            int n = 0;
+            for (int mb = 0; mb < M; mb++) n += first[mb] <= a && a <= last[mb];
+            if (n > held) held = n;
+          }
+          for (int x = 0; x < M; x++) {
+            int sx = slot[st * M + x];
+            CHECK(sx >= 0 && sx < slots, "%s P=%d M=%d stage %d: mb %d in slot %d of %d",
+                  pp_schedule_name[k], P, M, st, x, sx, slots);
+            if (sx + 1 > used) used = sx + 1;
+            for (int y = x + 1; y < M; y++)
+              CHECK(sx != slot[st * M + y] || last[x] < first[y] || last[y] < first[x],
+                    "%s P=%d M=%d stage %d: mbs %d and %d share slot %d while both held",
+                    pp_schedule_name[k], P, M, st, x, y, sx);
+          }
+          CHECK(used == held && stage_slots[st] == held,
+                "%s P=%d M=%d stage %d: %d slots used, %d said, for %d held at once",
+                pp_schedule_name[k], P, M, st, used, stage_slots[st], held);
+          if (k == PP_1F1B)
+            CHECK(used == P - st, "1f1b P=%d M=%d stage %d: %d slots", P, M, st, used);
+          if (held > most) most = held;
+        }
+        CHECK(slots == most, "%s P=%d M=%d: %d slots, %d held at most", pp_schedule_name[k], P,
+              M, slots, most);
+        if (k == PP_ZB_H1) CHECK(slots == P, "zb P=%d M=%d: %d slots", P, M, slots);
+        free(slot), free(stage_slots), free(first), free(last);
+        pp_schedule_free(&s);
+      }
+}
+
 int main(void) {
   test_all_schedules();
+  test_slots();
   test_inflight();
   test_broken();
   printf("%d checks, %d failures\n", checks, failures);
