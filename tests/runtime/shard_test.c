@@ -316,7 +316,10 @@ static void test_gpt2(void) {
 
 /* ---- safetensors: rt_st_read_shard of a whole-tensor file == extract ---- */
 
+/* Each case writes its own file: ctest -j runs the cases of this binary at once in
+ * one directory. */
 #define ST_PATH "shard_full.safetensors"
+#define ST_PADDED_PATH "shard_padded.safetensors"
 
 typedef struct {
   const RtSt *st;
@@ -405,9 +408,9 @@ static void test_padded(void) {
     t[k] = (RtStTensor){.name = k ? "b" : "a", .rank = 2, .data = data[k]};
     memcpy(t[k].shape, sh[k].shape, sizeof sh[k].shape);
   }
-  CHECK_OK(rt_st_write(ST_PATH, t, 2, NULL, 0));
+  CHECK_OK(rt_st_write(ST_PADDED_PATH, t, 2, NULL, 0));
   RtSt *st = NULL;
-  CHECK_OK(rt_st_open(&st, ST_PATH));
+  CHECK_OK(rt_st_open(&st, ST_PADDED_PATH));
   for (int k = 0; k < 2 && st; k++) {
     const Shape *s = &sh[k];
     int dim = k;
@@ -446,7 +449,7 @@ static void test_padded(void) {
     }
   }
   rt_st_close(st);
-  remove(ST_PATH);
+  remove(ST_PADDED_PATH);
 }
 
 /* ---- errors: bad descriptors fail with one line and write nothing ---- */
