@@ -293,11 +293,47 @@ static int gather_grads(RtStepIO *io, const RtPipeDesc *p, int s, float *g, int6
   return RT_OK;
 }
 
+int rt_pipe_check_slots(const RtPipeDesc *p, int s) {
+  int M = p->microbatches, n = p->nactions[s];
+  const RtPipeAction *a = p->actions[s];
+  for (int mb = 0; mb < M; mb++)
+    if (rt_pipe_slot(p, s, mb) < 0 || rt_pipe_slot(p, s, mb) >= p->slots)
+      return rt_fail("pipeline: stage %d puts microbatch %d in slot %d of %d", s, mb,
+                     rt_pipe_slot(p, s, mb), p->slots);
+  int *last = malloc(sizeof *last * (size_t)(M > 0 ? M : 1));
+  int *owner = malloc(sizeof *owner * (size_t)(p->slots > 0 ? p->slots : 1));
+  if (!last || !owner) {
+    free(last), free(owner);
+    return rt_fail("out of memory checking stage %d's %d slots", s, p->slots);
+  }
+  for (int mb = 0; mb < M; mb++) last[mb] = -1;
+  for (int k = 0; k < p->slots; k++) owner[k] = -1;
+  int rc = RT_OK;
+  for (int i = 0; i < n && rc == RT_OK; i++) {
+    if (a[i].mb >= M)
+      rc = rt_fail("pipeline: stage %d's action %d is of microbatch %d of %d", s, i, a[i].mb, M);
+    else
+      last[a[i].mb] = i;
+  }
+  /* owner[k]: the microbatch whose span holds slot k at action i, or -1 */
+  for (int i = 0; i < n && rc == RT_OK; i++) {
+    int mb = a[i].mb, k = rt_pipe_slot(p, s, mb);
+    if (owner[k] >= 0 && owner[k] != mb)
+      rc = rt_fail("pipeline: stage %d's slot %d holds microbatches %d and %d at once (action "
+                   "%d); the slot table does not fit the schedule",
+                   s, k, owner[k], mb, i);
+    owner[k] = i == last[mb] ? -1 : mb;
+  }
+  free(last), free(owner);
+  return rc;
+}
+
 int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p) {
   char *base = io->arena;
   const int32_t *tokens = io->tokens, *targets = io->targets;
   int s = io->pp_group ? io->pp_rank : 0;
   if (s < 0 || s >= p->stages) return rt_fail("pipeline: pp coordinate %d of %d stages", s, p->stages);
+  if (rt_pipe_check_slots(p, s)) return RT_ERR;
   if (io->trace)
     rt_trace_pipe(io->trace, p->schedule, p->stages, p->chunks, p->microbatches, p->nactions[s]);
   int64_t gmax = 0, gn = p->grad_numel[s];

@@ -127,6 +127,14 @@ static inline int rt_pipe_slots(const RtPipeDesc *p, int s) {
 /* The step above.  0, or -1 with rt_fail() called. */
 int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p);
 
+/* Stage s's slot table against its action list (rt_pipe_step checks it every
+ * step, rt_cuda_pipe_step once per desc): every action's microbatch < M,
+ * every slot in [0, slots), and two microbatches share a slot only where the
+ * spans of their actions on s (first to last, sends and receives included)
+ * do not overlap -- else one would overwrite the other's values.  0, or -1
+ * with rt_fail() called naming the stage, slot and microbatches. */
+int rt_pipe_check_slots(const RtPipeDesc *p, int s);
+
 /* The end-of-step reduction's plan (rt_pipe_step here, rt_cuda_pipe_step on
  * the GPU): [*lo, *hi) is the next run of stage s's adjacent expert regions at
  * or past `at` in its accumulator of gn floats (lo = hi = gn when none is

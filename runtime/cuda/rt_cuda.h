@@ -341,8 +341,9 @@ int rt_cuda_pipe_loss(RtCuda *c, const float *loss, const float *ce);
 int rt_cuda_pipe_norm(RtCuda *c, const float *grad_norm);
 /* rt_pipe_step's step on the device, after rt_cuda_step_begin uploaded all
  * the rank's microbatches: the stage's action list with io->arena, tokens,
- * targets, params, state and gacc pointing at device memory (slot mb % slots
- * of the device arena, the accumulator after the slots), boundary values sent
+ * targets, params, state and gacc pointing at device memory (microbatch mb's
+ * slot rt_pipe_slot(p, s, mb) of the device arena, the accumulator after the
+ * stage's slots), boundary values sent
  * and received over the pp group (NCCL point-to-point when the schedule is
  * safe with rendezvous sends -- checked once by simulating every stage's list
  * --, else staged through the host communicator, whose sends are buffered:

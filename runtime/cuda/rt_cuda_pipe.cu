@@ -5,7 +5,9 @@
  * Invariants shared with rt_pipe.c (so train_cuda and train agree):
  *   - the arena is `slots` slots of slot_bytes, then the accumulator (room for
  *     the largest stage's parameters, 64-byte rounded), then two scratch
- *     vectors of shared_max floats; microbatch mb runs on slot mb % slots;
+ *     vectors of shared_max floats; microbatch mb runs on slot
+ *     rt_pipe_slot(p, s, mb) of stage s's rt_pipe_slots(p, s) (checked once
+ *     per desc, rt_pipe_check_slots);
  *   - actions run in the stage's list order, on the compute stream (NCCL's
  *     transfers on their own stream, p2p: the compute stream waits for them
  *     per slot); a schedule without W actions runs wgt right after bwd;
@@ -505,6 +507,7 @@ extern "C" int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p) {
                    p->stages, c->gsize[RT_CUDA_PP]);
   rt_cuda_graph_check(c, 1, 0); /* PARC_CUDA_GRAPH: pipelined steps stay plain */
   if (c->pipe_desc != p) { /* decided once: the same on every rank */
+    if (rt_pipe_check_slots(p, s)) return RT_ERR;
     c->pipe_desc = p;
     c->pipe_p2p = c->use_nccl && p->stages > 1 && rendezvous_safe(p);
     if (c->pipe_p2p && !c->p2p_off && p2p_open(c, p->slots)) return RT_ERR;

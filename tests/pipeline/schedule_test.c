@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "passes/passes.h"
+#include "runtime/rt_err.h"
+#include "runtime/rt_pipe.h"
 
 static int failures, checks;
 
@@ -202,6 +204,52 @@ static void test_broken(void) {
  * are apart, and as many slots as the most spans one action index lies in
  * (counted plainly): no fewer could do.  1F1B's stage s holds P - s; ZB-H1,
  * whose late W actions made mb % slots take every microbatch, holds P. */
+/* The runtime's check of a slot table (rt_pipe_check_slots, a second
+ * implementation of the spans test above) takes pp_assign_slots' table, and
+ * refuses a slot out of range and two held microbatches put in one slot. */
+static void check_runtime_slots(const PpSchedule *s, int *slot, int slots) {
+  int P = s->nstages, M = s->microbatches;
+  RtPipeAction *acts[16];
+  const RtPipeAction *cacts[16];
+  if (P > 16) return;
+  for (int st = 0; st < P; st++) {
+    acts[st] = malloc(sizeof(RtPipeAction) * (size_t)(s->nactions[st] ? s->nactions[st] : 1));
+    for (int a = 0; a < s->nactions[st]; a++)
+      acts[st][a] = (RtPipeAction){(unsigned char)s->actions[st][a].kind,
+                                   (unsigned char)s->actions[st][a].chunk,
+                                   (unsigned short)s->actions[st][a].mb};
+    cacts[st] = acts[st];
+  }
+  RtPipeDesc d = {.stages = P, .chunks = s->nchunks, .microbatches = M, .slots = slots,
+                  .slot = slot, .nactions = s->nactions, .actions = cacts};
+  const char *name = pp_schedule_name[s->kind];
+  for (int st = 0; st < P; st++) {
+    rt_clear_error();
+    CHECK(rt_pipe_check_slots(&d, st) == 0, "%s P=%d M=%d stage %d: runtime refuses: %s", name,
+          P, M, st, rt_last_error());
+    /* microbatch 1 moved into microbatch 0's slot, where the stage holds
+     * both at once (0's last action after 1's first) */
+    int keep = slot[st * M + 1], last0 = -1, first1 = -1;
+    for (int a = 0; a < s->nactions[st]; a++) {
+      if (s->actions[st][a].mb == 0) last0 = a;
+      if (s->actions[st][a].mb == 1 && first1 < 0) first1 = a;
+    }
+    if (last0 > first1) {
+      slot[st * M + 1] = slot[st * M];
+      rt_clear_error();
+      CHECK(rt_pipe_check_slots(&d, st) != 0 &&
+                strstr(rt_last_error(), "holds microbatches 0 and 1"),
+            "%s P=%d M=%d stage %d: shared slot: \"%s\"", name, P, M, st, rt_last_error());
+    }
+    slot[st * M + 1] = slots;
+    rt_clear_error();
+    CHECK(rt_pipe_check_slots(&d, st) != 0 && strstr(rt_last_error(), "microbatch 1 in slot"),
+          "%s P=%d M=%d stage %d: slot out of range: \"%s\"", name, P, M, st, rt_last_error());
+    slot[st * M + 1] = keep;
+  }
+  for (int st = 0; st < P; st++) free(acts[st]);
+}
+
 static void test_slots(void) {
   static const int Ps[] = {2, 4}, Ms[] = {4, 8, 16};
   for (int k = 0; k < PP_NSCHEDULES; k++)
@@ -249,6 +297,7 @@ static void test_slots(void) {
         }
         CHECK(slots == most, "%s P=%d M=%d: %d slots, %d held at most", pp_schedule_name[k], P,
               M, slots, most);
+        check_runtime_slots(&s, slot, slots);
         if (k == PP_ZB_H1) CHECK(slots == P, "zb P=%d M=%d: %d slots", P, M, slots);
         free(slot), free(stage_slots), free(first), free(last);
         pp_schedule_free(&s);
