@@ -183,14 +183,19 @@ static int reduces(const IrModule *m, const CgKernel *k, const IrNode *n) {
 /* 1 if node a may be stored as bf16 as far as it goes (the header's second
  * rule): f32, an activation or an activation's gradient (phase FWD or B: not
  * W, a weight gradient's part, nor OPT; but a norm in W is an activation, the
- * backward's recomputation of a forward one, passes/remat_norm.c) with a
- * buffer of its own, no result. */
+ * backward's recomputation of a forward one, passes/remat_norm.c, and so is
+ * a reshape in W of an activation: a weight gradient's operand, which a
+ * kernel stores where it computes the activation inline, as for a
+ * recomputation of passes/remat_act.c) with a buffer of its own, no
+ * result. */
 static int candidate(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                      const unsigned char *keep, int a) {
   const IrNode *n = m->nodes[a];
+  int act_view = n->op == IR_OP_RESHAPE && (n->inputs[0]->phase == IR_PHASE_FWD ||
+                                            n->inputs[0]->phase == IR_PHASE_B);
   return n->dtype == IR_F32 &&
          (n->phase == IR_PHASE_FWD || n->phase == IR_PHASE_B ||
-          (n->phase == IR_PHASE_W && ir_op_is_norm(n->op))) &&
+          (n->phase == IR_PHASE_W && (ir_op_is_norm(n->op) || act_view))) &&
          !keep[a] &&
          kp->inplace_of[a] < 0 &&
          kp->view_of[a] < 0 && bp->alias[a] < 0 && bp->offset[a] >= 0;

@@ -37,7 +37,7 @@ static const char *rate(char *buf, size_t len, double r, const char *what) {
 }
 
 /* The norms the backward recomputes (passes/remat_norm.c: the only norms
- * in its phases), if any. */
+ * in its phases), and the pointwise values (passes/remat_act.c), if any. */
 static void recomputed(FILE *out, const IrModule *m) {
   unsigned char *seen = calloc((size_t)m->nnodes + 1, 1); /* per layer (fewer than nodes) */
   int n = 0, layers = 0;
@@ -48,10 +48,14 @@ static void recomputed(FILE *out, const IrModule *m) {
     if (x->layer >= 0 && !seen[x->layer]) seen[x->layer] = 1, layers++;
   }
   free(seen);
-  if (!n) return;
-  fprintf(out, "recomputed in the backward (--recompute norms): %d norm outputs in %d layers, "
-          "not kept from the forward (each a [tokens, d] value at the peak; one more kernel "
-          "each)\n", n, layers);
+  if (n)
+    fprintf(out, "recomputed in the backward (--recompute norms): %d norm outputs in %d layers, "
+            "not kept from the forward (each a [tokens, d] value at the peak; one more kernel "
+            "each)\n", n, layers);
+  if (m->remat_act)
+    fprintf(out, "recomputed in the backward (--recompute pointwise): %d pointwise values, "
+            "not kept from the forward (from values the backward keeps anyway)\n",
+            m->remat_act);
 }
 
 static void row(FILE *out, const char *what, double p, double w, double g, double master,
@@ -507,18 +511,25 @@ static int norms_kept(const IrModule *m) {
 }
 
 /* ": N% of a GPU's X (machine)" or what to change where `device` bytes do
- * not fit the machine's GPU (recompute: --recompute norms would help);
- * nothing where the machine gives no memory. */
+ * not fit the machine's GPU (recompute: bit 1, --recompute norms would
+ * help; bit 2, the backward recomputes no pointwise value: --recompute
+ * pointwise might); nothing where the machine gives no memory. */
 static void gpu_fit(FILE *out, int64_t device, const Machine *mc, int stages, int recompute) {
+  static const char *const hint[4] = {
+      "",
+      "--recompute norms (the layers' norm outputs computed again in the backward, not kept; "
+      "not with --sp), ",
+      "--recompute pointwise (the layers' pointwise values the backward reads, gelu(h) or "
+      "silu(g) * u, computed again there, not kept), ",
+      "--recompute all (the layers' norm outputs and pointwise values the backward reads "
+      "computed again there, not kept; the norms not with --sp), "};
   char cap[32];
   double share = mc->device_bytes > 0 ? (double)device / mc->device_bytes : 0;
   bytes(cap, sizeof cap, mc->device_bytes);
   if (share > 1)
     fprintf(out, ": does not fit a GPU's %s (%s): %.0f%% of it; use more tp or pp ranks, %s%sor a "
             "smaller batch (-D batch=N)", cap, mc->name, 100 * share,
-            stages ? "more microbatches (--microbatches M), " : "",
-            recompute ? "--recompute norms (the layers' norm outputs computed again in the "
-                        "backward, not kept; not with --sp), " : "");
+            stages ? "more microbatches (--microbatches M), " : "", hint[recompute & 3]);
   else if (share > 0)
     fprintf(out, ": %.1f%% of a GPU's %s (%s)", 100 * share, cap, mc->name);
   fputc('\n', out);
@@ -532,7 +543,7 @@ static void gpu_device(FILE *out, const IrModule *m, const Cost *c) {
   const Machine *mc = c->machine ? c->machine : machine_default;
   const char *what = "(parameters, optimizer state, arena, batch, workspaces; CUDA's, "
                      "cuBLASLt's and NCCL's own aside), checked against free memory at start";
-  int kept = norms_kept(m);
+  int kept = norms_kept(m) | (!m->remat_act && remat_act_candidates(m) ? 2 : 0);
   char a[32];
   if (g->nstages <= 1) {
     fprintf(out, "GPU trainer: %s (%" PRId64 " bytes) of device memory a rank %s",

@@ -130,7 +130,10 @@ static void usage(FILE *out) {
           "                         anyway, instead of keeping the output from the forward\n"
           "                         (a [tokens, d] value a norm and layer less at the\n"
           "                         arena's peak for one more memory-bound kernel each; the\n"
-          "                         recomputation stores the forward's bits); none (default)\n"
+          "                         recomputation stores the forward's bits); pointwise:\n"
+          "                         likewise each layer's pointwise values the backward\n"
+          "                         reads (gelu(h), silu(g) * u) from values it keeps anyway;\n"
+          "                         all: both; a list (norms,pointwise); none (default)\n"
           "      --head-major-attn  attention keeps its head-major operands and results,\n"
           "                         with split_heads / merge_heads copies around it (no\n"
           "                         attn_layout pass; the same bits, for comparing)\n"
@@ -179,6 +182,29 @@ static int parse_schedule(const char *s, PpRequest *req) {
     }
   fprintf(stderr, "parc: error: --schedule '%s': expected gpipe, 1f1b, interleaved or zb\n", s);
   return 0;
+}
+
+/* --recompute norms,pointwise | all | none (the last given wins).  1, or 0
+ * after printing the error. */
+static int parse_recompute(const char *arg, int *norms_out, int *pointwise_out) {
+  int norms = 0, pointwise = 0;
+  const char *s = arg;
+  for (;;) {
+    size_t n = strcspn(s, ",");
+    if (n == 5 && !strncmp(s, "norms", n)) norms = 1;
+    else if (n == 9 && !strncmp(s, "pointwise", n)) pointwise = 1;
+    else if (n == 3 && !strncmp(s, "all", n)) norms = pointwise = 1;
+    else if (!(n == 4 && !strncmp(s, "none", n) && !strchr(arg, ','))) {
+      fprintf(stderr, "parc: error: --recompute '%s': expected norms, pointwise, a list of "
+              "those (norms,pointwise), all or none\n", arg);
+      return 0;
+    }
+    if (!s[n]) break;
+    s += n + 1;
+  }
+  *norms_out = norms;
+  *pointwise_out = pointwise;
+  return 1;
 }
 
 /* --stage-layers 3,5,4: a malloc'd list (freed at exit), each at least 1. */
@@ -252,6 +278,7 @@ typedef struct {
   int keep_attn_out;         /* --keep-attn-out: no attn_delta pass */
   int head_major_attn;       /* --head-major-attn: no attn_layout pass */
   int recompute_norms;       /* --recompute norms: the remat_norm pass */
+  int recompute_pointwise;   /* --recompute pointwise: the remat_act pass */
   int bf16_store;            /* --bf16-store: a CgStoreMode (codegen/cuda_store.h) */
   int no_batch;              /* --no-batch: the GPU trainer launches every kernel alone */
   unsigned explain;          /* --explain: CG_EXPLAIN_* bits (codegen/explain.h); 0: none */
@@ -357,11 +384,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       o->emit = optarg;
       break;
     case O_RECOMPUTE:
-      if (strcmp(optarg, "norms") && strcmp(optarg, "none")) {
-        fprintf(stderr, "parc: error: --recompute '%s': expected norms or none\n", optarg);
-        return EXIT_BAD;
-      }
-      o->recompute_norms = !strcmp(optarg, "norms");
+      if (!parse_recompute(optarg, &o->recompute_norms, &o->recompute_pointwise)) return EXIT_BAD;
       break;
     case O_EXPLAIN: /* (given twice: both) */
       if (!strcmp(optarg, "memory")) o->explain |= CG_EXPLAIN_MEMORY;
@@ -582,7 +605,8 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
                       .bucket_bytes = o->bucket_bytes, .no_overlap = o->no_overlap,
                       .keep_attn_out = o->keep_attn_out,
                       .head_major_attn = o->head_major_attn,
-                      .recompute_norms = o->recompute_norms};
+                      .recompute_norms = o->recompute_norms,
+                      .recompute_pointwise = o->recompute_pointwise};
   int rc = pass_run_all(r, &popt) ? -1 : 0;
   if (rc) snprintf(why, len, "internal error: passes");
   r->mesh_ep = o->lay.ep; /* experts split over ep of the dp ranks */
@@ -640,7 +664,8 @@ static IrModule *pipe_module(Program *prog, const Options *o, const IrModule *m,
   PassOptions popt = {.verify = o->verify, .stop_after = "dce",
                       .keep_attn_out = o->keep_attn_out,
                       .head_major_attn = o->head_major_attn,
-                      .recompute_norms = o->recompute_norms};
+                      .recompute_norms = o->recompute_norms,
+                      .recompute_pointwise = o->recompute_pointwise};
   int rc = pass_run_all(r, &popt) ? -1 : 0;
   r->mesh_ep = o->lay.ep; /* experts split over ep of the dp ranks */
   r->pad_vocab = m->pad_vocab;
@@ -771,7 +796,8 @@ int main(int argc, char **argv) {
                       .stop_after = "dce", .zero = o.lay.zero, .bucket_bytes = o.bucket_bytes,
                       .no_overlap = o.no_overlap, .keep_attn_out = o.keep_attn_out,
                       .head_major_attn = o.head_major_attn,
-                      .recompute_norms = o.recompute_norms};
+                      .recompute_norms = o.recompute_norms,
+                      .recompute_pointwise = o.recompute_pointwise};
   if (pass_run_all(m, &popt)) {
     rc = EXIT_INTERNAL;
     goto done;

@@ -252,6 +252,9 @@ typedef struct {
                               optimizer: per node id, a PARAM's pipeline stages
                               (pp_param_stages), else NULL.  ZeRO-1's gather
                               buckets hold parameters of one set of stages */
+  int remat_act;           /* pass_remat_act (--recompute pointwise): the
+                              forward pointwise values it gave the backward a
+                              copy of (0: none, or the pass did not run) */
   IrNode *grad_norm;       /* after pass_optimizer: the global gradient norm
                               before clipping (logged); NULL before, or when
                               no parameter has a gradient */

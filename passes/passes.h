@@ -38,6 +38,9 @@ typedef struct {
   int head_major_attn;    /* 1 skips attn_layout: head copies around attention stay */
   int recompute_norms;    /* 1 runs remat_norm: the backward recomputes the layers' norm
                              outputs instead of keeping them (parc --recompute norms) */
+  int recompute_pointwise; /* 1 runs remat_act: the backward recomputes the layers'
+                             pointwise values from ones it keeps anyway (parc
+                             --recompute pointwise) */
 } PassOptions;
 
 /* Runs every pass in order.  Returns 0, or -1 after printing an internal
@@ -79,6 +82,18 @@ int pass_remat(IrModule *m);
  * --recompute norms; PassOptions.recompute_norms).  Returns -1 after
  * printing an internal error. */
 int pass_remat_norm(IrModule *m);
+
+/* passes/remat_act.c: the layers' forward pointwise values the backward
+ * reads, recomputed there from values it keeps anyway (gelu(h), silu(g) *
+ * u) instead of kept from the forward (parc --recompute pointwise;
+ * PassOptions.recompute_pointwise).  Sets m->remat_act.  Returns -1 after
+ * printing an internal error. */
+int pass_remat_act(IrModule *m);
+/* The forward pointwise values of m's layers that the backward reads and
+ * could recompute from leaves and values it keeps anyway (directly or
+ * through other pointwise values): 0 where --recompute pointwise would do
+ * nothing (the report's hint reads it on the module after every pass). */
+int remat_act_candidates(const IrModule *m);
 
 /* passes/optimizer.c: appends the optimizer step after autodiff, with
  * PyTorch's semantics: global-norm clipping (train setting clip), then

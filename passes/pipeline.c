@@ -19,6 +19,7 @@ static const Pass passes[] = {
     {"dce", pass_dce},             /* drop what the loss does not need */
     {"autodiff", pass_autodiff},   /* gradients of the loss, B/W phases */
     {"remat_norm", pass_remat_norm}, /* --recompute norms: layers' norms again in the backward */
+    {"remat_act", pass_remat_act}, /* --recompute pointwise: gelu(h), silu(g) * u likewise */
     {"attn_delta", pass_attn_delta}, /* sdpa_grad from lse and D: sdpa's out dies early */
     {"remat", pass_remat},         /* a bias add recomputed in the backward, not stored */
     {"dp_grads", dp_grads},        /* data-parallel gradient averaging */
@@ -52,7 +53,8 @@ int pass_run_all(IrModule *m, const PassOptions *opt) {
     }
     int skip = (passes[i].run == pass_attn_delta && opt->keep_attn_out) ||
                (passes[i].run == pass_attn_layout && opt->head_major_attn) ||
-               (passes[i].run == pass_remat_norm && !opt->recompute_norms);
+               (passes[i].run == pass_remat_norm && !opt->recompute_norms) ||
+               (passes[i].run == pass_remat_act && !opt->recompute_pointwise);
     if (!skip && passes[i].run(m)) {
       fprintf(stderr, "parc: internal error: pass %s failed\n", passes[i].name);
       return -1;

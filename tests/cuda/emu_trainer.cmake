@@ -24,6 +24,8 @@
 #                             layout: --head-major-attn = the token-major
 #                             attention bit for bit, with more launches;
 #                             recompute: bf16 --recompute norms near the
+#                             store check's run, with a smaller GPU arena;
+#                             pointwise: bf16 --recompute pointwise near the
 #                             store check's run, with a smaller GPU arena)
 # libparcrt and what it links (runtime/CMakeLists.txt: cJSON, OpenBLAS, MPI where found)
 find_package(MPI COMPONENTS C QUIET)
@@ -35,13 +37,13 @@ list(APPEND emu_link -lpthread -lm)
 string(JOIN " " emu_link ${emu_link})
 # NAME|MODEL|PARC ARGS|CHECKS|GRAPH NOTICES
 set(emu_cases
-  "gpt2_tiny|gpt2_tiny||cpu,graph,bf16,store,launch,batch,layout,recompute|0"
+  "gpt2_tiny|gpt2_tiny||cpu,graph,bf16,store,launch,batch,layout,recompute,pointwise|0"
   "llama_tiny|llama_tiny||cpu,graph,bf16,store,layout|0"
   "gpt2_tiny_vocab257|gpt2_tiny|-D vocab=257|cpu,bf16,store|0"
   "moe_tiny|moe_tiny||cpu,graph,store,batch|1"
   "moe_tiny_zloss|moe_tiny|-D z_loss=1e-3 -D shared_ffn=64|cpu|0"
   "gpt2_tiny_tp2|gpt2_tiny|--tp 2|cpu,device,store,launch,layout|0"
-  "llama_tiny_tp2_pp2|llama_tiny|--tp 2 --pp 2|cpu,device,launch,store,recompute|0"
+  "llama_tiny_tp2_pp2|llama_tiny|--tp 2 --pp 2|cpu,device,launch,store,recompute,pointwise|0"
   "moe_tiny_tp2_pp2|moe_tiny|--tp 2 --pp 2 --microbatches 2|cpu,device,store|0"
   # sequence parallelism: its all-gathers move bf16 values (codegen/cuda_store.h)
   "llama_tiny_tp2_sp|llama_tiny|--tp 2 --sp|cpu,device,store|0"

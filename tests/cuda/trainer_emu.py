@@ -83,6 +83,11 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
           losses within 1e-4 and step-1 gradients within 2e-2 relative (its
           forward norms take no fused prologue: other sum orders), with a
           smaller GPU arena (plan.json gpu_arena_bytes);
+  pointwise  with store: likewise with --recompute pointwise (passes/remat_act.c:
+          gelu(h), silu(g) * u computed again in the backward, stored as bf16 as
+          the kept ones were): losses within 1e-4 and step-1 gradients within
+          2e-2 relative (an operand computed inside one kernel before may now be
+          stored as bf16 for two), with a smaller GPU arena;
   grads   with cpu and bf16: the step-1 gradients compared at several ranks too
           (layouts whose --save-grads file is the whole model, e.g. ZeRO-1's
           pieces gathered from the dp ranks).
@@ -117,6 +122,12 @@ BF16_GRAD_TOL_OF = {"moe_tiny": 0.15}
 # which a bf16 rounding can turn into a bf16 ulp; gpt2_tiny: losses 7.7e-6,
 # step-1 gradients 5.6e-3)
 RECOMPUTE_LOSS_TOL, RECOMPUTE_GRAD_TOL = 1e-4, 2e-2
+# --recompute pointwise against the kept values, both bf16: each copy computes
+# the forward's formula, but an operand the plan without it computed inside
+# one kernel in f32 may now be stored for two (as bf16): GPT-2's h = a + b under
+# gelu, from the second step on (its bias no longer zero): gpt2_tiny losses
+# 9.1e-6, llama_tiny tp 2 pp 2 bit for bit; the CPU trainers agree bit for bit
+POINTWISE_LOSS_TOL, POINTWISE_GRAD_TOL = 1e-4, 2e-2
 
 
 def run(cmd, log, env=None, timeout=900):
@@ -403,32 +414,36 @@ def store(a, proj, env, steps, grads, against_cpu, one_rank, device):
                 sp + ".small_gpu", want, lambda line: planned_as_reported(sp, line))
 
 
-def recompute(a, proj, env, steps, grads):
-    """The recompute check (the head comment): proj_bf16rec against the store
-    check's proj_bf16 run."""
-    sp, cp = proj + "_bf16", proj + "_bf16rec"
-    if not build(a, cp, ["-D", "precision=bf16", "--recompute", "norms"], cpu=False):
+def recompute(a, proj, env, steps, grads, what="norms"):
+    """The recompute check (the head comment), or the pointwise one (what
+    "pointwise"): proj_bf16rec (proj_bf16pw) against the store check's
+    proj_bf16 run."""
+    tag = "recompute" if what == "norms" else "pointwise"
+    sp, cp = proj + "_bf16", proj + ("_bf16rec" if what == "norms" else "_bf16pw")
+    if not build(a, cp, ["-D", "precision=bf16", "--recompute", what], cpu=False):
         return False
     arena = []
     for p in (sp, cp):
         with open(p + "/plan.json") as f:
             arena.append(json.load(f)["cost"]["gpu_arena_bytes"])
     with open(cp + "/report.txt") as f:
-        m = re.search(r"recomputed in the backward \(--recompute norms\): (\d+) norm", f.read())
+        m = re.search(r"recomputed in the backward \(--recompute %s\): (\d+) " % what, f.read())
     if not m or not arena[1] < arena[0]:
-        print("%s: --recompute norms: %s norms recomputed, GPU arena %d bytes, %d without" %
-              (a.name, m.group(1) if m else "no", arena[1], arena[0]))
+        print("%s: --recompute %s: %s recomputed, GPU arena %d bytes, %d without" %
+              (a.name, what, m.group(1) if m else "none", arena[1], arena[0]))
         return False
-    log = proj + ".recompute.jsonl"
-    if not run([cp + "/build/train_cuda_emu"] + steps + ["--log", log] + grads("recompute"),
-               proj + ".recompute.log", env=dict(env, PARC_CUDA_GEMM="bf16")):
+    log = proj + "." + tag + ".jsonl"
+    if not run([cp + "/build/train_cuda_emu"] + steps + ["--log", log] + grads(tag),
+               proj + "." + tag + ".log", env=dict(env, PARC_CUDA_GEMM="bf16")):
         return False
-    ok = compare(a, "losses", proj + ".store.jsonl", log, RECOMPUTE_LOSS_TOL,
-                 "%s bf16 --recompute norms vs kept (%s norms; GPU arena %d -> %d)" %
-                 (a.name, m.group(1), arena[0], arena[1]))
-    if ok and grads("recompute"):
-        ok = compare(a, "grads", grads("store")[1], grads("recompute")[1], RECOMPUTE_GRAD_TOL,
-                     a.name + " bf16 --recompute norms, gradients")
+    loss_tol, grad_tol = (RECOMPUTE_LOSS_TOL, RECOMPUTE_GRAD_TOL) if what == "norms" else \
+        (POINTWISE_LOSS_TOL, POINTWISE_GRAD_TOL)
+    ok = compare(a, "losses", proj + ".store.jsonl", log, loss_tol,
+                 "%s bf16 --recompute %s vs kept (%s values; GPU arena %d -> %d)" %
+                 (a.name, what, m.group(1), arena[0], arena[1]))
+    if ok and grads(tag):
+        ok = compare(a, "grads", grads("store")[1], grads(tag)[1], grad_tol,
+                     "%s bf16 --recompute %s, gradients" % (a.name, what))
     return ok
 
 
@@ -522,7 +537,7 @@ def main():
     a = p.parse_args()
     checks = a.checks.split(",")
     known = ("cpu", "graph", "device", "bf16", "store", "launch", "grads", "batch", "layout",
-             "recompute")
+             "recompute", "pointwise")
     bad = [c for c in checks if c not in known]
     if bad:
         p.error("unknown check %s (%s)" % (bad[0], ", ".join(known)))
@@ -583,6 +598,8 @@ def main():
                    "device" in checks and not one_rank)
     if ok and "recompute" in checks and "store" in checks:
         ok = recompute(a, proj, env, steps, grads)
+    if ok and "pointwise" in checks and "store" in checks:
+        ok = recompute(a, proj, env, steps, grads, "pointwise")
     if ok and "batch" in checks:
         ok = batch(a, proj, env, steps, grads, stats)
     if ok and "layout" in checks:

@@ -1,5 +1,5 @@
 # ARGS: --recompute attention
-# --recompute takes norms or none
+# --recompute takes norms, pointwise, a list of those, all or none
 model llama_tp {
   config { vocab = 256  seq = 64  d = 64  heads = 4  kv_heads = 2  ffn = 176  layers = 2
            theta = 10000.0  eps = 1e-5 }

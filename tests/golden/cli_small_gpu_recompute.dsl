@@ -1,6 +1,7 @@
 # ARGS: --machine machine_small_gpu.json
 # a plan that does not fit the GPU, of a model whose layers keep norm outputs
-# from the forward: the report names --recompute norms among the ways out
+# and pointwise values (silu(g) * u) from the forward: the report names
+# --recompute all among the ways out
 model llama_tp {
   config { vocab = 256  seq = 64  d = 64  heads = 4  kv_heads = 2  ffn = 176  layers = 2
            theta = 10000.0  eps = 1e-5 }

@@ -1,20 +1,24 @@
 /* tests/passes/rewrite_test.c -- a rewriting pass on a model's step:
- * passes/slice_sink.c, passes/remat.c or passes/attn_layout.c.
+ * passes/slice_sink.c, passes/remat.c, passes/remat_act.c or
+ * passes/attn_layout.c.
  *
- *   rewrite_test slice_sink|remat|attn_layout MODEL.dsl MIN [NAME=VALUE ...]
+ *   rewrite_test slice_sink|remat|remat_act|attn_layout MODEL.dsl MIN [NAME=VALUE ...]
  *
  * The model is loaded twice, differentiated, given its optimizer; one copy
  * then runs the pass.  Requires:
  *   - the rewritten module verifies, and in it nothing is left to rewrite:
  *     slice_sink, no pointwise f32 op read by slices only; remat, no forward
  *     pointwise op of one activation and leaves with pointwise readers in
- *     the forward and the backward; attn_layout, no head copy around an
+ *     the forward and the backward; remat_act, no forward pointwise op of a
+ *     layer read in the backward whose inputs the backward has anyway (or can
+ *     recompute so) -- and no node is read later than before (the copies
+ *     keep nothing longer); attn_layout, no head copy around an
  *     attention that its rules remove (this file's own reading of the rules);
  *   - the other module had at least MIN of them (the pass is exercised) and
  *     the rewritten one has exactly the nodes the rules say: slice_sink,
  *     those ops fewer plus the new operand slices (each rewritten slice
- *     becomes its op, each cut operand one new slice); remat, one copy more
- *     for each; attn_layout, the copies (and GPT-2's concat) fewer;
+ *     becomes its op, each cut operand one new slice); remat and remat_act,
+ *     one copy more for each; attn_layout, the copies (and GPT-2's concat) fewer;
  *   - two training steps of both modules in the reference interpreter, from
  *     the same parameters and batch, give the same loss and the same value of
  *     every update, bit for bit (slicing commutes with a pointwise op; the
@@ -109,6 +113,59 @@ static int rematerializable(const IrModule *m) {
   return n;
 }
 
+/* remat_act's candidates (passes/remat_act.c's rules, read again here):
+ * forward pointwise f32 ops of a layer, held by nothing, read in the
+ * backward, each input a leaf, such a candidate, or read in the backward at
+ * or after the op's first backward reader */
+static int act_candidates(const IrModule *m) {
+  int n = 0;
+  unsigned char *cand = calloc((size_t)m->nnodes + 1, 1);
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *p = m->nodes[i];
+    if (p->phase != IR_PHASE_FWD || p->layer < 0 || !(ir_op_info[p->op].flags & IR_F_POINTWISE) ||
+        p->dtype != IR_F32 || p == m->loss || p == m->ce_loss)
+      continue;
+    int held = 0, first = -1;
+    for (int u = 0; u < m->nupdates; u++) held |= m->updates[u].value == p;
+    for (int k = 0; k < m->nnodes; k++) held |= m->nodes[k]->grad == p;
+    for (int r = i + 1; r < m->nnodes && first < 0; r++)
+      for (int j = 0; j < m->nodes[r]->ninputs; j++)
+        if (m->nodes[r]->inputs[j] == p && ir_backward(m->nodes[r])) first = r;
+    int ok = !held && first >= 0;
+    for (int j = 0; ok && j < p->ninputs; j++) {
+      const IrNode *x = p->inputs[j];
+      int later = (ir_op_info[x->op].flags & IR_F_LEAF) || cand[x->id];
+      for (int r = first; r < m->nnodes && !later; r++)
+        for (int k = 0; k < m->nodes[r]->ninputs; k++)
+          later |= m->nodes[r]->inputs[k] == x && ir_backward(m->nodes[r]);
+      ok = later;
+    }
+    cand[i] = (unsigned char)ok;
+    n += ok;
+  }
+  free(cand);
+  return n;
+}
+
+/* Per node old[k] of m (m's nodes before remat_act, by pointer): where it is
+ * last read, as a position in old, a node the pass made counting as the
+ * old node it goes before (-1: never read).  remat_act keeps nothing
+ * longer: no node's last read moves later. */
+static void last_reads(const IrModule *m, IrNode *const *old, int nold, int *last) {
+  int *at = calloc((size_t)m->nnodes + 1, sizeof *at), *idx = calloc((size_t)m->nnodes + 1, sizeof *idx);
+  for (int i = 0; i < m->nnodes; i++) idx[i] = -1;
+  for (int k = 0; k < nold; k++) idx[old[k]->id] = k; /* (ids follow m's order) */
+  for (int i = m->nnodes - 1, next = nold; i >= 0; i--) at[i] = idx[i] >= 0 ? (next = idx[i]) : next;
+  for (int k = 0; k < nold; k++) last[k] = -1;
+  for (int i = 0; i < m->nnodes; i++)
+    for (int j = 0; j < m->nodes[i]->ninputs; j++) {
+      int x = idx[m->nodes[i]->inputs[j]->id];
+      if (x >= 0 && at[i] > last[x]) last[x] = at[i];
+    }
+  free(at);
+  free(idx);
+}
+
 /* attn_layout's candidates (passes/attn_layout.c's rules, read again here):
  * sdpa read by merge_heads and sdpa_lse only; six-operand sdpa_grad with a
  * split_heads dy; six-operand sdpa_grad read by three slices along 1, each by
@@ -196,8 +253,9 @@ static void fill(IrInterp *it, uint64_t seed) {
 int main(int argc, char **argv) {
   const char *pass = argc >= 2 ? argv[1] : "";
   int sink = !strcmp(pass, "slice_sink"), lay = !strcmp(pass, "attn_layout");
-  if (argc < 4 || (!sink && !lay && strcmp(pass, "remat"))) {
-    fprintf(stderr, "usage: rewrite_test slice_sink|remat|attn_layout MODEL.dsl MIN "
+  int act = !strcmp(pass, "remat_act");
+  if (argc < 4 || (!sink && !lay && !act && strcmp(pass, "remat"))) {
+    fprintf(stderr, "usage: rewrite_test slice_sink|remat|remat_act|attn_layout MODEL.dsl MIN "
             "[NAME=VALUE ...]\n");
     return 2;
   }
@@ -210,17 +268,33 @@ int main(int argc, char **argv) {
   if (lay && (pass_attn_delta(m) || pass_attn_delta(ref))) return 1;
   int before = m->nnodes, slices, cut, gone = 0;
   int ops = sink ? sliced_only(m, &slices, &cut) : lay ? attn_copies(m, &gone)
-                                                       : rematerializable(m);
+            : act ? act_candidates(m) : rematerializable(m);
   int want = sink ? before - ops + cut : lay ? before - gone : before + ops;
+  IrNode **old = malloc(sizeof *old * (size_t)before);
+  int *last0 = malloc(sizeof(int) * (size_t)before), *last1 = malloc(sizeof(int) * (size_t)before);
+  memcpy(old, m->nodes, sizeof *old * (size_t)before);
+  last_reads(m, old, before, last0);
   char why[512] = "";
-  int rc = sink ? pass_slice_sink(m) : lay ? pass_attn_layout(m) : pass_remat(m);
+  int rc = sink ? pass_slice_sink(m) : lay ? pass_attn_layout(m) : act ? pass_remat_act(m)
+                                                                       : pass_remat(m);
   if (rc || ir_verify(m, why, sizeof why)) {
     printf("FAIL: %s: %s\n", argv[1], why);
     return 1;
   }
   int left = sink ? sliced_only(m, &slices, &cut) : lay ? attn_copies(m, &gone)
-                                                        : rematerializable(m);
+             : act ? act_candidates(m) : rematerializable(m);
   char msg[256];
+  if (act) { /* nothing read later than before; the count the report shows */
+    last_reads(m, old, before, last1);
+    for (int k = 0; k < before; k++)
+      if (last1[k] > last0[k]) {
+        snprintf(msg, sizeof msg, "node %%%d (%s) last read at %d, before at %d", k,
+                 ir_op_info[old[k]->op].name, last1[k], last0[k]);
+        expect(0, msg);
+      }
+    expect(m->remat_act == ops, "m->remat_act is not the copies made");
+  }
+  free(old), free(last0), free(last1);
   snprintf(msg, sizeof msg, "%d left to rewrite after %s", left, argv[1]);
   expect(left == 0, msg);
   snprintf(msg, sizeof msg, "%d to rewrite, at least %s wanted", ops, argv[3]);

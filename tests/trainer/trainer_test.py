@@ -33,6 +33,14 @@ CASE is one of:
                              the report counts
                              each layer's two norms (none with --sp, whose backward reads
                              the gathered values) and plan.json's live peak is smaller
+  recompute_pointwise        --recompute pointwise (passes/remat_act.c) gives the same
+                             losses over 10 steps and step-1 gradients bit for bit (the
+                             copies compute the forward's formula on the same operands),
+                             GPT-2 and Llama tiny at one rank, tp 2, pp 2 (1f1b, zb) and
+                             tp 2 --sp, MoE tiny at one rank and dp 2 ep 2; the report
+                             counts gelu(h) a layer (GPT-2), silu(g)
+                             and silu(g) * u (Llama) and plan.json's live peak is smaller
+                             (but under zb: no larger)
   moe                        the MoE model trains: loss falls over 30 steps
   mesh_sp                    --sp trainers of GPT-2 and Llama tiny at tp x dp in 2x1,
                              4x1, 2x2, 4x2 equal the one-rank trainer over 20 steps
@@ -644,6 +652,45 @@ elif case == "recompute_norms":
             shown.append(f"{tag} {peak[0]}->{peak[1]} ({worst:.1e}, {w:.1e})")
     print("recompute_norms: live peak bytes (losses, step-1 gradients rel. difference): " +
           ", ".join(shown))
+elif case == "recompute_pointwise":
+    data, shown = data_file(), []
+    every = ([], ["--tp", "2"], ["--pp", "2"], ["--pp", "2", "--schedule", "zb"],
+             ["--tp", "2", "--sp"])
+    for model, defs, lays in (("gpt2_tiny", GPT2, every), ("llama_tiny", LLAMA, every),
+                              ("moe_tiny", MOE, ([], ["--dp", "2", "--ep", "2"]))):
+        for lay in lays:
+            tag = model + "".join(lay).replace("--", "_").replace(" ", "")
+            losses, files, peak, made = [], [], [], []
+            for rec in ([], ["--recompute", "pointwise"]):
+                name = tag + ("_rpw" if rec else "_pw")
+                exe = build(model, defs, name, lay + rec)
+                out = os.path.join(work, name)
+                files.append(os.path.join(work, name + "_grads.safetensors"))
+                losses.append([r["loss"] for r in train(exe, "--data", data, "--steps", "10",
+                                                        "--save-grads", files[-1])])
+                peak.append(json.load(open(os.path.join(out, "plan.json")))["cost"]
+                            ["arena_live_peak_bytes"])
+                rep = open(os.path.join(out, "report.txt")).read()
+                m = re.search(r"\(--recompute pointwise\): (\d+) pointwise", rep)
+                made.append(int(m.group(1)) if m else 0)
+            # the copies compute each element by the forward's formula from the
+            # same operands: the same bits
+            w, where = grads_rel_l2(*files)
+            if losses[0] != losses[1] or w != 0:
+                sys.exit(f"FAIL {tag}: with --recompute pointwise losses or step-1 gradients "
+                         f"differ ({w:.2e} rel L2, {where}):\n{losses[0]}\n{losses[1]}")
+            # GPT-2: gelu(h) a layer; Llama: silu(g) and silu(g) * u a layer (2 layers);
+            # the MoE model: its experts' (and shared MLP's) likewise.  A zero-bubble
+            # stage holds its microbatches' W inputs to the end, where the copies
+            # (made in B) are live as the originals were: no smaller there
+            want = {"gpt2_tiny": 2, "llama_tiny": 4}.get(model, made[1])
+            smaller = peak[1] < peak[0] if "zb" not in lay else peak[1] <= peak[0]
+            if made != [0, want] or not want or not smaller:
+                sys.exit(f"FAIL {tag}: {made} pointwise values recomputed, live peak {peak} "
+                         "bytes")
+            shown.append(f"{tag} {peak[0]}->{peak[1]}")
+    print("recompute_pointwise: losses and step-1 gradients equal bit for bit; live peak "
+          "bytes: " + ", ".join(shown))
 elif case == "moe":
     exe = build("moe_tiny", MOE, "project")
     got = train(exe, "--data", data_file(), "--steps", "30")
