@@ -45,7 +45,8 @@ static int pointwise(const IrNode *n) { return (ir_op_info[n->op].flags & IR_F_P
 static void pull(const IrModule *m, IrNode *const *copy, int *copy_at, int nold, int x, int at) {
   if (x >= nold || !copy[x] || copy_at[x] <= at) return;
   copy_at[x] = at;
-  for (int j = 0; j < m->nodes[x]->ninputs; j++) pull(m, copy, copy_at, nold, m->nodes[x]->inputs[j]->id, at);
+  for (int j = 0; j < m->nodes[x]->ninputs; j++)
+    pull(m, copy, copy_at, nold, m->nodes[x]->inputs[j]->id, at);
 }
 
 /* p's first backward reader, or -1 where p is no candidate by itself (the

@@ -122,8 +122,9 @@ static int act_candidates(const IrModule *m) {
   unsigned char *cand = calloc((size_t)m->nnodes + 1, 1);
   for (int i = 0; i < m->nnodes; i++) {
     const IrNode *p = m->nodes[i];
-    if (p->phase != IR_PHASE_FWD || p->layer < 0 || !(ir_op_info[p->op].flags & IR_F_POINTWISE) ||
-        p->dtype != IR_F32 || p == m->loss || p == m->ce_loss)
+    if (p->phase != IR_PHASE_FWD || p->layer < 0 ||
+        !(ir_op_info[p->op].flags & IR_F_POINTWISE) || p->dtype != IR_F32 || p == m->loss ||
+        p == m->ce_loss)
       continue;
     int held = 0, first = -1;
     for (int u = 0; u < m->nupdates; u++) held |= m->updates[u].value == p;
@@ -152,10 +153,12 @@ static int act_candidates(const IrModule *m) {
  * old node it goes before (-1: never read).  remat_act keeps nothing
  * longer: no node's last read moves later. */
 static void last_reads(const IrModule *m, IrNode *const *old, int nold, int *last) {
-  int *at = calloc((size_t)m->nnodes + 1, sizeof *at), *idx = calloc((size_t)m->nnodes + 1, sizeof *idx);
+  int *at = calloc((size_t)m->nnodes + 1, sizeof *at);
+  int *idx = calloc((size_t)m->nnodes + 1, sizeof *idx);
   for (int i = 0; i < m->nnodes; i++) idx[i] = -1;
   for (int k = 0; k < nold; k++) idx[old[k]->id] = k; /* (ids follow m's order) */
-  for (int i = m->nnodes - 1, next = nold; i >= 0; i--) at[i] = idx[i] >= 0 ? (next = idx[i]) : next;
+  for (int i = m->nnodes - 1, next = nold; i >= 0; i--)
+    at[i] = idx[i] >= 0 ? (next = idx[i]) : next;
   for (int k = 0; k < nold; k++) last[k] = -1;
   for (int i = 0; i < m->nnodes; i++)
     for (int j = 0; j < m->nodes[i]->ninputs; j++) {
@@ -271,7 +274,8 @@ int main(int argc, char **argv) {
             : act ? act_candidates(m) : rematerializable(m);
   int want = sink ? before - ops + cut : lay ? before - gone : before + ops;
   IrNode **old = malloc(sizeof *old * (size_t)before);
-  int *last0 = malloc(sizeof(int) * (size_t)before), *last1 = malloc(sizeof(int) * (size_t)before);
+  int *last0 = malloc(sizeof(int) * (size_t)before);
+  int *last1 = malloc(sizeof(int) * (size_t)before);
   memcpy(old, m->nodes, sizeof *old * (size_t)before);
   last_reads(m, old, before, last0);
   char why[512] = "";
