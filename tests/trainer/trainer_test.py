@@ -506,6 +506,26 @@ def torch_ok():
 def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-12)
 
+def recompute_runs(model, defs, lay, what, data):
+    """Trainers of examples/MODEL.dsl at layout lay without and with --recompute
+    WHAT, 10 steps each: (tag, [losses], [step-1 gradient files], [plan.json live
+    peaks], [the report's count of recomputed values])."""
+    tag = model + "".join(lay).replace("--", "_").replace(" ", "")
+    losses, files, peak, made = [], [], [], []
+    for rec in ([], ["--recompute", what]):
+        name = tag + "_" + what + ("_rec" if rec else "")
+        exe = build(model, defs, name, lay + rec)
+        out = os.path.join(work, name)
+        files.append(os.path.join(work, name + "_grads.safetensors"))
+        losses.append([r["loss"] for r in train(exe, "--data", data, "--steps", "10",
+                                                "--save-grads", files[-1])])
+        peak.append(json.load(open(os.path.join(out, "plan.json")))["cost"]
+                    ["arena_live_peak_bytes"])
+        rep = open(os.path.join(out, "report.txt")).read()
+        m = re.search(r"recomputed in the backward \(--recompute %s\): (\d+) " % what, rep)
+        made.append(int(m.group(1)) if m else 0)
+    return tag, losses, files, peak, made
+
 def fused_kernels(tag, name):
     """The kernels and computed nodes of the project work/NAME (plan.json): a
     trainer without fusion has one kernel a node (and statistics kernels of none),
@@ -622,20 +642,7 @@ elif case == "recompute_norms":
     data, shown = data_file(), []
     for model, defs in (("gpt2_tiny", GPT2), ("llama_tiny", LLAMA)):
         for lay in ([], ["--tp", "2"], ["--pp", "2"], ["--tp", "2", "--sp"]):
-            tag = model + "".join(lay).replace("--", "_").replace(" ", "")
-            losses, files, peak, norms = [], [], [], []
-            for rec in ([], ["--recompute", "norms"]):
-                name = tag + ("_rec" if rec else "")
-                exe = build(model, defs, name, lay + rec)
-                out = os.path.join(work, name)
-                files.append(os.path.join(work, name + "_grads.safetensors"))
-                losses.append([r["loss"] for r in train(exe, "--data", data, "--steps", "10",
-                                                        "--save-grads", files[-1])])
-                peak.append(json.load(open(os.path.join(out, "plan.json")))["cost"]
-                            ["arena_live_peak_bytes"])
-                rep = open(os.path.join(out, "report.txt")).read()
-                m = re.search(r"recomputed in the backward \(--recompute norms\): (\d+) norm", rep)
-                norms.append(int(m.group(1)) if m else 0)
+            tag, losses, files, peak, norms = recompute_runs(model, defs, lay, "norms", data)
             # the forward's norms no longer fuse the residual add before them (so that
             # the recomputation stores the same bits): their sums run in another order
             worst = max(rel(a, b) for a, b in zip(*losses))
@@ -659,20 +666,7 @@ elif case == "recompute_pointwise":
     for model, defs, lays in (("gpt2_tiny", GPT2, every), ("llama_tiny", LLAMA, every),
                               ("moe_tiny", MOE, ([], ["--dp", "2", "--ep", "2"]))):
         for lay in lays:
-            tag = model + "".join(lay).replace("--", "_").replace(" ", "")
-            losses, files, peak, made = [], [], [], []
-            for rec in ([], ["--recompute", "pointwise"]):
-                name = tag + ("_rpw" if rec else "_pw")
-                exe = build(model, defs, name, lay + rec)
-                out = os.path.join(work, name)
-                files.append(os.path.join(work, name + "_grads.safetensors"))
-                losses.append([r["loss"] for r in train(exe, "--data", data, "--steps", "10",
-                                                        "--save-grads", files[-1])])
-                peak.append(json.load(open(os.path.join(out, "plan.json")))["cost"]
-                            ["arena_live_peak_bytes"])
-                rep = open(os.path.join(out, "report.txt")).read()
-                m = re.search(r"\(--recompute pointwise\): (\d+) pointwise", rep)
-                made.append(int(m.group(1)) if m else 0)
+            tag, losses, files, peak, made = recompute_runs(model, defs, lay, "pointwise", data)
             # the copies compute each element by the forward's formula from the
             # same operands: the same bits
             w, where = grads_rel_l2(*files)
