@@ -19,7 +19,10 @@
  *   - n is f32, an activation or an activation's gradient (phase FWD or B;
  *     not W: a part of a weight gradient, e.g. the tied head's before the
  *     embedding's is added, stays f32; but a norm in W is an activation,
- *     the backward's recomputation of a forward one, passes/remat_norm.c),
+ *     the backward's recomputation of a forward one, passes/remat_norm.c,
+ *     and so is a reshape in W of an FWD or B value: a weight gradient's
+ *     operand, stored by the kernel that computes that value inline, e.g. a
+ *     copy of passes/remat_act.c),
  *     computed by a generated kernel that
  *     stores it (a param of access out) or by a GEMM that may write it bf16
  *     (RT_CUDA_MM_C_BF16,

@@ -543,7 +543,10 @@ static void gpu_device(FILE *out, const IrModule *m, const Cost *c) {
   const Machine *mc = c->machine ? c->machine : machine_default;
   const char *what = "(parameters, optimizer state, arena, batch, workspaces; CUDA's, "
                      "cuBLASLt's and NCCL's own aside), checked against free memory at start";
-  int kept = norms_kept(m) | (!m->remat_act && remat_act_candidates(m) ? 2 : 0);
+  /* (a zero-bubble stage holds its W inputs to the end: the pointwise copies,
+   * made in B, live as long as what they replace, passes/remat_act.c) */
+  int zb = c->pipe && c->pipe->req.schedule == PP_ZB_H1;
+  int kept = norms_kept(m) | (!m->remat_act && !zb && remat_act_candidates(m) ? 2 : 0);
   char a[32];
   if (g->nstages <= 1) {
     fprintf(out, "GPU trainer: %s (%" PRId64 " bytes) of device memory a rank %s",
