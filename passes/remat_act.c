@@ -49,27 +49,26 @@ static void pull(const IrModule *m, IrNode *const *copy, int *copy_at, int nold,
     pull(m, copy, copy_at, nold, m->nodes[x]->inputs[j]->id, at);
 }
 
-/* p's first backward reader, or -1 where p is no candidate by itself (the
- * head comment's first conditions) */
-static int first_reader(const IrModule *m, const IrNode *p) {
-  if (p->phase != IR_PHASE_FWD || p->layer < 0 || !pointwise(p) || p->dtype != IR_F32 ||
-      p->ninputs > MAX_IN || ir_node_held(m, p))
-    return -1;
-  for (int r = p->id + 1; r < m->nnodes; r++)
-    if (ir_backward(m->nodes[r]))
-      for (int j = 0; j < m->nodes[r]->ninputs; j++)
-        if (m->nodes[r]->inputs[j] == p) return r;
-  return -1;
+/* 1 if p may have a copy by itself (the head comment's first conditions but
+ * its backward readers) */
+static int candidate(const IrModule *m, const IrNode *p) {
+  return p->phase == IR_PHASE_FWD && p->layer >= 0 && pointwise(p) && p->dtype == IR_F32 &&
+         p->ninputs <= MAX_IN && !ir_node_held(m, p);
 }
 
-/* last_bwd[id]: the last backward node reading node id, or -1 (malloc'd) */
-static int *last_backward_reader(const IrModule *m) {
-  int *last = ir_xcalloc((size_t)m->nnodes + 1, sizeof *last);
-  for (int i = 0; i < m->nnodes; i++) last[i] = -1;
+/* first[id], last[id]: the first and the last backward node reading node id,
+ * or -1 (both malloc'd, one sweep) */
+static void backward_readers(const IrModule *m, int **first, int **last) {
+  *first = ir_xcalloc((size_t)m->nnodes + 1, sizeof **first);
+  *last = ir_xcalloc((size_t)m->nnodes + 1, sizeof **last);
+  for (int i = 0; i < m->nnodes; i++) (*first)[i] = (*last)[i] = -1;
   for (int r = 0; r < m->nnodes; r++)
     if (ir_backward(m->nodes[r]))
-      for (int j = 0; j < m->nodes[r]->ninputs; j++) last[m->nodes[r]->inputs[j]->id] = r;
-  return last;
+      for (int j = 0; j < m->nodes[r]->ninputs; j++) {
+        int x = m->nodes[r]->inputs[j]->id;
+        if ((*first)[x] < 0) (*first)[x] = r;
+        (*last)[x] = r;
+      }
 }
 
 /* 1 if the backward could have x's values at node `first` without keeping
@@ -87,30 +86,34 @@ static int recomputable(const IrModule *m, const int *last_bwd, const IrNode *x,
 }
 
 int remat_act_candidates(const IrModule *m) {
-  int *last_bwd = last_backward_reader(m), n = 0;
+  int *first_bwd, *last_bwd, n = 0;
+  backward_readers(m, &first_bwd, &last_bwd);
   for (int i = 0; i < m->nnodes; i++) {
     const IrNode *p = m->nodes[i];
-    int first = first_reader(m, p), ok = first >= 0;
+    int first = first_bwd[i], ok = first >= 0 && candidate(m, p);
     for (int j = 0; ok && j < p->ninputs; j++)
       ok = recomputable(m, last_bwd, p->inputs[j], first, 0);
     n += ok;
   }
+  free(first_bwd);
   free(last_bwd);
   return n;
 }
 
 int pass_remat_act(IrModule *m) {
   int nold = m->nnodes, nmade = 0, rc = 0;
-  /* last_bwd[id]: the last backward node reading id (as the module stood) */
-  int *last_bwd = last_backward_reader(m);
+  /* as the module stood; a node's readers change only after it was visited,
+   * and the copies read no later original */
+  int *first_bwd, *last_bwd;
+  backward_readers(m, &first_bwd, &last_bwd);
   IrNode **copy = ir_xcalloc((size_t)nold, sizeof *copy); /* per p: p' */
   int *copy_at = ir_xcalloc((size_t)nold, sizeof *copy_at); /* per p: p' goes before it */
   IrNode **made = ir_xcalloc((size_t)nold, sizeof *made);  /* the copies, made in order */
   int *made_of = ir_xcalloc((size_t)nold, sizeof *made_of); /* their originals' ids */
   for (int i = 0; i < nold && !rc; i++) {
     IrNode *p = m->nodes[i];
-    int first = first_reader(m, p);
-    if (first < 0) continue;
+    int first = first_bwd[i];
+    if (first < 0 || !candidate(m, p)) continue;
     int ok = 1;
     IrNode *in[MAX_IN];
     for (int j = 0; j < p->ninputs && ok; j++) {
@@ -155,6 +158,7 @@ int pass_remat_act(IrModule *m) {
     free(order);
   }
   m->remat_act = nmade;
+  free(first_bwd);
   free(last_bwd);
   free(copy);
   free(copy_at);

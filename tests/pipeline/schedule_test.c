@@ -199,13 +199,8 @@ static void test_broken(void) {
   pp_schedule_free(&s);
 }
 
-/* pp_assign_slots on every schedule: a slot per microbatch on each stage,
- * two microbatches in one slot only where their action spans on the stage
- * are apart, and as many slots as the most spans one action index lies in
- * (counted plainly): no fewer could do.  1F1B's stage s holds P - s; ZB-H1,
- * whose late W actions made mb % slots take every microbatch, holds P. */
 /* The runtime's check of a slot table (rt_pipe_check_slots, a second
- * implementation of the spans test above) takes pp_assign_slots' table, and
+ * implementation of test_slots' spans test) takes pp_assign_slots' table, and
  * refuses a slot out of range and two held microbatches put in one slot. */
 static void check_runtime_slots(const PpSchedule *s, int *slot, int slots) {
   int P = s->nstages, M = s->microbatches;
@@ -250,6 +245,11 @@ static void check_runtime_slots(const PpSchedule *s, int *slot, int slots) {
   for (int st = 0; st < P; st++) free(acts[st]);
 }
 
+/* pp_assign_slots on every schedule: a slot per microbatch on each stage,
+ * two microbatches in one slot only where their action spans on the stage
+ * are apart, and as many slots as the most spans one action index lies in
+ * (counted plainly): no fewer could do.  1F1B's stage s holds P - s; ZB-H1,
+ * whose late W actions made mb % slots take every microbatch, holds P. */
 static void test_slots(void) {
   static const int Ps[] = {2, 4}, Ms[] = {4, 8, 16};
   for (int k = 0; k < PP_NSCHEDULES; k++)
