@@ -157,7 +157,12 @@ static void test_concurrent_callers(void) {
   CHECK(atomic_load(&bad) == 0);
 }
 
-/* Idle workers sleep: the process uses (almost) no CPU while nothing runs. */
+/* Idle workers sleep: the process uses (almost) no CPU while nothing runs.
+ * The pool has no spin phase (workers block on a condition variable at once),
+ * so any window would do; the test takes the least CPU over three windows so
+ * that one burst from elsewhere in the process (the sanitizers' bookkeeping
+ * after the callers above exit, a late page fault) cannot fail it, while a
+ * worker that spins uses a large part of a core in every window. */
 static void spin_fn(void *ctx, int64_t b, int64_t e) {
   volatile double *x = ctx;
   for (int64_t i = b; i < e; i++) x[i] = (double)i * 0.5;
@@ -167,13 +172,18 @@ static void test_idle(void) {
   CHECK_OK(rt_pool_init(3));
   double x[64];
   rt_parallel_for(64, 1, spin_fn, x);
-  double c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
-  struct timespec ts = {0, 300000000};
-  nanosleep(&ts, NULL);
-  double used = now_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
-  if (used > 0.05) {
+  double least = 1e9;
+  for (int w = 0; w < 3; w++) {
+    double c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    struct timespec ts = {0, 250000000};
+    nanosleep(&ts, NULL);
+    double used = now_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    if (used < least) least = used;
+  }
+  if (least > 0.04) {
     char m[120];
-    snprintf(m, sizeof m, "idle pool used %.3f s of CPU in 0.3 s", used);
+    snprintf(m, sizeof m, "idle pool used at least %.3f s of CPU in each 0.25 s window",
+             least);
     check_report(__FILE__, __LINE__, m);
   }
 }
