@@ -15,9 +15,15 @@
  *     their readers' kernels (codegen/cg_kernels.h, Fusion) and neither is
  *     stored;
  *   - nothing else holds p (the loss, an update, a parameter's gradient);
- * into p for the forward readers and p' = OP(a, l..) (same attributes) for
- * the backward ones, p' placed right before the first of them, in its phase
- * and with p's layer and location.  p' computes p's values from the same
+ * into p for the forward readers and, for each backward reader r, a copy
+ * p' = OP(a, l..) (same attributes) of its own, placed right before r, in
+ * r's phase and with p's layer and location.  A copy per reader: one copy
+ * with readers in two kernels would be stored for both (GPT-2's gelu(h)
+ * under --recompute pointwise, passes/remat_act.c, reads h beside gelu's
+ * gradient; they are two kernels, one of them the weight gradient's
+ * operand), while a copy with one reader is computed inside its kernel.  a
+ * lives until the last copy is read, as the one copy did, with p's element
+ * count.  Each p' computes p's values from the same
  * operands by the same op: the same bits where nothing is rounded on the way
  * (the bf16 trainer stored h rounded to bf16; p' is not rounded: codegen/
  * cuda_store.h).  Runs after autodiff, on the module codegen writes. */
@@ -54,9 +60,12 @@ int pass_remat(IrModule *m) {
       if (!pointwise(n)) other[x]++;
     }
   }
-  IrNode **copy = ir_xcalloc((size_t)nold, sizeof *copy); /* per p: p' */
-  int *at = ir_xcalloc((size_t)nold, sizeof *at);            /* per p': placed before node at */
-  IrNode **made = ir_xcalloc((size_t)nold, sizeof *made);    /* the copies, made in order */
+  IrNode **copy = ir_xcalloc((size_t)nold, sizeof *copy); /* per p: its latest p' */
+  int *copy_for = ir_xcalloc((size_t)nold, sizeof *copy_for); /* per p: that p''s reader */
+  size_t edges = 1; /* a copy per (reader, input) at most */
+  for (int i = 0; i < nold; i++) edges += (size_t)m->nodes[i]->ninputs;
+  int *at = ir_xcalloc(edges, sizeof *at);            /* per p': placed before node at */
+  IrNode **made = ir_xcalloc(edges, sizeof *made);    /* the copies, made in order */
   int rc = 0, nmade = 0;
   for (int i = 0; i < nold && !rc; i++) {
     IrNode *r = m->nodes[i];
@@ -66,7 +75,7 @@ int pass_remat(IrModule *m) {
       if (p->id >= nold || p->phase != IR_PHASE_FWD || !pointwise(p) || p->dtype != IR_F32 ||
           !fwd[p->id] || !bwd[p->id] || other[p->id] || !one_activation(p) || ir_node_held(m, p))
         continue;
-      if (!copy[p->id]) { /* r is p's first backward reader: p' goes before it */
+      if (!copy[p->id] || copy_for[p->id] != i) { /* p's next backward reader: a p' before it */
         IrNode proto = {.op = p->op, .inputs = p->inputs, .ninputs = p->ninputs,
                         .ia = {p->ia[0], p->ia[1], p->ia[2]}, .fa = p->fa};
         IrNode *c = ir_add_inferred(m, &proto, p, r->phase, "remat");
@@ -75,6 +84,7 @@ int pass_remat(IrModule *m) {
           break;
         }
         copy[p->id] = c;
+        copy_for[p->id] = i;
         at[nmade] = i;
         made[nmade++] = c;
       }
@@ -97,5 +107,6 @@ int pass_remat(IrModule *m) {
   free(bwd);
   free(other);
   free(copy);
+  free(copy_for);
   return rc;
 }

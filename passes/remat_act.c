@@ -27,9 +27,11 @@
  * too).  The CPU kernels compute each element by one formula wherever it
  * stands: the fp32 trainers' steps are the same bits with or without this
  * pass (tests/trainer/trainer_test.py recompute_pointwise).  The bf16 GPU
- * trainer's agree to rounding: an operand that the plan without the pass
- * computed inside one kernel (GPT-2's h = a + b, passes/remat.c's copy) may
- * be stored, as bf16, for two (tests/cuda/trainer_emu.py pointwise).
+ * trainer's agree to rounding: GPT-2's h = a + b, which the copy of gelu(h)
+ * reads beside gelu's gradient, gets a copy of its own for each from
+ * passes/remat.c and is computed inside both kernels, as the plan without
+ * this pass computed it, but the buffer plan around the copies may differ
+ * in what it stores as bf16 (tests/cuda/trainer_emu.py pointwise).
  * Runs after autodiff and remat_norm, before remat (which then gives the
  * bias add under gelu a backward copy of its own). */
 #include <stdlib.h>

@@ -2,8 +2,11 @@
  * passes/slice_sink.c, passes/remat.c, passes/remat_act.c or
  * passes/attn_layout.c.
  *
- *   rewrite_test slice_sink|remat|remat_act|attn_layout MODEL.dsl MIN [NAME=VALUE ...]
+ *   rewrite_test slice_sink|remat|remat_after_act|remat_act|attn_layout MODEL.dsl MIN
+ *                [NAME=VALUE ...]
  *
+ * (remat_after_act: remat on modules that ran remat_act first, as parc
+ * --recompute pointwise does.)
  * The model is loaded twice, differentiated, given its optimizer; one copy
  * then runs the pass.  Requires:
  *   - the rewritten module verifies, and in it nothing is left to rewrite:
@@ -17,8 +20,10 @@
  *   - the other module had at least MIN of them (the pass is exercised) and
  *     the rewritten one has exactly the nodes the rules say: slice_sink,
  *     those ops fewer plus the new operand slices (each rewritten slice
- *     becomes its op, each cut operand one new slice); remat and remat_act,
- *     one copy more for each; attn_layout, the copies (and GPT-2's concat) fewer;
+ *     becomes its op, each cut operand one new slice); remat, one copy more
+ *     for each backward reader of each, every copy read by one node;
+ *     remat_act, one copy more for each; attn_layout, the copies (and
+ *     GPT-2's concat) fewer;
  *   - two training steps of both modules in the reference interpreter, from
  *     the same parameters and batch, give the same loss and the same value of
  *     every update, bit for bit (slicing commutes with a pointwise op; the
@@ -83,33 +88,67 @@ static int sliced_only(const IrModule *m, int *slices, int *cut) {
 /* remat's candidates (passes/remat.c's rules, read again here): forward
  * pointwise f32 ops of one non-leaf input of their element count and leaves,
  * read in the forward and in the backward, by pointwise ops only, and held
- * by nothing else */
-static int rematerializable(const IrModule *m) {
+ * by nothing else.  *copies: the copies the pass makes, one for each of a
+ * candidate's backward readers. */
+static int rematerializable(const IrModule *m, int *copies) {
   int n = 0;
+  *copies = 0;
   for (int i = 0; i < m->nnodes; i++) {
     const IrNode *p = m->nodes[i];
     if (p->phase != IR_PHASE_FWD || !(ir_op_info[p->op].flags & IR_F_POINTWISE) ||
         p->dtype != IR_F32 || p == m->loss || p == m->ce_loss)
       continue;
-    int acts = 0, ok = 1, fwd = 0, bwd = 0;
+    int acts = 0, ok = 1, fwd = 0, bwd = 0, readers = 0;
     for (int j = 0; j < p->ninputs; j++) {
       const IrNode *x = p->inputs[j];
       if (ir_op_info[x->op].flags & IR_F_LEAF) continue;
       acts++;
       ok &= ir_numel(x) == ir_numel(p);
     }
-    for (int r = i + 1; r < m->nnodes && ok; r++)
-      for (int j = 0; j < m->nodes[r]->ninputs; j++) {
-        const IrNode *q = m->nodes[r];
+    for (int r = i + 1; r < m->nnodes && ok; r++) {
+      const IrNode *q = m->nodes[r];
+      int back = q->phase == IR_PHASE_B || q->phase == IR_PHASE_W, reads = 0;
+      for (int j = 0; j < q->ninputs; j++) {
         if (q->inputs[j] != p) continue;
         ok &= (ir_op_info[q->op].flags & IR_F_POINTWISE) != 0 && q->phase != IR_PHASE_OPT;
         fwd += q->phase == IR_PHASE_FWD;
-        bwd += q->phase == IR_PHASE_B || q->phase == IR_PHASE_W;
+        bwd += back;
+        reads = 1;
       }
+      readers += back && reads;
+    }
     for (int u = 0; u < m->nupdates; u++) ok &= m->updates[u].value != p;
     for (int k = 0; k < m->nnodes; k++) ok &= m->nodes[k]->grad != p;
-    n += ok && acts == 1 && fwd && bwd;
+    if (ok && acts == 1 && fwd && bwd) n++, *copies += readers;
   }
+  return n;
+}
+
+/* The nodes of m not in old[0..nold) (the pass's copies): each read by
+ * exactly one node (remat: a copy per backward reader).  Their count. */
+static int copies_one_reader(const IrModule *m, IrNode *const *old, int nold) {
+  unsigned char *is_old = calloc((size_t)m->nnodes + 1, 1);
+  int *readers = calloc((size_t)m->nnodes + 1, sizeof *readers), n = 0;
+  for (int k = 0; k < nold; k++) is_old[old[k]->id] = 1;
+  for (int i = 0; i < m->nnodes; i++)
+    for (int j = 0; j < m->nodes[i]->ninputs; j++) {
+      int x = m->nodes[i]->inputs[j]->id;
+      int again = 0; /* a node reading x twice counts once */
+      for (int k = 0; k < j; k++) again |= m->nodes[i]->inputs[k]->id == x;
+      readers[x] += !again;
+    }
+  for (int i = 0; i < m->nnodes; i++) {
+    if (is_old[i]) continue;
+    n++;
+    if (readers[i] != 1) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "copy %%%d (%s) has %d readers, not 1", i,
+               ir_op_info[m->nodes[i]->op].name, readers[i]);
+      expect(0, msg);
+    }
+  }
+  free(is_old);
+  free(readers);
   return n;
 }
 
@@ -256,10 +295,11 @@ static void fill(IrInterp *it, uint64_t seed) {
 int main(int argc, char **argv) {
   const char *pass = argc >= 2 ? argv[1] : "";
   int sink = !strcmp(pass, "slice_sink"), lay = !strcmp(pass, "attn_layout");
-  int act = !strcmp(pass, "remat_act");
-  if (argc < 4 || (!sink && !lay && !act && strcmp(pass, "remat"))) {
-    fprintf(stderr, "usage: rewrite_test slice_sink|remat|remat_act|attn_layout MODEL.dsl MIN "
-            "[NAME=VALUE ...]\n");
+  int act = !strcmp(pass, "remat_act"), after_act = !strcmp(pass, "remat_after_act");
+  int remat = after_act || !strcmp(pass, "remat");
+  if (argc < 4 || (!sink && !lay && !act && !remat)) {
+    fprintf(stderr, "usage: rewrite_test slice_sink|remat|remat_after_act|remat_act|attn_layout "
+            "MODEL.dsl MIN [NAME=VALUE ...]\n");
     return 2;
   }
   const char *const *defs = (const char *const *)argv + 4;
@@ -269,10 +309,14 @@ int main(int argc, char **argv) {
   /* attn_layout's backward rewrites need sdpa_grad from lse and D: both modules
    * first run attn_delta (its own bits are tests/passes' and the trainers') */
   if (lay && (pass_attn_delta(m) || pass_attn_delta(ref))) return 1;
-  int before = m->nnodes, slices, cut, gone = 0;
+  /* remat_after_act: both modules first recompute the pointwise values
+   * (--recompute pointwise), whose copies read remat's candidates in the
+   * backward beside their old readers, in other kernels */
+  if (after_act && (pass_remat_act(m) || pass_remat_act(ref))) return 1;
+  int before = m->nnodes, slices, cut, gone = 0, copies = 0;
   int ops = sink ? sliced_only(m, &slices, &cut) : lay ? attn_copies(m, &gone)
-            : act ? act_candidates(m) : rematerializable(m);
-  int want = sink ? before - ops + cut : lay ? before - gone : before + ops;
+            : act ? act_candidates(m) : rematerializable(m, &copies);
+  int want = sink ? before - ops + cut : lay ? before - gone : before + (remat ? copies : ops);
   IrNode **old = malloc(sizeof *old * (size_t)before);
   int *last0 = malloc(sizeof(int) * (size_t)before);
   int *last1 = malloc(sizeof(int) * (size_t)before);
@@ -286,7 +330,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   int left = sink ? sliced_only(m, &slices, &cut) : lay ? attn_copies(m, &gone)
-             : act ? act_candidates(m) : rematerializable(m);
+             : act ? act_candidates(m) : rematerializable(m, &copies);
   char msg[256];
   if (act) { /* nothing read later than before; the count the report shows */
     last_reads(m, old, before, last1);
@@ -298,6 +342,8 @@ int main(int argc, char **argv) {
       }
     expect(m->remat_act == ops, "m->remat_act is not the copies made");
   }
+  if (remat) /* a copy per backward reader, each computed inside its reader's kernel */
+    printf("%d copies, each read once\n", copies_one_reader(m, old, before));
   free(old), free(last0), free(last1);
   snprintf(msg, sizeof msg, "%d left to rewrite after %s", left, argv[1]);
   expect(left == 0, msg);
