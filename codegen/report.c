@@ -37,7 +37,9 @@ static const char *rate(char *buf, size_t len, double r, const char *what) {
 }
 
 /* The norms the backward recomputes (passes/remat_norm.c: the only norms
- * in its phases), and the pointwise values (passes/remat_act.c), if any. */
+ * in its phases), and the pointwise values (passes/remat_act.c), if any.
+ * (m is the report's module, sharded only with -o: the gathers --sp runs
+ * again are counted in the communication lines, which see the shards.) */
 static void recomputed(FILE *out, const IrModule *m) {
   unsigned char *seen = calloc((size_t)m->nnodes + 1, 1); /* per layer (fewer than nodes) */
   int n = 0, layers = 0;
@@ -51,7 +53,7 @@ static void recomputed(FILE *out, const IrModule *m) {
   if (n)
     fprintf(out, "recomputed in the backward (--recompute norms): %d norm outputs in %d layers, "
             "not kept from the forward (each a [tokens, d] value at the peak; one more kernel "
-            "each)\n", n, layers);
+            "each, and with --sp one more all-gather)\n", n, layers);
   if (m->remat_act)
     fprintf(out, "recomputed in the backward (--recompute pointwise): %d pointwise values, "
             "not kept from the forward (from values the backward keeps anyway)\n",
@@ -487,9 +489,8 @@ static double expert_share(const IrModule *m, const Layout *lay, const Cost *c,
 
 /* 1 if m keeps norm outputs from the forward that --recompute norms would
  * recompute (passes/remat_norm.c): the backward reads a forward norm of a
- * repeat, or its forward group_copy or reshape, and recomputes none.  (m
- * is the report's module, sharded only with -o: --sp's gathers, which keep
- * their values, may be missing from it; the hint says so.) */
+ * repeat, or its forward group_copy, all_gather (--sp) or reshape, and
+ * recomputes none.  (m is the report's module, sharded only with -o.) */
 static int norms_kept(const IrModule *m) {
   unsigned char *norm = calloc((size_t)m->nnodes + 1, 1); /* a norm's value, forward */
   int kept = 0;
@@ -502,7 +503,9 @@ static int norms_kept(const IrModule *m) {
     }
     if (x->phase == IR_PHASE_FWD)
       norm[i] = (is && x->layer >= 0) ||
-                ((x->op == IR_OP_GROUP_COPY || x->op == IR_OP_RESHAPE) && norm[x->inputs[0]->id]);
+                ((x->op == IR_OP_GROUP_COPY || x->op == IR_OP_RESHAPE ||
+                  x->op == IR_OP_ALL_GATHER) &&
+                 norm[x->inputs[0]->id]);
     else if (ir_backward(x))
       for (int j = 0; j < x->ninputs; j++) kept |= norm[x->inputs[j]->id];
   }
@@ -518,11 +521,11 @@ static void gpu_fit(FILE *out, int64_t device, const Machine *mc, int stages, in
   static const char *const hint[4] = {
       "",
       "--recompute norms (the layers' norm outputs computed again in the backward, not kept; "
-      "not with --sp), ",
+      "with --sp, gathered again), ",
       "--recompute pointwise (the layers' pointwise values the backward reads, gelu(h) or "
       "silu(g) * u, computed again there, not kept), ",
       "--recompute all (the layers' norm outputs and pointwise values the backward reads "
-      "computed again there, not kept; the norms not with --sp), "};
+      "computed again there, not kept; with --sp, the norms gathered again), "};
   char cap[32];
   double share = mc->device_bytes > 0 ? (double)device / mc->device_bytes : 0;
   bytes(cap, sizeof cap, mc->device_bytes);

@@ -1,17 +1,19 @@
 /* tests/codegen/cg_remat_norm.c -- parc --recompute norms (passes/remat_norm.c)
  * and the kernels it gets (codegen/cg_kernels.h, FUSION).
  *
- *   cg_remat_norm [--tp N] MODEL.dsl [NAME=VALUE ...]
+ *   cg_remat_norm [--tp N [--sp]] MODEL.dsl [NAME=VALUE ...]
  *
  * The model goes through every pass twice as `parc -o` compiles it (sharded
- * over tp first with --tp), without and with the pass.  With it:
+ * over tp first with --tp, with sequence parallelism with --sp), without
+ * and with the pass.  With it:
  *   - every norm the forward computes inside a repeat has exactly one twin
  *     in the backward (phase B or W): the same op on the same inputs with
  *     the same eps, in the same layer, after every forward node, in the
  *     phase of its first reader;
- *   - no backward node reads a forward norm, or a forward group_copy or
- *     reshape of one, any more (they read the twins); the forward is the
- *     same ops as without the pass;
+ *   - no backward node reads a forward norm, or a forward group_copy,
+ *     reshape, all_gather or replicate of one, or a reshape of that gather,
+ *     any more (they read the twins and the twins' gathers, one gather a
+ *     twin with --sp); the forward is the same ops as without the pass;
  *   - each norm and its twin are kernels of their own (no fused prologue or
  *     epilogue) of one canonical code, reading the same buffers: the twin
  *     stores the forward's bits;
@@ -31,11 +33,12 @@ static int is_norm(const IrNode *n) { return n->op == IR_OP_LAYERNORM || n->op =
 
 static int backward(const IrNode *n) { return n->phase == IR_PHASE_B || n->phase == IR_PHASE_W; }
 
-static IrModule *compile(const char *path, const char *const *defs, int n, int tp, int recompute) {
+static IrModule *compile(const char *path, const char *const *defs, int n, int tp, int sp,
+                         int recompute) {
   IrModule *m = test_load(path, defs, n);
   if (!m) return NULL;
   char err[512] = "";
-  if (tp > 1 && pass_shard(m, tp, 1, 0, err, sizeof err)) {
+  if (tp > 1 && pass_shard(m, tp, 1, sp, err, sizeof err)) {
     printf("FAIL: sharding over tp %d: %s\n", tp, err);
     return NULL;
   }
@@ -63,15 +66,17 @@ static int64_t plan(IrModule *m, CgKernelPlan *kp, int **canon) {
 }
 
 int main(int argc, char **argv) {
-  int tp = 1, a = 1;
+  int tp = 1, sp = 0, a = 1;
   if (a + 1 < argc && !strcmp(argv[a], "--tp")) tp = atoi(argv[a + 1]), a += 2;
-  if (a >= argc || tp < 1) {
-    fprintf(stderr, "usage: cg_remat_norm [--tp N] MODEL.dsl [NAME=VALUE ...]\n");
+  if (a < argc && !strcmp(argv[a], "--sp")) sp = 1, a++;
+  if (a >= argc || tp < 1 || (sp && tp < 2)) {
+    fprintf(stderr, "usage: cg_remat_norm [--tp N [--sp]] MODEL.dsl [NAME=VALUE ...]\n");
     return 2;
   }
   const char *const *defs = (const char *const *)argv + a + 1;
   int ndefs = argc - a - 1;
-  IrModule *m0 = compile(argv[a], defs, ndefs, tp, 0), *m = compile(argv[a], defs, ndefs, tp, 1);
+  IrModule *m0 = compile(argv[a], defs, ndefs, tp, sp, 0);
+  IrModule *m = compile(argv[a], defs, ndefs, tp, sp, 1);
   if (!m0 || !m) return 1;
   int fails = 0, norms = 0, twins = 0, last_fwd = -1;
   for (int i = 0; i < m->nnodes; i++)
@@ -112,15 +117,20 @@ int main(int argc, char **argv) {
     }
     twins += found == 1;
   }
-  /* no backward reader of a forward norm or of its forward group_copy */
+  /* no backward reader of a forward norm or of its forward group_copy,
+   * view or gather (or the gather's view) */
+  int gathers = 0; /* the backward's gathers of twins */
   for (int r = 0; r < m->nnodes; r++) {
     const IrNode *n = m->nodes[r];
     if (!backward(n)) continue;
+    gathers += (n->op == IR_OP_ALL_GATHER || n->op == IR_OP_REPLICATE) &&
+               is_norm(n->inputs[0]) && backward(n->inputs[0]);
     for (int k = 0; k < n->ninputs; k++) {
-      const IrNode *v = n->inputs[k];
-      int through = (v->op == IR_OP_GROUP_COPY || v->op == IR_OP_RESHAPE) &&
-                    v->phase == IR_PHASE_FWD; /* its copy or view */
-      const IrNode *p = through ? v->inputs[0] : v;
+      const IrNode *v = n->inputs[k], *p = v;
+      for (int up = 0; up < 2; up++) /* its copy, view, gather, or the gather's view */
+        if ((p->op == IR_OP_GROUP_COPY || p->op == IR_OP_RESHAPE ||
+             p->op == IR_OP_ALL_GATHER || p->op == IR_OP_REPLICATE) && p->phase == IR_PHASE_FWD)
+          p = p->inputs[0];
       if (is_norm(p) && p->phase == IR_PHASE_FWD && p->layer >= 0) {
         printf("FAIL: the backward's %%%d (%s) still reads %%%d (%s)\n", r,
                ir_op_info[n->op].name, v->id, ir_op_info[v->op].name);
@@ -169,9 +179,13 @@ int main(int argc, char **argv) {
            (long long)peak1, (long long)peak0);
     fails++;
   }
-  printf("%s %s tp %d: %d of %d norms recomputed; live peak %lld -> %lld bytes\n",
-         fails ? "FAIL" : "ok  ", m->name, tp, twins, norms, (long long)peak0,
-         (long long)peak1);
+  if (sp && gathers != twins) { /* --sp: each twin gathered again for the weight gradients */
+    printf("FAIL: %d twins, %d gathered again in the backward\n", twins, gathers);
+    fails++;
+  }
+  printf("%s %s tp %d%s: %d of %d norms recomputed (%d gathered again); live peak %lld -> "
+         "%lld bytes\n", fails ? "FAIL" : "ok  ", m->name, tp, sp ? " sp" : "", twins, norms,
+         gathers, (long long)peak0, (long long)peak1);
   cg_plan_free(&k0);
   cg_plan_free(&k1);
   free(twin);

@@ -45,8 +45,9 @@ set(emu_cases
   "gpt2_tiny_tp2|gpt2_tiny|--tp 2|cpu,device,store,launch,layout|0"
   "llama_tiny_tp2_pp2|llama_tiny|--tp 2 --pp 2|cpu,device,launch,store,recompute,pointwise|0"
   "moe_tiny_tp2_pp2|moe_tiny|--tp 2 --pp 2 --microbatches 2|cpu,device,store|0"
-  # sequence parallelism: its all-gathers move bf16 values (codegen/cuda_store.h)
-  "llama_tiny_tp2_sp|llama_tiny|--tp 2 --sp|cpu,device,store|0"
+  # sequence parallelism: its all-gathers move bf16 values (codegen/cuda_store.h),
+  # and with --recompute norms the backward gathers the norms again
+  "llama_tiny_tp2_sp|llama_tiny|--tp 2 --sp|cpu,device,store,recompute|0"
   "moe_tiny_pp2_dp2_ep2|moe_tiny|--pp 2 --dp 2 --ep 2 --microbatches 2|cpu,device|0"
   "moe_tiny_dp4_ep2_zero|moe_tiny|--dp 4 --ep 2 --zero 1|cpu,device,grads|0"
   "gpt2_tiny_dp2_zero|gpt2_tiny|--dp 2 --zero 1|cpu,device,grads|0"
