@@ -516,7 +516,9 @@ static int norms_kept(const IrModule *m) {
 /* ": N% of a GPU's X (machine)" or what to change where `device` bytes do
  * not fit the machine's GPU (recompute: bit 1, --recompute norms would
  * help; bit 2, the backward recomputes no pointwise value: --recompute
- * pointwise might); nothing where the machine gives no memory. */
+ * pointwise might; bit 4, tp without --sp: sequence parallelism would split
+ * the values outside the tp regions); nothing where the machine gives no
+ * memory. */
 static void gpu_fit(FILE *out, int64_t device, const Machine *mc, int stages, int recompute) {
   static const char *const hint[4] = {
       "",
@@ -530,9 +532,12 @@ static void gpu_fit(FILE *out, int64_t device, const Machine *mc, int stages, in
   double share = mc->device_bytes > 0 ? (double)device / mc->device_bytes : 0;
   bytes(cap, sizeof cap, mc->device_bytes);
   if (share > 1)
-    fprintf(out, ": does not fit a GPU's %s (%s): %.0f%% of it; use more tp or pp ranks, %s%sor a "
+    fprintf(out, ": does not fit a GPU's %s (%s): %.0f%% of it; use more tp or pp ranks, %s%s%sor a "
             "smaller batch (-D batch=N)", cap, mc->name, 100 * share,
-            stages ? "more microbatches (--microbatches M), " : "", hint[recompute & 3]);
+            stages ? "more microbatches (--microbatches M), " : "",
+            recompute & 4 ? "--sp (sequence parallelism: the norms and the residual stream "
+                            "split over the tp ranks), " : "",
+            hint[recompute & 3]);
   else if (share > 0)
     fprintf(out, ": %.1f%% of a GPU's %s (%s)", 100 * share, cap, mc->name);
   fputc('\n', out);
@@ -541,7 +546,7 @@ static void gpu_fit(FILE *out, int64_t device, const Machine *mc, int stages, in
 /* The device bytes the GPU trainer plans for a rank (passes.h GpuBytes),
  * which its start-up check compares with the GPU's free memory: one line,
  * or one a stage for a pipeline's stage programs. */
-static void gpu_device(FILE *out, const IrModule *m, const Cost *c) {
+static void gpu_device(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
   const GpuBytes *g = &c->gpu;
   const Machine *mc = c->machine ? c->machine : machine_default;
   const char *what = "(parameters, optimizer state, arena, batch, workspaces; CUDA's, "
@@ -549,7 +554,8 @@ static void gpu_device(FILE *out, const IrModule *m, const Cost *c) {
   /* (a zero-bubble stage holds its W inputs to the end: the pointwise copies,
    * made in B, live as long as what they replace, passes/remat_act.c) */
   int zb = c->pipe && c->pipe->req.schedule == PP_ZB_H1;
-  int kept = norms_kept(m) | (!m->remat_act && !zb && remat_act_candidates(m) ? 2 : 0);
+  int kept = norms_kept(m) | (!m->remat_act && !zb && remat_act_candidates(m) ? 2 : 0) |
+             (lay->tp > 1 && !c->sp ? 4 : 0);
   char a[32];
   if (g->nstages <= 1) {
     fprintf(out, "GPU trainer: %s (%" PRId64 " bytes) of device memory a rank %s",
@@ -645,7 +651,7 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
     fprintf(out, "GPU trainer (bf16): + %s (%" PRId64 " bytes) of f32 scratch for the all-reduces "
             "whose sums it stores as bf16, allocated at start\n",
             bytes(a, sizeof a, (double)c->gpu.reduce_ws), c->gpu.reduce_ws);
-  if (c->arena_bytes && c->gpu.device) gpu_device(out, m, c);
+  if (c->arena_bytes && c->gpu.device) gpu_device(out, m, lay, c);
   if (c->pipe) {
     pipeline(out, c->pipe, &c->gpu, lay->tp, c->bf16);
     predicted_pipe_step(out, lay, c);

@@ -567,6 +567,7 @@ static void predict_on(Cost *cost, const Options *o, const IrModule *m) {
   cost->machine = &o->machine;
   cost->bf16 = machine_bf16(m);
   cost->overlap_dp = !o->no_overlap;
+  cost->sp = o->sp;
 }
 
 /* --explain of m, the module a rank runs (every pass done; pp: its stage

@@ -279,6 +279,7 @@ typedef struct {
   const Machine *machine;    /* the step time's machine (the caller's; NULL: the default) */
   int bf16;                  /* the train section's precision is bf16 */
   int overlap_dp;            /* dp collectives overlap the backward (not --no-overlap) */
+  int sp;                    /* sequence parallelism over tp (--sp); set by the caller */
   StepTime step;             /* set by the caller from the kernel plan, when it has one */
 } Cost;
 
