@@ -23,11 +23,11 @@
  *     [B T, d]) read in the backward, the same reshape of p';
  *   - for a forward all_gather or replicate g of p (--sp: p is the rank's
  *     sequence shard, g the whole sequence the column-parallel GEMMs or an
- *     MoE block's router read) read in
- *     the backward, directly or through a forward reshape of it, g' = the
- *     same all_gather of p', and that reshape of g': the backward gathers
- *     the sequence again (one all-gather more a norm, in the tp group) instead
- *     of keeping g, tp times p's size, from the forward;
+ *     MoE block's router read) read in the backward, directly or through a
+ *     forward reshape of it, g' = the same gather of p', and that reshape
+ *     of g': the backward gathers the sequence again (one all-gather more a
+ *     norm, in the tp group) instead of keeping g, tp times p's size, from
+ *     the forward;
  * which the backward then reads in their place; when
  *   - no member of V, view or gather of p is held otherwise
  *     (ir_node_held: the loss, an update, a parameter's gradient);
