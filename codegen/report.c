@@ -50,10 +50,15 @@ static void recomputed(FILE *out, const IrModule *m) {
     if (x->layer >= 0 && !seen[x->layer]) seen[x->layer] = 1, layers++;
   }
   free(seen);
-  if (n)
+  if (n && !m->remat_layers) /* (the norms of the layers run again are theirs) */
     fprintf(out, "recomputed in the backward (--recompute norms): %d norm outputs in %d layers, "
             "not kept from the forward (each a [tokens, d] value at the peak; one more kernel "
             "each, and with --sp one more all-gather)\n", n, layers);
+  if (m->remat_layers)
+    fprintf(out, "recomputed in the backward (--recompute layers): %d layers, their forward's "
+            "%d values run again before each layer's backward (only the layers' inputs kept "
+            "from the forward; about a third more compute)\n", m->remat_layers,
+            m->remat_layer_nodes);
   if (m->remat_act)
     fprintf(out, "recomputed in the backward (--recompute pointwise): %d pointwise values, "
             "not kept from the forward (from values the backward keeps anyway)\n",
@@ -517,8 +522,9 @@ static int norms_kept(const IrModule *m) {
  * not fit the machine's GPU (recompute: bit 1, --recompute norms would
  * help; bit 2, the backward recomputes no pointwise value: --recompute
  * pointwise might; bit 4, tp without --sp: sequence parallelism would split
- * the values outside the tp regions); nothing where the machine gives no
- * memory. */
+ * the values outside the tp regions; bit 8, the layers' forward is not run
+ * again: --recompute layers keeps only their inputs); nothing where the
+ * machine gives no memory. */
 static void gpu_fit(FILE *out, int64_t device, const Machine *mc, int stages, int recompute) {
   static const char *const hint[4] = {
       "",
@@ -532,12 +538,15 @@ static void gpu_fit(FILE *out, int64_t device, const Machine *mc, int stages, in
   double share = mc->device_bytes > 0 ? (double)device / mc->device_bytes : 0;
   bytes(cap, sizeof cap, mc->device_bytes);
   if (share > 1)
-    fprintf(out, ": does not fit a GPU's %s (%s): %.0f%% of it; use more tp or pp ranks, %s%s%sor a "
+    fprintf(out, ": does not fit a GPU's %s (%s): %.0f%% of it; use more tp or pp ranks, %s%s%s%sor a "
             "smaller batch (-D batch=N)", cap, mc->name, 100 * share,
             stages ? "more microbatches (--microbatches M), " : "",
             recompute & 4 ? "--sp (sequence parallelism: the norms and the residual stream "
                             "split over the tp ranks), " : "",
-            hint[recompute & 3]);
+            hint[recompute & 3],
+            recompute & 8 ? "--recompute layers (each layer's forward run again in the "
+                            "backward, only the layers' inputs kept: about a third more "
+                            "compute), " : "");
   else if (share > 0)
     fprintf(out, ": %.1f%% of a GPU's %s (%s)", 100 * share, cap, mc->name);
   fputc('\n', out);
@@ -555,7 +564,7 @@ static void gpu_device(FILE *out, const IrModule *m, const Layout *lay, const Co
    * made in B, live as long as what they replace, passes/remat_act.c) */
   int zb = c->pipe && c->pipe->req.schedule == PP_ZB_H1;
   int kept = norms_kept(m) | (!m->remat_act && !zb && remat_act_candidates(m) ? 2 : 0) |
-             (lay->tp > 1 && !c->sp ? 4 : 0);
+             (lay->tp > 1 && !c->sp ? 4 : 0) | (!m->remat_layers && m->nlayers > 0 ? 8 : 0);
   char a[32];
   if (g->nstages <= 1) {
     fprintf(out, "GPU trainer: %s (%" PRId64 " bytes) of device memory a rank %s",

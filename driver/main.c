@@ -134,7 +134,11 @@ static void usage(FILE *out) {
           "                         recomputation stores the forward's bits); pointwise:\n"
           "                         likewise each layer's pointwise values the backward\n"
           "                         reads (gelu(h), silu(g) * u) from values it keeps anyway;\n"
-          "                         all: both; a list (norms,pointwise); none (default)\n"
+          "                         all: both; a list (norms,pointwise); layers: the\n"
+          "                         backward runs each layer's forward again (GEMMs,\n"
+          "                         attention and collectives too, about a third more\n"
+          "                         compute) and keeps only the layers' inputs; none\n"
+          "                         (default)\n"
           "      --head-major-attn  attention keeps its head-major operands and results,\n"
           "                         with split_heads / merge_heads copies around it (no\n"
           "                         attn_layout pass; the same bits, for comparing)\n"
@@ -185,19 +189,25 @@ static int parse_schedule(const char *s, PpRequest *req) {
   return 0;
 }
 
-/* --recompute norms,pointwise | all | none (the last given wins).  1, or 0
- * after printing the error. */
-static int parse_recompute(const char *arg, int *norms_out, int *pointwise_out) {
-  int norms = 0, pointwise = 0;
+/* --recompute norms,pointwise | all | layers | none (the last given wins).
+ * 1, or 0 after printing the error. */
+static int parse_recompute(const char *arg, int *norms_out, int *pointwise_out,
+                           int *layers_out) {
+  int norms = 0, pointwise = 0, layers = 0;
   const char *s = arg;
   for (;;) {
     size_t n = strcspn(s, ",");
     if (n == 5 && !strncmp(s, "norms", n)) norms = 1;
     else if (n == 9 && !strncmp(s, "pointwise", n)) pointwise = 1;
     else if (n == 3 && !strncmp(s, "all", n)) norms = pointwise = 1;
+    else if (n == 6 && !strncmp(s, "layers", n) && strchr(arg, ',')) {
+      fprintf(stderr, "parc: error: --recompute '%s': layers stands alone (it recomputes each "
+              "layer's whole forward, norms and pointwise values included)\n", arg);
+      return 0;
+    } else if (n == 6 && !strncmp(s, "layers", n)) layers = 1;
     else if (!(n == 4 && !strncmp(s, "none", n) && !strchr(arg, ','))) {
       fprintf(stderr, "parc: error: --recompute '%s': expected norms, pointwise, a list of "
-              "those (norms,pointwise), all or none\n", arg);
+              "those (norms,pointwise), all, layers or none\n", arg);
       return 0;
     }
     if (!s[n]) break;
@@ -205,6 +215,7 @@ static int parse_recompute(const char *arg, int *norms_out, int *pointwise_out) 
   }
   *norms_out = norms;
   *pointwise_out = pointwise;
+  *layers_out = layers;
   return 1;
 }
 
@@ -280,6 +291,7 @@ typedef struct {
   int head_major_attn;       /* --head-major-attn: no attn_layout pass */
   int recompute_norms;       /* --recompute norms: the remat_norm pass */
   int recompute_pointwise;   /* --recompute pointwise: the remat_act pass */
+  int recompute_layers;      /* --recompute layers: the remat_layer pass */
   int bf16_store;            /* --bf16-store: a CgStoreMode (codegen/cuda_store.h) */
   int no_batch;              /* --no-batch: the GPU trainer launches every kernel alone */
   unsigned explain;          /* --explain: CG_EXPLAIN_* bits (codegen/explain.h); 0: none */
@@ -385,7 +397,8 @@ static int parse_args(int argc, char **argv, Options *o) {
       o->emit = optarg;
       break;
     case O_RECOMPUTE:
-      if (!parse_recompute(optarg, &o->recompute_norms, &o->recompute_pointwise)) return EXIT_BAD;
+      if (!parse_recompute(optarg, &o->recompute_norms, &o->recompute_pointwise,
+                           &o->recompute_layers)) return EXIT_BAD;
       break;
     case O_EXPLAIN: /* (given twice: both) */
       if (!strcmp(optarg, "memory")) o->explain |= CG_EXPLAIN_MEMORY;
@@ -608,7 +621,8 @@ static int plan_ranks(Program *prog, const Options *o, IrModule *m, Cost *cost, 
                       .keep_attn_out = o->keep_attn_out,
                       .head_major_attn = o->head_major_attn,
                       .recompute_norms = o->recompute_norms,
-                      .recompute_pointwise = o->recompute_pointwise};
+                      .recompute_pointwise = o->recompute_pointwise,
+                      .recompute_layers = o->recompute_layers};
   int rc = pass_run_all(r, &popt) ? -1 : 0;
   if (rc) snprintf(why, len, "internal error: passes");
   r->mesh_ep = o->lay.ep; /* experts split over ep of the dp ranks */
@@ -667,7 +681,8 @@ static IrModule *pipe_module(Program *prog, const Options *o, const IrModule *m,
                       .keep_attn_out = o->keep_attn_out,
                       .head_major_attn = o->head_major_attn,
                       .recompute_norms = o->recompute_norms,
-                      .recompute_pointwise = o->recompute_pointwise};
+                      .recompute_pointwise = o->recompute_pointwise,
+                      .recompute_layers = o->recompute_layers};
   int rc = pass_run_all(r, &popt) ? -1 : 0;
   r->mesh_ep = o->lay.ep; /* experts split over ep of the dp ranks */
   r->pad_vocab = m->pad_vocab;
@@ -799,7 +814,8 @@ int main(int argc, char **argv) {
                       .no_overlap = o.no_overlap, .keep_attn_out = o.keep_attn_out,
                       .head_major_attn = o.head_major_attn,
                       .recompute_norms = o.recompute_norms,
-                      .recompute_pointwise = o.recompute_pointwise};
+                      .recompute_pointwise = o.recompute_pointwise,
+                      .recompute_layers = o.recompute_layers};
   if (pass_run_all(m, &popt)) {
     rc = EXIT_INTERNAL;
     goto done;

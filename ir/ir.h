@@ -255,6 +255,9 @@ typedef struct {
   int remat_act;           /* pass_remat_act (--recompute pointwise): the
                               forward pointwise values it gave the backward a
                               copy of (0: none, or the pass did not run) */
+  int remat_layers;        /* pass_remat_layer (--recompute layers): the layers
+                              whose forward the backward runs again, and */
+  int remat_layer_nodes;   /* the copies it made of their nodes (0: none) */
   IrNode *grad_norm;       /* after pass_optimizer: the global gradient norm
                               before clipping (logged); NULL before, or when
                               no parameter has a gradient */

@@ -57,7 +57,7 @@ int pass_attn_delta(IrModule *m) {
     if (g->op != IR_OP_ATTENTION_GRAD || g->ninputs != 5) continue;
     IrNode *y = g->inputs[4], *dy = g->inputs[3], *mh = merged[y->id];
     if (!mh || dy->op != IR_OP_SPLIT_HEADS || after[y->id] || before[dy->id]) continue;
-    IrNode *lse = mk(m, IR_OP_ATTENTION_LSE, &y, 1, 0, y, IR_PHASE_FWD);
+    IrNode *lse = mk(m, IR_OP_ATTENTION_LSE, &y, 1, 0, y, y->phase);
     IrNode *d = lse ? mk(m, IR_OP_ATTENTION_DELTA, (IrNode *[]){mh, dy->inputs[0]}, 2,
                          y->shape[1], g, g->phase)
                     : NULL;

@@ -41,6 +41,8 @@ typedef struct {
   int recompute_pointwise; /* 1 runs remat_act: the backward recomputes the layers'
                              pointwise values from ones it keeps anyway (parc
                              --recompute pointwise) */
+  int recompute_layers;   /* 1 runs remat_layer: the backward runs each layer's
+                             forward again (parc --recompute layers) */
 } PassOptions;
 
 /* Runs every pass in order.  Returns 0, or -1 after printing an internal
@@ -82,6 +84,13 @@ int pass_remat(IrModule *m);
  * --recompute norms; PassOptions.recompute_norms).  Returns -1 after
  * printing an internal error. */
 int pass_remat_norm(IrModule *m);
+
+/* passes/remat_layer.c: each layer's forward run again at the start of its
+ * backward, which reads the copies instead of values kept from the forward
+ * (parc --recompute layers; PassOptions.recompute_layers).  Sets
+ * m->remat_layers and m->remat_layer_nodes.  Returns -1 after printing an
+ * internal error. */
+int pass_remat_layer(IrModule *m);
 
 /* passes/remat_act.c: the layers' forward pointwise values the backward
  * reads, recomputed there from values it keeps anyway (gelu(h), silu(g) *

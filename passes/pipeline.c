@@ -18,6 +18,7 @@ static const Pass passes[] = {
     {"intent", pass_intent},       /* sharding intents -> tensor dimensions */
     {"dce", pass_dce},             /* drop what the loss does not need */
     {"autodiff", pass_autodiff},   /* gradients of the loss, B/W phases */
+    {"remat_layer", pass_remat_layer}, /* --recompute layers: each layer's forward again */
     {"remat_norm", pass_remat_norm}, /* --recompute norms: layers' norms again in the backward */
     {"remat_act", pass_remat_act}, /* --recompute pointwise: gelu(h), silu(g) * u likewise */
     {"attn_delta", pass_attn_delta}, /* sdpa_grad from lse and D: sdpa's out dies early */
@@ -54,7 +55,8 @@ int pass_run_all(IrModule *m, const PassOptions *opt) {
     int skip = (passes[i].run == pass_attn_delta && opt->keep_attn_out) ||
                (passes[i].run == pass_attn_layout && opt->head_major_attn) ||
                (passes[i].run == pass_remat_norm && !opt->recompute_norms) ||
-               (passes[i].run == pass_remat_act && !opt->recompute_pointwise);
+               (passes[i].run == pass_remat_act && !opt->recompute_pointwise) ||
+               (passes[i].run == pass_remat_layer && !opt->recompute_layers);
     if (!skip && passes[i].run(m)) {
       fprintf(stderr, "parc: internal error: pass %s failed\n", passes[i].name);
       return -1;

@@ -26,7 +26,8 @@
 #                             recompute: bf16 --recompute norms near the
 #                             store check's run, with a smaller GPU arena;
 #                             pointwise: bf16 --recompute pointwise near the
-#                             store check's run, with a smaller GPU arena)
+#                             store check's run, with a smaller GPU arena;
+#                             layers: bf16 --recompute layers likewise)
 # libparcrt and what it links (runtime/CMakeLists.txt: cJSON, OpenBLAS, MPI where found)
 find_package(MPI COMPONENTS C QUIET)
 set(emu_link $<TARGET_FILE:parcrt> ${CJSON_LIB} ${OPENBLAS_LIB})
@@ -37,7 +38,7 @@ list(APPEND emu_link -lpthread -lm)
 string(JOIN " " emu_link ${emu_link})
 # NAME|MODEL|PARC ARGS|CHECKS|GRAPH NOTICES
 set(emu_cases
-  "gpt2_tiny|gpt2_tiny||cpu,graph,bf16,store,launch,batch,layout,recompute,pointwise|0"
+  "gpt2_tiny|gpt2_tiny||cpu,graph,bf16,store,launch,batch,layout,recompute,pointwise,layers|0"
   "llama_tiny|llama_tiny||cpu,graph,bf16,store,layout|0"
   "gpt2_tiny_vocab257|gpt2_tiny|-D vocab=257|cpu,bf16,store|0"
   "moe_tiny|moe_tiny||cpu,graph,store,batch|1"
@@ -46,8 +47,9 @@ set(emu_cases
   "llama_tiny_tp2_pp2|llama_tiny|--tp 2 --pp 2|cpu,device,launch,store,recompute,pointwise|0"
   "moe_tiny_tp2_pp2|moe_tiny|--tp 2 --pp 2 --microbatches 2|cpu,device,store|0"
   # sequence parallelism: its all-gathers move bf16 values (codegen/cuda_store.h),
-  # and with --recompute norms the backward gathers the norms again
-  "llama_tiny_tp2_sp|llama_tiny|--tp 2 --sp|cpu,device,store,recompute|0"
+  # and with --recompute norms the backward gathers the norms again; with
+  # --recompute layers it runs each layer's forward (its collectives too) again
+  "llama_tiny_tp2_sp|llama_tiny|--tp 2 --sp|cpu,device,store,recompute,layers|0"
   "moe_tiny_pp2_dp2_ep2|moe_tiny|--pp 2 --dp 2 --ep 2 --microbatches 2|cpu,device|0"
   "moe_tiny_dp4_ep2_zero|moe_tiny|--dp 4 --ep 2 --zero 1|cpu,device,grads|0"
   "gpt2_tiny_dp2_zero|gpt2_tiny|--dp 2 --zero 1|cpu,device,grads|0"

@@ -88,6 +88,10 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
           the kept ones were): losses within 1e-4 and step-1 gradients within
           2e-2 relative (the plans' buffers differ, and with them what is
           stored as bf16), with a smaller GPU arena;
+  layers  with store: likewise with --recompute layers (passes/remat_layer.c:
+          each layer's forward run again before its backward): losses within
+          1e-4 and step-1 gradients within 2e-2 relative (as recompute: the
+          forward norms take no fused prologue), with a smaller GPU arena;
   grads   with cpu and bf16: the step-1 gradients compared at several ranks too
           (layouts whose --save-grads file is the whole model, e.g. ZeRO-1's
           pieces gathered from the dp ranks).
@@ -120,7 +124,7 @@ BF16_GRAD_TOL_OF = {"moe_tiny": 0.15}
 # --recompute norms against the kept norms, both bf16: the forward's norms take
 # no fused prologue there (their sums in another order, an f32 ulp now and then,
 # which a bf16 rounding can turn into a bf16 ulp; gpt2_tiny: losses 7.7e-6,
-# step-1 gradients 5.6e-3)
+# step-1 gradients 5.6e-3); --recompute layers likewise
 RECOMPUTE_LOSS_TOL, RECOMPUTE_GRAD_TOL = 1e-4, 2e-2
 # --recompute pointwise against the kept values, both bf16: each copy computes
 # the forward's formula from the same operands (GPT-2's h = a + b, under gelu's
@@ -419,11 +423,12 @@ def store(a, proj, env, steps, grads, against_cpu, one_rank, device):
 
 
 def recompute(a, proj, env, steps, grads, what="norms"):
-    """The recompute check (the head comment), or the pointwise one (what
-    "pointwise"): proj_bf16rec (proj_bf16pw) against the store check's
-    proj_bf16 run."""
-    tag = "recompute" if what == "norms" else "pointwise"
-    sp, cp = proj + "_bf16", proj + ("_bf16rec" if what == "norms" else "_bf16pw")
+    """The recompute check (the head comment), or the pointwise or layers one
+    (what "pointwise", "layers"): proj_bf16rec (proj_bf16pw, proj_bf16layers)
+    against the store check's proj_bf16 run."""
+    tag = {"norms": "recompute"}.get(what, what)
+    sp, cp = proj + "_bf16", proj + {"norms": "_bf16rec", "pointwise": "_bf16pw"}.get(
+        what, "_bf16" + what)
     if not build(a, cp, ["-D", "precision=bf16", "--recompute", what], cpu=False):
         return False
     arena = []
@@ -440,7 +445,7 @@ def recompute(a, proj, env, steps, grads, what="norms"):
     if not run([cp + "/build/train_cuda_emu"] + steps + ["--log", log] + grads(tag),
                proj + "." + tag + ".log", env=dict(env, PARC_CUDA_GEMM="bf16")):
         return False
-    loss_tol, grad_tol = (RECOMPUTE_LOSS_TOL, RECOMPUTE_GRAD_TOL) if what == "norms" else \
+    loss_tol, grad_tol = (RECOMPUTE_LOSS_TOL, RECOMPUTE_GRAD_TOL) if what != "pointwise" else \
         (POINTWISE_LOSS_TOL, POINTWISE_GRAD_TOL)
     ok = compare(a, "losses", proj + ".store.jsonl", log, loss_tol,
                  "%s bf16 --recompute %s vs kept (%s values; GPU arena %d -> %d)" %
@@ -541,7 +546,7 @@ def main():
     a = p.parse_args()
     checks = a.checks.split(",")
     known = ("cpu", "graph", "device", "bf16", "store", "launch", "grads", "batch", "layout",
-             "recompute", "pointwise")
+             "recompute", "pointwise", "layers")
     bad = [c for c in checks if c not in known]
     if bad:
         p.error("unknown check %s (%s)" % (bad[0], ", ".join(known)))
@@ -604,6 +609,8 @@ def main():
         ok = recompute(a, proj, env, steps, grads)
     if ok and "pointwise" in checks and "store" in checks:
         ok = recompute(a, proj, env, steps, grads, "pointwise")
+    if ok and "layers" in checks and "store" in checks:
+        ok = recompute(a, proj, env, steps, grads, "layers")
     if ok and "batch" in checks:
         ok = batch(a, proj, env, steps, grads, stats)
     if ok and "layout" in checks:

@@ -2,8 +2,8 @@
  * passes/slice_sink.c, passes/remat.c, passes/remat_act.c or
  * passes/attn_layout.c.
  *
- *   rewrite_test slice_sink|remat|remat_after_act|remat_act|attn_layout MODEL.dsl MIN
- *                [NAME=VALUE ...]
+ *   rewrite_test slice_sink|remat|remat_after_act|remat_act|remat_layer|attn_layout
+ *                MODEL.dsl MIN [NAME=VALUE ...]
  *
  * (remat_after_act: remat on modules that ran remat_act first, as parc
  * --recompute pointwise does.)
@@ -15,7 +15,9 @@
  *     the forward and the backward; remat_act, no forward pointwise op of a
  *     layer read in the backward whose inputs the backward has anyway (or can
  *     recompute so) -- and no node is read later than before (the copies
- *     keep nothing longer); attn_layout, no head copy around an
+ *     keep nothing longer); remat_layer, no backward node reading a forward
+ *     value of its own layer (the layer's copies: its count of copies made,
+ *     every layer counted); attn_layout, no head copy around an
  *     attention that its rules remove (this file's own reading of the rules);
  *   - the other module had at least MIN of them (the pass is exercised) and
  *     the rewritten one has exactly the nodes the rules say: slice_sink,
@@ -121,6 +123,27 @@ static int rematerializable(const IrModule *m, int *copies) {
     for (int k = 0; k < m->nnodes; k++) ok &= m->nodes[k]->grad != p;
     if (ok && acts == 1 && fwd && bwd) n++, *copies += readers;
   }
+  return n;
+}
+
+/* remat_layer's candidates: the layers with a backward node (phase B or W)
+ * reading a forward value of its own layer that is not a leaf */
+static int layer_readers(const IrModule *m) {
+  int nl = 0, n = 0;
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->layer + 1 > nl) nl = m->nodes[i]->layer + 1;
+  unsigned char *seen = calloc((size_t)nl + 1, 1);
+  for (int r = 0; r < m->nnodes; r++) {
+    const IrNode *q = m->nodes[r];
+    if ((q->phase != IR_PHASE_B && q->phase != IR_PHASE_W) || q->layer < 0) continue;
+    for (int j = 0; j < q->ninputs; j++) {
+      const IrNode *x = q->inputs[j];
+      if (x->phase == IR_PHASE_FWD && x->layer == q->layer &&
+          !(ir_op_info[x->op].flags & IR_F_LEAF) && !seen[q->layer])
+        seen[q->layer] = 1, n++;
+    }
+  }
+  free(seen);
   return n;
 }
 
@@ -296,10 +319,10 @@ int main(int argc, char **argv) {
   const char *pass = argc >= 2 ? argv[1] : "";
   int sink = !strcmp(pass, "slice_sink"), lay = !strcmp(pass, "attn_layout");
   int act = !strcmp(pass, "remat_act"), after_act = !strcmp(pass, "remat_after_act");
-  int remat = after_act || !strcmp(pass, "remat");
-  if (argc < 4 || (!sink && !lay && !act && !remat)) {
-    fprintf(stderr, "usage: rewrite_test slice_sink|remat|remat_after_act|remat_act|attn_layout "
-            "MODEL.dsl MIN [NAME=VALUE ...]\n");
+  int remat = after_act || !strcmp(pass, "remat"), layer = !strcmp(pass, "remat_layer");
+  if (argc < 4 || (!sink && !lay && !act && !remat && !layer)) {
+    fprintf(stderr, "usage: rewrite_test slice_sink|remat|remat_after_act|remat_act|remat_layer|"
+            "attn_layout MODEL.dsl MIN [NAME=VALUE ...]\n");
     return 2;
   }
   const char *const *defs = (const char *const *)argv + 4;
@@ -315,7 +338,7 @@ int main(int argc, char **argv) {
   if (after_act && (pass_remat_act(m) || pass_remat_act(ref))) return 1;
   int before = m->nnodes, slices, cut, gone = 0, copies = 0;
   int ops = sink ? sliced_only(m, &slices, &cut) : lay ? attn_copies(m, &gone)
-            : act ? act_candidates(m) : rematerializable(m, &copies);
+            : act ? act_candidates(m) : layer ? layer_readers(m) : rematerializable(m, &copies);
   int want = sink ? before - ops + cut : lay ? before - gone : before + (remat ? copies : ops);
   IrNode **old = malloc(sizeof *old * (size_t)before);
   int *last0 = malloc(sizeof(int) * (size_t)before);
@@ -324,13 +347,17 @@ int main(int argc, char **argv) {
   last_reads(m, old, before, last0);
   char why[512] = "";
   int rc = sink ? pass_slice_sink(m) : lay ? pass_attn_layout(m) : act ? pass_remat_act(m)
-                                                                       : pass_remat(m);
+           : layer ? pass_remat_layer(m) : pass_remat(m);
   if (rc || ir_verify(m, why, sizeof why)) {
     printf("FAIL: %s: %s\n", argv[1], why);
     return 1;
   }
   int left = sink ? sliced_only(m, &slices, &cut) : lay ? attn_copies(m, &gone)
-             : act ? act_candidates(m) : rematerializable(m, &copies);
+             : act ? act_candidates(m) : layer ? layer_readers(m) : rematerializable(m, &copies);
+  if (layer) { /* every such layer's forward copied: the copies the pass counts */
+    want = before + m->remat_layer_nodes;
+    expect(m->remat_layers == ops, "m->remat_layers is not the layers read by their backward");
+  }
   char msg[256];
   if (act) { /* nothing read later than before; the count the report shows */
     last_reads(m, old, before, last1);
