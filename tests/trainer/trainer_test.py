@@ -526,6 +526,17 @@ def recompute_runs(model, defs, lay, what, data):
         made.append(int(m.group(1)) if m else 0)
     return tag, losses, files, peak, made
 
+def near_runs(tag, what, losses, files):
+    """recompute_runs' two runs agree to rounding: losses within 1e-6 relative,
+    step-1 gradients within 1e-5 relative L2 (else FAIL).  Returns both."""
+    worst = max(rel(a, b) for a, b in zip(*losses))
+    w, where = grads_rel_l2(*files)
+    if worst > 1e-6 or w > 1e-5:
+        sys.exit(f"FAIL {tag}: with --recompute {what} losses differ by {worst:.2e} "
+                 f"relative, step-1 gradients by {w:.2e} (rel L2, {where}):\n"
+                 f"{losses[0]}\n{losses[1]}")
+    return worst, w
+
 def fused_kernels(tag, name):
     """The kernels and computed nodes of the project work/NAME (plan.json): a
     trainer without fusion has one kernel a node (and statistics kernels of none),
@@ -646,12 +657,7 @@ elif case == "recompute_norms":
             tag, losses, files, peak, norms = recompute_runs(model, defs, lay, "norms", data)
             # the forward's norms no longer fuse the residual add before them (so that
             # the recomputation stores the same bits): their sums run in another order
-            worst = max(rel(a, b) for a, b in zip(*losses))
-            w, where = grads_rel_l2(*files)
-            if worst > 1e-6 or w > 1e-5:
-                sys.exit(f"FAIL {tag}: with --recompute norms losses differ by {worst:.2e} "
-                         f"relative, step-1 gradients by {w:.2e} (rel L2, {where}):\n"
-                         f"{losses[0]}\n{losses[1]}")
+            worst, w = near_runs(tag, "norms", losses, files)
             # each layer's two norms, where the backward reads them (--sp: their
             # gathers, which it runs again)
             if norms != [0, 2 * 2] or not peak[1] < peak[0]:
@@ -697,12 +703,7 @@ elif case == "recompute_layers":
             # the copies compute the forward's values from the same operands; the
             # forward norms lose their fused prologue (they have twins now), so their
             # sums may run in another order
-            worst = max(rel(a, b) for a, b in zip(*losses))
-            w, where = grads_rel_l2(*files)
-            if worst > 1e-6 or w > 1e-5:
-                sys.exit(f"FAIL {tag}: with --recompute layers losses differ by {worst:.2e} "
-                         f"relative, step-1 gradients by {w:.2e} (rel L2, {where}):\n"
-                         f"{losses[0]}\n{losses[1]}")
+            worst, w = near_runs(tag, "layers", losses, files)
             # both layers of the test configs; a zero-bubble stage holds its W inputs to
             # the end, where the copies (made in B) live as the originals did (no
             # smaller, a little larger at llama_tiny's defaults); ZeRO-1's peak at these
