@@ -9,6 +9,10 @@ Prints tokens/s of each (median over the steps after the first) and the
 ratio.  Also times `parc examples/gpt2.dsl -o DIR` end to end.
 
 usage: bench/train_cpu.py [--build build] [--threads 2] [--steps 8] [--out DIR]
+                          [--recompute-layers]
+--recompute-layers compares parc --recompute layers with PyTorch checkpointing
+each layer (torch.utils.checkpoint): both run every layer's forward again in
+the backward.
 Needs /usr/bin/python3 with python3-torch for the PyTorch side; run it with
 that interpreter (the script re-executes itself under it if needed).
 """
@@ -21,6 +25,7 @@ SYS_PY = "/usr/bin/python3"
 try:
     import torch
     import torch.nn.functional as F
+    import torch.utils.checkpoint
 except ImportError:
     if os.path.exists(SYS_PY) and os.path.realpath(sys.executable) != os.path.realpath(SYS_PY):
         os.execv(SYS_PY, [SYS_PY] + sys.argv)
@@ -46,26 +51,35 @@ def sh(cmd, **kw):
     return r
 
 
-def torch_step_fn(cfg, P, opt):
-    """One training step of GPT-2 in idiomatic PyTorch eager."""
+def torch_step_fn(cfg, P, opt, checkpoint=False):
+    """One training step of GPT-2 in idiomatic PyTorch eager (checkpoint: each
+    layer under torch.utils.checkpoint, its forward run again in the backward)."""
     H, d = cfg["heads"], cfg["d"]
     hd = d // H
+
+    def layer(h, i):
+        B, T = h.shape[0], h.shape[1]
+        p = lambda n: P[f"h.{i}.{n}"]
+        a = F.layer_norm(h, (d,), p("ln_1.weight"), p("ln_1.bias"), 1e-5)
+        qkv = torch.addmm(p("attn.c_attn.bias"), a.view(B * T, d), p("attn.c_attn.weight"))
+        q, k, v = qkv.view(B, T, 3, H, hd).permute(2, 0, 3, 1, 4)
+        s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+        s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        o = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B * T, d)
+        h = h + torch.addmm(p("attn.c_proj.bias"), o, p("attn.c_proj.weight")).view(B, T, d)
+        a = F.layer_norm(h, (d,), p("ln_2.weight"), p("ln_2.bias"), 1e-5).view(B * T, d)
+        f = F.gelu(torch.addmm(p("mlp.c_fc.bias"), a, p("mlp.c_fc.weight")), approximate="tanh")
+        h = h + torch.addmm(p("mlp.c_proj.bias"), f, p("mlp.c_proj.weight")).view(B, T, d)
+        return h
 
     def forward(x, y):
         B, T = x.shape
         h = P["wte.weight"][x] + P["wpe.weight"][:T]
         for i in range(cfg["layers"]):
-            p = lambda n: P[f"h.{i}.{n}"]
-            a = F.layer_norm(h, (d,), p("ln_1.weight"), p("ln_1.bias"), 1e-5)
-            qkv = torch.addmm(p("attn.c_attn.bias"), a.view(B * T, d), p("attn.c_attn.weight"))
-            q, k, v = qkv.view(B, T, 3, H, hd).permute(2, 0, 3, 1, 4)
-            s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
-            s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
-            o = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B * T, d)
-            h = h + torch.addmm(p("attn.c_proj.bias"), o, p("attn.c_proj.weight")).view(B, T, d)
-            a = F.layer_norm(h, (d,), p("ln_2.weight"), p("ln_2.bias"), 1e-5).view(B * T, d)
-            f = F.gelu(torch.addmm(p("mlp.c_fc.bias"), a, p("mlp.c_fc.weight")), approximate="tanh")
-            h = h + torch.addmm(p("mlp.c_proj.bias"), f, p("mlp.c_proj.weight")).view(B, T, d)
+            if checkpoint:
+                h = torch.utils.checkpoint.checkpoint(layer, h, i, use_reentrant=False)
+            else:
+                h = layer(h, i)
         h = F.layer_norm(h, (d,), P["ln_f.weight"], P["ln_f.bias"], 1e-5)
         logits = h.view(B * T, d) @ P["wte.weight"].t()
         return F.cross_entropy(logits, y.reshape(-1))
@@ -80,7 +94,7 @@ def torch_step_fn(cfg, P, opt):
     return step
 
 
-def bench_torch(cfg, init, data, batch, steps, threads):
+def bench_torch(cfg, init, data, batch, steps, threads, checkpoint=False):
     torch.set_num_threads(threads)
     tensors, _ = torch_ref.read_safetensors(init)
     P = {n: t.float().clone().requires_grad_(True) for n, t in tensors.items()}
@@ -88,7 +102,7 @@ def bench_torch(cfg, init, data, batch, steps, threads):
     plain = [p for p in P.values() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": plain, "weight_decay": 0.0}], lr=1e-4, betas=(0.9, 0.95))
-    step = torch_step_fn(cfg, P, opt)
+    step = torch_step_fn(cfg, P, opt, checkpoint)
     tokens, _ = torch_ref.load_tokens(data)
     tokens = torch.from_numpy(tokens) if not torch.is_tensor(tokens) else tokens
     times, losses = [], []
@@ -100,8 +114,9 @@ def bench_torch(cfg, init, data, batch, steps, threads):
     return times, losses
 
 
-def bench_parc(parc, dsl, defines, out, init, data, steps, threads):
-    args = [parc, os.path.join(ROOT, "examples", dsl + ".dsl"), "-o", out, "-D", "lr=1e-4"]
+def bench_parc(parc, dsl, defines, out, init, data, steps, threads, extra=()):
+    args = [parc, os.path.join(ROOT, "examples", dsl + ".dsl"), "-o", out, "-D", "lr=1e-4",
+            *extra]
     for k, v in defines.items():
         args += ["-D", f"{k}={v}"]
     sh(args)
@@ -121,7 +136,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--recompute-layers", action="store_true")
     a = ap.parse_args()
+    extra = ["--recompute", "layers"] if a.recompute_layers else []
     parc = os.path.join(a.build, "parc")
     work = a.out or os.path.join(a.build, "bench-train")
     shutil.rmtree(work, ignore_errors=True)
@@ -136,15 +153,16 @@ def main():
     compile_s = time.perf_counter() - t0
     print(f"compile examples/gpt2.dsl end to end (parc -o, incl. LLVM): {compile_s * 1000:.0f} ms")
 
-    print(f"threads {a.threads}, {a.steps} steps each; median step time after the first\n")
+    print(f"threads {a.threads}, {a.steps} steps each; median step time after the first" +
+          ("; parc --recompute layers, PyTorch checkpointing each layer" if extra else "") + "\n")
     for name, dsl, defines, tcfg in CONFIGS:
         cfg = torch_ref.make_config("gpt2", **tcfg)
         batch = defines.get("batch", 4)
         init = os.path.join(work, dsl + ".init.safetensors")
         torch_ref.write_safetensors(init, torch_ref.init_params(cfg, seed=0))
         pt, pl = bench_parc(parc, dsl, defines, os.path.join(work, dsl), init, data, a.steps,
-                            a.threads)
-        tt, tl = bench_torch(cfg, init, data, batch, a.steps, a.threads)
+                            a.threads, extra)
+        tt, tl = bench_torch(cfg, init, data, batch, a.steps, a.threads, bool(extra))
         tokens = batch * cfg["seq"]
         p_tps = tokens / statistics.median(pt[1:])
         t_tps = tokens / statistics.median(tt[1:])
