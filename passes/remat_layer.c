@@ -19,9 +19,10 @@
  * L that R reads, and, transitively, every forward node of layer L that a
  * member of N reads.  Each member gets a copy (same op, attributes and
  * shape, the copies of its inputs in N, its other inputs as they are), in
- * forward order, placed right before `first`, in first's phase, with the
- * original's layer and location; then the nodes of R, and every later
- * backward node of layer L, read the copies instead.  What the copies read
+ * forward order, placed right before `first`, in phase B (B nodes read
+ * them, even where `first` is a W node), with the original's layer and
+ * location; then the nodes of R, and every later backward node of layer L,
+ * read the copies instead.  What the copies read
  * from outside N stays until they run: the parameters, and the layer's
  * input, which its first norm's gradient reads anyway (under tp the
  * residual stream also as the partial sum the layer adds to, whose
