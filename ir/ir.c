@@ -85,6 +85,38 @@ void ir_set_order(IrModule *m, IrNode *const *order, int n) {
   m->nnodes = n;
 }
 
+void ir_insert_before(IrModule *m, int nold, IrNode *const *made, const int *at, int nmade) {
+  if (m->nnodes != nold + nmade) {
+    fprintf(stderr, "parc: internal error: ir_insert_before: %d nodes, %d old + %d new\n",
+            m->nnodes, nold, nmade);
+    abort();
+  }
+  /* a stable bucket sort of the new nodes by place: start[i] is the first
+   * slot of place i's nodes in by[] */
+  int *start = ir_xcalloc((size_t)nold + 2, sizeof *start);
+  for (int c = 0; c < nmade; c++) {
+    if (at[c] < 0 || at[c] > nold) {
+      fprintf(stderr, "parc: internal error: ir_insert_before: place %d of %d\n", at[c], nold);
+      abort();
+    }
+    start[at[c] + 1]++;
+  }
+  for (int i = 0; i <= nold; i++) start[i + 1] += start[i];
+  IrNode **by = ir_xcalloc((size_t)nmade + 1, sizeof *by);
+  for (int c = 0; c < nmade; c++) by[start[at[c]]++] = made[c];
+  /* (start[i] is now place i's end, which is place i+1's start) */
+  IrNode **order = ir_xcalloc((size_t)m->nnodes + 1, sizeof *order);
+  int k = 0;
+  for (int i = 0, c = 0; i <= nold; i++) {
+    for (; c < start[i]; c++) order[k++] = by[c];
+    if (i < nold) order[k++] = m->nodes[i];
+  }
+  ir_set_order(m, order, k);
+  free(order);
+  free(by);
+  free(start);
+}
+
 int ir_node_held(const IrModule *m, const IrNode *n) {
   if (n == m->loss || n == m->ce_loss || n == m->grad_norm) return 1;
   for (int i = 0; i < m->nupdates; i++)

@@ -289,6 +289,14 @@ IrNode *ir_add_inferred(IrModule *m, IrNode *proto, const IrNode *at, IrPhase ph
  * before their readers) becomes m's node list, ids renumbered to match. */
 void ir_set_order(IrModule *m, IrNode *const *order, int n);
 
+/* For passes that only add nodes: m's first nold nodes are its old ones, in
+ * order, and the pass appended made[0..nmade) after them (m->nnodes == nold +
+ * nmade).  Each made[c] moves to right before old node at[c] (0 <= at[c] <=
+ * nold; nold: at the end); new nodes sharing a place keep the order of made,
+ * so a new node must come after any new node it reads in made, or take a
+ * later place.  Ids renumbered; O(nodes). */
+void ir_insert_before(IrModule *m, int nold, IrNode *const *made, const int *at, int nmade);
+
 /* 1 if m refers to n other than as an input: its loss (or ce_loss), the
  * gradient norm, an update's value, a parameter's gradient.  A pass may not
  * remove or replace such a node. */

@@ -91,16 +91,7 @@ int pass_remat(IrModule *m) {
       r->inputs[j] = copy[p->id];
     }
   }
-  if (!rc && nmade) { /* the copies into place (at ascends with the made order); ids follow */
-    IrNode **order = ir_xcalloc((size_t)m->nnodes, sizeof *order);
-    int k = 0, c = 0;
-    for (int i = 0; i < nold; i++) {
-      for (; c < nmade && at[c] == i; c++) order[k++] = made[c];
-      order[k++] = m->nodes[i];
-    }
-    ir_set_order(m, order, k);
-    free(order);
-  }
+  if (!rc && nmade) ir_insert_before(m, nold, made, at, nmade); /* the copies into place */
   free(at);
   free(made);
   free(fwd);

@@ -146,19 +146,10 @@ int pass_remat_act(IrModule *m) {
         if (n->inputs[j] == p) n->inputs[j] = c;
     }
   }
-  /* (copies are made in forward order, so within one place a copy comes
-   * after every copy it reads) */
-  if (!rc && nmade) { /* the copies into place; ids follow */
-    IrNode **order = ir_xcalloc((size_t)m->nnodes, sizeof *order);
-    int k = 0;
-    for (int i = 0; i < nold; i++) {
-      for (int c = 0; c < nmade; c++)
-        if (copy_at[made_of[c]] == i) order[k++] = made[c];
-      order[k++] = m->nodes[i];
-    }
-    ir_set_order(m, order, k);
-    free(order);
-  }
+  /* the copies into place (made in forward order, so within one place a
+   * copy comes after every copy it reads); made_of becomes each one's place */
+  for (int c = 0; c < nmade; c++) made_of[c] = copy_at[made_of[c]];
+  if (!rc && nmade) ir_insert_before(m, nold, made, made_of, nmade);
   m->remat_act = nmade;
   free(first_bwd);
   free(last_bwd);

@@ -106,30 +106,9 @@ int pass_remat_layer(IrModule *m) {
         n->inputs[j] = copy[n->inputs[j]->id];
   }
   for (int L = 0; L < nlayers; L++) layers += first[L] >= 0;
-  if (!rc && nmade) { /* the copies into place, in forward order within a place */
-    IrNode **order = ir_xcalloc((size_t)m->nnodes, sizeof *order);
-    int k = 0;
-    /* (made is in forward order; each layer's copies share one place) */
-    int *start = ir_xcalloc((size_t)nold + 1, sizeof *start); /* per place: its copies */
-    for (int c = 0; c < nmade; c++) start[at[c]]++;
-    for (int i = 0, s = 0; i <= nold; i++) {
-      int cnt = start[i];
-      start[i] = s;
-      s += cnt;
-    }
-    IrNode **by = ir_xcalloc((size_t)nmade + 1, sizeof *by);
-    int *fill = ir_xcalloc((size_t)nold + 1, sizeof *fill);
-    for (int c = 0; c < nmade; c++) by[start[at[c]] + fill[at[c]]++] = made[c];
-    for (int i = 0; i < nold; i++) {
-      for (int c = 0; c < fill[i]; c++) order[k++] = by[start[i] + c];
-      order[k++] = m->nodes[i];
-    }
-    ir_set_order(m, order, k);
-    free(order);
-    free(start);
-    free(by);
-    free(fill);
-  }
+  /* the copies into place (made is in forward order; a layer's copies share
+   * one place) */
+  if (!rc && nmade) ir_insert_before(m, nold, made, at, nmade);
   m->remat_layers = rc ? 0 : layers;
   m->remat_layer_nodes = rc ? 0 : nmade;
   free(first);

@@ -179,18 +179,9 @@ int pass_remat_norm(IrModule *m) {
         if (kin(n->inputs[j], p) && twin[n->inputs[j]->id]) n->inputs[j] = twin[n->inputs[j]->id];
     }
   }
-  if (!rc && nmade) { /* the copies into place; ids follow */
-    /* (at is not sorted: a later norm's first backward reader comes earlier) */
-    IrNode **order = ir_xcalloc((size_t)m->nnodes, sizeof *order);
-    int k = 0;
-    for (int i = 0; i < nold; i++) {
-      for (int c = 0; c < nmade; c++)
-        if (at[c] == i) order[k++] = made[c];
-      order[k++] = m->nodes[i];
-    }
-    ir_set_order(m, order, k);
-    free(order);
-  }
+  /* the copies into place (at is not sorted: a later norm's first backward
+   * reader may come earlier; a norm's copies share one place, in order) */
+  if (!rc && nmade) ir_insert_before(m, nold, made, at, nmade);
   free(made);
   free(at);
   free(twin);
