@@ -65,8 +65,7 @@ int cg_plan_arena(IrModule *m, int fuse, const PpProgram *pp, int64_t *arena_byt
                   char *err, size_t len) {
   CgStepPlan sp;
   if (cg_plan_whole_step(m, fuse, pp, bf16, store, batch, &sp, err, len)) return -1;
-  *arena_bytes = cg_arena_bytes(&sp.kp, &sp.bp, NULL);
-  if (pp) *arena_bytes = cg_pipe_arena_bytes(pp, *arena_bytes, -1);
+  *arena_bytes = cg_trainer_arena_bytes(m, pp, &sp.kp, &sp.bp);
   if (gpu) cg_gpu_bytes(m, &sp.kp, &sp.gbp, &sp.lp, &sp.store, bf16, pp, gpu);
   if (st && !pp)
     cg_step_model(m, &sp.kp, mc ? mc : machine_default, bf16, &sp.store, &sp.batches, st);
@@ -121,20 +120,22 @@ void cg_gpu_bytes(const IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp,
     return;
   }
   /* a stage's rank: its own parameters and state, its slots' arena (gbp plans
-   * a slot, one size on every stage), every microbatch's tokens, its own
-   * GEMMs' workspaces */
-  out->arena = gbp->narrow ? cg_pipe_arena_bytes(pp, arena, -1) : 0;
-  out->gemm_ws = out->device = 0;
+   * them at once, each stage's slot as far as its values reach), every
+   * microbatch's tokens, its own GEMMs' workspaces */
+  int64_t *slot = out->stage_slot;
+  cg_pipe_slot_bytes(m, pp, kp, gbp, slot, NULL);
+  out->arena = gbp->narrow ? cg_pipe_arena_bytes(pp, slot, -1) : 0;
+  out->gemm_ws = out->device = out->slot = 0;
   out->nstages = pp->nstages;
-  out->slot = arena;
   for (int s = 0; s < pp->nstages && s < PP_MAX_STAGES; s++) {
     out->stage_slots[s] = pp->stage_slots[s];
+    if (slot[s] > out->slot) out->slot = slot[s];
     /* (a stage whose arena no value names, were there one: the largest, a bound) */
     out->stage_live[s] = s < gbp->narenas ? gbp->arena_live[s] : gbp->live_peak;
     int64_t ws = gemm_ws(m, bf16, store->bf16, store->weights, pp, s);
     out->stage_device[s] = rt_cuda_planned_bytes(pp->stage_params_numel[s],
                                                  pp->stage_state_numel[s],
-                                                 cg_pipe_arena_bytes(pp, arena, s),
+                                                 cg_pipe_arena_bytes(pp, slot, s),
                                                  ntok * pp->microbatches, ws + out->reduce_ws);
     if (out->stage_device[s] > out->device) out->device = out->stage_device[s];
     if (ws > out->gemm_ws) out->gemm_ws = ws;

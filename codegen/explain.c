@@ -245,10 +245,22 @@ static int explain_peak(FILE *out, const IrModule *m, const BufPlan *p, const in
   return 0;
 }
 
-/* Arena p's size under title. */
-static void arena_head(FILE *out, const CgKernelPlan *kp, const BufPlan *p, const char *title) {
+/* Arena p's size under title; pp (stage programs): the largest stage's slot
+ * (each stage's, slot[s], cg_pipe_slot_bytes). */
+static void arena_head(FILE *out, const IrModule *m, const PpProgram *pp, const CgKernelPlan *kp,
+                       const BufPlan *p, const char *title, int64_t *slot) {
   char a[32], b[32];
   int64_t whole = cg_arena_bytes(kp, p, NULL);
+  if (pp) {
+    cg_pipe_slot_bytes(m, pp, kp, p, slot, NULL);
+    int big = 0;
+    for (int s = 1; s < pp->nstages; s++)
+      if (slot[s] > slot[big]) big = s;
+    fprintf(out, "%s: %s (%lld bytes), stage %d's, the largest; each stage's slot ends where "
+            "its values and kernel temporaries do\n", title,
+            cg_bytes_text(a, sizeof a, (double)slot[big]), (long long)slot[big], big);
+    return;
+  }
   fprintf(out, "%s: %s (%lld bytes)", title, cg_bytes_text(a, sizeof a, (double)whole),
           (long long)whole);
   if (whole > p->peak)
@@ -291,7 +303,7 @@ static int explain_step(FILE *out, const IrModule *m, const CgStepPlan *sp, cons
  * (the buffers its arena holds, bufplan_group_where), then what is live at
  * the largest of them, which sizes the slot. */
 static int stage_peaks(FILE *out, const IrModule *m, const PpProgram *pp, const BufPlan *p,
-                       const int *pos, const CgSourceText *srcs, int nsrc) {
+                       const int64_t *slot, const int *pos, const CgSourceText *srcs, int nsrc) {
   int n = m->nnodes, P = pp->nstages, best = 0;
   int64_t most = -1;
   unsigned char *only = malloc((size_t)n + 1);
@@ -303,7 +315,7 @@ static int stage_peaks(FILE *out, const IrModule *m, const PpProgram *pp, const 
   }
   bufplan_group_where(m, p, gw);
   fprintf(out, "  each stage's values (one plan for all: a stage's slot holds its own, and "
-               "stages reuse each other's offsets):\n");
+               "stages reuse each other's offsets) and its slot:\n");
   int rc = 0;
   for (int s = 0; s < P && !rc; s++) {
     for (int i = 0; i < n; i++) only[i] = gw[i] >> s & 1;
@@ -313,10 +325,11 @@ static int stage_peaks(FILE *out, const IrModule *m, const PpProgram *pp, const 
       rc = -1;
       break;
     }
-    char a[32], r[96];
-    fprintf(out, "    stage %d: %s in %d buffers (%.1f%% of the slot), while %s runs\n", s,
-            cg_bytes_text(a, sizeof a, (double)live), buffers,
-            p->peak ? 100 * (double)live / (double)p->peak : 0.0, running(r, sizeof r, m, at));
+    char a[32], b[32], r[96];
+    fprintf(out, "    stage %d: %s in %d buffers, while %s runs; slot %s (%lld bytes, %.1f%% "
+            "live at the peak)\n", s, cg_bytes_text(a, sizeof a, (double)live), buffers,
+            running(r, sizeof r, m, at), cg_bytes_text(b, sizeof b, (double)slot[s]),
+            (long long)slot[s], slot[s] ? 100 * (double)live / (double)slot[s] : 0.0);
     if (live > most) most = live, best = s;
   }
   if (!rc) {
@@ -390,8 +403,10 @@ int cg_explain(FILE *out, IrModule *m, const PpProgram *pp, unsigned what, int f
   for (int gpu = 0; gpu < 2 && !rc && what & CG_EXPLAIN_MEMORY; gpu++) {
     const BufPlan *p = gpu ? &sp.gbp : &sp.bp;
     if (gpu && !sp.gbp.narrow) break; /* (the GPU trainer takes train.c's plan) */
-    arena_head(out, &sp.kp, p, arena_title(title, sizeof title, pp, gpu, sp.gbp.narrow != NULL));
-    rc = pp ? stage_peaks(out, m, pp, p, sp.pos, srcs, nsrc)
+    int64_t slot[PP_MAX_STAGES];
+    arena_head(out, m, pp, &sp.kp, p,
+               arena_title(title, sizeof title, pp, gpu, sp.gbp.narrow != NULL), slot);
+    rc = pp ? stage_peaks(out, m, pp, p, slot, sp.pos, srcs, nsrc)
             : explain_peak(out, m, p, sp.pos, NULL, "", srcs, nsrc);
   }
   if (!rc && what & CG_EXPLAIN_STEP)

@@ -919,7 +919,94 @@ static void emit_update_copies(Emit *e, int stage) {
 
 #define ROUND64(x) (((x) + 63) / 64 * 64)
 
-int64_t cg_pipe_arena_bytes(const PpProgram *pp, int64_t slot_bytes, int s) {
+/* the stage temporary t's kernels run on, or -1: not one stage's */
+static int temp_stage(const PpProgram *pp, const CgKernelPlan *kp, int t) {
+  int cw = pp->chunk[kp->kernels[kp->temps[t].writer].root];
+  int cr = pp->chunk[kp->kernels[kp->temps[t].reader].root];
+  return cw >= 0 && cr >= 0 && cw % pp->nstages == cr % pp->nstages ? cw % pp->nstages : -1;
+}
+
+static int64_t temp_bytes(const CgKernelPlan *kp, int t) {
+  return (kp->temps[t].numel * 4 + BUFPLAN_ALIGN - 1) / BUFPLAN_ALIGN * BUFPLAN_ALIGN;
+}
+
+/* The invariant the trainers rely on, checked from the readers' side (the
+ * nodes each stage runs, not the plan's arenas): every buffer a node of a
+ * chunk writes or reads ends inside the slot of the chunk's stage (an
+ * optimizer node's: of each stage holding its parameter, or every stage),
+ * and a stage's temporaries lie after all of them, inside the slot.  A
+ * failure is parc's bug: "internal error", exit 3. */
+static void check_slots(const IrModule *m, const PpProgram *pp, const CgKernelPlan *kp,
+                        const BufPlan *bp, const int64_t *slot_bytes, const int64_t *toff) {
+  int64_t need[PP_MAX_STAGES] = {0};
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *x = m->nodes[i];
+    int c = pp->chunk[i], own = pp->opt_owner[i];
+    uint64_t on = c >= 0 ? (uint64_t)1 << (c % pp->nstages)
+                  : c != PP_NODE_OPT ? 0
+                  : own >= 0 ? pp->holders[own] : ~(uint64_t)0;
+    for (int j = -1; on && j < x->ninputs; j++) {
+      int v = j < 0 ? i : x->inputs[j]->id;
+      for (int s = 0; s < pp->nstages && bp->offset[v] >= 0; s++)
+        if (on >> s & 1 && bp->offset[v] + bp->size[v] > need[s])
+          need[s] = bp->offset[v] + bp->size[v];
+    }
+  }
+  for (int s = 0; s < pp->nstages; s++)
+    if (need[s] > slot_bytes[s]) {
+      fprintf(stderr, "parc: internal error: stage %d reads buffers up to byte %" PRId64
+              ", past its slot of %" PRId64 "\n", s, need[s], slot_bytes[s]);
+      exit(3);
+    }
+  for (int t = 0; t < kp->ntemps; t++) {
+    int s = temp_stage(pp, kp, t);
+    for (int k = 0; k < pp->nstages; k++)
+      if ((s < 0 || k == s) &&
+          (toff[t] < need[k] || toff[t] + temp_bytes(kp, t) > slot_bytes[k])) {
+        fprintf(stderr, "parc: internal error: temporary %d at byte %" PRId64 " overlaps stage "
+                "%d's buffers (to %" PRId64 ") or its slot's end (%" PRId64 ")\n", t, toff[t],
+                k, need[k], slot_bytes[k]);
+        exit(3);
+      }
+  }
+}
+
+void cg_pipe_slot_bytes(const IrModule *m, const PpProgram *pp, const CgKernelPlan *kp,
+                        const BufPlan *bp, int64_t *slot_bytes, int64_t *temp_off) {
+  int P = pp->nstages, n = m->nnodes;
+  uint64_t *gw = malloc(sizeof *gw * ((size_t)n + 1));
+  int64_t *toff = malloc(sizeof *toff * ((size_t)kp->ntemps + 1));
+  if (!gw || !toff) {
+    fprintf(stderr, "parc: out of memory\n");
+    exit(3);
+  }
+  bufplan_group_where(m, bp, gw);
+  for (int s = 0; s < P; s++) slot_bytes[s] = 0;
+  for (int i = 0; i < n; i++)
+    for (int s = 0; s < P && bp->offset[i] >= 0; s++)
+      if (gw[i] >> s & 1 && bp->offset[i] + bp->size[i] > slot_bytes[s])
+        slot_bytes[s] = bp->offset[i] + bp->size[i];
+  free(gw);
+  for (int t = 0; t < kp->ntemps; t++) {
+    int s = temp_stage(pp, kp, t);
+    if (s >= 0) { /* one stage's */
+      toff[t] = slot_bytes[s];
+      slot_bytes[s] += temp_bytes(kp, t);
+      continue;
+    }
+    int64_t end = 0; /* after every stage's */
+    for (int k = 0; k < P; k++)
+      if (slot_bytes[k] > end) end = slot_bytes[k];
+    toff[t] = end;
+    for (int k = 0; k < P; k++) slot_bytes[k] = end + temp_bytes(kp, t);
+  }
+  for (int s = 0; s < P; s++) slot_bytes[s] = ROUND64(slot_bytes[s]);
+  check_slots(m, pp, kp, bp, slot_bytes, toff);
+  for (int t = 0; t < kp->ntemps && temp_off; t++) temp_off[t] = toff[t];
+  free(toff);
+}
+
+int64_t cg_pipe_arena_bytes(const PpProgram *pp, const int64_t *slot_bytes, int s) {
   if (s < 0) { /* the largest */
     int64_t most = 0;
     for (int k = 0; k < pp->nstages; k++) {
@@ -932,10 +1019,18 @@ int64_t cg_pipe_arena_bytes(const PpProgram *pp, int64_t slot_bytes, int s) {
   int64_t most = 0;
   for (int k = 0; k < pp->nstages; k++)
     if (pp->stage_params_numel[k] > most) most = pp->stage_params_numel[k];
-  int64_t slots = (int64_t)pp->stage_slots[s] * ROUND64(slot_bytes);
+  int64_t slots = (int64_t)pp->stage_slots[s] * ROUND64(slot_bytes[s]);
   int64_t scratch = ROUND64(pp->zero_bucket_max * 4); /* over the slots when they hold it */
   return slots + ROUND64(most * 4) + 2 * ROUND64(pp->shared_numel_max * 4) +
          (scratch > slots ? scratch : 0);
+}
+
+int64_t cg_trainer_arena_bytes(const IrModule *m, const PpProgram *pp, const CgKernelPlan *kp,
+                               const BufPlan *bp) {
+  if (!pp) return cg_arena_bytes(kp, bp, NULL);
+  int64_t slot[PP_MAX_STAGES];
+  cg_pipe_slot_bytes(m, pp, kp, bp, slot, NULL);
+  return cg_pipe_arena_bytes(pp, slot, -1);
 }
 
 /* A parameter-gradient term n into the accumulator, once n's kernel (or
@@ -1087,7 +1182,7 @@ static void emit_values(Emit *e, const char *name, int c, const int *ids, int n)
   fprintf(e->out, "%s};\n", n ? "\n" : "{0, 0}");
 }
 
-static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
+static void emit_pipe(Emit *e, const CgHostInfo *info, const int64_t *slot_bytes) {
   const PpProgram *pp = info->pipe;
   const IrModule *m = e->m;
   FILE *f = e->out;
@@ -1192,6 +1287,10 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
     fprintf(f, "};\n");
   }
   (void)np, (void)ns;
+  fprintf(f, "/* Stage s's slot: where the values its arena holds end, then its "
+             "kernels' temporaries. */\nstatic const int64_t pp_slot_bytes[] = {");
+  for (int s = 0; s < P; s++) fprintf(f, "%s%" PRId64, s ? ", " : "", slot_bytes[s]);
+  fprintf(f, "};\n");
   fprintf(f, "/* Stage s's arena: its slots of a microbatch each, the gradient accumulator "
              "and\n * its scratch (rt_pipe.h; ARENA_BYTES is the largest). */\n"
              "static const int64_t pp_arena_bytes[] = {");
@@ -1301,7 +1400,7 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
   fprintf(f, "\nstatic const RtPipeDesc pipe = {\n"
              "    .schedule = \"%s\",\n"
              "    .stages = %d, .chunks = %d, .microbatches = %d, .slots = %d, .split_w = %d,\n"
-             "    .slot_bytes = %" PRId64 ", .slot = pipe_slot, .grad_numel = pp_param_numel,\n"
+             "    .slot_bytes = pp_slot_bytes, .slot = pipe_slot, .grad_numel = pp_param_numel,\n"
              "    .mb_tokens = %" PRId64 ",\n"
              "    .nshared = %d, .shared = pp_shared, .shared_max = %" PRId64 ",\n"
              "    .nexpert = %d, .expert = pp_expert,\n"
@@ -1310,7 +1409,7 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, int64_t slot_bytes) {
              "    .ngrad = ngrad, .grad = grad, .fwd = fwd, .bwd = bwd, .wgt = wgt,\n"
              "    .optimizer = optimizer,\n};\n\n%s\n",
           pp_schedule_name[sc->kind], P, C, pp->microbatches, pp->slots, pp->split_w,
-          ROUND64(slot_bytes), mb_tokens, nshared, pp->shared_numel_max, nexpert, zbuf,
+          mb_tokens, nshared, pp->shared_numel_max, nexpert, zbuf,
           e->hooks ? e->hooks->step
                    : "static int step(RtStepIO *io) { return rt_pipe_step(io, &pipe); }\n");
   free(slp);
@@ -1323,8 +1422,11 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
     snprintf(err, errlen, "out of memory");
     return -1;
   }
-  int64_t arena = cg_arena_bytes(kp, bp, temp_off), slot = arena;
-  if (info->pipe) arena = cg_pipe_arena_bytes(info->pipe, slot, -1);
+  int64_t arena = cg_arena_bytes(kp, bp, temp_off), slot[PP_MAX_STAGES];
+  if (info->pipe) { /* a slot a stage, its temporaries after its own values */
+    cg_pipe_slot_bytes(m, info->pipe, kp, bp, slot, temp_off);
+    arena = cg_pipe_arena_bytes(info->pipe, slot, -1);
+  }
   int *param_index = calloc((size_t)m->nnodes + 1, sizeof(int));
   if (!param_index) {
     free(temp_off);
@@ -1463,7 +1565,7 @@ void cg_host_comment(FILE *out, const IrNode *n, const char *indent) {
 }
 
 int cg_emit_pipe(FILE *out, const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
-                 const CgLeafPlan *lp, const CgHostInfo *info, int64_t slot_bytes,
+                 const CgLeafPlan *lp, const CgHostInfo *info, const int64_t *slot_bytes,
                  const CgPipeHooks *hooks, char *err, size_t errlen) {
   Emit e;
   memset(&e, 0, sizeof e);

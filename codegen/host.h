@@ -39,12 +39,32 @@ typedef struct {
  * the nodes its stage functions run together (host.c). */
 void cg_pipe_colours(const IrModule *m, const PpProgram *pp, int *colour);
 
-/* The whole arena of stage s of a pipelined trainer whose one slot is
- * slot_bytes (runtime/rt_pipe.h): the stage's slots (PpProgram.stage_slots),
- * the accumulator, two shared vectors, and the ZeRO-1 bucket scratch
- * (PpProgram.zero_bucket_max floats) where the slots are too small to hold
- * it; s = -1: the largest stage's (ARENA_BYTES). */
-int64_t cg_pipe_arena_bytes(const PpProgram *pp, int64_t slot_bytes, int s);
+/* A slot of each stage of a pipelined trainer whose arena plan is bp (one
+ * offset a value, the same on every stage holding it: BufArenas): into
+ * slot_bytes[s] (pp->nstages of them, multiples of 64) the end of the last
+ * buffer whose bytes stage s's arena holds (bufplan_group_where; a plan
+ * without arenas: every buffer), then the kernel temporaries of kp that
+ * stage s's kernels write and read; into temp_off (NULL: not wanted) each
+ * temporary's offset, after its stage's buffers.  A temporary whose writer
+ * and reader are not of one stage's chunks goes after every stage's buffers
+ * and temporaries so far, in every slot.  A rank allocates its own stage's
+ * slots only (rt_pipe.h), so a stage whose values end lower allocates less
+ * than the largest slot (GPT-2's first stages beside the head's). */
+void cg_pipe_slot_bytes(const IrModule *m, const PpProgram *pp, const CgKernelPlan *kp,
+                        const BufPlan *bp, int64_t *slot_bytes, int64_t *temp_off);
+
+/* ARENA_BYTES of the trainer of m whose kernels and arena plan are kp, bp:
+ * cg_arena_bytes; pp (stage programs, else NULL): its largest stage's arena,
+ * cg_pipe_arena_bytes of its cg_pipe_slot_bytes. */
+int64_t cg_trainer_arena_bytes(const IrModule *m, const PpProgram *pp, const CgKernelPlan *kp,
+                               const BufPlan *bp);
+
+/* The whole arena of stage s of a pipelined trainer whose slots are
+ * slot_bytes[s] (cg_pipe_slot_bytes; runtime/rt_pipe.h): the stage's slots
+ * (PpProgram.stage_slots), the accumulator, two shared vectors, and the
+ * ZeRO-1 bucket scratch (PpProgram.zero_bucket_max floats) where the slots
+ * are too small to hold it; s = -1: the largest stage's (ARENA_BYTES). */
+int64_t cg_pipe_arena_bytes(const PpProgram *pp, const int64_t *slot_bytes, int s);
 
 /* Offsets (in floats) of every PARAM and STATE leaf in their buffers, in
  * node order, each 16-float aligned; -1 for other nodes. */
@@ -118,9 +138,10 @@ typedef struct {
   const char *step;          /* the step function, after `pipe` */
 } CgPipeHooks;
 
-/* Writes those into out (info->pipe set; slot_bytes: one slot's arena).  0, or -1 with err. */
+/* Writes those into out (info->pipe set; slot_bytes: a slot's arena per
+ * stage, cg_pipe_slot_bytes).  0, or -1 with err. */
 int cg_emit_pipe(FILE *out, const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
-                 const CgLeafPlan *lp, const CgHostInfo *info, int64_t slot_bytes,
+                 const CgLeafPlan *lp, const CgHostInfo *info, const int64_t *slot_bytes,
                  const CgPipeHooks *hooks, char *err, size_t errlen);
 
 /* The dp bucket collectives (passes/dp_grads.c) the straight-line step runs

@@ -883,7 +883,7 @@ static void pipe_grad_norm(void *ctx, const char *x) {
 
 /* The pipelined train_cuda's body: the device context, the stage functions and
  * tables, and step = rt_cuda_pipe_step. */
-static void emit_pipe_cuda(Cu *e, const CgHostInfo *info, int64_t slot_bytes, int64_t rows,
+static void emit_pipe_cuda(Cu *e, const CgHostInfo *info, const int64_t *slot_bytes, int64_t rows,
                            int64_t seq) {
   FILE *out = e->out;
   /* the GEMMs read weights from the bf16 copy of the stage's own params */
@@ -945,8 +945,11 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
     snprintf(err, errlen, "out of memory");
     return -1;
   }
-  int64_t arena = cg_arena_bytes(kp, bp, temp_off), slot = arena;
-  if (info->pipe) arena = cg_pipe_arena_bytes(info->pipe, slot, -1);
+  int64_t arena = cg_arena_bytes(kp, bp, temp_off), slot[PP_MAX_STAGES];
+  if (info->pipe) { /* a slot a stage, its temporaries after its own values */
+    cg_pipe_slot_bytes(m, info->pipe, kp, bp, slot, temp_off);
+    arena = cg_pipe_arena_bytes(info->pipe, slot, -1);
+  }
   for (int i = 0; i < m->nnodes; i++) grad_of[i] = -1;
   for (int i = 0; i < m->nnodes; i++)
     if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad) grad_of[m->nodes[i]->grad->id] = i;

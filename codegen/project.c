@@ -328,21 +328,24 @@ static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes
   cJSON_AddNumberToObject(cost, "params_numel", (double)lp->params_numel);
   cJSON_AddNumberToObject(cost, "state_numel", (double)lp->state_numel);
   /* what train.c allocates (ARENA_BYTES); a trainer of stage programs: its
-   * slots of one plan (arena_slot_bytes, whose live peak and apart figures
-   * follow) and the gradient accumulators (cg_pipe_arena_bytes) */
-  int64_t slot = cg_arena_bytes(kp, bp, NULL);
-  cJSON_AddNumberToObject(cost, "arena_bytes",
-                          (double)(p->pipe ? cg_pipe_arena_bytes(p->pipe, slot, -1)
-                                           : slot));
+   * stages' slots of one plan (arena_stage_slot_bytes, the largest
+   * arena_slot_bytes; the live peak and apart figures follow) and the
+   * gradient accumulators (cg_pipe_arena_bytes) */
+  cJSON_AddNumberToObject(cost, "arena_bytes", (double)cg_trainer_arena_bytes(m, p->pipe, kp, bp));
   if (p->pipe) {
-    cJSON_AddNumberToObject(cost, "arena_slot_bytes", (double)slot);
+    int64_t slot[PP_MAX_STAGES], most = 0;
+    cg_pipe_slot_bytes(m, p->pipe, kp, bp, slot, NULL);
     cJSON_AddNumberToObject(cost, "arena_slots", p->pipe->slots); /* the most on a stage */
     cJSON *ss = cJSON_AddArrayToObject(cost, "arena_stage_slots");
+    cJSON *sl = cJSON_AddArrayToObject(cost, "arena_stage_slot_bytes");
     cJSON *sb = cJSON_AddArrayToObject(cost, "arena_stage_bytes");
     for (int s = 0; s < p->pipe->nstages; s++) {
       cJSON_AddItemToArray(ss, cJSON_CreateNumber(p->pipe->stage_slots[s]));
+      cJSON_AddItemToArray(sl, cJSON_CreateNumber((double)slot[s]));
       cJSON_AddItemToArray(sb, cJSON_CreateNumber((double)cg_pipe_arena_bytes(p->pipe, slot, s)));
+      if (slot[s] > most) most = slot[s];
     }
+    cJSON_AddNumberToObject(cost, "arena_slot_bytes", (double)most);
   }
   cJSON_AddNumberToObject(cost, "arena_live_peak_bytes", (double)bp->live_peak);
   /* the same plan with every buffer its own (passes/bufplan.h, In place) */
@@ -487,8 +490,7 @@ int cg_write_project(IrModule *m, const CgProject *p, int64_t *arena_bytes, char
   BufPlan apart; /* for plan.json: the arena were no buffer written over another */
   bufplan_build_apart(m, kp->materialize, cg_results(m), sp.pos, sp.held, &sp.bp.arenas,
                       &apart);
-  *arena_bytes = cg_arena_bytes(kp, &sp.bp, NULL);
-  if (p->pipe) *arena_bytes = cg_pipe_arena_bytes(p->pipe, *arena_bytes, -1);
+  *arena_bytes = cg_trainer_arena_bytes(m, p->pipe, kp, &sp.bp);
   char path[4096], ll[4096];
   int rc = -1;
   FILE *f = target_cpu(p) ? create(p->dir, "train.c", path, sizeof path, err, len) : NULL;

@@ -96,10 +96,11 @@ static void pipeline(FILE *out, const PpPlan *p, const GpuBytes *g, int tp, int 
             "transfer between stages\n", rate(a, sizeof a, p->flops_per_s, "FLOP"),
             rate(b, sizeof b, p->link_bytes_per_s, "B"), p->latency_s * 1e6);
   if (planned)
-    fprintf(out, "  activations (planned, a rank's, as %s): slots of %s (%" PRId64 " bytes), "
-            "each a microbatch's values, as many on a stage as it holds at once; FLOPs are "
-            "per tp rank\n", g->arena ? "the GPU trainer allocates them, bf16 values at 2 bytes"
-                                      : "the trainers allocate them",
+    fprintf(out, "  activations (planned, a rank's, as %s): slots of up to %s (%" PRId64
+            " bytes), each a microbatch's values, as many on a stage as it holds at once, each "
+            "stage's as large as its values reach; FLOPs are per tp rank\n",
+            g->arena ? "the GPU trainer allocates them, bf16 values at 2 bytes"
+                     : "the trainers allocate them",
             bytes(a, sizeof a, (double)g->slot), g->slot);
   else {
     if (tp > 1)
@@ -127,8 +128,9 @@ static void pipeline(FILE *out, const PpPlan *p, const GpuBytes *g, int tp, int 
     fprintf(out, "    peak %d microbatch%s in flight", sim->peak_inflight[s],
             V > 1 ? "-chunk(s)" : sim->peak_inflight[s] == 1 ? "" : "es");
     if (planned && s < PP_MAX_STAGES)
-      fprintf(out, ", %d slot%s; a microbatch's values at most %s live in its slot",
+      fprintf(out, ", %d slot%s of %s; a microbatch's values at most %s live in its slot",
               g->stage_slots[s], g->stage_slots[s] == 1 ? "" : "s",
+              bytes(b, sizeof b, (double)g->stage_slot[s]),
               bytes(a, sizeof a, (double)g->stage_live[s]));
     else
       fprintf(out, ": %s of activations", bytes(a, sizeof a, (double)sim->peak_stash_bytes[s]));

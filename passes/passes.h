@@ -251,8 +251,9 @@ typedef struct {
   /* a trainer of stage programs (nstages > 0): its arenas' slots (a slot holds a
    * stage's values of one microbatch) */
   int stage_slots[PP_MAX_STAGES]; /* per stage: its slots */
-  int64_t slot;     /* a slot's bytes (one size on every stage), its kernels'
-                       temporaries included */
+  int64_t slot;     /* the largest stage's slot bytes (stage_slot's largest) */
+  int64_t stage_slot[PP_MAX_STAGES]; /* per stage: a slot's bytes, its values'
+                       offsets' end and its kernels' temporaries (cg_pipe_slot_bytes) */
   int64_t stage_live[PP_MAX_STAGES]; /* per stage: the most bytes its values of one
                        microbatch hold at once in a slot (BufPlan.arena_live) */
 } GpuBytes;

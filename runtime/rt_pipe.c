@@ -25,7 +25,7 @@ static int transfer(RtStepIO *io, char *slot, const RtPipeValue *v, int n, int s
 static int act(RtStepIO *io, const RtPipeDesc *p, const RtPipeAction *a, char *base,
                const int32_t *tokens, const int32_t *targets, double *loss, double *ce) {
   int c = a->chunk, mb = a->mb, P = p->stages, M = p->microbatches;
-  char *slot = base + (int64_t)rt_pipe_slot(p, c % P, mb) * p->slot_bytes;
+  char *slot = base + (int64_t)rt_pipe_slot(p, c % P, mb) * p->slot_bytes[c % P];
   switch ((RtPipeKind)a->kind) {
   case RT_PIPE_F:
   case RT_PIPE_B:
@@ -233,7 +233,7 @@ static void zero_block(const RtPipeDesc *p, int s, const ZeroBucket *zb, int k, 
 
 int64_t rt_pipe_zero_scratch(const RtPipeDesc *p, int s, int64_t after) {
   int64_t bytes = (p->bucket_max * 4 + 63) / 64 * 64;
-  return bytes <= (int64_t)rt_pipe_slots(p, s) * p->slot_bytes ? 0 : after;
+  return bytes <= (int64_t)rt_pipe_slots(p, s) * p->slot_bytes[s] ? 0 : after;
 }
 
 /* ZeRO-1: stage s's gradients reduce-scattered over their groups, one
@@ -339,7 +339,7 @@ int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p) {
   int64_t gmax = 0, gn = p->grad_numel[s];
   for (int k = 0; k < p->stages; k++)
     if (p->grad_numel[k] > gmax) gmax = p->grad_numel[k];
-  float *g = (float *)(void *)(base + (int64_t)rt_pipe_slots(p, s) * p->slot_bytes);
+  float *g = (float *)(void *)(base + (int64_t)rt_pipe_slots(p, s) * p->slot_bytes[s]);
   float *sum = g + (gmax * 4 + 63) / 64 * 16, *part = sum + (p->shared_max * 4 + 63) / 64 * 16;
   memset(g, 0, (size_t)gn * sizeof *g);
   io->gacc = g;

@@ -6,7 +6,7 @@
  * io->params / io->state are the stage's buffers (RtModelDesc.pp_*).
  *
  * Stage s's arena (RtStepIO.arena; RtModelDesc.pp_arena_bytes[s]) is
- * rt_pipe_slots(p, s) arenas of slot_bytes, one per microbatch the stage
+ * rt_pipe_slots(p, s) arenas of slot_bytes[s], one per microbatch the stage
  * holds at once (microbatch mb uses slot slot[s * microbatches + mb] on
  * stage s, rt_pipe_slot), followed by
  * the gradient accumulator: grad_numel[s] floats laid out like stage s's
@@ -79,7 +79,8 @@ typedef struct {
   const char *schedule;      /* "gpipe", "1f1b", ... (for --trace) */
   int stages, chunks, microbatches, slots; /* chunk c runs on stage c % stages */
   int split_w;               /* the schedule has W actions (else B runs bwd, then wgt) */
-  int64_t slot_bytes;        /* one slot's arena, a multiple of 64 */
+  const int64_t *slot_bytes; /* per stage: one slot's arena, a multiple of 64 (a stage's
+                                values and kernel temporaries end there) */
   const int *slot;           /* [s * microbatches + mb]: microbatch mb's slot on stage s
                                 (< slots; two microbatches share one only where their
                                 actions on s do not interleave) */

@@ -3,11 +3,11 @@
  * boundary values in device memory.  See rt_cuda.h (rt_cuda_pipe_step).
  *
  * Invariants shared with rt_pipe.c (so train_cuda and train agree):
- *   - the arena is `slots` slots of slot_bytes, then the accumulator (room for
- *     the largest stage's parameters, 64-byte rounded), then two scratch
- *     vectors of shared_max floats; microbatch mb runs on slot
- *     rt_pipe_slot(p, s, mb) of stage s's rt_pipe_slots(p, s) (checked once
- *     per desc, rt_pipe_check_slots);
+ *   - the arena is `slots` slots of slot_bytes[s] (s: the rank's stage), then
+ *     the accumulator (room for the largest stage's parameters, 64-byte
+ *     rounded), then two scratch vectors of shared_max floats; microbatch mb
+ *     runs on slot rt_pipe_slot(p, s, mb) of stage s's rt_pipe_slots(p, s)
+ *     (checked once per desc, rt_pipe_check_slots);
  *   - actions run in the stage's list order, on the compute stream (NCCL's
  *     transfers on their own stream, p2p: the compute stream waits for them
  *     per slot); a schedule without W actions runs wgt right after bwd;
@@ -316,7 +316,7 @@ static int transfers(RtCuda *c, const RtPipeDesc *p, int s, int i, int end, char
     for (; i < end; i++) {
       const RtPipeAction *a = &p->actions[s][i];
       Xfer x = xfer_of(p, a);
-      char *slot = base + (int64_t)rt_pipe_slot(p, s, a->mb) * p->slot_bytes;
+      char *slot = base + (int64_t)rt_pipe_slot(p, s, a->mb) * p->slot_bytes[s];
       for (int k = 0; k < x.n; k++)
         if (host_p2p(c, x.send, (float *)(void *)(slot + x.v[k].offset), x.v[k].count, x.peer,
                      x.tag))
@@ -338,7 +338,7 @@ static int transfers(RtCuda *c, const RtPipeDesc *p, int s, int i, int end, char
   for (int j = i; j < end; j++) {
     const RtPipeAction *a = &p->actions[s][j];
     Xfer x = xfer_of(p, a);
-    char *slot = base + (int64_t)rt_pipe_slot(p, s, a->mb) * p->slot_bytes;
+    char *slot = base + (int64_t)rt_pipe_slot(p, s, a->mb) * p->slot_bytes[s];
     for (int k = 0; k < x.n; k++) {
       void *ptr = slot + x.v[k].offset; /* f32 or i32: 4-byte words, moved as they are */
       size_t cnt = (size_t)x.v[k].count;
@@ -519,7 +519,7 @@ extern "C" int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p) {
   for (int k = 0; k < p->stages; k++)
     if (p->grad_numel[k] > gmax) gmax = p->grad_numel[k];
   char *base = c->arena;
-  float *g = (float *)(void *)(base + (int64_t)rt_pipe_slots(p, s) * p->slot_bytes);
+  float *g = (float *)(void *)(base + (int64_t)rt_pipe_slots(p, s) * p->slot_bytes[s]);
   float *sum = g + (gmax * 4 + 63) / 64 * 16, *part = sum + (p->shared_max * 4 + 63) / 64 * 16;
   if (rt_cuda_zero(c, g, gn)) return RT_ERR;
   /* the generated stage functions see device memory only */
@@ -541,7 +541,7 @@ extern "C" int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p) {
     int ch = a->chunk, mb = a->mb;
     int k = rt_pipe_slot(p, s, mb);
     if (wait_slot(c, k)) return RT_ERR;
-    d.arena = base + (int64_t)k * p->slot_bytes;
+    d.arena = base + (int64_t)k * p->slot_bytes[s];
     d.tokens = c->tokens + (int64_t)mb * p->mb_tokens;
     d.targets = c->targets + (int64_t)mb * p->mb_tokens;
     int rc = a->kind == RT_PIPE_F   ? p->fwd[ch](&d)

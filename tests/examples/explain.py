@@ -18,9 +18,11 @@ both ways (and the report's arena and device lines the same with and without -o)
 (pp 2), each stage's values (its arena's) peak within the slot, and are
 the report's pipeline section's (with the GPU trainer's slot and each stage's
 slots), the table is the largest stage's, whose peak for train.c is plan.json's
-arena_live_peak_bytes, train.c's slot and each stage's slots are plan.json's
-arena_slot_bytes and arena_stage_slots (arena_slots the most), and the arenas
-(arena_stage_bytes, arena_bytes the largest, gpu_arena_bytes) hold their slots.
+arena_live_peak_bytes, train.c's slots are plan.json's arena_stage_slots
+(arena_slots the most), each stage's slot bytes arena_stage_slot_bytes, the
+largest of them the title's and arena_slot_bytes, each stage's values peak
+within its own slot, and the arenas (arena_stage_bytes, arena_bytes the
+largest, gpu_arena_bytes) hold their stages' slots.
 """
 import json, os, re, subprocess, sys
 
@@ -142,28 +144,33 @@ def check_pipe(name, model, args):
     # accumulators, arena_stage_bytes each stage's)
     gpu = plan.get("gpu_arena_bytes")
     each = plan.get("arena_stage_bytes", [])
+    # each explained arena's stages' slots: (stage, live bytes, slot text, slot bytes)
+    parts = a.split("a slot of the activation arena")[1:]
+    own = [[(int(s), float(x) * UNIT[u], t, int(b)) for s, x, u, t, b in
+            re.findall(r"^    stage (\d+): ([\d.]+) (\w+) in .*; slot ([\d.]+ \w+) "
+                       r"\((\d+) bytes, ", part, re.M)] for part in parts]
+    each_slot = plan.get("arena_stage_slot_bytes", [])
     if len(slots) != 1 + bool(gpu) or slots[0][1] != plan["arena_slot_bytes"] or \
             slots[0][0] != plan["arena_stage_slots"] or \
+            [b for _, _, _, b in own[0]] != each_slot or max(each_slot) != slots[0][1] or \
+            any(max(b for _, _, _, b in o) != n for o, (_, n) in zip(own, slots)) or \
             max(slots[0][0]) != plan["arena_slots"] or max(each) != plan["arena_bytes"] or \
-            any(n * slots[0][1] > b for n, b in zip(slots[0][0], each)) or \
-            (gpu and max(slots[1][0]) * slots[1][1] > gpu):
-        fail(f"{name}: slots {slots}, plan.json {plan}")
-    # each stage's values peak within the slot; the table is the largest's, and
+            any(n * b > e for n, b, e in zip(slots[0][0], each_slot, each)) or \
+            (gpu and max(n * b for n, (_, _, _, b) in zip(slots[1][0], own[1])) > gpu):
+        fail(f"{name}: slots {slots}, each stage's {own}, plan.json {plan}")
+    # each stage's values peak within its slot; the table is the largest's, and
     # train.c's is the planner's own live peak (the most any stage's arena holds)
-    for k, part in enumerate(a.split("a slot of the activation arena")[1:]):
-        size = int(re.search(r"\((\d+) bytes\)", part).group(1))
+    for k, part in enumerate(parts):
         peak = re.search(r"the buffers' peak, stage (\d+)'s: ([\d.]+) (\w+) live", part)
-        own = [(int(s), float(x) * UNIT[u]) for s, x, u in
-               re.findall(r"^    stage (\d+): ([\d.]+) (\w+) in", part, re.M)]
         nstages = int(args[args.index("--pp") + 1]) if "--pp" in args else 1
-        if not peak or [s for s, _ in own] != list(range(nstages)):
-            fail(f"{name}: stages {own}, peak {peak and peak.group(0)}")
+        if not peak or [s for s, _, _, _ in own[k]] != list(range(nstages)):
+            fail(f"{name}: stages {own[k]}, peak {peak and peak.group(0)}")
             continue
         top = float(peak.group(2)) * UNIT[peak.group(3)]
-        big = max(own, key=lambda x: x[1])
+        big = max(own[k], key=lambda x: x[1])
         if int(peak.group(1)) != big[0] or abs(top - big[1]) > 0.005 * top or \
-                top > size * 1.005:
-            fail(f"{name}: the table's {peak.group(0)}, stages {own}, slot {size}")
+                any(live > b * 1.005 for _, live, _, b in own[k]):
+            fail(f"{name}: the table's {peak.group(0)}, stages {own[k]}")
         if k == 0 and abs(top - plan["arena_live_peak_bytes"]) > 0.005 * top:
             fail(f"{name}: {peak.group(0)}, plan.json's live peak "
                  f"{plan['arena_live_peak_bytes']}")
@@ -174,14 +181,15 @@ def check_pipe(name, model, args):
     if "--pp" in args:
         head = re.search(r"^  activations \(planned.*?: slots of .*?\((\d+) bytes\)", report,
                          re.M)
-        most = re.findall(r"^    peak .*, (\d+) slots?; a microbatch's values at most "
-                          r"([\d.]+ \w+) live", report, re.M)
-        last = a.split("a slot of the activation arena")[-1]
-        own = re.findall(r"^    stage \d+: ([\d.]+ \w+) in", last, re.M)
+        most = re.findall(r"^    peak .*, (\d+) slots? of ([\d.]+ \w+); a microbatch's values "
+                          r"at most ([\d.]+ \w+) live", report, re.M)
+        last = re.findall(r"^    stage \d+: ([\d.]+ \w+) in .*; slot ([\d.]+ \w+) ", parts[-1],
+                          re.M)
         if not head or int(head.group(1)) != slots[-1][1] or \
-                [(int(n), x) for n, x in most] != list(zip(slots[-1][0], own)):
+                [(int(n), t, x) for n, t, x in most] != \
+                [(n, t, x) for n, (x, t) in zip(slots[-1][0], last)]:
             fail(f"{name}: the pipeline's activations {head and head.group(0)}, {most}; "
-                 f"explained {slots[-1]}, {own}")
+                 f"explained {slots[-1]}, {last}")
     print(f"ok   {name}: {len(stages)} stages busy {busy}, slots {slots}")
 
 
