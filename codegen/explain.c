@@ -250,7 +250,6 @@ static int explain_peak(FILE *out, const IrModule *m, const BufPlan *p, const in
 static void arena_head(FILE *out, const IrModule *m, const PpProgram *pp, const CgKernelPlan *kp,
                        const BufPlan *p, const char *title, int64_t *slot) {
   char a[32], b[32];
-  int64_t whole = cg_arena_bytes(kp, p, NULL);
   if (pp) {
     cg_pipe_slot_bytes(m, pp, kp, p, slot, NULL);
     int big = 0;
@@ -261,6 +260,7 @@ static void arena_head(FILE *out, const IrModule *m, const PpProgram *pp, const 
             cg_bytes_text(a, sizeof a, (double)slot[big]), (long long)slot[big], big);
     return;
   }
+  int64_t whole = cg_arena_bytes(kp, p, NULL);
   fprintf(out, "%s: %s (%lld bytes)", title, cg_bytes_text(a, sizeof a, (double)whole),
           (long long)whole);
   if (whole > p->peak)

@@ -71,11 +71,16 @@ int cg_kernel_is_view(const CgKernelPlan *kp, const BufPlan *bp, int k) {
 
 /* ---- emission helpers ------------------------------------------------------ */
 
+/* temporary t's bytes in the arena */
+static int64_t temp_bytes(const CgKernelPlan *kp, int t) {
+  return (kp->temps[t].numel * 4 + BUFPLAN_ALIGN - 1) / BUFPLAN_ALIGN * BUFPLAN_ALIGN;
+}
+
 int64_t cg_arena_bytes(const CgKernelPlan *kp, const BufPlan *bp, int64_t *temp_off) {
   int64_t end = bp->peak;
   for (int t = 0; t < kp->ntemps; t++) {
     if (temp_off) temp_off[t] = end;
-    end += (kp->temps[t].numel * 4 + BUFPLAN_ALIGN - 1) / BUFPLAN_ALIGN * BUFPLAN_ALIGN;
+    end += temp_bytes(kp, t);
   }
   return end;
 }
@@ -924,10 +929,6 @@ static int temp_stage(const PpProgram *pp, const CgKernelPlan *kp, int t) {
   int cw = pp->chunk[kp->kernels[kp->temps[t].writer].root];
   int cr = pp->chunk[kp->kernels[kp->temps[t].reader].root];
   return cw >= 0 && cr >= 0 && cw % pp->nstages == cr % pp->nstages ? cw % pp->nstages : -1;
-}
-
-static int64_t temp_bytes(const CgKernelPlan *kp, int t) {
-  return (kp->temps[t].numel * 4 + BUFPLAN_ALIGN - 1) / BUFPLAN_ALIGN * BUFPLAN_ALIGN;
 }
 
 /* The invariant the trainers rely on, checked from the readers' side (the

@@ -331,10 +331,11 @@ static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes
    * stages' slots of one plan (arena_stage_slot_bytes, the largest
    * arena_slot_bytes; the live peak and apart figures follow) and the
    * gradient accumulators (cg_pipe_arena_bytes) */
-  cJSON_AddNumberToObject(cost, "arena_bytes", (double)cg_trainer_arena_bytes(m, p->pipe, kp, bp));
+  if (!p->pipe) cJSON_AddNumberToObject(cost, "arena_bytes", (double)cg_arena_bytes(kp, bp, NULL));
   if (p->pipe) {
     int64_t slot[PP_MAX_STAGES], most = 0;
     cg_pipe_slot_bytes(m, p->pipe, kp, bp, slot, NULL);
+    cJSON_AddNumberToObject(cost, "arena_bytes", (double)cg_pipe_arena_bytes(p->pipe, slot, -1));
     cJSON_AddNumberToObject(cost, "arena_slots", p->pipe->slots); /* the most on a stage */
     cJSON *ss = cJSON_AddArrayToObject(cost, "arena_stage_slots");
     cJSON *sl = cJSON_AddArrayToObject(cost, "arena_stage_slot_bytes");
