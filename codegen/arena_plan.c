@@ -18,7 +18,7 @@ int cg_plan_step(IrModule *m, int fuse, const PpProgram *pp, CgKernelPlan *kp, i
    * and phase, one optimizer part, at a time): kernels keep to one colour;
    * each stage's arena holds its own values (pp_node_arenas) */
   int *colour = NULL;
-  BufArenas ar = {NULL, NULL};
+  BufArenas ar = {NULL, NULL, NULL};
   if (pp) {
     size_t n = (size_t)m->nnodes + 1;
     colour = arena_alloc(&m->arena, sizeof(int) * n);
@@ -26,7 +26,7 @@ int cg_plan_step(IrModule *m, int fuse, const PpProgram *pp, CgKernelPlan *kp, i
     unsigned char *unread = arena_alloc(&m->arena, n);
     cg_pipe_colours(m, pp, colour);
     pp_node_arenas(m, pp, where, unread);
-    ar = (BufArenas){where, unread};
+    ar = (BufArenas){where, unread, pp->stage_slots}; /* a stage's slots weigh its end */
   }
   if (cg_plan_kernels(m, fuse, colour, kp, err, len)) return -1;
   *pos = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));

@@ -8,7 +8,8 @@
  * list when the node dies, not when the input does.  A shared view joins
  * its input's byte group: the group's root returns the bytes once every
  * member has died.  Then repack places the same groups again largest first
- * and keeps the smaller of the two layouts. */
+ * (and, for several arenas, in three more orders) and keeps the layout that
+ * costs least (bufplan.h). */
 #include "passes/bufplan.h"
 
 #include <stdlib.h>
@@ -139,25 +140,103 @@ static int shared_view_input(const IrModule *m, const BufPlan *p, const int *pos
  * the nodes written over it or sharing it, alive over positions [s, e]. */
 typedef struct {
   int root, s, e;
+  int rank;       /* placing order's first key (repack's variants) */
   int64_t size, off;
   uint64_t where; /* the arenas holding it (bufplan_group_where) */
 } Block;
 
-static int by_size(const void *a, const void *b) {
+static int by_rank_size(const void *a, const void *b) {
   const Block *x = a, *y = b;
+  if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
   if (x->size != y->size) return x->size > y->size ? -1 : 1;
   return x->s != y->s ? (x->s < y->s ? -1 : 1) : x->root - y->root;
+}
+
+/* A layout's cost (bufplan.h): arena s's end (the most offset + size of the
+ * groups it holds) times its weight; the largest of those, then their sum,
+ * then the largest end, compared in that order.  Without arenas: the peak. */
+typedef struct {
+  int64_t most, sum, peak;
+} Cost;
+
+static int cheaper(Cost a, Cost b) {
+  if (a.most != b.most) return a.most < b.most;
+  if (a.sum != b.sum) return a.sum < b.sum;
+  return a.peak < b.peak;
+}
+
+static int narenas_of(const BufPlan *p) { return p->narenas > 0 ? p->narenas : 1; }
+
+/* end[s] for s < na: at least top where `where` holds arena s */
+static void reach(int64_t *end, int na, uint64_t where, int64_t top) {
+  for (int s = 0; s < na; s++)
+    if ((where >> s & 1) && top > end[s]) end[s] = top;
+}
+
+static Cost weigh(const BufPlan *p, const int64_t *end) {
+  Cost c = {0, 0, 0};
+  for (int s = 0; s < narenas_of(p); s++) {
+    int64_t w = (p->arenas.weight ? p->arenas.weight[s] : 1) * end[s];
+    if (w > c.most) c.most = w;
+    c.sum += w;
+    if (end[s] > c.peak) c.peak = end[s];
+  }
+  return c;
+}
+
+/* The cost of p's layout as it stands (p->narenas set) */
+static Cost plan_cost(IrModule *m, const BufPlan *p) {
+  int na = narenas_of(p);
+  uint64_t *gw = arena_alloc(&m->arena, sizeof(uint64_t) * (size_t)(m->nnodes + 1));
+  int64_t *end = arena_alloc(&m->arena, sizeof(int64_t) * (size_t)na);
+  memset(end, 0, sizeof(int64_t) * (size_t)na);
+  bufplan_group_where(m, p, gw);
+  for (int i = 0; i < m->nnodes; i++)
+    if (p->offset[i] >= 0) reach(end, na, gw[i], p->offset[i] + p->size[i]);
+  return weigh(p, end);
+}
+
+/* Places b[0..nb) in their order, each at the lowest offset clear of every
+ * group already placed whose life, and one of whose arenas, it shares
+ * (order: nb pointers of room).  Lives are inclusive: a group born at t and
+ * one dying at t never share a byte (a kernel reads its inputs while it
+ * writes), as in the time-order pass. */
+static void place(Block *b, int nb, Block **order) {
+  /* `order`: the groups placed so far by offset (ties: placing order), kept
+   * sorted by insertion, so each group scans them once: O(nb^2) in all */
+  for (int k = 0; k < nb; k++) {
+    int64_t off = 0;
+    for (int j = 0; j < k; j++) {
+      const Block *q = order[j];
+      if (!(q->s <= b[k].e && b[k].s <= q->e) || !(q->where & b[k].where))
+        continue; /* lives (or arenas) apart */
+      if (q->off >= off + b[k].size) break;
+      if (q->off + q->size > off) off = q->off + q->size;
+    }
+    b[k].off = off;
+    int at_k = k; /* after every group at an offset <= off */
+    while (at_k > 0 && order[at_k - 1]->off > off) {
+      order[at_k] = order[at_k - 1];
+      at_k--;
+    }
+    order[at_k] = &b[k];
+  }
 }
 
 /* Best fit in time order places each buffer knowing only the past, and can
  * leave gaps no later buffer fits (GPT-2: 4% above the live peak).  This
  * places the same byte groups again, largest first, each at the lowest
  * offset clear of every group already placed whose life overlaps its own
- * (greedy by size), and keeps whichever layout is smaller.  Lives are
- * inclusive: a group born at t and one dying at t never share a byte (a
- * kernel reads its inputs while it writes), as in the time-order pass.
- * Groups no arena holds together (BufArenas) are apart whatever their lives:
- * the one pass that lets a pipeline's stages reuse each other's bytes. */
+ * (greedy by size), and keeps whichever layout costs less.  Groups no arena
+ * holds together (BufArenas) are apart whatever their lives: the one pass
+ * that lets a pipeline's stages reuse each other's bytes.  With arenas, a
+ * group two stages hold (a value sent between them) sits at one offset on
+ * both, where the first stage to place it put it; largest first can put it
+ * high for one stage's sake and so lift the other's end (GPT-2 --pp 4: stage
+ * 2's slot 64% above its values).  So three more orders are tried, by a
+ * first key before size: the groups of several arenas first; the arenas by
+ * weight, heaviest first (each group with the first of its arenas in that
+ * order); and both, those keys in that order. */
 static void repack(IrModule *m, BufPlan *p, const int *pos) {
   int n = m->nnodes, nb = 0;
   int *root = arena_alloc(&m->arena, sizeof(int) * (size_t)(n + 1));
@@ -171,40 +250,56 @@ static void repack(IrModule *m, BufPlan *p, const int *pos) {
     root[i] = p->alias[i] >= 0 ? root[p->alias[i]] : i;
     if (root[i] == i) {
       slot[i] = nb;
-      b[nb++] = (Block){i, at(pos, i), p->last_use[i], p->size[i], 0, gw[i]};
+      b[nb++] = (Block){i, at(pos, i), p->last_use[i], 0, p->size[i], 0, gw[i]};
     } else if (p->last_use[i] > b[slot[root[i]]].e) {
       b[slot[root[i]]].e = p->last_use[i];
     }
   }
   if (nb < 2) return;
-  qsort(b, (size_t)nb, sizeof *b, by_size);
-  /* `order`: the groups placed so far by offset (ties: placing order), kept
-   * sorted by insertion, so each group scans them once: O(nb^2) in all */
-  Block **order = arena_alloc(&m->arena, sizeof(Block *) * (size_t)nb);
-  int64_t peak = 0;
-  for (int k = 0; k < nb; k++) {
-    int64_t off = 0;
-    for (int j = 0; j < k; j++) {
-      const Block *q = order[j];
-      if (!(q->s <= b[k].e && b[k].s <= q->e) || !(q->where & b[k].where))
-        continue; /* lives (or arenas) apart */
-      if (q->off >= off + b[k].size) break;
-      if (q->off + q->size > off) off = q->off + q->size;
+  int na = narenas_of(p);
+  /* prio[s]: arena s's place in the heaviest-first order (ties: by index) */
+  int prio[64];
+  for (int s = 0; s < na; s++) {
+    prio[s] = 0;
+    for (int t = 0; t < na; t++) {
+      int ws = p->arenas.weight ? p->arenas.weight[s] : 1;
+      int wt = p->arenas.weight ? p->arenas.weight[t] : 1;
+      prio[s] += wt > ws || (wt == ws && t < s);
     }
-    b[k].off = off;
-    if (off + b[k].size > peak) peak = off + b[k].size;
-    int at_k = k; /* after every group at an offset <= off */
-    while (at_k > 0 && order[at_k - 1]->off > off) {
-      order[at_k] = order[at_k - 1];
-      at_k--;
-    }
-    order[at_k] = &b[k];
   }
-  if (peak >= p->peak) return;
-  for (int k = 0; k < nb; k++) slot[b[k].root] = k;
+  Block **order = arena_alloc(&m->arena, sizeof(Block *) * (size_t)nb);
+  Block *try = arena_alloc(&m->arena, sizeof(Block) * (size_t)nb);
+  Block *best = arena_alloc(&m->arena, sizeof(Block) * (size_t)nb);
+  int64_t *end = arena_alloc(&m->arena, sizeof(int64_t) * (size_t)na);
+  Cost best_cost = plan_cost(m, p);
+  int found = 0;
+  for (int v = 0; v < (p->arenas.where ? 4 : 1); v++) {
+    memcpy(try, b, sizeof(Block) * (size_t)nb);
+    for (int k = 0; k < nb; k++) {
+      uint64_t w = try[k].where;
+      int first = na; /* the first of its arenas, heaviest first */
+      for (int s = 0; s < na; s++)
+        if ((w >> s & 1) && prio[s] < first) first = prio[s];
+      int several = (w & (w - 1)) != 0;
+      try[k].rank = (v & 1 ? !several * (na + 1) : 0) + (v & 2 ? first : 0);
+    }
+    qsort(try, (size_t)nb, sizeof *try, by_rank_size);
+    place(try, nb, order);
+    memset(end, 0, sizeof(int64_t) * (size_t)na);
+    for (int k = 0; k < nb; k++) reach(end, na, try[k].where, try[k].off + try[k].size);
+    Cost c = weigh(p, end);
+    if (cheaper(c, best_cost)) {
+      Block *t = best;
+      best = try, try = t;
+      best_cost = c;
+      found = 1;
+    }
+  }
+  if (!found) return;
+  for (int k = 0; k < nb; k++) slot[best[k].root] = k;
   for (int i = 0; i < n; i++)
-    if (p->offset[i] >= 0) p->offset[i] = b[slot[root[i]]].off;
-  p->peak = peak;
+    if (p->offset[i] >= 0) p->offset[i] = best[slot[root[i]]].off;
+  p->peak = best_cost.peak;
 }
 
 /* in_place: 0 nothing written over anything (apart), 1 In place, 2 In place
@@ -411,21 +506,21 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
   if (!fallback) return 0;
   /* Best fit is a heuristic: another layout can fragment more than the bytes
    * in place saves (tiny models, where no buffer dominates).  Neither shared
-   * views nor in place cost arena: where the plan without shared views is
-   * smaller, it is the plan (its reshapes copy), and so is the plan apart
-   * where that is smaller still. */
+   * views nor in place cost arena: where the plan without shared views
+   * costs less (Cost), it is the plan (its reshapes copy), and so is the plan
+   * apart where that costs less still. */
   int any = 0, shared = 0;
   for (int i = 0; i < n; i++) any |= p->alias[i] >= 0, shared |= grouped[i];
   if (in_place == 2 && shared) {
-    BufPlan fewer; /* (itself no larger than apart) */
+    BufPlan fewer; /* (itself costing no more than apart) */
     plan(m, materialize, keep, pos, held, 1, view_of, narrow, ar, 1, &fewer);
-    if (fewer.peak < p->peak) *p = fewer;
+    if (cheaper(plan_cost(m, &fewer), plan_cost(m, p))) *p = fewer;
     return 0;
   }
   if (any) {
     BufPlan apart;
     plan(m, materialize, keep, pos, held, 0, NULL, narrow, ar, 1, &apart);
-    if (apart.peak < p->peak) *p = apart;
+    if (cheaper(plan_cost(m, &apart), plan_cost(m, p))) *p = apart;
   }
   return 0;
 }

@@ -47,8 +47,12 @@
  * so a value sent between two stages sits at the same offset on both.  Two
  * byte groups (a buffer with the nodes written over it or sharing it) may
  * share bytes where their lives are apart, as above, or where no arena
- * holds both (their groups' where bits are disjoint).  The arenas are all
- * peak bytes; live_peak is the most any one of them holds at once. */
+ * holds both (their groups' where bits are disjoint).  Arena s ends where the
+ * last byte group it holds does (peak: the largest end), and a rank
+ * allocates weight[s] copies of it; of the layouts tried (bufplan.c), the
+ * plan is the one whose largest weighted end is least, then whose weighted
+ * ends sum least, so one stage's values are not laid out around another's
+ * at no gain.  live_peak is the most any one arena holds at once. */
 #ifndef PARC_BUFPLAN_H
 #define PARC_BUFPLAN_H
 
@@ -66,6 +70,10 @@
 typedef struct {
   const uint64_t *where;
   const unsigned char *unread;
+  const int *weight; /* per arena: the copies of it a rank allocates (a pipeline
+                      * stage's slots), which the layout's choice weighs
+                      * (bufplan.c, Cost); NULL: one each; as many as
+                      * the arenas named */
 } BufArenas;
 
 typedef struct {

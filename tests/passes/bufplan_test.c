@@ -307,15 +307,22 @@ static void check_arenas(void) {
     }
     char what[64], why[256];
     snprintf(what, sizeof what, "random dag over arenas %u", seed);
-    BufArenas ar = {where, unread}, ar1 = {NULL, unread}, ar0 = {NULL, NULL};
-    BufPlan p, p1, p0;
+    /* (weights: a pipeline's slots a stage, which the layout's choice weighs) */
+    int weight[3] = {1 + rand() % 4, 1 + rand() % 4, 1 + rand() % 4};
+    BufArenas ar = {where, unread, NULL}, ar1 = {NULL, unread, NULL}, ar0 = {NULL, NULL, NULL};
+    BufArenas arw = {where, unread, weight};
+    BufPlan p, p1, p0, pw;
     bufplan_build_arenas(m, NULL, keep, pos, NULL, view_of, NULL, &ar, &p);
     bufplan_build_arenas(m, NULL, keep, pos, NULL, view_of, NULL, &ar1, &p1);
     bufplan_build_arenas(m, NULL, keep, pos, NULL, view_of, NULL, &ar0, &p0);
-    checks += 5;
+    bufplan_build_arenas(m, NULL, keep, pos, NULL, view_of, NULL, &arw, &pw);
+    checks += 8;
     if (bufplan_check(m, &p, pos, why, sizeof why)) fail(what, why);
     simulate_arenas(m, &p, pos, run, what);
     check_arena_live(m, &p, pos, what);
+    if (bufplan_check(m, &pw, pos, why, sizeof why)) fail(what, why);
+    simulate_arenas(m, &pw, pos, run, what);
+    check_arena_live(m, &pw, pos, what);
     if (p.live_peak > p.peak || p.peak > p1.peak) {
       snprintf(why, sizeof why, "live peak %lld, peak %lld, one arena's peak %lld",
                (long long)p.live_peak, (long long)p.peak, (long long)p1.peak);
@@ -343,6 +350,50 @@ static void check_arenas(void) {
   checks += 2;
   if (three >= one) fail("random dags over 3 arenas", "the arenas shared no bytes");
   if (one > reading) fail("random dags over 3 arenas", "unread readers made plans larger");
+}
+
+/* arena s's end in p: the most offset + size of the nodes it holds */
+static int64_t arena_end(const IrModule *m, const BufPlan *p, int s) {
+  int64_t end = 0;
+  for (int i = 0; i < m->nnodes; i++) {
+    uint64_t w = p->arenas.where[i];
+    if (p->offset[i] >= 0 && (!w || (w >> s & 1)) && p->offset[i] + p->size[i] > end)
+      end = p->offset[i] + p->size[i];
+  }
+  return end;
+}
+
+/* A value two arenas hold sits at one offset on both.  Arena 0 holds B0 (100
+ * blocks of 64 bytes), arena 1 B1 (50), both X (10), all three live to the
+ * end.  Largest first puts B0 and B1 at 0 and X above B0, at 100: arena 1
+ * then ends at 110 for its 60 blocks live.  Placing X first, at 0, ends each
+ * arena at its live peak: 110 and 60. */
+static void check_shared_value_low(void) {
+  IrModule *m = ir_module_new("shared_value");
+  IrNode *in[3] = {leaf(m, 1600, 0), leaf(m, 160, 1), leaf(m, 800, 2)};
+  uint64_t where[8] = {0};
+  unsigned char keep[8] = {0};
+  const uint64_t holders[3] = {1, 3, 2}; /* B0, X, B1 */
+  for (int k = 0; k < 3; k++) {
+    IrNode *n = ir_add(m, IR_OP_GELU, &in[k], 1);
+    char why[128];
+    ir_infer(n, why, sizeof why);
+    where[n->id] = holders[k];
+    keep[n->id] = 1;
+  }
+  BufArenas ar = {where, NULL, NULL};
+  BufPlan p;
+  bufplan_build_arenas(m, NULL, keep, NULL, NULL, NULL, NULL, &ar, &p);
+  char why[160];
+  checks += 2;
+  if (bufplan_check(m, &p, NULL, why, sizeof why)) fail("a value two arenas hold", why);
+  if (arena_end(m, &p, 0) != p.arena_live[0] || arena_end(m, &p, 1) != p.arena_live[1]) {
+    snprintf(why, sizeof why, "arenas end at %lld and %lld bytes for %lld and %lld live",
+             (long long)arena_end(m, &p, 0), (long long)arena_end(m, &p, 1),
+             (long long)p.arena_live[0], (long long)p.arena_live[1]);
+    fail("a value two arenas hold", why);
+  }
+  ir_module_free(m);
 }
 
 int main(int argc, char **argv) {
@@ -403,6 +454,7 @@ int main(int argc, char **argv) {
   if (shared - before_shared < 50) fail("random in-place dags", "fewer than 50 shared views");
 
   check_arenas();
+  check_shared_value_low();
 
   /* real models: a plan must also reuse memory, not just stack buffers */
   const char *const defs[] = {"layers=2"};
