@@ -201,18 +201,16 @@ static int candidate(const IrModule *m, const CgKernelPlan *kp, const BufPlan *b
          kp->view_of[a] < 0 && bp->alias[a] < 0 && bp->offset[a] >= 0;
 }
 
-/* A trainer of stage programs (pp): the values its stage functions move
- * outside kernels stay f32 -- those sent between chunks (rt_cuda_pipe_step's
- * transfers carry f32 elements) and the parameter-gradient terms added to
- * the accumulator (rt_cuda_acc) -- and so do the nodes of no chunk (leaves,
- * the optimizer, the gradient sums the accumulator replaces). */
+/* A trainer of stage programs (pp): the parameter-gradient terms its stage
+ * functions add to the accumulator outside kernels (rt_cuda_acc) stay f32,
+ * and so do the nodes of no chunk (leaves, the optimizer, the gradient sums
+ * the accumulator replaces).  The values sent between chunks may be stored
+ * as bf16: rt_cuda_pipe_step's transfers move a value's bytes as they are
+ * (RtPipeValue.count words of 4 bytes, its bf16 elements in pairs), and the
+ * receiving stage's readers widen them as any reader of a stored value. */
 static void keep_pipe(const IrModule *m, const PpProgram *pp, unsigned char *keep) {
   for (int i = 0; i < m->nnodes; i++)
     if (pp->chunk[i] < 0 || pp->grad_param[i] >= 0) keep[i] = 1;
-  for (int c = 0; c + 1 < pp->nchunks; c++) {
-    for (int k = 0; k < pp->nact[c]; k++) keep[pp->act[c][k]] = 1;
-    for (int k = 0; k < pp->ngrad[c]; k++) keep[pp->grad[c][k]] = 1;
-  }
 }
 
 void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, const int *canon,

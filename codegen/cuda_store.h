@@ -13,9 +13,10 @@
  *
  * A node n is stored as bf16 when
  *   - the train section's precision is bf16; in a trainer of stage programs
- *     (pipelined, or a routed model's microbatches) n is in a chunk, neither
- *     sent between chunks nor a parameter-gradient term added to the
- *     accumulator (the runtime moves those as f32), and no view of n is;
+ *     (pipelined, or a routed model's microbatches) n is in a chunk and no
+ *     parameter-gradient term added to the accumulator (the runtime adds
+ *     those as f32), and no view of n is (a value sent between chunks may be:
+ *     the transfers move its bf16 bytes, half the f32 ones);
  *   - n is f32, an activation or an activation's gradient (phase FWD or B;
  *     not W: a part of a weight gradient, e.g. the tied head's before the
  *     embedding's is added, stays f32; but a norm in W is an activation,

@@ -1171,13 +1171,24 @@ static void emit_fn_head(Emit *e, const char *name, const char *what, int stage)
                   "  (void)A, (void)P, (void)S, (void)G, (void)lr, (void)t;\n", what, name);
 }
 
+/* A boundary value's 4-byte words (RtPipeValue.count): its elements and an
+ * aux part's (sdpa: the lse too); a narrow value's elements (the GPU plan's
+ * bf16 ones, bufplan.h) 2 bytes each, in pairs, the last word's spare half
+ * inside the value's buffer (sizes are multiples of BUFPLAN_ALIGN). */
+static int64_t value_words(const BufPlan *bp, const IrNode *v) {
+  if (!bp->narrow || !bp->narrow[v->id]) return ir_buf_numel(v);
+  return (2 * ir_numel(v) + 4 * ir_aux_numel(v) + 3) / 4;
+}
+
 static void emit_values(Emit *e, const char *name, int c, const int *ids, int n) {
   fprintf(e->out, "static const RtPipeValue %s_%d[] = {", name, c);
   for (int i = 0; i < n; i++) {
     const IrNode *v = e->m->nodes[ids[i]];
     char ty[160];
-    fprintf(e->out, "\n    {%" PRId64 ", %" PRId64 "}, /* %%%d : %s */", e->bp->offset[v->id],
-            ir_buf_numel(v), v->id, ir_type_str(v, ty, sizeof ty)); /* sdpa: lse too */
+    int narrow = e->bp->narrow && e->bp->narrow[v->id];
+    fprintf(e->out, "\n    {%" PRId64 ", %" PRId64 "}, /* %%%d : %s%s */", e->bp->offset[v->id],
+            value_words(e->bp, v), v->id, ir_type_str(v, ty, sizeof ty),
+            narrow ? ", bf16" : "");
     if (e->bp->offset[v->id] < 0) fail(e, "boundary value %%%d has no buffer", v->id);
   }
   fprintf(e->out, "%s};\n", n ? "\n" : "{0, 0}");

@@ -123,7 +123,11 @@ static void pipeline(FILE *out, const PpPlan *p, const GpuBytes *g, int tp, int 
               flops(a, sizeof a, ch->flops_f), flops(b, sizeof b, ch->flops_b),
               flops(c, sizeof c, ch->flops_w));
       if (!planned) fprintf(out, "stash %s, ", bytes(d, sizeof d, (double)ch->stash_bytes));
-      fprintf(out, "sends %s\n", bytes(e, sizeof e, (double)ch->boundary_bytes));
+      fprintf(out, "sends %s", bytes(e, sizeof e, (double)ch->boundary_bytes));
+      if (p->timing[k].send_bytes != ch->boundary_bytes) /* cg_pipe_step_model's bf16 values */
+        fprintf(out, " (the GPU trainer's, bf16 values: %s)",
+                bytes(e, sizeof e, (double)p->timing[k].send_bytes));
+      fprintf(out, "\n");
     }
     fprintf(out, "    peak %d microbatch%s in flight", sim->peak_inflight[s],
             V > 1 ? "-chunk(s)" : sim->peak_inflight[s] == 1 ? "" : "es");
@@ -283,15 +287,17 @@ static const char *const comm_group[COMM_GROUPS] = {"tp", "dp", "ep", "ep_dp", "
  * a line a group; stage as communication's. */
 static void communication_gpu(FILE *out, const CommGpu *d, int stage) {
   for (int g = 0; g < COMM_GROUPS; g++) {
-    if (!d->sums[g] && !d->gathers[g]) continue;
+    if (!d->sums[g] && !d->gathers[g] && !d->sends[g]) continue;
     char s[32], at[48] = "";
     if (stage >= 0) snprintf(at, sizeof at, " (a rank of stage %d)", stage);
     fprintf(out, "GPU trainer (bf16)%s, %s group: ", at, comm_group[g]);
     if (d->sums[g])
       fprintf(out, "%d all-reduces store their sums as bf16 (each a reduce-scatter of the f32 "
               "partials and an all-gather of the bf16 pieces)%s", d->sums[g],
-              d->gathers[g] ? ", " : "");
-    if (d->gathers[g]) fprintf(out, "%d all-gathers move bf16 values", d->gathers[g]);
+              d->gathers[g] || d->sends[g] ? ", " : "");
+    if (d->gathers[g])
+      fprintf(out, "%d all-gathers move bf16 values%s", d->gathers[g], d->sends[g] ? ", " : "");
+    if (d->sends[g]) fprintf(out, "%d sends move bf16 values", d->sends[g]);
     fprintf(out, ": %s less sent a step\n", bytes(s, sizeof s, d->saved_bytes[g]));
   }
 }

@@ -257,6 +257,27 @@ int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine
       *(ph == IR_PHASE_FWD ? &tc->f : ph == IR_PHASE_B ? &tc->b : &tc->w) += t[i];
     }
   }
+  /* the values sent between chunks that the GPU trainer stores as bf16
+   * (codegen/cuda_store.h): their transfers move 2 bytes an element, chunk c's
+   * activations from its stage, their gradients back from chunk c + 1's */
+  for (int c = 0; c + 1 < pp->nchunks && c < plan->st.nchunks; c++) {
+    int64_t saved = 0;
+    for (int pass = 0; pass < 2; pass++) {
+      const int *v = pass ? pp->grad[c] : pp->act[c];
+      int nv = pass ? pp->ngrad[c] : pp->nact[c], from = (pass ? c + 1 : c) % P;
+      for (int k = 0; k < nv; k++) {
+        if (!stored.bf16[v[k]]) continue;
+        int64_t less = 2 * ir_numel(m->nodes[v[k]]);
+        plan->stage_comm[from].sends[COMM_PP] += pp->microbatches;
+        plan->stage_comm[from].saved_bytes[COMM_PP] += (double)less * pp->microbatches;
+        if (!pass) saved += less;
+      }
+    }
+    PpTiming *tc = &plan->timing[c];
+    if (saved > tc->send_bytes) saved = tc->send_bytes; /* (an estimate's) */
+    tc->send_bytes -= saved;
+    tc->send = plan->latency_s + (double)tc->send_bytes / plan->link_bytes_per_s;
+  }
   /* each stage's params' bf16 copy, first in its step, outside the schedule
    * as the optimizer is: counted with it */
   for (int s = 0; s < P && bf16 && cg_cuda_weights_read(m, stored.weights); s++)

@@ -153,15 +153,17 @@ static int by_rank_size(const void *a, const void *b) {
 }
 
 /* A layout's cost (bufplan.h): arena s's end (the most offset + size of the
- * groups it holds) times its weight; the largest of those, then their sum,
- * then the largest end, compared in that order.  Without arenas: the peak. */
+ * groups it holds) times its weight; the sum of those plus the largest (the
+ * rank allocating most counts twice: lowering it is worth raising the others
+ * as much, twice over), then the largest, then the largest end, compared in
+ * that order.  Without arenas: the peak. */
 typedef struct {
   int64_t most, sum, peak;
 } Cost;
 
 static int cheaper(Cost a, Cost b) {
+  if (a.most + a.sum != b.most + b.sum) return a.most + a.sum < b.most + b.sum;
   if (a.most != b.most) return a.most < b.most;
-  if (a.sum != b.sum) return a.sum < b.sum;
   return a.peak < b.peak;
 }
 

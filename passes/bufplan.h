@@ -50,9 +50,11 @@
  * holds both (their groups' where bits are disjoint).  Arena s ends where the
  * last byte group it holds does (peak: the largest end), and a rank
  * allocates weight[s] copies of it; of the layouts tried (bufplan.c), the
- * plan is the one whose largest weighted end is least, then whose weighted
- * ends sum least, so one stage's values are not laid out around another's
- * at no gain.  live_peak is the most any one arena holds at once. */
+ * plan is the one whose weighted ends (weight[s] x end) sum least with the
+ * largest of them counted twice, so one stage's values are not laid out
+ * around another's at no gain, nor the largest rank's lowered a little at
+ * a far larger cost to the others.  live_peak is the most any one arena
+ * holds at once. */
 #ifndef PARC_BUFPLAN_H
 #define PARC_BUFPLAN_H
 

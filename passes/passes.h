@@ -184,6 +184,7 @@ typedef struct {
  * trainer's stage boundaries, shared gradients, loss and norm) and kind (send
  * and receive: point to point, pp only). */
 #define COMM_GROUPS 5
+#define COMM_PP 4 /* the pp group's index */
 typedef enum {
   COMM_ALL_REDUCE, COMM_ALL_GATHER, COMM_REDUCE_SCATTER, COMM_SEND, COMM_RECV, COMM_KINDS
 } CommKind;
@@ -212,6 +213,9 @@ void comm_analyze(const IrModule *m, CommCost *out);
 typedef struct {
   int sums[COMM_GROUPS];           /* such all-reduces a step: a collective more each */
   int gathers[COMM_GROUPS];        /* such all-gathers a step */
+  int sends[COMM_GROUPS];          /* sends of bf16 values a step (pp: a stage's boundary
+                                    * values the GPU trainer stores as bf16, 2 bytes an
+                                    * element less each) */
   double saved_bytes[COMM_GROUPS]; /* the bytes a rank sends less */
 } CommGpu;
 
@@ -393,6 +397,9 @@ typedef struct {
   double f, b, w;            /* compute; a non-split schedule's B takes b + w */
   double send;               /* one boundary transfer to the next chunk (either way) */
   int64_t stash_bytes;       /* held from F until B (W when split) */
+  int64_t send_bytes;        /* send's bytes: the chunk's boundary_bytes, or (a GPU
+                              * trainer's, cg_pipe_step_model) 2 an element less for
+                              * the values it stores as bf16 */
 } PpTiming;
 
 /* One executed action: where and when. */

@@ -179,6 +179,7 @@ int pp_plan(IrModule *m, const Layout *lay, const PpRequest *req, PpPlan *out, c
     t->f = k->flops_f / rate;
     t->b = k->flops_b / rate;
     t->w = k->flops_w / rate;
+    t->send_bytes = k->boundary_bytes;
     t->send = mc->latency_s + (double)k->boundary_bytes / link;
     t->stash_bytes = k->stash_bytes;
   }

@@ -70,7 +70,8 @@ typedef struct {
 
 typedef struct {
   int64_t offset;            /* bytes into a slot's arena */
-  int64_t count;             /* 4-byte elements (f32 or i32) */
+  int64_t count;             /* 4-byte words: f32 or i32 elements, or (the GPU
+                              * trainer's values stored as bf16) pairs of bf16 ones */
 } RtPipeValue;
 
 typedef int (*RtPipeFn)(RtStepIO *io);

@@ -340,7 +340,7 @@ static int transfers(RtCuda *c, const RtPipeDesc *p, int s, int i, int end, char
     Xfer x = xfer_of(p, a);
     char *slot = base + (int64_t)rt_pipe_slot(p, s, a->mb) * p->slot_bytes[s];
     for (int k = 0; k < x.n; k++) {
-      void *ptr = slot + x.v[k].offset; /* f32 or i32: 4-byte words, moved as they are */
+      void *ptr = slot + x.v[k].offset; /* 4-byte words (f32, i32, bf16 pairs), as they are */
       size_t cnt = (size_t)x.v[k].count;
       if (x.send) NC_CHECK(c, ncclSend(ptr, cnt, ncclFloat, x.peer, nc, st), what);
       else NC_CHECK(c, ncclRecv(ptr, cnt, ncclFloat, x.peer, nc, st), what);

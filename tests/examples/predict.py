@@ -143,7 +143,27 @@ plan, _ = compile_("comm_bf16_pp", mc, "--tp", "2", "--pp", "2", "--microbatches
 with open(os.path.join(work, "comm_bf16_pp", "train_cuda.c")) as f:
     sums = [int(n) for n in re.findall(r"rt_cuda_all_reduce_bf16\(dev, RT_CUDA_TP, [^,]+, [^,]+, "
                                        r"(\d+), 0\)", f.read())]
-g = plan["gpu_communication"]
+with open(os.path.join(work, "comm_bf16_pp", "train_cuda.c")) as f:
+    src = f.read()
+# the boundary values it stores as bf16 (act_0 sent by stage 0, grad_0 by stage 1,
+# a microbatch each): M x 2 bytes an element less sent, and 4-byte words of two
+# elements each in their tables
+sent = {}
+for name, stage in (("act_0", 0), ("grad_0", 1)):
+    table = re.search(r"RtPipeValue " + name + r"\[\] = \{(.*?)\n\};", src, re.S).group(1)
+    for words, dims in re.findall(r"\{\d+, (\d+)\}, /\* %\d+ : f32\[([\d, ]+)\], bf16 \*/", table):
+        numel = 1
+        for d in dims.split(","):
+            numel *= int(d)
+        if int(words) != (numel + 1) // 2:
+            sys.exit(f"FAIL comm bf16 pp: {name} sends {words} words of {numel} bf16 elements")
+        n, saved = sent.get(stage, (0, 0))
+        sent[stage] = (n + 4, saved + 4 * 2.0 * numel)
+gp = {e["stage"]: (e["sends_bf16"], e["saved_bytes_per_rank"])
+      for e in plan["gpu_communication"] if e["group"] == "pp"}
+if sorted(sent) != [0, 1] or gp != sent:
+    sys.exit(f"FAIL comm bf16 pp: bf16 boundary values in train_cuda.c {sent}, plan.json {gp}")
+g = [e for e in plan["gpu_communication"] if e["group"] != "pp"]
 if not sums or sorted(e["stage"] for e in g) != [0, 1] or \
         sum(e["all_reduces_stored_bf16"] for e in g) != 4 * len(sums):
     sys.exit(f"FAIL comm bf16 pp: {len(sums)} bf16 all-reduces in train_cuda.c, plan.json {g}")

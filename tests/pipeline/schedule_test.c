@@ -28,7 +28,7 @@ static int failures, checks;
  * over its V chunks; transfers take send. */
 static PpTiming *uniform(int nchunks, int V, double f, double b, double w, double send) {
   PpTiming *t = calloc((size_t)nchunks, sizeof *t);
-  for (int c = 0; c < nchunks; c++) t[c] = (PpTiming){f / V, b / V, w / V, send, 100};
+  for (int c = 0; c < nchunks; c++) t[c] = (PpTiming){f / V, b / V, w / V, send, 100, 0};
   return t;
 }
 
