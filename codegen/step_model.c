@@ -274,8 +274,8 @@ int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine
       }
     }
     PpTiming *tc = &plan->timing[c];
-    if (saved > tc->send_bytes) saved = tc->send_bytes; /* (an estimate's) */
-    tc->send_bytes -= saved;
+    int64_t whole = plan->st.chunks[c].boundary_bytes; /* (an estimate: at most it) */
+    tc->send_bytes = whole - (saved < whole ? saved : whole);
     tc->send = plan->latency_s + (double)tc->send_bytes / plan->link_bytes_per_s;
   }
   /* each stage's params' bf16 copy, first in its step, outside the schedule

@@ -270,29 +270,29 @@ static void repack(IrModule *m, BufPlan *p, const int *pos) {
     }
   }
   Block **order = arena_alloc(&m->arena, sizeof(Block *) * (size_t)nb);
-  Block *try = arena_alloc(&m->arena, sizeof(Block) * (size_t)nb);
+  Block *trial = arena_alloc(&m->arena, sizeof(Block) * (size_t)nb);
   Block *best = arena_alloc(&m->arena, sizeof(Block) * (size_t)nb);
   int64_t *end = arena_alloc(&m->arena, sizeof(int64_t) * (size_t)na);
   Cost best_cost = plan_cost(m, p);
   int found = 0;
   for (int v = 0; v < (p->arenas.where ? 4 : 1); v++) {
-    memcpy(try, b, sizeof(Block) * (size_t)nb);
+    memcpy(trial, b, sizeof(Block) * (size_t)nb);
     for (int k = 0; k < nb; k++) {
-      uint64_t w = try[k].where;
+      uint64_t w = trial[k].where;
       int first = na; /* the first of its arenas, heaviest first */
       for (int s = 0; s < na; s++)
         if ((w >> s & 1) && prio[s] < first) first = prio[s];
       int several = (w & (w - 1)) != 0;
-      try[k].rank = (v & 1 ? !several * (na + 1) : 0) + (v & 2 ? first : 0);
+      trial[k].rank = (v & 1 ? !several * (na + 1) : 0) + (v & 2 ? first : 0);
     }
-    qsort(try, (size_t)nb, sizeof *try, by_rank_size);
-    place(try, nb, order);
+    qsort(trial, (size_t)nb, sizeof *trial, by_rank_size);
+    place(trial, nb, order);
     memset(end, 0, sizeof(int64_t) * (size_t)na);
-    for (int k = 0; k < nb; k++) reach(end, na, try[k].where, try[k].off + try[k].size);
+    for (int k = 0; k < nb; k++) reach(end, na, trial[k].where, trial[k].off + trial[k].size);
     Cost c = weigh(p, end);
     if (cheaper(c, best_cost)) {
       Block *t = best;
-      best = try, try = t;
+      best = trial, trial = t;
       best_cost = c;
       found = 1;
     }

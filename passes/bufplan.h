@@ -28,7 +28,8 @@
  * GPT-2's vocabulary the step's largest buffers, three live at once
  * otherwise.  Best fit being a heuristic, the plan with aliases can come out
  * larger than the one without (fragmentation, on tiny models): then the
- * one without is the plan (no alias at all), so In place never grows peak.
+ * one without is the plan (no alias at all), so In place never grows peak
+ * (with several arenas: the layout's cost, below).
  *
  * Shared views.  A view that is not x's last reader (x read again later,
  * by a reader at its own position, or asynchronously) still takes x's
@@ -38,9 +39,9 @@
  * sharing them has died, and no node is written in place over them (over x
  * or any view of it) while shared.  So a reshape feeding a weight
  * gradient's GEMM costs no copy even where its input, a residual gradient,
- * is read again after it.  Like In place, shared views never grow the peak:
- * where the plan without them (In place only) is smaller, it is the plan,
- * and those reshapes copy.
+ * is read again after it.  Like In place, shared views never grow the peak
+ * (the cost): where the plan without them (In place only) is smaller, it is
+ * the plan, and those reshapes copy.
  *
  * Several arenas (BufArenas: a pipeline's stages, each rank allocating its
  * stage's).  One offset per node serves every arena that holds its bytes,
