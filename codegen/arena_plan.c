@@ -11,6 +11,7 @@
 #include "codegen/host_cuda.h"
 #include "codegen/step_model.h"
 #include "passes/bufplan.h"
+#include "runtime/rt_gemm.h"
 
 int cg_plan_step(IrModule *m, int fuse, const PpProgram *pp, CgKernelPlan *kp, int **pos,
                  BufPlan *bp, int **held, char *err, size_t len) {
@@ -29,6 +30,12 @@ int cg_plan_step(IrModule *m, int fuse, const PpProgram *pp, CgKernelPlan *kp, i
     ar = (BufArenas){where, unread, pp->stage_slots}; /* a stage's slots weigh its end */
   }
   if (cg_plan_kernels(m, fuse, colour, kp, err, len)) return -1;
+  if (pp) { /* weight-gradient GEMMs into the accumulator: no buffer (host.h) */
+    int *into = cg_pipe_acc_into(m, pp, cg_results(m));
+    for (int i = 0; i < m->nnodes; i++)
+      if (into[i] >= 0) kp->materialize[i] = 0;
+    kp->acc_into = into;
+  }
   *pos = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));
   for (int i = 0; i < m->nnodes; i++)
     (*pos)[i] = kp->kernel_of[i] >= 0 ? kp->kernels[kp->kernel_of[i]].root : i;
@@ -76,8 +83,8 @@ int cg_plan_arena(IrModule *m, int fuse, const PpProgram *pp, int64_t *arena_byt
 /* The bf16 operand workspaces of m's GEMMs (cg_gemm_ws_bytes' arithmetic),
  * over those of stage `stage` where pp is not NULL (a chunk's nodes run on
  * stage chunk % P: the GEMM table that stage's start gives rt_cuda_open). */
-static int64_t gemm_ws(const IrModule *m, int bf16, const unsigned char *stored, int weights,
-                       const PpProgram *pp, int stage) {
+static int64_t gemm_ws(const IrModule *m, const CgKernelPlan *kp, int bf16,
+                       const unsigned char *stored, int weights, const PpProgram *pp, int stage) {
   RtCudaGemm *g = calloc((size_t)m->nnodes + 1, sizeof *g);
   if (!g) return 0;
   int n = 0;
@@ -87,7 +94,9 @@ static int64_t gemm_ws(const IrModule *m, int bf16, const unsigned char *stored,
     if (pp && (pp->chunk[i] < 0 || pp->chunk[i] % pp->nstages != stage)) continue;
     g[n] = cg_cuda_gemm(x);
     /* (C_ROUND, round mode's, takes what bf16 operands take: no rounded[] here) */
-    g[n++].flags |= cg_cuda_stored_flags(x, stored, NULL, weights);
+    g[n].flags |= cg_cuda_stored_flags(x, stored, NULL, weights);
+    if (kp && kp->acc_into && kp->acc_into[i] >= 0) g[n].flags |= RT_MM_ACCUMULATE; /* (host.h) */
+    n++;
   }
   int64_t need[3];
   int64_t bytes = rt_cuda_gemms_ws(g, n, bf16 ? RT_CUDA_GEMM_BF16 : RT_CUDA_GEMM_FP32,
@@ -100,7 +109,7 @@ static int64_t gemm_ws(const IrModule *m, int bf16, const unsigned char *stored,
 }
 
 int64_t cg_gemm_ws_bytes(const IrModule *m, int bf16, const unsigned char *stored, int weights) {
-  return gemm_ws(m, bf16, stored, weights, NULL, 0);
+  return gemm_ws(m, NULL, bf16, stored, weights, NULL, 0);
 }
 
 void cg_gpu_bytes(const IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp,
@@ -132,7 +141,7 @@ void cg_gpu_bytes(const IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp,
     if (slot[s] > out->slot) out->slot = slot[s];
     /* (a stage whose arena no value names, were there one: the largest, a bound) */
     out->stage_live[s] = s < gbp->narenas ? gbp->arena_live[s] : gbp->live_peak;
-    int64_t ws = gemm_ws(m, bf16, store->bf16, store->weights, pp, s);
+    int64_t ws = gemm_ws(m, kp, bf16, store->bf16, store->weights, pp, s);
     out->stage_device[s] = rt_cuda_planned_bytes(pp->stage_params_numel[s],
                                                  pp->stage_state_numel[s],
                                                  cg_pipe_arena_bytes(pp, slot, s),

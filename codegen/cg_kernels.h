@@ -171,6 +171,11 @@ typedef struct {
                           leaf's id (see In-place updates); else -1 */
   int ntemps;
   CgTemp *temps;
+  const int *acc_into;  /* a pipelined trainer's (codegen/host.h, cg_pipe_acc_into):
+                          per node, for a GEMM whose product the host adds into
+                          the gradient accumulator itself (materialize 0), the
+                          PARAM whose gradient it is, else -1; NULL: none (not
+                          cg_plan_kernels') */
 } CgKernelPlan;
 
 /* Groups m's nodes into kernels and builds them (KIR module, one kernel

@@ -114,6 +114,12 @@ static int kernel_runs(const Emit *e, int i) {
   return !e->pipe || e->pipe->chunk[e->kp->kernels[i].root] != PP_NODE_SKIP;
 }
 
+/* The PARAM into whose accumulator node n's GEMM adds its product
+ * (cg_pipe_acc_into), or -1 */
+static int acc_into(const CgKernelPlan *kp, const IrNode *n) {
+  return kp->acc_into ? kp->acc_into[n->id] : -1;
+}
+
 static void fail(Emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void fail(Emit *e, const char *fmt, ...) {
   if (e->failed++) return;
@@ -395,7 +401,7 @@ static int emit_async_start(Emit *e, const IrNode *n, const char *x, const char 
 static void emit_runtime(Emit *e, const IrNode *n) {
   char o[96], a0[96], a1[96], a2[96], a3[96], ds[160];
   IrNode *const *in = n->inputs;
-  const char *out = buf(e, n, o, sizeof o);
+  const char *out = acc_into(e->kp, n) >= 0 ? "NULL" : buf(e, n, o, sizeof o);
   const char *x = n->ninputs > 0 ? buf(e, in[0], a0, sizeof a0) : NULL;
   const char *y = n->ninputs > 1 ? buf(e, in[1], a1, sizeof a1) : NULL;
   const char *z = n->ninputs > 2 ? buf(e, in[2], a2, sizeof a2) : NULL;
@@ -405,12 +411,15 @@ static void emit_runtime(Emit *e, const IrNode *n) {
   case IR_OP_MATMUL:
   case IR_OP_MATMUL_TA: {
     const IrNode *a = in[0], *b = in[1];
-    int ta = n->op == IR_OP_MATMUL_TA;
+    int ta = n->op == IR_OP_MATMUL_TA, p = acc_into(e->kp, n);
     int64_t m = ta ? dim(a, -1) : dim(a, -2), k = ta ? dim(a, -2) : dim(a, -1);
     int64_t nn = dim(n, -1);
-    fprintf(f, "  CHECK(%s(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s%s0));\n",
-            ta ? "rt_matmul_ta" : "rt_matmul", out, x, y, lead(a, 2), m, k, nn,
-            n->ia[0] ? "RT_MM_TRANSPOSE_B | " : "", b->rank > 2 ? "RT_MM_B_BATCHED | " : "");
+    if (p >= 0) /* into the accumulator (acc_grad writes nothing for it) */
+      snprintf(o, sizeof o, "G + %" PRId64, e->lp->offset[p]);
+    fprintf(f, "  CHECK(%s(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s%s%s0));"
+            "%s\n", ta ? "rt_matmul_ta" : "rt_matmul", p >= 0 ? o : out, x, y, lead(a, 2), m, k, nn,
+            n->ia[0] ? "RT_MM_TRANSPOSE_B | " : "", b->rank > 2 ? "RT_MM_B_BATCHED | " : "",
+            p >= 0 ? "RT_MM_ACCUMULATE | " : "", p >= 0 ? " /* += gradient term */" : "");
     return;
   }
   case IR_OP_ATTENTION: /* lse [B, H, T] right after out (ir_aux_numel) */
@@ -1034,13 +1043,29 @@ int64_t cg_trainer_arena_bytes(const IrModule *m, const PpProgram *pp, const CgK
   return cg_pipe_arena_bytes(pp, slot, -1);
 }
 
+int *cg_pipe_acc_into(IrModule *m, const PpProgram *pp, const unsigned char *keep) {
+  int n = m->nnodes;
+  int *d = arena_alloc(&m->arena, sizeof(int) * ((size_t)n + 1));
+  for (int i = 0; i < n; i++) {
+    IrOp op = m->nodes[i]->op;
+    d[i] = pp->chunk[i] >= 0 && (op == IR_OP_MATMUL || op == IR_OP_MATMUL_TA) && !keep[i]
+               ? pp->grad_param[i]
+               : -1;
+  }
+  for (int r = 0; r < n; r++) /* read by anything that runs: a buffer of its own */
+    for (int k = 0; k < m->nodes[r]->ninputs && pp->chunk[r] != PP_NODE_SKIP; k++)
+      d[m->nodes[r]->inputs[k]->id] = -1;
+  return d;
+}
+
 /* A parameter-gradient term n into the accumulator, once n's kernel (or
  * runtime op) has run: a term is read by its skipped gradient sum, of
- * another colour (cg_pipe_colours), so it is always materialised. */
+ * another colour (cg_pipe_colours), so it is always materialised, unless its
+ * GEMM added it there itself (acc_into). */
 static void acc_grad(Emit *e, const PpProgram *pp, const IrNode *n) {
   int p = pp->grad_param[n->id]; /* n is a term of p's gradient */
   char b[96];
-  if (p < 0) return;
+  if (p < 0 || acc_into(e->kp, n) >= 0) return;
   if (!e->kp->materialize[n->id]) fail(e, "gradient term %%%d has no buffer", n->id);
   fprintf(e->out, "  ACC_GRAD(%" PRId64 ", %s, %" PRId64 "); /* %s */\n", e->lp->offset[p],
           buf(e, n, b, sizeof b), ir_numel(n), e->m->nodes[p]->name);

@@ -39,6 +39,19 @@ typedef struct {
  * the nodes its stage functions run together (host.c). */
 void cg_pipe_colours(const IrModule *m, const PpProgram *pp, int *colour);
 
+/* Per node of m (from m's arena): for a parameter-gradient term that a GEMM
+ * computes (matmul, matmul_ta: runtime ops, in no kernel) and nothing but
+ * its skipped gradient sums reads, none of keep's nodes (cg_results), its
+ * PARAM; else -1.  Its product needs no buffer: the
+ * stage function's GEMM adds it into the accumulator itself (RT_MM_ACCUMULATE
+ * into G at the parameter's offset), where ACC_GRAD would add a buffer's
+ * copy of it.  A weight gradient's product then takes no room in a slot:
+ * the tied head's [V, D] one a microbatch on GPT-2's last stage.  (It is
+ * summed into G in the GEMM's own order, K block by K block, not added
+ * whole: the same value to rounding.)  cg_plan_step clears these nodes'
+ * materialize and sets kp->acc_into. */
+int *cg_pipe_acc_into(IrModule *m, const PpProgram *pp, const unsigned char *keep);
+
 /* A slot of each stage of a pipelined trainer whose arena plan is bp (one
  * offset a value, the same on every stage holding it: BufArenas): into
  * slot_bytes[s] (pp->nstages of them, multiples of 64) the end of the last

@@ -259,7 +259,10 @@ static void emit_gemm_table(Cu *e, int stages) {
 static void emit_runtime(Cu *e, const IrNode *n) {
   char o[96], a0[96], a1[96], a2[96], a3[96], ds[160];
   IrNode *const *in = n->inputs;
-  const char *out = buf(e, n, o, sizeof o);
+  /* a GEMM adding its product into the accumulator (host.h, cg_pipe_acc_into) */
+  int acc = e->kp->acc_into ? e->kp->acc_into[n->id] : -1;
+  if (acc >= 0) snprintf(o, sizeof o, "G + %" PRId64, e->lp->offset[acc]);
+  const char *out = acc >= 0 ? o : buf(e, n, o, sizeof o);
   const char *x = n->ninputs > 0 ? buf(e, in[0], a0, sizeof a0) : NULL;
   const char *y = n->ninputs > 1 ? buf(e, in[1], a1, sizeof a1) : NULL;
   const char *z = n->ninputs > 2 ? buf(e, in[2], a2, sizeof a2) : NULL;
@@ -272,9 +275,11 @@ static void emit_runtime(Cu *e, const IrNode *n) {
         {RT_MM_TRANSPOSE_B, "RT_MM_TRANSPOSE_B"}, {RT_MM_B_BATCHED, "RT_MM_B_BATCHED"},
         {RT_CUDA_MM_A_BF16, "RT_CUDA_MM_A_BF16"}, {RT_CUDA_MM_A_WIDE, "RT_CUDA_MM_A_WIDE"},
         {RT_CUDA_MM_B_BF16, "RT_CUDA_MM_B_BF16"}, {RT_CUDA_MM_B_WIDE, "RT_CUDA_MM_B_WIDE"},
-        {RT_CUDA_MM_C_BF16, "RT_CUDA_MM_C_BF16"}, {RT_CUDA_MM_C_ROUND, "RT_CUDA_MM_C_ROUND"}};
+        {RT_CUDA_MM_C_BF16, "RT_CUDA_MM_C_BF16"}, {RT_CUDA_MM_C_ROUND, "RT_CUDA_MM_C_ROUND"},
+        {RT_MM_ACCUMULATE, "RT_MM_ACCUMULATE"}};
     RtCudaGemm g = cg_cuda_gemm(n);
     g.flags |= cg_cuda_stored_flags(n, e->store->bf16, e->store->rounded, e->store->weights);
+    if (acc >= 0) g.flags |= RT_MM_ACCUMULATE; /* (an f32 gradient: no C_BF16 / C_ROUND) */
     /* a weight read from the params' bf16 copy (PB: the file's head) */
     for (int j = 0; j < 2; j++)
       if (cg_cuda_gemm_weight(n, j, e->store->weights))
