@@ -19,7 +19,7 @@ int cg_plan_step(IrModule *m, int fuse, const PpProgram *pp, CgKernelPlan *kp, i
    * and phase, one optimizer part, at a time): kernels keep to one colour;
    * each stage's arena holds its own values (pp_node_arenas) */
   int *colour = NULL;
-  BufArenas ar = {NULL, NULL, NULL};
+  BufArenas ar = {0};
   if (pp) {
     size_t n = (size_t)m->nnodes + 1;
     colour = arena_alloc(&m->arena, sizeof(int) * n);
@@ -27,13 +27,18 @@ int cg_plan_step(IrModule *m, int fuse, const PpProgram *pp, CgKernelPlan *kp, i
     unsigned char *unread = arena_alloc(&m->arena, n);
     cg_pipe_colours(m, pp, colour);
     pp_node_arenas(m, pp, where, unread);
-    ar = (BufArenas){where, unread, pp->stage_slots}; /* a stage's slots weigh its end */
+    /* a stage's slots weigh its end; the optimizer reads the gradients from
+     * the accumulator (codegen/host.h, cg_pipe_grads_in_acc) */
+    unsigned char *via_acc = arena_alloc(&m->arena, n), *opt = arena_alloc(&m->arena, n);
+    cg_pipe_grads_in_acc(m, pp, via_acc, opt);
+    ar = (BufArenas){.where = where, .unread = unread, .weight = pp->stage_slots,
+                     .via_acc = via_acc, .acc_reader = opt};
   }
   if (cg_plan_kernels(m, fuse, colour, kp, err, len)) return -1;
-  if (pp) { /* weight-gradient GEMMs into the accumulator: no buffer (host.h) */
-    int *into = cg_pipe_acc_into(m, pp, cg_results(m));
+  if (pp) { /* no buffer for a gradient only the accumulator holds (host.h) */
+    int *into = cg_pipe_acc_into(m, pp, cg_results(m), ar.via_acc);
     for (int i = 0; i < m->nnodes; i++)
-      if (into[i] >= 0) kp->materialize[i] = 0;
+      if (into[i] >= 0 || (ar.via_acc[i] && pp->chunk[i] == PP_NODE_SKIP)) kp->materialize[i] = 0;
     kp->acc_into = into;
   }
   *pos = arena_alloc(&m->arena, sizeof(int) * (size_t)(m->nnodes + 1));

@@ -54,6 +54,15 @@ const IrNode *cg_tokens_input(const IrModule *m) {
   return NULL;
 }
 
+int *cg_grad_of(const IrModule *m) {
+  int *grad_of = malloc(sizeof(int) * ((size_t)m->nnodes + 1));
+  if (!grad_of) return NULL;
+  for (int i = 0; i < m->nnodes; i++) grad_of[i] = -1;
+  for (int i = 0; i < m->nnodes; i++)
+    if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad) grad_of[m->nodes[i]->grad->id] = i;
+  return grad_of;
+}
+
 unsigned char *cg_results(IrModule *m) {
   unsigned char *keep = arena_alloc(&m->arena, (size_t)m->nnodes + 1);
   if (m->loss) keep[m->loss->id] = 1;
@@ -107,6 +116,8 @@ typedef struct {
   const CgPipeHooks *hooks; /* NULL: train.c's statements; else the GPU trainer's
                                (pipelined section only, cg_emit_pipe) */
   int traced;          /* the straight-line step: collectives through COMM (--trace) */
+  int grads_in_acc;     /* writing a pipeline's optimizer function: a gradient
+                           (p->grad) is read from G (cg_pipe_grads_in_acc) */
 } Emit;
 
 /* 1 if the step runs kernel i (a pipelined trainer skips the gradient sums). */
@@ -167,6 +178,10 @@ const char *cg_sdpa_dims(const IrNode *n, char *s, size_t len) {
  * its leaf's). */
 static const char *buf(Emit *e, const IrNode *n, char *s, size_t len) {
   if (e->kp && e->kp->inplace_of[n->id] >= 0) n = e->m->nodes[e->kp->inplace_of[n->id]];
+  if (e->grads_in_acc && e->grad_of[n->id] >= 0) { /* summed into G by the microbatches */
+    snprintf(s, len, "G + %" PRId64, e->lp->offset[e->grad_of[n->id]]);
+    return s;
+  }
   if ((n->op == IR_OP_PARAM || n->op == IR_OP_STATE) && e->lp->offset[n->id] < 0)
     fail(e, "%s is not in this rank's buffers (a pipeline stage reads a parameter of another)",
          n->name);
@@ -1043,7 +1058,18 @@ int64_t cg_trainer_arena_bytes(const IrModule *m, const PpProgram *pp, const CgK
   return cg_pipe_arena_bytes(pp, slot, -1);
 }
 
-int *cg_pipe_acc_into(IrModule *m, const PpProgram *pp, const unsigned char *keep) {
+void cg_pipe_grads_in_acc(const IrModule *m, const PpProgram *pp, unsigned char *via_acc,
+                          unsigned char *opt) {
+  for (int i = 0; i < m->nnodes; i++) {
+    via_acc[i] = 0;
+    opt[i] = pp->chunk[i] == PP_NODE_OPT;
+  }
+  for (int i = 0; i < m->nnodes; i++) /* (cg_grad_of's nodes) */
+    if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad) via_acc[m->nodes[i]->grad->id] = 1;
+}
+
+int *cg_pipe_acc_into(IrModule *m, const PpProgram *pp, const unsigned char *keep,
+                      const unsigned char *via_acc) {
   int n = m->nnodes;
   int *d = arena_alloc(&m->arena, sizeof(int) * ((size_t)n + 1));
   for (int i = 0; i < n; i++) {
@@ -1052,9 +1078,12 @@ int *cg_pipe_acc_into(IrModule *m, const PpProgram *pp, const unsigned char *kee
                ? pp->grad_param[i]
                : -1;
   }
-  for (int r = 0; r < n; r++) /* read by anything that runs: a buffer of its own */
-    for (int k = 0; k < m->nodes[r]->ninputs && pp->chunk[r] != PP_NODE_SKIP; k++)
-      d[m->nodes[r]->inputs[k]->id] = -1;
+  /* read by anything that runs, other than the optimizer from G: a buffer of its own */
+  for (int r = 0; r < n; r++)
+    for (int k = 0; k < m->nodes[r]->ninputs && pp->chunk[r] != PP_NODE_SKIP; k++) {
+      int j = m->nodes[r]->inputs[k]->id;
+      if (!(via_acc[j] && pp->chunk[r] == PP_NODE_OPT)) d[j] = -1;
+    }
   return d;
 }
 
@@ -1187,7 +1216,7 @@ static void emit_group(Emit *e, const PpProgram *pp, int c, IrPhase ph, int stag
 
 static void emit_fn_head(Emit *e, const char *name, const char *what, int stage) {
   if (e->hooks) {
-    e->hooks->fn_head(e->hooks->ctx, name, what, stage);
+    e->hooks->fn_head(e->hooks->ctx, name, what, stage, e->grads_in_acc);
     return;
   }
   fprintf(e->out, "/* %s */\nstatic int %s(RtStepIO *io) {\n"
@@ -1269,23 +1298,12 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, const int64_t *slot_bytes
   for (int s = 0; s < P; s++) {
     char name[32], what[320];
     snprintf(name, sizeof name, "optimizer_%d", s);
-    snprintf(what, sizeof what, "stage %d, after the microbatches: the summed gradients (G) of "
-             "its parameters into the buffers the optimizer reads, then clipping (the global "
-             "norm over every stage) and the update of its parameters", s);
+    snprintf(what, sizeof what, "stage %d, after the microbatches: clipping (the global norm "
+             "over every stage) and the update of its parameters, reading their summed "
+             "gradients from G", s);
+    e->grads_in_acc = 1;
     emit_fn_head(e, name, what, s);
     e->lp = &slp[s];
-    for (int i = 0; i < m->nnodes; i++) {
-      const IrNode *p = m->nodes[i];
-      char b[96];
-      if (!(p->op == IR_OP_PARAM && p->grad && (pp->holders[i] >> s & 1))) continue;
-      if (e->hooks) {
-        char g[64];
-        snprintf(g, sizeof g, "G + %" PRId64, e->lp->offset[i]);
-        e->hooks->copy(e->hooks->ctx, buf(e, p->grad, b, sizeof b), g, ir_numel(p), p->name);
-      } else
-        fprintf(f, "  memcpy(%s, G + %" PRId64 ", %" PRId64 " * sizeof(float)); /* %s */\n",
-                buf(e, p->grad, b, sizeof b), e->lp->offset[i], ir_numel(p), p->name);
-    }
     emit_group(e, pp, PP_NODE_OPT, IR_PHASE_OPT, s);
     char b[96];
     if (e->hooks)
@@ -1294,6 +1312,7 @@ static void emit_pipe(Emit *e, const CgHostInfo *info, const int64_t *slot_bytes
       fprintf(f, "  io->grad_norm = %s%s;\n", m->grad_norm ? "*" : "0",
               m->grad_norm ? buf(e, m->grad_norm, b, sizeof b) : "");
     emit_update_copies(e, s);
+    e->grads_in_acc = 0;
     fprintf(f, "  return 0;\n}\n\n");
   }
   e->lp = whole;
@@ -1470,19 +1489,15 @@ int cg_emit_host(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
     snprintf(err, errlen, "out of memory");
     return -1;
   }
-  int *grad_of = malloc(sizeof(int) * ((size_t)m->nnodes + 1));
+  int *grad_of = cg_grad_of(m);
   if (!grad_of) {
     free(temp_off);
     free(param_index);
     snprintf(err, errlen, "out of memory");
     return -1;
   }
-  for (int i = 0; i < m->nnodes; i++) grad_of[i] = -1;
-  for (int i = 0; i < m->nnodes; i++)
-    if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad)
-      grad_of[m->nodes[i]->grad->id] = i;
   Emit e = {out, m, kp, info->canon, bp, lp, temp_off, param_index, err, errlen, 0, grad_of,
-            info->pipe, NULL, NULL, NULL, 0, 0, 0, NULL, 0};
+            info->pipe, NULL, NULL, NULL, 0, 0, 0, NULL, 0, 0};
   int64_t nparams = 0;
   for (int i = 0; i < m->nnodes; i++)
     if (m->nodes[i]->op == IR_OP_PARAM) nparams += ir_numel(m->nodes[i]);
@@ -1606,9 +1621,15 @@ int cg_emit_pipe(FILE *out, const IrModule *m, const CgKernelPlan *kp, const Buf
                  const CgPipeHooks *hooks, char *err, size_t errlen) {
   Emit e;
   memset(&e, 0, sizeof e);
+  int *grad_of = cg_grad_of(m);
+  if (!grad_of) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
   e.out = out, e.m = m, e.kp = kp, e.canon = info->canon, e.bp = bp, e.lp = lp, e.err = err;
-  e.errlen = errlen, e.pipe = info->pipe, e.hooks = hooks;
+  e.errlen = errlen, e.pipe = info->pipe, e.hooks = hooks, e.grad_of = grad_of;
   emit_pipe(&e, info, slot_bytes);
+  free(grad_of);
   return e.failed ? -1 : 0;
 }
 

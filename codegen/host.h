@@ -39,9 +39,22 @@ typedef struct {
  * the nodes its stage functions run together (host.c). */
 void cg_pipe_colours(const IrModule *m, const PpProgram *pp, int *colour);
 
+/* The optimizer of a pipelined trainer reads each parameter's gradient
+ * (p->grad) from the accumulator G, where the microbatches summed it, not
+ * from p->grad's bytes: via_acc[id] = 1 for those nodes, opt[r] = 1 for the
+ * optimizer's nodes (bufplan's BufArenas.via_acc, acc_reader: that read keeps
+ * no bytes alive).  So a gradient takes room in a slot only from its kernel
+ * to its ACC_GRAD, a skipped gradient sum none at all (cg_plan_step clears
+ * its materialize), where before every gradient of the stage was copied out
+ * of G into the slot for the optimizer and held there from the backward on
+ * (GPT-2 --pp 4: all of stage 0's slot at its peak).  m->nnodes entries. */
+void cg_pipe_grads_in_acc(const IrModule *m, const PpProgram *pp, unsigned char *via_acc,
+                          unsigned char *opt);
+
 /* Per node of m (from m's arena): for a parameter-gradient term that a GEMM
  * computes (matmul, matmul_ta: runtime ops, in no kernel) and nothing but
- * its skipped gradient sums reads, none of keep's nodes (cg_results), its
+ * its skipped gradient sums reads, or the optimizer from the accumulator
+ * (via_acc, cg_pipe_grads_in_acc), none of keep's nodes (cg_results), its
  * PARAM; else -1.  Its product needs no buffer: the
  * stage function's GEMM adds it into the accumulator itself (RT_MM_ACCUMULATE
  * into G at the parameter's offset), where ACC_GRAD would add a buffer's
@@ -50,7 +63,8 @@ void cg_pipe_colours(const IrModule *m, const PpProgram *pp, int *colour);
  * summed into G in the GEMM's own order, K block by K block, not added
  * whole: the same value to rounding.)  cg_plan_step clears these nodes'
  * materialize and sets kp->acc_into. */
-int *cg_pipe_acc_into(IrModule *m, const PpProgram *pp, const unsigned char *keep);
+int *cg_pipe_acc_into(IrModule *m, const PpProgram *pp, const unsigned char *keep,
+                      const unsigned char *via_acc);
 
 /* A slot of each stage of a pipelined trainer whose arena plan is bp (one
  * offset a value, the same on every stage holding it: BufArenas): into
@@ -98,6 +112,10 @@ const IrNode *cg_tokens_input(const IrModule *m);
  * cross-entropy, the gradient norm and every update value (keep[id] = 1). */
 unsigned char *cg_results(IrModule *m);
 
+/* Per node id of m: the PARAM whose gradient (p->grad) it is, else -1.
+ * malloc'd (the caller frees it); NULL when out of memory. */
+int *cg_grad_of(const IrModule *m);
+
 /* The arguments every attention call (rt_sdpa, rt_sdpa_grad and their CUDA
  * forms) ends with, for sdpa or sdpa_grad node n: "B, H, KV, T, hd, scale,
  * causal" into s (160 bytes suffice); returns s. */
@@ -139,8 +157,10 @@ int cg_emit_host_desc(FILE *out, const IrModule *m, const CgLeafPlan *lp,
  * train.c: the hooks' file defines the macro. */
 typedef struct {
   void *ctx;
-  /* "static int name(io) {" of a function of pipeline stage `stage` */
-  void (*fn_head)(void *ctx, const char *name, const char *what, int stage);
+  /* "static int name(io) {" of a function of pipeline stage `stage`; opt: an
+   * optimizer function, whose reads of a gradient (p->grad) are of G
+   * (cg_pipe_grads_in_acc) */
+  void (*fn_head)(void *ctx, const char *name, const char *what, int stage, int opt);
   void (*runtime)(void *ctx, const CgLeafPlan *lp, const IrNode *n);
   void (*kernel)(void *ctx, const CgLeafPlan *lp, int k);          /* kp->kernels[k] */
   void (*zero)(void *ctx, const char *x, const char *who, const char *param); /* one float */

@@ -54,6 +54,8 @@ typedef struct {
   int stage;            /* the pipeline stage whose function is being written (else 0) */
   CuGemm *gemms;        /* the GEMM calls written, distinct per stage (gemm_table) */
   int ngemms, capgemms;
+  int grads_in_acc;     /* it is an optimizer function: a gradient (p->grad) is read
+                           from G (host.h, cg_pipe_grads_in_acc) */
 } Cu;
 
 static void fail(Cu *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -70,6 +72,10 @@ static void fail(Cu *e, const char *fmt, ...) {
  * written in place: its leaf's). */
 static const char *buf(Cu *e, const IrNode *n, char *s, size_t len) {
   if (e->kp->inplace_of[n->id] >= 0) n = e->m->nodes[e->kp->inplace_of[n->id]];
+  if (e->grads_in_acc && e->grad_of[n->id] >= 0) { /* summed into G by the microbatches */
+    snprintf(s, len, "G + %" PRId64, e->lp->offset[e->grad_of[n->id]]);
+    return s;
+  }
   switch (n->op) {
   case IR_OP_PARAM:
     snprintf(s, len, "P + %" PRId64, e->lp->offset[n->id]);
@@ -831,9 +837,10 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
 /* ---- pipelined trainers: host.c's stage functions and tables (cg_emit_pipe)
  * with these statements on device memory (rt_cuda.h's pipelined section) ---- */
 
-static void pipe_fn_head(void *ctx, const char *name, const char *what, int stage) {
+static void pipe_fn_head(void *ctx, const char *name, const char *what, int stage, int opt) {
   Cu *e = ctx;
   e->stage = stage;
+  e->grads_in_acc = opt;
   fprintf(e->out,
           "/* %s */\nstatic int %s(RtStepIO *io) {\n"
           "  char *A = (char *)io->arena;\n"
@@ -943,7 +950,7 @@ static void emit_pipe_cuda(Cu *e, const CgHostInfo *info, const int64_t *slot_by
 int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                       const CgLeafPlan *lp, const CgHostInfo *info, char *err, size_t errlen) {
   int64_t *temp_off = calloc((size_t)kp->ntemps + 1, sizeof(int64_t));
-  int *grad_of = malloc(sizeof(int) * ((size_t)m->nnodes + 1));
+  int *grad_of = cg_grad_of(m);
   if (!temp_off || !grad_of) {
     free(temp_off);
     free(grad_of);
@@ -955,9 +962,6 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
     cg_pipe_slot_bytes(m, info->pipe, kp, bp, slot, temp_off);
     arena = cg_pipe_arena_bytes(info->pipe, slot, -1);
   }
-  for (int i = 0; i < m->nnodes; i++) grad_of[i] = -1;
-  for (int i = 0; i < m->nnodes; i++)
-    if (m->nodes[i]->op == IR_OP_PARAM && m->nodes[i]->grad) grad_of[m->nodes[i]->grad->id] = i;
   if (!info->store) {
     free(temp_off);
     free(grad_of);
@@ -965,7 +969,7 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
     return -1;
   }
   Cu e = {out,     m,   kp,     info->store, info->batches, bp, lp, temp_off,
-          grad_of, err, errlen, 0,           0,    NULL, 0, 0};
+          grad_of, err, errlen, 0,           0,    NULL, 0, 0, 0};
   const IrNode *tok = cg_tokens_input(m);
   int64_t nparams = 0, batch = tok ? tok->shape[0] : 0, seq = tok ? tok->shape[1] : 0;
   for (int i = 0; i < m->nnodes; i++)

@@ -434,9 +434,11 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
     root[i] = i;
     if (at(pos, i) + 1 > end) end = at(pos, i) + 1;
   }
+  const unsigned char *via_acc = p->arenas.via_acc, *acc_reader = p->arenas.acc_reader;
   for (int i = 0; i < n; i++)
     for (int k = 0; k < m->nodes[i]->ninputs && !(unread && unread[i]); k++) {
       int j = m->nodes[i]->inputs[k]->id;
+      if (via_acc && acc_reader && via_acc[j] && acc_reader[i]) continue; /* not its bytes */
       if (at(pos, i) > p->last_use[j]) p->last_use[j] = at(pos, i);
       /* an asynchronous reader: its input until its wait (bufplan_check then
        * keeps every later write off it, as for any live buffer) */

@@ -77,6 +77,11 @@ typedef struct {
                       * stage's slots), which the layout's choice weighs
                       * (bufplan.c, Cost); NULL: one each; as many as
                       * the arenas named */
+  /* via_acc[id] != 0 and acc_reader[r] != 0: r reads node id's value from
+   * elsewhere, not from id's bytes (a pipeline's optimizer reads a gradient
+   * from the accumulator the microbatches summed it into), so that read keeps
+   * id's bytes no longer; NULL: none */
+  const unsigned char *via_acc, *acc_reader;
 } BufArenas;
 
 typedef struct {

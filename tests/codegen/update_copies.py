@@ -12,7 +12,10 @@ neither step copies into P or S (memcpy / rt_cuda_copy), and each says in a
 comment how many of its updates its kernels wrote in place (the one-rank
 train.c: all of them).  No optimizer moment keeps an arena buffer
 (plan.json's buffers: no adam_moment or sgd_momentum node; without ZeRO, no
-adam_update or sgd_update either: its value is the parameter itself).
+adam_update or sgd_update either: its value is the parameter itself).  The
+pipelined trainers leave the summed gradients in the accumulator G: no copy out
+of it, the optimizer reads G, and a weight gradient's GEMM adds into G itself
+(RT_MM_ACCUMULATE).
 """
 import json, os, re, shutil, subprocess, sys
 
@@ -77,6 +80,17 @@ for name, opt, flags, defines in CASES:
     held = [b for b in plan["buffers"] if b["op"] in kept]
     if held:
         bad.append(f"{len(held)} optimizer values keep arena buffers, e.g. {held[0]}")
+    if "--pp" in flags:  # the gradients stay in the accumulator G (codegen/host.h)
+        for fname, text, call in (("train.c", train_c, r"rt_matmul_ta\("),
+                                  ("train_cuda.c", train_cu, r"rt_cuda_matmul_ta\(dev, ")):
+            if re.search(r"(memcpy\(|rt_cuda_copy\(dev, )F\(\d+\), G \+ \d+", text):
+                bad.append(f"{fname} copies gradients out of G for the optimizer")
+            opt = text[text.find("static int optimizer_0("):].split("\n}\n")[0]
+            if not any("G + " in ln and "memcpy" not in ln and "rt_cuda_copy" not in ln
+                       for ln in opt.splitlines()):
+                bad.append(f"{fname}: optimizer_0 reads no gradient from G")
+            if not re.search(call + r"G \+ \d+, [^;]*RT_MM_ACCUMULATE", text):
+                bad.append(f"{fname}: no weight-gradient GEMM adds into G")
     print(f"{'FAIL' if bad else 'ok  '} {name}: {tensors} tensors, updates {upd}, "
           f"train.c notes {notes}, arena {plan['cost']['arena_bytes']} bytes")
     for b in bad:

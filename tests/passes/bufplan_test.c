@@ -309,8 +309,8 @@ static void check_arenas(void) {
     snprintf(what, sizeof what, "random dag over arenas %u", seed);
     /* (weights: a pipeline's slots a stage, which the layout's choice weighs) */
     int weight[3] = {1 + rand() % 4, 1 + rand() % 4, 1 + rand() % 4};
-    BufArenas ar = {where, unread, NULL}, ar1 = {NULL, unread, NULL}, ar0 = {NULL, NULL, NULL};
-    BufArenas arw = {where, unread, weight};
+    BufArenas ar = {.where = where, .unread = unread}, ar1 = {.unread = unread}, ar0 = {0};
+    BufArenas arw = {.where = where, .unread = unread, .weight = weight};
     BufPlan p, p1, p0, pw;
     bufplan_build_arenas(m, NULL, keep, pos, NULL, view_of, NULL, &ar, &p);
     bufplan_build_arenas(m, NULL, keep, pos, NULL, view_of, NULL, &ar1, &p1);
@@ -381,7 +381,7 @@ static void check_shared_value_low(void) {
     where[n->id] = holders[k];
     keep[n->id] = 1;
   }
-  BufArenas ar = {where, NULL, NULL};
+  BufArenas ar = {.where = where};
   BufPlan p;
   bufplan_build_arenas(m, NULL, keep, NULL, NULL, NULL, NULL, &ar, &p);
   char why[160];
