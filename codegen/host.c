@@ -416,7 +416,10 @@ static int emit_async_start(Emit *e, const IrNode *n, const char *x, const char 
 static void emit_runtime(Emit *e, const IrNode *n) {
   char o[96], a0[96], a1[96], a2[96], a3[96], ds[160];
   IrNode *const *in = n->inputs;
-  const char *out = acc_into(e->kp, n) >= 0 ? "NULL" : buf(e, n, o, sizeof o);
+  /* a gradient term its op adds into the accumulator itself (cg_pipe_acc_into) */
+  int acc = acc_into(e->kp, n);
+  if (acc >= 0) snprintf(o, sizeof o, "G + %" PRId64, e->lp->offset[acc]);
+  const char *out = acc >= 0 ? o : buf(e, n, o, sizeof o);
   const char *x = n->ninputs > 0 ? buf(e, in[0], a0, sizeof a0) : NULL;
   const char *y = n->ninputs > 1 ? buf(e, in[1], a1, sizeof a1) : NULL;
   const char *z = n->ninputs > 2 ? buf(e, in[2], a2, sizeof a2) : NULL;
@@ -426,15 +429,13 @@ static void emit_runtime(Emit *e, const IrNode *n) {
   case IR_OP_MATMUL:
   case IR_OP_MATMUL_TA: {
     const IrNode *a = in[0], *b = in[1];
-    int ta = n->op == IR_OP_MATMUL_TA, p = acc_into(e->kp, n);
+    int ta = n->op == IR_OP_MATMUL_TA;
     int64_t m = ta ? dim(a, -1) : dim(a, -2), k = ta ? dim(a, -2) : dim(a, -1);
     int64_t nn = dim(n, -1);
-    if (p >= 0) /* into the accumulator (acc_grad writes nothing for it) */
-      snprintf(o, sizeof o, "G + %" PRId64, e->lp->offset[p]);
     fprintf(f, "  CHECK(%s(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s%s%s0));"
-            "%s\n", ta ? "rt_matmul_ta" : "rt_matmul", p >= 0 ? o : out, x, y, lead(a, 2), m, k, nn,
+            "%s\n", ta ? "rt_matmul_ta" : "rt_matmul", out, x, y, lead(a, 2), m, k, nn,
             n->ia[0] ? "RT_MM_TRANSPOSE_B | " : "", b->rank > 2 ? "RT_MM_B_BATCHED | " : "",
-            p >= 0 ? "RT_MM_ACCUMULATE | " : "", p >= 0 ? " /* += gradient term */" : "");
+            acc >= 0 ? "RT_MM_ACCUMULATE | " : "", acc >= 0 ? " /* += gradient term */" : "");
     return;
   }
   case IR_OP_ATTENTION: /* lse [B, H, T] right after out (ir_aux_numel) */
@@ -533,8 +534,8 @@ static void emit_runtime(Emit *e, const IrNode *n) {
             x, y, ir_numel(in[0]), dim(in[1], 0), dim(in[1], 1));
     return;
   case IR_OP_EMBEDDING_GRAD:
-    fprintf(f, "  CHECK(rt_embedding_grad(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n",
-            out, x, y, ir_numel(in[0]), n->ia[0], dim(in[1], -1));
+    fprintf(f, "  CHECK(rt_embedding_grad%s(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n",
+            acc >= 0 ? "_acc" : "", out, x, y, ir_numel(in[0]), n->ia[0], dim(in[1], -1));
     return;
   case IR_OP_CROSS_ENTROPY:
     fprintf(f, "  CHECK(rt_cross_entropy(%s, %s, %s, %" PRId64 ", %" PRId64 "));\n", out, x, y,
@@ -550,9 +551,9 @@ static void emit_runtime(Emit *e, const IrNode *n) {
             dim(in[1], 0), dim(in[1], 1), group_of(n->ia[0]), n->ia[1]);
     return;
   case IR_OP_VOCAB_EMBEDDING_GRAD:
-    fprintf(f, "  CHECK(rt_vocab_embedding_grad(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
-            ", rt_comm_rank(io->%s_group), %" PRId64 "));\n", out, x, y, ir_numel(in[0]),
-            n->ia[0], dim(in[1], -1), group_of(n->ia[1]), n->ia[2]);
+    fprintf(f, "  CHECK(rt_vocab_embedding_grad%s(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            ", rt_comm_rank(io->%s_group), %" PRId64 "));\n", acc >= 0 ? "_acc" : "", out, x, y,
+            ir_numel(in[0]), n->ia[0], dim(in[1], -1), group_of(n->ia[1]), n->ia[2]);
     return;
   case IR_OP_VOCAB_CROSS_ENTROPY:
     fprintf(f, "  CHECK(rt_vocab_cross_entropy(io->%s_group, %s, %s, %s, %" PRId64 ", %" PRId64
@@ -1074,9 +1075,9 @@ int *cg_pipe_acc_into(IrModule *m, const PpProgram *pp, const unsigned char *kee
   int *d = arena_alloc(&m->arena, sizeof(int) * ((size_t)n + 1));
   for (int i = 0; i < n; i++) {
     IrOp op = m->nodes[i]->op;
-    d[i] = pp->chunk[i] >= 0 && (op == IR_OP_MATMUL || op == IR_OP_MATMUL_TA) && !keep[i]
-               ? pp->grad_param[i]
-               : -1;
+    int adds = op == IR_OP_MATMUL || op == IR_OP_MATMUL_TA || op == IR_OP_EMBEDDING_GRAD ||
+               op == IR_OP_VOCAB_EMBEDDING_GRAD; /* (RT_MM_ACCUMULATE, _acc) */
+    d[i] = pp->chunk[i] >= 0 && adds && !keep[i] ? pp->grad_param[i] : -1;
   }
   /* read by anything that runs, other than the optimizer from G: a buffer of its own */
   for (int r = 0; r < n; r++)

@@ -51,18 +51,20 @@ void cg_pipe_colours(const IrModule *m, const PpProgram *pp, int *colour);
 void cg_pipe_grads_in_acc(const IrModule *m, const PpProgram *pp, unsigned char *via_acc,
                           unsigned char *opt);
 
-/* Per node of m (from m's arena): for a parameter-gradient term that a GEMM
- * computes (matmul, matmul_ta: runtime ops, in no kernel) and nothing but
- * its skipped gradient sums reads, or the optimizer from the accumulator
- * (via_acc, cg_pipe_grads_in_acc), none of keep's nodes (cg_results), its
- * PARAM; else -1.  Its product needs no buffer: the
- * stage function's GEMM adds it into the accumulator itself (RT_MM_ACCUMULATE
- * into G at the parameter's offset), where ACC_GRAD would add a buffer's
- * copy of it.  A weight gradient's product then takes no room in a slot:
- * the tied head's [V, D] one a microbatch on GPT-2's last stage.  (It is
- * summed into G in the GEMM's own order, K block by K block, not added
- * whole: the same value to rounding.)  cg_plan_step clears these nodes'
- * materialize and sets kp->acc_into. */
+/* Per node of m (from m's arena): for a parameter-gradient term that a
+ * runtime op able to add into its output computes -- a GEMM (matmul,
+ * matmul_ta: RT_MM_ACCUMULATE) or an embedding's gradient ((vocab_)
+ * embedding_grad_acc) -- and that nothing but its skipped gradient sums
+ * reads, or the optimizer from the accumulator (via_acc,
+ * cg_pipe_grads_in_acc), none of keep's nodes (cg_results): its PARAM; else
+ * -1.  Such a term needs no buffer: the stage function's op adds it into the
+ * accumulator itself, at the parameter's offset in G, where ACC_GRAD would
+ * add a buffer's copy of it.  So a weight gradient takes no room in a slot:
+ * the tied head's [V, D] product on GPT-2's last stage, the embedding's [V, D]
+ * on its first.  (The op sums onto G in its own order -- a GEMM K block by K
+ * block, an embedding row by row -- not as one addition of the whole term:
+ * the same value to rounding.)  cg_plan_step clears these nodes' materialize
+ * and sets kp->acc_into. */
 int *cg_pipe_acc_into(IrModule *m, const PpProgram *pp, const unsigned char *keep,
                       const unsigned char *via_acc);
 

@@ -389,8 +389,8 @@ static void emit_runtime(Cu *e, const IrNode *n) {
             "));\n", out, x, y, ir_numel(in[0]), dim(in[1], 0), dim(in[1], 1));
     return;
   case IR_OP_EMBEDDING_GRAD:
-    fprintf(f, "  CHECK(rt_cuda_embedding_grad(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
-            "));\n", out, x, y, ir_numel(in[0]), n->ia[0], dim(in[1], -1));
+    fprintf(f, "  CHECK(rt_cuda_embedding_grad%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
+            "));\n", acc >= 0 ? "_acc" : "", out, x, y, ir_numel(in[0]), n->ia[0], dim(in[1], -1));
     return;
   case IR_OP_CROSS_ENTROPY: /* logits as bf16 where their GEMM writes them so */
     fprintf(f, "  CHECK(rt_cuda_cross_entropy%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 "));\n",
@@ -407,9 +407,10 @@ static void emit_runtime(Cu *e, const IrNode *n) {
             dim(in[1], 0), dim(in[1], 1), grp(n->ia[0]), n->ia[1]);
     return;
   case IR_OP_VOCAB_EMBEDDING_GRAD:
-    fprintf(f, "  CHECK(rt_cuda_vocab_embedding_grad(dev, %s, %s, %s, %" PRId64 ", %" PRId64
-            ", %" PRId64 ", rt_cuda_group_rank(dev, %s), %" PRId64 "));\n", out, x, y,
-            ir_numel(in[0]), n->ia[0], dim(in[1], -1), grp(n->ia[1]), n->ia[2]);
+    fprintf(f, "  CHECK(rt_cuda_vocab_embedding_grad%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64
+            ", %" PRId64 ", rt_cuda_group_rank(dev, %s), %" PRId64 "));\n",
+            acc >= 0 ? "_acc" : "", out, x, y, ir_numel(in[0]), n->ia[0], dim(in[1], -1),
+            grp(n->ia[1]), n->ia[2]);
     return;
   case IR_OP_VOCAB_CROSS_ENTROPY: /* as cross_entropy */
     fprintf(f, "  CHECK(rt_cuda_vocab_cross_entropy%s(dev, %s, %s, %s, %s, %" PRId64 ", %" PRId64

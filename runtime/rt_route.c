@@ -378,20 +378,29 @@ static void embed_grad_range(void *ctx, int64_t begin, int64_t end) {
   }
 }
 
-int rt_embedding_grad(float *dtable, const int32_t *ids, const float *dy, int64_t count,
-                      int64_t V, int64_t D) {
-  if (!dtable || !ids || !dy)
-    return null_arg("embedding_grad", !dtable ? "output" : !ids ? "ids" : "dy");
-  if (POSITIVE("embedding_grad", "count V D", count, V, D) ||
-      fits("embedding_grad", count, D, 1) || fits("embedding_grad", V, D, 1) ||
-      ids_ok("embedding_grad", "id", ids, count, V, "the vocabulary "))
+/* embedding_grad, onto what dtable holds where acc (rt_embedding_grad_acc) */
+static int embedding_grad(const char *op, float *dtable, const int32_t *ids, const float *dy,
+                          int64_t count, int64_t V, int64_t D, int acc) {
+  if (!dtable || !ids || !dy) return null_arg(op, !dtable ? "output" : !ids ? "ids" : "dy");
+  if (POSITIVE(op, "count V D", count, V, D) || fits(op, count, D, 1) || fits(op, V, D, 1) ||
+      ids_ok(op, "id", ids, count, V, "the vocabulary "))
     return RT_ERR;
   Embed a = {dtable, dy, ids, count, V, D, 0};
-  rt_parallel_for(V, row_grain(D), zero_rows_range, &a);
+  if (!acc) rt_parallel_for(V, row_grain(D), zero_rows_range, &a);
   /* 16 columns (one 64-byte line) at least per task, so tasks share no cache line
    * except at unaligned edges. */
   rt_parallel_for(D, 16, embed_grad_range, &a);
   return RT_OK;
+}
+
+int rt_embedding_grad(float *dtable, const int32_t *ids, const float *dy, int64_t count,
+                      int64_t V, int64_t D) {
+  return embedding_grad("embedding_grad", dtable, ids, dy, count, V, D, 0);
+}
+
+int rt_embedding_grad_acc(float *dtable, const int32_t *ids, const float *dy, int64_t count,
+                          int64_t V, int64_t D) {
+  return embedding_grad("embedding_grad_acc", dtable, ids, dy, count, V, D, 1);
 }
 
 /* ---- cross-entropy -------------------------------------------------------------- */
@@ -517,20 +526,33 @@ int rt_vocab_embedding(float *out, const int32_t *ids, const float *table, int64
   return RT_OK;
 }
 
-int rt_vocab_embedding_grad(float *dtable, const int32_t *ids, const float *dy, int64_t count,
-                            int64_t Vl, int64_t D, int part, int parts) {
-  if (!dtable || !ids || !dy)
-    return null_arg("vocab_embedding_grad", !dtable ? "output" : !ids ? "ids" : "dy");
-  if (POSITIVE("vocab_embedding_grad", "count Vl D", count, Vl, D)) return RT_ERR;
+/* vocab_embedding_grad, onto what dtable holds where acc */
+static int vocab_embedding_grad(const char *op, float *dtable, const int32_t *ids,
+                                const float *dy, int64_t count, int64_t Vl, int64_t D, int part,
+                                int parts, int acc) {
+  if (!dtable || !ids || !dy) return null_arg(op, !dtable ? "output" : !ids ? "ids" : "dy");
+  if (POSITIVE(op, "count Vl D", count, Vl, D)) return RT_ERR;
   if (parts < 1 || part < 0 || part >= parts)
-    return rt_fail("vocab_embedding_grad: member %d of %d out of range", part, parts);
-  if (fits("vocab_embedding_grad", count, D, 1) || fits("vocab_embedding_grad", Vl, D, parts) ||
-      ids_ok("vocab_embedding_grad", "id", ids, count, Vl * parts, "the vocabulary "))
+    return rt_fail("%s: member %d of %d out of range", op, part, parts);
+  if (fits(op, count, D, 1) || fits(op, Vl, D, parts) ||
+      ids_ok(op, "id", ids, count, Vl * parts, "the vocabulary "))
     return RT_ERR;
   Embed a = {dtable, dy, ids, count, Vl, D, (int64_t)part * Vl};
-  rt_parallel_for(Vl, row_grain(D), zero_rows_range, &a);
+  if (!acc) rt_parallel_for(Vl, row_grain(D), zero_rows_range, &a);
   rt_parallel_for(D, 16, embed_grad_range, &a);
   return RT_OK;
+}
+
+int rt_vocab_embedding_grad(float *dtable, const int32_t *ids, const float *dy, int64_t count,
+                            int64_t Vl, int64_t D, int part, int parts) {
+  return vocab_embedding_grad("vocab_embedding_grad", dtable, ids, dy, count, Vl, D, part, parts,
+                              0);
+}
+
+int rt_vocab_embedding_grad_acc(float *dtable, const int32_t *ids, const float *dy,
+                                int64_t count, int64_t Vl, int64_t D, int part, int parts) {
+  return vocab_embedding_grad("vocab_embedding_grad_acc", dtable, ids, dy, count, Vl, D, part,
+                              parts, 1);
 }
 
 typedef struct {

@@ -75,6 +75,10 @@ int rt_embedding(float *out, const int32_t *ids, const float *table, int64_t cou
  * dtable[ids[p], :] += dy[p, :] for p ascending (split over columns of D). */
 int rt_embedding_grad(float *dtable, const int32_t *ids, const float *dy, int64_t count,
                       int64_t V, int64_t D);
+/* The same onto what dtable holds (not zeroed first): a pipeline's gradient
+ * accumulator, summing the microbatches (codegen/host.h, cg_pipe_acc_into). */
+int rt_embedding_grad_acc(float *dtable, const int32_t *ids, const float *dy, int64_t count,
+                          int64_t V, int64_t D);
 
 /* cross_entropy: logits [N, V], targets i32 [N] -> *loss (one float): the mean over
  * the N positions of logsumexp(logits[p, :]) - logits[p, targets[p]].  Per row,
@@ -121,6 +125,9 @@ int rt_vocab_embedding(float *out, const int32_t *ids, const float *table, int64
  * ids[p] - part Vl, p ascending. */
 int rt_vocab_embedding_grad(float *dtable, const int32_t *ids, const float *dy, int64_t count,
                             int64_t Vl, int64_t D, int part, int parts);
+/* The same onto what dtable holds (not zeroed first), as rt_embedding_grad_acc. */
+int rt_vocab_embedding_grad_acc(float *dtable, const int32_t *ids, const float *dy,
+                                int64_t count, int64_t Vl, int64_t D, int part, int parts);
 
 /* cross_entropy of the group's logits [N, Vl parts] cut to their first V
  * columns (V <= Vl parts; the columns >= V are vocabulary padding, masked as

@@ -253,6 +253,9 @@ int rt_cuda_embedding(RtCuda *c, float *out, const int32_t *ids, const float *ta
                       int64_t count, int64_t V, int64_t D);
 int rt_cuda_embedding_grad(RtCuda *c, float *dtable, const int32_t *ids, const float *dy,
                            int64_t count, int64_t V, int64_t D);
+/* onto what dtable holds, not zeroed first (rt_route.h's rt_embedding_grad_acc) */
+int rt_cuda_embedding_grad_acc(RtCuda *c, float *dtable, const int32_t *ids, const float *dy,
+                               int64_t count, int64_t V, int64_t D);
 int rt_cuda_cross_entropy(RtCuda *c, float *loss, const float *logits, const int32_t *targets,
                           int64_t N, int64_t V);
 int rt_cuda_cross_entropy_grad(RtCuda *c, float *dlogits, const float *logits,
@@ -278,6 +281,9 @@ int rt_cuda_vocab_embedding(RtCuda *c, float *out, const int32_t *ids, const flo
                             int64_t count, int64_t Vl, int64_t D, int part, int parts);
 int rt_cuda_vocab_embedding_grad(RtCuda *c, float *dtable, const int32_t *ids, const float *dy,
                                  int64_t count, int64_t Vl, int64_t D, int part, int parts);
+int rt_cuda_vocab_embedding_grad_acc(RtCuda *c, float *dtable, const int32_t *ids,
+                                     const float *dy, int64_t count, int64_t Vl, int64_t D,
+                                     int part, int parts); /* onto dtable, as above */
 int rt_cuda_vocab_cross_entropy(RtCuda *c, int group, float *loss, const float *logits,
                                 const int32_t *targets, int64_t N, int64_t Vl, int64_t V);
 int rt_cuda_vocab_cross_entropy_grad(RtCuda *c, int group, float *dlogits, const float *logits,

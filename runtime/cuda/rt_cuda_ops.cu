@@ -117,7 +117,7 @@ template <> struct EgVec<4> {
 template <int W>
 __global__ void __launch_bounds__(EG_THREADS, 1)
     embed_grad_kernel(float *dtable, const int32_t *keys, const int32_t *pos, const float *dy,
-                      int64_t count, int64_t V, int64_t D, int64_t lo) {
+                      int64_t count, int64_t V, int64_t D, int64_t lo, int onto) {
   typedef EgVec<W> Vec;
   typedef typename Vec::T T;
   __shared__ int64_t sp[EG_CHUNK]; /* one chunk of the run: its dy rows' offsets in T */
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(EG_THREADS, 1)
        base += (int64_t)gridDim.y * blockDim.x) {
     int64_t j = base + threadIdx.x;
     bool on = j < ncols;
-    T acc = Vec::zero();
+    T acc = on && onto ? o[j] : Vec::zero(); /* _acc: onto the row's sum so far */
     for (int64_t c0 = s; c0 < e; c0 += EG_CHUNK) {
       int n = e - c0 < EG_CHUNK ? (int)(e - c0) : EG_CHUNK;
       __syncthreads(); /* the previous chunk's sp is read */
@@ -186,7 +186,8 @@ static int embed(RtCuda *c, const char *op, float *out, const int32_t *ids, cons
 static size_t up256(size_t x) { return (x + 255) / 256 * 256; }
 
 static int embed_grad(RtCuda *c, const char *op, float *dtable, const int32_t *ids,
-                      const float *dy, int64_t count, int64_t V, int64_t D, int64_t lo) {
+                      const float *dy, int64_t count, int64_t V, int64_t D, int64_t lo,
+                      int onto) {
   if (!dtable || !ids || !dy) return rt_fail("%s: NULL pointer", op);
   if (count < 1 || V < 1 || D < 1 || count > 0x7fffffff)
     return rt_fail("%s: dimensions out of range", op);
@@ -209,7 +210,7 @@ static int embed_grad(RtCuda *c, const char *op, float *dtable, const int32_t *i
   LAUNCH_CHECK(c, op);
   CU_CHECK(c, cub::DeviceRadixSort::SortPairs(ws + 3 * arr, temp, ids, keys, pos_in, pos,
                                               (int)count, 0, 32, c->compute), op);
-  CU_CHECK(c, cudaMemsetAsync(dtable, 0, (size_t)(V * D) * 4, c->compute), op);
+  if (!onto) CU_CHECK(c, cudaMemsetAsync(dtable, 0, (size_t)(V * D) * 4, c->compute), op);
   /* float4 columns where D % 4 == 0 and both buffers are 16-byte aligned (a
    * row then starts on 16 bytes too); EG_THREADS threads a block at most, 32
    * at least (tiny D), one block per (slot, slice), slices capped at 65535
@@ -221,10 +222,10 @@ static int embed_grad(RtCuda *c, const char *op, float *dtable, const int32_t *i
   dim3 grid((unsigned)count, (unsigned)(slices > 65535 ? 65535 : slices));
   if (vec)
     embed_grad_kernel<4><<<grid, (unsigned)tb, 0, c->compute>>>(dtable, keys, pos, dy, count, V,
-                                                                 D, lo);
+                                                                 D, lo, onto);
   else
     embed_grad_kernel<1><<<grid, (unsigned)tb, 0, c->compute>>>(dtable, keys, pos, dy, count, V,
-                                                                 D, lo);
+                                                                 D, lo, onto);
   LAUNCH_CHECK(c, op);
   return RT_OK;
 }
@@ -236,7 +237,12 @@ extern "C" int rt_cuda_embedding(RtCuda *c, float *out, const int32_t *ids, cons
 
 extern "C" int rt_cuda_embedding_grad(RtCuda *c, float *dtable, const int32_t *ids,
                                       const float *dy, int64_t count, int64_t V, int64_t D) {
-  return embed_grad(c, "embedding_grad", dtable, ids, dy, count, V, D, 0);
+  return embed_grad(c, "embedding_grad", dtable, ids, dy, count, V, D, 0, 0);
+}
+
+extern "C" int rt_cuda_embedding_grad_acc(RtCuda *c, float *dtable, const int32_t *ids,
+                                          const float *dy, int64_t count, int64_t V, int64_t D) {
+  return embed_grad(c, "embedding_grad_acc", dtable, ids, dy, count, V, D, 0, 1);
 }
 
 extern "C" int rt_cuda_vocab_embedding(RtCuda *c, float *out, const int32_t *ids,
@@ -252,7 +258,17 @@ extern "C" int rt_cuda_vocab_embedding_grad(RtCuda *c, float *dtable, const int3
                                             int part, int parts) {
   if (parts < 1 || part < 0 || part >= parts)
     return rt_fail("vocab_embedding_grad: member %d of %d out of range", part, parts);
-  return embed_grad(c, "vocab_embedding_grad", dtable, ids, dy, count, Vl, D, (int64_t)part * Vl);
+  return embed_grad(c, "vocab_embedding_grad", dtable, ids, dy, count, Vl, D, (int64_t)part * Vl,
+                    0);
+}
+
+extern "C" int rt_cuda_vocab_embedding_grad_acc(RtCuda *c, float *dtable, const int32_t *ids,
+                                                const float *dy, int64_t count, int64_t Vl,
+                                                int64_t D, int part, int parts) {
+  if (parts < 1 || part < 0 || part >= parts)
+    return rt_fail("vocab_embedding_grad_acc: member %d of %d out of range", part, parts);
+  return embed_grad(c, "vocab_embedding_grad_acc", dtable, ids, dy, count, Vl, D,
+                    (int64_t)part * Vl, 1);
 }
 
 /* ---- cross-entropy ---- */

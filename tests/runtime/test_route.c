@@ -229,6 +229,18 @@ static void test_embedding(void) {
       CHECK_OK(rt_embedding_grad(dt, ids, dy, P, V, D));
       EXPECT_CLOSE("embedding_grad", dt, r, V * D, d);
       ref_out_free(&r);
+      /* _acc: the same sums onto what the table held (a gradient accumulator) */
+      float *acc = malloc(sizeof(float) * (size_t)(V * D));
+      memcpy(acc, table, sizeof(float) * (size_t)(V * D));
+      CHECK_OK(rt_embedding_grad_acc(acc, ids, dy, P, V, D));
+      double worst = 0;
+      for (int64_t i = 0; i < V * D; i++) {
+        double want = (double)table[i] + dt[i];
+        double err = fabs(acc[i] - want) / (1 + fabs(want));
+        if (err > worst) worst = err;
+      }
+      CHECK(worst < 1e-5);
+      free(acc);
     }
     free(ids), free(table), free(dy), free(out), free(dt);
   }
