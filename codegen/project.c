@@ -318,6 +318,17 @@ static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes
   cJSON_AddNumberToObject(lay, "pp", p->layout->pp);
   cJSON_AddNumberToObject(lay, "dp", p->layout->dp);
   cJSON_AddNumberToObject(lay, "ep", p->layout->ep);
+  const PpPlan *pipe = p->cost->pipe;
+  if (pipe) { /* --pp above 1: the layers of each chunk (chunk c on stage c % pp) */
+    cJSON_AddStringToObject(lay, "schedule", pp_schedule_name[pipe->req.schedule]);
+    cJSON_AddNumberToObject(lay, "microbatches", pipe->st.microbatches);
+    cJSON *cl = cJSON_AddArrayToObject(lay, "chunk_layers");
+    for (int c = 0; c < pipe->st.nchunks; c++)
+      cJSON_AddItemToArray(cl, cJSON_CreateNumber(pipe->st.chunk_layers[c]));
+    cJSON_AddStringToObject(lay, "chunk_layers_by", pipe->req.memory ? "memory"
+                                                   : pipe->req.stage_layers ? "given"
+                                                                            : "time");
+  }
   cJSON *cost = cJSON_AddObjectToObject(root, "cost");
   cJSON_AddNumberToObject(cost, "parameters", (double)p->cost->params);
   if (p->cost->padding_params) { /* --pad-vocab and tp: the tables' rows, true and padded */

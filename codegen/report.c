@@ -73,6 +73,33 @@ static void row(FILE *out, const char *what, double p, double w, double g, doubl
           bytes(d, sizeof d, p * opt), bytes(e, sizeof e, p * (w + g + master + opt)));
 }
 
+static const char *duration(char *buf, size_t len, double s);
+
+/* --stage-layers memory: the split chosen, against the one balanced by FLOPs
+ * it started from (driver/main.c, passes/stage_search.c). */
+static void split_search(FILE *out, const PpPlan *p, int nchunks) {
+  const PpSplitSearch *r = p->req.search;
+  int64_t most[3] = {0, 0, 0}; /* chosen, start, least */
+  for (int s = 0; s < p->st.nstages && s < PP_MAX_STAGES; s++) {
+    if (r->best.stage_bytes[s] > most[0]) most[0] = r->best.stage_bytes[s];
+    if (r->start.stage_bytes[s] > most[1]) most[1] = r->start.stage_bytes[s];
+    if (r->least.stage_bytes[s] > most[2]) most[2] = r->least.stage_bytes[s];
+  }
+  char a[32], b[32], c[32], d[32];
+  fprintf(out, "  layers per %s chosen for memory (--stage-layers memory): ",
+          p->st.nvirtual > 1 ? "chunk" : "stage");
+  for (int k = 0; k < nchunks; k++) fprintf(out, "%s%d", k ? "," : "", p->req.stage_layers[k]);
+  fprintf(out, ", the largest rank %s", bytes(a, sizeof a, (double)most[0]));
+  if (most[2] != most[0])
+    fprintf(out, " (the fastest split found within %g%% of the least, %s)", PP_SPLIT_SLACK * 100,
+            bytes(a, sizeof a, (double)most[2]));
+  fprintf(out, " against %s split by FLOPs (", bytes(b, sizeof b, (double)most[1]));
+  for (int k = 0; k < nchunks; k++) fprintf(out, "%s%d", k ? "," : "", p->req.time_layers[k]);
+  fprintf(out, "), predicted step %s against %s; %d splits planned%s\n",
+          duration(c, sizeof c, r->best.step_s), duration(d, sizeof d, r->start.step_s), r->evals,
+          r->capped ? ", stopped at the limit" : "");
+}
+
 /* The pipeline section (--pp above 1): per stage its chunks' layers, FLOPs
  * and boundary bytes of one microbatch, the simulated peak of microbatches
  * in flight, and the bubble simulated next to the analytic value.  The
@@ -87,6 +114,8 @@ static void pipeline(FILE *out, const PpPlan *p, const GpuBytes *g, int tp, int 
   fprintf(out, "pipeline: %s, %d stages", pp_schedule_name[p->req.schedule], P);
   if (V > 1) fprintf(out, " x %d virtual (%d chunks, chunk c on stage c %% %d)", V, st->nchunks, P);
   fprintf(out, ", %d microbatches\n", st->microbatches);
+  if (p->req.memory && p->req.search && p->req.time_layers) /* --stage-layers memory */
+    split_search(out, p, st->nchunks);
   if (p->kernel_timed)
     fprintf(out, "  simulated with each chunk's kernels timed as the predicted step below, "
             "%s and %.3g us a transfer between stages\n",

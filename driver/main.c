@@ -85,7 +85,11 @@ static void usage(FILE *out) {
           "                         (gradient accumulation over the microbatches)\n"
           "      --virtual-stages V chunks of layers per stage, interleaved only (default 2)\n"
           "      --stage-layers L   layers per stage (per chunk with interleaved), e.g.\n"
-          "                         3,5,4 (default: balanced by the cost model's FLOPs)\n"
+          "                         3,5,4; time (the default): balanced by the cost\n"
+          "                         model's FLOPs; memory: the split whose largest rank\n"
+          "                         needs least device memory (a search from time's,\n"
+          "                         each split planned as the trainer; ties: the\n"
+          "                         shorter predicted step)\n"
           "      --dp N             data-parallel degree (default 1)\n"
           "      --sp               sequence parallelism over the tp group (the sequence\n"
           "                         must divide by tp; no effect with --tp 1)\n"
@@ -219,8 +223,16 @@ static int parse_recompute(const char *arg, int *norms_out, int *pointwise_out,
   return 1;
 }
 
-/* --stage-layers 3,5,4: a malloc'd list (freed at exit), each at least 1. */
+/* --stage-layers 3,5,4: a malloc'd list (freed at exit), each at least 1;
+ * time: none (balanced by FLOPs); memory: none until the search (choose_split). */
 static int parse_stage_layers(const char *s, PpRequest *req) {
+  if (!strcmp(s, "time") || !strcmp(s, "memory")) {
+    free((void *)req->stage_layers);
+    req->stage_layers = NULL;
+    req->nstage_layers = 0;
+    req->memory = !strcmp(s, "memory");
+    return 1;
+  }
   int n = 1;
   for (const char *p = s; *p; p++) n += *p == ',';
   int *v = n <= LAYOUT_MAX_DEGREE ? calloc((size_t)n, sizeof *v) : NULL;
@@ -239,9 +251,10 @@ static int parse_stage_layers(const char *s, PpRequest *req) {
   }
   if (!v) {
     fprintf(stderr, "parc: error: --stage-layers '%s': expected layer counts like 3,5,4, each "
-            "at least 1\n", s);
+            "at least 1, or time, or memory\n", s);
     return 0;
   }
+  req->memory = 0;
   free((void *)req->stage_layers);
   req->stage_layers = v;
   req->nstage_layers = n;
@@ -299,6 +312,8 @@ typedef struct {
   int pads;                  /* the layout pads the vocabulary (set after the cost):
                                 pass_shard runs even for one rank */
   PpRequest pipe;            /* --schedule, --microbatches, --virtual-stages, --stage-layers */
+  PpSplitSearch split;       /* --stage-layers memory: the search's outcome (pipe.search) */
+  int *time_layers;          /* then: the split balanced by FLOPs it started from */
   Machine machine;           /* --machine (passes/machine.h); the default preset if not given */
   CgSourceText srcs[2];      /* the prelude's and the model's text, for --explain */
 } Options;
@@ -722,6 +737,91 @@ static IrModule *pipe_module(Program *prog, const Options *o, const IrModule *m,
   return r;
 }
 
+/* One split of --stage-layers memory's search, planned as the trainer
+ * would be: the pipeline plan, its microbatch module and stage programs,
+ * their kernels' timing and the GPU trainer's bytes per stage. */
+typedef struct {
+  Program *prog;
+  const Options *o;
+  IrModule *m;
+  int nchunks;
+} SplitTry;
+
+static int split_eval(void *ctx, const int *counts, PpSplitCost *out) {
+  const SplitTry *x = ctx;
+  const Options *o = x->o;
+  PpRequest req = o->pipe;
+  req.stage_layers = counts, req.nstage_layers = x->nchunks, req.memory = 0;
+  PpPlan plan = {0};
+  PpProgram pp = {0};
+  GpuBytes gpu = {0};
+  int64_t arena = 0;
+  char why[512] = "";
+  IrModule *r = NULL;
+  int rc = pp_plan(x->m, &o->lay, &req, &plan, why, sizeof why);
+  if (!rc && !(r = pipe_module(x->prog, o, x->m, &plan, &pp, why, sizeof why))) rc = -1;
+  if (!rc && pipe_retime(o, x->m, r, &pp, &plan)) rc = -1; /* (its own message) */
+  if (!rc && cg_plan_arena(r, !o->no_fuse, &pp, &arena, &o->machine, machine_bf16(r), NULL,
+                           o->bf16_store, !o->no_batch, &gpu, why, sizeof why))
+    rc = -1;
+  if (!rc && gpu.nstages != o->lay.pp) {
+    snprintf(why, sizeof why, "internal error: %d stages planned for --pp %d", gpu.nstages,
+             o->lay.pp);
+    rc = -1;
+  }
+  if (!rc) {
+    memset(out, 0, sizeof *out);
+    for (int s = 0; s < gpu.nstages && s < PP_MAX_STAGES; s++)
+      out->stage_bytes[s] = gpu.stage_device[s];
+    out->step_s = plan.sim.makespan + plan.opt_s;
+  } else if (why[0]) {
+    fprintf(stderr, "parc: error: --stage-layers memory: planning the split ");
+    for (int c = 0; c < x->nchunks; c++) fprintf(stderr, "%s%d", c ? "," : "", counts[c]);
+    fprintf(stderr, ": %s\n", why);
+  }
+  ir_module_free(r);
+  pp_plan_free(&plan);
+  return rc;
+}
+
+/* --stage-layers memory (m differentiated, o->pipe checked): the split
+ * pp_split_search finds from the one balanced by FLOPs (passes/stages.c)
+ * becomes o->pipe.stage_layers, the search's outcome o->split.  Progress on
+ * stderr, a line a split it moves to.  0, or -1 after an error message. */
+#define SPLIT_MAX_EVALS 200
+static int choose_split(Program *prog, Options *o, IrModule *m) {
+  PpRequest req = o->pipe;
+  req.memory = 0;
+  PpPlan start = {0};
+  char why[512];
+  if (pp_plan(m, &o->lay, &req, &start, why, sizeof why)) {
+    fprintf(stderr, "parc: internal error: %s\n", why);
+    return -1;
+  }
+  int n = start.st.nchunks;
+  int *counts = malloc(sizeof(int) * (size_t)n);
+  o->time_layers = malloc(sizeof(int) * (size_t)n);
+  if (!counts || !o->time_layers) {
+    pp_plan_free(&start);
+    free(counts);
+    fprintf(stderr, "parc: error: out of memory\n");
+    return -1;
+  }
+  memcpy(counts, start.st.chunk_layers, sizeof(int) * (size_t)n);
+  memcpy(o->time_layers, counts, sizeof(int) * (size_t)n);
+  pp_plan_free(&start);
+  SplitTry x = {prog, o, m, n};
+  if (pp_split_search(n, o->lay.pp, counts, SPLIT_MAX_EVALS, split_eval, &x, &o->split, stderr)) {
+    free(counts);
+    return -1;
+  }
+  o->pipe.stage_layers = counts;
+  o->pipe.nstage_layers = n;
+  o->pipe.time_layers = o->time_layers;
+  o->pipe.search = &o->split;
+  return 0;
+}
+
 /* 1 if m (past dce) pads a vocabulary table at this layout only because of
  * m->pad_vocab (tp alone would not) and the partitioner refuses that
  * padding: the model slices, reduces or gathers the padded dimension (a
@@ -877,6 +977,10 @@ int main(int argc, char **argv) {
   /* --explain without -o: the report's per-rank module (plan_ranks, or the
    * pipeline's module below), printed after the report; with -o, the trainer's */
   xout = o.explain && !o.outdir ? open_memstream(&xtext, &xlen) : NULL;
+  if (o.lay.pp > 1 && o.pipe.memory && choose_split(&prog, &o, m)) {
+    rc = EXIT_INTERNAL;
+    goto done;
+  }
   if (o.lay.pp > 1 || routed_mb) { /* (without -o too: the report's communication) */
     /* the pipeline plan on the differentiated module; the report's stages follow it */
     char why[512];
@@ -1015,6 +1119,7 @@ done:
   ir_module_free(tm);
   pp_plan_free(&pipe);
   free((void *)o.pipe.stage_layers);
+  free(o.time_layers);
   ir_module_free(m);
   arena_free(&parse_arena);
   source_free(&user);

@@ -322,6 +322,10 @@ typedef struct {
   int virtual_stages;        /* V: chunks per stage, 1 but for interleaved */
   const int *stage_layers;   /* layer counts per chunk, or NULL: balanced */
   int nstage_layers;
+  int memory;                /* --stage-layers memory: the driver chose stage_layers by
+                                pp_split_search; until then NULL */
+  const int *time_layers;    /* then: the split balanced by FLOPs it started from */
+  const struct PpSplitSearch *search; /* then: its outcome (the report says it) */
   const char *emit;          /* --emit value, for "timeline"/"trace" needing a pipeline */
   const Machine *machine;    /* --machine, for the simulation's rates (NULL: the default) */
 } PpRequest;
@@ -482,6 +486,33 @@ int pp_plan(IrModule *m, const Layout *lay, const PpRequest *req, PpPlan *out, c
  * the checker's error in err. */
 int pp_plan_simulate(PpPlan *p, char *err, size_t len);
 void pp_plan_free(PpPlan *p);
+
+/* passes/stage_search.c: layers per chunk chosen for memory (--stage-layers
+ * memory).  What one split costs, as the caller planned it: */
+typedef struct {
+  int64_t stage_bytes[PP_MAX_STAGES]; /* device bytes of a rank of each stage */
+  double step_s;             /* the predicted step */
+} PpSplitCost;
+/* Plans the split counts[0..nchunks) into out: 0, or -1 (the search stops). */
+typedef int (*PpSplitEval)(void *ctx, const int *counts, PpSplitCost *out);
+#define PP_SPLIT_SLACK 0.01  /* pp_split_search's choice: the shortest step within
+                                this share above the least largest rank found */
+typedef struct PpSplitSearch {
+  PpSplitCost start, best;   /* the split given, and the one chosen */
+  PpSplitCost least;         /* the split found needing least (best, but for the slack) */
+  int evals;                 /* splits planned */
+  int capped;                /* stopped at max_evals, not at a split no move improves */
+} PpSplitSearch;
+/* From counts (nchunks layer counts, chunk c on stage c % nstages), a local
+ * search for the split whose stages' bytes, largest first, are least, then
+ * whose step is shortest, moving one layer at a time and planning at most
+ * max_evals splits; into counts and out the split of shortest step among
+ * those planned within PP_SPLIT_SLACK of the least (its largest rank no
+ * more than the start's; the same layers in all, each count at least 1).  With log, a line per
+ * split it moves to.  0, or -1 when eval failed or memory ran out (counts
+ * unchanged). */
+int pp_split_search(int nchunks, int nstages, int *counts, int max_evals, PpSplitEval eval,
+                    void *ctx, PpSplitSearch *out, FILE *log);
 
 /* passes/pp_split.c: the program each pipeline stage runs, from the
  * rank-local module of ONE microbatch (after autodiff and the optimizer;

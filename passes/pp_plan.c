@@ -46,7 +46,7 @@ int pp_request_check(const IrModule *m, const Layout *lay, PpRequest *req, FILE 
      * pipeline); a dense one ignores them (accumulation changes nothing) */
     const char *flag = req->schedule_given ? "--schedule"
                        : req->microbatches && !routed ? "--microbatches"
-                       : req->virtual_stages ? "--virtual-stages" : req->stage_layers ? "--stage-layers"
+                       : req->virtual_stages ? "--virtual-stages" : req->stage_layers || req->memory ? "--stage-layers"
                        : NULL;
     if (flag) fprintf(err, "parc: error: %s needs a pipeline: add --pp 2 or more\n", flag), bad++;
     if (wants_pipe)
