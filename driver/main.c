@@ -737,6 +737,49 @@ static IrModule *pipe_module(Program *prog, const Options *o, const IrModule *m,
   return r;
 }
 
+/* 1 if m (past dce) pads a vocabulary table at this layout only because of
+ * m->pad_vocab (tp alone would not) and the partitioner refuses that
+ * padding: the model slices, reduces or gathers the padded dimension (a
+ * z-loss over the logits, say).  Then why gets the partitioner's message.  A second lowering of the
+ * model is sharded to find out, only when something would be padded; any
+ * other failure is left to the compile itself to report. */
+static int padding_refused(Program *prog, const Options *o, const IrModule *m, char *why,
+                           size_t len) {
+  int pads = 0, needs = 0; /* padded at m->pad_vocab; padded even at 1 (tp's) */
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *p = m->nodes[i];
+    if (p->op != IR_OP_PARAM || p->shard != IR_SHARD_VOCAB || p->rank < 1) continue;
+    pads |= ir_padded_vocab(p->shape[0], o->lay.tp, m->pad_vocab) != p->shape[0];
+    needs |= ir_padded_vocab(p->shape[0], o->lay.tp, 1) != p->shape[0];
+  }
+  if (!pads || needs) return 0; /* nothing to drop, or dropping it would not help */
+  IrModule *r = lower_program(prog, o->ov, o->nov);
+  if (!r) return 0;
+  r->pad_vocab = m->pad_vocab;
+  r->mesh_ep = o->lay.ep;
+  PassOptions popt = {.stop_after = "dce"};
+  int refused = !pass_run_all(r, &popt) && pass_shard(r, o->lay.tp, o->lay.dp, o->sp, why, len) &&
+                r->pad_refused;
+  ir_module_free(r);
+  char *hint = refused ? strstr(why, PASS_SHARD_PAD_HINT) : NULL;
+  if (hint) *hint = 0; /* the report says what happened instead */
+  return refused;
+}
+
+/* The communication of a pipelined trainer's ranks (tm and pp from
+ * pipe_module) into cost: per stage, in m's arena; cost->comm is stage 0's. */
+static void pipe_comm(const Options *o, IrModule *m, const IrModule *tm, const PpProgram *pp,
+                      Cost *cost) {
+  if (o->lay.tp * o->lay.pp * o->lay.dp < 2) return;
+  int P = pp->nstages;
+  CommCost *sc = arena_alloc(&m->arena, sizeof *sc * (size_t)P);
+  for (int s = 0; s < P; s++) comm_analyze_pipe(tm, pp, &o->lay, s, &sc[s]);
+  cost->comm = sc[0];
+  cost->has_comm = 1;
+  cost->stage_comm = P > 1 ? sc : NULL;
+  cost->nstage_comm = P > 1 ? P : 0;
+}
+
 /* One split of --stage-layers memory's search, planned as the trainer
  * would be: the pipeline plan, its microbatch module and stage programs,
  * their kernels' timing and the GPU trainer's bytes per stage. */
@@ -770,10 +813,20 @@ static int split_eval(void *ctx, const int *counts, PpSplitCost *out) {
     rc = -1;
   }
   if (!rc) {
+    /* the step as the report predicts it: the pipeline, the optimizer, the
+     * busiest stage's collectives (the arrays land in m's arena) */
+    Cost cost;
+    cost_analyze_split(x->m, &o->lay, plan.st.chunk_layers, plan.st.nchunks, &cost);
+    predict_on(&cost, o, x->m);
+    cost.pipe = &plan;
+    cost.microbatches = plan.st.microbatches;
+    pipe_comm(o, x->m, r, &pp, &cost);
+    CgPredicted pr;
+    cg_predict_step(&o->lay, &cost, &pr);
     memset(out, 0, sizeof *out);
     for (int s = 0; s < gpu.nstages && s < PP_MAX_STAGES; s++)
       out->stage_bytes[s] = gpu.stage_device[s];
-    out->step_s = plan.sim.makespan + plan.opt_s;
+    out->step_s = pr.total_s;
   } else if (why[0]) {
     fprintf(stderr, "parc: error: --stage-layers memory: planning the split ");
     for (int c = 0; c < x->nchunks; c++) fprintf(stderr, "%s%d", c ? "," : "", counts[c]);
@@ -820,49 +873,6 @@ static int choose_split(Program *prog, Options *o, IrModule *m) {
   o->pipe.time_layers = o->time_layers;
   o->pipe.search = &o->split;
   return 0;
-}
-
-/* 1 if m (past dce) pads a vocabulary table at this layout only because of
- * m->pad_vocab (tp alone would not) and the partitioner refuses that
- * padding: the model slices, reduces or gathers the padded dimension (a
- * z-loss over the logits, say).  Then why gets the partitioner's message.  A second lowering of the
- * model is sharded to find out, only when something would be padded; any
- * other failure is left to the compile itself to report. */
-static int padding_refused(Program *prog, const Options *o, const IrModule *m, char *why,
-                           size_t len) {
-  int pads = 0, needs = 0; /* padded at m->pad_vocab; padded even at 1 (tp's) */
-  for (int i = 0; i < m->nnodes; i++) {
-    const IrNode *p = m->nodes[i];
-    if (p->op != IR_OP_PARAM || p->shard != IR_SHARD_VOCAB || p->rank < 1) continue;
-    pads |= ir_padded_vocab(p->shape[0], o->lay.tp, m->pad_vocab) != p->shape[0];
-    needs |= ir_padded_vocab(p->shape[0], o->lay.tp, 1) != p->shape[0];
-  }
-  if (!pads || needs) return 0; /* nothing to drop, or dropping it would not help */
-  IrModule *r = lower_program(prog, o->ov, o->nov);
-  if (!r) return 0;
-  r->pad_vocab = m->pad_vocab;
-  r->mesh_ep = o->lay.ep;
-  PassOptions popt = {.stop_after = "dce"};
-  int refused = !pass_run_all(r, &popt) && pass_shard(r, o->lay.tp, o->lay.dp, o->sp, why, len) &&
-                r->pad_refused;
-  ir_module_free(r);
-  char *hint = refused ? strstr(why, PASS_SHARD_PAD_HINT) : NULL;
-  if (hint) *hint = 0; /* the report says what happened instead */
-  return refused;
-}
-
-/* The communication of a pipelined trainer's ranks (tm and pp from
- * pipe_module) into cost: per stage, in m's arena; cost->comm is stage 0's. */
-static void pipe_comm(const Options *o, IrModule *m, const IrModule *tm, const PpProgram *pp,
-                      Cost *cost) {
-  if (o->lay.tp * o->lay.pp * o->lay.dp < 2) return;
-  int P = pp->nstages;
-  CommCost *sc = arena_alloc(&m->arena, sizeof *sc * (size_t)P);
-  for (int s = 0; s < P; s++) comm_analyze_pipe(tm, pp, &o->lay, s, &sc[s]);
-  cost->comm = sc[0];
-  cost->has_comm = 1;
-  cost->stage_comm = P > 1 ? sc : NULL;
-  cost->nstage_comm = P > 1 ? P : 0;
 }
 
 int main(int argc, char **argv) {

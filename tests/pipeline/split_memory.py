@@ -9,7 +9,8 @@ llama_tiny; 1f1b, zero-bubble, interleaved), runs parc once with
 given, and checks:
   - the split chosen is reported as planned for that split given by hand:
     the same device bytes per stage, the same predicted step (the search
-    plans each split as the trainer would);
+    plans each split as the trainer would), and the steps it states, the
+    chosen split's and the split by FLOPs's, are those reports' own;
   - its largest rank is no more than the split balanced by FLOPs (the
     default), and within 1% (PP_SPLIT_SLACK) of the least over every split;
   - -o writes the chosen split into plan.json's layout (chunk_layers, by
@@ -60,6 +61,7 @@ CASES = [
     ("gpt2.dsl", ["-D", "layers=8", "--pp", "3", "--schedule", "zb"], 8, 3),
     ("gpt2.dsl", ["-D", "layers=8", "--pp", "2", "--schedule", "interleaved"], 8, 4),
     ("llama_tiny.dsl", ["-D", "layers=6", "-D", "batch=6", "--pp", "3"], 6, 3),
+    ("llama_tiny.dsl", ["-D", "layers=6", "--tp", "2", "--pp", "2"], 6, 2),
 ]
 
 for model, args, layers, chunks in CASES:
@@ -76,7 +78,13 @@ for model, args, layers, chunks in CASES:
     if (got[0], got[1]) != (stages, step):
         fail("%s: split %s reported %s %s ms, given by hand %s %s ms" %
              (name, chosen, stages, step, got[0], got[1]))
-    time_stages = plan(base)[0]
+    time_stages, _, time_report = plan(base)
+    said = re.search(r"predicted step (\S+ \S+) against (\S+ \S+);", report)
+    steps = [re.search(r"predicted step time on \S+ \(.*?\): (\S+ \S+),", r)
+             for r in (report, time_report)]
+    if not said or not all(steps) or said.groups() != (steps[0].group(1), steps[1].group(1)):
+        fail("%s: the report's steps %s, the reports' own %s" %
+             (name, said and said.groups(), [x and x.group(1) for x in steps]))
     every = [(max(plan(base + ["--stage-layers", ",".join(map(str, c))])[0]), c)
              for c in splits(layers, chunks)]
     least = min(b for b, _ in every)
