@@ -788,10 +788,11 @@ typedef struct {
   const Options *o;
   IrModule *m;
   int nchunks;
+  int bad_input;             /* a split failed for the model's sake, not parc's */
 } SplitTry;
 
 static int split_eval(void *ctx, const int *counts, PpSplitCost *out) {
-  const SplitTry *x = ctx;
+  SplitTry *x = ctx;
   const Options *o = x->o;
   PpRequest req = o->pipe;
   req.stage_layers = counts, req.nstage_layers = x->nchunks, req.memory = 0;
@@ -828,6 +829,7 @@ static int split_eval(void *ctx, const int *counts, PpSplitCost *out) {
       out->stage_bytes[s] = gpu.stage_device[s];
     out->step_s = pr.total_s;
   } else if (why[0]) {
+    x->bad_input = !strstr(why, "internal error");
     fprintf(stderr, "parc: error: --stage-layers memory: planning the split ");
     for (int c = 0; c < x->nchunks; c++) fprintf(stderr, "%s%d", c ? "," : "", counts[c]);
     fprintf(stderr, ": %s\n", why);
@@ -840,7 +842,8 @@ static int split_eval(void *ctx, const int *counts, PpSplitCost *out) {
 /* --stage-layers memory (m differentiated, o->pipe checked): the split
  * pp_split_search finds from the one balanced by FLOPs (passes/stages.c)
  * becomes o->pipe.stage_layers, the search's outcome o->split.  Progress on
- * stderr, a line a split it moves to.  0, or -1 after an error message. */
+ * stderr, a line a split it moves to.  0, or after an error message
+ * EXIT_BAD (the model cannot be planned so) or EXIT_INTERNAL. */
 #define SPLIT_MAX_EVALS 200
 static int choose_split(Program *prog, Options *o, IrModule *m) {
   PpRequest req = o->pipe;
@@ -849,7 +852,7 @@ static int choose_split(Program *prog, Options *o, IrModule *m) {
   char why[512];
   if (pp_plan(m, &o->lay, &req, &start, why, sizeof why)) {
     fprintf(stderr, "parc: internal error: %s\n", why);
-    return -1;
+    return EXIT_INTERNAL;
   }
   int n = start.st.nchunks;
   int *counts = malloc(sizeof(int) * (size_t)n);
@@ -858,15 +861,15 @@ static int choose_split(Program *prog, Options *o, IrModule *m) {
     pp_plan_free(&start);
     free(counts);
     fprintf(stderr, "parc: error: out of memory\n");
-    return -1;
+    return EXIT_INTERNAL;
   }
   memcpy(counts, start.st.chunk_layers, sizeof(int) * (size_t)n);
   memcpy(o->time_layers, counts, sizeof(int) * (size_t)n);
   pp_plan_free(&start);
-  SplitTry x = {prog, o, m, n};
+  SplitTry x = {prog, o, m, n, 0};
   if (pp_split_search(n, o->lay.pp, counts, SPLIT_MAX_EVALS, split_eval, &x, &o->split, stderr)) {
     free(counts);
-    return -1;
+    return x.bad_input ? EXIT_BAD : EXIT_INTERNAL;
   }
   o->pipe.stage_layers = counts;
   o->pipe.nstage_layers = n;
@@ -987,10 +990,7 @@ int main(int argc, char **argv) {
   /* --explain without -o: the report's per-rank module (plan_ranks, or the
    * pipeline's module below), printed after the report; with -o, the trainer's */
   xout = o.explain && !o.outdir ? open_memstream(&xtext, &xlen) : NULL;
-  if (o.lay.pp > 1 && o.pipe.memory && choose_split(&prog, &o, m)) {
-    rc = EXIT_INTERNAL;
-    goto done;
-  }
+  if (o.lay.pp > 1 && o.pipe.memory && (rc = choose_split(&prog, &o, m))) goto done;
   if (o.lay.pp > 1 || routed_mb) { /* (without -o too: the report's communication) */
     /* the pipeline plan on the differentiated module; the report's stages follow it */
     char why[512];
