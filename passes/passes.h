@@ -323,7 +323,7 @@ typedef struct {
   const int *stage_layers;   /* layer counts per chunk, or NULL: balanced */
   int nstage_layers;
   int memory;                /* --stage-layers memory: the driver chose stage_layers by
-                                pp_split_search; until then NULL */
+                                pp_split_search (NULL until it has) */
   const int *time_layers;    /* then: the split balanced by FLOPs it started from */
   const struct PpSplitSearch *search; /* then: its outcome (the report says it) */
   const char *emit;          /* --emit value, for "timeline"/"trace" needing a pipeline */
@@ -508,9 +508,9 @@ typedef struct PpSplitSearch {
  * whose step is shortest, moving one layer at a time and planning at most
  * max_evals splits; into counts and out the split of shortest step among
  * those planned within PP_SPLIT_SLACK of the least (its largest rank no
- * more than the start's; the same layers in all, each count at least 1).  With log, a line per
- * split it moves to.  0, or -1 when eval failed or memory ran out (counts
- * unchanged). */
+ * more than the start's; the same layers in all, each count at least 1).
+ * With log, a line per split it moves to.  0, or -1 when eval failed or
+ * memory ran out (counts unchanged). */
 int pp_split_search(int nchunks, int nstages, int *counts, int max_evals, PpSplitEval eval,
                     void *ctx, PpSplitSearch *out, FILE *log);
 
