@@ -10,19 +10,8 @@
 #include "passes/passes.h"
 #include "runtime/rt_err.h"
 #include "runtime/rt_pipe.h"
+#include "tests/support/check_msg.h"
 
-static int failures, checks;
-
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    checks++;                                                                                      \
-    if (!(cond)) {                                                                                 \
-      failures++;                                                                                  \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                  \
-      printf(__VA_ARGS__);                                                                         \
-      printf("\n");                                                                                \
-    }                                                                                              \
-  } while (0)
 
 /* Uniform timing: a stage's F, B, W of one microbatch take f, b, w split
  * over its V chunks; transfers take send. */

@@ -15,19 +15,8 @@
 #include <string.h>
 
 #include "passes/passes.h"
+#include "tests/support/check_msg.h"
 
-static int failures, checks;
-
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    checks++;                                                                                      \
-    if (!(cond)) {                                                                                 \
-      failures++;                                                                                  \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                  \
-      printf(__VA_ARGS__);                                                                         \
-      printf("\n");                                                                                \
-    }                                                                                              \
-  } while (0)
 
 typedef struct {
   int nchunks, nstages;

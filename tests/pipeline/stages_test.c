@@ -7,21 +7,10 @@
 #include <string.h>
 
 #include "passes/passes.h"
+#include "tests/support/check_msg.h"
 #include "tests/support/load.h"
 
-static int failures, checks;
 static const char *model;
-
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    checks++;                                                                                      \
-    if (!(cond)) {                                                                                 \
-      failures++;                                                                                  \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                  \
-      printf(__VA_ARGS__);                                                                         \
-      printf("\n");                                                                                \
-    }                                                                                              \
-  } while (0)
 
 /* The differentiated module, with optional -D overrides. */
 static IrModule *load(const char *const *defs, int n) {
