@@ -141,7 +141,10 @@ result() {
   return 0
 }
 # bundle: the files the run phase reads, and the shared libraries the binaries
-# need that are neither the C library's nor CUDA's, into $WORK.tar.xz
+# need that are neither the C library's nor CUDA's, into $WORK.tar.xz.  Each
+# train_cuda holds the same ~8 MiB of runtime code: a dictionary larger than
+# all of them together lets xz store it once (16 MiB in all, not 100+, which
+# the device tool's 64 MiB working tree would not carry)
 bundle() {
   mkdir -p "$WORK/lib"
   find "$WORK" -type f \( -name train_cuda -o -name gpu_ops_check -o -name gpu_local_check \
@@ -157,7 +160,7 @@ bundle() {
   (cd "$(dirname "$WORK")" && find "$(basename "$WORK")" -type f \( -name train_cuda \
       -o -name gpu_ops_check -o -name gpu_local_check -o -name gemm_gpu -o -name plan.json -o -name '*.log' -o -name '*.jsonl' \
       -o -name '*.safetensors' -o -name '*.built' -o -name table.txt -o -path '*/lib/*' \) |
-    tar -cJf "$WORK.tar.xz" -T -)
+    XZ_OPT="-6 --lzma2=dict=512MiB" tar -cJf "$WORK.tar.xz" -T -)
   echo "bundle: $WORK.tar.xz, $(du -h "$WORK.tar.xz" | cut -f1) (libraries: $(ls "$WORK/lib" | tr '\n' ' '))"
 }
 # gpu_env: the CUDA libraries of this machine on LD_LIBRARY_PATH, the bundle's first
