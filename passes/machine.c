@@ -1,11 +1,16 @@
 /* passes/machine.c -- machine presets (passes/machine.h).
  *
  * h200: measured.  Sustained rates of parc's CUDA trainer on one H200 SXM
- * (bench/RESULTS.md, 2026-11-30, GPT-2 small bf16 profile): layer GEMMs
- * 318-458 TFLOP/s (400 taken), flash attention forward 53 and backward 32
- * TFLOP/s (40 taken), pointwise kernels 2.4-4.1 TB/s (3 taken).  The fp32
- * trainer's rates were not profiled: 75% of the FP32 peak (67 TFLOP/s) for
- * GEMMs, 15 TFLOP/s for attention (estimates).  Peaks: 989 TFLOP/s bf16
+ * (bench/RESULTS.md, fifth GPU run, 2026-12-04: the GPT-2 small bf16
+ * profile's own fit, which compare.py prints as a --machine line): GEMMs 671
+ * TFLOP/s over all of them (491-847 a shape; 670 taken), the mma.sync flash
+ * attention 91.5 TFLOP/s (forward 109, backward 86; 90 taken), the generated
+ * kernels and memory-bound runtime ops 1.74 TB/s over all of them (1.0-4.2 a
+ * kernel; 1.75 taken), 3.84 us the call of the fastest tenth of the kernels
+ * (4 taken).  With these the report predicts the measured 24.1 ms step within
+ * a few percent (the first run's rates, 400 / 40 / 3.0, gave 34.7 ms).  The
+ * fp32 trainer's rates were not profiled: 75% of the FP32 peak (67 TFLOP/s)
+ * for GEMMs, 15 TFLOP/s for attention (estimates).  Peaks: 989 TFLOP/s bf16
  * dense, 67 fp32.  Links: NVLink 4 at 450 GB/s a direction (NCCL reaches
  * ~80% of it: 360), 400 Gb/s InfiniBand a GPU between nodes (50 GB/s, 45
  * taken), 8 GPUs a node, 10 us a collective.  Memory (device_bytes): the
@@ -22,11 +27,11 @@
 #include <string.h>
 
 const Machine machine_presets[] = {
-    {"h200", {67e12, 989e12}, {50e12, 400e12}, {15e12, 40e12}, 3.0e12, 3e-6, 0, 0, 360e9, 45e9,
+    {"h200", {67e12, 989e12}, {50e12, 670e12}, {15e12, 90e12}, 1.75e12, 4e-6, 0, 0, 360e9, 45e9,
      10e-6, 8, 143771.0 * (1 << 20)},
-    {"h100", {67e12, 989e12}, {50e12, 400e12}, {15e12, 40e12}, 2.1e12, 3e-6, 0, 0, 360e9, 45e9,
+    {"h100", {67e12, 989e12}, {50e12, 670e12}, {15e12, 90e12}, 1.22e12, 4e-6, 0, 0, 360e9, 45e9,
      10e-6, 8, 81559.0 * (1 << 20)},
-    {"a100", {19.5e12, 312e12}, {14.6e12, 126e12}, {4.4e12, 12.6e12}, 1.25e12, 3e-6, 0, 0, 240e9,
+    {"a100", {19.5e12, 312e12}, {14.6e12, 211e12}, {4.4e12, 28.4e12}, 0.73e12, 4e-6, 0, 0, 240e9,
      22e9, 10e-6, 8, 81920.0 * (1 << 20)},
 };
 const int machine_npresets = (int)(sizeof machine_presets / sizeof machine_presets[0]);

@@ -285,18 +285,68 @@ static __device__ __forceinline__ float logit(const bf16 *row, int64_t v) {
 static __device__ __forceinline__ void put(float *e, float x) { *e = x; }
 static __device__ __forceinline__ void put(bf16 *e, float x) { *e = __float2bfloat16_rn(x); }
 
-/* Row p's max over columns [0, nv) of a row. */
+/* A bf16 row that starts on 16 bytes goes 8 columns a thread at a time (one
+ * 16-byte load or store: a warp moves 512 contiguous bytes, not 64 -- GPT-2's
+ * logits are 8192 rows of 50304 bf16, read three times and written once by
+ * the gradient); fp32 rows, and the columns past a bf16 row's last whole 8,
+ * one at a time.  vec_cols: how many leading columns of a row of n take the
+ * 8-wide path (a multiple of 8; 0 for fp32, which keeps its bits). */
+static __device__ __forceinline__ int64_t vec_cols(const float *, int64_t) { return 0; }
+static __device__ __forceinline__ int64_t vec_cols(const bf16 *row, int64_t n) {
+  return ((uintptr_t)row & 15) ? 0 : n & ~(int64_t)7;
+}
+static __device__ __forceinline__ void load8(const float *p, float x[8]) {
+#pragma unroll
+  for (int k = 0; k < 8; k++) x[k] = p[k];
+}
+static __device__ __forceinline__ void load8(const bf16 *p, float x[8]) {
+  int4 u = *(const int4 *)(const void *)p;
+  __nv_bfloat162 h[4];
+  memcpy(h, &u, sizeof h);
+#pragma unroll
+  for (int k = 0; k < 4; k++) x[2 * k] = __low2float(h[k]), x[2 * k + 1] = __high2float(h[k]);
+}
+static __device__ __forceinline__ void store8(float *p, const float x[8]) {
+#pragma unroll
+  for (int k = 0; k < 8; k++) p[k] = x[k];
+}
+static __device__ __forceinline__ void store8(bf16 *p, const float x[8]) {
+  __nv_bfloat162 h[4];
+#pragma unroll
+  for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(x[2 * k], x[2 * k + 1]);
+  int4 u;
+  memcpy(&u, h, sizeof u);
+  *(int4 *)(void *)p = u;
+}
+
+/* Row p's max over columns [0, nv) of a row (exact in any order). */
 template <typename L> static __device__ float row_max(const L *row, int64_t nv, float *sh) {
   float m = -INFINITY;
-  for (int64_t v = threadIdx.x; v < nv; v += BLOCK) m = fmaxf(m, logit(row, v));
+  int64_t nvec = vec_cols(row, nv);
+  for (int64_t v = 8 * (int64_t)threadIdx.x; v < nvec; v += 8 * BLOCK) {
+    float x[8];
+    load8(row + v, x);
+#pragma unroll
+    for (int k = 0; k < 8; k++) m = fmaxf(m, x[k]);
+  }
+  for (int64_t v = nvec + threadIdx.x; v < nv; v += BLOCK) m = fmaxf(m, logit(row, v));
   return block_reduce<float>(m, sh, true);
 }
 
-/* Row p's sum of exp(x - mx) over [0, nv), in double. */
+/* Row p's sum of exp(x - mx) over [0, nv), in double: a thread sums its
+ * columns in increasing order, then block_reduce's fixed tree (so the one-
+ * member and gathered paths, which both come here, have the same bits). */
 template <typename L>
 static __device__ double row_sumexp(const L *row, int64_t nv, float mx, double *sh) {
   double s = 0.0;
-  for (int64_t v = threadIdx.x; v < nv; v += BLOCK) s += (double)expf(logit(row, v) - mx);
+  int64_t nvec = vec_cols(row, nv);
+  for (int64_t v = 8 * (int64_t)threadIdx.x; v < nvec; v += 8 * BLOCK) {
+    float x[8];
+    load8(row + v, x);
+#pragma unroll
+    for (int k = 0; k < 8; k++) s += (double)expf(x[k] - mx);
+  }
+  for (int64_t v = nvec + threadIdx.x; v < nv; v += BLOCK) s += (double)expf(logit(row, v) - mx);
   return block_reduce<double>(s, sh, false);
 }
 
@@ -338,7 +388,29 @@ template <typename L> struct XentVal {
   __device__ float operator()(int64_t v) const {
     return v < nv ? expf(logit(row, v) - mx) * f - (v == t ? scale : 0.0f) : 0.0f;
   }
+  /* the same of a logit x already read (column v) */
+  __device__ float at(float x, int64_t v) const {
+    return v < nv ? expf(x - mx) * f - (v == t ? scale : 0.0f) : 0.0f;
+  }
 };
+
+/* Writes columns [0, n) of a gradient row at e, as put(e + v, val(v)) would:
+ * 8 at a time where both rows take the 8-wide path (a thread reads the
+ * logits of the 8 columns it then writes itself, so in place is as safe as
+ * the scalar loop: see xent_grad). */
+template <typename L>
+static __device__ void store_row(L *e, int64_t n, const XentVal<L> &val) {
+  int64_t nvec = vec_cols(e, n);
+  if (vec_cols(val.row, n) != nvec) nvec = 0;
+  for (int64_t v = 8 * (int64_t)threadIdx.x; v < nvec; v += 8 * BLOCK) {
+    float x[8];
+    load8(val.row + v, x);
+#pragma unroll
+    for (int k = 0; k < 8; k++) x[k] = val.at(x[k], v + k);
+    store8(e + v, x);
+  }
+  for (int64_t v = nvec + threadIdx.x; v < n; v += BLOCK) put(e + v, val(v));
+}
 
 /* Backward: dlogits = dloss / N (softmax - onehot), the softmax recomputed.
  * In place (dlogits == logits; the buffer plan does this: IR_F_INPLACE0):
@@ -362,7 +434,7 @@ __global__ void __launch_bounds__(BLOCK) xent_grad(L *dlogits, const L *logits,
     float mx = row_max(row, V, shf);
     double s = row_sumexp(row, V, mx, shd);
     XentVal<L> val = {row, mx, (float)(1.0 / s) * scale, scale, V, (int64_t)targets[p]};
-    for (int64_t v = threadIdx.x; v < V; v += BLOCK) put(e + v, val(v));
+    store_row(e, V, val);
   }
 }
 
@@ -551,7 +623,7 @@ __global__ void __launch_bounds__(BLOCK) vxent_grad(L *dlogits, const L *logits,
     L *e = dlogits + p * Vl;
     XentVal<L> val = {logits + p * Vl, mx[p], (float)(1.0 / s[p]) * scale, scale, nv,
                       (int64_t)targets[p] - lo}; /* padding columns: 0 */
-    for (int64_t v = threadIdx.x; v < Vl; v += BLOCK) put(e + v, val(v));
+    store_row(e, Vl, val);
   }
 }
 
@@ -642,7 +714,7 @@ __global__ void __launch_bounds__(BLOCK) vxent_one_grad(L *dlogits, const L *log
     if (wide)
       store_row_bf16((__nv_bfloat16 *)(void *)dlogits + p * 2 * Vl, Vl, val);
     else
-      for (int64_t v = threadIdx.x; v < Vl; v += BLOCK) put(dlogits + p * Vl + v, val(v));
+      store_row(dlogits + p * Vl, Vl, val);
   }
 }
 
