@@ -612,7 +612,8 @@ __global__ void vxent_sum(double *s, double *rows, const float *all, const float
 /* In place (dlogits == logits, as xent_grad): the statistics kernels that
  * read the logits (vxent_max, vxent_stats) ran before it on the same stream;
  * here thread x reads row[v] only for the e[v] it then writes itself, and
- * writes the padding columns without reading them. */
+ * writes the padding columns as 0 (store_row's 8-wide path reads them first,
+ * within the row, like any other column it then writes). */
 template <typename L>
 __global__ void __launch_bounds__(BLOCK) vxent_grad(L *dlogits, const L *logits,
                                                     const int32_t *targets, const float *dloss,
