@@ -319,34 +319,34 @@ static __device__ __forceinline__ void store8(bf16 *p, const float x[8]) {
   *(int4 *)(void *)p = u;
 }
 
-/* Row p's max over columns [0, nv) of a row (exact in any order). */
-template <typename L> static __device__ float row_max(const L *row, int64_t nv, float *sh) {
-  float m = -INFINITY;
+/* fn(x) for each logit x of columns [0, nv) of a row that this thread owns,
+ * in increasing column order: its 8-wide chunks, then its tail columns. */
+template <typename L, typename F>
+static __device__ __forceinline__ void row_each(const L *row, int64_t nv, F fn) {
   int64_t nvec = vec_cols(row, nv);
   for (int64_t v = 8 * (int64_t)threadIdx.x; v < nvec; v += 8 * BLOCK) {
     float x[8];
     load8(row + v, x);
 #pragma unroll
-    for (int k = 0; k < 8; k++) m = fmaxf(m, x[k]);
+    for (int k = 0; k < 8; k++) fn(x[k]);
   }
-  for (int64_t v = nvec + threadIdx.x; v < nv; v += BLOCK) m = fmaxf(m, logit(row, v));
+  for (int64_t v = nvec + threadIdx.x; v < nv; v += BLOCK) fn(logit(row, v));
+}
+
+/* Row p's max over columns [0, nv) of a row (exact in any order). */
+template <typename L> static __device__ float row_max(const L *row, int64_t nv, float *sh) {
+  float m = -INFINITY;
+  row_each(row, nv, [&](float x) { m = fmaxf(m, x); });
   return block_reduce<float>(m, sh, true);
 }
 
 /* Row p's sum of exp(x - mx) over [0, nv), in double: a thread sums its
- * columns in increasing order, then block_reduce's fixed tree (so the one-
+ * columns in row_each's order, then block_reduce's fixed tree (so the one-
  * member and gathered paths, which both come here, have the same bits). */
 template <typename L>
 static __device__ double row_sumexp(const L *row, int64_t nv, float mx, double *sh) {
   double s = 0.0;
-  int64_t nvec = vec_cols(row, nv);
-  for (int64_t v = 8 * (int64_t)threadIdx.x; v < nvec; v += 8 * BLOCK) {
-    float x[8];
-    load8(row + v, x);
-#pragma unroll
-    for (int k = 0; k < 8; k++) s += (double)expf(x[k] - mx);
-  }
-  for (int64_t v = nvec + threadIdx.x; v < nv; v += BLOCK) s += (double)expf(logit(row, v) - mx);
+  row_each(row, nv, [&](float x) { s += (double)expf(x - mx); });
   return block_reduce<double>(s, sh, false);
 }
 
@@ -385,13 +385,11 @@ template <typename L> struct XentVal {
   const L *row;
   float mx, f, scale;
   int64_t nv, t;
-  __device__ float operator()(int64_t v) const {
-    return v < nv ? expf(logit(row, v) - mx) * f - (v == t ? scale : 0.0f) : 0.0f;
-  }
-  /* the same of a logit x already read (column v) */
+  /* column v whose logit x is already read (any x past nv: 0) */
   __device__ float at(float x, int64_t v) const {
     return v < nv ? expf(x - mx) * f - (v == t ? scale : 0.0f) : 0.0f;
   }
+  __device__ float operator()(int64_t v) const { return v < nv ? at(logit(row, v), v) : 0.0f; }
 };
 
 /* Writes columns [0, n) of a gradient row at e, as put(e + v, val(v)) would:
