@@ -34,6 +34,8 @@
  * result (out, dqkv) and reads dy token-major when asked (RT_CUDA_ATTN_O_TOKENS,
  * _DY_TOKENS: rows H hd or (H + 2 KV) hd apart, rt_attn_row), the same values. */
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #include <cuda_bf16.h>
 
@@ -176,6 +178,43 @@ __global__ void __launch_bounds__(WARPS * 32) attn_rowdot(const DY *dy, const OU
   for (int c = lane; c < hd; c += 32) s += rowdot_ld(dy, r * hd + c) * rowdot_ld(out, r * hd + c);
   s = warp_sum(s);
   if (lane == 0) d[H ? (r / H / T * H + r % H) * T + r / H % T : r] = s;
+}
+
+/* Eight consecutive elements at p widened exactly: one 16-byte load for bf16
+ * (p 16-byte aligned), two for float. */
+static __device__ __forceinline__ void rowdot_ld8(const float *p, float x[8]) {
+  const float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
+  x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+}
+static __device__ __forceinline__ void rowdot_ld8(const __nv_bfloat16 *p, float x[8]) {
+  const int4 u = *(const int4 *)(const void *)p;
+  __nv_bfloat162 h[4];
+  memcpy(h, &u, sizeof h);
+  for (int k = 0; k < 4; k++) x[2 * k] = __low2float(h[k]), x[2 * k + 1] = __high2float(h[k]);
+}
+
+/* attn_rowdot with 8-wide loads (hd a multiple of 8, both tensors 16-byte
+ * aligned): a row takes G lanes of a warp (G a power of two, G 8 >= hd or
+ * the lanes loop), a warp 32 / G rows.  Lane j of a row sums columns
+ * [8 j, 8 j + 8), [8 (j + G), ...) in order, then the row's lanes add by a
+ * fixed xor tree within their G: one order for every DY, OUT pair, so the
+ * bf16 variants give the bits of the float one on the same values. */
+template <typename DY, typename OUT>
+__global__ void __launch_bounds__(WARPS * 32) attn_rowdot8(const DY *dy, const OUT *out, float *d,
+                                                           int64_t rows, int hd, int G, int64_t H,
+                                                           int64_t T) {
+  const int lane = threadIdx.x & 31, j = lane & (G - 1);
+  const int64_t r = ((int64_t)blockIdx.x * WARPS + (threadIdx.x >> 5)) * (32 / G) + lane / G;
+  float s = 0.0f;
+  if (r < rows) /* (not warp-uniform: every lane still shuffles below) */
+    for (int c = 8 * j; c < hd; c += 8 * G) {
+      float a[8], b[8];
+      rowdot_ld8(dy + r * hd + c, a);
+      rowdot_ld8(out + r * hd + c, b);
+      for (int k = 0; k < 8; k++) s += a[k] * b[k];
+    }
+  for (int o = G / 2; o > 0; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
+  if (r < rows && j == 0) d[H ? (r / H / T * H + r % H) * T + r / H % T : r] = s;
 }
 
 /* dk, dv of keys [k0, k0 + WARPS KR) of kv head (b, g). */
@@ -525,9 +564,34 @@ extern "C" int rt_cuda_sdpa_delta_io(RtCuda *c, float *d, const float *m, const 
                4.0 * (double)rows,
            0, "sdpa_delta %lldx%lldx%lldx%lld", (long long)B, (long long)H, (long long)T,
            (long long)hd);
-  const unsigned blocks = (unsigned)((rows + WARPS - 1) / WARPS);
   typedef __nv_bfloat16 bf16;
   const bf16 *mb = (const bf16 *)m, *dmb = (const bf16 *)dm;
+  if (hd % 8 == 0 && ((uintptr_t)m | (uintptr_t)dm) % 16 == 0) { /* 8-wide loads */
+    int G = 1;
+    while (G < 32 && 8 * G < hd) G *= 2;
+    const int64_t per = (int64_t)WARPS * (32 / G); /* rows per block */
+    const unsigned blocks = (unsigned)((rows + per - 1) / per);
+    switch (io) { /* (dy, out) of attn_rowdot8: (dm, m) */
+    case 0:
+      attn_rowdot8<float, float><<<blocks, WARPS * 32, 0, c->compute>>>(dm, m, d, rows, (int)hd, G,
+                                                                        H, T);
+      break;
+    case RT_CUDA_ATTN_M_BF16:
+      attn_rowdot8<float, bf16><<<blocks, WARPS * 32, 0, c->compute>>>(dm, mb, d, rows, (int)hd,
+                                                                       G, H, T);
+      break;
+    case RT_CUDA_ATTN_DM_BF16:
+      attn_rowdot8<bf16, float><<<blocks, WARPS * 32, 0, c->compute>>>(dmb, m, d, rows, (int)hd,
+                                                                       G, H, T);
+      break;
+    default:
+      attn_rowdot8<bf16, bf16><<<blocks, WARPS * 32, 0, c->compute>>>(dmb, mb, d, rows, (int)hd, G,
+                                                                      H, T);
+    }
+    LAUNCH_CHECK(c, "sdpa_delta");
+    return RT_OK;
+  }
+  const unsigned blocks = (unsigned)((rows + WARPS - 1) / WARPS);
   switch (io) { /* (dy, out) of attn_rowdot: (dm, m) */
   case 0:
     attn_rowdot<float, float><<<blocks, WARPS * 32, 0, c->compute>>>(dm, m, d, rows, (int)hd, H, T);
