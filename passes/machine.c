@@ -1,14 +1,14 @@
 /* passes/machine.c -- machine presets (passes/machine.h).
  *
  * h200: measured.  Sustained rates of parc's CUDA trainer on one H200 SXM
- * (bench/RESULTS.md, fifth GPU run, 2026-12-04: the GPT-2 small bf16
- * profile's own fit, which compare.py prints as a --machine line): GEMMs 671
- * TFLOP/s over all of them (491-847 a shape; 670 taken), the mma.sync flash
- * attention 91.5 TFLOP/s (forward 109, backward 86; 90 taken), the generated
- * kernels and memory-bound runtime ops 1.74 TB/s over all of them (1.0-4.2 a
- * kernel; 1.75 taken), 3.84 us the call of the fastest tenth of the kernels
- * (4 taken).  With these the report predicts the measured 24.1 ms step within
- * a few percent (the first run's rates, 400 / 40 / 3.0, gave 34.7 ms).  The
+ * (bench/RESULTS.md, sixth GPU run, 2026-12-04: the GPT-2 small bf16
+ * profile's own fit, which compare.py prints as a --machine line): GEMMs 673
+ * TFLOP/s over all of them (670 taken), the mma.sync flash attention 92.0
+ * TFLOP/s (forward 109.5, backward 86.5; 92 taken), the generated kernels
+ * and memory-bound runtime ops 1.98 TB/s over all of them (1.98 taken),
+ * 3.96 us the call of the fastest tenth of the kernels (4 taken).  The fifth
+ * run's fit (670 / 90 / 1.75) predicted 24.98 ms against the sixth run's
+ * measured 22.9 ms (the first run's rates, 400 / 40 / 3.0, gave 34.7 ms).  The
  * fp32 trainer's rates were not profiled: 75% of the FP32 peak (67 TFLOP/s)
  * for GEMMs, 15 TFLOP/s for attention (estimates).  Peaks: 989 TFLOP/s bf16
  * dense, 67 fp32.  Links: NVLink 4 at 450 GB/s a direction (NCCL reaches
@@ -27,11 +27,11 @@
 #include <string.h>
 
 const Machine machine_presets[] = {
-    {"h200", {67e12, 989e12}, {50e12, 670e12}, {15e12, 90e12}, 1.75e12, 4e-6, 0, 0, 360e9, 45e9,
+    {"h200", {67e12, 989e12}, {50e12, 670e12}, {15e12, 92e12}, 1.98e12, 4e-6, 0, 0, 360e9, 45e9,
      10e-6, 8, 143771.0 * (1 << 20)},
-    {"h100", {67e12, 989e12}, {50e12, 670e12}, {15e12, 90e12}, 1.22e12, 4e-6, 0, 0, 360e9, 45e9,
+    {"h100", {67e12, 989e12}, {50e12, 670e12}, {15e12, 92e12}, 1.38e12, 4e-6, 0, 0, 360e9, 45e9,
      10e-6, 8, 81559.0 * (1 << 20)},
-    {"a100", {19.5e12, 312e12}, {14.6e12, 211e12}, {4.4e12, 28.4e12}, 0.73e12, 4e-6, 0, 0, 240e9,
+    {"a100", {19.5e12, 312e12}, {14.6e12, 211e12}, {4.4e12, 29.0e12}, 0.825e12, 4e-6, 0, 0, 240e9,
      22e9, 10e-6, 8, 81920.0 * (1 << 20)},
 };
 const int machine_npresets = (int)(sizeof machine_presets / sizeof machine_presets[0]);
