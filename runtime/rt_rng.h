@@ -39,6 +39,17 @@ float rt_rng_uniform(uint64_t seed, uint64_t stream, uint64_t index);
 int rt_init_normal_slice(float *dst, uint64_t seed, uint64_t stream, float std, int rank,
                          const int64_t *global_shape, int dim, int64_t start, int64_t len);
 
+/* The first run's global index of run r (rt_init_normal_runs). */
+typedef int64_t (*RtRunStartFn)(const void *ctx, int64_t r);
+
+/* Fills nruns runs of lrun elements, run r at dst + r lrun: its first `run`
+ * (<= lrun) elements std * rt_rng_normal(seed, stream, start(ctx, r) + t) for
+ * t < run, the rest 0 (a shard's padding).  Runs on the thread pool
+ * (rt_pool.h) in chunks of whole elements; each element is a pure function of
+ * its global index, so the values never depend on the pool's size. */
+void rt_init_normal_runs(float *dst, uint64_t seed, uint64_t stream, float std, int64_t nruns,
+                         int64_t run, int64_t lrun, RtRunStartFn start, const void *ctx);
+
 /* Number of elements of the slice described as above (-1 on invalid arguments). */
 int64_t rt_slice_numel(int rank, const int64_t *global_shape, int dim, int64_t start,
                        int64_t len);

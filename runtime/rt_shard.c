@@ -165,18 +165,19 @@ int64_t rt_shard_global_index(int rank, const int64_t *global_shape, const RtSha
   return ((g.o0 + o) * g.G + (j / g.b) * g.B + g.coord * g.b + j % g.b) * g.inner + i;
 }
 
+/* run_start of run r = o blocks + blk (rt_init_normal_runs). */
+static int64_t geo_run_start(const void *ctx, int64_t r) {
+  const Geo *g = ctx;
+  return run_start(g, r / g->blocks, r % g->blocks);
+}
+
 int rt_shard_init_normal(float *dst, uint64_t seed, uint64_t stream, float std, int rank,
                          const int64_t *global_shape, const RtShard *sh) {
   Geo g;
   if (geometry(rank, global_shape, sh, "init", &g)) return RT_ERR;
-  int64_t k = 0;
-  for (int64_t o = 0; o < g.outer; o++)
-    for (int64_t blk = 0; blk < g.blocks; blk++) {
-      uint64_t base = (uint64_t)run_start(&g, o, blk);
-      for (int64_t t = 0; t < g.run; t++)
-        dst[k++] = std * rt_rng_normal(seed, stream, base + (uint64_t)t);
-      for (int64_t t = g.run; t < g.lrun; t++) dst[k++] = 0.0f; /* padding */
-    }
+  /* run r = (o, blk) in row-major order: g.run values, then padding to g.lrun */
+  rt_init_normal_runs(dst, seed, stream, std, g.outer * g.blocks, g.run, g.lrun, geo_run_start,
+                      &g);
   return RT_OK;
 }
 

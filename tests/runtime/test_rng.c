@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/rt_pool.h"
 #include "runtime/rt_rng.h"
 #include "tests/runtime/check.h"
 
@@ -118,6 +119,45 @@ static void test_slices(void) {
   CHECK_FAILS(rt_init_normal_slice(buf, seed, stream, std, 2, neg, -1, 0, 0), "negative size");
 }
 
+/* Run r of test_runs starts at global index 100000 r + 5. */
+static int64_t runs_start(const void *ctx, int64_t r) {
+  (void)ctx;
+  return 100000 * r + 5;
+}
+
+/* rt_init_normal_runs on the pool: chunks that start and end inside runs and
+ * inside the padding give every element its own value, the same bits on 1 and
+ * 3 threads; slices of a tensor big enough for several chunks, likewise. */
+static void test_runs(void) {
+  const uint64_t seed = 42, stream = rt_param_stream("wte.weight");
+  const int64_t nruns = 7, run = 30000, lrun = 30011, n = nruns * lrun;
+  float *want = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
+  for (int64_t r = 0; r < nruns; r++)
+    for (int64_t t = 0; t < lrun; t++)
+      want[r * lrun + t] =
+          t < run ? 0.5f * rt_rng_normal(seed, stream, (uint64_t)(100000 * r + 5 + t)) : 0.0f;
+  CHECK(rt_parallel_chunks(n, (int64_t)1 << 15) > 1);
+  for (int threads = 1; threads <= 3; threads += 2) {
+    CHECK_OK(rt_pool_init(threads));
+    memset(got, 0xff, sizeof(float) * (size_t)n);
+    rt_init_normal_runs(got, seed, stream, 0.5f, nruns, run, lrun, runs_start, NULL);
+    CHECK(memcmp(got, want, sizeof(float) * (size_t)n) == 0);
+    /* a [3, 5, 20000] tensor's rows [1, 4) of dim 1: runs of 20000 across chunks */
+    const int64_t shape[3] = {3, 5, 20000};
+    memset(got, 0xff, sizeof(float) * (size_t)n);
+    CHECK_OK(rt_init_normal_slice(got, seed, stream, 0.02f, 3, shape, 1, 1, 3));
+    int64_t k = 0, bad = 0;
+    for (int64_t o = 0; o < 3; o++)
+      for (int64_t j = 1; j < 4; j++)
+        for (int64_t i = 0; i < 20000; i++, k++)
+          bad += got[k] != 0.02f * rt_rng_normal(seed, stream, (uint64_t)((o * 5 + j) * 20000 + i));
+    CHECK(bad == 0);
+  }
+  rt_pool_shutdown();
+  free(want);
+  free(got);
+}
+
 static void test_fill(void) {
   float v[5] = {9, 9, 9, 9, 9};
   rt_fill_zeros(v, 4);
@@ -179,6 +219,7 @@ int main(void) {
   test_fnv();
   test_purity();
   test_slices();
+  test_runs();
   test_fill();
   test_statistics();
   return check_result("test_rng");
