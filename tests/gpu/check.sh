@@ -91,6 +91,10 @@
 #   4b. profile the same, 6 steps, PARC_CUDA_PROFILE: per kernel and op the
 #               time, share of the step and achieved GB/s or TFLOP/s against
 #               the chip's ceilings (compare.py profile);
+#   4L. llama   a Llama-shaped model (examples/llama.dsl, 2 layers, seq 2048,
+#               batch 4: 1.49 B parameters, GEMMs 4096-14336 wide) in bf16, 12
+#               steps: tokens/s, MFU and measured / predicted; then its
+#               per-kernel profile (4 steps), as 4b's;
 #   5. torch    the same GPT-2 small step in PyTorch (bench/gpt2_torch_gpu.py:
 #               eager, bf16 autocast, flash SDPA, fused AdamW) as the named
 #               competitor, when the machine's python3 has torch with CUDA.
@@ -291,10 +295,10 @@ gpu() {
     "$WORK/$name/build/train_cuda" --steps "$STEPS" --log "$WORK/$name.$tag.jsonl" --quiet "$@" \
     > "$WORK/$name.$tag.log" 2>&1 || cat "$WORK/$name.$tag.log"
 }
-# bench NAME ROWNAME: tokens/s and MFU of $WORK/NAME.jsonl (GPT-2's FLOPs from its
-# plan.json, steps after the fifth) into the table
+# bench NAME ROWNAME [PROJECT]: tokens/s and MFU of $WORK/NAME.jsonl (the FLOPs
+# from PROJECT's plan.json, gpt2's unless given; steps after the fifth) into the table
 bench() {
-  python3 "$ROOT/tests/gpu/compare.py" bench "$WORK/$1.jsonl" "$WORK/gpt2/plan.json" \
+  python3 "$ROOT/tests/gpu/compare.py" bench "$WORK/$1.jsonl" "$WORK/${3:-gpt2}/plan.json" \
     "$PEAK_TFLOPS" 5 > "$WORK/$1.bench.log" 2>&1 || true
   cat "$WORK/$1.bench.log"
   result "$2" "$WORK/$1.bench.log"
@@ -576,6 +580,25 @@ if [ -f "$WORK/gpt2.built" ] && running; then
     "$PEAK_GBS" --fp32 "$PEAK_FP32_TFLOPS" > "$WORK/gpt2.profile.cmp.log" 2>&1 || true
   cat "$WORK/gpt2.profile.cmp.log"
   result "profile gpt2 (124M) per kernel" "$WORK/gpt2.profile.cmp.log"
+fi
+
+say "4L. bf16 Llama shape (2 layers of Llama 3 8B, 1.49 B parameters): 12 steps, then a profile"
+# a model whose GEMMs are 4096 to 14336 wide (GPT-2's are 768 to 3072): the step
+# against the prediction and its own per-kernel table (start-up initialises the
+# 1.49 B parameters on the host's cores: rt_init_normal_runs)
+if project llama2l llama.dsl "train_cuda" -D layers=2 -D seq=2048 -D batch=4 \
+     -D microbatches=1 && running; then
+  timeout $((2 * LIMIT)) "$WORK/llama2l/build/train_cuda" --steps 12 \
+    --log "$WORK/llama2l.bf16.jsonl" > "$WORK/llama2l.bf16.log" 2>&1 || cat "$WORK/llama2l.bf16.log"
+  tail -3 "$WORK/llama2l.bf16.log"
+  bench llama2l.bf16 "bf16 llama 2 layers (1.49B) B4xT2048" llama2l
+  PARC_CUDA_PROFILE="$WORK/llama2l.profile.jsonl" timeout $((2 * LIMIT)) \
+    "$WORK/llama2l/build/train_cuda" --steps 4 --quiet > "$WORK/llama2l.profile.log" 2>&1 ||
+    cat "$WORK/llama2l.profile.log"
+  python3 "$ROOT/tests/gpu/compare.py" profile "$WORK/llama2l.profile.jsonl" "$PEAK_TFLOPS" \
+    "$PEAK_GBS" --fp32 "$PEAK_FP32_TFLOPS" > "$WORK/llama2l.profile.cmp.log" 2>&1 || true
+  cat "$WORK/llama2l.profile.cmp.log"
+  result "profile llama 2 layers per kernel" "$WORK/llama2l.profile.cmp.log"
 fi
 
 if running; then
