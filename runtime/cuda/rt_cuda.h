@@ -172,14 +172,14 @@ int rt_cuda_step_begin(RtCuda *c, const int32_t *tokens, const int32_t *targets,
 int rt_cuda_step_end(RtCuda *c, const float *loss, const float *ce_loss, const float *grad_norm,
                      float *loss_out, float *ce_out, float *grad_norm_out);
 /* The step's device work, between rt_cuda_step_begin and rt_cuda_step_end:
- * body(arg) enqueues it on the compute stream (RT_OK or RT_ERR).  Plainly
- * called unless PARC_CUDA_GRAPH=1 (rt_cuda_graph.h): then the first step runs
- * plainly (the warm-up), the second is captured into a CUDA graph and
- * launched, later ones replay it; a step with save_grads (it copies to the
- * host) runs plainly.  host_ops: the body's host-staged ops (routing, expert
- * all-to-all), which keep it out of a graph.  A capture that fails (an op
- * that waits or allocates) prints one notice, and the step and the rest of
- * the run are plain launches. */
+ * body(arg) enqueues it on the compute stream (RT_OK or RT_ERR).  Unless
+ * PARC_CUDA_GRAPH=0 or something keeps the step out of a graph
+ * (rt_cuda_graph.h), the first step runs plainly (the warm-up), the second
+ * is captured into a CUDA graph and launched, later ones replay it; a step
+ * with save_grads (it copies to the host) runs plainly.  host_ops: the
+ * body's host-staged ops (routing, expert all-to-all), which keep it out of
+ * a graph.  A capture that fails (an op that waits or allocates) prints one
+ * notice, and the step and the rest of the run are plain launches. */
 typedef int (*RtCudaBody)(void *arg);
 int rt_cuda_graph_step(RtCuda *c, RtCudaBody body, void *arg, int host_ops, int save_grads);
 /* After a kernel launcher: RT_ERR naming `kernel` if the launch failed. */

@@ -1,5 +1,5 @@
 /* runtime/cuda/rt_cuda_graph.cu -- the step's device work as a CUDA graph
- * (PARC_CUDA_GRAPH=1; rt_cuda_graph.h says when, rt_cuda.h how it is called).
+ * (PARC_CUDA_GRAPH; rt_cuda_graph.h says when, rt_cuda.h how it is called).
  *
  * Invariants: the capture covers body() alone, on the compute stream, in
  * thread-local mode (other ranks' threads and the watchdog are not
@@ -12,11 +12,13 @@
 #include "runtime/cuda/rt_cuda_graph.h"
 #include "runtime/cuda/rt_cuda_impl.h"
 
-/* One line of world rank 0, once per run: why the steps are plain launches. */
-static void notice(RtCuda *c, const char *why) {
-  if (c->wrank == 0)
-    fprintf(stderr, "parcrt_cuda: PARC_CUDA_GRAPH=1: %s; the steps run as plain launches\n", why);
-  c->graph_on = 0;
+/* Switches the graph off for the run; with PARC_CUDA_GRAPH=1 (or always)
+ * one line of world rank 0 says why the steps are plain launches. */
+static void notice(RtCuda *c, const char *why, int always) {
+  if (c->wrank == 0 && (c->graph_on == RT_GRAPH_ON || always))
+    fprintf(stderr, "parcrt_cuda: PARC_CUDA_GRAPH=%s: %s; the steps run as plain launches\n",
+            c->graph_on == RT_GRAPH_ON ? "1" : "auto", why);
+  c->graph_on = RT_GRAPH_OFF;
 }
 
 void rt_cuda_graph_check(RtCuda *c, int pipelined, int host_ops) {
@@ -29,7 +31,7 @@ void rt_cuda_graph_check(RtCuda *c, int pipelined, int host_ops) {
                                   : RT_GRAPH_COMM_HOST,
                    pipelined, host_ops, c->prof != NULL};
   const char *why = rt_cuda_graph_blocker(&k);
-  if (why) notice(c, why);
+  if (why) notice(c, why, 0); /* (silent by default: nothing went wrong) */
 }
 
 /* Captures body() into c->graph_exec: RT_OK, or RT_ERR with the failure in
@@ -75,7 +77,7 @@ extern "C" int rt_cuda_graph_step(RtCuda *c, RtCudaBody body, void *arg, int hos
     if (capture(c, body, arg, why, sizeof why)) {
       char line[RT_ERR_MAX + 128];
       snprintf(line, sizeof line, "the capture failed (%s)", why);
-      notice(c, line);
+      notice(c, line, 1); /* (unexpected: said either way) */
       return body(arg); /* the captured work never ran: run it now */
     }
   }

@@ -1,5 +1,5 @@
 /* runtime/cuda/rt_cuda_graph.h -- the GPU trainer's step as a CUDA graph
- * (PARC_CUDA_GRAPH=1): the decisions, in plain C (rt_cuda_graph_plan.c),
+ * (PARC_CUDA_GRAPH, on by default): the decisions, in plain C (rt_cuda_graph_plan.c),
  * shared by the device side (rt_cuda_graph.cu) and the CPU test
  * tests/cuda/cu_graph.c.
  *
@@ -17,8 +17,8 @@
  * copies gradients to the host mid-step (--save-grads); capture on the first
  * later step, which is then launched; replay (cudaGraphLaunch) after it.
  *
- * Refused for the whole run (rt_cuda_graph_blocker: one notice line at the
- * first step, then plain launches), where the step synchronises with the
+ * Refused for the whole run (rt_cuda_graph_blocker: plain launches, and with
+ * PARC_CUDA_GRAPH=1 one notice line at the first step saying why), where the step synchronises with the
  * host or allocates: the profile (PARC_CUDA_PROFILE: events around each op,
  * read per step), pipelined steps (stream-ordered pool allocations,
  * host-staged sends and receives), more than one rank (host-staged
@@ -46,9 +46,13 @@ typedef struct {
   int profiling;  /* PARC_CUDA_PROFILE is on */
 } RtGraphCase;
 
-/* PARC_CUDA_GRAPH's value: unset, "" or "0" off (*on = 0), "1" on; RT_OK, or
- * RT_ERR_SETUP (the user's setting) with a one-line message naming the
- * variable, its value and the values allowed. */
+/* PARC_CUDA_GRAPH's values: "0" off (plain launches), "1" on (a run the
+ * blockers keep plain says why, once), unset, "" or "auto" (the default) on
+ * where nothing blocks it, silently plain where something does. */
+enum { RT_GRAPH_OFF, RT_GRAPH_ON, RT_GRAPH_AUTO };
+/* *on = RT_GRAPH_OFF, _ON or _AUTO for value; RT_OK, or RT_ERR_SETUP (the
+ * user's setting) with a one-line message naming the variable, its value and
+ * the values allowed. */
 int rt_cuda_graph_parse(const char *value, int *on);
 
 /* What keeps the step out of a graph for the whole run, as a phrase for the

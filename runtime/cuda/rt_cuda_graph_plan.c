@@ -7,14 +7,19 @@
 #include "runtime/rt_err.h"
 
 int rt_cuda_graph_parse(const char *value, int *on) {
-  *on = 0;
-  if (!value || !*value || !strcmp(value, "0")) return RT_OK;
-  if (!strcmp(value, "1")) {
-    *on = 1;
+  *on = RT_GRAPH_OFF;
+  if (!value || !*value || !strcmp(value, "auto")) {
+    *on = RT_GRAPH_AUTO;
     return RT_OK;
   }
-  return rt_fail_setup("PARC_CUDA_GRAPH='%s': expected 0 (plain launches) or 1 (the step as a "
-                       "CUDA graph)", value);
+  if (!strcmp(value, "0")) return RT_OK;
+  if (!strcmp(value, "1")) {
+    *on = RT_GRAPH_ON;
+    return RT_OK;
+  }
+  return rt_fail_setup("PARC_CUDA_GRAPH='%s': expected 0 (plain launches), 1 (the step as a "
+                       "CUDA graph, or a notice why not) or auto (the default: a graph where "
+                       "nothing keeps the step out of one)", value);
 }
 
 const char *rt_cuda_graph_blocker(const RtGraphCase *k) {

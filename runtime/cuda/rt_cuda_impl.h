@@ -119,7 +119,7 @@ struct RtCuda {
   cudaEvent_t *prof_ev;      /* its events, on the compute stream */
   int prof_nev, prof_cap;
   /* the step as a CUDA graph (PARC_CUDA_GRAPH; rt_cuda_graph.h, rt_cuda_graph.cu) */
-  int graph_on;              /* switched on and not refused */
+  int graph_on;              /* RT_GRAPH_ON or _AUTO: switched on and not refused */
   int graph_checked;         /* the blockers were looked at (the first step) */
   int graph_capturing;       /* inside the capture: nothing may allocate or wait */
   int64_t graph_steps;       /* steps run through rt_cuda_graph_step */

@@ -26,16 +26,22 @@
 #include "tests/cuda/cu_test.h"
 
 static void switch_values(void) {
-  static const char *const off[] = {NULL, "", "0"};
+  static const char *const dflt[] = {NULL, "", "auto"};
   for (int i = 0; i < 3; i++) {
     int on = -1;
-    CHECK(rt_cuda_graph_parse(off[i], &on) == RT_OK && on == 0, "'%s' is off",
-          off[i] ? off[i] : "(unset)");
+    CHECK(rt_cuda_graph_parse(dflt[i], &on) == RT_OK && on == RT_GRAPH_AUTO,
+          "'%s' is auto (the default)", dflt[i] ? dflt[i] : "(unset)");
   }
   int on = -1;
-  CHECK(rt_cuda_graph_parse("1", &on) == RT_OK && on == 1, "'1' is on");
-  static const char *const bad[] = {"2", "yes", "on", "1 ", "-1", "01"};
-  for (int i = 0; i < 6; i++) {
+  CHECK(rt_cuda_graph_parse("0", &on) == RT_OK && on == RT_GRAPH_OFF, "'0' is off");
+  CHECK(rt_cuda_graph_parse("1", &on) == RT_OK && on == RT_GRAPH_ON, "'1' is on");
+  /* auto and on both take steps into a graph (off: never) */
+  CHECK(rt_cuda_graph_action(RT_GRAPH_AUTO, 1, 0, 0) == RT_GRAPH_CAPTURE &&
+            rt_cuda_graph_action(RT_GRAPH_ON, 1, 0, 0) == RT_GRAPH_CAPTURE &&
+            rt_cuda_graph_action(RT_GRAPH_OFF, 1, 0, 0) == RT_GRAPH_PLAIN,
+        "auto and 1 capture the second step, 0 does not");
+  static const char *const bad[] = {"2", "yes", "on", "1 ", "-1", "01", "Auto"};
+  for (int i = 0; i < 7; i++) {
     rt_clear_error();
     on = -1;
     int rc = rt_cuda_graph_parse(bad[i], &on);
@@ -43,7 +49,8 @@ static void switch_values(void) {
     char want[64];
     snprintf(want, sizeof want, "PARC_CUDA_GRAPH='%s'", bad[i]);
     CHECK(rc == RT_ERR_SETUP && on == 0, "'%s' is refused as a setup error", bad[i]);
-    CHECK(strstr(msg, want) && strstr(msg, "0") && strstr(msg, "1") && !strchr(msg, '\n'),
+    CHECK(strstr(msg, want) && strstr(msg, "0") && strstr(msg, "1") && strstr(msg, "auto") &&
+              !strchr(msg, '\n'),
           "one line naming the variable, '%s' and the values allowed: %s", bad[i], msg);
   }
 }

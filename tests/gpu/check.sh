@@ -33,7 +33,8 @@
 #   2g. graph   gpt2_tiny and llama_tiny fp32 with PARC_CUDA_GRAPH=1 (the step
 #               captured on step 2, replayed after) against =0, $STEPS steps,
 #               losses bit for bit, and no fallback notice; moe_tiny with =1
-#               prints the routing notice once and equals =0 bit for bit;
+#               prints the routing notice once and equals =0 bit for bit; each
+#               with =auto (the trainers' default) too: the same bits, no notice;
 #   3. tp=2     gpt2_tiny and llama_tiny at --tp 2 on the device-local backend
 #               (2 ranks as threads sharing the one GPU, host-staged exact
 #               collectives) against the one-rank CPU losses;
@@ -120,6 +121,11 @@ LIMIT=${LIMIT:-90}               # seconds any one GPU program may run (a hang i
 T0=$(date +%s)
 TABLE=$WORK/table.txt
 STATUS=0
+# every run plain launches unless it says otherwise (the trainers' default,
+# auto, captures one rank's step into a CUDA graph: 2g and 4g check that), so
+# that the rows compare with earlier runs'
+PARC_CUDA_GRAPH=${PARC_CUDA_GRAPH:-0}
+export PARC_CUDA_GRAPH
 building() { [ "$PHASE" != run ]; }
 running() { [ "$PHASE" != build ]; }
 
@@ -338,9 +344,18 @@ graph_run() {
 }
 for model in gpt2_tiny llama_tiny moe_tiny; do
   running && [ -f "$WORK/$model.built" ] || continue # a build failure has its row already
-  say "2g. fp32 $model: PARC_CUDA_GRAPH=1 vs 0, $STEPS steps"
+  say "2g. fp32 $model: PARC_CUDA_GRAPH=1 and auto vs 0, $STEPS steps"
   graph_run "$model" 0
   graph_run "$model" 1
+  graph_run "$model" auto
+  if grep -q 'PARC_CUDA_GRAPH' "$WORK/$model.graphauto.log"; then
+    row "$model graph auto" FAIL "a notice by default (see $model.graphauto.log)"
+    STATUS=1
+  fi
+  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/$model.graph0.jsonl" \
+    "$WORK/$model.graphauto.jsonl" 0 > "$WORK/$model.graphauto.bits.log" 2>&1 || true
+  cat "$WORK/$model.graphauto.bits.log"
+  result "fp32 $model graph auto = plain bits" "$WORK/$model.graphauto.bits.log"
   notices=$(grep -c 'PARC_CUDA_GRAPH=1: ' "$WORK/$model.graph1.log" || true)
   want=0
   [ "$model" = moe_tiny ] && want=1

@@ -12,9 +12,11 @@
  * captured and launched, 3.. replayed), one without; after every step x, the
  * loss and the embedding gradient must be the same bits in both, and the
  * graph context must have launched a graph for steps 2 on (the emulation's
- * count).  Then a body whose work includes a synchronous copy (prohibited
- * while capturing): the capture fails, the step runs plainly (the same bits
- * again) and later steps launch no graph. */
+ * count).  The same with PARC_CUDA_GRAPH unset (the default, auto) against
+ * =0; and auto with host-staged ops in the step: no graph.  Then a body whose
+ * work includes a synchronous copy (prohibited while capturing): the capture
+ * fails, the step runs plainly (the same bits again) and later steps launch
+ * no graph. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -69,8 +71,9 @@ static void *dev(const void *h, size_t bytes) {
   return d;
 }
 
-static int open_ctx(RtCuda **c, int graph) {
-  if (graph) setenv("PARC_CUDA_GRAPH", "1", 1);
+/* A context opened with PARC_CUDA_GRAPH=graph (NULL: unset). */
+static int open_ctx(RtCuda **c, const char *graph) {
+  if (graph) setenv("PARC_CUDA_GRAPH", graph, 1);
   else unsetenv("PARC_CUDA_GRAPH");
   RtCudaSetup su = {.params_numel = 1, .state_numel = 1, .arena_bytes = 64, .rows = 1, .seq = 1,
                     .tp = 1, .dp = 1, .gemm = RT_CUDA_GEMM_FP32, .model = "graph_check"};
@@ -122,11 +125,13 @@ static int snap(Step *s, Snap *out) {
          rt_cuda_to_host(s->c, out->dtable, s->dtable, V * D);
 }
 
-/* STEPS steps in a graph context and a plain one, compared after each;
- * want_graphs: the graph launches expected of the graph context. */
-static void run(const char *name, int sync_inside, long want_graphs) {
+/* STEPS steps in a context of PARC_CUDA_GRAPH=graph and a plain one (=0),
+ * compared after each; host_ops: the step's host-staged ops as the trainer
+ * passes them; want_graphs: the graph launches expected of the first. */
+static void run(const char *name, const char *graph, int host_ops, int sync_inside,
+                long want_graphs) {
   RtCuda *cg = NULL, *cp = NULL;
-  if (open_ctx(&cg, 1) || open_ctx(&cp, 0)) {
+  if (open_ctx(&cg, graph) || open_ctx(&cp, "0")) {
     failures++;
     rt_cuda_close(cg);
     rt_cuda_close(cp);
@@ -140,9 +145,9 @@ static void run(const char *name, int sync_inside, long want_graphs) {
   int same = 1;
   for (int step = 1; step <= STEPS; step++) {
     long l0 = kcu_emu_graph_launches();
-    int rg = rt_cuda_graph_step(cg, body, &g, 0, 0);
+    int rg = rt_cuda_graph_step(cg, body, &g, host_ops, 0);
     long l1 = kcu_emu_graph_launches();
-    int rp = rt_cuda_graph_step(cp, body, &p, 0, 0);
+    int rp = rt_cuda_graph_step(cp, body, &p, host_ops, 0);
     CHECK(rg == RT_OK && rp == RT_OK, "%s: step %d: %s", name, step, rt_last_error());
     CHECK(kcu_emu_graph_launches() == l1, "%s: the plain context launched a graph", name);
     if (snap(&g, &a) || snap(&p, &b)) {
@@ -167,8 +172,10 @@ static void run(const char *name, int sync_inside, long want_graphs) {
 
 int main(void) {
   rt_pool_init(2);
-  run("captured and replayed", 0, STEPS - 1);
-  run("a synchronous copy in the step", 1, 0);
+  run("captured and replayed", "1", 0, 0, STEPS - 1);
+  run("by default (PARC_CUDA_GRAPH unset)", NULL, 0, 0, STEPS - 1);
+  run("by default, host-staged ops in the step", NULL, 2, 0, 0);
+  run("a synchronous copy in the step", "1", 0, 1, 0);
   printf("graph_check: %s (%d failure%s)\n", failures ? "FAIL" : "ok", failures,
          failures == 1 ? "" : "s");
   return failures ? 1 : 0;
