@@ -278,7 +278,7 @@ static int explain_step(FILE *out, const IrModule *m, const CgStepPlan *sp, cons
     return -1;
   }
   StepTime st;
-  cg_step_times(m, &sp->kp, mc, bf16, &sp->store, &sp->batches, &st, t);
+  cg_step_times(m, &sp->kp, mc, bf16, &sp->store, &sp->batches, 1, &st, t);
   int ng = cg_explain_calls(m, &sp->kp, t, g);
   double compute = st.fwd_s + st.bwd_s + st.opt_s, sum = 0;
   for (int k = 0; k < ng; k++) sum += g[k].amount;
@@ -354,7 +354,7 @@ static int explain_stage_steps(FILE *out, const IrModule *m, const PpProgram *pp
     return -1;
   }
   StepTime st;
-  cg_step_times(m, kp, mc, bf16, store, NULL, &st, t);
+  cg_step_times(m, kp, mc, bf16, store, NULL, 0, &st, t);
   char a[32];
   fprintf(out, "predicted calls of each stage on %s (%s), compute only, a step of %d "
                "microbatches (the schedule's idle time, transfers and optimizer aside):\n",

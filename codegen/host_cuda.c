@@ -56,6 +56,8 @@ typedef struct {
   int ngemms, capgemms;
   int grads_in_acc;     /* it is an optimizer function: a gradient (p->grad) is read
                            from G (host.h, cg_pipe_grads_in_acc) */
+  int fuse_xent;        /* the unpipelined step: cross-entropy fused into its gradient
+                           (cg_cuda_xent_fused) */
 } Cu;
 
 static void fail(Cu *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -170,6 +172,36 @@ int cg_cuda_stored_flags(const IrNode *n, const unsigned char *bf16, const unsig
          (rounded && rounded[n->id] ? RT_CUDA_MM_C_ROUND : 0);
 }
 
+int cg_cuda_xent_fused(const IrModule *m, int i) {
+  const IrNode *c = m->nodes[i];
+  int vocab = c->op == IR_OP_VOCAB_CROSS_ENTROPY;
+  if ((c->op != IR_OP_CROSS_ENTROPY && !vocab) || (c != m->loss && c != m->ce_loss)) return -1;
+  /* over several tp members the forward's own gathers are communication the
+   * report counts (passes/comm_cost.c) and the CPU trainer does: kept */
+  if (vocab && m->mesh_tp > 1) return -1;
+  int grad = -1;
+  for (int j = 0; j < m->nnodes; j++) {
+    const IrNode *n = m->nodes[j];
+    for (int k = 0; k < n->ninputs; k++)
+      if (n->inputs[k] == c) return -1; /* read in the step: the loss must exist there */
+    if (grad < 0 && j > i &&
+        n->op == (vocab ? IR_OP_VOCAB_CROSS_ENTROPY_GRAD : IR_OP_CROSS_ENTROPY_GRAD) &&
+        n->inputs[0] == c->inputs[0] && n->inputs[1] == c->inputs[1] &&
+        (!vocab || (n->ia[0] == c->ia[0] && n->ia[2] == c->ia[2])))
+      grad = j;
+  }
+  return grad;
+}
+
+/* The cross-entropy whose loss gradient node g's call also computes
+ * (cg_cuda_xent_fused), else NULL. */
+static const IrNode *xent_loss_of(const IrModule *m, const IrNode *g) {
+  if (g->op != IR_OP_CROSS_ENTROPY_GRAD && g->op != IR_OP_VOCAB_CROSS_ENTROPY_GRAD) return NULL;
+  for (int i = 0; i < g->id; i++)
+    if (cg_cuda_xent_fused(m, i) == g->id) return m->nodes[i];
+  return NULL;
+}
+
 int cg_cuda_attn_stored_ok(const IrNode *n) {
   if (n->op != IR_OP_ATTENTION && (n->op != IR_OP_ATTENTION_GRAD || n->ninputs != 6)) return 0;
   const IrNode *q = n->inputs[0]; /* [B, H, T, hd] */
@@ -274,6 +306,20 @@ static void emit_runtime(Cu *e, const IrNode *n) {
   const char *z = n->ninputs > 2 ? buf(e, in[2], a2, sizeof a2) : NULL;
   const char *w = n->ninputs > 3 ? buf(e, in[3], a3, sizeof a3) : NULL;
   FILE *f = e->out;
+  const IrNode *xl = e->fuse_xent ? xent_loss_of(e->m, n) : NULL;
+  if (xl) { /* the forward's loss too, in the gradient's call */
+    char lb[96];
+    int wide = e->store->bf16[n->id] && !e->store->bf16[in[0]->id];
+    fprintf(f, "  CHECK(rt_cuda_cross_entropy_fused(dev, %s, %s, %s, %s, %s, %s, %s, %" PRId64
+            ", %" PRId64 ", %" PRId64 "));\n",
+            n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD ? grp(n->ia[0]) : "-1",
+            e->store->bf16[in[0]->id] ? "RT_CUDA_XENT_BF16IO"
+            : wide                    ? "RT_CUDA_XENT_BF16OUT"
+                                      : "0",
+            buf(e, xl, lb, sizeof lb), out, x, y, z, lead(in[0], 1), dim(in[0], -1),
+            n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD ? n->ia[2] : dim(in[0], -1));
+    return;
+  }
   switch (n->op) {
   case IR_OP_MATMUL:
   case IR_OP_MATMUL_TA: {
@@ -393,6 +439,11 @@ static void emit_runtime(Cu *e, const IrNode *n) {
             "));\n", acc >= 0 ? "_acc" : "", out, x, y, ir_numel(in[0]), n->ia[0], dim(in[1], -1));
     return;
   case IR_OP_CROSS_ENTROPY: /* logits as bf16 where their GEMM writes them so */
+    if (e->fuse_xent && cg_cuda_xent_fused(e->m, n->id) >= 0) {
+      fprintf(f, "  /* computed with its gradient, %%%d (rt_cuda_cross_entropy_fused) */\n",
+              cg_cuda_xent_fused(e->m, n->id));
+      return;
+    }
     fprintf(f, "  CHECK(rt_cuda_cross_entropy%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 "));\n",
             e->store->bf16[in[0]->id] ? "_bf16" : "", out, x, y, lead(in[0], 1), dim(in[0], -1));
     return;
@@ -413,6 +464,11 @@ static void emit_runtime(Cu *e, const IrNode *n) {
             grp(n->ia[1]), n->ia[2]);
     return;
   case IR_OP_VOCAB_CROSS_ENTROPY: /* as cross_entropy */
+    if (e->fuse_xent && cg_cuda_xent_fused(e->m, n->id) >= 0) {
+      fprintf(f, "  /* computed with its gradient, %%%d (rt_cuda_cross_entropy_fused) */\n",
+              cg_cuda_xent_fused(e->m, n->id));
+      return;
+    }
     fprintf(f, "  CHECK(rt_cuda_vocab_cross_entropy%s(dev, %s, %s, %s, %s, %" PRId64 ", %" PRId64
             ", %" PRId64 "));\n", e->store->bf16[in[0]->id] ? "_bf16" : "", grp(n->ia[0]), out, x,
             y, lead(in[0], 1), dim(in[0], -1), n->ia[2]);
@@ -752,6 +808,7 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
           "  struct CUstream_st *st = rt_cuda_stream(dev);\n"
           "  (void)io, (void)A, (void)P, (void)S, (void)tokens, (void)targets, (void)lr, (void)t,\n"
           "      (void)st, (void)prof_;\n");
+  e->fuse_xent = 1; /* (until the step's nodes are written) */
   int weights = cg_cuda_weights_read(m, e->store->weights);
   if (weights)
     fprintf(out, "  /* the bf16 weights of the GEMMs marked PB(offset): this step's params\n"
@@ -783,6 +840,7 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
       for (int j = 0; j < kk->nnodes; j++) emit_save_grad(e, m->nodes[kk->nodes[j]]);
     }
   }
+  e->fuse_xent = 0;
   if (next != kp->nkernels) fail(e, "kernel %d runs out of node order", next);
   char b[96], c[96], g[96];
   fprintf(out, "\n  /* ---- results ---- */\n");
@@ -970,7 +1028,7 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
     return -1;
   }
   Cu e = {out,     m,   kp,     info->store, info->batches, bp, lp, temp_off,
-          grad_of, err, errlen, 0,           0,    NULL, 0, 0, 0};
+          grad_of, err, errlen, 0,           0,    NULL, 0, 0, 0, 0};
   const IrNode *tok = cg_tokens_input(m);
   int64_t nparams = 0, batch = tok ? tok->shape[0] : 0, seq = tok ? tok->shape[1] : 0;
   for (int i = 0; i < m->nnodes; i++)

@@ -60,6 +60,16 @@ unsigned cg_cuda_attn_flags(const IrNode *n, const unsigned char *bf16,
 /* Writes train_cuda.c (info->store: which buffers hold bf16, and each kernel's
  * CUDA code).  0, or -1 with a one-line reason in err (an op the GPU trainer
  * has no routine for). */
+/* The unpipelined GPU step computes cross-entropy node i (cross_entropy or
+ * vocab_cross_entropy) inside its gradient's call (rt_cuda_cross_entropy_fused)
+ * when i is the loss or the cross-entropy loss (so its buffer lives to the
+ * step's end: passes/bufplan.c), no node reads it, and a later gradient node
+ * takes the same logits and targets (the same group and vocabulary), and a
+ * vocab_cross_entropy is over one member (m->mesh_tp <= 1): that node's
+ * index, else -1.  (Pipelined steps read the loss after each
+ * microbatch's forward: they keep the two calls.) */
+int cg_cuda_xent_fused(const IrModule *m, int i);
+
 int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                       const CgLeafPlan *lp, const CgHostInfo *info, char *err, size_t errlen);
 

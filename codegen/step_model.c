@@ -167,8 +167,8 @@ static double params_copy_s(const Machine *mc, double params) {
 }
 
 void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int bf16,
-                   const CgCudaStore *store, const CgCudaBatches *batches, StepTime *st,
-                   double *node_s) {
+                   const CgCudaStore *store, const CgCudaBatches *batches, int unpipelined,
+                   StepTime *st, double *node_s) {
   const unsigned char *stored = store ? store->bf16 : NULL;
   int weights = store ? store->weights : 0;
   *st = (StepTime){0};
@@ -195,6 +195,7 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
   }
   for (int i = 0; i < m->nnodes; i++) { /* runtime ops (a GEMM's operand copies first) */
     int kind = 0, copies = 0;
+    if (unpipelined && cg_cuda_xent_fused(m, i) >= 0) continue; /* in its gradient's call */
     double c = copy_time(m->nodes[i], mc, bf16 ? 1 : 0, stored, weights, &copies, st);
     for (int j = 0; j < copies; j++) add_call(st, m->nodes[i]->phase, c / copies, 0);
     double t = kp->kernel_of[i] >= 0
@@ -208,7 +209,7 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
 
 void cg_step_model(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int bf16,
                    const CgCudaStore *store, const CgCudaBatches *batches, StepTime *st) {
-  cg_step_times(m, kp, mc, bf16, store, batches, st, NULL);
+  cg_step_times(m, kp, mc, bf16, store, batches, 1, st, NULL);
 }
 
 int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine *mc, int bf16,
@@ -232,7 +233,7 @@ int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine
   CgCudaStore stored;
   cg_cuda_store_plan(m, &kp, &bp, canon, bf16, (CgStoreMode)store, pp, &stored);
   StepTime st;
-  cg_step_times(m, &kp, mc, bf16, &stored, NULL, &st, t);
+  cg_step_times(m, &kp, mc, bf16, &stored, NULL, 0, &st, t);
   for (int c = 0; c < plan->st.nchunks; c++)
     plan->timing[c].f = plan->timing[c].b = plan->timing[c].w = 0;
   /* the optimizer: each stage updates the parameters it holds (an owned

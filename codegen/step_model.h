@@ -31,7 +31,9 @@
  * memory-bound call more, 6 bytes an element (read 4, write 2); the copy of
  * the params, when a GEMM reads it, one call of 6 bytes a parameter.
  * batches (NULL: none; codegen/cuda_batch.h): a launch that runs in another's
- * batch costs its bytes, not a call.  Not counted: a padded result's copy
+ * batch costs its bytes, not a call.  The step is the unpipelined one: a
+ * cross-entropy computed inside its gradient's call (cg_cuda_xent_fused)
+ * costs nothing of its own.  Not counted: a padded result's copy
  * (n % 4 != 0 under PARC_CUDA_GEMM_OPERANDS=bf16 only). */
 struct CgCudaStore;
 struct CgCudaBatches;
@@ -39,10 +41,11 @@ void cg_step_model(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
                    const struct CgCudaStore *store, const struct CgCudaBatches *batches,
                    StepTime *st);
 /* As cg_step_model, also each node's call time into node_s[id] (0 where no
- * call is rooted), when node_s is not NULL. */
+ * call is rooted), when node_s is not NULL; unpipelined: m is an unpipelined
+ * step (else a pipelined trainer's microbatch: no cross-entropy fused). */
 void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int bf16,
                    const struct CgCudaStore *store, const struct CgCudaBatches *batches,
-                   StepTime *st, double *node_s);
+                   int unpipelined, StepTime *st, double *node_s);
 
 /* A pipelined trainer's chunk durations from its kernels: m is its module
  * (one microbatch), pp its stage programs, plan the pipeline plan whose

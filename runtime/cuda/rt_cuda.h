@@ -301,6 +301,18 @@ int rt_cuda_vocab_cross_entropy_grad_bf16io(RtCuda *c, int group, float *dlogits
                                             const float *logits, const int32_t *targets,
                                             const float *dloss, int64_t N, int64_t Vl,
                                             int64_t V);
+/* The forward's loss and the gradient in one call, the same bits as the two
+ * calls above (each row's statistics taken once: the forward's own passes
+ * over the logits saved).  group < 0: cross_entropy (Vl == V), else
+ * vocab_cross_entropy over that group.  io: 0 (fp32 logits and dlogits),
+ * RT_CUDA_XENT_BF16IO (both bf16, as the _bf16 / _bf16io calls) or
+ * RT_CUDA_XENT_BF16OUT (fp32 logits, dlogits as bf16 rows of 2 Vl, as the
+ * _grad_bf16 calls).  codegen/host_cuda.c makes the call where the loss is
+ * read by nothing but the step's end (xent_pairs). */
+enum { RT_CUDA_XENT_BF16IO = 1, RT_CUDA_XENT_BF16OUT = 2 };
+int rt_cuda_cross_entropy_fused(RtCuda *c, int group, unsigned io, float *loss, float *dlogits,
+                                const float *logits, const int32_t *targets, const float *dloss,
+                                int64_t N, int64_t Vl, int64_t V);
 
 /* ---- routing (rt_route.h): staged through the host and the CPU routines
  * (correct, not fast: a GPU version is future work) ---- */

@@ -377,6 +377,15 @@ __global__ void __launch_bounds__(BLOCK) mean_rows(float *loss, const double *ro
   if (threadIdx.x == 0) *loss = (float)(s / (double)N);
 }
 
+/* The gradient kernels' row losses (rows != NULL: the forward fused into the
+ * gradient, rt_cuda_cross_entropy_fused): thread 0's target logit, read
+ * before the row's statistics, so before any thread passes their barriers
+ * to write the row (in place); the forward's value (xent_rows). */
+template <typename L>
+static __device__ double target_logit(const double *rows, const L *row, int32_t t, int64_t V) {
+  return rows && threadIdx.x == 0 && t >= 0 && t < V ? (double)logit(row, t) : 0.0;
+}
+
 /* Row values of the cross-entropy gradient: column v of a row whose logits
  * are row, maximum mx, f = dloss / (N sum), target column t (any value off
  * the row); columns past nv (vocabulary padding) are 0.  The expression of
@@ -422,15 +431,17 @@ static __device__ void store_row(L *e, int64_t n, const XentVal<L> &val) {
 template <typename L>
 __global__ void __launch_bounds__(BLOCK) xent_grad(L *dlogits, const L *logits,
                                                    const int32_t *targets, const float *dloss,
-                                                   int64_t N, int64_t V) {
+                                                   int64_t N, int64_t V, double *rows) {
   __shared__ float shf[BLOCK / 32];
   __shared__ double shd[BLOCK / 32];
   float scale = (float)((double)*dloss / (double)N);
   for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
     const L *row = logits + p * V;
     L *e = dlogits + p * V;
+    const double tl = target_logit(rows, row, targets[p], V);
     float mx = row_max(row, V, shf);
     double s = row_sumexp(row, V, mx, shd);
+    if (rows && threadIdx.x == 0) rows[p] = (double)mx + log(s) - tl;
     XentVal<L> val = {row, mx, (float)(1.0 / s) * scale, scale, V, (int64_t)targets[p]};
     store_row(e, V, val);
   }
@@ -469,14 +480,16 @@ __global__ void __launch_bounds__(BLOCK) xent_grad_bf16(__nv_bfloat16 *dlogits,
                                                         const float *logits,
                                                         const int32_t *targets,
                                                         const float *dloss, int64_t N,
-                                                        int64_t V) {
+                                                        int64_t V, double *rows) {
   __shared__ float shf[BLOCK / 32];
   __shared__ double shd[BLOCK / 32];
   float scale = (float)((double)*dloss / (double)N);
   for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
     const float *row = logits + p * V;
+    const double tl = target_logit(rows, row, targets[p], V);
     float mx = row_max(row, V, shf);
     double s = row_sumexp(row, V, mx, shd);
+    if (rows && threadIdx.x == 0) rows[p] = (double)mx + log(s) - tl;
     XentVal<float> val = {row, mx, (float)(1.0 / s) * scale, scale, V, (int64_t)targets[p]};
     store_row_bf16(dlogits + p * 2 * V, V, val);
   }
@@ -502,16 +515,34 @@ static int xent_fwd(RtCuda *c, const char *op, float *loss, const L *logits,
   return RT_OK;
 }
 
+/* The row-loss workspace of a fused call (loss != NULL), else NULL with
+ * *ok 1; *ok 0 when it could not be had. */
+static double *fused_rows(RtCuda *c, const float *loss, int64_t N, int *ok) {
+  double *rows = loss ? (double *)rt_cuda_ws(c, WS_ROWS, (size_t)N * sizeof(double)) : NULL;
+  *ok = !loss || rows;
+  return rows;
+}
+
+/* loss != NULL: also the forward's loss (rt_cuda_cross_entropy_fused). */
 template <typename L>
 static int xent_bwd(RtCuda *c, const char *op, L *dlogits, const L *logits,
-                    const int32_t *targets, const float *dloss, int64_t N, int64_t V) {
+                    const int32_t *targets, const float *dloss, int64_t N, int64_t V,
+                    float *loss = NULL) {
   if (!dlogits || !logits || !targets || !dloss) return rt_fail("%s: NULL pointer", op);
   if (N < 1 || V < 1) return rt_fail("%s: dimensions must be >= 1", op);
   RtProfScope ps(c); /* logits, targets, dlogits */
   if (ps.on())
     ps.set(RT_PROF_OP, (double)N * (2.0 * (double)sizeof(L) * (double)V + 4), 0, "%s", op);
-  xent_grad<L><<<row_blocks(N), BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss, N, V);
+  int ok;
+  double *rows = fused_rows(c, loss, N, &ok);
+  if (!ok) return RT_ERR;
+  xent_grad<L><<<row_blocks(N), BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss, N, V,
+                                                          rows);
   LAUNCH_CHECK(c, op);
+  if (loss) {
+    mean_rows<<<1, BLOCK, 0, c->compute>>>(loss, rows, N);
+    LAUNCH_CHECK(c, op);
+  }
   return RT_OK;
 }
 
@@ -520,19 +551,31 @@ extern "C" int rt_cuda_cross_entropy(RtCuda *c, float *loss, const float *logits
   return xent_fwd(c, "cross_entropy", loss, logits, targets, N, V);
 }
 
+/* xent_bwd with fp32 logits and dlogits as bf16 wide rows (xent_grad_bf16). */
+static int xent_bwd_wide(RtCuda *c, const char *op, float *dlogits, const float *logits,
+                         const int32_t *targets, const float *dloss, int64_t N, int64_t V,
+                         float *loss = NULL) {
+  if (!dlogits || !logits || !targets || !dloss) return rt_fail("%s: NULL pointer", op);
+  if (N < 1 || V < 1) return rt_fail("%s: dimensions must be >= 1", op);
+  RtProfScope ps(c); /* logits, targets, dlogits as bf16 */
+  if (ps.on()) ps.set(RT_PROF_OP, (double)N * (double)(6 * V + 4), 0, "%s (bf16 out)", op);
+  int ok;
+  double *rows = fused_rows(c, loss, N, &ok);
+  if (!ok) return RT_ERR;
+  xent_grad_bf16<<<row_blocks(N), BLOCK, 0, c->compute>>>((__nv_bfloat16 *)(void *)dlogits,
+                                                          logits, targets, dloss, N, V, rows);
+  LAUNCH_CHECK(c, op);
+  if (loss) {
+    mean_rows<<<1, BLOCK, 0, c->compute>>>(loss, rows, N);
+    LAUNCH_CHECK(c, op);
+  }
+  return RT_OK;
+}
+
 extern "C" int rt_cuda_cross_entropy_grad_bf16(RtCuda *c, float *dlogits, const float *logits,
                                                const int32_t *targets, const float *dloss,
                                                int64_t N, int64_t V) {
-  if (!dlogits || !logits || !targets || !dloss)
-    return rt_fail("cross_entropy_grad_bf16: NULL pointer");
-  if (N < 1 || V < 1) return rt_fail("cross_entropy_grad_bf16: dimensions must be >= 1");
-  RtProfScope ps(c); /* logits, targets, dlogits as bf16 */
-  if (ps.on())
-    ps.set(RT_PROF_OP, (double)N * (double)(6 * V + 4), 0, "cross_entropy_grad (bf16 out)");
-  xent_grad_bf16<<<row_blocks(N), BLOCK, 0, c->compute>>>((__nv_bfloat16 *)(void *)dlogits,
-                                                          logits, targets, dloss, N, V);
-  LAUNCH_CHECK(c, "cross_entropy_grad_bf16");
-  return RT_OK;
+  return xent_bwd_wide(c, "cross_entropy_grad_bf16", dlogits, logits, targets, dloss, N, V);
 }
 
 extern "C" int rt_cuda_cross_entropy_grad(RtCuda *c, float *dlogits, const float *logits,
@@ -669,12 +712,10 @@ static __device__ void vxent_one_stats(const L *row, int64_t nv, float *shf, dou
 template <typename L>
 static __device__ XentVal<L> vxent_one_row(const L *logits, const int32_t *targets, float scale,
                                            int64_t p, int64_t Vl, int64_t nv, float *shf,
-                                           double *shd) {
+                                           double *shd, float *mx, double *s) {
   const L *row = logits + p * Vl;
-  float mx;
-  double s;
-  vxent_one_stats(row, nv, shf, shd, &mx, &s);
-  return XentVal<L>{row, mx, (float)(1.0 / s) * scale, scale, nv, (int64_t)targets[p]};
+  vxent_one_stats(row, nv, shf, shd, mx, s);
+  return XentVal<L>{row, *mx, (float)(1.0 / *s) * scale, scale, nv, (int64_t)targets[p]};
 }
 
 /* Forward: the row losses, as vxent_sum writes them. */
@@ -704,12 +745,16 @@ template <typename L, bool wide>
 __global__ void __launch_bounds__(BLOCK) vxent_one_grad(L *dlogits, const L *logits,
                                                         const int32_t *targets,
                                                         const float *dloss, int64_t N,
-                                                        int64_t Vl, int64_t nv) {
+                                                        int64_t Vl, int64_t nv, double *rows) {
   __shared__ float shf[BLOCK / 32];
   __shared__ double shd[BLOCK / 32];
   float scale = (float)((double)*dloss / (double)N);
   for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
-    XentVal<L> val = vxent_one_row(logits, targets, scale, p, Vl, nv, shf, shd);
+    const double tl = target_logit(rows, logits + p * Vl, targets[p], Vl); /* vxent_one_rows' */
+    float mx;
+    double s;
+    XentVal<L> val = vxent_one_row(logits, targets, scale, p, Vl, nv, shf, shd, &mx, &s);
+    if (rows && threadIdx.x == 0) rows[p] = (double)mx + log(s) - tl;
     if (wide)
       store_row_bf16((__nv_bfloat16 *)(void *)dlogits + p * 2 * Vl, Vl, val);
     else
@@ -723,8 +768,9 @@ static bool xent_gathered(void) {
   return e && !strcmp(e, "gathered");
 }
 
-/* The forward (loss) or the gradient (dlogits; as bf16 wide rows where
- * bf16out).  L: the logits' and dlogits' element (bf16: both, dense). */
+/* The forward (loss), the gradient (dlogits; as bf16 wide rows where
+ * bf16out), or both (rt_cuda_cross_entropy_fused: the same bits as the two
+ * calls).  L: the logits' and dlogits' element (bf16: both, dense). */
 template <typename L>
 static int vxent(RtCuda *c, const char *op, int group, float *loss, L *dlogits, const L *logits,
                  const int32_t *targets, const float *dloss, int64_t N, int64_t Vl, int64_t V,
@@ -743,20 +789,22 @@ static int vxent(RtCuda *c, const char *op, int group, float *loss, L *dlogits, 
            "%s %s", op, rt_cuda_group_name[group]);
   unsigned nb = row_blocks(N);
   if (parts == 1 && !xent_gathered()) { /* one member: no gathers (above) */
-    if (loss) {
-      double *rows = (double *)rt_cuda_ws(c, WS_ROWS, (size_t)N * sizeof(double));
-      if (!rows) return RT_ERR;
+    double *rows = NULL;
+    if (loss && !(rows = (double *)rt_cuda_ws(c, WS_ROWS, (size_t)N * sizeof(double))))
+      return RT_ERR;
+    if (!dlogits)
       vxent_one_rows<L><<<nb, BLOCK, 0, c->compute>>>(rows, logits, targets, N, Vl, nv);
-      LAUNCH_CHECK(c, op);
-      mean_rows<<<1, BLOCK, 0, c->compute>>>(loss, rows, N);
-    } else if (bf16out) { /* (L float) */
+    else if (bf16out) /* (L float) */
       vxent_one_grad<L, true><<<nb, BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss, N,
-                                                           Vl, nv);
-    } else {
+                                                           Vl, nv, rows);
+    else
       vxent_one_grad<L, false><<<nb, BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss, N,
-                                                            Vl, nv);
-    }
+                                                            Vl, nv, rows);
     LAUNCH_CHECK(c, op);
+    if (loss) {
+      mean_rows<<<1, BLOCK, 0, c->compute>>>(loss, rows, N);
+      LAUNCH_CHECK(c, op);
+    }
     return RT_OK;
   }
   /* rows workspace: mx [N], s [N] (double), row losses [N] (double), send [3N] */
@@ -783,7 +831,9 @@ static int vxent(RtCuda *c, const char *op, int group, float *loss, L *dlogits, 
   if (loss) {
     mean_rows<<<1, BLOCK, 0, c->compute>>>(loss, rows, N);
     LAUNCH_CHECK(c, op);
-  } else if (bf16out) { /* (L float) */
+  }
+  if (!dlogits) return RT_OK;
+  if (bf16out) { /* (L float) */
     vxent_grad_bf16<<<nb, BLOCK, 0, c->compute>>>((__nv_bfloat16 *)(void *)dlogits,
                                                   (const float *)(const void *)logits, targets,
                                                   dloss, mx, s, N, Vl, nv, (int64_t)part * Vl);
@@ -832,6 +882,31 @@ extern "C" int rt_cuda_vocab_cross_entropy_grad_bf16io(RtCuda *c, int group, flo
                                                        int64_t V) {
   return vxent<bf16>(c, "vocab_cross_entropy_grad_bf16io", group, NULL, (bf16 *)(void *)dlogits,
                      (const bf16 *)(const void *)logits, targets, dloss, N, Vl, V);
+}
+
+/* The forward and the gradient in one call (rt_cuda.h). */
+extern "C" int rt_cuda_cross_entropy_fused(RtCuda *c, int group, unsigned io, float *loss,
+                                           float *dlogits, const float *logits,
+                                           const int32_t *targets, const float *dloss,
+                                           int64_t N, int64_t Vl, int64_t V) {
+  const char *op = group < 0 ? "cross_entropy_fused" : "vocab_cross_entropy_fused";
+  if (io != 0 && io != RT_CUDA_XENT_BF16IO && io != RT_CUDA_XENT_BF16OUT)
+    return rt_fail("%s: io flags 0x%x not understood", op, io);
+  if (!loss) return rt_fail("%s: NULL loss pointer", op);
+  const bf16 *lb = (const bf16 *)(const void *)logits;
+  bf16 *db = (bf16 *)(void *)dlogits;
+  if (group >= 0) {
+    if (io == RT_CUDA_XENT_BF16IO)
+      return vxent<bf16>(c, op, group, loss, db, lb, targets, dloss, N, Vl, V);
+    return vxent<float>(c, op, group, loss, dlogits, logits, targets, dloss, N, Vl, V,
+                        io == RT_CUDA_XENT_BF16OUT);
+  }
+  if (Vl != V) return rt_fail("%s: %lld columns a row for a vocabulary of %lld", op,
+                              (long long)Vl, (long long)V);
+  if (io == RT_CUDA_XENT_BF16IO) return xent_bwd(c, op, db, lb, targets, dloss, N, V, loss);
+  if (io == RT_CUDA_XENT_BF16OUT)
+    return xent_bwd_wide(c, op, dlogits, logits, targets, dloss, N, V, loss);
+  return xent_bwd(c, op, dlogits, logits, targets, dloss, N, V, loss);
 }
 
 /* ---- routing: through the host and the CPU routines of rt_route.h ----

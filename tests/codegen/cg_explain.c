@@ -124,7 +124,7 @@ static void check_step(const IrModule *m, const CgStepPlan *sp) {
   CgExplainGroup *g = malloc(sizeof *g * (size_t)(m->nnodes + 1));
   StepTime st;
   int bf16 = machine_bf16(m);
-  cg_step_times(m, &sp->kp, machine_default, bf16, &sp->store, &sp->batches, &st, t);
+  cg_step_times(m, &sp->kp, machine_default, bf16, &sp->store, &sp->batches, 1, &st, t);
   int ng = cg_explain_calls(m, &sp->kp, t, g), calls = 0, nodes = 0;
   double sum = 0;
   for (int k = 0; k < ng; k++) sum += g[k].amount, calls += g[k].count;

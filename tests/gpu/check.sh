@@ -581,7 +581,7 @@ same_bits headmajor "bf16 gpt2, head-major attention" --head-major-attn \
 
 say "4r. bf16 GPT-2 small generated with --recompute all, 15 steps"
 # the backward recomputes the norms and gelu(h) (passes/remat_norm.c, remat_act.c):
-# what that costs a step (planned on the h200 preset: 23.87 -> 25.17 ms; measured
+# what that costs a step (planned on the h200 preset: 23.45 -> 24.75 ms; measured
 # 22.9 -> 24.6, bench/RESULTS.md, sixth run); the forward's norms lose
 # their fused residual add, so rounding, not bits
 same_bits recompute "bf16 gpt2, norms and gelu recomputed" --recompute=all \

@@ -976,6 +976,81 @@ static int vo_run(RtCuda *c, Vo *x, const float *logits, void *out[5]) {
   if (!rc) to_host(out[4], x->ip, n4 / 2);
   return rc;
 }
+/* One form of the cross-entropy as a trainer calls it -- group < 0 dense
+ * (Vl == V), else vocab over tp; io as rt_cuda_cross_entropy_fused's --
+ * either separately (the forward, then the gradient in place) or fused (in
+ * place): the loss and the gradient's bytes into loss and grad; 0, or -1. */
+static int xent_form(RtCuda *c, Vo *x, const float *logits, int group, unsigned io, int fused,
+                     float *loss, void *grad) {
+  const int64_t N = x->N, Vl = x->Vl, V = x->V;
+  const size_t n4 = 4 * (size_t)(N * Vl), gb = io == RT_CUDA_XENT_BF16IO ? n4 / 2 : n4;
+  const int b = io == RT_CUDA_XENT_BF16IO;
+  const void *lg = b ? x->hb : x->logits; /* the forward's (unmodified) logits */
+  if (b) cudaMemcpy(x->ip, x->hb, gb, cudaMemcpyDeviceToDevice);
+  else cudaMemcpy(x->ip, logits, n4, cudaMemcpyHostToDevice);
+  int rc;
+  if (fused) {
+    rc = rt_cuda_cross_entropy_fused(c, group, io, x->loss, x->ip, x->ip, x->ids, x->dloss, N, Vl,
+                                     V);
+  } else if (group < 0) {
+    rc = (b ? rt_cuda_cross_entropy_bf16 : rt_cuda_cross_entropy)(c, x->loss, lg, x->ids, N, V);
+    rc = rc || (b ? rt_cuda_cross_entropy_grad_bf16io
+                : io ? rt_cuda_cross_entropy_grad_bf16
+                     : rt_cuda_cross_entropy_grad)(c, x->ip, x->ip, x->ids, x->dloss, N, V);
+  } else {
+    rc = (b ? rt_cuda_vocab_cross_entropy_bf16 : rt_cuda_vocab_cross_entropy)(
+        c, group, x->loss, lg, x->ids, N, Vl, V);
+    rc = rc || (b ? rt_cuda_vocab_cross_entropy_grad_bf16io
+                : io ? rt_cuda_vocab_cross_entropy_grad_bf16
+                     : rt_cuda_vocab_cross_entropy_grad)(c, group, x->ip, x->ip, x->ids, x->dloss,
+                                                         N, Vl, V);
+  }
+  if (rc) return -1;
+  to_host(loss, x->loss, 4);
+  to_host(grad, x->ip, gb);
+  return 0;
+}
+
+/* rt_cuda_cross_entropy_fused against the forward and gradient calls it
+ * stands for, bit for bit (the loss and dlogits), in every form: dense where
+ * Vl == V, vocab at one member through its kernels and through the gathered
+ * path (PARC_CUDA_XENT=gathered); fp32, bf16 io, bf16 out; in place, as the
+ * trainer runs it (the row loss reads the target's logit before the row is
+ * overwritten). */
+static void check_xent_fused(RtCuda *c, int64_t N, int64_t Vl, int64_t V) {
+  size_t n4 = 4 * (size_t)(N * Vl);
+  int32_t *ids = malloc(4 * (size_t)N);
+  for (int64_t i = 0; i < N; i++) ids[i] = (int32_t)((frand() * 0.5f + 0.5f) * (float)(V - 1));
+  float *logits = rnd(N * Vl, 4), dloss = 0.75f, l0, l1;
+  Vo x = {dev_copy(logits, n4), dev_bf16(logits, N, Vl, Vl), dev_copy(NULL, n4), dev_copy(NULL, 4),
+          dev_copy(&dloss, 4), dev_copy(ids, 4 * (size_t)N), N, Vl, V};
+  void *g0 = malloc(n4), *g1 = malloc(n4);
+  static const unsigned ios[3] = {0, RT_CUDA_XENT_BF16IO, RT_CUDA_XENT_BF16OUT};
+  static const char *const ion[3] = {"fp32", "bf16 io", "bf16 out"};
+  char shape[96];
+  for (int form = Vl == V ? 0 : 1; form < 3; form++) { /* dense, vocab, vocab gathered */
+    if (form == 2) setenv("PARC_CUDA_XENT", "gathered", 1);
+    for (int k = 0; k < 3; k++) {
+      size_t gb = ios[k] == RT_CUDA_XENT_BF16IO ? n4 / 2 : n4;
+      int g = form ? RT_CUDA_TP : -1;
+      double err = xent_form(c, &x, logits, g, ios[k], 0, &l0, g0) ||
+                           xent_form(c, &x, logits, g, ios[k], 1, &l1, g1)
+                       ? INFINITY
+                       : (double)(memcmp(&l0, &l1, 4) != 0) + (memcmp(g0, g1, gb) != 0);
+      if (isinf(err)) fprintf(stderr, "%s\n", rt_last_error());
+      snprintf(shape, sizeof shape, "%s, %s, N %lld Vl %lld V %lld",
+               form == 0 ? "dense" : form == 1 ? "vocab" : "gathered", ion[k], (long long)N,
+               (long long)Vl, (long long)V);
+      row("xent fused = fwd + grad", shape, err, 0, 0, 0, 0);
+    }
+    unsetenv("PARC_CUDA_XENT");
+  }
+  free(g0), free(g1);
+  cudaFree(x.logits), cudaFree(x.hb), cudaFree(x.ip), cudaFree(x.loss), cudaFree(x.dloss);
+  cudaFree(x.ids);
+  free(ids), free(logits);
+}
+
 static void check_vocab_one(RtCuda *c, int64_t N, int64_t Vl, int64_t V) {
   size_t n4 = 4 * (size_t)(N * Vl);
   int32_t *ids = malloc(4 * (size_t)N);
@@ -1174,6 +1249,8 @@ int main(int argc, char **argv) {
   if (!small)
     check_embed_xent(c, 2048, 50257, 64);
   check_vocab_one(c, 64, 320, 257); /* gpt2_tiny's -D vocab=257 padded to 320 */
+  check_xent_fused(c, 64, 3000, 3000);
+  check_xent_fused(c, 64, 320, 257);
   if (!small)
     check_vocab_one(c, 2048, 50304, 50257); /* GPT-2 small's, 2048 of its 8192 rows */
   check_embed_grad_skewed(c, 1200, 300, 64, 0, !small);  /* float4, one column slice */
