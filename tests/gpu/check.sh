@@ -342,6 +342,13 @@ graph_run() {
     --steps "$STEPS" --log "$WORK/$1.graph$2.jsonl" --quiet > "$WORK/$1.graph$2.log" 2>&1 ||
     cat "$WORK/$1.graph$2.log"
 }
+# graph_bits NAME G ROWNAME: NAME's losses with PARC_CUDA_GRAPH=G bit for bit =0's
+graph_bits() {
+  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/$1.graph0.jsonl" \
+    "$WORK/$1.graph$2.jsonl" 0 > "$WORK/$1.graph$2.bits.log" 2>&1 || true
+  cat "$WORK/$1.graph$2.bits.log"
+  result "$3" "$WORK/$1.graph$2.bits.log"
+}
 for model in gpt2_tiny llama_tiny moe_tiny; do
   running && [ -f "$WORK/$model.built" ] || continue # a build failure has its row already
   say "2g. fp32 $model: PARC_CUDA_GRAPH=1 and auto vs 0, $STEPS steps"
@@ -352,10 +359,7 @@ for model in gpt2_tiny llama_tiny moe_tiny; do
     row "$model graph auto" FAIL "a notice by default (see $model.graphauto.log)"
     STATUS=1
   fi
-  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/$model.graph0.jsonl" \
-    "$WORK/$model.graphauto.jsonl" 0 > "$WORK/$model.graphauto.bits.log" 2>&1 || true
-  cat "$WORK/$model.graphauto.bits.log"
-  result "fp32 $model graph auto = plain bits" "$WORK/$model.graphauto.bits.log"
+  graph_bits "$model" auto "fp32 $model graph auto = plain bits"
   notices=$(grep -c 'PARC_CUDA_GRAPH=1: ' "$WORK/$model.graph1.log" || true)
   want=0
   [ "$model" = moe_tiny ] && want=1
@@ -363,10 +367,7 @@ for model in gpt2_tiny llama_tiny moe_tiny; do
     row "$model graph notice" FAIL "$notices fallback notices, expected $want (see $model.graph1.log)"
     STATUS=1
   fi
-  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/$model.graph0.jsonl" \
-    "$WORK/$model.graph1.jsonl" 0 > "$WORK/$model.graph.bits.log" 2>&1 || true
-  cat "$WORK/$model.graph.bits.log"
-  result "fp32 $model graph = plain bits" "$WORK/$model.graph.bits.log"
+  graph_bits "$model" 1 "fp32 $model graph = plain bits"
 done
 
 for model in gpt2_tiny llama_tiny; do
