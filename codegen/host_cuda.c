@@ -320,6 +320,11 @@ static void emit_runtime(Cu *e, const IrNode *n) {
             n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD ? n->ia[2] : dim(in[0], -1));
     return;
   }
+  int fused = e->fuse_xent ? cg_cuda_xent_fused(e->m, n->id) : -1;
+  if (fused >= 0) { /* a cross-entropy whose loss its gradient's call writes */
+    fprintf(f, "  /* computed with its gradient, %%%d (rt_cuda_cross_entropy_fused) */\n", fused);
+    return;
+  }
   switch (n->op) {
   case IR_OP_MATMUL:
   case IR_OP_MATMUL_TA: {
@@ -439,11 +444,6 @@ static void emit_runtime(Cu *e, const IrNode *n) {
             "));\n", acc >= 0 ? "_acc" : "", out, x, y, ir_numel(in[0]), n->ia[0], dim(in[1], -1));
     return;
   case IR_OP_CROSS_ENTROPY: /* logits as bf16 where their GEMM writes them so */
-    if (e->fuse_xent && cg_cuda_xent_fused(e->m, n->id) >= 0) {
-      fprintf(f, "  /* computed with its gradient, %%%d (rt_cuda_cross_entropy_fused) */\n",
-              cg_cuda_xent_fused(e->m, n->id));
-      return;
-    }
     fprintf(f, "  CHECK(rt_cuda_cross_entropy%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 "));\n",
             e->store->bf16[in[0]->id] ? "_bf16" : "", out, x, y, lead(in[0], 1), dim(in[0], -1));
     return;
@@ -464,11 +464,6 @@ static void emit_runtime(Cu *e, const IrNode *n) {
             grp(n->ia[1]), n->ia[2]);
     return;
   case IR_OP_VOCAB_CROSS_ENTROPY: /* as cross_entropy */
-    if (e->fuse_xent && cg_cuda_xent_fused(e->m, n->id) >= 0) {
-      fprintf(f, "  /* computed with its gradient, %%%d (rt_cuda_cross_entropy_fused) */\n",
-              cg_cuda_xent_fused(e->m, n->id));
-      return;
-    }
     fprintf(f, "  CHECK(rt_cuda_vocab_cross_entropy%s(dev, %s, %s, %s, %s, %" PRId64 ", %" PRId64
             ", %" PRId64 "));\n", e->store->bf16[in[0]->id] ? "_bf16" : "", grp(n->ia[0]), out, x,
             y, lead(in[0], 1), dim(in[0], -1), n->ia[2]);
