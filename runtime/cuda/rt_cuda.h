@@ -208,6 +208,15 @@ int rt_cuda_matmul(RtCuda *c, float *out, const float *a, const float *b, int64_
                    int64_t m, int64_t k, int64_t n, int flags);
 int rt_cuda_matmul_ta(RtCuda *c, float *out, const float *a, const float *b, int64_t batch,
                       int64_t m, int64_t k, int64_t n, int flags);
+/* rt_cuda_matmul_ta, and bgrad[n] = the sums of b's k rows (a linear layer's
+ * bias gradient, from the dy its weight gradient reads) in cuBLASLt's
+ * epilogue, where it can: *done = 1.  *done = 0, bgrad untouched, and the
+ * caller sums, where it cannot: no algorithm with the epilogue for the shape;
+ * a batch, transpose_b, accumulation or a bf16 or rounded result; b not the
+ * values the GEMM reads (an fp32 b in GEMM mode bf16 or tf32: the call's
+ * rounded copy); PARC_CUDA_BGRAD=0.  rt_cuda_gemm.cu's head says more. */
+int rt_cuda_matmul_ta_bgrad(RtCuda *c, float *out, const float *a, const float *b, float *bgrad,
+                            int64_t batch, int64_t m, int64_t k, int64_t n, int flags, int *done);
 
 /* ---- attention (rt_attention.h): flash-style, no T x T matrix ---- */
 int rt_cuda_sdpa(RtCuda *c, float *out, float *lse, const float *q, const float *k,

@@ -33,7 +33,17 @@
  * kernels read as bf16 (RT_CUDA_MM_C_BF16) is written bf16 by cuBLASLt (D of
  * type bf16: half the bytes, and a faster epilogue: bench/gemm_gpu.cu's
  * bf16-io column); RT_CUDA_MM_C_ROUND, its reference, rounds an fp32 result in
- * place by one more pass. */
+ * place by one more pass.
+ *
+ * The bias gradient in the epilogue (rt_cuda_matmul_ta_bgrad): a linear
+ * layer's weight gradient dW = x^T dy reads dy [k, n] as cuBLAS's A, not
+ * transposed; cuBLASLt's BGRADA epilogue sums op(A) over k into a vector of
+ * D's rows (our n): the bias gradient, without its own pass over dy.  Asked
+ * only where the sums are of dy's own values (a bf16 dy the kernels stored,
+ * or fp32 operands in fp32 mode: no rounded copy between) and the GEMM is
+ * plain (one member, no transpose of b, no accumulation, an fp32 result);
+ * the plan keeps whether cuBLASLt had an algorithm with it, and where it had
+ * none the call says so (*done = 0) and the caller sums. */
 #include <cuda_bf16.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,8 +176,33 @@ static int set_batch(RtCuda *c, cublasLtMatrixLayout_t l, int32_t count, int64_t
   return RT_OK;
 }
 
-/* Builds plan p for: batch GEMMs of out[m, n] = op(a)[m, k] op(b)[k, n]. */
-static int make_plan(RtCuda *c, GemmPlan *p, int al_a, int al_b, int al_c) {
+/* PARC_CUDA_BGRAD=0: no bias-gradient epilogue (the kernels sum, as before);
+ * read once. */
+static int bgrad_allowed(void) {
+  static int allowed = -1;
+  if (allowed < 0) {
+    const char *v = getenv("PARC_CUDA_BGRAD");
+    allowed = !(v && !strcmp(v, "0"));
+  }
+  return allowed;
+}
+
+/* Sets the epilogue of p->op: BGRADA into bias, or the default. */
+static cublasStatus_t set_epilogue(GemmPlan *p, float *bias) {
+  uint32_t epi = bias ? CUBLASLT_EPILOGUE_BGRADA : CUBLASLT_EPILOGUE_DEFAULT;
+  cublasStatus_t st =
+      cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+  void *ptr = bias;
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr,
+                                        sizeof ptr);
+  return st;
+}
+
+/* Builds plan p for: batch GEMMs of out[m, n] = op(a)[m, k] op(b)[k, n]; with
+ * p->want_bgrad, the BGRADA epilogue into bias where cuBLASLt has an
+ * algorithm for it (p->bgrad), else without. */
+static int make_plan(RtCuda *c, GemmPlan *p, int al_a, int al_b, int al_c, float *bias) {
   int ta = p->ta, tb = (p->flags & RT_MM_TRANSPOSE_B) != 0, bb = (p->flags & RT_MM_B_BATCHED) != 0;
   int64_t m = p->m, n = p->n, k = p->k;
   int32_t batch = (int32_t)p->batch;
@@ -213,7 +248,19 @@ static int make_plan(RtCuda *c, GemmPlan *p, int al_a, int al_b, int al_c) {
   cublasLtMatmulHeuristicResult_t res;
   int found = 0;
   memset(&res, 0, sizeof res);
-  if (st == CUBLAS_STATUS_SUCCESS)
+  p->bgrad = 0;
+  if (st == CUBLAS_STATUS_SUCCESS && p->want_bgrad) { /* with the epilogue, if cuBLASLt can */
+    cublasStatus_t sb = set_epilogue(p, bias);
+    if (sb == CUBLAS_STATUS_SUCCESS)
+      sb = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
+                                          &found);
+    p->bgrad = sb == CUBLAS_STATUS_SUCCESS && found >= 1;
+    if (!p->bgrad) { /* none: the plain GEMM, and the caller sums */
+      found = 0;
+      st = set_epilogue(p, NULL);
+    }
+  }
+  if (st == CUBLAS_STATUS_SUCCESS && !p->bgrad)
     st = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
                                         &found);
   cublasLtMatmulPreferenceDestroy(pref);
@@ -229,8 +276,12 @@ static int make_plan(RtCuda *c, GemmPlan *p, int al_a, int al_b, int al_c) {
   return RT_OK;
 }
 
+/* The GEMM; bias (not NULL): also its bias gradient where the epilogue can
+ * (the head comment), *done = whether it did. */
 static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *a,
-                const float *b, int64_t batch, int64_t m, int64_t k, int64_t n, int flags) {
+                const float *b, int64_t batch, int64_t m, int64_t k, int64_t n, int flags,
+                float *bias, int *done) {
+  if (done) *done = 0;
   if (!out || !a || !b)
     return rt_fail("%s: NULL %s pointer", opname, !out ? "output" : !a ? "a" : "b");
   if (batch < 1 || m < 1 || k < 1 || n < 1)
@@ -284,9 +335,15 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
     }
   }
   int al_a = align_of(ga), al_b = align_of(gb), al_c = align_of(gout);
-  /* the cache key: shape, flags, precision and alignment class */
+  /* the bias gradient from the epilogue: sums of b's own values (the head comment) */
+  int want_bgrad = bias && bgrad_allowed() && batch == 1 && !tb && !cout &&
+                   !(flags & RT_MM_ACCUMULATE) &&
+                   (bf16ops ? (flags & RT_CUDA_MM_B_BF16) != 0 : c->gemm == RT_CUDA_GEMM_FP32);
+  int al_bias = want_bgrad ? align_of(bias) : 0;
+  /* the cache key: shape, flags, precision, epilogue and alignment class */
   uint64_t h = (uint64_t)(m * 1000003 + k * 10007 + n * 101 + batch * 7 + gflags * 3 + ta) ^
-               ((uint64_t)(al_a + 3 * al_b + 7 * al_c) << 40) ^ ((uint64_t)c->gemm << 60);
+               ((uint64_t)(al_a + 3 * al_b + 7 * al_c + 11 * al_bias) << 40) ^
+               ((uint64_t)c->gemm << 60);
   GemmPlan *p = NULL;
   for (int i = 0; i < RT_CUDA_GEMM_CACHE; i++) {
     GemmPlan *q = &c->plans[(h + (uint64_t)i) % RT_CUDA_GEMM_CACHE];
@@ -296,7 +353,8 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
     }
     if (q->batch == batch && q->m == m && q->k == k && q->n == n && q->flags == gflags &&
         q->ta == ta && q->mode == c->gemm && q->bf16ops == bf16ops &&
-        q->al[0] == al_a && q->al[1] == al_b && q->al[2] == al_c) {
+        q->al[0] == al_a && q->al[1] == al_b && q->al[2] == al_c &&
+        q->want_bgrad == want_bgrad && q->al_bias == al_bias) {
       p = q;
       break;
     }
@@ -314,10 +372,16 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
     p->bf16ops = bf16ops;
     p->ld[0] = ld[0], p->ld[1] = ld[1], p->ld[2] = ld[2];
     p->al[0] = al_a, p->al[1] = al_b, p->al[2] = al_c;
-    if (make_plan(c, p, al_a, al_b, al_c)) return RT_ERR;
+    p->want_bgrad = want_bgrad, p->al_bias = al_bias;
+    if (make_plan(c, p, al_a, al_b, al_c, want_bgrad ? bias : NULL)) return RT_ERR;
   }
   float alpha = 1.0f, beta = (flags & RT_MM_ACCUMULATE) ? 1.0f : 0.0f;
-  cublasStatus_t st = cublasLtMatmul(c->lt, p->op, &alpha, gb, p->la, ga, p->lb, &beta, gout,
+  cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+  if (p->bgrad) /* this call's vector (calls of one shape share the plan) */
+    st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                        sizeof bias);
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmul(c->lt, p->op, &alpha, gb, p->la, ga, p->lb, &beta, gout,
                                      p->lc, gout, p->lc, &p->algo, c->lt_ws,
                                      RT_CUDA_GEMM_WORKSPACE, c->compute);
   if (temporary) {
@@ -333,6 +397,7 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
              (long long)n, (unsigned)flags);
     return rt_cuda_fail_at(c, __FILE__, __LINE__, opname, what);
   }
+  if (done) *done = p->bgrad;
   if (gout != out)
     CU_CHECK(c, cudaMemcpy2DAsync(out, (size_t)n * 4, gout, (size_t)ld[2] * 4, (size_t)n * 4,
                                   (size_t)m, cudaMemcpyDeviceToDevice, c->compute),
@@ -344,13 +409,13 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
 /* The profile's record of a GEMM (rt_cuda.h): "matmul BxMxKxN", the shape as
  * cuBLASLt runs it (a's batch folded into M where gemm() folds it). */
 static void prof_gemm(RtCuda *c, RtProfScope &ps, const char *op, int ta, int64_t batch,
-                      int64_t m, int64_t k, int64_t n, int flags) {
+                      int64_t m, int64_t k, int64_t n, int flags, int bgrad) {
   double B = (double)batch, M = (double)m, K = (double)k, N = (double)n;
   int acc = (flags & RT_MM_ACCUMULATE) != 0;
   double ea = (flags & RT_CUDA_MM_A_BF16) ? 2 : 4, eb = (flags & RT_CUDA_MM_B_BF16) ? 2 : 4;
   double ec = (flags & RT_CUDA_MM_C_BF16) ? 2 : 4;
   double bytes = ea * B * M * K + eb * ((flags & RT_MM_B_BATCHED) ? B : 1) * K * N +
-                 ec * (acc ? 2 : 1) * B * M * N;
+                 ec * (acc ? 2 : 1) * B * M * N + (bgrad ? 4 * N : 0);
   if (!ta && !(flags & RT_MM_B_BATCHED)) m *= batch, batch = 1;
   char shape[64];
   if (batch > 1)
@@ -359,19 +424,31 @@ static void prof_gemm(RtCuda *c, RtProfScope &ps, const char *op, int ta, int64_
   else
     snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)m, (long long)k, (long long)n);
   ps.set(c->gemm == RT_CUDA_GEMM_FP32 ? RT_PROF_GEMM_FP32 : RT_PROF_GEMM, bytes, 2 * B * M * K * N,
-         "%s %s%s%s", op, shape, (flags & RT_MM_TRANSPOSE_B) ? " b^T" : "", acc ? " +=" : "");
+         "%s %s%s%s%s", op, shape, (flags & RT_MM_TRANSPOSE_B) ? " b^T" : "", acc ? " +=" : "",
+         bgrad ? " +bias grad" : "");
 }
 
 extern "C" int rt_cuda_matmul(RtCuda *c, float *out, const float *a, const float *b,
                               int64_t batch, int64_t m, int64_t k, int64_t n, int flags) {
   RtProfScope ps(c);
-  if (ps.on()) prof_gemm(c, ps, "matmul", 0, batch, m, k, n, flags);
-  return gemm(c, "matmul", 0, out, a, b, batch, m, k, n, flags);
+  if (ps.on()) prof_gemm(c, ps, "matmul", 0, batch, m, k, n, flags, 0);
+  return gemm(c, "matmul", 0, out, a, b, batch, m, k, n, flags, NULL, NULL);
 }
 
 extern "C" int rt_cuda_matmul_ta(RtCuda *c, float *out, const float *a, const float *b,
                                  int64_t batch, int64_t m, int64_t k, int64_t n, int flags) {
   RtProfScope ps(c);
-  if (ps.on()) prof_gemm(c, ps, "matmul_ta", 1, batch, m, k, n, flags);
-  return gemm(c, "matmul_ta", 1, out, a, b, batch, m, k, n, flags);
+  if (ps.on()) prof_gemm(c, ps, "matmul_ta", 1, batch, m, k, n, flags, 0);
+  return gemm(c, "matmul_ta", 1, out, a, b, batch, m, k, n, flags, NULL, NULL);
+}
+
+extern "C" int rt_cuda_matmul_ta_bgrad(RtCuda *c, float *out, const float *a, const float *b,
+                                       float *bgrad, int64_t batch, int64_t m, int64_t k,
+                                       int64_t n, int flags, int *done) {
+  if (!bgrad || !done)
+    return rt_fail("rt_cuda_matmul_ta_bgrad: NULL %s", !bgrad ? "bias gradient" : "done");
+  RtProfScope ps(c);
+  int rc = gemm(c, "matmul_ta", 1, out, a, b, batch, m, k, n, flags, bgrad, done);
+  if (ps.on()) prof_gemm(c, ps, "matmul_ta", 1, batch, m, k, n, flags, *done);
+  return rc;
 }

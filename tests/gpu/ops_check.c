@@ -33,7 +33,8 @@
  * the same kernels with tensors stored as bf16, as a bf16 trainer does, and
  * compare bits with the plain calls (tolerance 0).  The "token-major" rows
  * (check_attn_layout) hold each kernel family's token-major out, dy and dqkv
- * to its head-major results moved, bit for bit. */
+ * to its head-major results moved, bit for bit.  The "matmul_ta+bgrad" rows
+ * (check_mm_bgrad): a weight gradient with its bias gradient. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -279,6 +280,62 @@ static void check_mm_out(RtCuda *cb, int64_t m, int64_t k, int64_t n, int flags,
          ms_f32, flop / (ms_f32 * 1e-3) / 1e12); /* a time, not a check */
   cudaFree(z.out), cudaFree(x.out), cudaFree(x.a), cudaFree(x.b);
   free(a), free(b), free(ref), free(got), free(h);
+}
+
+/* The weight gradient with its bias gradient (rt_cuda_matmul_ta_bgrad, dy
+ * stored as bf16 where stored): dw = x^T dy against the CPU's (relative L2,
+ * tol), and the bias: where the call summed (*done = 1, cuBLASLt's epilogue)
+ * dy's column sums against the CPU's of the same values (relative L2 1e-5),
+ * else the vector untouched (the trainer's kernel sums: "by the caller").
+ * The row says which; the same GEMM without the bias is timed beside. */
+typedef struct {
+  Mm mm;
+  float *bias;
+  int done;
+} Mb;
+static int mb_gpu(RtCuda *c, void *p) {
+  Mb *x = p;
+  return rt_cuda_matmul_ta_bgrad(c, x->mm.out, x->mm.a, x->mm.b, x->bias, 1, x->mm.m, x->mm.k,
+                                 x->mm.n, x->mm.flags, &x->done);
+}
+static void check_mm_bgrad(RtCuda *c, int64_t m, int64_t k, int64_t n, int stored, double tol) {
+  float *a = rnd(k * m, 1), *b = rnd(k * n, 1), *ref = malloc(4 * (size_t)(m * n)),
+        *got = malloc(4 * (size_t)(m * n)), *sums = malloc(4 * (size_t)n),
+        *bias = malloc(4 * (size_t)n);
+  for (int64_t i = 0; stored && i < k * n; i++) { /* the values the GEMM reads */
+    uint32_t u = (uint32_t)bf16_rn(b[i]) << 16;
+    memcpy(&b[i], &u, 4);
+  }
+  for (int64_t j = 0; j < n; j++) {
+    double s = 0;
+    for (int64_t p = 0; p < k; p++) s += b[p * n + j];
+    sums[j] = (float)s, bias[j] = NAN;
+  }
+  rt_matmul_ta(ref, a, b, 1, m, k, n, 0);
+  Mb x = {{dev_copy(NULL, 4 * (size_t)(m * n)), dev_copy(a, 4 * (size_t)(k * m)),
+           stored ? dev_bf16(b, k, n, n) : dev_copy(b, 4 * (size_t)(k * n)), 1, m, k, n,
+           stored ? RT_CUDA_MM_B_BF16 : 0, 1},
+          dev_copy(bias, 4 * (size_t)n), -1};
+  double err = mb_gpu(c, &x) ? INFINITY : 0, err_b = err;
+  to_host(got, x.mm.out, 4 * (size_t)(m * n));
+  to_host(bias, x.bias, 4 * (size_t)n);
+  if (err == 0) err = rel_l2(got, ref, m * n);
+  else fprintf(stderr, "%s\n", rt_last_error());
+  int64_t nan = 0;
+  for (int64_t j = 0; j < n; j++) nan += isnan(bias[j]) != 0;
+  if (err_b == 0) err_b = x.done == 1 ? (nan ? INFINITY : rel_l2(bias, sums, n)) : nan == n ? 0 : 1;
+  char shape[96];
+  snprintf(shape, sizeof shape, "%lldx%lldx%lld%s", (long long)m, (long long)k, (long long)n,
+           stored ? " b" : "");
+  double flop = 2.0 * m * k * n;
+  row(stored ? "matmul_ta+bgrad (bf16)" : "matmul_ta+bgrad", shape, err, tol,
+      time_op(c, mb_gpu, &x, 10), flop, 0);
+  row(x.done == 1 ? "  bias grad, epilogue" : "  bias grad, by caller", "", err_b, 1e-5, 0, 0, 0);
+  double ms = time_op(c, mm_gpu, &x.mm, 10);
+  printf("%-22s %-30s %10s %-4s %9.4f ms  %8.2f TFLOP/s\n", "  the same, no bias", "", "", "",
+         ms, flop / (ms * 1e-3) / 1e12); /* a time, not a check */
+  cudaFree(x.mm.out), cudaFree(x.mm.a), cudaFree(x.mm.b), cudaFree(x.bias);
+  free(a), free(b), free(ref), free(got), free(sums), free(bias);
 }
 
 static int params_refresh(RtCuda *c, void *unused) {
@@ -1231,6 +1288,7 @@ int main(int argc, char **argv) {
   check_mm(c, 3, 64, 48, 32, RT_MM_B_BATCHED, 1, 1e-5);
   if (!small)
     check_mm(c, 8, 1024, 768, 2304, 0, 0, 1e-5); /* GPT-2 small's qkv, fp32 */
+  check_mm_bgrad(c, 96, 200, 72, 0, 1e-5); /* a weight and bias gradient, fp32 */
   check_attn(c, 2, 4, 4, 100, 16, 1);
   check_attn(c, 2, 4, 2, 130, 64, 1);
   check_attn(c, 1, 4, 1, 70, 128, 0);
@@ -1301,6 +1359,11 @@ int main(int argc, char **argv) {
     check_mm_out(c, 256, 64, 192, 0, 0);
     check_mm_out(c, 256, 192, 64, RT_MM_TRANSPOSE_B, 0);
     check_mm_out(c, 64, 256, 192, 0, 1);
+    /* a weight gradient with its bias's from dy stored as bf16 (GPT-2 small's
+     * MLP up-projection: 768 x 8192 x 3072) */
+    check_mm_bgrad(c, 64, 256, 192, 1, 1e-2);
+    if (!small)
+      check_mm_bgrad(c, 768, 8192, 3072, 1, 1e-2);
     if (!small) /* GPT-2 small's MLP up-projection, 2048 of its 8192 rows */
       check_mm_out(c, 2048, 768, 3072, 0, 0);
     check_attn_bf16(c, 2, 4, 2, 130, 64, 1);

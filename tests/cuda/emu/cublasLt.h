@@ -53,7 +53,21 @@ typedef enum {
 typedef enum {
   CUBLASLT_MATMUL_DESC_TRANSA = 3,
   CUBLASLT_MATMUL_DESC_TRANSB = 4,
+  CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
 } cublasLtMatmulDescAttributes_t;
+
+/* The epilogues emulated: none, and BGRADA (bias[i] = the sum over p of
+ * op(A)[i, p], the operand values as the products read them, fp32 in
+ * increasing p; written, not scaled, C and beta not involved; D's type, fp32
+ * only; A not transposed, one batch member, as the heuristic requires).
+ * KCU_EMU_LT_NO_BGRAD=1 makes the heuristic find no algorithm with it, as a
+ * library without one would (the callers' other path). */
+typedef enum {
+  CUBLASLT_EPILOGUE_DEFAULT = 1,
+  CUBLASLT_EPILOGUE_BGRADA = 256,
+  CUBLASLT_EPILOGUE_BGRADB = 512,
+} cublasLtEpilogue_t;
 
 typedef enum {
   CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT = 5,

@@ -3,6 +3,7 @@
 #include <cublasLt.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -16,6 +17,8 @@ struct KcuLtHandle {
 struct KcuLtDesc {
   cublasComputeType_t compute;
   cublasOperation_t ta, tb;
+  uint32_t epilogue;
+  void *bias;
 };
 struct KcuLtLayout {
   cudaDataType_t type;
@@ -62,7 +65,7 @@ extern "C" cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d,
       (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_16BF &&
        compute != CUBLAS_COMPUTE_32F_FAST_TF32))
     return CUBLAS_STATUS_NOT_SUPPORTED;
-  *d = new KcuLtDesc{compute, CUBLAS_OP_N, CUBLAS_OP_N};
+  *d = new KcuLtDesc{compute, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, NULL};
   return CUBLAS_STATUS_SUCCESS;
 }
 extern "C" cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
@@ -73,6 +76,16 @@ extern "C" cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
                                                          cublasLtMatmulDescAttributes_t attr,
                                                          const void *buf, size_t size) {
   if (!d || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+  if (attr == CUBLASLT_MATMUL_DESC_BIAS_POINTER) {
+    if (size != sizeof(void *)) return CUBLAS_STATUS_INVALID_VALUE;
+    std::memcpy(&d->bias, buf, sizeof d->bias);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if (attr == CUBLASLT_MATMUL_DESC_EPILOGUE) {
+    if (size != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+    std::memcpy(&d->epilogue, buf, sizeof d->epilogue);
+    return CUBLAS_STATUS_SUCCESS; /* (an unknown one fails the heuristic and the call) */
+  }
   if (attr != CUBLASLT_MATMUL_DESC_TRANSA && attr != CUBLASLT_MATMUL_DESC_TRANSB)
     return CUBLAS_STATUS_INVALID_VALUE;
   if (size != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
@@ -164,6 +177,12 @@ static cublasStatus_t shape_of(const KcuLtDesc *d, const KcuLtLayout *a, const K
   if (a->batch != o->batch || b->batch != o->batch || c->batch != o->batch)
     return CUBLAS_STATUS_INVALID_VALUE;
   s->batch = o->batch;
+  if (d->epilogue == CUBLASLT_EPILOGUE_DEFAULT) return CUBLAS_STATUS_SUCCESS;
+  /* BGRADA, as cublasLt.h says: an fp32 vector of D's rows */
+  if (d->epilogue != CUBLASLT_EPILOGUE_BGRADA || d->ta != CUBLAS_OP_N || s->batch != 1 ||
+      o->type != CUDA_R_32F)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (!d->bias) return CUBLAS_STATUS_INVALID_VALUE;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -178,6 +197,9 @@ cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cubla
   Shape s;
   cublasStatus_t st = shape_of(d, a, b, c, o, &s);
   if (st != CUBLAS_STATUS_SUCCESS) return st == CUBLAS_STATUS_INVALID_VALUE ? st : CUBLAS_STATUS_NOT_SUPPORTED;
+  const char *no = std::getenv("KCU_EMU_LT_NO_BGRAD");
+  if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && no && !std::strcmp(no, "1"))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   std::memset(&res[0], 0, sizeof res[0]);
   res[0].algo.data[0] = ALGO_MARK;
   res[0].state = CUBLAS_STATUS_SUCCESS;
@@ -231,6 +253,12 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
   auto run = [=]() {
     std::vector<float> acc(s.m), col(s.k);
     const bool ta = desc.ta == CUBLAS_OP_T, tb = desc.tb == CUBLAS_OP_T;
+    if (desc.epilogue == CUBLASLT_EPILOGUE_BGRADA) /* (shape_of: A not transposed, one member) */
+      for (uint64_t i = 0; i < s.m; i++) {
+        float sum = 0.0f;
+        for (uint64_t p = 0; p < s.k; p++) sum += round_operand(load(A, la, 0, i, p), desc.compute);
+        ((float *)desc.bias)[i] = sum;
+      }
     for (int32_t bi = 0; bi < s.batch; bi++)
       for (uint64_t j = 0; j < s.n; j++) {
         for (uint64_t p = 0; p < s.k; p++)
