@@ -66,21 +66,54 @@ static int independent_of_batch(const CgCudaBatches *b, const Ranges *rg, int k,
   return 1;
 }
 
+static int64_t last_dim(const IrNode *x) { return x->shape[x->rank - 1]; }
+
+int cg_cuda_bias_in_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, int i) {
+  const IrNode *s = m->nodes[i];
+  if (s->op != IR_OP_SUM_TO || s->rank != 1 || s->dtype != IR_F32) return -1;
+  const IrNode *dy = s->inputs[0];
+  int k = kp->kernel_of[i];
+  if (dy->rank < 2 || last_dim(dy) != s->shape[0] || k < 0 || kp->kernels[k].root != i ||
+      kp->kernels[k].nnodes != 1 || kp->inplace_of[i] >= 0 || (kp->acc_into && kp->acc_into[i] >= 0))
+    return -1;
+  int gemm = -1, read_after = 0;
+  for (int j = i + 1; j < m->nnodes; j++) {
+    const IrNode *n = m->nodes[j];
+    for (int q = 0; q < n->ninputs; q++)
+      if (n->inputs[q] == s) {
+        if (gemm < 0) return -1; /* read before the GEMM */
+        read_after = 1;
+      }
+    if (gemm >= 0 || n->op != IR_OP_MATMUL_TA || n->ia[0] || n->inputs[0]->rank != 2 ||
+        kp->kernel_of[j] >= 0 || (kp->acc_into && kp->acc_into[j] >= 0))
+      continue;
+    const IrNode *b = n->inputs[1]; /* dy, or a view sharing its bytes */
+    if (b->rank == 2 && last_dim(b) == s->shape[0] &&
+        (b == dy || (b->op == IR_OP_RESHAPE && b->inputs[0] == dy && bp->alias[b->id] == dy->id)))
+      gemm = j;
+  }
+  return read_after ? gemm : -1;
+}
+
 void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                         const CgLeafPlan *lp, const CgCudaStore *store, int batch,
-                        CgCudaBatches *out) {
+                        int unpipelined, CgCudaBatches *out) {
   int nk = kp->nkernels;
   memset(out, 0, sizeof *out);
   out->lead = arena_alloc(&m->arena, sizeof(int) * (size_t)(nk + 1));
   out->next = arena_alloc(&m->arena, sizeof(int) * (size_t)(nk + 1));
   out->count = arena_alloc(&m->arena, sizeof(int) * (size_t)(nk + 1));
   out->multi = arena_alloc(&m->arena, (size_t)nk + 1);
+  out->in_gemm = arena_alloc(&m->arena, sizeof(int) * (size_t)(nk + 1));
   int *last = arena_alloc(&m->arena, sizeof(int) * (size_t)(nk + 1)); /* per lead: last member */
   for (int k = 0; k < nk; k++) {
     out->lead[k] = cg_kernel_is_view(kp, bp, k) ? -1 : k;
     out->next[k] = -1;
     out->count[k] = out->lead[k] >= 0;
     last[k] = k;
+    out->in_gemm[k] = unpipelined && out->lead[k] >= 0 && kp->kernels[k].nnodes == 1
+                          ? cg_cuda_bias_in_gemm(m, kp, bp, kp->kernels[k].nodes[0])
+                          : -1;
   }
   if (!batch || !nk) return;
   int64_t *temp_off = calloc((size_t)kp->ntemps + 1, sizeof(int64_t));
@@ -95,7 +128,8 @@ void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
     if (!(ir_op_info[n->op].flags & IR_F_LEAF) && kp->kernel_of[i] < 0) nopen = 0; /* runtime op */
     for (; next < nk && kp->kernels[next].root == i; next++) {
       int k = next;
-      if (out->lead[k] < 0) continue; /* a view launches nothing */
+      if (out->lead[k] < 0 || out->in_gemm[k] >= 0) continue; /* a view launches nothing;
+                                                                  a bias sum runs at its GEMM */
       if (n->phase != phase) nopen = 0, phase = n->phase;
       rg[k] = ranges_of(m, kp, bp, lp, temp_off, k);
       int code = store->canon[k];

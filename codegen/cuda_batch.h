@@ -23,7 +23,19 @@
  * The batch then runs where its first member ran; each member computes what
  * its own launch would have (the same code, the same arguments).  Launches
  * absorbed this way run nothing where they were (train_cuda.c says where
- * they went). */
+ * they went).
+ *
+ * Bias sums with their GEMM (in_gemm): in the unpipelined step, a linear
+ * layer's bias gradient -- a kernel that is one sum_to of dy [..., n] to
+ * [n] -- is computed by the call of its weight gradient's GEMM, a later
+ * matmul_ta (one member, b not transposed) whose b is dy or a view of it
+ * sharing dy's bytes: rt_cuda_matmul_ta_bgrad sums dy in cuBLASLt's epilogue
+ * where it can, and where it cannot the kernel is launched right after the
+ * GEMM.  Either way the sum runs at the GEMM instead of at its own position,
+ * so: nothing reads it before the GEMM, and it has a reader after it (the
+ * optimizer, a clip, a collective), so its buffer, taken from its position
+ * to its last reader (passes/bufplan.h), holds nothing else in between; dy's
+ * bytes are live at the GEMM, which reads them.  Such a kernel never batches. */
 #ifndef PARC_CG_CUDA_BATCH_H
 #define PARC_CG_CUDA_BATCH_H
 
@@ -39,15 +51,20 @@ typedef struct CgCudaBatches {
   int *count;           /* per instance that leads: its members, itself included */
   unsigned char *multi; /* per instance whose code it is (store->canon[k] == k): some
                            batch of 2 or more runs that code (kir_cuda_write_multi) */
+  int *in_gemm;         /* per instance: the GEMM node whose call computes it (a bias
+                           sum, above), else -1 */
   int batches;          /* batches of 2 or more */
   int absorbed;         /* launches they took in (members that do not lead) */
 } CgCudaBatches;
 
 /* Plans *out in m's arena for the step of kp (its buffer plan bp, leaf plan
  * lp, CUDA code store).  batch 0 (--no-batch, or a pipelined trainer, which
- * runs stage programs): nothing batches, every instance launches alone. */
+ * runs stage programs): nothing batches, every instance launches alone.
+ * unpipelined: m is the unpipelined step (else no bias sum joins a GEMM). */
 void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                         const CgLeafPlan *lp, const CgCudaStore *store, int batch,
-                        CgCudaBatches *out);
+                        int unpipelined, CgCudaBatches *out);
+/* The GEMM node whose call computes sum_to node i (the bias sums above), else -1. */
+int cg_cuda_bias_in_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, int i);
 
 #endif

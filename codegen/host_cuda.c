@@ -56,8 +56,9 @@ typedef struct {
   int ngemms, capgemms;
   int grads_in_acc;     /* it is an optimizer function: a gradient (p->grad) is read
                            from G (host.h, cg_pipe_grads_in_acc) */
-  int fuse_xent;        /* the unpipelined step: cross-entropy fused into its gradient
-                           (cg_cuda_xent_fused) */
+  int fuse_step;        /* the unpipelined step: cross-entropy fused into its gradient
+                           (cg_cuda_xent_fused), bias sums into their GEMMs' calls
+                           (batches->in_gemm) */
 } Cu;
 
 static void fail(Cu *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -292,6 +293,18 @@ static void emit_gemm_table(Cu *e, int stages) {
   fprintf(f, "  default: *n = ngemms_%d; return gemms_%d;\n  }\n}\n", stages - 1, stages - 1);
 }
 
+static void emit_launch(Cu *e, int index, const char *ind);
+static void emit_save_grad(Cu *e, const IrNode *n);
+
+/* The kernel instance whose bias sum GEMM node g's call computes
+ * (codegen/cuda_batch.h, in_gemm), else -1. */
+static int bias_kernel_of(const Cu *e, const IrNode *g) {
+  if (!e->fuse_step || !e->batches || g->op != IR_OP_MATMUL_TA) return -1;
+  for (int k = 0; k < e->kp->nkernels; k++)
+    if (e->batches->in_gemm[k] == g->id) return k;
+  return -1;
+}
+
 /* One runtime call for a node the kernels do not compute (host.c's
  * emit_runtime, op for op, on rt_cuda.h). */
 static void emit_runtime(Cu *e, const IrNode *n) {
@@ -306,7 +319,7 @@ static void emit_runtime(Cu *e, const IrNode *n) {
   const char *z = n->ninputs > 2 ? buf(e, in[2], a2, sizeof a2) : NULL;
   const char *w = n->ninputs > 3 ? buf(e, in[3], a3, sizeof a3) : NULL;
   FILE *f = e->out;
-  const IrNode *xl = e->fuse_xent ? xent_loss_of(e->m, n) : NULL;
+  const IrNode *xl = e->fuse_step ? xent_loss_of(e->m, n) : NULL;
   if (xl) { /* the forward's loss too, in the gradient's call */
     char lb[96];
     int wide = e->store->bf16[n->id] && !e->store->bf16[in[0]->id];
@@ -320,7 +333,7 @@ static void emit_runtime(Cu *e, const IrNode *n) {
             n->op == IR_OP_VOCAB_CROSS_ENTROPY_GRAD ? n->ia[2] : dim(in[0], -1));
     return;
   }
-  int fused = e->fuse_xent ? cg_cuda_xent_fused(e->m, n->id) : -1;
+  int fused = e->fuse_step ? cg_cuda_xent_fused(e->m, n->id) : -1;
   if (fused >= 0) { /* a cross-entropy whose loss its gradient's call writes */
     fprintf(f, "  /* computed with its gradient, %%%d (rt_cuda_cross_entropy_fused) */\n", fused);
     return;
@@ -341,12 +354,24 @@ static void emit_runtime(Cu *e, const IrNode *n) {
     for (int j = 0; j < 2; j++)
       if (cg_cuda_gemm_weight(n, j, e->store->weights))
         snprintf(j ? a1 : a0, sizeof a0, "PB(%" PRId64 ")", e->lp->offset[in[j]->id]);
-    fprintf(f, "  CHECK(%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", ",
-            g.ta ? "rt_cuda_matmul_ta" : "rt_cuda_matmul", out, x, y, g.batch, g.m, g.k, g.n);
+    int bk = bias_kernel_of(e, n); /* a bias sum with it: its node's buffer */
+    const IrNode *bias = bk >= 0 ? e->m->nodes[e->kp->kernels[bk].nodes[0]] : NULL;
+    char bb[96];
+    fprintf(f, "  CHECK(%s(dev, %s, %s, %s, ", bias ? "rt_cuda_matmul_ta_bgrad"
+                                           : g.ta ? "rt_cuda_matmul_ta" : "rt_cuda_matmul",
+            out, x, y);
+    if (bias) fprintf(f, "%s, ", buf(e, bias, bb, sizeof bb));
+    fprintf(f, "%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", ", g.batch, g.m, g.k, g.n);
     for (size_t i = 0; i < sizeof flag / sizeof flag[0]; i++)
       if (g.flags & flag[i].bit) fprintf(f, "%s | ", flag[i].name);
-    fputs("0));\n", f);
+    fputs(bias ? "0, &summed_));\n" : "0));\n", f);
     add_gemm(e, g);
+    if (bias) { /* the kernel where the epilogue did not sum (rt_cuda.h) */
+      fprintf(f, "  if (!summed_) { /* %%%d by its kernel, after the GEMM */\n", bias->id);
+      emit_launch(e, bk, "    ");
+      fputs("  }\n", f);
+      emit_save_grad(e, bias);
+    }
     return;
   }
   case IR_OP_ATTENTION: { /* lse [B, H, T] right after out (ir_aux_numel) */
@@ -732,9 +757,7 @@ static void emit_batch_call(Cu *e, int lead) {
  * between the profile's events when the step records (prof_); or its batch,
  * when it leads one; or a note, when it runs in an earlier one. */
 static void emit_kernel_call(Cu *e, int index) {
-  const CgKernel *k = &e->kp->kernels[index];
   const char *name = e->store->code[e->store->canon[index]]->name;
-  char b[96];
   if (cg_view_note(e->out, e->kp, e->bp, index)) return;
   if (e->batches && e->batches->lead[index] != index) {
     fprintf(e->out, "  /* runs in the batch of %s_multi above */\n", name);
@@ -744,10 +767,18 @@ static void emit_kernel_call(Cu *e, int index) {
     emit_batch_call(e, index);
     return;
   }
-  fprintf(e->out, "  PROF_BEGIN();\n  %s_launch(", name);
+  emit_launch(e, index, "  ");
+}
+
+/* Kernel instance `index` launched alone, its lines indented by ind. */
+static void emit_launch(Cu *e, int index, const char *ind) {
+  const CgKernel *k = &e->kp->kernels[index];
+  const char *name = e->store->code[e->store->canon[index]]->name;
+  char b[96];
+  fprintf(e->out, "%sPROF_BEGIN();\n%s%s_launch(", ind, ind, name);
   for (int i = 0; i < k->nargs; i++) fprintf(e->out, "%s, ", arg_expr(e, k, i, b, sizeof b));
-  fprintf(e->out, "0, %" PRId64 ", st);\n  LAUNCHED(\"%s\", %" PRId64 ");\n",
-          kir_kernel_rows(k->k), name, kernel_bytes(e, k));
+  fprintf(e->out, "0, %" PRId64 ", st);\n%sLAUNCHED(\"%s\", %" PRId64 ");\n",
+          kir_kernel_rows(k->k), ind, name, kernel_bytes(e, k));
 }
 
 static void emit_save_grad(Cu *e, const IrNode *n) {
@@ -803,7 +834,11 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
           "  struct CUstream_st *st = rt_cuda_stream(dev);\n"
           "  (void)io, (void)A, (void)P, (void)S, (void)tokens, (void)targets, (void)lr, (void)t,\n"
           "      (void)st, (void)prof_;\n");
-  e->fuse_xent = 1; /* (until the step's nodes are written) */
+  e->fuse_step = 1; /* (until the step's nodes are written) */
+  int in_gemm = 0;
+  for (int k = 0; e->batches && k < kp->nkernels; k++) in_gemm += e->batches->in_gemm[k] >= 0;
+  if (in_gemm)
+    fprintf(out, "  int summed_; /* rt_cuda_matmul_ta_bgrad: the epilogue summed the bias */\n");
   int weights = cg_cuda_weights_read(m, e->store->weights);
   if (weights)
     fprintf(out, "  /* the bf16 weights of the GEMMs marked PB(offset): this step's params\n"
@@ -831,11 +866,16 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
       const CgKernel *kk = &kp->kernels[next];
       for (int j = 0; j < kk->nnodes; j++) cg_host_comment(out, m->nodes[kk->nodes[j]], "  ");
       if (!kk->nnodes) fprintf(out, "  /* statistics for a later weight gradient */\n");
+      if (e->batches && e->batches->in_gemm[next] >= 0) {
+        fprintf(out, "  /* with %%%d's GEMM: in its epilogue, or launched after it "
+                     "(rt_cuda_matmul_ta_bgrad) */\n", e->batches->in_gemm[next]);
+        continue;
+      }
       emit_kernel_call(e, next);
       for (int j = 0; j < kk->nnodes; j++) emit_save_grad(e, m->nodes[kk->nodes[j]]);
     }
   }
-  e->fuse_xent = 0;
+  e->fuse_step = 0;
   if (next != kp->nkernels) fail(e, "kernel %d runs out of node order", next);
   char b[96], c[96], g[96];
   fprintf(out, "\n  /* ---- results ---- */\n");

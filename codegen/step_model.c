@@ -183,6 +183,7 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
   }
   for (int k = 0; k < kp->nkernels; k++) { /* generated kernels (a _stats one too), at roots */
     int r = kp->kernels[k].root;
+    if (batches && batches->in_gemm[k] >= 0) continue; /* in its GEMM's call (cuda_batch.h) */
     int member = batches && batches->lead[k] >= 0 && batches->lead[k] != k;
     double t = kernel_time(m, kp, mc, k, stored, member, st);
     if (member) { /* in another's launch: no call */

@@ -212,9 +212,11 @@ int rt_cuda_matmul_ta(RtCuda *c, float *out, const float *a, const float *b, int
  * bias gradient, from the dy its weight gradient reads) in cuBLASLt's
  * epilogue, where it can: *done = 1.  *done = 0, bgrad untouched, and the
  * caller sums, where it cannot: no algorithm with the epilogue for the shape;
- * a batch, transpose_b, accumulation or a bf16 or rounded result; b not the
- * values the GEMM reads (an fp32 b in GEMM mode bf16 or tf32: the call's
- * rounded copy); PARC_CUDA_BGRAD=0.  rt_cuda_gemm.cu's head says more. */
+ * a batch, transpose_b, accumulation or a bf16 or rounded result; cuBLASLt
+ * rounding fp32 operands itself (GEMM mode bf16 or tf32 where the call makes
+ * no bf16 copy); PARC_CUDA_BGRAD=0.  In GEMM mode bf16 the sums are of b's
+ * bf16 values (stored so, or the call's rounded copy), as the GEMM reads
+ * them.  rt_cuda_gemm.cu's head says more. */
 int rt_cuda_matmul_ta_bgrad(RtCuda *c, float *out, const float *a, const float *b, float *bgrad,
                             int64_t batch, int64_t m, int64_t k, int64_t n, int flags, int *done);
 

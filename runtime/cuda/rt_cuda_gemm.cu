@@ -39,8 +39,12 @@
  * layer's weight gradient dW = x^T dy reads dy [k, n] as cuBLAS's A, not
  * transposed; cuBLASLt's BGRADA epilogue sums op(A) over k into a vector of
  * D's rows (our n): the bias gradient, without its own pass over dy.  Asked
- * only where the sums are of dy's own values (a bf16 dy the kernels stored,
- * or fp32 operands in fp32 mode: no rounded copy between) and the GEMM is
+ * only where the sums are of the values the products read, as they are:
+ * fp32 operands in fp32 mode, or bf16 ones (a dy the kernels stored as bf16,
+ * or the call's rounded copy of an fp32 dy: the same values a bf16 trainer's
+ * kernel would sum, so --bf16-store round keeps the stored trainer's bits),
+ * not where cuBLASLt rounds fp32 operands itself (GEMM mode bf16 or tf32
+ * without a copy); and where the GEMM is
  * plain (one member, no transpose of b, no accumulation, an fp32 result);
  * the plan keeps whether cuBLASLt had an algorithm with it, and where it had
  * none the call says so (*done = 0) and the caller sums. */
@@ -337,8 +341,7 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
   int al_a = align_of(ga), al_b = align_of(gb), al_c = align_of(gout);
   /* the bias gradient from the epilogue: sums of b's own values (the head comment) */
   int want_bgrad = bias && bgrad_allowed() && batch == 1 && !tb && !cout &&
-                   !(flags & RT_MM_ACCUMULATE) &&
-                   (bf16ops ? (flags & RT_CUDA_MM_B_BF16) != 0 : c->gemm == RT_CUDA_GEMM_FP32);
+                   !(flags & RT_MM_ACCUMULATE) && (bf16ops || c->gemm == RT_CUDA_GEMM_FP32);
   int al_bias = want_bgrad ? align_of(bias) : 0;
   /* the cache key: shape, flags, precision, epilogue and alignment class */
   uint64_t h = (uint64_t)(m * 1000003 + k * 10007 + n * 101 + batch * 7 + gflags * 3 + ta) ^

@@ -21,6 +21,9 @@
 #                             the step-1 gradients at several ranks too; batch:
 #                             --no-batch = the batched trainer bit for bit, with
 #                             steps x the absorbed launches more launches;
+#                             bgrad: the bias sums in their GEMMs' epilogue against
+#                             their kernels after the GEMMs (no epilogue, or
+#                             PARC_CUDA_BGRAD=0: the same bits), train at 1e-4;
 #                             layout: --head-major-attn = the token-major
 #                             attention bit for bit, with more launches;
 #                             recompute: bf16 --recompute norms near the
@@ -38,7 +41,7 @@ list(APPEND emu_link -lpthread -lm)
 string(JOIN " " emu_link ${emu_link})
 # NAME|MODEL|PARC ARGS|CHECKS|GRAPH NOTICES
 set(emu_cases
-  "gpt2_tiny|gpt2_tiny||cpu,graph,bf16,store,launch,batch,layout,recompute,pointwise,layers|0"
+  "gpt2_tiny|gpt2_tiny||cpu,graph,bf16,store,launch,batch,layout,recompute,pointwise,layers,bgrad|0"
   "llama_tiny|llama_tiny||cpu,graph,bf16,store,layout|0"
   "gpt2_tiny_vocab257|gpt2_tiny|-D vocab=257|cpu,bf16,store|0"
   "moe_tiny|moe_tiny||cpu,graph,store,batch|1"

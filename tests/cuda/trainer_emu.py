@@ -65,6 +65,15 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
           refused as a setup error (exit 1, no step); on a GPU too small it
           refuses to start with parc's reported bytes (its own arena, with
           the bf16 values at 2 bytes: codegen/cuda_arena.h).
+  bgrad   the bias gradients of the unpipelined step, which the plain run
+          computes in their weight gradients' GEMMs (train_cuda.c: one
+          rt_cuda_matmul_ta_bgrad per plan.json gpu_in_gemm kernel; the
+          emulated cuBLASLt's BGRADA epilogue), against the kernels launched
+          after those GEMMs instead: a cuBLASLt without the epilogue
+          (KCU_EMU_LT_NO_BGRAD=1) and PARC_CUDA_BGRAD=0 give each other's
+          losses and step-1 gradients bit for bit (the same kernels), those
+          within the cpu check's bounds of train, with steps x the fused
+          kernels more launches than the plain run (KCU_EMU_STATS);
   batch   the trainer generated with --no-batch (every kernel launched on its
           own) against the default one, which batches independent launches of
           one kernel's code (codegen/cuda_batch.h; it has some, NAME_multi_launch):
@@ -546,7 +555,7 @@ def main():
     a = p.parse_args()
     checks = a.checks.split(",")
     known = ("cpu", "graph", "device", "bf16", "store", "launch", "grads", "batch", "layout",
-             "recompute", "pointwise", "layers")
+             "recompute", "pointwise", "layers", "bgrad")
     bad = [c for c in checks if c not in known]
     if bad:
         p.error("unknown check %s (%s)" % (bad[0], ", ".join(known)))
@@ -611,6 +620,36 @@ def main():
         ok = recompute(a, proj, env, steps, grads, "pointwise")
     if ok and "layers" in checks and "store" in checks:
         ok = recompute(a, proj, env, steps, grads, "layers")
+    if ok and "bgrad" in checks and "cpu" in checks:
+        with open(proj + "/plan.json") as f:
+            fused = sum("gpu_in_gemm" in k for k in json.load(f)["kernels"])
+        with open(proj + "/train_cuda.c") as f:
+            calls = f.read().count("rt_cuda_matmul_ta_bgrad(")
+        if fused == 0 or calls != fused:
+            print("%s: %d bias sums with their GEMMs in plan.json, %d rt_cuda_matmul_ta_bgrad "
+                  "calls" % (a.name, fused, calls))
+            ok = False
+        ok = ok and gpu("nobgrad", {"KCU_EMU_LT_NO_BGRAD": "1"}, save_grads=True) and \
+            gpu("bgrad0", {"PARC_CUDA_BGRAD": "0"}, save_grads=True)
+        ok = ok and compare(a, "losses", jsonl("nobgrad"), jsonl("bgrad0"), 0,
+                            a.name + " no epilogue = PARC_CUDA_BGRAD=0 bits")
+        if ok and cmp_grads:
+            ok = compare(a, "grads", grads("nobgrad")[1], grads("bgrad0")[1], 0,
+                         a.name + " no epilogue = PARC_CUDA_BGRAD=0, gradients")
+        ok = ok and against_cpu("nobgrad", 1e-4, 1e-4, "bias kernels vs CPU",
+                                "bias kernels, step-1 gradients")
+        if ok:
+            n = []
+            for tag in ("emu", "nobgrad"):
+                with open(stats(tag)) as f:
+                    n.append(json.load(f)["kernel_launches"])
+            if n[1] - n[0] != fused * a.steps:
+                print("%s: %d kernel launches with the epilogue, %d without: expected %d more" %
+                      (a.name, n[0], n[1], fused * a.steps))
+                ok = False
+            else:
+                print("%-34s %d bias sums in GEMMs, %d kernel launches (%d without)" %
+                      (a.name + " bgrad", fused, n[0], n[1]))
     if ok and "batch" in checks:
         ok = batch(a, proj, env, steps, grads, stats)
     if ok and "layout" in checks:

@@ -9,10 +9,11 @@
  *   - dw: the bits of the same rt_cuda_matmul_ta without the bias (the
  *     emulation has one algorithm, so the epilogue may not change the GEMM);
  *   - *done = 1 where the epilogue applies: the vector is dy's column sums,
- *     of the values the GEMM reads (dy stored as bf16: its bf16 values),
- *     against fp32 sums on the host (relative 1e-6);
- *   - *done = 0 where it does not (a fp32 dy in GEMM mode bf16, which the
- *     call rounds into a copy; accumulation; KCU_EMU_LT_NO_BGRAD=1, a
+ *     of the values the GEMM reads (GEMM mode bf16: dy's bf16 values, stored
+ *     so or rounded into the call's copy), against fp32 sums on the host
+ *     (relative 1e-6);
+ *   - *done = 0 where it does not (accumulation; a batch; GEMM mode tf32,
+ *     where cuBLASLt rounds fp32 operands itself; KCU_EMU_LT_NO_BGRAD=1, a
  *     cuBLASLt without such an algorithm; PARC_CUDA_BGRAD=0): the vector
  *     untouched (all NaN).
  * Two calls of one shape (one plan) into two vectors each get their own sums;
@@ -83,11 +84,13 @@ static RtCuda *open_ctx(int gemm) {
 }
 
 /* One case: dw [m, n] = x^T dy on c, flags as a trainer passes them (stored:
- * dy as bf16, RT_CUDA_MM_B_BF16); want_done: 1 if the epilogue applies. */
+ * dy as bf16, RT_CUDA_MM_B_BF16); rounded: the GEMM reads dy's bf16 values
+ * (stored, or GEMM mode bf16); want_done: 1 if the epilogue applies. */
 static void run_case(const char *name, RtCuda *c, int64_t m, int64_t k, int64_t n, int stored,
-                     int acc, int want_done) {
+                     int rounded, int acc, int want_done) {
   if (off) want_done = 0;
-  float *x = malloc(4 * (size_t)(k * m)), *dy = malloc(4 * (size_t)(k * n));
+  float *x = malloc(4 * (size_t)(k * m)), *dy = malloc(4 * (size_t)(k * n)),
+        *dy0 = malloc(4 * (size_t)(k * n)); /* dy as given; dy: as the GEMM reads it */
   float *w0 = malloc(4 * (size_t)(m * n)), *got = malloc(4 * (size_t)(m * n)),
         *ref = malloc(4 * (size_t)(m * n)), *bias = malloc(4 * (size_t)n),
         *sums = malloc(4 * (size_t)n);
@@ -95,9 +98,9 @@ static void run_case(const char *name, RtCuda *c, int64_t m, int64_t k, int64_t 
   for (int64_t i = 0; i < k * m; i++) x[i] = frand();
   for (int64_t i = 0; i < m * n; i++) w0[i] = frand();
   for (int64_t i = 0; i < k * n; i++) {
-    dy[i] = frand();
+    dy[i] = dy0[i] = frand();
     dyh[i] = bf16_rn(dy[i]);
-    if (stored) dy[i] = bf16_val(dyh[i]); /* the values the GEMM reads */
+    if (rounded) dy[i] = bf16_val(dyh[i]); /* the values the GEMM reads */
   }
   for (int64_t j = 0; j < n; j++) { /* fp32 in increasing rows */
     float s = 0.0f;
@@ -107,7 +110,7 @@ static void run_case(const char *name, RtCuda *c, int64_t m, int64_t k, int64_t 
   }
   int flags = (stored ? RT_CUDA_MM_B_BF16 : 0) | (acc ? RT_MM_ACCUMULATE : 0);
   float *dx = dev(x, 4 * (size_t)(k * m));
-  float *ddy = stored ? dev(dyh, 2 * (size_t)(k * n)) : dev(dy, 4 * (size_t)(k * n));
+  float *ddy = stored ? dev(dyh, 2 * (size_t)(k * n)) : dev(dy0, 4 * (size_t)(k * n));
   float *dw = dev(w0, 4 * (size_t)(m * n)), *dw2 = dev(w0, 4 * (size_t)(m * n));
   float *dbias = dev(bias, 4 * (size_t)n);
   int done = -1;
@@ -136,7 +139,7 @@ static void run_case(const char *name, RtCuda *c, int64_t m, int64_t k, int64_t 
           (long long)nan, (long long)n);
   printf("%-44s done %d\n", name, done);
   cudaFree(dx), cudaFree(ddy), cudaFree(dw), cudaFree(dw2), cudaFree(dbias);
-  free(x), free(dy), free(w0), free(got), free(ref), free(bias), free(sums), free(dyh);
+  free(x), free(dy), free(dy0), free(w0), free(got), free(ref), free(bias), free(sums), free(dyh);
 }
 
 /* Two calls of one shape (one cached plan) into two vectors: each its own sums. */
@@ -186,12 +189,14 @@ int main(int argc, char **argv) {
     return 2;
   }
   rt_pool_init(2);
-  RtCuda *f = open_ctx(RT_CUDA_GEMM_FP32), *b = open_ctx(RT_CUDA_GEMM_BF16);
-  run_case("fp32 mode, fp32 dy", f, 24, 40, 36, 0, 0, 1);
-  run_case("fp32 mode, odd sizes", f, 7, 33, 13, 0, 0, 1);
-  run_case("fp32 mode, accumulating", f, 24, 40, 36, 0, 1, 0);
-  run_case("bf16 mode, dy stored as bf16", b, 32, 48, 40, 1, 0, 1);
-  run_case("bf16 mode, fp32 dy (a rounded copy)", b, 32, 48, 40, 0, 0, 0);
+  RtCuda *f = open_ctx(RT_CUDA_GEMM_FP32), *b = open_ctx(RT_CUDA_GEMM_BF16),
+         *t = open_ctx(RT_CUDA_GEMM_TF32);
+  run_case("fp32 mode, fp32 dy", f, 24, 40, 36, 0, 0, 0, 1);
+  run_case("fp32 mode, odd sizes", f, 7, 33, 13, 0, 0, 0, 1);
+  run_case("fp32 mode, accumulating", f, 24, 40, 36, 0, 0, 1, 0);
+  run_case("bf16 mode, dy stored as bf16", b, 32, 48, 40, 1, 1, 0, 1);
+  run_case("bf16 mode, fp32 dy (the call's rounded copy)", b, 32, 48, 40, 0, 1, 0, 1);
+  run_case("tf32 mode (cuBLASLt rounds)", t, 32, 48, 40, 0, 0, 0, 0);
   two_vectors(f);
   int done = -1;
   float *p = dev(NULL, 64);
@@ -201,11 +206,12 @@ int main(int argc, char **argv) {
         "a NULL done was accepted");
   cudaFree(p);
   setenv("KCU_EMU_LT_NO_BGRAD", "1", 1); /* a cuBLASLt without the epilogue (new shapes) */
-  run_case("no algorithm with the epilogue", f, 12, 20, 28, 0, 0, 0);
-  run_case("no algorithm, bf16 dy", b, 16, 24, 32, 1, 0, 0);
+  run_case("no algorithm with the epilogue", f, 12, 20, 28, 0, 0, 0, 0);
+  run_case("no algorithm, bf16 dy", b, 16, 24, 32, 1, 1, 0, 0);
   unsetenv("KCU_EMU_LT_NO_BGRAD");
   rt_cuda_close(f);
   rt_cuda_close(b);
+  rt_cuda_close(t);
   if (failures) fprintf(stderr, "bgrad_check: %d failure(s)\n", failures);
   else printf("bgrad_check: all passed\n");
   return failures ? 1 : 0;
