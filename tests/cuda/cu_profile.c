@@ -12,7 +12,10 @@
  *     plan.json's kernels in order, less those marked "view" (a reshape
  *     written over its input, which runs nowhere) and those marked
  *     "gpu_batch_of" (run by their batch's first member, "gpu_batch": N, whose
- *     launch is the batched one of N instances), and where every argument's buffer is
+ *     launch is the batched one of N instances) and those marked "gpu_in_gemm"
+ *     (a bias sum computed with that GEMM node's call: its launch, where the
+ *     epilogue did not sum, is in the GEMM's `if (!summed_) { /+ %N ...` block,
+ *     N its node, 4 spaces in; each such kernel has one), and where every argument's buffer is
  *     known (plan.json's params, state, and the arena buffer at that offset
  *     that the kernel writes or that is live when it runs), BYTES is at least
  *     the kernel's outputs (written whole) and at most twice all its
@@ -94,7 +97,20 @@ static double arg_bytes(const char *a, const cJSON *k, int *out) {
 /* 1 if plan.json's kernel k has a launch of its own (or leads a batch): not a
  * view, not a member of another's batch. */
 static int runs(const cJSON *k) {
-  return !cJSON_IsTrue(cJSON_GetObjectItem(k, "view")) && num(k, "gpu_batch_of") < 0;
+  return !cJSON_IsTrue(cJSON_GetObjectItem(k, "view")) && num(k, "gpu_batch_of") < 0 &&
+         num(k, "gpu_in_gemm") < 0;
+}
+
+/* plan.json's kernel that is node `node`'s bias sum with a GEMM (gpu_in_gemm), or NULL. */
+static const cJSON *bias_kernel(const cJSON *kernels, long node) {
+  const cJSON *k;
+  cJSON_ArrayForEach(k, kernels) {
+    const cJSON *nodes = cJSON_GetObjectItem(k, "nodes");
+    if (num(k, "gpu_in_gemm") >= 0 && cJSON_GetArraySize(nodes) == 1 &&
+        cJSON_GetArrayItem(nodes, 0)->valuedouble == (double)node)
+      return k;
+  }
+  return NULL;
 }
 
 /* The line after the one at s (NULL at the end). */
@@ -123,6 +139,8 @@ int main(int argc, char **argv) {
   const cJSON *kernels = cJSON_GetObjectItem(plan, "kernels");
   int launches = 0, checked = 0, partial = 0, funcs = 0, reads = 0, lineno = 0, batched = 0;
   int fn_launches = 0, fn_reads = 0, ki = 0, nk = cJSON_GetArraySize(kernels);
+  long bias_node = -1; /* inside `if (!summed_) { /+ %N`: N */
+  int bias_launches = 0;
   char prev[4096] = "", line[4096];
   for (char *s = src; s; s = next_line(s)) {
     lineno++;
@@ -141,12 +159,16 @@ int main(int argc, char **argv) {
       fail(lineno, "a function launching kernels reads prof_", fn_reads ? "twice" : "never");
     if (!strncmp(line, "  CHECK(rt_cuda_", 16) && !strcmp(prev, "  PROF_BEGIN();"))
       fail(lineno, "a runtime call bracketed by the generated code", line);
+    if (sscanf(line, "  if (!summed_) { /* %%%ld", &bias_node) != 1 && !strcmp(line, "  }"))
+      bias_node = -1;
     char *l = strstr(line, "_launch(");
-    /* a batched launch, inside its block: 4 spaces in */
+    /* a batched launch, inside its block: 4 spaces in; or a bias sum's */
     int multi = !strncmp(line, "    ", 4) && line[4] != ' ' && l && l - line > 10 &&
                 !strncmp(l - 6, "_multi", 6) && !strncmp(l, "_launch(&b_, ", 13);
-    const char *in = multi ? "    " : "  ";
-    if ((!multi && (strncmp(line, "  ", 2) || line[2] == ' ')) || !l || !strstr(line, ", st);")) {
+    int bias = bias_node >= 0 && !multi;
+    const char *in = multi || bias ? "    " : "  ";
+    if ((!multi && strncmp(line, in, strlen(in))) || line[strlen(in)] == ' ' || !l ||
+        !strstr(line, ", st);")) {
       snprintf(prev, sizeof prev, "%s", line);
       continue;
     }
@@ -168,9 +190,12 @@ int main(int argc, char **argv) {
       snprintf(prev, sizeof prev, "%s", line);
       continue;
     }
-    while (ki < nk && !runs(cJSON_GetArrayItem(kernels, ki)))
-      ki++; /* a view runs nowhere, a batch member in its batch */
-    const cJSON *k = pipelined ? NULL : cJSON_GetArrayItem(kernels, ki++);
+    while (!bias && ki < nk && !runs(cJSON_GetArrayItem(kernels, ki)))
+      ki++; /* a view runs nowhere, a batch member in its batch, a bias sum at its GEMM */
+    const cJSON *k = pipelined ? NULL
+                     : bias    ? bias_kernel(kernels, bias_node)
+                               : cJSON_GetArrayItem(kernels, ki++);
+    bias_launches += bias;
     if (!pipelined) {
       const cJSON *code = k ? cJSON_GetObjectItem(k, "code") : NULL;
       if (!code && k) code = cJSON_GetObjectItem(k, "name");
@@ -231,8 +256,10 @@ int main(int argc, char **argv) {
   }
   if (!launches) fail(0, "counts", "no kernel launch found");
   int run = 0, members = 0; /* plan.json's kernels less its views and batch members */
+  int in_gemm = 0;           /* and its bias sums with GEMMs */
   for (int i = 0; i < nk; i++) {
     run += runs(cJSON_GetArrayItem(kernels, i));
+    in_gemm += num(cJSON_GetArrayItem(kernels, i), "gpu_in_gemm") >= 0;
     members += num(cJSON_GetArrayItem(kernels, i), "gpu_batch") > 1 ||
                num(cJSON_GetArrayItem(kernels, i), "gpu_batch_of") >= 0;
   }
@@ -242,10 +269,11 @@ int main(int argc, char **argv) {
              members);
     fail(0, "counts", what);
   }
-  if (!pipelined && launches != run) {
-    char what[128];
-    snprintf(what, sizeof what, "%d launches, %d kernels in plan.json (less views)", launches,
-             run);
+  if (!pipelined && (launches - bias_launches != run || bias_launches != in_gemm)) {
+    char what[160];
+    snprintf(what, sizeof what, "%d launches (%d of bias sums after their GEMMs), %d kernels in "
+             "plan.json (less views; %d bias sums with GEMMs)", launches, bias_launches, run,
+             in_gemm);
     fail(0, "counts", what);
   }
   if (!reads) fail(0, "prof_", "never read");
