@@ -79,6 +79,10 @@
 #               tensor, so not step 4's trainer, whose attention does);
 #   4x. step 4's trainer with PARC_CUDA_XENT=gathered (the cross-entropy's
 #               statistics by separate passes: what one pass a row buys);
+#   4b. step 4's trainer with PARC_CUDA_BGRAD=0 (each linear layer's bias
+#               gradient by its sum kernel after the weight gradient's GEMM
+#               instead of cuBLASLt's BGRADA epilogue: what the epilogue buys);
+#               losses within 1e-3 relative of 4's (the same sums, another order);
 #   4n. GPT-2 small generated with --no-batch (every kernel launched on its
 #               own: what codegen/cuda_batch.h's batched launches buy), 15
 #               steps; its losses bit for bit equal to step 4's;
@@ -554,6 +558,16 @@ fi
 
 say "4x. step 4's trainer with the gathered cross-entropy (PARC_CUDA_XENT=gathered), 15 steps"
 variant xent_gathered "bf16 gpt2, gathered cross-entropy" PARC_CUDA_XENT=gathered
+
+say "4b. step 4's trainer with the bias sums as kernels after their GEMMs (PARC_CUDA_BGRAD=0), 15 steps"
+variant nobgrad "bf16 gpt2, bias sums not in GEMM epilogues" PARC_CUDA_BGRAD=0
+if [ -f "$WORK/gpt2.nobgrad.jsonl" ]; then
+  # the same sums in another order: the losses within rounding of step 4's
+  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/gpt2.nobgrad.jsonl" "$WORK/gpt2.bf16.jsonl" \
+    1e-3 --common > "$WORK/gpt2.nobgrad.cmp.log" 2>&1 || true
+  cat "$WORK/gpt2.nobgrad.cmp.log"
+  result "bf16 gpt2 bias epilogue ~ kernels" "$WORK/gpt2.nobgrad.cmp.log"
+fi
 
 # GPT-2 small generated again with the parc flag $3 (project gpt2_$1, logs
 # gpt2.$1.*), 15 steps: its tokens/s as $2, and its losses bit for bit step 4's
