@@ -111,8 +111,11 @@ void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
     out->next[k] = -1;
     out->count[k] = out->lead[k] >= 0;
     last[k] = k;
-    out->in_gemm[k] = unpipelined && out->lead[k] >= 0 && kp->kernels[k].nnodes == 1
-                          ? cg_cuda_bias_in_gemm(m, kp, bp, kp->kernels[k].nodes[0])
+    /* (the GEMM writes its sum in fp32: not for a value stored or rounded as bf16) */
+    int s = kp->kernels[k].nnodes == 1 ? kp->kernels[k].nodes[0] : -1;
+    out->in_gemm[k] = unpipelined && out->lead[k] >= 0 && s >= 0 && !store->bf16[s] &&
+                              !(store->rounded && store->rounded[s])
+                          ? cg_cuda_bias_in_gemm(m, kp, bp, s)
                           : -1;
   }
   if (!batch || !nk) return;

@@ -17,7 +17,11 @@
  * here, independently of the planner's.  Also: no batch spans a runtime op
  * or a change of phase, no batch has more members than its code's batched
  * form takes, and the model has batches at all (its optimizer's small
- * parameters).  --no-fuse plans one kernel per node (parc --no-fuse): short-lived
+ * parameters).  The bias sums computed with a GEMM (in_gemm) run, in the
+ * trainer's order, where that GEMM runs (before the first kernel rooted
+ * after it), so the same comparison holds their input's bytes unchanged
+ * until then and their result's bytes written by nobody else between; each
+ * such kernel is one sum_to, alone, whose GEMM is a later matmul_ta.  --no-fuse plans one kernel per node (parc --no-fuse): short-lived
  * buffers whose bytes the arena hands on within a batch's reach, which a
  * launch moved too early would clobber.  Prints the batches and the launches
  * they absorb. */
@@ -117,7 +121,7 @@ int main(int argc, char **argv) {
   cg_cuda_arena_plan(m, &kp, pos, held, &fp32, &store, &bp);
   free(held);
   CgCudaBatches b;
-  cg_cuda_batch_plan(m, &kp, &bp, &lp, &store, 1, 0, &b);
+  cg_cuda_batch_plan(m, &kp, &bp, &lp, &store, 1, 1, &b);
 
   int fails = 0;
   int64_t *temp_off = calloc((size_t)kp.ntemps + 1, sizeof(int64_t));
@@ -144,12 +148,40 @@ int main(int argc, char **argv) {
       fails++;
     }
   }
+  int in_gemm = 0;
+  for (int k = 0; k < nk; k++) {
+    int g = b.in_gemm[k];
+    if (g < 0) continue;
+    in_gemm++;
+    const CgKernel *kk = &kp.kernels[k];
+    if (kk->nnodes != 1 || m->nodes[kk->nodes[0]]->op != IR_OP_SUM_TO || g <= kk->root ||
+        m->nodes[g]->op != IR_OP_MATMUL_TA || b.lead[k] != k || b.count[k] != 1) {
+      printf("FAIL: kernel %d (%s) with GEMM %%%d: not one sum_to alone, or not a later "
+             "matmul_ta, or batched\n", k, kk->k->name, g);
+      fails++;
+    }
+  }
   uint64_t *seen = calloc((size_t)nk + 1, sizeof(uint64_t));
   uint32_t *final[3];
   for (int run = 0; run < 2; run++) {
     for (int sp = 0; sp < 3; sp++) s.w[sp] = calloc((size_t)s.n[sp] + 1, sizeof(uint32_t));
-    for (int k = 0; k < nk; k++) {
+    unsigned char *ran = calloc((size_t)nk + 1, 1); /* run 1: the bias sums run so far */
+    for (int k = 0; k <= nk; k++) {
+      /* run 1: the bias sums whose GEMM runs before kernel k (the rest at the end) */
+      for (int j = 0; run == 1 && j < nk; j++) {
+        if (b.in_gemm[j] < 0 || ran[j] || (k < nk && b.in_gemm[j] >= kp.kernels[k].root))
+          continue;
+        if (reads_of(&s, args[j], kp.kernels[j].nargs) != seen[j]) {
+          printf("FAIL: bias sum %d (%s) reads other values at its GEMM %%%d\n", j,
+                 kp.kernels[j].k->name, b.in_gemm[j]);
+          fails++;
+        }
+        writes_of(&s, args[j], kp.kernels[j].nargs, j);
+        ran[j] = 1;
+      }
+      if (k == nk) break;
       if (b.lead[k] < 0) continue; /* a view: no launch */
+      if (run == 1 && b.in_gemm[k] >= 0) continue; /* runs at its GEMM */
       if (run == 0) {
         seen[k] = reads_of(&s, args[k], kp.kernels[k].nargs);
         writes_of(&s, args[k], kp.kernels[k].nargs, k);
@@ -164,6 +196,7 @@ int main(int argc, char **argv) {
         }
       for (int j = k; j >= 0; j = b.next[j]) writes_of(&s, args[j], kp.kernels[j].nargs, j);
     }
+    free(ran);
     for (int sp = 0; sp < 3; sp++) {
       if (run == 0) final[sp] = s.w[sp];
       else {
@@ -179,8 +212,8 @@ int main(int argc, char **argv) {
     printf("FAIL: no batch at all: nothing to test\n");
     fails++;
   }
-  printf("%s %s: %d launches, %d batches absorbing %d of them\n", fails ? "FAIL" : "ok  ",
-         m->name, nk, b.batches, b.absorbed);
+  printf("%s %s: %d launches, %d batches absorbing %d of them, %d bias sums with GEMMs\n",
+         fails ? "FAIL" : "ok  ", m->name, nk, b.batches, b.absorbed, in_gemm);
   for (int k = 0; k < nk; k++) free(args[k]);
   free(args), free(seen), free(temp_off);
   cg_plan_free(&kp);
