@@ -32,9 +32,9 @@
  * the params, when a GEMM reads it, one call of 6 bytes a parameter.
  * batches (NULL: none; codegen/cuda_batch.h): a launch that runs in another's
  * batch costs its bytes, not a call; a bias sum computed by its GEMM's call
- * (in_gemm: cuBLASLt's epilogue) costs nothing of its own.  The step is the unpipelined one: a
- * cross-entropy computed inside its gradient's call (cg_cuda_xent_fused)
- * costs nothing of its own.  Not counted: a padded result's copy
+ * (in_gemm: cuBLASLt's epilogue) costs nothing of its own.  The step is the
+ * unpipelined one: a cross-entropy computed inside its gradient's call
+ * (cg_cuda_xent_fused) costs nothing of its own.  Not counted: a padded result's copy
  * (n % 4 != 0 under PARC_CUDA_GEMM_OPERANDS=bf16 only). */
 struct CgCudaStore;
 struct CgCudaBatches;

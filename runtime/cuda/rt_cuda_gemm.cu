@@ -41,11 +41,11 @@
  * D's rows (our n): the bias gradient, without its own pass over dy.  Asked
  * only where the sums are of the values the products read, as they are:
  * fp32 operands in fp32 mode, or bf16 ones (a dy the kernels stored as bf16,
- * or the call's rounded copy of an fp32 dy: the same values a bf16 trainer's
- * kernel would sum, so --bf16-store round keeps the stored trainer's bits),
- * not where cuBLASLt rounds fp32 operands itself (GEMM mode bf16 or tf32
- * without a copy); and where the GEMM is
- * plain (one member, no transpose of b, no accumulation, an fp32 result);
+ * or the call's rounded copy of an fp32 dy: what a stored trainer's kernel
+ * would sum, so --bf16-store round sums the same values), not where cuBLASLt
+ * rounds fp32 operands itself (GEMM mode bf16 or tf32 without a copy); and
+ * where the GEMM is plain (one member, no transpose of b, no accumulation,
+ * an fp32 result);
  * the plan keeps whether cuBLASLt had an algorithm with it, and where it had
  * none the call says so (*done = 0) and the caller sums. */
 #include <cuda_bf16.h>
