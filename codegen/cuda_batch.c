@@ -74,7 +74,7 @@ int cg_cuda_bias_in_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPla
   const IrNode *dy = s->inputs[0];
   int k = kp->kernel_of[i];
   if (dy->rank < 2 || last_dim(dy) != s->shape[0] || k < 0 || kp->kernels[k].root != i ||
-      kp->kernels[k].nnodes != 1 || kp->inplace_of[i] >= 0 || (kp->acc_into && kp->acc_into[i] >= 0))
+      kp->kernels[k].nnodes != 1)
     return -1;
   int gemm = -1, read_after = 0;
   for (int j = i + 1; j < m->nnodes; j++) {
