@@ -213,12 +213,105 @@ static void keep_pipe(const IrModule *m, const PpProgram *pp, unsigned char *kee
     if (pp->chunk[i] < 0 || pp->grad_param[i] >= 0) keep[i] = 1;
 }
 
+/* The kernel instance that stores param leaf's update in place (arg p of
+ * access inout: cg_kernels.h, IN-PLACE UPDATES), with *arg = p; -1 where
+ * none does (an update copied in at the end of the step, a collective's,
+ * no update). */
+static int param_writer(const IrModule *m, const CgKernelPlan *kp, const IrNode *leaf, int *arg) {
+  for (int u = 0; u < m->nupdates; u++) {
+    const IrNode *v = m->updates[u].value;
+    if (m->updates[u].leaf != leaf || kp->inplace_of[v->id] != leaf->id) continue;
+    int k = kp->kernel_of[v->id];
+    if (k < 0) return -1;
+    const CgKernel *kk = &kp->kernels[k];
+    for (int p = 0; p < kk->nargs; p++)
+      if (kk->arg_node[p] == leaf->id && kk->k->params[p].access == KIR_INOUT) {
+        *arg = p;
+        return k;
+      }
+    return -1;
+  }
+  return -1;
+}
+
+/* mirror and mirror_all (cuda_store.h); arg[i]: the param of instance i's
+ * code that mirror[i] names, else -1.  All or nothing: a copy kept for some
+ * params would still need the step's pass for the others. */
+static void plan_mirror(const IrModule *m, const CgKernelPlan *kp, int weights, CgCudaStore *out,
+                        int *arg) {
+  for (int i = 0; i < kp->nkernels; i++) out->mirror[i] = arg[i] = -1;
+  if (!weights) return;
+  int any = 0;
+  for (int i = 0; i < m->nnodes; i++) {
+    const IrNode *n = m->nodes[i];
+    if (n->op != IR_OP_PARAM || ir_numel(n) == 0) continue;
+    int p = -1, k = param_writer(m, kp, n, &p);
+    if (k < 0 || out->mirror[k] >= 0) { /* no kernel, or one storing two params */
+      for (int j = 0; j < kp->nkernels; j++) out->mirror[j] = arg[j] = -1;
+      return;
+    }
+    out->mirror[k] = i, arg[k] = p, any = 1;
+  }
+  out->mirror_all = any;
+}
+
+/* src with param p's stores repeated, each right after itself, into a new
+ * last param: a bf16 out buffer (the params' copy), so that both get the
+ * same value at the same index in the same iteration.  Nodes are renumbered
+ * (loops own contiguous ranges, kir.h); the clone is finished: no builder
+ * call may extend it (no value numbering table). */
+static KirKernel *with_mirror(IrModule *m, const KirKernel *src, int p, const char *name) {
+  int extra = 0;
+  for (int v = 0; v < src->nnodes; v++)
+    extra += src->nodes[v].op == KIR_OP_STORE && src->nodes[v].imm == p;
+  KirKernel *c = arena_alloc(&m->arena, sizeof *c);
+  *c = *src;
+  c->nodes = arena_alloc(&m->arena, sizeof(KirNode) * (size_t)(src->nnodes + extra));
+  int *map = arena_alloc(&m->arena, sizeof(int) * (size_t)(src->nnodes + 1));
+  int j = 0;
+  for (int v = 0; v < src->nnodes; v++) {
+    map[v] = j;
+    c->nodes[j++] = src->nodes[v];
+    if (src->nodes[v].op == KIR_OP_STORE && src->nodes[v].imm == p) {
+      c->nodes[j] = src->nodes[v];
+      c->nodes[j++].imm = src->nparams;
+    }
+  }
+  map[src->nnodes] = j;
+  for (int v = 0; v < j; v++)
+    for (int a = 0; a < 3; a++)
+      if (c->nodes[v].arg[a] != KIR_NONE) c->nodes[v].arg[a] = map[c->nodes[v].arg[a]];
+  c->nnodes = c->cap_nodes = j;
+  c->loops = arena_alloc(&m->arena, sizeof(KirLoop) * (size_t)(src->nloops + 1));
+  for (int l = 0; l < src->nloops; l++) {
+    KirLoop L = src->loops[l];
+    L.extent = map[L.extent];
+    if (L.col != KIR_NONE) L.col = map[L.col];
+    L.first = map[L.first], L.end = map[L.end];
+    c->loops[l] = L;
+  }
+  c->cap_loops = src->nloops;
+  c->params = arena_alloc(&m->arena, sizeof(KirParam) * (size_t)(src->nparams + 1));
+  memcpy(c->params, src->params, sizeof(KirParam) * (size_t)src->nparams);
+  size_t len = strlen(src->params[p].name) + 6;
+  char *pname = arena_alloc(&m->arena, len);
+  snprintf(pname, len, "%s_bf16", src->params[p].name);
+  c->params[src->nparams] = (KirParam){pname, KIR_PARAM_BUF, KIR_BF16, KIR_OUT, 0, extra};
+  c->nparams = c->cap_params = src->nparams + 1;
+  c->cse = NULL, c->ncse = c->cap_cse = 0;
+  len = strlen(name) + 4;
+  c->name = arena_alloc(&m->arena, len);
+  snprintf(c->name, len, "%s_pb", name);
+  return c;
+}
+
 void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, const int *canon,
                         int bf16, CgStoreMode mode, const PpProgram *pp, CgCudaStore *out) {
   bf16 = bf16 && mode != CG_STORE_OFF;
   memset(out, 0, sizeof *out);
   out->bf16 = arena_alloc(&m->arena, (size_t)m->nnodes + 1);
   out->canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(kp->nkernels + 1));
+  out->mirror = arena_alloc(&m->arena, sizeof(int) * (size_t)(kp->nkernels + 1));
   out->code = arena_alloc(&m->arena, sizeof(KirKernel *) * (size_t)(kp->nkernels + 1));
   unsigned char *keep = cg_results(m);
   if (pp) keep_pipe(m, pp, keep);
@@ -279,6 +372,12 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
   /* the code of each instance: its shared code, retyped where it stores bf16
    * (round: where it stores a value rounded so) */
   int round = mode == CG_STORE_ROUND;
+  /* the weights' bf16 copy: round mode's GEMMs convert the f32 params, as
+   * the copy rounds them (the store check compares the two); a stage
+   * program's, of its stage's own params */
+  out->weights = bf16 && !round;
+  int *marg = arena_alloc(&m->arena, sizeof(int) * (size_t)(kp->nkernels + 1));
+  plan_mirror(m, kp, out->weights && !pp && cg_cuda_weights_read(m, 1), out, marg);
   uint64_t *mask = arena_alloc(&m->arena, sizeof(uint64_t) * (size_t)(kp->nkernels + 1));
   for (int i = 0; i < kp->nkernels; i++) {
     /* (a view's kernel launches nothing: it keeps its f32 code) */
@@ -286,7 +385,8 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
     int base = canon ? canon[i] : i;
     out->canon[i] = i;
     for (int j = 0; j < i; j++)
-      if (out->canon[j] == j && (canon ? canon[j] : j) == base && mask[j] == mask[i]) {
+      if (out->canon[j] == j && (canon ? canon[j] : j) == base && mask[j] == mask[i] &&
+          marg[j] == marg[i]) {
         out->canon[i] = j;
         break;
       }
@@ -294,6 +394,7 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
     const KirKernel *src = kp->kernels[base].k;
     if (!mask[i]) {
       out->code[i] = kp->kernels[base].k;
+      if (marg[i] >= 0) out->code[i] = with_mirror(m, src, marg[i], src->name);
       continue;
     }
     KirKernel *c = arena_alloc(&m->arena, sizeof *c);
@@ -305,12 +406,8 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
     size_t len = strlen(kp->kernels[i].k->name) + 7;
     c->name = arena_alloc(&m->arena, len);
     snprintf(c->name, len, "%s_%s", kp->kernels[i].k->name, round ? "bf16r" : "bf16");
-    out->code[i] = c;
+    out->code[i] = marg[i] >= 0 ? with_mirror(m, c, marg[i], c->name) : c;
   }
-  /* the weights' bf16 copy: round mode's GEMMs convert the f32 params, as
-   * the copy rounds them (the store check compares the two); a stage
-   * program's, of its stage's own params */
-  out->weights = bf16 && !round;
   /* the all-reduces' scratch: their largest piece, bf16 and round alike */
   for (int i = 0; i < m->nnodes; i++)
     if (m->nodes[i]->op == IR_OP_ALL_REDUCE && out->bf16[i] &&

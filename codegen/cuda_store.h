@@ -75,6 +75,16 @@
  * params retyped KIR_BF16: a clone named "<instance's name>_bf16", shared by
  * the instances of the same code with the same bf16 params.
  *
+ * The weights' bf16 copy (weights below; rt_cuda_params_bf16) holds every
+ * param rounded to nearest even.  Where each param is updated in place by
+ * one generated kernel and by nothing else (mirror_all: Adam's update, or
+ * under --zero the copy of the all-gathered values into the param), that
+ * kernel also stores the copy: its code is a clone "<name>_pb" whose
+ * last param is the copy, stored with the same value at the same index
+ * right after each store of the update, so the copy the next step's GEMMs
+ * read is that of the params it updates (2 bytes an element more for the
+ * updates instead of a pass reading 4 and writing 2 at the step's start).
+ *
  * Numerics.  A value a kernel reads is rounded where the f32 trainer would
  * have kept it exact, so the bf16 trainer's results are not the f32
  * trainer's.  CG_STORE_ROUND (parc --bf16-store round) makes their exact
@@ -112,6 +122,17 @@ typedef struct CgCudaStore {
   int64_t reduce_piece;  /* RtCudaSetup.reduce_piece: the largest piece (elements /
                             members) of the all-reduces stored as bf16 (or rounded
                             so), 0 where none is; its f32 scratch is 4 bytes an element */
+  int *mirror;           /* per kernel instance: the param node whose bf16 copy
+                            (rt_cuda_params_bf16) the instance also stores, each
+                            element rounded as it stores the f32 update: its code's
+                            last param (a clone "_pb"); -1 for the others */
+  int mirror_all;        /* 1 where mirror covers every param: then nothing else
+                            writes a param in the step (no runtime op, no other
+                            kernel) and each is updated in place by one kernel,
+                            so the copy the GEMMs read stays that of the
+                            params without rt_cuda_params_to_bf16 in the step
+                            (rt_cuda_open fills it after the upload).  Only with
+                            weights, in the unpipelined trainer (pp NULL) */
   int *canon;            /* per kernel instance: the instance whose CUDA code it runs */
   KirKernel **code;      /* per kernel instance i with canon[i] == i: that code */
 } CgCudaStore;

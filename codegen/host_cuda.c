@@ -719,11 +719,23 @@ static int64_t kernel_bytes(Cu *e, const CgKernel *k) {
     total += size * touched * (kk->params[i].access == KIR_INOUT ? 2 : 1);
   }
   free(live), free(sites), free(ks);
-  return total;
+  int mirror = e->store->mirror[k - e->kp->kernels]; /* the params' bf16 copy, written */
+  return total + (mirror >= 0 ? 2 * ir_numel(e->m->nodes[mirror]) : 0);
+}
+
+/* The arguments of kernel instance index's code: its instance's, and the
+ * params' bf16 copy where it stores it too (the last: cuda_store.h mirror). */
+static int code_args(const Cu *e, int index) {
+  return e->store->code[e->store->canon[index]]->nparams;
 }
 
 /* The expression of argument i of kernel instance k, into b. */
 static const char *arg_expr(Cu *e, const CgKernel *k, int i, char *b, size_t len) {
+  if (i >= k->nargs) { /* the mirrored param's bf16 copy */
+    const IrNode *p = e->m->nodes[e->store->mirror[k - e->kp->kernels]];
+    snprintf(b, len, "(uint16_t *)PB(%" PRId64 ")", e->lp->offset[p->id]);
+    return b;
+  }
   int a = k->arg_node[i];
   if (a < 0) snprintf(b, len, "F(%" PRId64 ")", e->temp_off[CG_ARG_TEMP(a)]);
   else if (e->store->bf16[a]) snprintf(b, len, "H(%" PRId64 ")", e->bp->offset[a]);
@@ -740,7 +752,7 @@ static void emit_batch_call(Cu *e, int lead) {
   int64_t bytes = 0;
   fprintf(e->out, "  { /* %d launches of %s at once (codegen/cuda_batch.h) */\n"
                   "    const %s_multi_t b_ = {", bt->count[lead], name, name);
-  for (int i = 0; i < k->nargs; i++) {
+  for (int i = 0; i < code_args(e, lead); i++) {
     fputs(i ? ",\n        {" : "{", e->out);
     for (int j = lead; j >= 0; j = bt->next[j])
       fprintf(e->out, "%s%s", j == lead ? "" : ", ",
@@ -776,7 +788,8 @@ static void emit_launch(Cu *e, int index, const char *ind) {
   const char *name = e->store->code[e->store->canon[index]]->name;
   char b[96];
   fprintf(e->out, "%sPROF_BEGIN();\n%s%s_launch(", ind, ind, name);
-  for (int i = 0; i < k->nargs; i++) fprintf(e->out, "%s, ", arg_expr(e, k, i, b, sizeof b));
+  for (int i = 0; i < code_args(e, index); i++)
+    fprintf(e->out, "%s, ", arg_expr(e, k, i, b, sizeof b));
   fprintf(e->out, "0, %" PRId64 ", st);\n%sLAUNCHED(\"%s\", %" PRId64 ");\n",
           kir_kernel_rows(k->k), ind, name, kernel_bytes(e, k));
 }
@@ -840,7 +853,11 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
   if (in_gemm)
     fprintf(out, "  int summed_; /* rt_cuda_matmul_ta_bgrad: the epilogue summed the bias */\n");
   int weights = cg_cuda_weights_read(m, e->store->weights);
-  if (weights)
+  if (weights && e->store->mirror_all)
+    fprintf(out, "  /* the bf16 weights of the GEMMs marked PB(offset): this step's params\n"
+                 "   * rounded to bf16, as the optimizer's kernels stored them beside each\n"
+                 "   * update (their PB arguments; rt_cuda_open's pass before the first step) */\n");
+  else if (weights)
     fprintf(out, "  /* the bf16 weights of the GEMMs marked PB(offset): this step's params\n"
                  "   * rounded to bf16 (rt_cuda_params_to_bf16) */\n"
                  "  CHECK(rt_cuda_params_to_bf16(dev));\n");

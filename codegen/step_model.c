@@ -175,8 +175,10 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
   st->valid = 1;
   if (node_s)
     for (int i = 0; i < m->nnodes; i++) node_s[i] = 0;
-  /* the params' bf16 copy (rt_cuda_params_to_bf16), first in the step */
-  if (bf16 && cg_cuda_weights_read(m, weights)) {
+  /* the params' bf16 copy (rt_cuda_params_to_bf16), first in the step;
+   * where the optimizer's kernels store it (cuda_store.h mirror_all), their
+   * 2 bytes an element, below */
+  if (bf16 && cg_cuda_weights_read(m, weights) && !store->mirror_all) {
     double params = (double)cg_params_numel(m);
     st->bytes += 6 * params;
     add_call(st, IR_PHASE_FWD, params_copy_s(mc, params), 0);
@@ -186,6 +188,11 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
     if (batches && batches->in_gemm[k] >= 0) continue; /* in its GEMM's call (cuda_batch.h) */
     int member = batches && batches->lead[k] >= 0 && batches->lead[k] != k;
     double t = kernel_time(m, kp, mc, k, stored, member, st);
+    if (store && store->mirror[k] >= 0) { /* the params' bf16 copy, written */
+      double copy = 2 * (double)ir_numel(m->nodes[store->mirror[k]]);
+      st->bytes += copy;
+      t += copy / mc->mem_bytes_per_s;
+    }
     if (member) { /* in another's launch: no call */
       add_bytes_time(st, m->nodes[r]->phase, t);
       if (node_s) node_s[r] += t;

@@ -196,9 +196,11 @@ int rt_cuda_copy(RtCuda *c, float *dst, const float *src, int64_t n);
  * (RT_CUDA_MM_A_BF16 / _B_BF16) instead of converting its fp32 master copy
  * at every call.  rt_cuda_params_to_bf16 rounds every param to nearest even
  * into it, the rounding of the GEMMs' own operand copies, so the results
- * keep their bits; one pass on the compute stream, which the generated step
- * runs first (after the last step's update, whatever set the params:
- * upload, checkpoint, all-gather).  rt_cuda_params_bf16(c, off): the copy of
+ * keep their bits; one pass on the compute stream, which rt_cuda_open runs
+ * after the upload and the generated step runs first (after the last step's
+ * update, whatever set the params: checkpoint, all-gather), except where
+ * its optimizer's kernels store each param's copy as they update it
+ * (codegen/cuda_store.h mirror_all).  rt_cuda_params_bf16(c, off): the copy of
  * the param at float offset off (a multiple of 8: rows 16-byte aligned), as
  * the GEMMs take a bf16 operand (a float pointer to bf16 elements); NULL
  * without a copy or past the params. */

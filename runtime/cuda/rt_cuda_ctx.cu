@@ -498,6 +498,9 @@ int rt_cuda_open(RtCuda **out, const RtCudaSetup *s, const float *params, const 
   /* an explicit PARC_CUDA_LOCAL is confirmed by one line of world rank 0 */
   const char *loc = getenv("PARC_CUDA_LOCAL");
   if (loc && *loc && c->wrank == 0) fprintf(stderr, "parcrt_cuda: %s\n", c->desc);
+  /* the params' bf16 copy of the uploaded params: a step whose optimizer
+   * keeps it (codegen/cuda_store.h mirror_all) makes none of its own */
+  if (c->params_bf16 && rt_cuda_params_to_bf16(c) != RT_OK) return RT_ERR;
   return rt_cuda_prof_open(c);
 }
 

@@ -55,7 +55,9 @@ set(emu_cases
   "llama_tiny_tp2_sp|llama_tiny|--tp 2 --sp|cpu,device,store,recompute,layers|0"
   "moe_tiny_pp2_dp2_ep2|moe_tiny|--pp 2 --dp 2 --ep 2 --microbatches 2|cpu,device|0"
   "moe_tiny_dp4_ep2_zero|moe_tiny|--dp 4 --ep 2 --zero 1|cpu,device,grads|0"
-  "gpt2_tiny_dp2_zero|gpt2_tiny|--dp 2 --zero 1|cpu,device,grads|0"
+  # ZeRO: the params come back by all-gathers and in-place copies, which store
+  # their bf16 copy too (codegen/cuda_store.h mirror_all)
+  "gpt2_tiny_dp2_zero|gpt2_tiny|--dp 2 --zero 1|cpu,device,grads,store|0"
   "gpt2_tiny_pp2_dp2_zero|gpt2_tiny|--pp 2 --dp 2 --zero 1|cpu,device,grads,store|0"
   # the other schedules' stage programs with bf16 stores: interleaved chunks (two a
   # stage) and zero-bubble's split weight-gradient (W) actions

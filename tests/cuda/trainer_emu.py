@@ -61,7 +61,12 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
           run's losses bit for bit (the all-reduces it stores as bf16,
           rt_cuda_all_reduce_bf16, on both backends); it has such values
           (RT_CUDA_MM_*_BF16 in train_cuda.c, kernels taking a bf16 input,
-          kcu_round_bf16 in the round trainer); PARC_CUDA_GEMM=fp32 is
+          kcu_round_bf16 in the round trainer), and the weights' bf16 copy
+          the GEMMs read is either stored by the optimizer's kernels beside
+          each update (PB arguments; codegen/cuda_store.h mirror_all: the
+          round trainer's GEMMs convert the f32 params at every call, so a
+          stale or misplaced copy changes the losses from step 2 on) or
+          made by a call each step, never both; PARC_CUDA_GEMM=fp32 is
           refused as a setup error (exit 1, no step); on a GPU too small it
           refuses to start with parc's reported bytes (its own arena, with
           the bf16 values at 2 bytes: codegen/cuda_arena.h).
@@ -392,6 +397,10 @@ def store(a, proj, env, steps, grads, against_cpu, one_rank, device):
     with open(sp + "/train_cuda.c") as f:  # all-reduces whose sums it stores as bf16,
         src = f.read()  # and collectives moving bf16 values (group_copy, all-gathers)
         ar, pairs = src.count("rt_cuda_all_reduce_bf16("), src.count("/* bf16: 2 elements a float */")
+        # the weights' bf16 copy: kept by the optimizer's kernels (their PB
+        # arguments, codegen/cuda_store.h mirror_all) or made again by the step
+        mirrors = src.count("(uint16_t *)PB(")
+        per_step = src.count("CHECK(rt_cuda_params_to_bf16(dev));")
     with open(sp + "/kernels.cu") as f:  # kernels reading a bf16 value (declarations once)
         k = sum("const __nv_bfloat16 *" in line for line in f if line.startswith("__global__"))
     with open(rp + "/kernels.cu") as f:
@@ -399,6 +408,10 @@ def store(a, proj, env, steps, grads, against_cpu, one_rank, device):
     if n == 0 or k == 0 or r == 0:
         print("%s: -D precision=bf16 stores %d GEMM operands or results and %d kernel inputs "
               "as bf16, the round trainer %d values" % (a.name, n, k, r))
+        return False
+    if (mirrors > 0) == (per_step > 0):
+        print("%s: the weights' bf16 copy is stored by %d optimizer kernels and made by %d "
+              "calls a step: one of the two, not both" % (a.name, mirrors, per_step))
         return False
     runs = {}
     for tag, p in (("store", sp), ("round", rp)):
@@ -408,7 +421,9 @@ def store(a, proj, env, steps, grads, against_cpu, one_rank, device):
             return False
     ok = compare(a, "losses", runs["round"][0], runs["store"][0], 0,
                  "%s bf16 stores = round bits (%d GEMM operands and results, %d kernels, "
-                 "%d all-reduces, %d copies and gathers)" % (a.name, n, k, ar, pairs))
+                 "%d all-reduces, %d copies and gathers, weights' copy %s)"
+                 % (a.name, n, k, ar, pairs, "stored by %d optimizer launches" % mirrors
+                    if mirrors else "made each step"))
     if ok and device:  # rt_cuda_all_reduce_bf16 on the device-local collectives too
         dev = proj + ".store_dev.jsonl"
         ok = run([sp + "/build/train_cuda_emu"] + steps + ["--log", dev],
