@@ -855,8 +855,8 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
   int weights = cg_cuda_weights_read(m, e->store->weights);
   if (weights && e->store->mirror_all)
     fprintf(out, "  /* the bf16 weights of the GEMMs marked PB(offset): this step's params\n"
-                 "   * rounded to bf16, as the optimizer's kernels stored them beside each\n"
-                 "   * update (their PB arguments; rt_cuda_open's pass before the first step) */\n");
+                 "   * rounded to bf16, as the kernels that update the params in place stored\n"
+                 "   * them (their PB arguments; rt_cuda_open's pass before the first step) */\n");
   else if (weights)
     fprintf(out, "  /* the bf16 weights of the GEMMs marked PB(offset): this step's params\n"
                  "   * rounded to bf16 (rt_cuda_params_to_bf16) */\n"

@@ -130,7 +130,8 @@ static void check_step(const IrModule *m, const CgStepPlan *sp) {
   for (int k = 0; k < ng; k++) sum += g[k].amount, calls += g[k].count;
   for (int i = 0; i < m->nnodes; i++) nodes += t[i] > 0;
   double compute = st.fwd_s + st.bwd_s + st.opt_s, copy = 0;
-  if (bf16 && cg_cuda_weights_read(m, sp->store.weights)) { /* step_model.c's arithmetic */
+  if (bf16 && cg_cuda_weights_read(m, sp->store.weights) && /* step_model.c's arithmetic */
+      !sp->store.mirror_all) { /* (else the kernels that update the params store it) */
     double params = (double)cg_params_numel(m);
     copy = machine_default->kernel_s + 6 * params / machine_default->mem_bytes_per_s;
   }
