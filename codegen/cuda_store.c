@@ -377,7 +377,7 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
    * program's, of its stage's own params */
   out->weights = bf16 && !round;
   int *marg = arena_alloc(&m->arena, sizeof(int) * (size_t)(kp->nkernels + 1));
-  plan_mirror(m, kp, out->weights && !pp && cg_cuda_weights_read(m, 1), out, marg);
+  plan_mirror(m, kp, out->weights && cg_cuda_weights_read(m, 1), out, marg);
   uint64_t *mask = arena_alloc(&m->arena, sizeof(uint64_t) * (size_t)(kp->nkernels + 1));
   for (int i = 0; i < kp->nkernels; i++) {
     /* (a view's kernel launches nothing: it keeps its f32 code) */

@@ -132,7 +132,8 @@ typedef struct CgCudaStore {
                             so the copy the GEMMs read stays that of the
                             params without rt_cuda_params_to_bf16 in the step
                             (rt_cuda_open fills it after the upload).  Only with
-                            weights, in the unpipelined trainer (pp NULL) */
+                            weights; a stage program's rank keeps the copy of
+                            its stage's params, which its kernels update */
   int *canon;            /* per kernel instance: the instance whose CUDA code it runs */
   KirKernel **code;      /* per kernel instance i with canon[i] == i: that code */
 } CgCudaStore;

@@ -1048,8 +1048,12 @@ static void emit_pipe_cuda(Cu *e, const CgHostInfo *info, const int64_t *slot_by
            "}\n",
            rows * info->pipe->microbatches, seq, e->m->name, weights,
            e->store->reduce_piece,
-           weights ? ", the stage's params to bf16 for\n * the GEMMs marked PB(offset)" : "",
-           weights ? "  CHECK(rt_cuda_params_to_bf16(dev));\n" : "");
+           weights && !e->store->mirror_all
+               ? ", the stage's params to bf16 for\n * the GEMMs marked PB(offset)"
+               : weights ? " (the kernels that update the\n * stage's params in place store "
+                           "their bf16 copy for the GEMMs marked PB(offset))"
+                         : "",
+           weights && !e->store->mirror_all ? "  CHECK(rt_cuda_params_to_bf16(dev));\n" : "");
   CgPipeHooks h = {e, pipe_fn_head, pipe_runtime, pipe_kernel, pipe_zero, pipe_pp_sum,
                    pipe_loss, pipe_copy, pipe_grad_norm, step};
   const CgLeafPlan *whole = e->lp;

@@ -288,8 +288,10 @@ int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine
     tc->send = plan->latency_s + (double)tc->send_bytes / plan->link_bytes_per_s;
   }
   /* each stage's params' bf16 copy, first in its step, outside the schedule
-   * as the optimizer is: counted with it */
-  for (int s = 0; s < P && bf16 && cg_cuda_weights_read(m, stored.weights); s++)
+   * as the optimizer is: counted with it (where the kernels that update the
+   * params store it, its bytes are in theirs: cuda_store.h mirror_all) */
+  for (int s = 0; s < P && bf16 && cg_cuda_weights_read(m, stored.weights) && !stored.mirror_all;
+       s++)
     opt[s] += params_copy_s(mc, (double)pp->stage_params_numel[s]);
   plan->opt_s = 0;
   for (int s = 0; s < P; s++)
