@@ -393,8 +393,7 @@ void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, 
     if (out->canon[i] != i) continue;
     const KirKernel *src = kp->kernels[base].k;
     if (!mask[i]) {
-      out->code[i] = kp->kernels[base].k;
-      if (marg[i] >= 0) out->code[i] = with_mirror(m, src, marg[i], src->name);
+      out->code[i] = marg[i] >= 0 ? with_mirror(m, src, marg[i], src->name) : kp->kernels[base].k;
       continue;
     }
     KirKernel *c = arena_alloc(&m->arena, sizeof *c);

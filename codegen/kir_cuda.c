@@ -1550,7 +1550,7 @@ static const char bf16_prelude[] =
     "}\n"
     "template <int W> __device__ __forceinline__ void kcu_ldg(float (&v)[W], const __nv_bfloat16 *p);\n"
     "template <> __device__ __forceinline__ void kcu_ldg<1>(float (&v)[1], const __nv_bfloat16 *p) {\n"
-    "  v[0] = __bfloat162float(*p);\n"
+    "  kcu_ld<1>(v, p);\n"
     "}\n"
     "template <> __device__ __forceinline__ void kcu_ldg<4>(float (&v)[4], const __nv_bfloat16 *p) {\n"
     "  kcu_bf16x4_widen(v, __ldg(reinterpret_cast<const unsigned long long *>(p)));\n"

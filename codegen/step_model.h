@@ -29,7 +29,9 @@
  * the GPU trainer converts (rt_cuda_ws_plan.h: not stored as bf16, nor a
  * weight read from the params' bf16 copy, store->weights) costs a
  * memory-bound call more, 6 bytes an element (read 4, write 2); the copy of
- * the params, when a GEMM reads it, one call of 6 bytes a parameter.
+ * the params, when a GEMM reads it, one call of 6 bytes a parameter, or,
+ * where the kernels that update the params store it (store->mirror_all),
+ * 2 bytes an element more for each of them.
  * batches (NULL: none; codegen/cuda_batch.h): a launch that runs in another's
  * batch costs its bytes, not a call; a bias sum computed by its GEMM's call
  * (in_gemm: cuBLASLt's epilogue) costs nothing of its own.  The step is the
