@@ -77,6 +77,27 @@ static int has_buffer(const IrNode *n, const unsigned char *materialize) {
 
 static int at(const int *pos, int i) { return pos ? pos[i] : i; }
 
+/* node n's bytes: 4 an element, 2 where narrow[id] (an aux part, sdpa's
+ * lse, 4 in either case) */
+static int64_t node_bytes(const IrNode *n, const unsigned char *narrow) {
+  int64_t aux = ir_aux_numel(n);
+  return (narrow && narrow[n->id] ? 2 : 4) * ir_numel(n) + 4 * aux;
+}
+
+/* 1 if node i's buffer may be x's bytes (In place, a shared view): the same
+ * element count, dtype and bytes an element; and the same size, except that
+ * a view (a reshape) of a value with an aux part after its elements (sdpa's
+ * out, its lse after it) may take the bytes of the elements and the aux part
+ * both: it reads the elements only (the plan then gives it x's size, so the
+ * group's bytes are one range). */
+static int fits_over(const IrModule *m, const BufPlan *p, int x, int i, int view) {
+  const IrNode *a = m->nodes[x], *n = m->nodes[i];
+  if (a->dtype != n->dtype || ir_numel(a) != ir_numel(n)) return 0;
+  if (p->size[x] == p->size[i] && ir_aux_numel(a) == ir_aux_numel(n)) return 1;
+  return view && ir_aux_numel(n) == 0 && ir_aux_numel(a) > 0 &&
+         node_bytes(a, p->narrow) - 4 * ir_aux_numel(a) == node_bytes(n, p->narrow);
+}
+
 /* In place (bufplan.h): the input whose bytes node i may take, or -1.  i is
  * being planned at position t = pos[i], after every node of an earlier
  * position.  Input 0, x, qualifies when
@@ -101,11 +122,10 @@ static int in_place_input(const IrModule *m, const BufPlan *p, const int *pos, c
   if (n->ninputs < 1 || (held && held[i] >= 0) || (p->arenas.unread && p->arenas.unread[i]))
     return -1;
   const IrNode *x = n->inputs[0];
-  if (!(ir_op_info[n->op].flags & IR_F_INPLACE0) &&
-      !(view_of && view_of[i] == x->id && n->op == IR_OP_RESHAPE))
-    return -1;
+  int view = view_of && view_of[i] == x->id && n->op == IR_OP_RESHAPE;
+  if (!(ir_op_info[n->op].flags & IR_F_INPLACE0) && !view) return -1;
   if (p->offset[x->id] < 0 || at(pos, x->id) >= t || p->last_use[x->id] != t ||
-      x->dtype != n->dtype || ir_numel(x) != ir_numel(n) || p->size[x->id] != p->size[i])
+      !fits_over(m, p, x->id, i, view))
     return -1;
   for (int k = 1; k < n->ninputs; k++)
     if (n->inputs[k] == x) return -1;
@@ -130,8 +150,7 @@ static int shared_view_input(const IrModule *m, const BufPlan *p, const int *pos
       (p->arenas.unread && p->arenas.unread[i]))
     return -1;
   const IrNode *x = n->inputs[0];
-  if (p->offset[x->id] < 0 || at(pos, x->id) >= at(pos, i) || x->dtype != n->dtype ||
-      ir_numel(x) != ir_numel(n) || p->size[x->id] != p->size[i])
+  if (p->offset[x->id] < 0 || at(pos, x->id) >= at(pos, i) || !fits_over(m, p, x->id, i, 1))
     return -1;
   return x->id;
 }
@@ -398,13 +417,6 @@ static int64_t arenas_live_peak(IrModule *m, BufPlan *p, const int *pos, int end
   return best;
 }
 
-/* node n's bytes: 4 an element, 2 where narrow[id] (an aux part, sdpa's
- * lse, 4 in either case) */
-static int64_t node_bytes(const IrNode *n, const unsigned char *narrow) {
-  int64_t aux = ir_aux_numel(n);
-  return (narrow && narrow[n->id] ? 2 : 4) * ir_numel(n) + 4 * aux;
-}
-
 static int plan(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                 const int *pos, const int *held, int in_place, const int *view_of,
                 const unsigned char *narrow, const BufArenas *ar, int fallback, BufPlan *p) {
@@ -412,6 +424,7 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
   Arena *a = &m->arena;
   memset(p, 0, sizeof *p);
   p->mode = in_place;
+  p->narrow = narrow; /* (fits_over reads it while planning) */
   if (ar) p->arenas = *ar;
   const unsigned char *unread = p->arenas.unread;
   p->offset = arena_alloc(a, sizeof(int64_t) * (size_t)(n + 1));
@@ -468,6 +481,7 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
       int x = in_place ? in_place_input(m, p, pos, held, view_of, i) : -1;
       if (x >= 0 && grouped[root[x]]) x = -1; /* a shared view may still read them */
       int s = in_place == 2 && x < 0 ? shared_view_input(m, p, pos, view_of, i) : -1;
+      if (x >= 0 || s >= 0) p->size[i] = p->size[x >= 0 ? x : s]; /* (fits_over) */
       if (x >= 0) {
         p->offset[i] = p->offset[x];
         p->alias[i] = x;

@@ -396,6 +396,60 @@ static void check_shared_value_low(void) {
   ir_module_free(m);
 }
 
+/* A view of sdpa's out (its buffer: out, then the lse, ir_aux_numel) takes
+ * those bytes, lse and all, both as a shared view (out read again after it)
+ * and in place (the view its last reader), in f32 and with both narrow
+ * (bf16, 2 bytes an element; the lse stays 4); never where the view's
+ * elements are of another width than out's. */
+static void check_sdpa_views(void) {
+  for (int variant = 0; variant < 5; variant++) {
+    IrModule *m = ir_module_new("sdpa_view");
+    IrNode *q = ir_add(m, IR_OP_INPUT, NULL, 0);
+    q->name = "q", q->dtype = IR_F32, q->rank = 4;
+    q->shape[0] = 2, q->shape[1] = 4, q->shape[2] = 8, q->shape[3] = 16;
+    IrNode *y = ir_add(m, IR_OP_ATTENTION, (IrNode *[]){q, q, q}, 3);
+    y->ia[0] = 1, y->fa = 0.25f;
+    char why[256];
+    if (!ir_infer(y, why, sizeof why)) fail("sdpa views", why);
+    IrNode *r = ir_add(m, IR_OP_RESHAPE, &y, 1);
+    r->rank = 2, r->shape[0] = 2 * 4 * 8, r->shape[1] = 16;
+    if (!ir_infer(r, why, sizeof why)) fail("sdpa views", why);
+    IrNode *g = ir_add(m, IR_OP_GELU, &r, 1); /* the view's reader */
+    ir_infer(g, why, sizeof why);
+    int shared_view = variant % 2 == 0; /* out read again after the view */
+    if (shared_view) {
+      IrNode *again = ir_add(m, IR_OP_GELU, &y, 1);
+      ir_infer(again, why, sizeof why);
+      (void)again;
+    }
+    int *view_of = calloc((size_t)m->nnodes, sizeof(int));
+    unsigned char *narrow = calloc((size_t)m->nnodes, 1);
+    for (int i = 0; i < m->nnodes; i++) view_of[i] = -1;
+    view_of[r->id] = y->id;
+    int narrow_y = variant >= 2, narrow_r = variant == 2 || variant == 3;
+    for (int i = 0; i < m->nnodes; i++) narrow[i] = (unsigned char)narrow_y;
+    narrow[r->id] = (unsigned char)narrow_r; /* (the plan apart is no smaller: the
+                                                 readers are of out's width) */
+    BufPlan p;
+    bufplan_build_arenas(m, NULL, NULL, NULL, NULL, view_of, narrow, NULL, &p);
+    char what[64];
+    snprintf(what, sizeof what, "view of sdpa's out, variant %d", variant);
+    int want = narrow_y == narrow_r;
+    checks++;
+    if ((p.alias[r->id] == y->id) != want)
+      fail(what, want ? "the reshape copies out" : "a view of elements of another width");
+    checks++;
+    if (want && (p.offset[r->id] != p.offset[y->id] || p.size[r->id] != p.size[y->id]))
+      fail(what, "the view's bytes are not out's buffer");
+    checks++;
+    if (bufplan_check(m, &p, NULL, why, sizeof why)) fail(what, why);
+    checks++;
+    simulate(m, &p, NULL, NULL, what);
+    free(view_of), free(narrow);
+    ir_module_free(m);
+  }
+}
+
 int main(int argc, char **argv) {
   for (unsigned seed = 1; seed <= 200; seed++) {
     IrModule *m = random_dag(seed, 5 + (int)(seed % 60));
@@ -455,6 +509,7 @@ int main(int argc, char **argv) {
 
   check_arenas();
   check_shared_value_low();
+  check_sdpa_views();
 
   /* real models: a plan must also reuse memory, not just stack buffers */
   const char *const defs[] = {"layers=2"};
