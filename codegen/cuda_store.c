@@ -257,8 +257,8 @@ static void plan_mirror(const IrModule *m, const CgKernelPlan *kp, int weights, 
 
 /* src with param p's stores repeated, each right after itself, into a new
  * last param: a bf16 out buffer (the params' copy), so that both get the
- * same value at the same index in the same iteration.  Nodes are renumbered
- * (loops own contiguous ranges, kir.h); the clone is finished: no builder
+ * same value at the same index in the same iteration; named NAME_pbP.
+ * Nodes are renumbered (loops own contiguous ranges, kir.h); the clone is finished: no builder
  * call may extend it (no value numbering table). */
 static KirKernel *with_mirror(IrModule *m, const KirKernel *src, int p, const char *name) {
   int extra = 0;
@@ -299,9 +299,10 @@ static KirKernel *with_mirror(IrModule *m, const KirKernel *src, int p, const ch
   c->params[src->nparams] = (KirParam){pname, KIR_PARAM_BUF, KIR_BF16, KIR_OUT, 0, extra};
   c->nparams = c->cap_params = src->nparams + 1;
   c->cse = NULL, c->ncse = c->cap_cse = 0;
-  len = strlen(name) + 4;
+  len = strlen(name) + 16; /* (the param's index in the name: instances of one code
+                              mirroring different params get codes of their own) */
   c->name = arena_alloc(&m->arena, len);
-  snprintf(c->name, len, "%s_pb", name);
+  snprintf(c->name, len, "%s_pb%d", name, p);
   return c;
 }
 

@@ -79,7 +79,7 @@
  * param rounded to nearest even.  Where each param is updated in place by
  * one generated kernel and by nothing else (mirror_all: Adam's update, or
  * under --zero the copy of the all-gathered values into the param), that
- * kernel also stores the copy: its code is a clone "<name>_pb" whose
+ * kernel also stores the copy: its code is a clone "<name>_pb<P>" whose
  * last param is the copy, stored with the same value at the same index
  * right after each store of the update, so the copy the next step's GEMMs
  * read is that of the params it updates (2 bytes an element more for the
@@ -125,7 +125,7 @@ typedef struct CgCudaStore {
   int *mirror;           /* per kernel instance: the param node whose bf16 copy
                             (rt_cuda_params_bf16) the instance also stores, each
                             element rounded as it stores the f32 update: its code's
-                            last param (a clone "_pb"); -1 for the others */
+                            last param (a clone "_pb<P>", P the param mirrored); -1 for the others */
   int mirror_all;        /* 1 where mirror covers every param: then nothing else
                             writes a param in the step (no runtime op, no other
                             kernel) and each is updated in place by one kernel,

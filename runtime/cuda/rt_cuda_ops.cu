@@ -692,8 +692,8 @@ __global__ void __launch_bounds__(BLOCK) vxent_grad_bf16(__nv_bfloat16 *dlogits,
  * gradient a third: three passes over the logits, each larger than L2 in
  * GPT-2 (824 MB of bf16), before its own.  With one member nothing needs
  * gathering: a block takes its row's max and sum of exp, then (gradient)
- * writes its row, the way xent_rows and xent_grad do -- the row's second and
- * third reads mostly from L2.  The values are the gathered path's: the sum
+ * writes its row, the way xent_rows and xent_grad do (the gradient from a
+ * copy of the row in shared memory where it fits: staged, below).  The values are the gathered path's: the sum
  * goes through the two floats that path sends (hi, lo) and is summed as
  * vxent_sum sums one member's, so the loss and dlogits have the same bits
  * (gpu_ops_check compares them with PARC_CUDA_XENT=gathered, which keeps the
@@ -708,14 +708,60 @@ static __device__ void vxent_one_stats(const L *row, int64_t nv, float *shf, dou
   *s = 0.0 + ((double)hi + (double)lo);
 }
 
-/* The gradient's values of row p, as vxent_grad takes them (scale: dloss / N). */
+/* The gradient's values of row p, whose logits are read at row (the row
+ * itself, or its staged copy), as vxent_grad takes them (scale: dloss / N). */
 template <typename L>
-static __device__ XentVal<L> vxent_one_row(const L *logits, const int32_t *targets, float scale,
-                                           int64_t p, int64_t Vl, int64_t nv, float *shf,
-                                           double *shd, float *mx, double *s) {
-  const L *row = logits + p * Vl;
+static __device__ XentVal<L> vxent_one_row(const L *row, const int32_t *targets, float scale,
+                                           int64_t p, int64_t nv, float *shf, double *shd,
+                                           float *mx, double *s) {
   vxent_one_stats(row, nv, shf, shd, mx, s);
   return XentVal<L>{row, *mx, (float)(1.0 / *s) * scale, scale, nv, (int64_t)targets[p]};
+}
+
+/* Staging a row in shared memory (vxent_one_grad's staged form): the two
+ * statistics and the gradient then read the row there, so HBM sees the
+ * logits once and dlogits once -- not the three reads of the row above, of
+ * which the second and third miss L2 as often as not (GPT-2: 8192 rows of
+ * 100 KB, a few hundred in flight, L2 50 MB).  The copy sits at the row's own
+ * address mod 16, so every read of it takes the 8-wide or the scalar path
+ * (vec_cols) the row itself would: the same values summed in the same order,
+ * the same bits.  The block's threads copy n elements from src to dst, 16
+ * bytes a thread at a time where src is 16-byte aligned; the caller
+ * synchronises. */
+template <typename L> static __device__ L *staged_at(unsigned char *smem, const L *src) {
+  return (L *)(void *)(smem + ((uintptr_t)src & 15));
+}
+template <typename L> static __device__ void stage_row(L *dst, const L *src, int64_t n) {
+  int64_t done = 0;
+  if (!((uintptr_t)src & 15)) {
+    const int64_t chunks = n * (int64_t)sizeof(L) / 16;
+    const int4 *from = (const int4 *)(const void *)src;
+    int4 *to = (int4 *)(void *)dst;
+#pragma unroll 4
+    for (int64_t i = threadIdx.x; i < chunks; i += BLOCK) to[i] = from[i];
+    done = chunks * 16 / (int64_t)sizeof(L);
+  }
+  for (int64_t v = done + threadIdx.x; v < n; v += BLOCK) dst[v] = src[v];
+}
+
+/* The dynamic shared memory a staged row of n elements of size `elem` takes:
+ * the row at its address mod 16 (staged_at); 0 where it does not fit the
+ * device's per-block limit beside the kernel's own reduction scratch, or
+ * PARC_CUDA_XENT=unstaged asks for the rows read in place (the form before,
+ * for gpu_ops_check's comparison). */
+static size_t staged_bytes(RtCuda *c, int64_t n, size_t elem) {
+  static int limit = -1; /* the device's opt-in limit, read once (every rank's GPU alike) */
+  if (limit < 0) {
+    int v = 0;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) !=
+        cudaSuccess)
+      v = 48 * 1024, (void)cudaGetLastError();
+    limit = v;
+  }
+  const char *e = getenv("PARC_CUDA_XENT");
+  size_t bytes = (size_t)n * elem + 16;
+  if ((e && !strcmp(e, "unstaged")) || bytes + 1024 > (size_t)limit) return 0;
+  return bytes;
 }
 
 /* Forward: the row losses, as vxent_sum writes them. */
@@ -740,26 +786,61 @@ __global__ void __launch_bounds__(BLOCK) vxent_one_rows(double *rows, const L *l
 
 /* Gradient, in place or not (as xent_grad: both reductions end in a barrier
  * before any write, then each thread reads only the elements it writes);
- * wide: dlogits as bf16 rows of 2 Vl (store_row_bf16's argument; L float). */
-template <typename L, bool wide>
+ * wide: dlogits as bf16 rows of 2 Vl (store_row_bf16's argument; L float).
+ * staged: the row is read into the launch's dynamic shared memory first
+ * (staged_bytes of it) and everything after reads it there; every read of
+ * the row then precedes the barrier after the copy, and the barrier after
+ * the row's stores keeps the next row's copy off the one still read. */
+template <typename L, bool wide, bool staged>
 __global__ void __launch_bounds__(BLOCK) vxent_one_grad(L *dlogits, const L *logits,
                                                         const int32_t *targets,
                                                         const float *dloss, int64_t N,
                                                         int64_t Vl, int64_t nv, double *rows) {
   __shared__ float shf[BLOCK / 32];
   __shared__ double shd[BLOCK / 32];
+  extern __shared__ __align__(16) unsigned char xent_stage[];
   float scale = (float)((double)*dloss / (double)N);
   for (int64_t p = blockIdx.x; p < N; p += gridDim.x) {
-    const double tl = target_logit(rows, logits + p * Vl, targets[p], Vl); /* vxent_one_rows' */
+    const L *row = logits + p * Vl;
+    const double tl = target_logit(rows, row, targets[p], Vl); /* vxent_one_rows' */
+    if (staged) {
+      L *copy = staged_at(xent_stage, row);
+      stage_row(copy, row, Vl); /* (the padding columns too: store_row's 8-wide reads) */
+      __syncthreads();
+      row = copy;
+    }
     float mx;
     double s;
-    XentVal<L> val = vxent_one_row(logits, targets, scale, p, Vl, nv, shf, shd, &mx, &s);
+    XentVal<L> val = vxent_one_row(row, targets, scale, p, nv, shf, shd, &mx, &s);
     if (rows && threadIdx.x == 0) rows[p] = (double)mx + log(s) - tl;
     if (wide)
       store_row_bf16((__nv_bfloat16 *)(void *)dlogits + p * 2 * Vl, Vl, val);
     else
       store_row(dlogits + p * Vl, Vl, val);
+    if (staged) __syncthreads();
   }
+}
+
+/* Launches vxent_one_grad, staged where the row fits (staged_bytes). */
+template <typename L, bool wide>
+static int vxent_one_grad_launch(RtCuda *c, const char *op, unsigned nb, L *dlogits,
+                                 const L *logits, const int32_t *targets, const float *dloss,
+                                 int64_t N, int64_t Vl, int64_t nv, double *rows) {
+  size_t bytes = staged_bytes(c, Vl, sizeof(L));
+  if (!bytes) {
+    vxent_one_grad<L, wide, false><<<nb, BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss,
+                                                                 N, Vl, nv, rows);
+    LAUNCH_CHECK(c, op);
+    return RT_OK;
+  }
+  if (bytes > 48 * 1024)
+    CU_CHECK(c, cudaFuncSetAttribute(vxent_one_grad<L, wide, true>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
+             op);
+  vxent_one_grad<L, wide, true><<<nb, BLOCK, bytes, c->compute>>>(dlogits, logits, targets,
+                                                                  dloss, N, Vl, nv, rows);
+  LAUNCH_CHECK(c, op);
+  return RT_OK;
 }
 
 /* PARC_CUDA_XENT=gathered: one member takes the gathered path too. */
@@ -792,15 +873,15 @@ static int vxent(RtCuda *c, const char *op, int group, float *loss, L *dlogits, 
     double *rows = NULL;
     if (loss && !(rows = (double *)rt_cuda_ws(c, WS_ROWS, (size_t)N * sizeof(double))))
       return RT_ERR;
-    if (!dlogits)
+    if (!dlogits) {
       vxent_one_rows<L><<<nb, BLOCK, 0, c->compute>>>(rows, logits, targets, N, Vl, nv);
-    else if (bf16out) /* (L float) */
-      vxent_one_grad<L, true><<<nb, BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss, N,
-                                                           Vl, nv, rows);
-    else
-      vxent_one_grad<L, false><<<nb, BLOCK, 0, c->compute>>>(dlogits, logits, targets, dloss, N,
-                                                            Vl, nv, rows);
-    LAUNCH_CHECK(c, op);
+      LAUNCH_CHECK(c, op);
+    } else if (bf16out ? vxent_one_grad_launch<L, true>(c, op, nb, dlogits, logits, targets,
+                                                        dloss, N, Vl, nv, rows) /* (L float) */
+                       : vxent_one_grad_launch<L, false>(c, op, nb, dlogits, logits, targets,
+                                                         dloss, N, Vl, nv, rows)) {
+      return RT_ERR;
+    }
     if (loss) {
       mean_rows<<<1, BLOCK, 0, c->compute>>>(loss, rows, N);
       LAUNCH_CHECK(c, op);

@@ -57,7 +57,10 @@ static int check_mode(IrModule *m, CgKernelPlan *kp, const int *pos, const int *
     }
     if (g.offset[i] < 0) continue;
     int two = want && store.bf16[i] == 1 && (ir_aux_numel(n) == 0 || ir_numel(n) % 2 == 0);
-    int64_t size = aligned((two ? 2 : 4) * ir_numel(n) + 4 * ir_aux_numel(n));
+    /* (a view of a value with an aux part, sdpa's out, takes that value's
+     * bytes, the aux part included: bufplan.h) */
+    const IrNode *own = n->op == IR_OP_RESHAPE && g.alias[i] >= 0 ? m->nodes[g.alias[i]] : n;
+    int64_t size = aligned((two ? 2 : 4) * ir_numel(n) + 4 * ir_aux_numel(own));
     halved += two;
     if (want && !g.narrow[i] != !two) {
       printf("FAIL: store %s: node %%%d narrow %d in the plan, %d here\n", names[mode], i,

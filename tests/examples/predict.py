@@ -203,7 +203,9 @@ near(bf16["predicted_step"]["gemm_s"], fp32["predicted_step"]["gemm_s"] / 4, "bf
 # bf16: the GPU trainer's GEMM operand copies are memory-bound calls (6 bytes
 # an element); bf16 values (codegen/cuda_store.h) move 2 bytes an element and
 # need no copy: less memory-bound time and fewer calls than with --bf16-store
-# off (or round: fp32 buffers, modelled alike), which has more than fp32
+# off (or round: fp32 buffers, modelled alike), which has more than fp32; no
+# fewer than fp32 (which converts nothing), as many where every GEMM operand
+# is stored bf16 and the params' copy is the optimizer's (cuda_store.h mirror)
 mc = machine("bytes", memory_bytes_per_s=1e9)
 ps = {tag: compile_("bytes_" + tag, mc, "-D", "precision=" + p, *f)[0]["predicted_step"]
       for tag, p, f in (("fp32", "fp32", ()), ("bf16", "bf16", ()),
@@ -213,7 +215,7 @@ mem = {tag: p["memory_bound_s"] for tag, p in ps.items()}
 calls = {tag: p["calls"] for tag, p in ps.items()}
 if not 0 < mem["bf16"] < 0.9 * mem["fp32"] < 0.9 * mem["off"]:
     sys.exit(f"FAIL bf16 stores: memory-bound {mem} s")
-if not calls["fp32"] < calls["bf16"] < calls["off"]:
+if not calls["fp32"] <= calls["bf16"] < calls["off"]:
     sys.exit(f"FAIL bf16 copies: calls {calls}")
 near(mem["round"], mem["off"], "--bf16-store round: off's bytes")
 

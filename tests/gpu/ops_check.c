@@ -1119,21 +1119,26 @@ static void check_vocab_one(RtCuda *c, int64_t N, int64_t Vl, int64_t V) {
   }
   Vo x = {dev_copy(logits, n4), dev_bf16(logits, N, Vl, Vl), dev_copy(NULL, n4), dev_copy(NULL, 4),
           dev_copy(&dloss, 4), dev_copy(ids, 4 * (size_t)N), N, Vl, V};
-  void *out[2][5];
+  void *out[3][5]; /* one member's kernels (rows staged), the gathered path, unstaged rows */
   size_t bytes[5] = {4, n4, n4, 4, n4 / 2};
-  for (int m = 0; m < 2; m++)
+  for (int m = 0; m < 3; m++)
     for (int k = 0; k < 5; k++) out[m][k] = calloc(1, bytes[k]);
-  unsetenv("PARC_CUDA_XENT");
-  int rc = vo_run(c, &x, logits, out[0]);
-  double ms[2][2] = {{0, 0}, {0, 0}};
-  if (!rc) ms[0][0] = time_op(c, vo_fwd_bf16, &x, 5), ms[0][1] = time_op(c, vo_bwd_bf16io, &x, 5);
-  setenv("PARC_CUDA_XENT", "gathered", 1);
-  rc = rc || vo_run(c, &x, logits, out[1]);
-  if (!rc) ms[1][0] = time_op(c, vo_fwd_bf16, &x, 5), ms[1][1] = time_op(c, vo_bwd_bf16io, &x, 5);
+  static const char *const how[3] = {NULL, "gathered", "unstaged"};
+  double ms[3][2] = {{0, 0}, {0, 0}, {0, 0}};
+  int rc = 0;
+  for (int m = 0; m < 3; m++) {
+    if (how[m]) setenv("PARC_CUDA_XENT", how[m], 1);
+    else unsetenv("PARC_CUDA_XENT");
+    rc = rc || vo_run(c, &x, logits, out[m]);
+    if (!rc) ms[m][0] = time_op(c, vo_fwd_bf16, &x, 5), ms[m][1] = time_op(c, vo_bwd_bf16io, &x, 5);
+  }
   unsetenv("PARC_CUDA_XENT");
   if (rc) fprintf(stderr, "%s\n", rt_last_error());
-  double e[5];
-  for (int k = 0; k < 5; k++) e[k] = rc ? INFINITY : memcmp(out[0][k], out[1][k], bytes[k]) != 0;
+  double e[5], eu[5];
+  for (int k = 0; k < 5; k++) {
+    e[k] = rc ? INFINITY : memcmp(out[0][k], out[1][k], bytes[k]) != 0;
+    eu[k] = rc ? INFINITY : memcmp(out[0][k], out[2][k], bytes[k]) != 0;
+  }
   double e_loss = INFINITY, e_grad = INFINITY;
   if (!rc && !rt_vocab_cross_entropy(NULL, &loss_ref, logits, ids, N, Vl, V) &&
       !rt_vocab_cross_entropy_grad(NULL, ref, logits, ids, &dloss, N, Vl, V)) {
@@ -1148,13 +1153,19 @@ static void check_vocab_one(RtCuda *c, int64_t N, int64_t Vl, int64_t V) {
   static const char *const names[5] = {"= gathered: loss", "= gathered: grad", "= gathered: grad bf16",
                                        "= gathered: bf16 in", "= gathered: grad bf16io"};
   for (int k = 0; k < 5; k++) row(names[k], shape, e[k], 0, 0, 0, 0);
-  /* the bf16 forms' time, one member's kernels then the gathered path's */
+  /* the gradients' rows staged in shared memory (the default) against read
+   * in place three times (PARC_CUDA_XENT=unstaged): the same bits */
+  static const char *const unames[3] = {"= unstaged: grad", "= unstaged: grad bf16",
+                                        "= unstaged: grad bf16io"};
+  for (int k = 0; k < 3; k++) row(unames[k], shape, eu[k == 2 ? 4 : k + 1], 0, 0, 0, 0);
+  /* the bf16 forms' time: one member's kernels, the gathered path's, unstaged */
   double rd = 2.0 * (double)(N * Vl); /* a pass over the bf16 logits */
   row("vocab_xent bf16 in", "one-member kernels", 0, 0, ms[0][0], 0, rd);
   row("vocab_xent bf16 in", "gathered path", 0, 0, ms[1][0], 0, rd);
   row("vocab_xent_grad bf16io", "one-member kernels", 0, 0, ms[0][1], 0, 2 * rd);
   row("vocab_xent_grad bf16io", "gathered path", 0, 0, ms[1][1], 0, 2 * rd);
-  for (int m = 0; m < 2; m++)
+  row("vocab_xent_grad bf16io", "one member, unstaged", 0, 0, ms[2][1], 0, 2 * rd);
+  for (int m = 0; m < 3; m++)
     for (int k = 0; k < 5; k++) free(out[m][k]);
   cudaFree(x.logits), cudaFree(x.hb), cudaFree(x.ip), cudaFree(x.loss), cudaFree(x.dloss);
   cudaFree(x.ids);
