@@ -258,8 +258,8 @@ static void plan_mirror(const IrModule *m, const CgKernelPlan *kp, int weights, 
 /* src with param p's stores repeated, each right after itself, into a new
  * last param: a bf16 out buffer (the params' copy), so that both get the
  * same value at the same index in the same iteration; named NAME_pbP.
- * Nodes are renumbered (loops own contiguous ranges, kir.h); the clone is finished: no builder
- * call may extend it (no value numbering table). */
+ * Nodes are renumbered (loops own contiguous ranges, kir.h); the clone is
+ * finished: no builder call may extend it (no value numbering table). */
 static KirKernel *with_mirror(IrModule *m, const KirKernel *src, int p, const char *name) {
   int extra = 0;
   for (int v = 0; v < src->nnodes; v++)

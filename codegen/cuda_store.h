@@ -125,7 +125,8 @@ typedef struct CgCudaStore {
   int *mirror;           /* per kernel instance: the param node whose bf16 copy
                             (rt_cuda_params_bf16) the instance also stores, each
                             element rounded as it stores the f32 update: its code's
-                            last param (a clone "_pb<P>", P the param mirrored); -1 for the others */
+                            last param (a clone "_pb<P>", P the param mirrored);
+                            -1 for the others */
   int mirror_all;        /* 1 where mirror covers every param: then nothing else
                             writes a param in the step (no runtime op, no other
                             kernel) and each is updated in place by one kernel,

@@ -23,8 +23,9 @@
  * synchronous.  (A view may also take the bytes of a value with an aux part
  * after its elements, sdpa's out with its lse: the same element bytes, and
  * the view's size becomes x's; it reads the elements only.  So the weight
- * gradient of the projection after attention reads sdpa's out in place.)  alias[id] = x then, offset[id] = offset[x], and the bytes
- * return to the free list at the node's death, not at x's.  The node's
+ * gradient of the projection after attention reads sdpa's out in place.)
+ * alias[id] = x then, offset[id] = offset[x], and the bytes return to the
+ * free list at the node's death, not at x's.  The node's
  * kernel overwrites x while reading it, which IR_F_INPLACE0 promises is
  * sound (a view runs no kernel).  So, as llm.c does, dlogits are written
  * over the logits and the weight gradient's reshape of them is a view: at
@@ -37,8 +38,8 @@
  * Shared views.  A view that is not x's last reader (x read again later,
  * by a reader at its own position, or asynchronously) still takes x's
  * bytes, alias[id] = x, when x has a buffer of the same size (or aux part,
- * as above), element count and dtype written at an earlier position: a view writes nothing, so x's
- * later readers still find x there.  The bytes stay taken until every node
+ * as above), element count and dtype written at an earlier position: a
+ * view writes nothing, so x's later readers still find x there.  The bytes stay taken until every node
  * sharing them has died, and no node is written in place over them (over x
  * or any view of it) while shared.  So a reshape feeding a weight
  * gradient's GEMM costs no copy even where its input, a residual gradient,

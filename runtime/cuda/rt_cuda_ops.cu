@@ -693,11 +693,12 @@ __global__ void __launch_bounds__(BLOCK) vxent_grad_bf16(__nv_bfloat16 *dlogits,
  * GPT-2 (824 MB of bf16), before its own.  With one member nothing needs
  * gathering: a block takes its row's max and sum of exp, then (gradient)
  * writes its row, the way xent_rows and xent_grad do (the gradient from a
- * copy of the row in shared memory where it fits: staged, below).  The values are the gathered path's: the sum
- * goes through the two floats that path sends (hi, lo) and is summed as
- * vxent_sum sums one member's, so the loss and dlogits have the same bits
- * (gpu_ops_check compares them with PARC_CUDA_XENT=gathered, which keeps the
- * gathered path at one member for comparison). */
+ * copy of the row in shared memory where it fits: staged, below).  The
+ * values are the gathered path's: the sum goes through the two floats that
+ * path sends (hi, lo) and is summed as vxent_sum sums one member's, so the
+ * loss and dlogits have the same bits (gpu_ops_check compares them with
+ * PARC_CUDA_XENT=gathered, which keeps the gathered path at one member for
+ * comparison). */
 template <typename L>
 static __device__ void vxent_one_stats(const L *row, int64_t nv, float *shf, double *shd,
                                        float *mx, double *s) {
