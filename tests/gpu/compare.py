@@ -153,6 +153,39 @@ def machine_from_profile(st, ops):
         m["kernel_s"] = calls[max(1, len(calls) // 10) - 1]
     print("  machine (parc --machine FILE; a precision left out keeps the base's): " +
           json.dumps(m))
+    fit = two_term_fit(ops)
+    if fit:
+        call_s, bw = fit
+        m2 = dict(m, name=f"{st['device']} (measured, two-term)", kernel_s=call_s,
+                  memory_bytes_per_s=bw)
+        print(f"  two-term fit of the memory-bound rows (time = calls x {call_s * 1e6:.2f} us + "
+              f"bytes / {bw / 1e12:.3f} TB/s, least squares): " + json.dumps(m2))
+    else:
+        print("  two-term fit: too few memory-bound rows of different shapes")
+
+
+def two_term_fit(ops):
+    """The memory-bound rows' (generated kernels, memory ops) time per step as
+    a least-squares fit of calls x a call's cost + bytes / bandwidth: the form
+    of parc's step model (codegen/step_model.c), where the one-term rate above
+    divides bytes into a time that holds the calls' cost too.  (call_s, bytes
+    per second), or None where the rows do not determine both (or give a
+    negative cost: then the cost is 0 and the bandwidth bytes over time)."""
+    rows = [(o["calls"], o["bytes"], o["ms"] * 1e-3) for o in ops
+            if o["kind"] in ("kernel", "op") and o["calls"] and o["bytes"] and o["ms"]]
+    scc = sum(c * c for c, _, _ in rows)
+    scb = sum(c * b for c, b, _ in rows)
+    sbb = sum(b * b for _, b, _ in rows)
+    sct = sum(c * t for c, _, t in rows)
+    sbt = sum(b * t for _, b, t in rows)
+    det = scc * sbb - scb * scb
+    if len(rows) < 2 or det <= 1e-12 * scc * sbb:
+        return None
+    call_s = (sct * sbb - sbt * scb) / det
+    inv_bw = (scc * sbt - scb * sct) / det
+    if call_s < 0:  # the bytes explain the times alone
+        call_s, inv_bw = 0.0, sbt / sbb
+    return (call_s, 1.0 / inv_bw) if inv_bw > 0 else None
 
 
 def profile(path, peak_tflops, peak_gbs, fp32_tflops=None, top=30):
