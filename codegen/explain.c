@@ -172,13 +172,13 @@ static const char *layers(char *buf, size_t len, const CgExplainGroup *g) {
   return buf;
 }
 
-/* The first CG_EXPLAIN_ROWS of g[0..ng) (sorted), amounts printed by fmt,
+/* The first `rows` of g[0..ng) (sorted; rows 0: all), amounts printed by fmt,
  * each a share of total; `what` names a group's members in the header;
  * other (or NULL): one line for what total holds beyond the groups; then the
  * rest of the groups, summed. */
 static void print_groups(FILE *out, const CgExplainGroup *g, int ng, double total,
                          const char *what, const char *(*fmt)(char *, size_t, double),
-                         const CgSourceText *srcs, int nsrc, const char *other) {
+                         const CgSourceText *srcs, int nsrc, int rows, const char *other) {
   fprintf(out, "    %12s  %6s  %6s  %-7s  %-40s  %s\n", "", "share", what, "layers",
           "op (phase)", "made at");
   double sum = 0, rest = 0;
@@ -186,7 +186,7 @@ static void print_groups(FILE *out, const CgExplainGroup *g, int ng, double tota
   char a[32];
   for (int k = 0; k < ng; k++) {
     sum += g[k].amount;
-    if (k >= CG_EXPLAIN_ROWS) {
+    if (rows > 0 && k >= rows) {
       rest += g[k].amount;
       nrest += g[k].count;
       continue;
@@ -205,8 +205,7 @@ static void print_groups(FILE *out, const CgExplainGroup *g, int ng, double tota
             total > 0 ? 100 * (total - sum) / total : 0.0, 1, "-", other);
   if (nrest)
     fprintf(out, "    %12s  %5.1f%%  %6d  (%d more group%s)\n", fmt(a, sizeof a, rest),
-            total > 0 ? 100 * rest / total : 0.0, nrest, ng - CG_EXPLAIN_ROWS,
-            ng - CG_EXPLAIN_ROWS > 1 ? "s" : "");
+            total > 0 ? 100 * rest / total : 0.0, nrest, ng - rows, ng - rows > 1 ? "s" : "");
 }
 
 /* "op (phase, layer N)" of the node that runs at position at */
@@ -222,7 +221,7 @@ static const char *running(char *buf, size_t len, const IrModule *m, int at) {
  * them after "the buffers' peak", or "") and what is live there by group. */
 static int explain_peak(FILE *out, const IrModule *m, const BufPlan *p, const int *pos,
                         const unsigned char *only, const char *who, const CgSourceText *srcs,
-                        int nsrc) {
+                        int nsrc, int rows) {
   CgExplainGroup *g = malloc(sizeof *g * (size_t)(m->nnodes + 1));
   int at, buffers;
   int64_t live;
@@ -240,7 +239,7 @@ static int explain_peak(FILE *out, const IrModule *m, const BufPlan *p, const in
           cg_bytes_text(c, sizeof c, (double)p->peak), running(r, sizeof r, m, at),
           base_name(x->loc.file), x->loc.line, x->loc.col);
   fprintf(out, "  live at the peak, by the op and line that made them:\n");
-  print_groups(out, g, ng, (double)live, "values", cg_bytes_text, srcs, nsrc, NULL);
+  print_groups(out, g, ng, (double)live, "values", cg_bytes_text, srcs, nsrc, rows, NULL);
   free(g);
   return 0;
 }
@@ -270,7 +269,7 @@ static void arena_head(FILE *out, const IrModule *m, const PpProgram *pp, const 
 }
 
 static int explain_step(FILE *out, const IrModule *m, const CgStepPlan *sp, const Machine *mc,
-                        int bf16, const CgSourceText *srcs, int nsrc) {
+                        int bf16, const CgSourceText *srcs, int nsrc, int rows) {
   double *t = calloc((size_t)m->nnodes + 1, sizeof *t);
   CgExplainGroup *g = malloc(sizeof *g * (size_t)(m->nnodes + 1));
   if (!t || !g) {
@@ -291,7 +290,7 @@ static int explain_step(FILE *out, const IrModule *m, const CgStepPlan *sp, cons
   fprintf(out, "  by the op and line that made each call (a GEMM with its operands' bf16 copies; "
                "collectives are in the report's communication):\n");
   /* (what no node's call holds: the params' bf16 copy, made once a step) */
-  print_groups(out, g, ng, compute, "calls", ms, srcs, nsrc,
+  print_groups(out, g, ng, compute, "calls", ms, srcs, nsrc, rows,
                compute - sum > 1e-12 ? "the parameters' bf16 copy" : NULL);
   free(t), free(g);
   return 0;
@@ -303,7 +302,8 @@ static int explain_step(FILE *out, const IrModule *m, const CgStepPlan *sp, cons
  * (the buffers its arena holds, bufplan_group_where), then what is live at
  * the largest of them, which sizes the slot. */
 static int stage_peaks(FILE *out, const IrModule *m, const PpProgram *pp, const BufPlan *p,
-                       const int64_t *slot, const int *pos, const CgSourceText *srcs, int nsrc) {
+                       const int64_t *slot, const int *pos, const CgSourceText *srcs, int nsrc,
+                       int rows) {
   int n = m->nnodes, P = pp->nstages, best = 0;
   int64_t most = -1;
   unsigned char *only = malloc((size_t)n + 1);
@@ -336,7 +336,7 @@ static int stage_peaks(FILE *out, const IrModule *m, const PpProgram *pp, const 
     char who[32];
     snprintf(who, sizeof who, ", stage %d's", best);
     for (int i = 0; i < n; i++) only[i] = gw[i] >> best & 1;
-    rc = explain_peak(out, m, p, pos, only, who, srcs, nsrc);
+    rc = explain_peak(out, m, p, pos, only, who, srcs, nsrc, rows);
   }
   free(only), free(gw), free(g);
   return rc;
@@ -345,7 +345,8 @@ static int stage_peaks(FILE *out, const IrModule *m, const PpProgram *pp, const 
 /* Each stage's calls a step: its chunks' nodes once a microbatch. */
 static int explain_stage_steps(FILE *out, const IrModule *m, const PpProgram *pp,
                                const CgKernelPlan *kp, const CgCudaStore *store,
-                               const Machine *mc, int bf16, const CgSourceText *srcs, int nsrc) {
+                               const Machine *mc, int bf16, const CgSourceText *srcs, int nsrc,
+                               int rows) {
   int n = m->nnodes, P = pp->nstages, M = pp->microbatches > 0 ? pp->microbatches : 1;
   double *t = calloc((size_t)n + 1, sizeof *t), *ts = calloc((size_t)n + 1, sizeof *ts);
   CgExplainGroup *g = malloc(sizeof *g * (size_t)(n + 1));
@@ -369,7 +370,7 @@ static int explain_stage_steps(FILE *out, const IrModule *m, const PpProgram *pp
     int ng = cg_explain_calls(m, kp, ts, g);
     for (int k = 0; k < ng; k++) g[k].count *= M;
     fprintf(out, "  stage %d: %s\n", s, ms(a, sizeof a, total));
-    print_groups(out, g, ng, total, "calls", ms, srcs, nsrc, NULL);
+    print_groups(out, g, ng, total, "calls", ms, srcs, nsrc, rows, NULL);
   }
   free(t), free(ts), free(g);
   return 0;
@@ -394,7 +395,7 @@ static const char *arena_title(char *buf, size_t len, const PpProgram *pp, int g
 
 int cg_explain(FILE *out, IrModule *m, const PpProgram *pp, unsigned what, int fuse,
                const Machine *mc, int bf16, int store, int batch, const CgSourceText *srcs,
-               int nsrc, char *err, size_t len) {
+               int nsrc, int rows, char *err, size_t len) {
   CgStepPlan sp;
   if (cg_plan_whole_step(m, fuse, pp, bf16, store, batch, &sp, err, len)) return -1;
   if (!mc) mc = machine_default;
@@ -406,12 +407,12 @@ int cg_explain(FILE *out, IrModule *m, const PpProgram *pp, unsigned what, int f
     int64_t slot[PP_MAX_STAGES];
     arena_head(out, m, pp, &sp.kp, p,
                arena_title(title, sizeof title, pp, gpu, sp.gbp.narrow != NULL), slot);
-    rc = pp ? stage_peaks(out, m, pp, p, slot, sp.pos, srcs, nsrc)
-            : explain_peak(out, m, p, sp.pos, NULL, "", srcs, nsrc);
+    rc = pp ? stage_peaks(out, m, pp, p, slot, sp.pos, srcs, nsrc, rows)
+            : explain_peak(out, m, p, sp.pos, NULL, "", srcs, nsrc, rows);
   }
   if (!rc && what & CG_EXPLAIN_STEP)
-    rc = pp ? explain_stage_steps(out, m, pp, &sp.kp, &sp.store, mc, bf16, srcs, nsrc)
-            : explain_step(out, m, &sp, mc, bf16, srcs, nsrc);
+    rc = pp ? explain_stage_steps(out, m, pp, &sp.kp, &sp.store, mc, bf16, srcs, nsrc, rows)
+            : explain_step(out, m, &sp, mc, bf16, srcs, nsrc, rows);
   cg_step_plan_free(&sp);
   if (rc) snprintf(err, len, "out of memory explaining the plan");
   return rc;

@@ -13,8 +13,9 @@
  * cg_step_times), grouped the same way: a generated kernel by its root's
  * node, a GEMM with the bf16 copies of its operands.
  *
- * Groups are sorted largest first; the first CG_EXPLAIN_ROWS are printed,
- * the rest summed on one line.  Output only: nothing here changes a plan. */
+ * Groups are sorted largest first; the first `rows` are printed (parc
+ * --explain-rows; CG_EXPLAIN_ROWS by default, 0 all), the rest summed on
+ * one line.  Output only: nothing here changes a plan. */
 #ifndef PARC_CG_EXPLAIN_H
 #define PARC_CG_EXPLAIN_H
 
@@ -77,9 +78,10 @@ int cg_explain_calls(const IrModule *m, const CgKernelPlan *kp, const double *no
  * pp->slots of them): each stage's values' peak, then what is live at the
  * largest, and the step is each stage's calls, a chunk's once a microbatch.
  * srcs: the texts of the files IrLoc names (nsrc of them; a file not among
- * them prints no line).  0, or -1 with a one-line reason in err. */
+ * them prints no line).  rows: the groups each table prints (0: all).  0,
+ * or -1 with a one-line reason in err. */
 int cg_explain(FILE *out, IrModule *m, const PpProgram *pp, unsigned what, int fuse,
                const Machine *mc, int bf16, int store, int batch, const CgSourceText *srcs,
-               int nsrc, char *err, size_t len);
+               int nsrc, int rows, char *err, size_t len);
 
 #endif

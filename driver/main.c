@@ -71,6 +71,8 @@ static void usage(FILE *out) {
           "                         peak, CPU and GPU trainers), step (where the predicted\n"
           "                         compute time goes) or all; pipelines: each stage's\n"
           "                         slot of the arena and own values, each stage's calls\n"
+          "      --explain-rows N   rows of each --explain table, the largest groups (default\n"
+          "                         15; all: every group); the rest are summed on one line\n"
           "  -D NAME=VALUE          override a config or train value (-D layers=2 -D batch=4)\n"
           "      --tp N             tensor-parallel degree (default 1)\n"
           "      --pp N             pipeline-parallel degree (default 1)\n"
@@ -308,6 +310,8 @@ typedef struct {
   int bf16_store;            /* --bf16-store: a CgStoreMode (codegen/cuda_store.h) */
   int no_batch;              /* --no-batch: the GPU trainer launches every kernel alone */
   unsigned explain;          /* --explain: CG_EXPLAIN_* bits (codegen/explain.h); 0: none */
+  int explain_rows;          /* --explain-rows: groups a table prints (0: all); -1: not given
+                                (CG_EXPLAIN_ROWS) */
   int pad_vocab;             /* --pad-vocab; 0: not given (the train section's, else 64) */
   int pads;                  /* the layout pads the vocabulary (set after the cost):
                                 pass_shard runs even for one rank */
@@ -368,7 +372,7 @@ static const char *cuda_arch_list(const char *s) {
 static int parse_args(int argc, char **argv, Options *o) {
   enum { O_EMIT = 256, O_TP, O_PP, O_DP, O_EP, O_DUMP, O_NOVERIFY, O_TIME, O_VERSION, O_NOFUSE,
          O_CPU, O_SP, O_ZERO, O_BUCKET, O_NO_OVERLAP, O_PAD_VOCAB, O_KEEP_ATTN_OUT, O_HEAD_MAJOR_ATTN,
-         O_NO_BF16_STORE, O_BF16_STORE, O_NO_BATCH, O_EXPLAIN, O_RECOMPUTE };
+         O_NO_BF16_STORE, O_BF16_STORE, O_NO_BATCH, O_EXPLAIN, O_EXPLAIN_ROWS, O_RECOMPUTE };
   static const struct option longs[] = {
       {"output", required_argument, 0, 'o'},  {"emit", required_argument, 0, O_EMIT},
       {"tp", required_argument, 0, O_TP},     {"pp", required_argument, 0, O_PP},
@@ -386,6 +390,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       {"bf16-store", required_argument, 0, O_BF16_STORE},
       {"no-batch", no_argument, 0, O_NO_BATCH},
       {"explain", required_argument, 0, O_EXPLAIN},
+      {"explain-rows", required_argument, 0, O_EXPLAIN_ROWS},
       {"recompute", required_argument, 0, O_RECOMPUTE},
       {"pad-vocab", required_argument, 0, O_PAD_VOCAB},
       {"target", required_argument, 0, 512}, {"cuda-arch", required_argument, 0, 513},
@@ -395,6 +400,7 @@ static int parse_args(int argc, char **argv, Options *o) {
       {0, 0, 0, 0}};
   o->lay = (Layout){1, 1, 1, 1, 0};
   o->verify = 1;
+  o->explain_rows = -1;
   o->machine = *machine_default;
   o->ov = calloc((size_t)argc + 1, sizeof *o->ov);
   if (!o->ov) return EXIT_INTERNAL;
@@ -424,6 +430,20 @@ static int parse_args(int argc, char **argv, Options *o) {
         return EXIT_BAD;
       }
       break;
+    case O_EXPLAIN_ROWS: {
+      char *end = NULL;
+      long v = strtol(optarg, &end, 10);
+      if (!strcmp(optarg, "all")) {
+        o->explain_rows = 0;
+      } else if (!*optarg || *end || v < 1 || v > 100000) {
+        fprintf(stderr, "parc: error: --explain-rows '%s': expected a number of rows from 1 to "
+                        "100000, or all\n", optarg);
+        return EXIT_BAD;
+      } else {
+        o->explain_rows = (int)v;
+      }
+      break;
+    }
     case 'D': {
       char *eq = strchr(optarg, '=');
       if (!eq || eq == optarg) {
@@ -564,6 +584,11 @@ static int parse_args(int argc, char **argv, Options *o) {
             o->lay.tp, o->lay.pp, o->lay.dp, (long long)ranks, LAYOUT_MAX_RANKS);
     return EXIT_BAD;
   }
+  if (o->explain_rows >= 0 && !o->explain) {
+    fprintf(stderr, "parc: error: --explain-rows without --explain: it sets the rows of "
+                    "--explain's tables (add --explain memory, step or all)\n");
+    return EXIT_BAD;
+  }
   if (o->explain && (o->emit || o->dump_after)) {
     fprintf(stderr, "parc: error: --explain with %s: both print to stdout; ask for one at a "
                     "time\n", o->emit ? "--emit" : "--dump-after");
@@ -605,7 +630,8 @@ static int explain(const Options *o, IrModule *m, const PpProgram *pp, const Cos
                    FILE *out) {
   char why[512];
   if (!cg_explain(out, m, pp, o->explain, !o->no_fuse, cost->machine, cost->bf16, o->bf16_store,
-                  !o->no_batch, o->srcs, 2, why, sizeof why))
+                  !o->no_batch, o->srcs, 2, o->explain_rows < 0 ? CG_EXPLAIN_ROWS : o->explain_rows,
+                  why, sizeof why))
     return 0;
   fprintf(stderr, "parc: internal error: --explain: %s\n", why);
   return -1;

@@ -150,6 +150,7 @@ static void check_print(IrModule *m, int fuse) {
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     int rc = cg_explain(f, m, NULL, what, fuse, NULL, machine_bf16(m), CG_STORE_BF16, 1, NULL, 0,
+                        CG_EXPLAIN_ROWS,
                         err, sizeof err);
     fclose(f);
     int mem = strstr(text, "live at the peak") != NULL;
