@@ -745,6 +745,12 @@ template <typename L> static __device__ void stage_row(L *dst, const L *src, int
   for (int64_t v = done + threadIdx.x; v < n; v += BLOCK) dst[v] = src[v];
 }
 
+/* PARC_CUDA_XENT is `want` (the cross-entropy's forms kept for comparison) */
+static bool xent_env(const char *want) {
+  const char *e = getenv("PARC_CUDA_XENT");
+  return e && !strcmp(e, want);
+}
+
 /* The dynamic shared memory a staged row of n elements of size `elem` takes:
  * the row at its address mod 16 (staged_at); 0 where it does not fit the
  * device's per-block limit beside the kernel's own reduction scratch, or
@@ -759,9 +765,8 @@ static size_t staged_bytes(RtCuda *c, int64_t n, size_t elem) {
       v = 48 * 1024, (void)cudaGetLastError();
     limit = v;
   }
-  const char *e = getenv("PARC_CUDA_XENT");
   size_t bytes = (size_t)n * elem + 16;
-  if ((e && !strcmp(e, "unstaged")) || bytes + 1024 > (size_t)limit) return 0;
+  if (xent_env("unstaged") || bytes + 1024 > (size_t)limit) return 0;
   return bytes;
 }
 
@@ -845,10 +850,7 @@ static int vxent_one_grad_launch(RtCuda *c, const char *op, unsigned nb, L *dlog
 }
 
 /* PARC_CUDA_XENT=gathered: one member takes the gathered path too. */
-static bool xent_gathered(void) {
-  const char *e = getenv("PARC_CUDA_XENT");
-  return e && !strcmp(e, "gathered");
-}
+static bool xent_gathered(void) { return xent_env("gathered"); }
 
 /* The forward (loss), the gradient (dlogits; as bf16 wide rows where
  * bf16out), or both (rt_cuda_cross_entropy_fused: the same bits as the two
