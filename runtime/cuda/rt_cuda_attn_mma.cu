@@ -204,6 +204,39 @@ static __device__ __forceinline__ float mma_row_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+/* Masking, for the tiles that hold a masked element (the callers test that
+ * warp-uniformly, so a tile inside the sequence and below the diagonal runs
+ * none of this).  mma_mask: c[n][i], the score of row r0 + 8 (i / 2) and key
+ * j0 + 8 n + 2 t + i % 2, becomes x where the key is >= T, or the row is >= T
+ * (as the row's output is never stored, only x = 0 needs that), or, causal,
+ * the key is after the row.  mma_mask_t: the transposed tile of mma_bwd_kv
+ * (row u0 + 8 (i / 2) a key, column i0 + 8 n + 2 t + i % 2 a query) to 0
+ * where either is >= T or, causal, the key is after the query. */
+template <int N>
+static __device__ __forceinline__ void mma_mask(float (*c)[4], int r0, int j0, int T, bool causal,
+                                                float x) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int n = 0; n < N / 8; n++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const int row = r0 + 8 * (i >> 1), j = j0 + 8 * n + 2 * t + (i & 1);
+      if (j >= T || (x == 0.0f && row >= T) || (causal && j > row)) c[n][i] = x;
+    }
+}
+template <int N>
+static __device__ __forceinline__ void mma_mask_t(float (*c)[4], int u0, int i0, int T,
+                                                  bool causal) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int n = 0; n < N / 8; n++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const int key = u0 + 8 * (i >> 1), iq = i0 + 8 * n + 2 * t + (i & 1);
+      if (iq >= T || key >= T || (causal && key > iq)) c[n][i] = 0.0f;
+    }
+}
+
 /* The forward: out, lse (may be NULL) of query rows [q0, q0 + 64) of head (b, h). */
 template <int HD, bool IO>
 __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_fwd(MmaArgs a) {
@@ -242,15 +275,18 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_fwd(MmaArgs a
 #pragma unroll
     for (int n = 0; n < MMA_TILE / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
     mma_abt<HD, MMA_TILE>(s, qs + 16 * w * LDH, ks); /* S = Q_w K^T */
+#pragma unroll
+    for (int n = 0; n < MMA_TILE / 8; n++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) s[n][i] *= sl2; /* log2 units (any sign of the scale) */
+    /* masked keys to -inf: only in a tile that has some (warp-uniform) */
+    if (j0 + MMA_TILE > T || (a.causal && j0 + MMA_TILE - 1 > q0 + 16 * w))
+      mma_mask<MMA_TILE>(s, r0, j0, T, a.causal, -INFINITY);
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int n = 0; n < MMA_TILE / 8; n++)
 #pragma unroll
-      for (int i = 0; i < 4; i++) {
-        const int row = r0 + 8 * (i >> 1), j = j0 + 8 * n + 2 * t + (i & 1);
-        s[n][i] = j < T && (!a.causal || j <= row) ? s[n][i] * sl2 : -INFINITY;
-        mx[i >> 1] = fmaxf(mx[i >> 1], s[n][i]);
-      }
+      for (int i = 0; i < 4; i++) mx[i >> 1] = fmaxf(mx[i >> 1], s[n][i]);
     float base[2], alpha[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -264,7 +300,7 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_fwd(MmaArgs a
     for (int n = 0; n < MMA_TILE / 8; n++)
 #pragma unroll
       for (int i = 0; i < 4; i++) {
-        s[n][i] = exp2f(s[n][i] - base[i >> 1]); /* P */
+        s[n][i] = exp2f(s[n][i] - base[i >> 1]); /* P (masked: exp2(-inf) = 0) */
         l[i >> 1] += s[n][i];
       }
 #pragma unroll
@@ -294,7 +330,7 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_q(MmaArgs
   constexpr int LDH = MmaShape<HD>::LDH;
   bf16 *qs = (bf16 *)mma_smem, *dys = qs + MMA_ROWS * LDH, *ks = dys + MMA_ROWS * LDH;
   bf16 *vs = ks + MMA_TILE * LDH;
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2;
   const int T = a.T, q0 = (int)(gridDim.x - 1 - blockIdx.x) * MMA_ROWS, r0 = q0 + 16 * w + g;
   const int wlast = a.causal ? q0 + 16 * w + 15 : T; /* causal: the warp's keys end here */
   const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, kvh = h / (a.H / a.KV);
@@ -338,12 +374,15 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_q(MmaArgs
 #pragma unroll
     for (int n = 0; n < MMA_TILE / 8; n++)
 #pragma unroll
-      for (int i = 0; i < 4; i++) {
-        const int row = r0 + 8 * (i >> 1), j = j0 + 8 * n + 2 * t + (i & 1);
-        const float p = row < T && j < T && (!a.causal || j <= row)
-                            ? exp2f(s[n][i] * sl2 - lr[i >> 1]) : 0.0f;
-        s[n][i] = p * (dp[n][i] - dr[i >> 1]); /* dS */
-      }
+      for (int i = 0; i < 4; i++) s[n][i] = exp2f(s[n][i] * sl2 - lr[i >> 1]); /* P */
+    /* masked probabilities to 0: only in a tile that has some (warp-uniform; rows
+     * >= T too, though their dq is never stored) */
+    if (j0 + MMA_TILE > T || r0 - g + 15 >= T || (a.causal && j0 + MMA_TILE - 1 > q0 + 16 * w))
+      mma_mask<MMA_TILE>(s, r0, j0, T, a.causal, 0.0f);
+#pragma unroll
+    for (int n = 0; n < MMA_TILE / 8; n++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) s[n][i] *= dp[n][i] - dr[i >> 1]; /* dS = P (dP - D) */
 #pragma unroll
     for (int kk2 = 0; kk2 < MMA_TILE / 16; kk2++) mma_pb<HD>(dq, s, kk2, ks); /* dQ += dS K */
   }
@@ -426,15 +465,22 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_kv(MmaArg
     mma_abt<HD, QT>(s, ks + 16 * w * LDH, qs);   /* S^T = K_w Q^T */
     mma_abt<HD, QT>(dp, vs + 16 * w * LDH, dys); /* dP^T = V_w dY^T */
 #pragma unroll
-    for (int n = 0; n < QT / 8; n++)
+    for (int n = 0; n < QT / 8; n++) {
+      const float2 lc = *(const float2 *)(ls + 8 * n + 2 * t); /* columns 8 n + 2 t, + 1 */
 #pragma unroll
-      for (int i = 0; i < 4; i++) {
-        const int key = u0 + 8 * (i >> 1), c = 8 * n + 2 * t + (i & 1), iq = icur + c;
-        const float p = iq < T && key < T && (!a.causal || key <= iq)
-                            ? exp2f(s[n][i] * sl2 - ls[c]) : 0.0f;
-        s[n][i] = p;                       /* P^T */
-        dp[n][i] = p * (dp[n][i] - ds_[c]); /* dS^T */
-      }
+      for (int i = 0; i < 4; i++) s[n][i] = exp2f(s[n][i] * sl2 - (i & 1 ? lc.y : lc.x)); /* P^T */
+    }
+    /* masked probabilities to 0 (P^T), only in a tile that has some (warp-uniform;
+     * keys >= T too, though their dk, dv are never stored) */
+    if (icur + QT > T || u0 - g + 15 >= T || (a.causal && u0 - g + 15 > icur))
+      mma_mask_t<QT>(s, u0, icur, T, a.causal);
+#pragma unroll
+    for (int n = 0; n < QT / 8; n++) {
+      const float2 dc = *(const float2 *)(ds_ + 8 * n + 2 * t);
+#pragma unroll
+      for (int i = 0; i < 4; i++) /* dS^T = P^T (dP^T - D) */
+        dp[n][i] = s[n][i] * (dp[n][i] - (i & 1 ? dc.y : dc.x));
+    }
 #pragma unroll
     for (int kk2 = 0; kk2 < QT / 16; kk2++) {
       mma_pb<HD>(dv, s, kk2, dys); /* dV += P^T dY */
