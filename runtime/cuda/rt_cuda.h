@@ -246,6 +246,10 @@ int rt_cuda_sdpa_grad_stats(RtCuda *c, float *dqkv, const float *q, const float 
  * compute capability 8.0, PARC_CUDA_ATTN unset): else an error that says so.
  * The layout flags (RT_CUDA_ATTN_O_TOKENS, _DY_TOKENS: token-major result,
  * dy) go with any kernels. */
+/* The warps a block of the mma.sync attention kernels has for head dimension
+ * hd and tensors io (RT_CUDA_ATTN_* flags): 8; 4 under PARC_CUDA_ATTN=mma4 where
+ * those are built (hd 64 or 128, some tensor bf16).  For checks and reports. */
+int rt_cuda_attn_mma_warps(int64_t hd, unsigned io);
 int rt_cuda_sdpa_io(RtCuda *c, float *out, float *lse, const float *q, const float *k,
                     const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
                     float scale, int causal, unsigned io);

@@ -68,11 +68,11 @@ typedef __nv_bfloat16 bf16;
  * would, halving the global (L2) traffic of the streamed operands, which
  * bounds these kernels (64 rows: 64 FLOP a byte loaded; the H200 has ~200 at
  * HBM).  One block an SM at up to 255 registers a thread (65536 / 256 = 256),
- * the same 8 warps an SM as two 4-warp blocks. */
-#define MMA_WARPS 8
-#define MMA_THREADS (32 * MMA_WARPS)
-#define MMA_MIN_BLOCKS 1
-#define MMA_ROWS (16 * MMA_WARPS) /* a block's own query (fwd, dq) or key (dk, dv) rows */
+ * the same 8 warps an SM as two 4-warp blocks.  (Reasoned, not measured: 4-warp
+ * blocks synchronise half as many warps, and one block's softmax can run
+ * beside the other's products; PARC_CUDA_ATTN=mma4 runs them for the
+ * comparison on a GPU.) */
+#define MMA_WARPS 8 /* the kernels' W: 4 for comparison (PARC_CUDA_ATTN=mma4, mma_warps4) */
 #define MMA_TILE 64 /* rows of a streamed key tile (fwd, dq), query tile (dk, dv: MmaShape::QT) */
 #define MMA_LOG2E 1.4426950408889634f
 #define MMA_LN2 0.6931471805599453f
@@ -102,20 +102,23 @@ static __device__ __forceinline__ const void *mma_at(const void *p, unsigned io,
   return io & bit ? (const void *)((const bf16 *)p + e) : (const void *)((const float *)p + e);
 }
 
-template <int HD> struct MmaShape {
+template <int HD, int W = MMA_WARPS> struct MmaShape {
+  static constexpr int THREADS = 32 * W, ROWS = 16 * W; /* a block's threads, own rows */
   static constexpr int LDH = HD + 8;              /* bf16 row stride of every tile */
   static constexpr int QT = HD > 64 ? 32 : 64;    /* mma_bwd_kv's query tile rows */
   static constexpr size_t ROW = LDH * sizeof(bf16);
-  static constexpr size_t fwd = (MMA_ROWS + 2 * MMA_TILE) * ROW;
-  static constexpr size_t dq = 2 * (MMA_ROWS + MMA_TILE) * ROW;
-  static constexpr size_t kv = 2 * (MMA_ROWS + QT) * ROW + 2 * QT * sizeof(float);
+  static constexpr size_t fwd = (ROWS + 2 * MMA_TILE) * ROW;
+  static constexpr size_t dq = 2 * (ROWS + MMA_TILE) * ROW;
+  static constexpr size_t kv = 2 * (ROWS + QT) * ROW + 2 * QT * sizeof(float);
   /* whether the next streamed tile waits in registers (RtAttnTileRegs HOLD):
    * where ptxas (sm_90, 255 a thread) finds the registers without spilling;
-   * IO, the kernels that read bf16 tensors too, need a few more */
-  static constexpr bool hold_q = HD <= 112, hold_q_io = HD <= 96; /* k, v tiles */
-  static constexpr bool hold_kv = HD <= 96;                         /* q, dy tiles */
-  /* mma_bwd_kv IO, hd 128: its q, dy copies one load at a time (else ptxas spills) */
-  static constexpr int kv_unroll_io = HD > 112 ? 1 : 0;
+   * IO, the kernels that read bf16 tensors too, need a few more, and 4-warp
+   * blocks twice as many for the same tile */
+  static constexpr bool hold_q = HD <= 112, hold_q_io = HD <= 96; /* mma_fwd's k, v tiles */
+  static constexpr bool hold_dq = HD <= 112, hold_dq_io = HD <= (W == 4 ? 48 : 80); /* dq */
+  static constexpr bool hold_kv = HD <= (W == 4 ? 48 : 96); /* mma_bwd_kv's q, dy tiles */
+  /* mma_bwd_kv IO, hd > 96: its q, dy copies one load at a time (else ptxas spills) */
+  static constexpr int kv_unroll_io = HD > 96 ? 1 : 0;
 };
 
 /* acc[2 np], acc[2 np + 1] (np < N / 16) += A B^T over HD: A the warp's 16 rows
@@ -237,16 +240,17 @@ static __device__ __forceinline__ void mma_mask_t(float (*c)[4], int u0, int i0,
     }
 }
 
-/* The forward: out, lse (may be NULL) of query rows [q0, q0 + 64) of head (b, h). */
-template <int HD, bool IO>
-__global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_fwd(MmaArgs a) {
+/* The forward: out, lse (may be NULL) of query rows [q0, q0 + 16 W) of head (b, h). */
+template <int HD, bool IO, int W>
+__global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_fwd(MmaArgs a) {
 #ifndef MMA_NONE
   const unsigned io = IO ? a.io : 0u; /* IO false: every tensor fp32, the branches folded */
+  constexpr int ROWS = MmaShape<HD, W>::ROWS, THREADS = MmaShape<HD, W>::THREADS;
   extern __shared__ __align__(128) unsigned char mma_smem[];
-  constexpr int LDH = MmaShape<HD>::LDH;
-  bf16 *qs = (bf16 *)mma_smem, *ks = qs + MMA_ROWS * LDH, *vs = ks + MMA_TILE * LDH;
+  constexpr int LDH = MmaShape<HD, W>::LDH;
+  bf16 *qs = (bf16 *)mma_smem, *ks = qs + ROWS * LDH, *vs = ks + MMA_TILE * LDH;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int T = a.T, q0 = (int)(gridDim.x - 1 - blockIdx.x) * MMA_ROWS, r0 = q0 + 16 * w + g;
+  const int T = a.T, q0 = (int)(gridDim.x - 1 - blockIdx.x) * ROWS, r0 = q0 + 16 * w + g;
   const int wlast = a.causal ? q0 + 16 * w + 15 : T; /* causal: the warp's keys end here */
   const int64_t bh = blockIdx.y, b = bh / a.H, kvh = bh % a.H / (a.H / a.KV);
   const bool qb = io & RT_CUDA_ATTN_Q_BF16, kb = io & RT_CUDA_ATTN_K_BF16,
@@ -254,15 +258,15 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_fwd(MmaArgs a
   const void *kh = mma_at(a.k, io, RT_CUDA_ATTN_K_BF16, (b * a.KV + kvh) * T * HD);
   const void *vh = mma_at(a.v, io, RT_CUDA_ATTN_V_BF16, (b * a.KV + kvh) * T * HD);
   const float sl2 = a.scale * MMA_LOG2E;
-  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(
+  rt_attn_tile_load<HD, ROWS, THREADS>(
       qs, mma_at(a.q, io, RT_CUDA_ATTN_Q_BF16, bh * T * HD), qb, q0, T);
   /* rows r0, r0 + 8: running max (log2 units), this lane's part of the sum */
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[HD / 8][4];
 #pragma unroll
   for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  const int kend = a.causal && q0 + MMA_ROWS < T ? q0 + MMA_ROWS : T; /* keys [0, kend) */
-  constexpr bool hold = IO ? MmaShape<HD>::hold_q_io : MmaShape<HD>::hold_q;
-  RtAttnTileRegs<HD, MMA_TILE, MMA_THREADS, hold> kr, vr; /* the next key tile, in flight */
+  const int kend = a.causal && q0 + ROWS < T ? q0 + ROWS : T; /* keys [0, kend) */
+  constexpr bool hold = IO ? MmaShape<HD, W>::hold_q_io : MmaShape<HD, W>::hold_q;
+  RtAttnTileRegs<HD, MMA_TILE, THREADS, hold> kr, vr; /* the next key tile, in flight */
   kr.load(kh, kb, 0, T), vr.load(vh, vb, 0, T);
   for (int j0 = 0; j0 < kend; j0 += MMA_TILE) {
     __syncthreads(); /* the previous key tile is consumed */
@@ -322,16 +326,17 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_fwd(MmaArgs a
 #endif
 }
 
-template <int HD, bool IO>
-__global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_q(MmaArgs a) {
+template <int HD, bool IO, int W>
+__global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_q(MmaArgs a) {
 #ifndef MMA_NONE
   const unsigned io = IO ? a.io : 0u; /* IO false: every tensor fp32, the branches folded */
+  constexpr int ROWS = MmaShape<HD, W>::ROWS, THREADS = MmaShape<HD, W>::THREADS;
   extern __shared__ __align__(128) unsigned char mma_smem[];
-  constexpr int LDH = MmaShape<HD>::LDH;
-  bf16 *qs = (bf16 *)mma_smem, *dys = qs + MMA_ROWS * LDH, *ks = dys + MMA_ROWS * LDH;
+  constexpr int LDH = MmaShape<HD, W>::LDH;
+  bf16 *qs = (bf16 *)mma_smem, *dys = qs + ROWS * LDH, *ks = dys + ROWS * LDH;
   bf16 *vs = ks + MMA_TILE * LDH;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2;
-  const int T = a.T, q0 = (int)(gridDim.x - 1 - blockIdx.x) * MMA_ROWS, r0 = q0 + 16 * w + g;
+  const int T = a.T, q0 = (int)(gridDim.x - 1 - blockIdx.x) * ROWS, r0 = q0 + 16 * w + g;
   const int wlast = a.causal ? q0 + 16 * w + 15 : T; /* causal: the warp's keys end here */
   const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, kvh = h / (a.H / a.KV);
   const bool kb = io & RT_CUDA_ATTN_K_BF16, vb = io & RT_CUDA_ATTN_V_BF16;
@@ -345,17 +350,17 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_q(MmaArgs
     lr[i] = row < T ? a.lse[bh * T + row] * MMA_LOG2E : 0.0f;
     dr[i] = row < T ? a.d[bh * T + row] : 0.0f;
   }
-  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(
+  rt_attn_tile_load<HD, ROWS, THREADS>(
       qs, mma_at(a.q, io, RT_CUDA_ATTN_Q_BF16, bh * T * HD), io & RT_CUDA_ATTN_Q_BF16, q0, T);
-  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(
+  rt_attn_tile_load<HD, ROWS, THREADS>(
       dys, mma_at(a.dy, io, RT_CUDA_ATTN_DY_BF16, rt_attn_row(a.dytok, b, h, a.H, 0, T, HD)),
       io & RT_CUDA_ATTN_DY_BF16, q0, T, rt_attn_ld(a.dytok, a.H, HD));
   float dq[HD / 8][4];
 #pragma unroll
   for (int n = 0; n < HD / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-  const int kend = a.causal && q0 + MMA_ROWS < T ? q0 + MMA_ROWS : T; /* keys [0, kend) */
-  constexpr bool hold = IO ? MmaShape<HD>::hold_q_io : MmaShape<HD>::hold_q;
-  RtAttnTileRegs<HD, MMA_TILE, MMA_THREADS, hold> kr, vr; /* the next key tile, in flight */
+  const int kend = a.causal && q0 + ROWS < T ? q0 + ROWS : T; /* keys [0, kend) */
+  constexpr bool hold = IO ? MmaShape<HD, W>::hold_dq_io : MmaShape<HD, W>::hold_dq;
+  RtAttnTileRegs<HD, MMA_TILE, THREADS, hold> kr, vr; /* the next key tile, in flight */
   kr.load(kh, kb, 0, T), vr.load(vh, vb, 0, T);
   for (int j0 = 0; j0 < kend; j0 += MMA_TILE) {
     __syncthreads(); /* the previous key tile is consumed */
@@ -392,25 +397,26 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_q(MmaArgs
 #endif
 }
 
-template <int HD, bool IO>
-__global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_kv(MmaArgs a) {
+template <int HD, bool IO, int W>
+__global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_kv(MmaArgs a) {
 #ifndef MMA_NONE
   const unsigned io = IO ? a.io : 0u; /* IO false: every tensor fp32, the branches folded */
+  constexpr int ROWS = MmaShape<HD, W>::ROWS, THREADS = MmaShape<HD, W>::THREADS;
   extern __shared__ __align__(128) unsigned char mma_smem[];
-  constexpr int LDH = MmaShape<HD>::LDH, QT = MmaShape<HD>::QT;
-  bf16 *ks = (bf16 *)mma_smem, *vs = ks + MMA_ROWS * LDH, *qs = vs + MMA_ROWS * LDH;
+  constexpr int LDH = MmaShape<HD, W>::LDH, QT = MmaShape<HD, W>::QT;
+  bf16 *ks = (bf16 *)mma_smem, *vs = ks + ROWS * LDH, *qs = vs + ROWS * LDH;
   bf16 *dys = qs + QT * LDH;
   float *ls = (float *)(dys + QT * LDH), *ds_ = ls + QT; /* the tile's lse log2e, D */
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int T = a.T, k0 = (int)blockIdx.x * MMA_ROWS, u0 = k0 + 16 * w + g; /* keys u0, u0 + 8 */
+  const int T = a.T, k0 = (int)blockIdx.x * ROWS, u0 = k0 + 16 * w + g; /* keys u0, u0 + 8 */
   const int wfirst = a.causal ? k0 + 16 * w : 0; /* causal: the warp's first query */
   const int64_t bg = blockIdx.y, b = bg / a.KV, kvh = bg % a.KV, rep = a.H / a.KV;
   const int64_t C = a.H + 2 * a.KV;
   const float sl2 = a.scale * MMA_LOG2E;
   const bool qb = io & RT_CUDA_ATTN_Q_BF16, yb = io & RT_CUDA_ATTN_DY_BF16;
-  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(
+  rt_attn_tile_load<HD, ROWS, THREADS>(
       ks, mma_at(a.k, io, RT_CUDA_ATTN_K_BF16, bg * T * HD), io & RT_CUDA_ATTN_K_BF16, k0, T);
-  rt_attn_tile_load<HD, MMA_ROWS, MMA_THREADS>(
+  rt_attn_tile_load<HD, ROWS, THREADS>(
       vs, mma_at(a.v, io, RT_CUDA_ATTN_V_BF16, bg * T * HD), io & RT_CUDA_ATTN_V_BF16, k0, T);
   float dk[HD / 8][4], dv[HD / 8][4];
 #pragma unroll
@@ -422,8 +428,8 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_kv(MmaArg
    * tile's q, dy, lse and D in flight in registers while this one's products
    * run. */
   const int i_begin = a.causal ? k0 : 0; /* causal: earlier queries see none of these keys */
-  RtAttnTileRegs<HD, QT, MMA_THREADS, MmaShape<HD>::hold_kv,
-                 IO ? MmaShape<HD>::kv_unroll_io : 0>
+  RtAttnTileRegs<HD, QT, THREADS, MmaShape<HD, W>::hold_kv,
+                 IO ? MmaShape<HD, W>::kv_unroll_io : 0>
       qr, dyr;
   float lnext = 0.0f, dnext = 0.0f; /* threads < QT: the next tile's row statistics */
   const int64_t bh0 = b * a.H + kvh * rep; /* the kv head's first query head */
@@ -498,28 +504,47 @@ __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS) mma_bwd_kv(MmaArg
 /* ---- launching ---- */
 
 template <typename K>
-static int mma_launch(RtCuda *c, const char *op, K kern, dim3 grid, size_t bytes, const MmaArgs &a) {
+static int mma_launch(RtCuda *c, const char *op, K kern, dim3 grid, int threads, size_t bytes,
+                      const MmaArgs &a) {
   if (bytes > 48 * 1024)
     CU_CHECK(c, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
              op);
-  kern<<<grid, MMA_THREADS, bytes, c->compute>>>(a);
+  kern<<<grid, threads, bytes, c->compute>>>(a);
   LAUNCH_CHECK(c, op);
   return RT_OK;
 }
 
-template <int HD, bool IO>
+template <int HD, bool IO, int W>
 static int mma_run_io(RtCuda *c, const MmaArgs &a, int64_t B, bool grad) {
-  typedef MmaShape<HD> S;
-  const unsigned tiles = (unsigned)((a.T + MMA_ROWS - 1) / MMA_ROWS);
+  typedef MmaShape<HD, W> S;
+  const unsigned tiles = (unsigned)((a.T + S::ROWS - 1) / S::ROWS);
   const dim3 gq(tiles, (unsigned)(B * a.H)), gkv(tiles, (unsigned)(B * a.KV));
-  if (!grad) return mma_launch(c, "sdpa (mma)", mma_fwd<HD, IO>, gq, S::fwd, a);
-  if (mma_launch(c, "sdpa_grad (dk, dv, mma)", mma_bwd_kv<HD, IO>, gkv, S::kv, a)) return RT_ERR;
-  return mma_launch(c, "sdpa_grad (dq, mma)", mma_bwd_q<HD, IO>, gq, S::dq, a);
+  if (!grad) return mma_launch(c, "sdpa (mma)", mma_fwd<HD, IO, W>, gq, S::THREADS, S::fwd, a);
+  if (mma_launch(c, "sdpa_grad (dk, dv, mma)", mma_bwd_kv<HD, IO, W>, gkv, S::THREADS, S::kv, a))
+    return RT_ERR;
+  return mma_launch(c, "sdpa_grad (dq, mma)", mma_bwd_q<HD, IO, W>, gq, S::THREADS, S::dq, a);
+}
+
+/* PARC_CUDA_ATTN=mma4: blocks of 4 warps (64 rows, two blocks an SM) instead of
+ * MMA_WARPS, for comparison on a GPU (gpu_ops_check's "mma4" rows, check.sh);
+ * built for the trainers' case only: bf16 tensors (io) and hd 64 or 128.  A
+ * row's sums run in the same order in either, so the results are the same bits. */
+static bool mma_warps4(unsigned io, int64_t hd) {
+  const char *e = getenv("PARC_CUDA_ATTN");
+  return e && !strcmp(e, "mma4") && (io & ~(unsigned)RT_CUDA_ATTN_LAYOUT) &&
+         (hd == 64 || hd == 128);
+}
+
+int rt_cuda_attn_mma_warps(int64_t hd, unsigned io) {
+  return mma_warps4(io, hd) ? 4 : MMA_WARPS;
 }
 
 /* the kernels for a.io: with every tensor fp32, those without the io branches */
 template <int HD> static int mma_run(RtCuda *c, const MmaArgs &a, int64_t B, bool grad) {
-  return a.io ? mma_run_io<HD, true>(c, a, B, grad) : mma_run_io<HD, false>(c, a, B, grad);
+  if constexpr (HD == 64 || HD == 128)
+    if (mma_warps4(a.io, HD)) return mma_run_io<HD, true, 4>(c, a, B, grad);
+  return a.io ? mma_run_io<HD, true, MMA_WARPS>(c, a, B, grad)
+              : mma_run_io<HD, false, MMA_WARPS>(c, a, B, grad);
 }
 
 static int mma_dispatch(RtCuda *c, const MmaArgs &a, int64_t B, int64_t hd, bool grad) {

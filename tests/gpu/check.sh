@@ -83,6 +83,9 @@
 #               gradient by its sum kernel after the weight gradient's GEMM
 #               instead of cuBLASLt's BGRADA epilogue: what the epilogue buys);
 #               losses within 1e-3 relative of 4's (the same sums, another order);
+#   4m. step 4's trainer with PARC_CUDA_ATTN=mma4 (the mma.sync attention in
+#               4-warp blocks, two an SM, instead of 8-warp blocks: which is
+#               faster was never measured); losses bit for bit step 4's;
 #   4n. GPT-2 small generated with --no-batch (every kernel launched on its
 #               own: what codegen/cuda_batch.h's batched launches buy), 15
 #               steps; its losses bit for bit equal to step 4's;
@@ -567,6 +570,16 @@ if [ -f "$WORK/gpt2.nobgrad.jsonl" ]; then
     1e-3 --common > "$WORK/gpt2.nobgrad.cmp.log" 2>&1 || true
   cat "$WORK/gpt2.nobgrad.cmp.log"
   result "bf16 gpt2 bias epilogue ~ kernels" "$WORK/gpt2.nobgrad.cmp.log"
+fi
+
+say "4m. step 4's trainer with the attention in 4-warp blocks (PARC_CUDA_ATTN=mma4), 15 steps"
+variant attn_mma4 "bf16 gpt2, attention in 4-warp blocks" PARC_CUDA_ATTN=mma4
+if [ -f "$WORK/gpt2.attn_mma4.jsonl" ]; then
+  # each row's sums in the same order in either block size: the same bits
+  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/gpt2.attn_mma4.jsonl" "$WORK/gpt2.bf16.jsonl" \
+    0 --common > "$WORK/gpt2.attn_mma4.cmp.log" 2>&1 || true
+  cat "$WORK/gpt2.attn_mma4.cmp.log"
+  result "bf16 gpt2 mma4 attention = default bits" "$WORK/gpt2.attn_mma4.cmp.log"
 fi
 
 # GPT-2 small generated again with the parc flag $3 (project gpt2_$1, logs

@@ -31,7 +31,9 @@
  * (2^-9 relative each), which on these inputs costs ~5e-3; a wrong row or
  * tile (mask, tail, head) costs O(1).  The "bf16 io" rows (check_attn_io) call
  * the same kernels with tensors stored as bf16, as a bf16 trainer does, and
- * compare bits with the plain calls (tolerance 0).  The "token-major" rows
+ * compare bits with the plain calls (tolerance 0); their "mma4" rows
+ * (check_attn_mma4) the 4-warp blocks' bits with the default's, and time them.
+ * The "token-major" rows
  * (check_attn_layout) hold each kernel family's token-major out, dy and dqkv
  * to its head-major results moved, bit for bit.  The "matmul_ta+bgrad" rows
  * (check_mm_bgrad): a weight gradient with its bias gradient. */
@@ -637,6 +639,43 @@ static int at_io_bwd(RtCuda *c, void *p) {
       x->H, x->KV, x->T, x->hd, x->scale, x->causal, x->io);
 }
 
+/* PARC_CUDA_ATTN=mma4 (the mma kernels in 4-warp blocks; built for hd 64 and
+ * 128 with bf16 tensors) against the default 8-warp blocks on x with inputs
+ * `in` read as bf16 and results written so: the same bits (a row's sums run in
+ * the same order either way), out, lse and dqkv; and its time, for the
+ * comparison ("sdpa (bf16 io)" rows: the default's). */
+static void check_attn_mma4(RtCuda *cb, AtIo *x, unsigned in, const char *shape, double fl) {
+  if (x->hd != 64 && x->hd != 128) return;
+  const int64_t nl = x->B * x->H * x->T;
+  const size_t nl4 = 4 * (size_t)nl;
+  for (int grad = 0; grad < 2; grad++) {
+    const OpFn fn = grad ? at_io_bwd : at_io_fwd;
+    const size_t bytes = 2 * (size_t)(x->B * (grad ? x->H + 2 * x->KV : x->H) * x->T * x->hd);
+    void *res = grad ? (void *)x->dqkv : (void *)x->out;
+    unsigned char *a = malloc(bytes), *b = malloc(bytes), *la = malloc(nl4), *lb = malloc(nl4);
+    x->io = (grad ? in : in & ~(unsigned)RT_CUDA_ATTN_DY_BF16) | RT_CUDA_ATTN_O_BF16;
+    double err = fn(cb, x) ? INFINITY : 0;
+    to_host(a, res, bytes);
+    to_host(la, x->lse, nl4);
+    setenv("PARC_CUDA_ATTN", "mma4", 1);
+    if (err == 0 && fn(cb, x)) {
+      fprintf(stderr, "%s\n", rt_last_error());
+      err = INFINITY;
+    }
+    to_host(b, res, bytes);
+    to_host(lb, x->lse, nl4);
+    if (err == 0) err = memcmp(a, b, bytes) != 0 || memcmp(la, lb, nl4) != 0;
+    /* and it did run the 4-warp blocks (else the rows compare a kernel with itself) */
+    if (rt_cuda_attn_mma_warps(x->hd, x->io) != 4) err = INFINITY;
+    const double ms = err == 0 ? time_op(cb, fn, x, 5) : 0;
+    unsetenv("PARC_CUDA_ATTN");
+    if (rt_cuda_attn_mma_warps(x->hd, x->io) != 8) err = INFINITY; /* the default's */
+    row(grad ? "sdpa_grad (bf16 io, mma4)" : "sdpa (bf16 io, mma4)", shape, err, 0, ms,
+        grad ? 2.5 * fl : fl, 0);
+    free(a), free(b), free(la), free(lb);
+  }
+}
+
 /* rt_cuda_sdpa_io and rt_cuda_sdpa_grad_stats_io (cb in GEMM mode bf16) with
  * the inputs `in` (RT_CUDA_ATTN_{Q,K,V,DY}_BF16) read from bf16 copies and the
  * result written bf16, then with every input fp32 and the result rounded
@@ -690,6 +729,7 @@ static void check_attn_io(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_t 
     snprintf(name, sizeof name, "%s (bf16 io, %s)", grad ? "sdpa_grad" : "sdpa", ins);
     row(name, shape, err, 0, ms, grad ? 2.5 * fl : fl, 0);
   }
+  check_attn_mma4(cb, &x, in, shape, fl);
   /* sdpa_delta with the merged out m and its gradient dm (here q's and dy's
    * values as [B, T, H hd]) read as bf16, both or one: the plain call's bits */
   float *dref = malloc(4 * (size_t)nl), *dgot = malloc(4 * (size_t)nl);
