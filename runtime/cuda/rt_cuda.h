@@ -243,7 +243,8 @@ int rt_cuda_sdpa_grad_stats(RtCuda *c, float *dqkv, const float *q, const float 
  * rt_cuda_ws_plan.h; a bf16 tensor is passed as its buffer's float pointer,
  * its elements in the buffer's first half).  A bf16 flag needs the
  * tensor-core kernels (GEMM mode bf16, rt_cuda_attn_stored_ok's shapes,
- * compute capability 8.0, PARC_CUDA_ATTN unset): else an error that says so.
+ * compute capability 8.0, PARC_CUDA_ATTN unset or mma4): else an error that
+ * says so.
  * The layout flags (RT_CUDA_ATTN_O_TOKENS, _DY_TOKENS: token-major result,
  * dy) go with any kernels. */
 /* The warps a block of the mma.sync attention kernels has for head dimension

@@ -433,8 +433,8 @@ static int check_io(RtCuda *c, const char *op, unsigned io, int64_t T, int64_t h
   if (io & ~(unsigned)RT_CUDA_ATTN_LAYOUT && !rt_cuda_attn_mma(c, T, hd))
     return rt_fail("%s: this trainer keeps attention's tensors in bf16 (hd %lld), which only the "
                    "mma tensor-core kernels read: they need GEMM mode bf16, a GPU of compute "
-                   "capability 8.0 or more and PARC_CUDA_ATTN unset; or regenerate the trainer "
-                   "with --bf16-store off", op, (long long)hd);
+                   "capability 8.0 or more and PARC_CUDA_ATTN unset (or mma4); or regenerate "
+                   "the trainer with --bf16-store off", op, (long long)hd);
   return RT_OK;
 }
 

@@ -5,7 +5,8 @@
  * and compute the backward's row statistics when the caller kept none.  Same semantics,
  * layouts and precision as rt_cuda_attn_tc.cu (its head comment): q, k, v, dy
  * rounded to bf16 in shared memory, p and ds rounded to bf16 as operands, every
- * product accumulated in fp32, exp2f of log2e-scaled scores in fp32.
+ * product accumulated in fp32, 2^x of log2e-scaled scores in fp32 (rt_ex2: the
+ * SFU's ex2 with a result below 2^-126 flushed to 0).
  *
  * Why: the WMMA kernels must store each 16 x 64 product to shared memory and
  * read it back (WMMA's fragment layout is unspecified), once per tile in the
@@ -296,7 +297,7 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_fwd(MmaArgs a) {
     for (int r = 0; r < 2; r++) {
       const float mn = fmaxf(m[r], mma_row_max(mx[r]));
       base[r] = mn == -INFINITY ? 0.0f : mn;
-      alpha[r] = exp2f(m[r] - base[r]); /* 0 while m is -inf */
+      alpha[r] = rt_ex2(m[r] - base[r]); /* 0 while m is -inf */
       m[r] = mn;
       l[r] *= alpha[r];
     }
@@ -304,7 +305,7 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_fwd(MmaArgs a) {
     for (int n = 0; n < MMA_TILE / 8; n++)
 #pragma unroll
       for (int i = 0; i < 4; i++) {
-        s[n][i] = exp2f(s[n][i] - base[i >> 1]); /* P (masked: exp2(-inf) = 0) */
+        s[n][i] = rt_ex2(s[n][i] - base[i >> 1]); /* P (masked: exp2(-inf) = 0) */
         l[i >> 1] += s[n][i];
       }
 #pragma unroll
@@ -379,7 +380,7 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_q(MmaArgs a) {
 #pragma unroll
     for (int n = 0; n < MMA_TILE / 8; n++)
 #pragma unroll
-      for (int i = 0; i < 4; i++) s[n][i] = exp2f(s[n][i] * sl2 - lr[i >> 1]); /* P */
+      for (int i = 0; i < 4; i++) s[n][i] = rt_ex2(s[n][i] * sl2 - lr[i >> 1]); /* P */
     /* masked probabilities to 0: only in a tile that has some (warp-uniform; rows
      * >= T too, though their dq is never stored) */
     if (j0 + MMA_TILE > T || r0 - g + 15 >= T || (a.causal && j0 + MMA_TILE - 1 > q0 + 16 * w))
@@ -474,7 +475,7 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_kv(MmaArgs a) {
     for (int n = 0; n < QT / 8; n++) {
       const float2 lc = *(const float2 *)(ls + 8 * n + 2 * t); /* columns 8 n + 2 t, + 1 */
 #pragma unroll
-      for (int i = 0; i < 4; i++) s[n][i] = exp2f(s[n][i] * sl2 - (i & 1 ? lc.y : lc.x)); /* P^T */
+      for (int i = 0; i < 4; i++) s[n][i] = rt_ex2(s[n][i] * sl2 - (i & 1 ? lc.y : lc.x)); /* P^T */
     }
     /* masked probabilities to 0 (P^T), only in a tile that has some (warp-uniform;
      * keys >= T too, though their dk, dv are never stored) */

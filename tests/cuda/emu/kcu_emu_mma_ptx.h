@@ -97,5 +97,11 @@ inline void kcu_emu_ldsm4(uint32_t r[4], const void *row, bool trans) {
 }
 inline void rt_ldsm4(uint32_t r[4], const void *row) { kcu_emu_ldsm4(r, row, false); }
 inline void rt_ldsm4_t(uint32_t r[4], const void *row) { kcu_emu_ldsm4(r, row, true); }
+/* ex2.approx.ftz.f32: 2^x, results below 2^-126 flushed to zero (the SFU's own
+ * rounding is not modelled: exp2f's) */
+inline float rt_ex2(float x) {
+  const float y = exp2f(x);
+  return y < 0x1p-126f ? 0.0f : y;
+}
 
 #endif
