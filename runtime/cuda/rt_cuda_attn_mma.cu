@@ -116,7 +116,7 @@ template <int HD, int W = MMA_WARPS> struct MmaShape {
    * IO, the kernels that read bf16 tensors too, need a few more, and 4-warp
    * blocks twice as many for the same tile */
   static constexpr bool hold_q = HD <= 112, hold_q_io = HD <= 96; /* mma_fwd's k, v tiles */
-  static constexpr bool hold_dq = HD <= 112, hold_dq_io = HD <= (W == 4 ? 48 : 80); /* dq */
+  static constexpr bool hold_dq = hold_q, hold_dq_io = HD <= (W == 4 ? 48 : 80); /* dq */
   static constexpr bool hold_kv = HD <= (W == 4 ? 48 : 96); /* mma_bwd_kv's q, dy tiles */
   /* mma_bwd_kv IO, hd > 96: its q, dy copies one load at a time (else ptxas spills) */
   static constexpr int kv_unroll_io = HD > 96 ? 1 : 0;
@@ -210,34 +210,22 @@ static __device__ __forceinline__ float mma_row_sum(float v) {
 
 /* Masking, for the tiles that hold a masked element (the callers test that
  * warp-uniformly, so a tile inside the sequence and below the diagonal runs
- * none of this).  mma_mask: c[n][i], the score of row r0 + 8 (i / 2) and key
- * j0 + 8 n + 2 t + i % 2, becomes x where the key is >= T, or the row is >= T
- * (as the row's output is never stored, only x = 0 needs that), or, causal,
- * the key is after the row.  mma_mask_t: the transposed tile of mma_bwd_kv
- * (row u0 + 8 (i / 2) a key, column i0 + 8 n + 2 t + i % 2 a query) to 0
- * where either is >= T or, causal, the key is after the query. */
-template <int N>
-static __device__ __forceinline__ void mma_mask(float (*c)[4], int r0, int j0, int T, bool causal,
+ * none of this).  c[n][i] is the score of row r0 + 8 (i / 2) and column c0 +
+ * 8 n + 2 t + i % 2; row and column are query and key, or, KEY_ROWS (mma_bwd_kv's
+ * transposed tiles), key and query.  It becomes x where the column is >= T, or,
+ * causal, the key is after the query, or the row is >= T: for x = 0 only (a
+ * probability; the forward's -inf rows >= T are never stored, nor need be). */
+template <int N, bool KEY_ROWS>
+static __device__ __forceinline__ void mma_mask(float (*c)[4], int r0, int c0, int T, bool causal,
                                                 float x) {
   const int t = threadIdx.x & 3;
 #pragma unroll
   for (int n = 0; n < N / 8; n++)
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-      const int row = r0 + 8 * (i >> 1), j = j0 + 8 * n + 2 * t + (i & 1);
-      if (j >= T || (x == 0.0f && row >= T) || (causal && j > row)) c[n][i] = x;
-    }
-}
-template <int N>
-static __device__ __forceinline__ void mma_mask_t(float (*c)[4], int u0, int i0, int T,
-                                                  bool causal) {
-  const int t = threadIdx.x & 3;
-#pragma unroll
-  for (int n = 0; n < N / 8; n++)
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const int key = u0 + 8 * (i >> 1), iq = i0 + 8 * n + 2 * t + (i & 1);
-      if (iq >= T || key >= T || (causal && key > iq)) c[n][i] = 0.0f;
+      const int row = r0 + 8 * (i >> 1), col = c0 + 8 * n + 2 * t + (i & 1);
+      const bool late = KEY_ROWS ? row > col : col > row; /* the key after the query */
+      if (col >= T || (x == 0.0f && row >= T) || (causal && late)) c[n][i] = x;
     }
 }
 
@@ -286,7 +274,7 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_fwd(MmaArgs a) {
       for (int i = 0; i < 4; i++) s[n][i] *= sl2; /* log2 units (any sign of the scale) */
     /* masked keys to -inf: only in a tile that has some (warp-uniform) */
     if (j0 + MMA_TILE > T || (a.causal && j0 + MMA_TILE - 1 > q0 + 16 * w))
-      mma_mask<MMA_TILE>(s, r0, j0, T, a.causal, -INFINITY);
+      mma_mask<MMA_TILE, false>(s, r0, j0, T, a.causal, -INFINITY);
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int n = 0; n < MMA_TILE / 8; n++)
@@ -384,7 +372,7 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_q(MmaArgs a) {
     /* masked probabilities to 0: only in a tile that has some (warp-uniform; rows
      * >= T too, though their dq is never stored) */
     if (j0 + MMA_TILE > T || r0 - g + 15 >= T || (a.causal && j0 + MMA_TILE - 1 > q0 + 16 * w))
-      mma_mask<MMA_TILE>(s, r0, j0, T, a.causal, 0.0f);
+      mma_mask<MMA_TILE, false>(s, r0, j0, T, a.causal, 0.0f);
 #pragma unroll
     for (int n = 0; n < MMA_TILE / 8; n++)
 #pragma unroll
@@ -480,7 +468,7 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_kv(MmaArgs a) {
     /* masked probabilities to 0 (P^T), only in a tile that has some (warp-uniform;
      * keys >= T too, though their dk, dv are never stored) */
     if (icur + QT > T || u0 - g + 15 >= T || (a.causal && u0 - g + 15 > icur))
-      mma_mask_t<QT>(s, u0, icur, T, a.causal);
+      mma_mask<QT, true>(s, u0, icur, T, a.causal, 0.0f);
 #pragma unroll
     for (int n = 0; n < QT / 8; n++) {
       const float2 dc = *(const float2 *)(ds_ + 8 * n + 2 * t);
@@ -531,8 +519,7 @@ static int mma_run_io(RtCuda *c, const MmaArgs &a, int64_t B, bool grad) {
  * built for the trainers' case only: bf16 tensors (io) and hd 64 or 128.  A
  * row's sums run in the same order in either, so the results are the same bits. */
 static bool mma_warps4(unsigned io, int64_t hd) {
-  const char *e = getenv("PARC_CUDA_ATTN");
-  return e && !strcmp(e, "mma4") && (io & ~(unsigned)RT_CUDA_ATTN_LAYOUT) &&
+  return rt_cuda_attn_env("mma4") && (io & ~(unsigned)RT_CUDA_ATTN_LAYOUT) &&
          (hd == 64 || hd == 128);
 }
 

@@ -501,9 +501,11 @@ static int tc_launch(RtCuda *c, const char *op, K kern, dim3 grid, size_t bytes,
 /* PARC_CUDA_ATTN=wmma: this file's kernels (for comparison) instead of
  * rt_cuda_attn_mma.cu's (which have no statistics kernel: tc_fwd<.., true> runs
  * either way when the caller kept nothing) */
-static bool tc_wmma() {
+static bool tc_wmma() { return rt_cuda_attn_env("wmma"); }
+
+bool rt_cuda_attn_env(const char *want) {
   const char *e = getenv("PARC_CUDA_ATTN");
-  return e && !strcmp(e, "wmma");
+  return e && !strcmp(e, want);
 }
 
 /* a's layout as RT_CUDA_ATTN_*_TOKENS flags (for the mma kernels) */
@@ -549,8 +551,7 @@ static int tc_dispatch(RtCuda *c, const TcArgs &a, int64_t B, int64_t hd, bool g
 /* Whether rt_cuda_sdpa / rt_cuda_sdpa_grad take the kernels above. */
 bool rt_cuda_attn_tc(RtCuda *c, int64_t T, int64_t hd) {
   if (c->gemm != RT_CUDA_GEMM_BF16 || !rt_cuda_attn_stored_ok(hd, T)) return false;
-  const char *e = getenv("PARC_CUDA_ATTN");
-  if (e && !strcmp(e, "fp32")) return false;
+  if (rt_cuda_attn_env("fp32")) return false;
   int major = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device) !=
       cudaSuccess) {

@@ -188,6 +188,9 @@ int rt_cuda_sdpa_grad_mma(RtCuda *c, float *dqkv, const float *q, const float *k
                           int64_t H, int64_t KV, int64_t T, int64_t hd, float scale, int causal,
                           unsigned io);
 int rt_cuda_attn_mma(RtCuda *c, int64_t T, int64_t hd);
+/* Whether PARC_CUDA_ATTN is `want` (rt_cuda_attn_tc.cu: "fp32", "wmma", "mma4";
+ * read at each call, as the checks set it between calls) */
+bool rt_cuda_attn_env(const char *want);
 
 /* rt_cuda_gemm.cu: x[0, n) rounded to bf16 (to nearest even) into y[0, n)
  * (y 4-byte aligned), and in place as f32 values; on the compute stream. */

@@ -77,9 +77,9 @@ static __device__ __forceinline__ void rt_ldsm4_t(uint32_t r[4], const void *row
 }
 
 /* 2^x by the special-function unit alone (ex2.approx.ftz: ~2 ulp, a result
- * below 2^-126 flushed to 0; 2^-inf = 0): what exp2f compiles to without the
- * three instructions that keep denormal results, which a softmax probability
- * that small does not need */
+ * below 2^-126 flushed to 0; 2^-inf = 0): exp2f's ex2.approx.f32 without the
+ * instructions that keep denormal results, which a softmax probability that
+ * small does not need */
 static __device__ __forceinline__ float rt_ex2(float x) {
 #if defined(__CUDA_ARCH__)
   float y;
