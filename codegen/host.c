@@ -19,7 +19,8 @@
 
 /* the trainers pass sdpa's IR layout bits to the runtimes as they are */
 _Static_assert((int)IR_SDPA_OUT_TOKENS == (int)RT_SDPA_OUT_TOKENS &&
-                   (int)IR_SDPA_DY_TOKENS == (int)RT_SDPA_DY_TOKENS,
+                   (int)IR_SDPA_DY_TOKENS == (int)RT_SDPA_DY_TOKENS &&
+                   (int)IR_SDPA_QKV_TOKENS == (int)RT_SDPA_QKV_TOKENS,
                "IR_SDPA_* and RT_SDPA_* differ");
 
 #define LEAF_ALIGN 16 /* floats: 64 bytes */
@@ -166,11 +167,10 @@ static const char *flit(char *s, size_t len, double v) {
 }
 
 const char *cg_sdpa_dims(const IrNode *n, char *s, size_t len) {
-  const IrNode *q = n->inputs[0], *k = n->inputs[1];
+  const IrSdpaDims d = ir_sdpa_dims(n);
   char fl[32];
   snprintf(s, len, "%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", %s, %d",
-           q->shape[0], q->shape[1], k->shape[1], q->shape[2], q->shape[3],
-           flit(fl, sizeof fl, n->fa), (int)n->ia[0]);
+           d.B, d.H, d.KV, d.T, d.hd, flit(fl, sizeof fl, n->fa), (int)n->ia[0]);
   return s;
 }
 

@@ -205,8 +205,9 @@ static const IrNode *xent_loss_of(const IrModule *m, const IrNode *g) {
 
 int cg_cuda_attn_stored_ok(const IrNode *n) {
   if (n->op != IR_OP_ATTENTION && (n->op != IR_OP_ATTENTION_GRAD || n->ninputs != 6)) return 0;
-  const IrNode *q = n->inputs[0]; /* [B, H, T, hd] */
-  return q->rank == 4 && rt_cuda_attn_stored_ok(dim(q, 3), dim(q, 2));
+  if (n->inputs[0]->rank != 4) return 0;
+  const IrSdpaDims d = ir_sdpa_dims(n);
+  return rt_cuda_attn_stored_ok(d.hd, d.T);
 }
 
 unsigned cg_cuda_attn_flags(const IrNode *n, const unsigned char *bf16,
@@ -224,6 +225,7 @@ unsigned cg_cuda_attn_flags(const IrNode *n, const unsigned char *bf16,
   if (rounded && rounded[n->id]) io |= RT_CUDA_ATTN_O_ROUND;
   if (n->ia[1] & IR_SDPA_OUT_TOKENS) io |= RT_CUDA_ATTN_O_TOKENS; /* passes/attn_layout.c */
   if (n->ia[1] & IR_SDPA_DY_TOKENS) io |= RT_CUDA_ATTN_DY_TOKENS;
+  if (n->ia[1] & IR_SDPA_QKV_TOKENS) io |= RT_CUDA_ATTN_QKV_TOKENS;
   return io;
 }
 
@@ -235,7 +237,8 @@ static const char *attn_flag_names(unsigned io, char *s, size_t len) {
       {RT_CUDA_ATTN_O_BF16, "RT_CUDA_ATTN_O_BF16"}, {RT_CUDA_ATTN_O_ROUND, "RT_CUDA_ATTN_O_ROUND"},
       {RT_CUDA_ATTN_M_BF16, "RT_CUDA_ATTN_M_BF16"}, {RT_CUDA_ATTN_DM_BF16, "RT_CUDA_ATTN_DM_BF16"},
       {RT_CUDA_ATTN_O_TOKENS, "RT_CUDA_ATTN_O_TOKENS"},
-      {RT_CUDA_ATTN_DY_TOKENS, "RT_CUDA_ATTN_DY_TOKENS"}};
+      {RT_CUDA_ATTN_DY_TOKENS, "RT_CUDA_ATTN_DY_TOKENS"},
+      {RT_CUDA_ATTN_QKV_TOKENS, "RT_CUDA_ATTN_QKV_TOKENS"}};
   s[0] = 0;
   for (size_t i = 0; i < sizeof flag / sizeof flag[0]; i++)
     if (io & flag[i].bit)

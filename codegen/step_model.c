@@ -39,9 +39,9 @@ static double op_flops(const IrNode *n, int *attn) {
   case IR_OP_MATMUL_TA: /* a[..., k, m] */
     return 2.0 * (double)ir_numel(n) * (double)a->shape[a->rank - 2];
   case IR_OP_ATTENTION:
-  case IR_OP_ATTENTION_GRAD: { /* q [B, H, T, hd] */
-    double f = 4.0 * (double)a->shape[0] * (double)a->shape[1] * (double)a->shape[2] *
-               (double)a->shape[2] * (double)a->shape[3];
+  case IR_OP_ATTENTION_GRAD: {
+    const IrSdpaDims d = ir_sdpa_dims(n);
+    double f = 4.0 * (double)d.B * (double)d.H * (double)d.T * (double)d.T * (double)d.hd;
     if (n->ia[0]) f *= 0.5; /* causal */
     *attn = 1;
     return n->op == IR_OP_ATTENTION ? f : 2.5 * f;

@@ -320,34 +320,50 @@ static int eval_softmax_grad(Ctx *c) {
 
 /* ---- attention -------------------------------------------------------------- */
 
-/* The scores of query row t for (b, h) into s[0..T): s[u] = scale *
- * q[b,h,t,:] . k[b,h/(H/KV),u,:], u > t masked out (-inf) when causal. */
-static void attn_scores(Ctx *c, int64_t b, int64_t h, int64_t t, double *s) {
-  const IrNode *qn = ARG(c, 0), *kn = ARG(c, 1);
-  int64_t H = qn->shape[1], KV = kn->shape[1], T = qn->shape[2], hd = qn->shape[3];
-  const double *q = IN(c, 0) + ((b * H + h) * T + t) * hd;
-  const double *k = IN(c, 1) + (b * KV + h / (H / KV)) * T * hd;
-  int64_t end = c->n->ia[0] ? t + 1 : T;
-  for (int64_t u = 0; u < T; u++) {
-    double dot = 0;
-    for (int64_t i = 0; u < end && i < hd; i++) dot += q[i] * k[u * hd + i];
-    s[u] = u < end ? dot * c->n->fa : -INFINITY;
-  }
-}
-
 /* Offset of row t of channel ch (a head, or a dq|dk|dv channel) in batch b
  * of a tensor of C channels: head-major [B, C, T, hd], or with tokens
- * (IR_SDPA_OUT_TOKENS / _DY_TOKENS) token-major [B, T, C hd]. */
+ * (IR_SDPA_*_TOKENS) token-major [B, T, C hd]. */
 static int64_t attn_row(int tokens, int64_t b, int64_t ch, int64_t C, int64_t t, int64_t T,
                         int64_t hd) {
   return (tokens ? (b * T + t) * C + ch : (b * C + ch) * T + t) * hd;
+}
+
+/* Operand j (0 q, 1 k, 2 v) of sdpa / sdpa_grad n: the offset of row t of
+ * its head h (a kv head for k, v) in batch b, and (attn_in_ld) the stride
+ * between its rows: head-major [B, H or KV, T, hd], or the packed
+ * [B, T, H + 2 KV, hd] of IR_SDPA_QKV_TOKENS (k's heads after q's, v's
+ * after k's). */
+static int64_t attn_in_row(const IrNode *n, int j, int64_t b, int64_t h, int64_t t) {
+  const IrSdpaDims d = ir_sdpa_dims(n);
+  if (n->ia[1] & IR_SDPA_QKV_TOKENS)
+    return attn_row(1, b, (j ? d.H + (j - 1) * d.KV : 0) + h, d.H + 2 * d.KV, t, d.T, d.hd);
+  return attn_row(0, b, h, j ? d.KV : d.H, t, d.T, d.hd);
+}
+static int64_t attn_in_ld(const IrNode *n) {
+  const IrSdpaDims d = ir_sdpa_dims(n);
+  return n->ia[1] & IR_SDPA_QKV_TOKENS ? (d.H + 2 * d.KV) * d.hd : d.hd;
+}
+
+/* The scores of query row t for (b, h) into s[0..T): s[u] = scale *
+ * q[b,h,t,:] . k[b,h/(H/KV),u,:], u > t masked out (-inf) when causal. */
+static void attn_scores(Ctx *c, int64_t b, int64_t h, int64_t t, double *s) {
+  const IrSdpaDims d = ir_sdpa_dims(c->n);
+  int64_t T = d.T, hd = d.hd, ld = attn_in_ld(c->n);
+  const double *q = IN(c, 0) + attn_in_row(c->n, 0, b, h, t);
+  const double *k = IN(c, 1) + attn_in_row(c->n, 1, b, h / (d.H / d.KV), 0);
+  int64_t end = c->n->ia[0] ? t + 1 : T;
+  for (int64_t u = 0; u < T; u++) {
+    double dot = 0;
+    for (int64_t i = 0; u < end && i < hd; i++) dot += q[i] * k[u * ld + i];
+    s[u] = u < end ? dot * c->n->fa : -INFINITY;
+  }
 }
 
 /* Attention probabilities of query row t for (batch b, head h) into p[0..T):
  * p = softmax(s) over the unmasked u of attn_scores, 0 at the masked ones.
  * Returns the row's lse, log sum_u exp(s[u]) over the unmasked u. */
 static double attn_probs(Ctx *c, int64_t b, int64_t h, int64_t t, double *p) {
-  int64_t T = ARG(c, 0)->shape[2], end = c->n->ia[0] ? t + 1 : T;
+  int64_t T = ir_sdpa_dims(c->n).T, end = c->n->ia[0] ? t + 1 : T;
   double mx = -INFINITY, s = 0;
   attn_scores(c, b, h, t, p);
   for (int64_t u = 0; u < end; u++) mx = fmax(mx, p[u]);
@@ -362,19 +378,18 @@ static double attn_probs(Ctx *c, int64_t b, int64_t h, int64_t t, double *p) {
  * (grouped-query attention: query head h reads kv head h / (H/KV)); the
  * buffer's aux part (ir_aux_numel) holds lse[b,h,t] from attn_probs. */
 static int eval_attention(Ctx *c) {
-  const IrNode *qn = ARG(c, 0), *kn = ARG(c, 1);
-  int64_t B = qn->shape[0], H = qn->shape[1], KV = kn->shape[1], T = qn->shape[2];
-  int64_t hd = qn->shape[3];
+  const IrSdpaDims d = ir_sdpa_dims(c->n);
+  int64_t B = d.B, H = d.H, KV = d.KV, T = d.T, hd = d.hd, ld = attn_in_ld(c->n);
   double *p = xcalloc((size_t)T, sizeof *p);
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++)
       for (int64_t t = 0; t < T; t++) {
         OUT(c)[B * H * T * hd + (b * H + h) * T + t] = attn_probs(c, b, h, t, p);
-        const double *v = IN(c, 2) + (b * KV + h / (H / KV)) * T * hd;
+        const double *v = IN(c, 2) + attn_in_row(c->n, 2, b, h / (H / KV), 0);
         double *o = OUT(c) + attn_row(c->n->ia[1] & IR_SDPA_OUT_TOKENS, b, h, H, t, T, hd);
         for (int64_t i = 0; i < hd; i++) {
           double s = 0;
-          for (int64_t u = 0; u < T; u++) s += p[u] * v[u * hd + i];
+          for (int64_t u = 0; u < T; u++) s += p[u] * v[u * ld + i];
           o[i] = s;
         }
       }
@@ -420,11 +435,12 @@ static int eval_attention_delta(Ctx *c) {
  * summed over every query head h of group g = h / (H/KV) and every t.
  * Layout bits (ia[1], IR_SDPA_*): dy token-major [B, T, H hd], and the result
  * token-major [B, T, (H + 2 KV) hd]; sdpa's IR_SDPA_OUT_TOKENS writes out as
- * [B, T, H hd].  The values and their order of summation do not change. */
+ * [B, T, H hd]; IR_SDPA_QKV_TOKENS reads q, k, v from one packed tensor
+ * (attn_in_row).  The values and their order of summation do not change. */
 static int eval_attention_grad(Ctx *c) {
-  const IrNode *qn = ARG(c, 0), *kn = ARG(c, 1);
-  int64_t B = qn->shape[0], H = qn->shape[1], KV = kn->shape[1], T = qn->shape[2];
-  int64_t hd = qn->shape[3], C = H + 2 * KV;
+  const IrSdpaDims sd = ir_sdpa_dims(c->n);
+  int64_t B = sd.B, H = sd.H, KV = sd.KV, T = sd.T, hd = sd.hd, C = H + 2 * KV;
+  int64_t ldi = attn_in_ld(c->n); /* q's, k's, v's row stride */
   int ot = (c->n->ia[1] & IR_SDPA_OUT_TOKENS) != 0, dyt = (c->n->ia[1] & IR_SDPA_DY_TOKENS) != 0;
   int64_t ld = ot ? C * hd : hd; /* the result's row stride */
   double *p = xcalloc((size_t)T, sizeof *p), *ds = xcalloc((size_t)T, sizeof *ds);
@@ -434,9 +450,9 @@ static int eval_attention_grad(Ctx *c) {
     for (int64_t h = 0; h < H; h++)
       for (int64_t t = 0; t < T; t++) {
         int64_t g = h / (H / KV);
-        const double *q = IN(c, 0) + ((b * H + h) * T + t) * hd;
-        const double *k = IN(c, 1) + (b * KV + g) * T * hd;
-        const double *v = IN(c, 2) + (b * KV + g) * T * hd;
+        const double *q = IN(c, 0) + attn_in_row(c->n, 0, b, h, t);
+        const double *k = IN(c, 1) + attn_in_row(c->n, 1, b, g, 0);
+        const double *v = IN(c, 2) + attn_in_row(c->n, 2, b, g, 0);
         const double *dy = IN(c, 3) + attn_row(dyt, b, h, H, t, T, hd);
         double *dq = out + attn_row(ot, b, h, C, t, T, hd);
         double *dk = out + attn_row(ot, b, H + g, C, 0, T, hd);  /* row u: + u ld */
@@ -454,13 +470,13 @@ static int eval_attention_grad(Ctx *c) {
         for (int64_t u = 0; u < T; u++) p[u] = exp(p[u] - lse); /* masked: exp(-inf) = 0 */
         for (int64_t u = 0; u < T; u++) {
           double dp = 0;
-          for (int64_t i = 0; i < hd; i++) dp += dy[i] * v[u * hd + i];
+          for (int64_t i = 0; i < hd; i++) dp += dy[i] * v[u * ldi + i];
           ds[u] = dp;
         }
         for (int64_t u = 0; u < T; u++) {
           ds[u] = p[u] * (ds[u] - sum);
           for (int64_t i = 0; i < hd; i++) {
-            dq[i] += c->n->fa * ds[u] * k[u * hd + i];
+            dq[i] += c->n->fa * ds[u] * k[u * ldi + i];
             dk[u * ld + i] += c->n->fa * ds[u] * q[i];
             dv[u * ld + i] += p[u] * dy[i];
           }

@@ -142,9 +142,9 @@ int64_t ir_numel(const IrNode *n) {
 }
 
 int64_t ir_aux_numel(const IrNode *n) {
-  const IrNode *q = n->op == IR_OP_ATTENTION && n->ninputs ? n->inputs[0] : NULL;
-  if (q && q->rank == 4) return q->shape[0] * q->shape[1] * q->shape[2]; /* lse [B, H, T] */
-  return 0;
+  if (n->op != IR_OP_ATTENTION || n->ninputs != 3 || n->inputs[0]->rank != 4) return 0;
+  const IrSdpaDims d = ir_sdpa_dims(n);
+  return d.B * d.H * d.T; /* lse [B, H, T] */
 }
 
 const IrSetting *ir_setting(const IrSetting *s, int n, const char *name) {

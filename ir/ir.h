@@ -341,8 +341,25 @@ static inline int ir_backward(const IrNode *n) {
  *                       b, t: dq's heads, then dk's, then dv's, hd each)
  *   IR_SDPA_DY_TOKENS   sdpa_grad's dy operand is [B, T, H hd] (the dm that
  *                       split_heads would have cut)
- * The same values as the runtimes' RT_SDPA_* (runtime/rt_attention.h). */
-enum { IR_SDPA_OUT_TOKENS = 1, IR_SDPA_DY_TOKENS = 2 };
+ *   IR_SDPA_QKV_TOKENS  q, k and v are one packed token-major tensor, the same
+ *                       node as all three operands: [B, T, H + 2 KV, hd] (row
+ *                       b, t: q's H heads, then k's KV, then v's KV, hd
+ *                       each: the layout of sdpa_grad's token-major result),
+ *                       with KV in ia[2] (0 otherwise)
+ * The same values as the runtimes' RT_SDPA_* (runtime/rt_attention.h).
+ * ir_sdpa_dims reads B, H, KV, T, hd in either layout. */
+enum { IR_SDPA_OUT_TOKENS = 1, IR_SDPA_DY_TOKENS = 2, IR_SDPA_QKV_TOKENS = 4 };
+
+/* An sdpa's or sdpa_grad's sizes from its (type-checked) q and k operands. */
+typedef struct {
+  int64_t B, H, KV, T, hd;
+} IrSdpaDims;
+static inline IrSdpaDims ir_sdpa_dims(const IrNode *n) {
+  const int64_t *q = n->inputs[0]->shape, *k = n->inputs[1]->shape;
+  if (n->ia[1] & IR_SDPA_QKV_TOKENS) /* [B, T, H + 2 KV, hd] */
+    return (IrSdpaDims){q[0], q[2] - 2 * n->ia[2], n->ia[2], q[1], q[3]};
+  return (IrSdpaDims){q[0], q[1], k[1], q[2], q[3]}; /* [B, H, T, hd], [B, KV, T, hd] */
+}
 
 /* ZeRO-1 (m->mesh_zero > 1): the pieces a PARAM's gradient and state (or a
  * STATE, which carries its parameter's sharding) are cut in: mesh_zero (the

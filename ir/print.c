@@ -38,6 +38,8 @@ static void print_attrs(FILE *out, const IrNode *n) {
     if (info->iattr[i]) fprintf(out, " %s=%lld", info->iattr[i], (long long)n->ia[i]);
   if ((n->op == IR_OP_ATTENTION || n->op == IR_OP_ATTENTION_GRAD) && n->ia[1])
     fprintf(out, " layout=%lld", (long long)n->ia[1]); /* IR_SDPA_*: no DSL name */
+  if ((n->op == IR_OP_ATTENTION || n->op == IR_OP_ATTENTION_GRAD) && n->ia[2])
+    fprintf(out, " kv=%lld", (long long)n->ia[2]); /* IR_SDPA_QKV_TOKENS's kv heads */
   if (info->fattr) fprintf(out, " %s=%.9g", info->fattr, n->fa);
 }
 

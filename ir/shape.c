@@ -147,12 +147,26 @@ static int same_as(IrNode *n, int ref, int from, int to, char *why, size_t len) 
   return 1;
 }
 
-/* q[B,H,T,hd], k and v [B,KV,T,hd], H a multiple of KV. */
+/* q[B,H,T,hd], k and v [B,KV,T,hd], H a multiple of KV; or, with
+ * IR_SDPA_QKV_TOKENS, the packed [B, T, H + 2 KV, hd] as all three, KV in
+ * ia[2] (ir.h). */
 static int attention_operands(IrNode *n, char *why, size_t len) {
   IrNode *a = n->inputs[0], *b = n->inputs[1], *v = n->inputs[2];
   char x[160], y[160];
   for (int i = 0; i < n->ninputs; i++)
     if (!want(why, len, n, i, IR_F32)) return 0;
+  if (n->ia[1] & IR_SDPA_QKV_TOKENS) {
+    const int64_t kv = n->ia[2];
+    if (a != b || a != v || a->rank != 4)
+      return fail(why, len, n, "packed q|k|v must be one [batch, seq, heads, head_dim] operand "
+                  "given three times, got %s and %s", T(0, x), T(1, y));
+    if (kv < 1 || a->shape[2] - 2 * kv < 1 || (a->shape[2] - 2 * kv) % kv)
+      return fail(why, len, n, "packed q|k|v %s: %lld kv heads leave no multiple of them as "
+                  "query heads", T(0, x), (long long)kv);
+    return 1;
+  }
+  if (n->ia[2])
+    return fail(why, len, n, "kv heads %lld given without packed q|k|v", (long long)n->ia[2]);
   if (a->rank != 4 || b->rank != 4 || v->rank != 4)
     return fail(why, len, n, "q, k, v must be [batch, heads, seq, head_dim], got %s and %s",
                 T(0, x), T(1, y));
@@ -250,16 +264,20 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     set(n, IR_F32, a->rank, a->shape);
     return 1;
 
-  case IR_OP_ATTENTION:
-    if (!attention_operands(n, why, len) || !sdpa_layout_ok(n, IR_SDPA_OUT_TOKENS, why, len))
+  case IR_OP_ATTENTION: {
+    if (!sdpa_layout_ok(n, IR_SDPA_OUT_TOKENS | IR_SDPA_QKV_TOKENS, why, len) ||
+        !attention_operands(n, why, len))
       return 0;
+    const IrSdpaDims d = ir_sdpa_dims(n);
     if (n->ia[1] & IR_SDPA_OUT_TOKENS) { /* [B, T, H hd] */
-      s[0] = a->shape[0], s[1] = a->shape[2], s[2] = a->shape[1] * a->shape[3];
+      s[0] = d.B, s[1] = d.T, s[2] = d.H * d.hd;
       set(n, IR_F32, 3, s);
     } else {
-      set(n, IR_F32, 4, a->shape);
+      s[0] = d.B, s[1] = d.H, s[2] = d.T, s[3] = d.hd;
+      set(n, IR_F32, 4, s);
     }
     return 1;
+  }
 
   case IR_OP_ROPE:
   case IR_OP_ROPE_GRAD: /* the inverse rotation: same typing */
@@ -546,21 +564,25 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     if (n->ninputs != 5 && n->ninputs != 6)
       return fail(why, len, n, "takes 5 operands (q, k, v, dy, y) or 6 (q, k, v, dy, lse, d), "
                   "got %d", n->ninputs);
-    if (!attention_operands(n, why, len) ||
-        !sdpa_layout_ok(n, IR_SDPA_OUT_TOKENS | IR_SDPA_DY_TOKENS, why, len))
+    if (!sdpa_layout_ok(n, IR_SDPA_OUT_TOKENS | IR_SDPA_DY_TOKENS | IR_SDPA_QKV_TOKENS, why,
+                        len) ||
+        !attention_operands(n, why, len))
       return 0;
+    const IrSdpaDims sd = ir_sdpa_dims(n);
+    const int64_t bht[3] = {sd.B, sd.H, sd.T}; /* q's [B, H, T]: lse, d */
+    IrNode *dy = n->inputs[3];
     if (n->ia[1] & IR_SDPA_DY_TOKENS) { /* dy [B, T, H hd] */
-      IrNode *dy = n->inputs[3];
-      if (dy->rank != 3 || dy->shape[0] != a->shape[0] || dy->shape[1] != a->shape[2] ||
-          dy->shape[2] != a->shape[1] * a->shape[3])
+      if (dy->rank != 3 || dy->shape[0] != sd.B || dy->shape[1] != sd.T ||
+          dy->shape[2] != sd.H * sd.hd)
         return fail(why, len, n, "token-major dy %s is not [batch, seq, heads * head_dim] of q %s",
                     T(3, y), T(0, x));
-    } else if (!same_as(n, 0, 3, 4, why, len)) {
-      return 0;
+    } else if (dy->rank != 4 || memcmp(dy->shape, bht, sizeof bht) || dy->shape[3] != sd.hd) {
+      return fail(why, len, n, "dy %s is not [batch, heads, seq, head_dim] of q %s", T(3, y),
+                  T(0, x));
     }
     if (n->ninputs == 6) { /* the row statistics, lse and D, each [B, H, T] */
       for (int i = 4; i < 6; i++)
-        if (n->inputs[i]->rank != 3 || memcmp(n->inputs[i]->shape, a->shape, 3 * sizeof(int64_t)))
+        if (n->inputs[i]->rank != 3 || memcmp(n->inputs[i]->shape, bht, sizeof bht))
           return fail(why, len, n, "%s %s is not [batch, heads, seq] of q %s",
                       i == 4 ? "lse" : "d", T(i, y), T(0, x));
     } else if (n->inputs[4]->op != IR_OP_ATTENTION || n->inputs[4]->inputs[0] != a ||
@@ -575,19 +597,19 @@ int ir_infer(IrNode *n, char *why, size_t len) {
                   "layout bits on either");
     }
     if (n->ia[1] & IR_SDPA_OUT_TOKENS) { /* [B, T, (H + 2 KV) hd] */
-      s[0] = a->shape[0], s[1] = a->shape[2], s[2] = (a->shape[1] + 2 * b->shape[1]) * a->shape[3];
+      s[0] = sd.B, s[1] = sd.T, s[2] = (sd.H + 2 * sd.KV) * sd.hd;
       set(n, IR_F32, 3, s);
       return 1;
     }
-    memcpy(s, a->shape, sizeof s);
-    s[1] = a->shape[1] + 2 * b->shape[1];
+    s[0] = sd.B, s[1] = sd.H + 2 * sd.KV, s[2] = sd.T, s[3] = sd.hd;
     set(n, IR_F32, 4, s);
     return 1;
 
   case IR_OP_ATTENTION_LSE: /* sdpa's aux part, lse [B, H, T] */
     if (a->op != IR_OP_ATTENTION || a->inputs[0]->rank != 4)
       return fail(why, len, n, "needs an sdpa result, got %s %s", ir_op_info[a->op].name, T(0, x));
-    set(n, IR_F32, 3, a->inputs[0]->shape); /* q's [B, H, T], in either layout of a */
+    const IrSdpaDims ad = ir_sdpa_dims(a);
+    set(n, IR_F32, 3, (int64_t[]){ad.B, ad.H, ad.T}); /* q's [B, H, T], in any layout of a */
     return 1;
 
   case IR_OP_ATTENTION_DELTA: /* (m, dm) [B, T, H hd] -> [B, H, T] */

@@ -82,8 +82,8 @@ int cost_analyze_split(IrModule *m, const Layout *lay, const int *stage_layers, 
       c->flops_fwd += 2.0 * (double)ir_numel(n) * (double)k * fill[i];
     }
     if (n->op == IR_OP_ATTENTION && n->phase == IR_PHASE_FWD) {
-      const int64_t *q = n->inputs[0]->shape; /* [B, H, T, hd] */
-      double f = 4.0 * (double)q[0] * (double)q[1] * (double)q[2] * (double)q[2] * (double)q[3];
+      const IrSdpaDims d = ir_sdpa_dims(n);
+      double f = 4.0 * (double)d.B * (double)d.H * (double)d.T * (double)d.T * (double)d.hd;
       c->flops_fwd += f;
       c->flops_attn_fwd += f;
     }

@@ -25,7 +25,7 @@ int layout_check(const IrModule *m, const Layout *lay, FILE *err) {
   for (int i = 0; i < m->nnodes && lay->tp > 1; i++) {
     const IrNode *n = m->nodes[i];
     if (n->op == IR_OP_ATTENTION) {
-      int64_t h = n->inputs[0]->shape[1], kv = n->inputs[1]->shape[1];
+      int64_t h = ir_sdpa_dims(n).H, kv = ir_sdpa_dims(n).KV;
       if (h % lay->tp && !heads_done++) {
         fprintf(err, "parc: error: --tp %d must divide the %lld attention heads\n", lay->tp,
                 (long long)h);

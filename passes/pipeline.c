@@ -25,8 +25,8 @@ static const Pass passes[] = {
     {"remat", pass_remat},         /* a bias add recomputed in the backward, not stored */
     {"dp_grads", dp_grads},        /* data-parallel gradient averaging */
     {"optimizer", pass_optimizer}, /* clipping and the update, as IR */
-    {"slice_sink", pass_slice_sink}, /* slices above pointwise ops: no pass to store them */
     {"attn_layout", pass_attn_layout}, /* attention in token-major: no head copies */
+    {"slice_sink", pass_slice_sink}, /* slices above pointwise ops: no pass to store them */
 };
 
 #define NPASSES ((int)(sizeof passes / sizeof passes[0]))

@@ -36,8 +36,8 @@ static double node_flops(const IrNode *n) {
   case IR_OP_MATMUL_TA: return 2.0 * (double)ir_numel(n) * (double)a->shape[a->rank - 2];
   case IR_OP_ATTENTION:
   case IR_OP_ATTENTION_GRAD: {
-    const int64_t *q = a->shape; /* [B, H, T, hd] */
-    double f = 4.0 * (double)q[0] * (double)q[1] * (double)q[2] * (double)q[2] * (double)q[3];
+    const IrSdpaDims d = ir_sdpa_dims(n);
+    double f = 4.0 * (double)d.B * (double)d.H * (double)d.T * (double)d.T * (double)d.hd;
     return n->op == IR_OP_ATTENTION ? f : 2 * f; /* dq, dk, dv: two products each side */
   }
   default: return 0;

@@ -28,7 +28,7 @@ typedef struct {
   int64_t B, H, KV, T, hd, nqb;
   float scale;
   int causal;
-  unsigned layout; /* RT_SDPA_OUT_TOKENS, RT_SDPA_DY_TOKENS */
+  unsigned layout; /* RT_SDPA_OUT_TOKENS, RT_SDPA_DY_TOKENS, RT_SDPA_QKV_TOKENS */
   atomic_int oom;  /* a chunk could not allocate its scratch */
 } Attn;
 
@@ -40,6 +40,21 @@ static int64_t attn_row(int tokens, int64_t b, int64_t ch, int64_t C, int64_t t,
   return (tokens ? (b * T + t) * C + ch : (b * C + ch) * T + t) * hd;
 }
 static int64_t attn_ld(int tokens, int64_t C, int64_t hd) { return tokens ? C * hd : hd; }
+
+/* Row 0 of operand j's (0 q, 1 k, 2 v) head h (k, v: a kv head) in batch b,
+ * and (attn_in_ld) the stride between the operands' rows: head-major, or the
+ * packed [B, T, H + 2 KV, hd] of RT_SDPA_QKV_TOKENS, whose k heads follow q's
+ * and v's k's (each pointer at the packed tensor's start). */
+static const float *attn_in(const Attn *a, int j, int64_t b, int64_t h) {
+  const float *base = j == 0 ? a->q : j == 1 ? a->k : a->v;
+  if (a->layout & RT_SDPA_QKV_TOKENS)
+    return base + attn_row(1, b, (j ? a->H + (j - 1) * a->KV : 0) + h, a->H + 2 * a->KV, 0, a->T,
+                           a->hd);
+  return base + attn_row(0, b, h, j ? a->KV : a->H, 0, a->T, a->hd);
+}
+static int64_t attn_in_ld(const Attn *a) {
+  return attn_ld((a->layout & RT_SDPA_QKV_TOKENS) != 0, a->H + 2 * a->KV, a->hd);
+}
 
 /* One chunk's scratch: kt, vt [hd][BLK] (a key / value block transposed, columns
  * past the block zero); s, ds [BLK][BLK] (probabilities and their gradients); st
@@ -180,18 +195,18 @@ static int64_t visible(const Attn *a, int64_t i, int64_t j0, int64_t j1) {
 }
 
 /* The forward of query rows [i0, i1) of one head (qh: the head's [T, hd] rows; kh,
- * vh: its kv head's) with an online softmax over the key blocks.  Leaves the
- * normalised output rows in w->o, the row max in w->m and the row sum of
- * exp(s - m) in w->l. */
+ * vh: its kv head's; rows attn_in_ld apart) with an online softmax over the
+ * key blocks.  Leaves the normalised output rows in w->o, the row max in w->m
+ * and the row sum of exp(s - m) in w->l. */
 static void block_forward(const Attn *a, const float *qh, const float *kh, const float *vh,
                           int64_t i0, int64_t i1, Scratch *w) {
-  int64_t hd = a->hd, nq = i1 - i0, kend = a->causal ? i1 : a->T;
+  int64_t hd = a->hd, nq = i1 - i0, kend = a->causal ? i1 : a->T, ld = attn_in_ld(a);
   for (int64_t r = 0; r < nq; r++) w->m[r] = -INFINITY, w->l[r] = 0;
   memset(w->o, 0, sizeof(float) * (size_t)(nq * hd));
   for (int64_t j0 = 0; j0 < kend; j0 += BLK) {
     int64_t j1 = j0 + BLK < kend ? j0 + BLK : kend, nk = j1 - j0;
-    transpose(kh + j0 * hd, nk, hd, hd, w->kt, BLK);
-    block_mm(nq, nk, hd, qh + i0 * hd, hd, w->kt, BLK, w->s, BLK, 0);
+    transpose(kh + j0 * ld, nk, hd, ld, w->kt, BLK);
+    block_mm(nq, nk, hd, qh + i0 * ld, ld, w->kt, BLK, w->s, BLK, 0);
     for (int64_t r = 0; r < nq; r++) {
       int64_t cnt = visible(a, i0 + r, j0, j1);
       float *s = w->s + r * BLK, *o = w->o + r * hd;
@@ -209,7 +224,7 @@ static void block_forward(const Attn *a, const float *qh, const float *kh, const
       w->m[r] = mx;
       for (int64_t d = 0; d < hd; d++) o[d] *= alpha;
     }
-    block_mm(nq, hd, nk, w->s, BLK, vh + j0 * hd, hd, w->o, hd, 1);
+    block_mm(nq, hd, nk, w->s, BLK, vh + j0 * ld, ld, w->o, hd, 1);
   }
   for (int64_t r = 0; r < nq; r++) {
     float inv = 1.0f / w->l[r], *o = w->o + r * hd;
@@ -229,8 +244,7 @@ static void forward_range(void *ctx, int64_t begin, int64_t end) {
   for (int64_t t = begin; t < end; t++) {
     int64_t bh = t / a->nqb, b = bh / H, h = bh % H, g = h / (H / a->KV);
     int64_t i0 = t % a->nqb * BLK, i1 = i0 + BLK < T ? i0 + BLK : T;
-    const float *kh = a->k + (b * a->KV + g) * T * hd, *vh = a->v + (b * a->KV + g) * T * hd;
-    block_forward(a, a->q + bh * T * hd, kh, vh, i0, i1, &w);
+    block_forward(a, attn_in(a, 0, b, h), attn_in(a, 1, b, g), attn_in(a, 2, b, g), i0, i1, &w);
     const int tok = (a->layout & RT_SDPA_OUT_TOKENS) != 0;
     for (int64_t r = 0; r < i1 - i0; r++)
       memcpy(a->out + attn_row(tok, b, h, H, i0 + r, T, hd), w.o + r * hd,
@@ -250,9 +264,10 @@ static void block_backward(const Attn *a, int64_t b, int64_t h, int64_t i0, int6
   int64_t kend = a->causal ? i1 : T;
   const int dyt = (a->layout & RT_SDPA_DY_TOKENS) != 0;
   const int64_t ldy = attn_ld(dyt, H, hd);
-  const float *qh = a->q + (b * H + h) * T * hd, *dyh = a->dy + attn_row(dyt, b, h, H, 0, T, hd);
-  const float *kh = a->k + (b * a->KV + g) * T * hd, *vh = a->v + (b * a->KV + g) * T * hd;
-  const float *qb = qh + i0 * hd, *dyb = dyh + i0 * ldy;
+  const int64_t ld = attn_in_ld(a); /* q's, k's, v's rows */
+  const float *qh = attn_in(a, 0, b, h), *dyh = a->dy + attn_row(dyt, b, h, H, 0, T, hd);
+  const float *kh = attn_in(a, 1, b, g), *vh = attn_in(a, 2, b, g);
+  const float *qb = qh + i0 * ld, *dyb = dyh + i0 * ldy;
   float scale = a->scale;
 
   /* the row statistics: lse from the forward and D given (rt_sdpa_delta, the
@@ -276,9 +291,9 @@ static void block_backward(const Attn *a, int64_t b, int64_t h, int64_t i0, int6
 
   for (int64_t j0 = 0; j0 < kend; j0 += BLK) {
     int64_t j1 = j0 + BLK < kend ? j0 + BLK : kend, nk = j1 - j0;
-    transpose(kh + j0 * hd, nk, hd, hd, w->kt, BLK);
-    transpose(vh + j0 * hd, nk, hd, hd, w->vt, BLK);
-    block_mm(nq, nk, hd, qb, hd, w->kt, BLK, w->s, BLK, 0);    /* q . k */
+    transpose(kh + j0 * ld, nk, hd, ld, w->kt, BLK);
+    transpose(vh + j0 * ld, nk, hd, ld, w->vt, BLK);
+    block_mm(nq, nk, hd, qb, ld, w->kt, BLK, w->s, BLK, 0);    /* q . k */
     block_mm(nq, nk, hd, dyb, ldy, w->vt, BLK, w->ds, BLK, 0);  /* dp = dy . v */
     for (int64_t r = 0; r < nq; r++) {
       int64_t cnt = visible(a, i0 + r, j0, j1);
@@ -288,12 +303,12 @@ static void block_backward(const Attn *a, int64_t b, int64_t h, int64_t i0, int6
       for (int64_t jj = 0; jj < cnt; jj++) ds[jj] = p[jj] * (ds[jj] - d);
       for (int64_t jj = cnt; jj < nk; jj++) p[jj] = ds[jj] = 0;
     }
-    block_mm(nq, hd, nk, w->ds, BLK, kh + j0 * hd, hd, w->dq, hd, 1);  /* dq += ds k */
+    block_mm(nq, hd, nk, w->ds, BLK, kh + j0 * ld, ld, w->dq, hd, 1);  /* dq += ds k */
     transpose(w->s, nq, nk, BLK, w->st, BLK);                           /* dv += p^T dy */
     block_mm(nk, hd, nq, w->st, BLK, dyb, ldy, dvh + j0 * ldo, ldo, 1);
     transpose(w->ds, nq, nk, BLK, w->st, BLK);                          /* dk += ds^T q */
     for (int64_t e = 0; e < nk * BLK; e++) w->st[e] *= scale;
-    block_mm(nk, hd, nq, w->st, BLK, qb, hd, dkh + j0 * ldo, ldo, 1);
+    block_mm(nk, hd, nq, w->st, BLK, qb, ld, dkh + j0 * ldo, ldo, 1);
   }
   for (int64_t r = 0; r < nq; r++) {
     float *dst = dqh + (i0 + r) * ldo, *src = w->dq + r * hd;
@@ -353,7 +368,7 @@ int rt_sdpa_layout(float *out, float *lse, const float *q, const float *k, const
                    int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd, float scale,
                    int causal, unsigned layout) {
   if (check_args("sdpa", out, q, k, v, NULL, 0, B, H, KV, T, hd)) return RT_ERR;
-  if (layout & ~(unsigned)RT_SDPA_OUT_TOKENS)
+  if (layout & ~(unsigned)(RT_SDPA_OUT_TOKENS | RT_SDPA_QKV_TOKENS))
     return rt_fail("sdpa: layout bits 0x%x not understood", layout);
   Attn a = {.q = q, .k = k, .v = v, .out = out, .lse = lse, .B = B, .H = H, .KV = KV,
             .T = T, .hd = hd, .nqb = (T + BLK - 1) / BLK, .scale = scale,
@@ -404,7 +419,7 @@ int rt_sdpa_grad_stats_layout(float *dqkv, const float *q, const float *k, const
                               int causal, unsigned layout) {
   if (check_args("sdpa_grad", dqkv, q, k, v, dy, 1, B, H, KV, T, hd)) return RT_ERR;
   if (!lse || !d) return rt_fail("sdpa_grad: NULL %s pointer", !lse ? "lse" : "d");
-  if (layout & ~(unsigned)(RT_SDPA_OUT_TOKENS | RT_SDPA_DY_TOKENS))
+  if (layout & ~(unsigned)(RT_SDPA_OUT_TOKENS | RT_SDPA_DY_TOKENS | RT_SDPA_QKV_TOKENS))
     return rt_fail("sdpa_grad: layout bits 0x%x not understood", layout);
   return backward(dqkv, q, k, v, dy, NULL, lse, d, B, H, KV, T, hd, scale, causal, layout);
 }

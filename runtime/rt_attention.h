@@ -72,8 +72,11 @@ int rt_sdpa_grad_stats(float *dqkv, const float *q, const float *k, const float 
 /* Layout bits (ir/ir.h's IR_SDPA_*, the same values): RT_SDPA_OUT_TOKENS,
  * the result token-major: out [B, T, H hd], dqkv [B, T, (H + 2 KV) hd] (row
  * b, t: dq's H heads, dk's KV, dv's KV, hd each); RT_SDPA_DY_TOKENS, dy
- * [B, T, H hd].  The values, and the order of every sum, do not change. */
-enum { RT_SDPA_OUT_TOKENS = 1, RT_SDPA_DY_TOKENS = 2 };
+ * [B, T, H hd]; RT_SDPA_QKV_TOKENS, q, k, v one packed [B, T, H + 2 KV, hd]
+ * tensor (row b, t: q's H heads, k's KV, v's KV, hd each; the layout of the
+ * token-major dqkv), each of q, k, v pointing at its start.  The values, and
+ * the order of every sum, do not change. */
+enum { RT_SDPA_OUT_TOKENS = 1, RT_SDPA_DY_TOKENS = 2, RT_SDPA_QKV_TOKENS = 4 };
 int rt_sdpa_layout(float *out, float *lse, const float *q, const float *k, const float *v,
                    int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd, float scale,
                    int causal, unsigned layout);

@@ -78,7 +78,18 @@ struct AttnArgs {
   float scale;
   int causal;
   bool otok, dytok; /* out / dqkv token-major, dy token-major (RT_CUDA_ATTN_*_TOKENS) */
+  bool qkvtok;      /* q, k, v packed token-major (RT_CUDA_ATTN_QKV_TOKENS) */
+  int ldi;          /* q's, k's, v's row stride (rt_attn_in_ld) */
 };
+
+/* row 0 of operand j's (0 q, 1 k, 2 v) head h in batch b (rt_attn_in) */
+static __device__ __forceinline__ const float *attn_in(const AttnArgs &a, int j, int64_t b,
+                                                       int64_t h) {
+  const float *p = j == 0 ? a.q : j == 1 ? a.k : a.v;
+  /* (head-major spelled out: rt_attn_in's select made ptxas spill attn_fwd) */
+  if (!a.qkvtok) return p + (b * (j ? a.KV : a.H) + h) * a.T * a.hd;
+  return p + rt_attn_in(true, j, b, h, a.H, a.KV, a.T, a.hd);
+}
 
 /* STATS == false: out (and lse when given).  STATS == true: stat_lse, stat_d. */
 template <int NC, bool STATS>
@@ -88,9 +99,9 @@ __global__ void __launch_bounds__(WARPS * 32) attn_fwd(AttnArgs a) {
   float *qs = sh, *ks = qs + ROWS * hd, *vs = ks + TILE * ldk;
   const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, g = h / (a.H / a.KV);
   const int64_t T = a.T, row0 = (int64_t)blockIdx.x * ROWS;
-  const float *qh = a.q + bh * T * hd;
-  const float *kh = a.k + (b * a.KV + g) * T * hd, *vh = a.v + (b * a.KV + g) * T * hd;
-  load_rows(qs, hd, qh, row0, ROWS, T, hd);
+  const int sld = a.ldi; /* q's, k's, v's rows */
+  const float *qh = attn_in(a, 0, b, h), *kh = attn_in(a, 1, b, g), *vh = attn_in(a, 2, b, g);
+  load_rows(qs, hd, qh, row0, ROWS, T, hd, sld);
   float m[QR], l[QR], o[QR][NC];
   for (int i = 0; i < QR; i++) {
     m[i] = -INFINITY, l[i] = 0.0f;
@@ -100,8 +111,8 @@ __global__ void __launch_bounds__(WARPS * 32) attn_fwd(AttnArgs a) {
   int64_t kend = a.causal ? last : T;
   for (int64_t j0 = 0; j0 < kend; j0 += TILE) {
     __syncthreads(); /* the previous tile is consumed (and qs is loaded) */
-    load_rows(ks, ldk, kh, j0, TILE, kend, hd);
-    load_rows(vs, ldk, vh, j0, TILE, kend, hd);
+    load_rows(ks, ldk, kh, j0, TILE, kend, hd, sld);
+    load_rows(vs, ldk, vh, j0, TILE, kend, hd, sld);
     __syncthreads();
     float s[QR];
     for (int i = 0; i < QR; i++) s[i] = 0.0f;
@@ -227,19 +238,20 @@ __global__ void __launch_bounds__(WARPS * 32) attn_bwd_kv(AttnArgs a) {
   float *ls = dys + TILE * ld, *ds_ = ls + TILE;
   const int64_t bg = blockIdx.y, b = bg / a.KV, g = bg % a.KV, T = a.T;
   const int64_t k0 = (int64_t)blockIdx.x * KB, rep = a.H / a.KV, C = a.H + 2 * a.KV;
-  const float *kh = a.k + bg * T * hd, *vh = a.v + bg * T * hd;
-  load_rows(ks, hd, kh, k0, KB, T, hd);
-  load_rows(vs, hd, vh, k0, KB, T, hd);
+  const int sld = a.ldi; /* q's, k's, v's rows */
+  const float *kh = attn_in(a, 1, b, g), *vh = attn_in(a, 2, b, g);
+  load_rows(ks, hd, kh, k0, KB, T, hd, sld);
+  load_rows(vs, hd, vh, k0, KB, T, hd, sld);
   float dk[KR][NC], dv[KR][NC];
   for (int r = 0; r < KR; r++)
     for (int c = 0; c < NC; c++) dk[r][c] = dv[r][c] = 0.0f;
   int64_t i_begin = a.causal ? k0 / TILE * TILE : 0;
   for (int64_t h = g * rep; h < (g + 1) * rep; h++) {
     const int64_t bh = b * a.H + h;
-    const float *qh = a.q + bh * T * hd, *dyh = a.dy + rt_attn_row(a.dytok, b, h, a.H, 0, T, hd);
+    const float *qh = attn_in(a, 0, b, h), *dyh = a.dy + rt_attn_row(a.dytok, b, h, a.H, 0, T, hd);
     for (int64_t i0 = i_begin; i0 < T; i0 += TILE) {
       __syncthreads();
-      load_rows(qs, ld, qh, i0, TILE, T, hd);
+      load_rows(qs, ld, qh, i0, TILE, T, hd, sld);
       load_rows(dys, ld, dyh, i0, TILE, T, hd, rt_attn_ld(a.dytok, a.H, hd));
       if (threadIdx.x < TILE) {
         int64_t i = i0 + threadIdx.x;
@@ -295,8 +307,9 @@ __global__ void __launch_bounds__(WARPS * 32) attn_bwd_q(AttnArgs a) {
   float *qs = sh, *dys = qs + ROWS * hd, *ks = dys + ROWS * hd, *vs = ks + TILE * ldk;
   const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, g = h / (a.H / a.KV);
   const int64_t T = a.T, row0 = (int64_t)blockIdx.x * ROWS, C = a.H + 2 * a.KV;
-  const float *kh = a.k + (b * a.KV + g) * T * hd, *vh = a.v + (b * a.KV + g) * T * hd;
-  load_rows(qs, hd, a.q + bh * T * hd, row0, ROWS, T, hd);
+  const int sld = a.ldi; /* q's, k's, v's rows */
+  const float *kh = attn_in(a, 1, b, g), *vh = attn_in(a, 2, b, g);
+  load_rows(qs, hd, attn_in(a, 0, b, h), row0, ROWS, T, hd, sld);
   load_rows(dys, hd, a.dy + rt_attn_row(a.dytok, b, h, a.H, 0, T, hd), row0, ROWS, T, hd,
             rt_attn_ld(a.dytok, a.H, hd));
   float lse[QR], dd[QR], dq[QR][NC];
@@ -310,8 +323,8 @@ __global__ void __launch_bounds__(WARPS * 32) attn_bwd_q(AttnArgs a) {
   int64_t kend = a.causal ? last : T;
   for (int64_t j0 = 0; j0 < kend; j0 += TILE) {
     __syncthreads();
-    load_rows(ks, ldk, kh, j0, TILE, kend, hd);
-    load_rows(vs, ldk, vh, j0, TILE, kend, hd);
+    load_rows(ks, ldk, kh, j0, TILE, kend, hd, sld);
+    load_rows(vs, ldk, vh, j0, TILE, kend, hd, sld);
     __syncthreads();
     float s[QR], dp[QR];
     for (int i = 0; i < QR; i++) s[i] = dp[i] = 0.0f;
@@ -462,7 +475,9 @@ extern "C" int rt_cuda_sdpa_io(RtCuda *c, float *out, float *lse, const float *q
   if (rt_cuda_attn_tc(c, T, hd))
     return rt_cuda_sdpa_tc(c, out, lse, q, k, v, B, H, KV, T, hd, scale, causal, io);
   AttnArgs a = {q, k, v, NULL, out, lse, NULL, NULL, NULL, B, H, KV, T, (int)hd, scale,
-                causal != 0, (io & RT_CUDA_ATTN_O_TOKENS) != 0, false};
+                causal != 0, (io & RT_CUDA_ATTN_O_TOKENS) != 0, false,
+                (io & RT_CUDA_ATTN_QKV_TOKENS) != 0,
+                rt_attn_in_ld((io & RT_CUDA_ATTN_QKV_TOKENS) != 0, H, KV, (int)hd)};
   return hd <= 32 ? fwd<1>(c, a, false) : hd <= 64 ? fwd<2>(c, a, false)
          : hd <= 128 ? fwd<4>(c, a, false) : fwd<8>(c, a, false);
 }
@@ -510,7 +525,9 @@ static int sdpa_grad(RtCuda *c, float *dqkv, const float *q, const float *k, con
     return rt_cuda_sdpa_grad_tc(c, dqkv, q, k, v, dy, kept ? lse : NULL, kept ? st_d : NULL, B,
                                 H, KV, T, hd, scale, causal, io);
   AttnArgs a = {q, k, v, dy, NULL, NULL, st_lse, st_d, dqkv, B, H, KV, T, (int)hd, scale,
-                causal != 0, (io & RT_CUDA_ATTN_O_TOKENS) != 0, (io & RT_CUDA_ATTN_DY_TOKENS) != 0};
+                causal != 0, (io & RT_CUDA_ATTN_O_TOKENS) != 0, (io & RT_CUDA_ATTN_DY_TOKENS) != 0,
+                (io & RT_CUDA_ATTN_QKV_TOKENS) != 0,
+                rt_attn_in_ld((io & RT_CUDA_ATTN_QKV_TOKENS) != 0, H, KV, (int)hd)};
   return hd <= 32 ? bwd<1>(c, a, kept) : hd <= 64 ? bwd<2>(c, a, kept)
          : hd <= 128 ? bwd<4>(c, a, kept) : bwd<8>(c, a, kept);
 }

@@ -95,12 +95,24 @@ struct MmaArgs {
   unsigned io; /* RT_CUDA_ATTN_* (rt_cuda_ws_plan.h) */
   bool otok, dytok; /* out / dqkv token-major, dy token-major (RT_CUDA_ATTN_*_TOKENS: kept
                        apart from io, which the fp32 kernels fold to 0) */
+  bool qkvtok;      /* q, k, v packed token-major (RT_CUDA_ATTN_QKV_TOKENS) */
+  int ldi;          /* q's, k's, v's row stride, rt_attn_in_ld (a parameter, not a value the
+                       kernels keep in a register: the GPT-2 dk, dv kernel has none spare) */
 };
 
 /* p + e elements, of bf16 where io has bit, else of fp32 */
 static __device__ __forceinline__ const void *mma_at(const void *p, unsigned io, unsigned bit,
                                                      int64_t e) {
   return io & bit ? (const void *)((const bf16 *)p + e) : (const void *)((const float *)p + e);
+}
+
+/* row 0 of operand j's (0 q, 1 k, 2 v) head h in batch b (rt_attn_in), of
+ * bf16 or fp32 as io says; the operands' rows are a.ldi apart */
+static __device__ __forceinline__ const void *mma_in(const MmaArgs &a, unsigned io, int j,
+                                                     int64_t b, int64_t h, int hd) {
+  return mma_at(j == 0 ? a.q : j == 1 ? a.k : a.v, io,
+                j == 0 ? RT_CUDA_ATTN_Q_BF16 : j == 1 ? RT_CUDA_ATTN_K_BF16 : RT_CUDA_ATTN_V_BF16,
+                rt_attn_in(a.qkvtok, j, b, h, a.H, a.KV, a.T, hd));
 }
 
 template <int HD, int W = MMA_WARPS> struct MmaShape {
@@ -244,11 +256,9 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_fwd(MmaArgs a) {
   const int64_t bh = blockIdx.y, b = bh / a.H, kvh = bh % a.H / (a.H / a.KV);
   const bool qb = io & RT_CUDA_ATTN_Q_BF16, kb = io & RT_CUDA_ATTN_K_BF16,
              vb = io & RT_CUDA_ATTN_V_BF16;
-  const void *kh = mma_at(a.k, io, RT_CUDA_ATTN_K_BF16, (b * a.KV + kvh) * T * HD);
-  const void *vh = mma_at(a.v, io, RT_CUDA_ATTN_V_BF16, (b * a.KV + kvh) * T * HD);
+  const void *kh = mma_in(a, io, 1, b, kvh, HD), *vh = mma_in(a, io, 2, b, kvh, HD);
   const float sl2 = a.scale * MMA_LOG2E;
-  rt_attn_tile_load<HD, ROWS, THREADS>(
-      qs, mma_at(a.q, io, RT_CUDA_ATTN_Q_BF16, bh * T * HD), qb, q0, T);
+  rt_attn_tile_load<HD, ROWS, THREADS>(qs, mma_in(a, io, 0, b, bh % a.H, HD), qb, q0, T, a.ldi);
   /* rows r0, r0 + 8: running max (log2 units), this lane's part of the sum */
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[HD / 8][4];
 #pragma unroll
@@ -256,13 +266,13 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_fwd(MmaArgs a) {
   const int kend = a.causal && q0 + ROWS < T ? q0 + ROWS : T; /* keys [0, kend) */
   constexpr bool hold = IO ? MmaShape<HD, W>::hold_q_io : MmaShape<HD, W>::hold_q;
   RtAttnTileRegs<HD, MMA_TILE, THREADS, hold> kr, vr; /* the next key tile, in flight */
-  kr.load(kh, kb, 0, T), vr.load(vh, vb, 0, T);
+  kr.load(kh, kb, 0, T, a.ldi), vr.load(vh, vb, 0, T, a.ldi);
   for (int j0 = 0; j0 < kend; j0 += MMA_TILE) {
     __syncthreads(); /* the previous key tile is consumed */
-    kr.put(ks, kh, kb, j0, T), vr.put(vs, vh, vb, j0, T);
+    kr.put(ks, kh, kb, j0, T, a.ldi), vr.put(vs, vh, vb, j0, T, a.ldi);
     __syncthreads(); /* the tiles (and, the first time, qs) are in */
     if (j0 + MMA_TILE < kend)
-      kr.load(kh, kb, j0 + MMA_TILE, T), vr.load(vh, vb, j0 + MMA_TILE, T);
+      kr.load(kh, kb, j0 + MMA_TILE, T, a.ldi), vr.load(vh, vb, j0 + MMA_TILE, T, a.ldi);
     if (j0 > wlast) continue; /* every key masked for the warp's rows (warp-uniform) */
     float s[MMA_TILE / 8][4];
 #pragma unroll
@@ -329,8 +339,7 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_q(MmaArgs a) {
   const int wlast = a.causal ? q0 + 16 * w + 15 : T; /* causal: the warp's keys end here */
   const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, kvh = h / (a.H / a.KV);
   const bool kb = io & RT_CUDA_ATTN_K_BF16, vb = io & RT_CUDA_ATTN_V_BF16;
-  const void *kh = mma_at(a.k, io, RT_CUDA_ATTN_K_BF16, (b * a.KV + kvh) * T * HD);
-  const void *vh = mma_at(a.v, io, RT_CUDA_ATTN_V_BF16, (b * a.KV + kvh) * T * HD);
+  const void *kh = mma_in(a, io, 1, b, kvh, HD), *vh = mma_in(a, io, 2, b, kvh, HD);
   const float sl2 = a.scale * MMA_LOG2E;
   float lr[2], dr[2]; /* rows r0, r0 + 8: lse log2e, D */
 #pragma unroll
@@ -339,8 +348,8 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_q(MmaArgs a) {
     lr[i] = row < T ? a.lse[bh * T + row] * MMA_LOG2E : 0.0f;
     dr[i] = row < T ? a.d[bh * T + row] : 0.0f;
   }
-  rt_attn_tile_load<HD, ROWS, THREADS>(
-      qs, mma_at(a.q, io, RT_CUDA_ATTN_Q_BF16, bh * T * HD), io & RT_CUDA_ATTN_Q_BF16, q0, T);
+  rt_attn_tile_load<HD, ROWS, THREADS>(qs, mma_in(a, io, 0, b, h, HD), io & RT_CUDA_ATTN_Q_BF16,
+                                       q0, T, a.ldi);
   rt_attn_tile_load<HD, ROWS, THREADS>(
       dys, mma_at(a.dy, io, RT_CUDA_ATTN_DY_BF16, rt_attn_row(a.dytok, b, h, a.H, 0, T, HD)),
       io & RT_CUDA_ATTN_DY_BF16, q0, T, rt_attn_ld(a.dytok, a.H, HD));
@@ -350,13 +359,13 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_q(MmaArgs a) {
   const int kend = a.causal && q0 + ROWS < T ? q0 + ROWS : T; /* keys [0, kend) */
   constexpr bool hold = IO ? MmaShape<HD, W>::hold_dq_io : MmaShape<HD, W>::hold_dq;
   RtAttnTileRegs<HD, MMA_TILE, THREADS, hold> kr, vr; /* the next key tile, in flight */
-  kr.load(kh, kb, 0, T), vr.load(vh, vb, 0, T);
+  kr.load(kh, kb, 0, T, a.ldi), vr.load(vh, vb, 0, T, a.ldi);
   for (int j0 = 0; j0 < kend; j0 += MMA_TILE) {
     __syncthreads(); /* the previous key tile is consumed */
-    kr.put(ks, kh, kb, j0, T), vr.put(vs, vh, vb, j0, T);
+    kr.put(ks, kh, kb, j0, T, a.ldi), vr.put(vs, vh, vb, j0, T, a.ldi);
     __syncthreads(); /* the tiles (and, the first time, qs and dys) are in */
     if (j0 + MMA_TILE < kend)
-      kr.load(kh, kb, j0 + MMA_TILE, T), vr.load(vh, vb, j0 + MMA_TILE, T);
+      kr.load(kh, kb, j0 + MMA_TILE, T, a.ldi), vr.load(vh, vb, j0 + MMA_TILE, T, a.ldi);
     if (j0 > wlast) continue; /* every key masked for the warp's rows (warp-uniform) */
     float s[MMA_TILE / 8][4], dp[MMA_TILE / 8][4];
 #pragma unroll
@@ -403,10 +412,10 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_kv(MmaArgs a) {
   const int64_t C = a.H + 2 * a.KV;
   const float sl2 = a.scale * MMA_LOG2E;
   const bool qb = io & RT_CUDA_ATTN_Q_BF16, yb = io & RT_CUDA_ATTN_DY_BF16;
-  rt_attn_tile_load<HD, ROWS, THREADS>(
-      ks, mma_at(a.k, io, RT_CUDA_ATTN_K_BF16, bg * T * HD), io & RT_CUDA_ATTN_K_BF16, k0, T);
-  rt_attn_tile_load<HD, ROWS, THREADS>(
-      vs, mma_at(a.v, io, RT_CUDA_ATTN_V_BF16, bg * T * HD), io & RT_CUDA_ATTN_V_BF16, k0, T);
+  rt_attn_tile_load<HD, ROWS, THREADS>(ks, mma_in(a, io, 1, b, kvh, HD), io & RT_CUDA_ATTN_K_BF16,
+                                       k0, T, a.ldi);
+  rt_attn_tile_load<HD, ROWS, THREADS>(vs, mma_in(a, io, 2, b, kvh, HD), io & RT_CUDA_ATTN_V_BF16,
+                                       k0, T, a.ldi);
   float dk[HD / 8][4], dv[HD / 8][4];
 #pragma unroll
   for (int n = 0; n < HD / 8; n++)
@@ -432,7 +441,7 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_kv(MmaArgs a) {
   auto fetch = [&](int64_t h, int i0) {
     const int64_t bh = bh0 + h;
     const int i = i0 + (int)threadIdx.x;
-    qr.load(mma_at(a.q, io, RT_CUDA_ATTN_Q_BF16, bh * T * HD), qb, i0, T);
+    qr.load(mma_in(a, io, 0, b, kvh * rep + h, HD), qb, i0, T, a.ldi);
     dyr.load(dy_at(h), yb, i0, T, ldy);
     lnext = dnext = 0.0f;
     if (threadIdx.x < QT && i < T) lnext = a.lse[bh * T + i] * MMA_LOG2E, dnext = a.d[bh * T + i];
@@ -442,7 +451,7 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_kv(MmaArgs a) {
   int i0 = i_begin;
   for (bool more = true; more;) {
     __syncthreads(); /* the previous query tile is consumed */
-    qr.put(qs, mma_at(a.q, io, RT_CUDA_ATTN_Q_BF16, (bh0 + h) * T * HD), qb, i0, T);
+    qr.put(qs, mma_in(a, io, 0, b, kvh * rep + h, HD), qb, i0, T, a.ldi);
     dyr.put(dys, dy_at(h), yb, i0, T, ldy);
     if (threadIdx.x < QT) ls[threadIdx.x] = lnext, ds_[threadIdx.x] = dnext;
     __syncthreads(); /* the tiles (and, the first time, ks and vs) are in */
@@ -555,7 +564,9 @@ int rt_cuda_sdpa_mma(RtCuda *c, float *out, float *lse, const float *q, const fl
                      const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
                      float scale, int causal, unsigned io) {
   const MmaArgs a = {q, k, v, NULL, NULL, NULL, NULL, out, lse, H, KV, (int)T, scale, causal != 0,
-                     io & ~(unsigned)RT_CUDA_ATTN_LAYOUT, (io & RT_CUDA_ATTN_O_TOKENS) != 0, false};
+                     io & ~(unsigned)RT_CUDA_ATTN_LAYOUT, (io & RT_CUDA_ATTN_O_TOKENS) != 0, false,
+                     (io & RT_CUDA_ATTN_QKV_TOKENS) != 0,
+                     rt_attn_in_ld((io & RT_CUDA_ATTN_QKV_TOKENS) != 0, H, KV, (int)hd)};
   return mma_dispatch(c, a, B, hd, false);
 }
 
@@ -566,6 +577,7 @@ int rt_cuda_sdpa_grad_mma(RtCuda *c, float *dqkv, const float *q, const float *k
                           unsigned io) {
   const MmaArgs a = {q, k, v, dy, lse, d, dqkv, NULL, NULL, H, KV, (int)T, scale, causal != 0,
                      io & ~(unsigned)RT_CUDA_ATTN_LAYOUT, (io & RT_CUDA_ATTN_O_TOKENS) != 0,
-                     (io & RT_CUDA_ATTN_DY_TOKENS) != 0};
+                     (io & RT_CUDA_ATTN_DY_TOKENS) != 0, (io & RT_CUDA_ATTN_QKV_TOKENS) != 0,
+                     rt_attn_in_ld((io & RT_CUDA_ATTN_QKV_TOKENS) != 0, H, KV, (int)hd)};
   return mma_dispatch(c, a, B, hd, true);
 }

@@ -125,7 +125,18 @@ struct TcArgs {
   float scale;
   int causal;
   bool otok, dytok; /* out / dqkv token-major, dy token-major (RT_CUDA_ATTN_*_TOKENS) */
+  bool qkvtok;      /* q, k, v packed token-major (RT_CUDA_ATTN_QKV_TOKENS) */
 };
+
+/* row 0 of operand j's (0 q, 1 k, 2 v) head h in batch b (rt_attn_in), and
+ * the operands' row stride */
+static __device__ __forceinline__ const float *tc_in(const TcArgs &a, int j, int64_t b,
+                                                     int64_t h, int hd) {
+  return (j == 0 ? a.q : j == 1 ? a.k : a.v) + rt_attn_in(a.qkvtok, j, b, h, a.H, a.KV, a.T, hd);
+}
+static __device__ __forceinline__ int tc_in_ld(const TcArgs &a, int hd) {
+  return rt_attn_in_ld(a.qkvtok, a.H, a.KV, hd);
+}
 
 /* Strides (elements) and dynamic shared memory (bytes) of the kernels.  The
  * regions are laid out in the order below, each but the last (lse, D) a
@@ -191,19 +202,20 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MIN_BLOCKS) tc_fwd(TcArgs a) {
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, r = lane >> 1, half = lane & 1;
   const int T = a.T, q0 = (int)(gridDim.x - 1 - blockIdx.x) * TC_TILE, row = q0 + w * 16 + r;
   const int64_t bh = blockIdx.y, b = bh / a.H, g = bh % a.H / (a.H / a.KV);
-  const float *kh = a.k + (b * a.KV + g) * T * HD, *vh = a.v + (b * a.KV + g) * T * HD;
+  const float *kh = tc_in(a, 1, b, g, HD), *vh = tc_in(a, 2, b, g, HD);
+  const int ld = tc_in_ld(a, HD);
   bf16 *pw = ps + w * 16 * TC_LDP;
   float *scw = sc + w * 16 * SW, *srow = scw + r * SW;
   const float sl2 = a.scale * TC_LOG2E;
-  tc_load<HD>(qs, a.q + bh * T * HD, q0, T);
+  tc_load<HD>(qs, tc_in(a, 0, b, bh % a.H, HD), q0, T, ld);
   float m = -INFINITY, l = 0.0f, o[HD / 2]; /* o[2i], o[2i+1]: columns 4i + 2 half + {0, 1} */
 #pragma unroll
   for (int i = 0; i < HD / 2; i++) o[i] = 0.0f;
   const int kend = a.causal && q0 + TC_TILE < T ? q0 + TC_TILE : T; /* keys [0, kend) */
   for (int j0 = 0; j0 < kend; j0 += TC_TILE) {
     __syncthreads(); /* the previous tile is consumed (the first time: nothing) */
-    tc_load<HD>(ks, kh, j0, T);
-    tc_load<HD>(vs, vh, j0, T);
+    tc_load<HD>(ks, kh, j0, T, ld);
+    tc_load<HD>(vs, vh, j0, T, ld);
     __syncthreads(); /* the tiles (and, the first time, qs) are in */
     tc_scores<HD>(scw, SW, qs + w * 16 * LDH, ks);
     __syncwarp();
@@ -312,8 +324,9 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MIN_BLOCKS) tc_bwd_kv(TcArgs a)
   bf16 *pw = ps + w * 16 * LDQ, *dsw = dss + w * 16 * LDQ;
   float *scw = sc + w * 16 * LDX, *srow = scw + r * LDX;
   const float sl2 = a.scale * TC_LOG2E;
-  tc_load<HD>(ks, a.k + bg * T * HD, k0, T);
-  tc_load<HD>(vs, a.v + bg * T * HD, k0, T);
+  const int ld = tc_in_ld(a, HD);
+  tc_load<HD>(ks, tc_in(a, 1, b, g, HD), k0, T, ld);
+  tc_load<HD>(vs, tc_in(a, 2, b, g, HD), k0, T, ld);
   FragC dk[HD / 16], dv[HD / 16];
 #pragma unroll
   for (int n = 0; n < HD / 16; n++) {
@@ -323,10 +336,10 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MIN_BLOCKS) tc_bwd_kv(TcArgs a)
   const int i_begin = a.causal ? k0 : 0; /* causal: earlier queries see none of these keys */
   for (int64_t h = g * rep; h < (g + 1) * rep; h++) {
     const int64_t bh = b * a.H + h;
-    const float *qh = a.q + bh * T * HD, *dyh = a.dy + rt_attn_row(a.dytok, b, h, a.H, 0, T, HD);
+    const float *qh = tc_in(a, 0, b, h, HD), *dyh = a.dy + rt_attn_row(a.dytok, b, h, a.H, 0, T, HD);
     for (int i0 = i_begin; i0 < T; i0 += QT) {
       __syncthreads(); /* the previous query tile is consumed */
-      tc_load<HD, QT>(qs, qh, i0, T);
+      tc_load<HD, QT>(qs, qh, i0, T, ld);
       /* (two calls: a run-time row stride in the one load made ptxas spill at hd 64) */
       if (a.dytok) tc_load<HD, QT>(dys, dyh, i0, T, (int)a.H * HD);
       else tc_load<HD, QT>(dys, dyh, i0, T);
@@ -412,11 +425,12 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MIN_BLOCKS) tc_bwd_q(TcArgs a) 
   const int T = a.T, q0 = (int)(gridDim.x - 1 - blockIdx.x) * TC_TILE, row = q0 + w * 16 + r;
   const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, g = h / (a.H / a.KV);
   const int64_t C = a.H + 2 * a.KV;
-  const float *kh = a.k + (b * a.KV + g) * T * HD, *vh = a.v + (b * a.KV + g) * T * HD;
+  const float *kh = tc_in(a, 1, b, g, HD), *vh = tc_in(a, 2, b, g, HD);
+  const int ld = tc_in_ld(a, HD);
   bf16 *dsw = dss + w * 16 * TC_LDP;
   float *scw = sc + w * 16 * TC_LDS, *srow = scw + r * TC_LDS;
   const float sl2 = a.scale * TC_LOG2E;
-  tc_load<HD>(qs, a.q + bh * T * HD, q0, T);
+  tc_load<HD>(qs, tc_in(a, 0, b, h, HD), q0, T, ld);
   tc_load<HD>(dys, a.dy + rt_attn_row(a.dytok, b, h, a.H, 0, T, HD), q0, T,
               rt_attn_ld(a.dytok, a.H, HD));
   if (threadIdx.x < TC_TILE) {
@@ -430,8 +444,8 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MIN_BLOCKS) tc_bwd_q(TcArgs a) 
   const int kend = a.causal && q0 + TC_TILE < T ? q0 + TC_TILE : T;
   for (int j0 = 0; j0 < kend; j0 += TC_TILE) {
     __syncthreads(); /* the previous key tile is consumed */
-    tc_load<HD>(ks, kh, j0, T);
-    tc_load<HD>(vs, vh, j0, T);
+    tc_load<HD>(ks, kh, j0, T, ld);
+    tc_load<HD>(vs, vh, j0, T, ld);
     __syncthreads(); /* the tiles (and, the first time, qs, dys, ls, ds_) are in */
     const float lr = ls[w * 16 + r], dr = ds_[w * 16 + r];
     tc_scores<HD>(scw, TC_LDS, qs + w * 16 * LDH, ks); /* S = Q_w K^T */
@@ -511,7 +525,8 @@ bool rt_cuda_attn_env(const char *want) {
 /* a's layout as RT_CUDA_ATTN_*_TOKENS flags (for the mma kernels) */
 static unsigned tc_layout(const TcArgs &a) {
   return (a.otok ? (unsigned)RT_CUDA_ATTN_O_TOKENS : 0u) |
-         (a.dytok ? (unsigned)RT_CUDA_ATTN_DY_TOKENS : 0u);
+         (a.dytok ? (unsigned)RT_CUDA_ATTN_DY_TOKENS : 0u) |
+         (a.qkvtok ? (unsigned)RT_CUDA_ATTN_QKV_TOKENS : 0u);
 }
 
 template <int HD>
@@ -571,7 +586,7 @@ int rt_cuda_sdpa_tc(RtCuda *c, float *out, float *lse, const float *q, const flo
                     const float *v, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
                     float scale, int causal, unsigned lay) {
   TcArgs a = {q, k, v, NULL, out, lse, NULL, NULL, NULL, H, KV, (int)T, scale, causal != 0,
-              (lay & RT_CUDA_ATTN_O_TOKENS) != 0, false};
+              (lay & RT_CUDA_ATTN_O_TOKENS) != 0, false, (lay & RT_CUDA_ATTN_QKV_TOKENS) != 0};
   return tc_dispatch(c, a, B, hd, false, false);
 }
 
@@ -587,6 +602,7 @@ int rt_cuda_sdpa_grad_tc(RtCuda *c, float *dqkv, const float *q, const float *k,
   if (!kept && !st) return RT_ERR;
   TcArgs a = {q, k, v, dy, NULL, NULL, kept ? (float *)lse : st,
               kept ? (float *)d : st + B * H * T, dqkv, H, KV, (int)T, scale, causal != 0,
-              (lay & RT_CUDA_ATTN_O_TOKENS) != 0, (lay & RT_CUDA_ATTN_DY_TOKENS) != 0};
+              (lay & RT_CUDA_ATTN_O_TOKENS) != 0, (lay & RT_CUDA_ATTN_DY_TOKENS) != 0,
+              (lay & RT_CUDA_ATTN_QKV_TOKENS) != 0};
   return tc_dispatch(c, a, B, hd, true, kept);
 }

@@ -28,6 +28,22 @@ static __host__ __device__ __forceinline__ int rt_attn_ld(bool tokens, int64_t C
   return tokens ? (int)C * hd : hd;
 }
 
+/* Element offset of row 0 of operand j's (0 q: query head h; 1 k, 2 v: kv
+ * head h) head in batch b, and (rt_attn_in_ld) the operands' row stride:
+ * head-major [B, H or KV, T, hd], or (packed: RT_CUDA_ATTN_QKV_TOKENS) the
+ * token-major [B, T, H + 2 KV, hd] whose k heads follow q's and v's k's,
+ * each operand's pointer at its start. */
+static __host__ __device__ __forceinline__ int64_t rt_attn_in(bool packed, int j, int64_t b,
+                                                              int64_t h, int64_t H, int64_t KV,
+                                                              int64_t T, int hd) {
+  return packed ? rt_attn_row(true, b, (j ? H + (j - 1) * KV : 0) + h, H + 2 * KV, 0, T, hd)
+                : rt_attn_row(false, b, h, j ? KV : H, 0, T, hd);
+}
+static __host__ __device__ __forceinline__ int rt_attn_in_ld(bool packed, int64_t H, int64_t KV,
+                                                             int hd) {
+  return rt_attn_ld(packed, H + 2 * KV, hd);
+}
+
 /* Element groups of row r0 + r, columns [c, c + 4) of an fp32 (c + 8 of a
  * bf16) [T, HD] matrix of row stride ld, zeros past row T; vec: src 16-byte
  * aligned (then every group is, HD % 8 == 0 and ld a multiple of HD). */

@@ -77,12 +77,15 @@ enum {
 enum { RT_CUDA_ATTN_M_BF16 = 64, RT_CUDA_ATTN_DM_BF16 = 128 };
 /* Layout flags of rt_cuda_sdpa_io and rt_cuda_sdpa_grad_stats_io
  * (rt_attention.h's RT_SDPA_*, ir/ir.h's IR_SDPA_*): the result token-major
- * (out [B, T, H hd], dqkv [B, T, (H + 2 KV) hd]), dy token-major [B, T, H hd].
- * Every kernel family takes them, in any GEMM mode, with or without the
- * bf16 flags: they move elements, not values. */
+ * (out [B, T, H hd], dqkv [B, T, (H + 2 KV) hd]), dy token-major [B, T, H hd],
+ * q, k, v one packed token-major [B, T, H + 2 KV, hd] (QKV: row b, t holds
+ * q's H heads, k's KV, v's KV; q, k and v each point at its start).  Every
+ * kernel family takes them, in any GEMM mode, with or without the bf16
+ * flags: they move elements, not values. */
 enum {
-  RT_CUDA_ATTN_O_TOKENS = 256, RT_CUDA_ATTN_DY_TOKENS = 512,
-  RT_CUDA_ATTN_LAYOUT = RT_CUDA_ATTN_O_TOKENS | RT_CUDA_ATTN_DY_TOKENS /* either */
+  RT_CUDA_ATTN_O_TOKENS = 256, RT_CUDA_ATTN_DY_TOKENS = 512, RT_CUDA_ATTN_QKV_TOKENS = 1024,
+  RT_CUDA_ATTN_LAYOUT = RT_CUDA_ATTN_O_TOKENS | RT_CUDA_ATTN_DY_TOKENS |
+                        RT_CUDA_ATTN_QKV_TOKENS /* any */
 };
 
 /* 1 if attention of head dimension hd over T positions may take those flags:

@@ -768,13 +768,14 @@ static double bytes_differ(const void *a, const void *b, size_t n) {
   return n ? (double)k / (double)n : 0;
 }
 
-/* Token-major attention (RT_CUDA_ATTN_O_TOKENS, _DY_TOKENS; passes/attn_layout.c):
- * the forward's out [B, T, H hd] and the backward's dqkv [B, T, (H + 2 KV) hd],
- * dy read as [B, T, H hd], against the head-major calls with the same flags
- * `bf` (bf16 inputs and result, or none) on the same values: the results
- * moved, bit for bit (share of bytes differing, tolerance 0), lse the same
- * bits; the backward with each of the two flags alone too.  `family` names
- * the kernels c runs (the fp32 ones, mma, or wmma under PARC_CUDA_ATTN). */
+/* Token-major attention (RT_CUDA_ATTN_O_TOKENS, _DY_TOKENS, _QKV_TOKENS;
+ * passes/attn_layout.c): the forward's out [B, T, H hd] and the backward's
+ * dqkv [B, T, (H + 2 KV) hd], dy read as [B, T, H hd], q, k, v read from one
+ * packed [B, T, H + 2 KV, hd], against the head-major calls with the same
+ * flags `bf` (bf16 inputs and result, or none) on the same values: the
+ * results moved, bit for bit (share of bytes differing, tolerance 0), lse
+ * the same bits; every combination of the flags.  `family` names the kernels
+ * c runs (the fp32 ones, mma, or wmma under PARC_CUDA_ATTN). */
 static void check_attn_layout(RtCuda *c, int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
                               int causal, unsigned bf, const char *family) {
   const int64_t nq = B * H * T * hd, nk = B * KV * T * hd, C = H + 2 * KV, ng = B * C * T * hd;
@@ -792,6 +793,22 @@ static void check_attn_layout(RtCuda *c, int64_t B, int64_t H, int64_t KV, int64
   merge_bytes(mdy, h[3], B, H, T, hd, 4);
   dyt[1] = dev_bf16(mdy, 1, nq, nq);
   free(mdy), free(r);
+  /* q|k|v packed: [0] fp32 of the bf16 values, [1] bf16, as at_io_upload's */
+  void *pk[2], *hq[3][2]; /* the packed copies; x's own q, k, v */
+  float *hm = malloc(4 * (size_t)ng), *pm = malloc(4 * (size_t)ng);
+  for (int k = 0; k < 2; k++) {
+    for (int j = 0; j < 3; j++) {
+      const int64_t heads = j ? KV : H, at = j == 0 ? 0 : j == 1 ? H : H + KV;
+      float *src = k ? h[j] : bf16_values(h[j], len[j]);
+      for (int64_t b = 0; b < B; b++)
+        memcpy(hm + (b * C + at) * T * hd, src + b * heads * T * hd, 4 * (size_t)(heads * T * hd));
+      if (!k) free(src);
+    }
+    merge_bytes(pm, hm, B, C, T, hd, 4);
+    pk[k] = k ? dev_bf16(pm, 1, ng, ng) : dev_copy(pm, 4 * (size_t)ng);
+  }
+  free(hm), free(pm);
+  for (int k = 0; k < 2; k++) hq[0][k] = x.q[k], hq[1][k] = x.k[k], hq[2][k] = x.v[k];
   char *ref = malloc(4 * (size_t)ng), *want = malloc(4 * (size_t)ng), *got = malloc(4 * (size_t)ng);
   float *lref = malloc(4 * (size_t)nl), *lgot = malloc(4 * (size_t)nl);
   double err = 0;
@@ -807,26 +824,44 @@ static void check_attn_layout(RtCuda *c, int64_t B, int64_t H, int64_t KV, int64
   to_host(lgot, x.lse, 4 * (size_t)nl);
   merge_bytes(want, ref, B, H, T, hd, esz);
   err = fmax(err, fmax(bytes_differ(got, want, esz * (size_t)nq), differing(lgot, lref, nl)));
-  /* the backward: head-major, then each layout flag and both */
+  /* packed q|k|v, out head-major and token-major */
+  for (int k = 0; k < 2; k++) x.q[k] = x.k[k] = x.v[k] = pk[k];
+  for (int tok = 0; tok < 2 && err == 0; tok++) {
+    x.io = (bf & ~(unsigned)RT_CUDA_ATTN_DY_BF16) | RT_CUDA_ATTN_QKV_TOKENS |
+           (tok ? (unsigned)RT_CUDA_ATTN_O_TOKENS : 0u);
+    cudaMemset(x.out, 0xff, 4 * (size_t)nq);
+    cudaMemset(x.lse, 0xff, 4 * (size_t)nl);
+    if (at_io_fwd(c, &x)) err = INFINITY;
+    to_host(got, x.out, esz * (size_t)nq);
+    to_host(lgot, x.lse, 4 * (size_t)nl);
+    err = fmax(err, fmax(bytes_differ(got, tok ? want : ref, esz * (size_t)nq),
+                         differing(lgot, lref, nl)));
+  }
+  for (int k = 0; k < 2; k++) x.q[k] = hq[0][k], x.k[k] = hq[1][k], x.v[k] = hq[2][k];
+  /* the backward: head-major, then every combination of the layout flags */
   x.io = bf;
   if (err == 0 && at_io_bwd(c, &x)) err = INFINITY;
   to_host(ref, x.dqkv, esz * (size_t)ng);
   merge_bytes(want, ref, B, C, T, hd, esz);
-  static const unsigned lay[3] = {RT_CUDA_ATTN_O_TOKENS | RT_CUDA_ATTN_DY_TOKENS,
-                                  RT_CUDA_ATTN_DY_TOKENS, RT_CUDA_ATTN_O_TOKENS};
-  for (int i = 0; i < 3 && err == 0; i++) {
-    x.io = bf | lay[i];
-    x.dy[0] = lay[i] & RT_CUDA_ATTN_DY_TOKENS ? dyt[0] : dyh[0];
-    x.dy[1] = lay[i] & RT_CUDA_ATTN_DY_TOKENS ? dyt[1] : dyh[1];
+  for (unsigned i = 1; i < 8 && err == 0; i++) {
+    const unsigned lay = (i & 1 ? (unsigned)RT_CUDA_ATTN_O_TOKENS : 0u) |
+                         (i & 2 ? (unsigned)RT_CUDA_ATTN_DY_TOKENS : 0u) |
+                         (i & 4 ? (unsigned)RT_CUDA_ATTN_QKV_TOKENS : 0u);
+    x.io = bf | lay;
+    x.dy[0] = lay & RT_CUDA_ATTN_DY_TOKENS ? dyt[0] : dyh[0];
+    x.dy[1] = lay & RT_CUDA_ATTN_DY_TOKENS ? dyt[1] : dyh[1];
+    for (int k = 0; k < 2; k++)
+      for (int j = 0; j < 3; j++) *(j == 0 ? &x.q[k] : j == 1 ? &x.k[k] : &x.v[k]) =
+          lay & RT_CUDA_ATTN_QKV_TOKENS ? pk[k] : hq[j][k];
     cudaMemset(x.dqkv, 0xff, 4 * (size_t)ng);
     if (at_io_bwd(c, &x)) {
       err = INFINITY;
       break;
     }
     to_host(got, x.dqkv, esz * (size_t)ng);
-    err = fmax(err, bytes_differ(got, lay[i] & RT_CUDA_ATTN_O_TOKENS ? want : ref,
-                                 esz * (size_t)ng));
+    err = fmax(err, bytes_differ(got, lay & RT_CUDA_ATTN_O_TOKENS ? want : ref, esz * (size_t)ng));
   }
+  for (int k = 0; k < 2; k++) x.q[k] = hq[0][k], x.k[k] = hq[1][k], x.v[k] = hq[2][k];
   if (err == INFINITY) fprintf(stderr, "%s\n", rt_last_error());
   char shape[96], name[64];
   snprintf(shape, sizeof shape, "B%lld H%lld KV%lld T%lld hd%lld%s", (long long)B, (long long)H,
@@ -836,7 +871,7 @@ static void check_attn_layout(RtCuda *c, int64_t B, int64_t H, int64_t KV, int64
   x.dy[0] = dyh[0], x.dy[1] = dyh[1];
   at_io_free(&x);
   for (int i = 0; i < 4; i++) free(h[i]);
-  cudaFree(dyt[0]), cudaFree(dyt[1]);
+  cudaFree(dyt[0]), cudaFree(dyt[1]), cudaFree(pk[0]), cudaFree(pk[1]);
   free(d), free(ref), free(want), free(got), free(lref), free(lgot);
 }
 

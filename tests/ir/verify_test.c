@@ -177,7 +177,7 @@ int main(void) {
     int64_t s4[4] = {2, 4, 8, 16}, s3[3] = {2, 8, 64};
     IrNode *q = x[0], *k = x[1], *v = x[2], *dm = x[3], *y = x[4];
     IrNode *dh = leaf(m, IR_OP_INPUT, "dh", IR_F32, 4, s4);
-    y->ia[1] = bad == 1 ? 4 : IR_SDPA_OUT_TOKENS;
+    y->ia[1] = bad == 1 ? 8 : IR_SDPA_OUT_TOKENS;
     IrNode *lse = ir_add(m, IR_OP_ATTENTION_LSE, &y, 1);
     IrNode *d = ir_add(m, IR_OP_ATTENTION_DELTA, (IrNode *[]){dm, dm}, 2);
     d->ia[0] = 4;
@@ -199,10 +199,41 @@ int main(void) {
     static const char *const what[4] = {"token-major sdpa and sdpa_grad", "unknown layout bits",
                                         "head-major dy under DY_TOKENS",
                                         "five-operand sdpa_grad with a layout"};
-    static const char *const needle[4] = {NULL, "layout bits 4 not understood",
+    static const char *const needle[4] = {NULL, "layout bits 8 not understood",
                                           "token-major dy f32[2, 4, 8, 16] is not",
                                           "five-operand form reads the sdpa's out head-major"};
     expect(what[bad], m, needle[bad]), checks++;
+  }
+
+  /* packed q|k|v (IR_SDPA_QKV_TOKENS, KV in ia[2]): sdpa and sdpa_grad read
+   * one [B, T, H + 2 KV, hd] given three times; refused: two different
+   * operands, kv heads that leave no multiple as query heads, kv heads
+   * without the bit */
+  for (int bad = 0; bad < 4; bad++) {
+    IrModule *pm = ir_module_new("t");
+    int64_t sp[4] = {2, 8, 8, 16}, s3[3] = {2, 8, 64}, bht[3] = {2, 4, 8};
+    IrNode *p = leaf(pm, IR_OP_INPUT, "qkv", IR_F32, 4, sp); /* H 4, KV 2 */
+    IrNode *o = leaf(pm, IR_OP_INPUT, "other", IR_F32, 4, sp);
+    IrNode *dm = leaf(pm, IR_OP_INPUT, "dm", IR_F32, 3, s3);
+    IrNode *st = leaf(pm, IR_OP_INPUT, "st", IR_F32, 3, bht);
+    IrNode *y = ir_add(pm, IR_OP_ATTENTION, (IrNode *[]){p, p, bad == 1 ? o : p}, 3);
+    y->ia[0] = 1, y->ia[1] = bad == 3 ? 0 : IR_SDPA_QKV_TOKENS, y->ia[2] = bad == 2 ? 3 : 2;
+    y->fa = 0.25;
+    char why[256] = "";
+    if (bad == 0 && (!ir_infer(y, why, sizeof why) || y->rank != 4 || y->shape[1] != 4 ||
+                     y->shape[2] != 8 || y->shape[3] != 16 || ir_aux_numel(y) != 2 * 4 * 8))
+      printf("FAIL packed sdpa: %s\n", why), failures++;
+    if (bad) y->dtype = IR_F32, y->rank = 4, memcpy(y->shape, (int64_t[]){2, 4, 8, 16}, sizeof sp);
+    IrNode *g = ir_add(pm, IR_OP_ATTENTION_GRAD, (IrNode *[]){p, p, p, dm, st, st}, 6);
+    g->ia[0] = 1, g->ia[1] = IR_SDPA_QKV_TOKENS | IR_SDPA_OUT_TOKENS | IR_SDPA_DY_TOKENS;
+    g->ia[2] = 2, g->fa = 0.25;
+    if (!ir_infer(g, why, sizeof why) || g->rank != 3 || g->shape[1] != 8 || g->shape[2] != 128)
+      printf("FAIL packed sdpa_grad: %s\n", why), failures++;
+    static const char *const what[4] = {"packed sdpa and sdpa_grad", "packed q|k|v of two operands",
+                                        "packed q|k|v of 3 kv heads", "kv heads without packing"};
+    static const char *const needle[4] = {NULL, "one [batch, seq, heads, head_dim] operand",
+                                          "3 kv heads leave no multiple", "kv heads 2 given"};
+    expect(what[bad], pm, needle[bad]), checks++;
   }
 
   printf("%d passed, %d failed\n", checks - failures, failures);

@@ -234,8 +234,11 @@ static void last_reads(const IrModule *m, IrNode *const *old, int nold, int *las
 /* attn_layout's candidates (passes/attn_layout.c's rules, read again here):
  * sdpa read by merge_heads and sdpa_lse only; six-operand sdpa_grad with a
  * split_heads dy; six-operand sdpa_grad read by three slices along 1, each by
- * a merge_heads, all by one concat along the last axis in dq, dk, dv order.
- * Returns their count; *gone: the nodes their rewrites remove. */
+ * a merge_heads, all by one concat along the last axis in dq, dk, dv order;
+ * sdpa whose q, k, v are split_heads of slices (each read once) of one tensor,
+ * along its last axis, in q|k|v order, read by it and six-operand sdpa_grads
+ * (in the same operand) only.  Returns their count; *gone: the nodes their
+ * rewrites remove, less the reshapes they add. */
 static int attn_copies(const IrModule *m, int *gone) {
   int *readers = calloc((size_t)m->nnodes + 1, sizeof *readers), n = 0;
   for (int i = 0; i < m->nnodes; i++)
@@ -243,7 +246,25 @@ static int attn_copies(const IrModule *m, int *gone) {
   *gone = 0;
   for (int i = 0; i < m->nnodes; i++) {
     const IrNode *x = m->nodes[i];
-    if (x->op == IR_OP_ATTENTION && !x->ia[1]) {
+    if (x->op == IR_OP_ATTENTION && !(x->ia[1] & IR_SDPA_QKV_TOKENS)) {
+      const int64_t H = x->inputs[0]->shape[1], KV = x->inputs[1]->shape[1];
+      const int64_t hd = x->inputs[0]->shape[3];
+      const IrNode *p = NULL;
+      int ok = 1;
+      for (int j = 0; j < 3 && ok; j++) {
+        const IrNode *sh = x->inputs[j], *s = sh->inputs[0];
+        ok = sh->op == IR_OP_SPLIT_HEADS && s->op == IR_OP_SLICE && readers[s->id] == 1 &&
+             s->ia[0] == 2 && s->ia[1] == (j == 0 ? 0 : j == 1 ? H : H + KV) * hd &&
+             s->ia[2] == (j ? KV : H) * hd && (!p || s->inputs[0] == p);
+        p = s->inputs[0];
+        for (int r = 0; r < m->nnodes && ok; r++)
+          for (int k = 0; k < m->nodes[r]->ninputs; k++)
+            if (m->nodes[r]->inputs[k] == sh && m->nodes[r] != x)
+              ok &= m->nodes[r]->op == IR_OP_ATTENTION_GRAD && m->nodes[r]->ninputs == 6 && k == j;
+      }
+      if (ok) n++, *gone += 5; /* 3 slices, 3 split_heads; 1 reshape */
+    }
+    if (x->op == IR_OP_ATTENTION && !(x->ia[1] & IR_SDPA_OUT_TOKENS)) {
       int merges = 0, other = 0;
       for (int r = i + 1; r < m->nnodes; r++)
         for (int j = 0; j < m->nodes[r]->ninputs; j++)
@@ -258,7 +279,7 @@ static int attn_copies(const IrModule *m, int *gone) {
     if (!(x->ia[1] & IR_SDPA_DY_TOKENS) && x->inputs[3]->op == IR_OP_SPLIT_HEADS)
       n++, *gone += readers[x->inputs[3]->id] == 1;
     if (x->ia[1] & IR_SDPA_OUT_TOKENS || readers[i] != 3) continue;
-    int64_t H = x->inputs[0]->shape[1], KV = x->inputs[1]->shape[1];
+    const int64_t H = ir_sdpa_dims(x).H, KV = ir_sdpa_dims(x).KV;
     const IrNode *cat = NULL;
     int ok = 1, cuts = 0;
     for (int r = i + 1; r < m->nnodes; r++) {

@@ -142,6 +142,32 @@ static void run_case(TRng *rng, const Case *c, int causal) {
                                        B, H, KV, T, hd, scale, causal, lay[i]));
     CHECK(memcmp(gt, lay[i] & RT_SDPA_OUT_TOKENS ? mg : g, sizeof(float) * (size_t)ng) == 0);
   }
+  /* packed q|k|v (RT_SDPA_QKV_TOKENS): q, k, v read from one [B, T, H + 2 KV,
+   * hd] tensor, as the q|k|v projection writes them (dqkv's token-major
+   * layout): the same bits, in every layout of the rest */
+  float *hm = malloc(sizeof(float) * (size_t)ng), *pk = malloc(sizeof(float) * (size_t)ng);
+  for (int64_t b = 0; b < B; b++) {
+    float *dst = hm + b * (H + 2 * KV) * T * hd;
+    memcpy(dst, q + b * H * T * hd, sizeof(float) * (size_t)(H * T * hd));
+    memcpy(dst + H * T * hd, k + b * KV * T * hd, sizeof(float) * (size_t)(KV * T * hd));
+    memcpy(dst + (H + KV) * T * hd, v + b * KV * T * hd, sizeof(float) * (size_t)(KV * T * hd));
+  }
+  merge_rows(pk, hm, B, H + 2 * KV, T, hd);
+  for (int tok = 0; tok < 2; tok++) {
+    memset(ot, 0xff, sizeof(float) * (size_t)nq);
+    CHECK_OK(rt_sdpa_layout(ot, lt, pk, pk, pk, B, H, KV, T, hd, scale, causal,
+                            RT_SDPA_QKV_TOKENS | (tok ? RT_SDPA_OUT_TOKENS : 0u)));
+    CHECK(memcmp(ot, tok ? mo : out, sizeof(float) * (size_t)nq) == 0);
+    CHECK(memcmp(lt, lse, sizeof(float) * (size_t)(B * H * T)) == 0);
+  }
+  for (int i = 0; i < 3; i++) {
+    memset(gt, 0xff, sizeof(float) * (size_t)ng);
+    CHECK_OK(rt_sdpa_grad_stats_layout(gt, pk, pk, pk, lay[i] & RT_SDPA_DY_TOKENS ? mdy : dy, lse,
+                                       d, B, H, KV, T, hd, scale, causal,
+                                       lay[i] | RT_SDPA_QKV_TOKENS));
+    CHECK(memcmp(gt, lay[i] & RT_SDPA_OUT_TOKENS ? mg : g, sizeof(float) * (size_t)ng) == 0);
+  }
+  free(hm), free(pk);
   free(ot), free(lt), free(gt), free(mg);
   free(mo), free(mdy), free(d), free(dref);
   free(g2);
@@ -216,8 +242,8 @@ static void test_errors(void) {
   CHECK_FAILS(rt_sdpa_delta(x, NULL, x, 1, 1, 2, 2), "NULL m");
   CHECK_FAILS(rt_sdpa_layout(x, NULL, x, x, x, 1, 1, 1, 2, 2, 1, 0, RT_SDPA_DY_TOKENS),
               "layout bits 0x2 not understood");
-  CHECK_FAILS(rt_sdpa_grad_stats_layout(x, x, x, x, x, x, x, 1, 1, 1, 2, 2, 1, 0, 4),
-              "layout bits 0x4 not understood");
+  CHECK_FAILS(rt_sdpa_grad_stats_layout(x, x, x, x, x, x, x, 1, 1, 1, 2, 2, 1, 0, 8),
+              "layout bits 0x8 not understood");
   CHECK_FAILS(rt_sdpa_delta(x, x, x, 1, 0, 2, 2), "H 0");
   CHECK_FAILS(rt_sdpa_grad(x, x, x, x, x, x, NULL, 1, 1, 1, 2, 2, 1, 0),
               "forward's lse is NULL but not its out");
