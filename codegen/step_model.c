@@ -101,6 +101,9 @@ static double op_time(const IrNode *n, const Machine *mc, int p, const unsigned 
   if (!cg_runtime_op(n->op) || is_comm(n->op)) return 0;
   double bytes = node_bytes(n, stored), big = node_bytes(n, stored);
   for (int j = 0; j < n->ninputs; j++) {
+    int again = 0; /* an operand given twice is read once (sdpa's packed q|k|v) */
+    for (int i = 0; i < j; i++) again |= n->inputs[i] == n->inputs[j];
+    if (again) continue;
     bytes += node_bytes(n->inputs[j], stored);
     if (node_bytes(n->inputs[j], stored) > big) big = node_bytes(n->inputs[j], stored);
   }
