@@ -441,7 +441,9 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_kv(MmaArgs a) {
   auto fetch = [&](int64_t h, int i0) {
     const int64_t bh = bh0 + h;
     const int i = i0 + (int)threadIdx.x;
-    qr.load(mma_in(a, io, 0, b, kvh * rep + h, HD), qb, i0, T, a.ldi);
+    /* (two calls: a run-time row stride in the one load made ptxas spill on sm_80) */
+    if (a.qkvtok) qr.load(mma_in(a, io, 0, b, kvh * rep + h, HD), qb, i0, T, a.ldi);
+    else qr.load(mma_in(a, io, 0, b, kvh * rep + h, HD), qb, i0, T);
     dyr.load(dy_at(h), yb, i0, T, ldy);
     lnext = dnext = 0.0f;
     if (threadIdx.x < QT && i < T) lnext = a.lse[bh * T + i] * MMA_LOG2E, dnext = a.d[bh * T + i];
@@ -451,7 +453,8 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_kv(MmaArgs a) {
   int i0 = i_begin;
   for (bool more = true; more;) {
     __syncthreads(); /* the previous query tile is consumed */
-    qr.put(qs, mma_in(a, io, 0, b, kvh * rep + h, HD), qb, i0, T, a.ldi);
+    if (a.qkvtok) qr.put(qs, mma_in(a, io, 0, b, kvh * rep + h, HD), qb, i0, T, a.ldi);
+    else qr.put(qs, mma_in(a, io, 0, b, kvh * rep + h, HD), qb, i0, T);
     dyr.put(dys, dy_at(h), yb, i0, T, ldy);
     if (threadIdx.x < QT) ls[threadIdx.x] = lnext, ds_[threadIdx.x] = dnext;
     __syncthreads(); /* the tiles (and, the first time, ks and vs) are in */

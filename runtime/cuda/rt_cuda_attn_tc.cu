@@ -159,10 +159,10 @@ template <int HD> struct TcShape {
 
 /* rows [r0, r0 + ROWS) of a [T, HD] fp32 matrix of row stride ld as a bf16 tile
  * (rt_cuda_attn_tile.h) */
-template <int HD, int ROWS = TC_TILE>
+template <int HD, int ROWS = TC_TILE, int UNROLL = 0>
 static __device__ __forceinline__ void tc_load(bf16 *dst, const float *src, int r0, int T,
                                                int ld = HD) {
-  rt_attn_tile_load<HD, ROWS, TC_THREADS>(dst, src, r0, T, ld);
+  rt_attn_tile_load<HD, ROWS, TC_THREADS, UNROLL>(dst, src, r0, T, ld);
 }
 
 /* One warp: sc[16][N] (row stride ld, fp32) = A B^T, A the 16 rows at a and
@@ -339,8 +339,10 @@ __global__ void __launch_bounds__(TC_THREADS, TC_MIN_BLOCKS) tc_bwd_kv(TcArgs a)
     const float *qh = tc_in(a, 0, b, h, HD), *dyh = a.dy + rt_attn_row(a.dytok, b, h, a.H, 0, T, HD);
     for (int i0 = i_begin; i0 < T; i0 += QT) {
       __syncthreads(); /* the previous query tile is consumed */
-      tc_load<HD, QT>(qs, qh, i0, T, ld);
-      /* (two calls: a run-time row stride in the one load made ptxas spill at hd 64) */
+      /* (two calls: a run-time row stride in the one load made ptxas spill at hd 64;
+       * packed, one load at a time, or it spills on sm_80) */
+      if (a.qkvtok) tc_load<HD, QT, 1>(qs, qh, i0, T, ld);
+      else tc_load<HD, QT>(qs, qh, i0, T);
       if (a.dytok) tc_load<HD, QT>(dys, dyh, i0, T, (int)a.H * HD);
       else tc_load<HD, QT>(dys, dyh, i0, T);
       if (threadIdx.x < QT) {
