@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/host_cuda.h"
 #include "codegen/kir_cuda.h"
+#include "runtime/rt_gemm.h"
 
 enum { SP_ARENA, SP_PARAMS, SP_STATE, SP_INPUT }; /* an input: SP_INPUT + its node id */
 
@@ -68,6 +70,10 @@ static int independent_of_batch(const CgCudaBatches *b, const Ranges *rg, int k,
 
 static int64_t last_dim(const IrNode *x) { return x->shape[x->rank - 1]; }
 
+static int same_shape_of(const IrNode *x, const IrNode *y) {
+  return x->rank == y->rank && !memcmp(x->shape, y->shape, sizeof(int64_t) * (size_t)x->rank);
+}
+
 int cg_cuda_bias_in_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, int i) {
   const IrNode *s = m->nodes[i];
   if (s->op != IR_OP_SUM_TO || s->rank != 1 || s->dtype != IR_F32) return -1;
@@ -95,6 +101,52 @@ int cg_cuda_bias_in_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPla
   return read_after ? gemm : -1;
 }
 
+void cg_cuda_bias_add_parts(const IrModule *m, const CgKernelPlan *kp, int k,
+                            const IrNode **bias, const IrNode **out) {
+  const CgKernel *kk = &kp->kernels[k];
+  const IrNode *a = m->nodes[kk->nodes[0]];
+  *bias = a->inputs[a->inputs[0]->op == IR_OP_MATMUL ? 1 : 0];
+  *out = m->nodes[kk->nodes[kk->nnodes - 1]];
+}
+
+/* 1 if arena values x and y (bp) share a byte. */
+static int overlap(const BufPlan *bp, const IrNode *x, const IrNode *y) {
+  const int64_t xo = bp->offset[x->id], yo = bp->offset[y->id];
+  return xo >= 0 && yo >= 0 && xo < yo + bp->size[y->id] && yo < xo + bp->size[x->id];
+}
+
+int cg_cuda_bias_add_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
+                          const CgCudaStore *store, int k) {
+  const CgKernel *kk = &kp->kernels[k];
+  if (kk->nnodes < 1 || kk->nnodes > 2) return -1;
+  const IrNode *a = m->nodes[kk->nodes[0]], *o = m->nodes[kk->nodes[kk->nnodes - 1]];
+  if (a->op != IR_OP_ADD || a->phase != IR_PHASE_FWD || !kp->materialize[o->id] ||
+      (o != a && (o->op != IR_OP_RESHAPE || o->inputs[0] != a || kp->materialize[a->id])))
+    return -1;
+  int j = a->inputs[0]->op == IR_OP_MATMUL ? 0 : 1;
+  const IrNode *mm = a->inputs[j], *b = a->inputs[1 - j];
+  if (mm->op != IR_OP_MATMUL || kp->kernel_of[mm->id] >= 0 ||
+      (kp->acc_into && kp->acc_into[mm->id] >= 0) || b->rank != 1 || b->dtype != IR_F32 ||
+      b->shape[0] != last_dim(mm) || !same_shape_of(a, mm) || store->bf16[b->id] ||
+      (store->rounded && store->rounded[b->id]))
+    return -1;
+  /* b shared by the batch (one member once folded), a bf16 result in rows of a
+   * multiple of 8 (rt_cuda_matmul_bias) */
+  const RtCudaGemm g = cg_cuda_gemm(mm);
+  if ((g.flags & RT_MM_B_BATCHED) || (store->bf16[o->id] && g.n % 8)) return -1;
+  /* mm read by a alone; nothing between mm and the kernel but its nodes and leaves */
+  for (int i = mm->id + 1; i < m->nnodes; i++)
+    for (int q = 0; q < m->nodes[i]->ninputs; q++)
+      if (m->nodes[i]->inputs[q] == mm && m->nodes[i] != a) return -1;
+  if (ir_node_held(m, mm)) return -1;
+  for (int i = mm->id + 1; i <= kk->root; i++)
+    if (kp->kernel_of[i] != k && !(ir_op_info[m->nodes[i]->op].flags & IR_F_LEAF)) return -1;
+  /* the GEMM writes o's bytes while it reads its operands and the bias */
+  if (overlap(bp, o, mm->inputs[0]) || overlap(bp, o, mm->inputs[1]) || overlap(bp, o, b))
+    return -1;
+  return mm->id;
+}
+
 void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                         const CgLeafPlan *lp, const CgCudaStore *store, int batch,
                         int unpipelined, CgCudaBatches *out) {
@@ -117,6 +169,8 @@ void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                               !(store->rounded && store->rounded[s])
                           ? cg_cuda_bias_in_gemm(m, kp, bp, s)
                           : -1;
+    if (out->in_gemm[k] < 0 && unpipelined && out->lead[k] >= 0)
+      out->in_gemm[k] = cg_cuda_bias_add_gemm(m, kp, bp, store, k);
   }
   if (!batch || !nk) return;
   int64_t *temp_off = calloc((size_t)kp->ntemps + 1, sizeof(int64_t));

@@ -35,7 +35,17 @@
  * so: nothing reads it before the GEMM, and it has a reader after it (the
  * optimizer, a clip, a collective), so its buffer, taken from its position
  * to its last reader (passes/bufplan.h), holds nothing else in between; dy's
- * bytes are live at the GEMM, which reads them.  Such a kernel never batches. */
+ * bytes are live at the GEMM, which reads them.  Such a kernel never batches.
+ *
+ * Bias adds with their GEMM (in_gemm too): in the unpipelined step, a kernel
+ * that is add(mm, bias) (or its reshape) of a forward matmul mm read by
+ * nothing else, bias an fp32 vector of mm's last dimension, run right after
+ * mm (nothing between them but the kernel's own nodes and leaves), its result's
+ * bytes apart from the GEMM's operands' (which may end their lives at the GEMM
+ * and give the result their bytes: --recompute layers): mm's call writes the
+ * kernel's result with the bias added in cuBLASLt's epilogue
+ * (rt_cuda_matmul_bias) where it can, and where it cannot, the plain product
+ * to mm's buffer and the kernel right after, as before. */
 #ifndef PARC_CG_CUDA_BATCH_H
 #define PARC_CG_CUDA_BATCH_H
 
@@ -66,5 +76,11 @@ void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                         int unpipelined, CgCudaBatches *out);
 /* The GEMM node whose call computes sum_to node i (the bias sums above), else -1. */
 int cg_cuda_bias_in_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, int i);
+/* The matmul node whose call adds kernel k's bias (the bias adds above), else -1. */
+int cg_cuda_bias_add_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
+                          const CgCudaStore *store, int k);
+/* For such a kernel k: the bias vector's node and the kernel's result. */
+void cg_cuda_bias_add_parts(const IrModule *m, const CgKernelPlan *kp, int k,
+                            const IrNode **bias, const IrNode **out);
 
 #endif

@@ -221,6 +221,18 @@ int rt_cuda_matmul_ta(RtCuda *c, float *out, const float *a, const float *b, int
  * them.  rt_cuda_gemm.cu's head says more. */
 int rt_cuda_matmul_ta_bgrad(RtCuda *c, float *out, const float *a, const float *b, float *bgrad,
                             int64_t batch, int64_t m, int64_t k, int64_t n, int flags, int *done);
+/* rt_cuda_matmul plus bias[n] (fp32) on every row, in cuBLASLt's BIAS epilogue
+ * where it can: the biased result to out, written as out_flags say (its
+ * RT_CUDA_MM_C_BF16 or _C_ROUND, or 0: fp32), and *done = 1.  Where it cannot
+ * (no algorithm with the epilogue for the shape; a batch member's own b,
+ * accumulation; PARC_CUDA_BIAS=0): the plain product to plain as flags say,
+ * *done = 0, and the caller adds the bias.  Each element of the biased
+ * result is fl(product + bias[j]), the value the plain product and an fp32
+ * add give, rounded once where out is bf16 (the plain product's bf16 copy
+ * and the add round twice). */
+int rt_cuda_matmul_bias(RtCuda *c, float *out, float *plain, const float *a, const float *b,
+                        const float *bias, int64_t batch, int64_t m, int64_t k, int64_t n,
+                        int flags, int out_flags, int *done);
 
 /* ---- attention (rt_attention.h): flash-style, no T x T matrix ---- */
 int rt_cuda_sdpa(RtCuda *c, float *out, float *lse, const float *q, const float *k,

@@ -180,33 +180,51 @@ static int set_batch(RtCuda *c, cublasLtMatrixLayout_t l, int32_t count, int64_t
   return RT_OK;
 }
 
+/* The epilogues a plan may ask for (GemmPlan.want_epi, .epi). */
+enum { GEMM_EPI_NONE = 0, GEMM_EPI_BGRADA = 1, GEMM_EPI_BIAS = 2 };
+
 /* PARC_CUDA_BGRAD=0: no bias-gradient epilogue (the kernels sum, as before);
- * read once. */
+ * PARC_CUDA_BIAS=0: no bias epilogue (the kernels add).  Each read once. */
+static int env_allows(const char *name, int *cache) {
+  if (*cache < 0) {
+    const char *v = getenv(name);
+    *cache = !(v && !strcmp(v, "0"));
+  }
+  return *cache;
+}
 static int bgrad_allowed(void) {
   static int allowed = -1;
-  if (allowed < 0) {
-    const char *v = getenv("PARC_CUDA_BGRAD");
-    allowed = !(v && !strcmp(v, "0"));
-  }
-  return allowed;
+  return env_allows("PARC_CUDA_BGRAD", &allowed);
+}
+static int bias_allowed(void) {
+  static int allowed = -1;
+  return env_allows("PARC_CUDA_BIAS", &allowed);
 }
 
-/* Sets the epilogue of p->op: BGRADA into bias, or the default. */
-static cublasStatus_t set_epilogue(GemmPlan *p, float *bias) {
-  uint32_t epi = bias ? CUBLASLT_EPILOGUE_BGRADA : CUBLASLT_EPILOGUE_DEFAULT;
+/* Sets the epilogue of p->op: epi (GEMM_EPI_*) with vector bias (fp32), or
+ * the default. */
+static cublasStatus_t set_epilogue(GemmPlan *p, int epi, const float *bias) {
+  uint32_t e = epi == GEMM_EPI_BGRADA ? CUBLASLT_EPILOGUE_BGRADA
+               : epi == GEMM_EPI_BIAS ? CUBLASLT_EPILOGUE_BIAS
+                                      : CUBLASLT_EPILOGUE_DEFAULT;
   cublasStatus_t st =
-      cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
-  void *ptr = bias;
+      cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e);
+  const void *ptr = epi ? bias : NULL;
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr,
                                         sizeof ptr);
+  /* an fp32 vector whatever D's type (BGRADA's is D's type, fp32 there) */
+  int32_t type = CUDA_R_32F;
+  if (st == CUBLAS_STATUS_SUCCESS && epi == GEMM_EPI_BIAS)
+    st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type,
+                                        sizeof type);
   return st;
 }
 
 /* Builds plan p for: batch GEMMs of out[m, n] = op(a)[m, k] op(b)[k, n]; with
- * p->want_bgrad, the BGRADA epilogue into bias where cuBLASLt has an
- * algorithm for it (p->bgrad), else without. */
-static int make_plan(RtCuda *c, GemmPlan *p, int al_a, int al_b, int al_c, float *bias) {
+ * p->want_epi, that epilogue (BGRADA into bias, or BIAS from it) where
+ * cuBLASLt has an algorithm for it (p->epi), else without. */
+static int make_plan(RtCuda *c, GemmPlan *p, int al_a, int al_b, int al_c, const float *bias) {
   int ta = p->ta, tb = (p->flags & RT_MM_TRANSPOSE_B) != 0, bb = (p->flags & RT_MM_B_BATCHED) != 0;
   int64_t m = p->m, n = p->n, k = p->k;
   int32_t batch = (int32_t)p->batch;
@@ -252,19 +270,19 @@ static int make_plan(RtCuda *c, GemmPlan *p, int al_a, int al_b, int al_c, float
   cublasLtMatmulHeuristicResult_t res;
   int found = 0;
   memset(&res, 0, sizeof res);
-  p->bgrad = 0;
-  if (st == CUBLAS_STATUS_SUCCESS && p->want_bgrad) { /* with the epilogue, if cuBLASLt can */
-    cublasStatus_t sb = set_epilogue(p, bias);
+  p->epi = GEMM_EPI_NONE;
+  if (st == CUBLAS_STATUS_SUCCESS && p->want_epi) { /* with the epilogue, if cuBLASLt can */
+    cublasStatus_t sb = set_epilogue(p, p->want_epi, bias);
     if (sb == CUBLAS_STATUS_SUCCESS)
       sb = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
                                           &found);
-    p->bgrad = sb == CUBLAS_STATUS_SUCCESS && found >= 1;
-    if (!p->bgrad) { /* none: the plain GEMM, and the caller sums */
+    if (sb == CUBLAS_STATUS_SUCCESS && found >= 1) p->epi = p->want_epi;
+    else { /* none: the plain GEMM, and the caller sums or adds */
       found = 0;
-      st = set_epilogue(p, NULL);
+      st = set_epilogue(p, GEMM_EPI_NONE, NULL);
     }
   }
-  if (st == CUBLAS_STATUS_SUCCESS && !p->bgrad)
+  if (st == CUBLAS_STATUS_SUCCESS && !p->epi)
     st = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
                                         &found);
   cublasLtMatmulPreferenceDestroy(pref);
@@ -280,8 +298,9 @@ static int make_plan(RtCuda *c, GemmPlan *p, int al_a, int al_b, int al_c, float
   return RT_OK;
 }
 
-/* The GEMM; bias (not NULL): also its bias gradient where the epilogue can
- * (the head comment), *done = whether it did. */
+/* The GEMM; bias (not NULL): also its bias gradient (ta) where the epilogue
+ * can (the head comment), or (!ta) the bias added where the epilogue can,
+ * else nothing runs; *done = whether the epilogue did it. */
 static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *a,
                 const float *b, int64_t batch, int64_t m, int64_t k, int64_t n, int flags,
                 float *bias, int *done) {
@@ -340,12 +359,16 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
   }
   int al_a = align_of(ga), al_b = align_of(gb), al_c = align_of(gout);
   /* the bias gradient from the epilogue: sums of b's own values (the head comment) */
-  int want_bgrad = bias && bgrad_allowed() && batch == 1 && !tb && !cout &&
+  int want_bgrad = bias && ta && bgrad_allowed() && batch == 1 && !tb && !cout &&
                    !(flags & RT_MM_ACCUMULATE) && (bf16ops || c->gemm == RT_CUDA_GEMM_FP32);
-  int al_bias = want_bgrad ? align_of(bias) : 0;
+  /* the bias added: fl(product + bias), in any mode (rt_cuda.h) */
+  int want_bias = bias && !ta && bias_allowed() && batch == 1 && !(flags & RT_MM_ACCUMULATE);
+  if (bias && !ta && !want_bias) return RT_OK; /* (*done = 0: the caller adds) */
+  int want_epi = want_bgrad ? GEMM_EPI_BGRADA : want_bias ? GEMM_EPI_BIAS : GEMM_EPI_NONE;
+  int al_bias = want_epi ? align_of(bias) : 0;
   /* the cache key: shape, flags, precision, epilogue and alignment class */
   uint64_t h = (uint64_t)(m * 1000003 + k * 10007 + n * 101 + batch * 7 + gflags * 3 + ta) ^
-               ((uint64_t)(al_a + 3 * al_b + 7 * al_c + 11 * al_bias) << 40) ^
+               ((uint64_t)(al_a + 3 * al_b + 7 * al_c + 11 * al_bias + 1031 * want_epi) << 40) ^
                ((uint64_t)c->gemm << 60);
   GemmPlan *p = NULL;
   for (int i = 0; i < RT_CUDA_GEMM_CACHE; i++) {
@@ -357,7 +380,7 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
     if (q->batch == batch && q->m == m && q->k == k && q->n == n && q->flags == gflags &&
         q->ta == ta && q->mode == c->gemm && q->bf16ops == bf16ops &&
         q->al[0] == al_a && q->al[1] == al_b && q->al[2] == al_c &&
-        q->want_bgrad == want_bgrad && q->al_bias == al_bias) {
+        q->want_epi == want_epi && q->al_bias == al_bias) {
       p = q;
       break;
     }
@@ -375,12 +398,21 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
     p->bf16ops = bf16ops;
     p->ld[0] = ld[0], p->ld[1] = ld[1], p->ld[2] = ld[2];
     p->al[0] = al_a, p->al[1] = al_b, p->al[2] = al_c;
-    p->want_bgrad = want_bgrad, p->al_bias = al_bias;
-    if (make_plan(c, p, al_a, al_b, al_c, want_bgrad ? bias : NULL)) return RT_ERR;
+    p->want_epi = want_epi, p->al_bias = al_bias;
+    if (make_plan(c, p, al_a, al_b, al_c, want_epi ? bias : NULL)) return RT_ERR;
+  }
+  if (want_bias && !p->epi) { /* no algorithm adds it: nothing runs, the caller adds */
+    if (temporary) {
+      cublasLtMatrixLayoutDestroy(p->la);
+      cublasLtMatrixLayoutDestroy(p->lb);
+      cublasLtMatrixLayoutDestroy(p->lc);
+      cublasLtMatmulDescDestroy(p->op);
+    }
+    return RT_OK;
   }
   float alpha = 1.0f, beta = (flags & RT_MM_ACCUMULATE) ? 1.0f : 0.0f;
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-  if (p->bgrad) /* this call's vector (calls of one shape share the plan) */
+  if (p->epi) /* this call's vector (calls of one shape share the plan) */
     st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                         sizeof bias);
   if (st == CUBLAS_STATUS_SUCCESS)
@@ -400,7 +432,7 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
              (long long)n, (unsigned)flags);
     return rt_cuda_fail_at(c, __FILE__, __LINE__, opname, what);
   }
-  if (done) *done = p->bgrad;
+  if (done) *done = p->epi != GEMM_EPI_NONE;
   if (gout != out)
     CU_CHECK(c, cudaMemcpy2DAsync(out, (size_t)n * 4, gout, (size_t)ld[2] * 4, (size_t)n * 4,
                                   (size_t)m, cudaMemcpyDeviceToDevice, c->compute),
@@ -443,6 +475,24 @@ extern "C" int rt_cuda_matmul_ta(RtCuda *c, float *out, const float *a, const fl
   RtProfScope ps(c);
   if (ps.on()) prof_gemm(c, ps, "matmul_ta", 1, batch, m, k, n, flags, 0);
   return gemm(c, "matmul_ta", 1, out, a, b, batch, m, k, n, flags, NULL, NULL);
+}
+
+extern "C" int rt_cuda_matmul_bias(RtCuda *c, float *out, float *plain, const float *a,
+                                   const float *b, const float *bias, int64_t batch, int64_t m,
+                                   int64_t k, int64_t n, int flags, int out_flags, int *done) {
+  const int cbits = RT_CUDA_MM_C_BF16 | RT_CUDA_MM_C_ROUND;
+  if (!bias || !done || !plain)
+    return rt_fail("rt_cuda_matmul_bias: NULL %s", !bias ? "bias" : !done ? "done" : "plain");
+  if (out_flags & ~cbits)
+    return rt_fail("rt_cuda_matmul_bias: out flags 0x%x not understood", (unsigned)out_flags);
+  RtProfScope ps(c);
+  int rc = gemm(c, "matmul", 0, out, a, b, batch, m, k, n, (flags & ~cbits) | out_flags,
+                (float *)bias, done);
+  if (!rc && !*done) rc = gemm(c, "matmul", 0, plain, a, b, batch, m, k, n, flags, NULL, NULL);
+  if (ps.on())
+    prof_gemm(c, ps, *done ? "matmul +bias" : "matmul", 0, batch, m, k, n,
+              *done ? (flags & ~cbits) | out_flags : flags, 0);
+  return rc;
 }
 
 extern "C" int rt_cuda_matmul_ta_bgrad(RtCuda *c, float *out, const float *a, const float *b,

@@ -21,7 +21,8 @@
  * trainer's order, where that GEMM runs (before the first kernel rooted
  * after it), so the same comparison holds their input's bytes unchanged
  * until then and their result's bytes written by nobody else between; each
- * such kernel is one sum_to, alone, whose GEMM is a later matmul_ta.  --no-fuse plans one kernel per node (parc --no-fuse): short-lived
+ * such kernel is one sum_to, alone, whose GEMM is a later matmul_ta, or a
+ * bias add whose GEMM is the earlier matmul it adds to.  --no-fuse plans one kernel per node (parc --no-fuse): short-lived
  * buffers whose bytes the arena hands on within a batch's reach, which a
  * launch moved too early would clobber.  Prints the batches and the launches
  * they absorb. */
@@ -154,10 +155,15 @@ int main(int argc, char **argv) {
     if (g < 0) continue;
     in_gemm++;
     const CgKernel *kk = &kp.kernels[k];
-    if (kk->nnodes != 1 || m->nodes[kk->nodes[0]]->op != IR_OP_SUM_TO || g <= kk->root ||
-        m->nodes[g]->op != IR_OP_MATMUL_TA || b.lead[k] != k || b.count[k] != 1) {
-      printf("FAIL: kernel %d (%s) with GEMM %%%d: not one sum_to alone, or not a later "
-             "matmul_ta, or batched\n", k, kk->k->name, g);
+    const IrNode *first = m->nodes[kk->nodes[0]];
+    const int sum = kk->nnodes == 1 && first->op == IR_OP_SUM_TO && g > kk->root &&
+                    m->nodes[g]->op == IR_OP_MATMUL_TA;
+    const int add = first->op == IR_OP_ADD && g < first->id && m->nodes[g]->op == IR_OP_MATMUL &&
+                    (first->inputs[0] == m->nodes[g] || first->inputs[1] == m->nodes[g]);
+    if (!(sum || add) || b.lead[k] != k || b.count[k] != 1) {
+      printf("FAIL: kernel %d (%s) with GEMM %%%d: not one sum_to alone with a later "
+             "matmul_ta, nor the bias add of an earlier matmul, or batched\n", k, kk->k->name,
+             g);
       fails++;
     }
   }
@@ -212,7 +218,8 @@ int main(int argc, char **argv) {
     printf("FAIL: no batch at all: nothing to test\n");
     fails++;
   }
-  printf("%s %s: %d launches, %d batches absorbing %d of them, %d bias sums with GEMMs\n",
+  printf("%s %s: %d launches, %d batches absorbing %d of them, %d bias sums and adds with "
+         "GEMMs\n",
          fails ? "FAIL" : "ok  ", m->name, nk, b.batches, b.absorbed, in_gemm);
   for (int k = 0; k < nk; k++) free(args[k]);
   free(args), free(seen), free(temp_off);

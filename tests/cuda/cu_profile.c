@@ -13,9 +13,9 @@
  *     written over its input, which runs nowhere) and those marked
  *     "gpu_batch_of" (run by their batch's first member, "gpu_batch": N, whose
  *     launch is the batched one of N instances) and those marked "gpu_in_gemm"
- *     (a bias sum computed with that GEMM node's call: its launch, where the
- *     epilogue did not sum, is in the GEMM's `if (!summed_) { /+ %N ...` block,
- *     N its node, 4 spaces in; each such kernel has one), and where every argument's buffer is
+ *     (a bias sum or bias add computed with that GEMM node's call: its launch, where the
+ *     epilogue did not, is in the GEMM's `if (!summed_) { /+ %N ...` block,
+ *     N its first node, 4 spaces in; each such kernel has one), and where every argument's buffer is
  *     known (plan.json's params, state, and the arena buffer at that offset
  *     that the kernel writes or that is live when it runs), BYTES is at least
  *     the kernel's outputs (written whole) and at most twice all its
@@ -101,12 +101,13 @@ static int runs(const cJSON *k) {
          num(k, "gpu_in_gemm") < 0;
 }
 
-/* plan.json's kernel that is node `node`'s bias sum with a GEMM (gpu_in_gemm), or NULL. */
+/* plan.json's kernel whose first node is `node` and that runs with a GEMM
+ * (gpu_in_gemm: a bias sum, or a bias add), or NULL. */
 static const cJSON *bias_kernel(const cJSON *kernels, long node) {
   const cJSON *k;
   cJSON_ArrayForEach(k, kernels) {
     const cJSON *nodes = cJSON_GetObjectItem(k, "nodes");
-    if (num(k, "gpu_in_gemm") >= 0 && cJSON_GetArraySize(nodes) == 1 &&
+    if (num(k, "gpu_in_gemm") >= 0 && cJSON_GetArraySize(nodes) >= 1 &&
         cJSON_GetArrayItem(nodes, 0)->valuedouble == (double)node)
       return k;
   }

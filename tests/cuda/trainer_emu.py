@@ -639,18 +639,21 @@ def main():
         with open(proj + "/plan.json") as f:
             fused = sum("gpu_in_gemm" in k for k in json.load(f)["kernels"])
         with open(proj + "/train_cuda.c") as f:
-            calls = f.read().count("rt_cuda_matmul_ta_bgrad(")
+            src = f.read()
+            calls = src.count("rt_cuda_matmul_ta_bgrad(") + src.count("rt_cuda_matmul_bias(")
         if fused == 0 or calls != fused:
-            print("%s: %d bias sums with their GEMMs in plan.json, %d rt_cuda_matmul_ta_bgrad "
-                  "calls" % (a.name, fused, calls))
+            print("%s: %d bias sums and adds with their GEMMs in plan.json, %d "
+                  "rt_cuda_matmul_ta_bgrad and _bias calls" % (a.name, fused, calls))
             ok = False
+        # no algorithm with either epilogue (the emulated heuristic), and both turned off
+        off = {"PARC_CUDA_BGRAD": "0", "PARC_CUDA_BIAS": "0"}
         ok = ok and gpu("nobgrad", {"KCU_EMU_LT_NO_BGRAD": "1"}, save_grads=True) and \
-            gpu("bgrad0", {"PARC_CUDA_BGRAD": "0"}, save_grads=True)
+            gpu("bgrad0", off, save_grads=True)
         ok = ok and compare(a, "losses", jsonl("nobgrad"), jsonl("bgrad0"), 0,
-                            a.name + " no epilogue = PARC_CUDA_BGRAD=0 bits")
+                            a.name + " no epilogue = PARC_CUDA_BGRAD=0 BIAS=0 bits")
         if ok and cmp_grads:
             ok = compare(a, "grads", grads("nobgrad")[1], grads("bgrad0")[1], 0,
-                         a.name + " no epilogue = PARC_CUDA_BGRAD=0, gradients")
+                         a.name + " no epilogue = PARC_CUDA_BGRAD=0 BIAS=0, gradients")
         ok = ok and against_cpu("nobgrad", 1e-4, 1e-4, "bias kernels vs CPU",
                                 "bias kernels, step-1 gradients")
         if ok:
@@ -663,7 +666,7 @@ def main():
                       (a.name, n[0], n[1], fused * a.steps))
                 ok = False
             else:
-                print("%-34s %d bias sums in GEMMs, %d kernel launches (%d without)" %
+                print("%-34s %d bias sums and adds in GEMMs, %d kernel launches (%d without)" %
                       (a.name + " bgrad", fused, n[0], n[1]))
     if ok and "batch" in checks:
         ok = batch(a, proj, env, steps, grads, stats)

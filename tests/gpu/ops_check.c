@@ -284,6 +284,65 @@ static void check_mm_out(RtCuda *cb, int64_t m, int64_t k, int64_t n, int flags,
   free(a), free(b), free(ref), free(got), free(h);
 }
 
+/* The product with the bias added (rt_cuda_matmul_bias; operands and result
+ * bf16 where stored): where the epilogue added it (*done = 1) the result
+ * against the plain product (the same call's other path) plus the bias in
+ * fp32 on the host (relative L2; 1e-5, and 4e-3 for a bf16 result: cuBLASLt
+ * may pick another algorithm for the epilogue or a bf16 D; the emulation
+ * gives the same bits); else the result untouched ("by caller").  Timed
+ * beside the plain GEMM. */
+typedef struct {
+  Mm mm;
+  float *res, *bias;
+  int out_flags, done;
+} Mbias;
+static int mbias_gpu(RtCuda *c, void *p) {
+  Mbias *x = p;
+  return rt_cuda_matmul_bias(c, x->res, x->mm.out, x->mm.a, x->mm.b, x->bias, 1, x->mm.m,
+                             x->mm.k, x->mm.n, x->mm.flags, x->out_flags, &x->done);
+}
+static void check_mm_bias(RtCuda *c, int64_t m, int64_t k, int64_t n, int stored) {
+  float *a = rnd(m * k, 1), *b = rnd(k * n, 1), *bias = rnd(n, 1);
+  float *plain = malloc(4 * (size_t)(m * n)), *got = malloc(4 * (size_t)(m * n));
+  const int fl = stored ? RT_CUDA_MM_A_BF16 | RT_CUDA_MM_B_BF16 : 0;
+  Mbias x = {{dev_copy(NULL, 4 * (size_t)(m * n)), stored ? dev_bf16(a, m, k, k) : dev_copy(a, 4 * (size_t)(m * k)),
+              stored ? dev_bf16(b, k, n, n) : dev_copy(b, 4 * (size_t)(k * n)), 1, m, k, n, fl, 0},
+             dev_copy(NULL, 4 * (size_t)(m * n)), dev_copy(bias, 4 * (size_t)n),
+             stored ? RT_CUDA_MM_C_BF16 : 0, -1};
+  cudaMemset(x.res, 0xff, 4 * (size_t)(m * n));
+  double err = mbias_gpu(c, &x) ? INFINITY : 0;
+  const int done = x.done;
+  to_host(got, x.res, 4 * (size_t)(m * n));
+  int64_t differ = 0;
+  if (err == 0 && done == 1) {
+    if (mm_gpu(c, &x.mm)) err = INFINITY; /* the plain product, fp32 */
+    to_host(plain, x.mm.out, 4 * (size_t)(m * n));
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) plain[i * n + j] += bias[j];
+    if (stored) /* widen the bf16 result, from the back (in place) */
+      for (int64_t e = m * n - 1; e >= 0; e--) {
+        const uint32_t u = (uint32_t)((const uint16_t *)got)[e] << 16;
+        memcpy(&got[e], &u, 4);
+      }
+    if (err == 0) err = rel_l2(got, plain, m * n);
+  } else if (err == 0) { /* by the caller: the result untouched */
+    for (int64_t e = 0; e < (stored ? m * n / 2 : m * n); e++) differ += !isnan(got[e]);
+    err = differ ? 1 : 0;
+  }
+  if (isinf(err)) fprintf(stderr, "%s\n", rt_last_error());
+  char shape[96];
+  snprintf(shape, sizeof shape, "%lldx%lldx%lld%s", (long long)m, (long long)k, (long long)n,
+           stored ? " bf16" : "");
+  const double flop = 2.0 * m * k * n;
+  row(done == 1 ? "matmul+bias, epilogue" : "matmul+bias, by caller", shape, err,
+      done == 1 && stored ? 4e-3 : done == 1 ? 1e-5 : 0, time_op(c, mbias_gpu, &x, 10), flop, 0);
+  double ms = time_op(c, mm_gpu, &x.mm, 10);
+  printf("%-22s %-30s %10s %-4s %9.4f ms  %8.2f TFLOP/s\n", "  the same, no bias", "", "", "",
+         ms, flop / (ms * 1e-3) / 1e12); /* a time, not a check */
+  cudaFree(x.mm.out), cudaFree(x.mm.a), cudaFree(x.mm.b), cudaFree(x.res), cudaFree(x.bias);
+  free(a), free(b), free(bias), free(plain), free(got);
+}
+
 /* The weight gradient with its bias gradient (rt_cuda_matmul_ta_bgrad, dy
  * stored as bf16 where stored): dw = x^T dy against the CPU's (relative L2,
  * tol), and the bias: where the call summed (*done = 1, cuBLASLt's epilogue)
@@ -1375,6 +1434,7 @@ int main(int argc, char **argv) {
   if (!small)
     check_mm(c, 8, 1024, 768, 2304, 0, 0, 1e-5); /* GPT-2 small's qkv, fp32 */
   check_mm_bgrad(c, 96, 200, 72, 0, 1e-5); /* a weight and bias gradient, fp32 */
+  check_mm_bias(c, 96, 200, 72, 0);       /* a product with its bias, fp32 */
   check_attn(c, 2, 4, 4, 100, 16, 1);
   check_attn(c, 2, 4, 2, 130, 64, 1);
   check_attn(c, 1, 4, 1, 70, 128, 0);
@@ -1450,6 +1510,10 @@ int main(int argc, char **argv) {
     check_mm_bgrad(c, 64, 256, 192, 1, 1e-2);
     if (!small)
       check_mm_bgrad(c, 768, 8192, 3072, 1, 1e-2);
+    /* a product with its bias, bf16 (GPT-2 small's q|k|v: 8192 x 768 x 2304) */
+    check_mm_bias(c, 64, 256, 192, 1);
+    if (!small)
+      check_mm_bias(c, 8192, 768, 2304, 1);
     if (!small) /* GPT-2 small's MLP up-projection, 2048 of its 8192 rows */
       check_mm_out(c, 2048, 768, 3072, 0, 0);
     check_attn_bf16(c, 2, 4, 2, 130, 64, 1);

@@ -55,16 +55,20 @@ typedef enum {
   CUBLASLT_MATMUL_DESC_TRANSB = 4,
   CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
   CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+  CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,
 } cublasLtMatmulDescAttributes_t;
 
-/* The epilogues emulated: none, and BGRADA (bias[i] = the sum over p of
+/* The epilogues emulated: none; BGRADA (bias[i] = the sum over p of
  * op(A)[i, p], the operand values as the products read them, fp32 in
  * increasing p; written, not scaled, C and beta not involved; D's type, fp32
- * only; A not transposed, one batch member, as the heuristic requires).
- * KCU_EMU_LT_NO_BGRAD=1 makes the heuristic find no algorithm with it, as a
- * library without one would (the callers' other path). */
+ * only; A not transposed, one batch member, as the heuristic requires); and
+ * BIAS (D[i, j] = alpha acc + beta C + bias[i], in fp32, then D's type; the
+ * vector of BIAS_DATA_TYPE, fp32 or bf16, by default D's type; one batch
+ * member).  KCU_EMU_LT_NO_BGRAD=1 makes the heuristic find no algorithm with
+ * either, as a library without one would (the callers' other path). */
 typedef enum {
   CUBLASLT_EPILOGUE_DEFAULT = 1,
+  CUBLASLT_EPILOGUE_BIAS = 4,
   CUBLASLT_EPILOGUE_BGRADA = 256,
   CUBLASLT_EPILOGUE_BGRADB = 512,
 } cublasLtEpilogue_t;

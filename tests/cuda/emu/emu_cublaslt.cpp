@@ -19,6 +19,7 @@ struct KcuLtDesc {
   cublasOperation_t ta, tb;
   uint32_t epilogue;
   void *bias;
+  int32_t bias_type; /* -1: D's type */
 };
 struct KcuLtLayout {
   cudaDataType_t type;
@@ -65,7 +66,7 @@ extern "C" cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d,
       (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_16BF &&
        compute != CUBLAS_COMPUTE_32F_FAST_TF32))
     return CUBLAS_STATUS_NOT_SUPPORTED;
-  *d = new KcuLtDesc{compute, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, NULL};
+  *d = new KcuLtDesc{compute, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, NULL, -1};
   return CUBLAS_STATUS_SUCCESS;
 }
 extern "C" cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
@@ -80,6 +81,11 @@ extern "C" cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
     if (size != sizeof(void *)) return CUBLAS_STATUS_INVALID_VALUE;
     std::memcpy(&d->bias, buf, sizeof d->bias);
     return CUBLAS_STATUS_SUCCESS;
+  }
+  if (attr == CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE) {
+    if (size != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+    std::memcpy(&d->bias_type, buf, sizeof d->bias_type);
+    return CUBLAS_STATUS_SUCCESS; /* (checked by the heuristic and the call) */
   }
   if (attr == CUBLASLT_MATMUL_DESC_EPILOGUE) {
     if (size != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
@@ -178,6 +184,11 @@ static cublasStatus_t shape_of(const KcuLtDesc *d, const KcuLtLayout *a, const K
     return CUBLAS_STATUS_INVALID_VALUE;
   s->batch = o->batch;
   if (d->epilogue == CUBLASLT_EPILOGUE_DEFAULT) return CUBLAS_STATUS_SUCCESS;
+  if (d->epilogue == CUBLASLT_EPILOGUE_BIAS) { /* as cublasLt.h says */
+    const int32_t t = d->bias_type < 0 ? (int32_t)o->type : d->bias_type;
+    if (s->batch != 1 || (t != CUDA_R_32F && t != CUDA_R_16BF)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    return d->bias ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+  }
   /* BGRADA, as cublasLt.h says: an fp32 vector of D's rows */
   if (d->epilogue != CUBLASLT_EPILOGUE_BGRADA || d->ta != CUBLAS_OP_N || s->batch != 1 ||
       o->type != CUDA_R_32F)
@@ -273,7 +284,11 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
         }
         /* D of type bf16: the fp32 value rounded to nearest even */
         for (uint64_t i = 0; i < s.m; i++) {
-          const float v = be == 0.0f ? al * acc[i] : al * acc[i] + be * load(C, lc, bi, i, j);
+          float v = be == 0.0f ? al * acc[i] : al * acc[i] + be * load(C, lc, bi, i, j);
+          if (desc.epilogue == CUBLASLT_EPILOGUE_BIAS)
+            v += (desc.bias_type < 0 ? lo.type : desc.bias_type) == CUDA_R_16BF
+                     ? __bfloat162float(((const __nv_bfloat16 *)desc.bias)[i])
+                     : ((const float *)desc.bias)[i];
           const int64_t at = (int64_t)bi * lo.stride + (int64_t)j * lo.ld + (int64_t)i;
           if (lo.type == CUDA_R_16BF) ((__nv_bfloat16 *)D)[at] = __float2bfloat16_rn(v);
           else ((float *)D)[at] = v;
