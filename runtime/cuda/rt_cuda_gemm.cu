@@ -47,7 +47,15 @@
  * where the GEMM is plain (one member, no transpose of b, no accumulation,
  * an fp32 result);
  * the plan keeps whether cuBLASLt had an algorithm with it, and where it had
- * none the call says so (*done = 0) and the caller sums. */
+ * none the call says so (*done = 0) and the caller sums.
+ *
+ * The bias added in the epilogue (rt_cuda_matmul_bias): cuBLASLt's BIAS adds
+ * an fp32 vector (BIAS_DATA_TYPE; by default it would be D's type) of D's
+ * rows (our n) to alpha times the product, before D's conversion: each
+ * element fl(product + bias), the bits of the plain fp32 product and an fp32
+ * add, rounded once where D is bf16.  Any GEMM mode; one member, no
+ * accumulation.  Where the plan has no algorithm with it nothing runs, the
+ * call makes the plain product into the caller's other buffer and says so. */
 #include <cuda_bf16.h>
 #include <stdlib.h>
 #include <string.h>
