@@ -79,7 +79,7 @@ struct AttnArgs {
   int causal;
   bool otok, dytok; /* out / dqkv token-major, dy token-major (RT_CUDA_ATTN_*_TOKENS) */
   bool qkvtok;      /* q, k, v packed token-major (RT_CUDA_ATTN_QKV_TOKENS) */
-  int ldi;          /* q's, k's, v's row stride (rt_attn_in_ld) */
+  int ldi;          /* q's, k's, v's row stride (rt_attn_in_ld): every load of them */
 };
 
 /* row 0 of operand j's (0 q, 1 k, 2 v) head h in batch b (rt_attn_in) */
@@ -99,9 +99,8 @@ __global__ void __launch_bounds__(WARPS * 32) attn_fwd(AttnArgs a) {
   float *qs = sh, *ks = qs + ROWS * hd, *vs = ks + TILE * ldk;
   const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, g = h / (a.H / a.KV);
   const int64_t T = a.T, row0 = (int64_t)blockIdx.x * ROWS;
-  const int sld = a.ldi; /* q's, k's, v's rows */
   const float *qh = attn_in(a, 0, b, h), *kh = attn_in(a, 1, b, g), *vh = attn_in(a, 2, b, g);
-  load_rows(qs, hd, qh, row0, ROWS, T, hd, sld);
+  load_rows(qs, hd, qh, row0, ROWS, T, hd, a.ldi);
   float m[QR], l[QR], o[QR][NC];
   for (int i = 0; i < QR; i++) {
     m[i] = -INFINITY, l[i] = 0.0f;
@@ -111,8 +110,8 @@ __global__ void __launch_bounds__(WARPS * 32) attn_fwd(AttnArgs a) {
   int64_t kend = a.causal ? last : T;
   for (int64_t j0 = 0; j0 < kend; j0 += TILE) {
     __syncthreads(); /* the previous tile is consumed (and qs is loaded) */
-    load_rows(ks, ldk, kh, j0, TILE, kend, hd, sld);
-    load_rows(vs, ldk, vh, j0, TILE, kend, hd, sld);
+    load_rows(ks, ldk, kh, j0, TILE, kend, hd, a.ldi);
+    load_rows(vs, ldk, vh, j0, TILE, kend, hd, a.ldi);
     __syncthreads();
     float s[QR];
     for (int i = 0; i < QR; i++) s[i] = 0.0f;
@@ -238,10 +237,9 @@ __global__ void __launch_bounds__(WARPS * 32) attn_bwd_kv(AttnArgs a) {
   float *ls = dys + TILE * ld, *ds_ = ls + TILE;
   const int64_t bg = blockIdx.y, b = bg / a.KV, g = bg % a.KV, T = a.T;
   const int64_t k0 = (int64_t)blockIdx.x * KB, rep = a.H / a.KV, C = a.H + 2 * a.KV;
-  const int sld = a.ldi; /* q's, k's, v's rows */
   const float *kh = attn_in(a, 1, b, g), *vh = attn_in(a, 2, b, g);
-  load_rows(ks, hd, kh, k0, KB, T, hd, sld);
-  load_rows(vs, hd, vh, k0, KB, T, hd, sld);
+  load_rows(ks, hd, kh, k0, KB, T, hd, a.ldi);
+  load_rows(vs, hd, vh, k0, KB, T, hd, a.ldi);
   float dk[KR][NC], dv[KR][NC];
   for (int r = 0; r < KR; r++)
     for (int c = 0; c < NC; c++) dk[r][c] = dv[r][c] = 0.0f;
@@ -251,7 +249,7 @@ __global__ void __launch_bounds__(WARPS * 32) attn_bwd_kv(AttnArgs a) {
     const float *qh = attn_in(a, 0, b, h), *dyh = a.dy + rt_attn_row(a.dytok, b, h, a.H, 0, T, hd);
     for (int64_t i0 = i_begin; i0 < T; i0 += TILE) {
       __syncthreads();
-      load_rows(qs, ld, qh, i0, TILE, T, hd, sld);
+      load_rows(qs, ld, qh, i0, TILE, T, hd, a.ldi);
       load_rows(dys, ld, dyh, i0, TILE, T, hd, rt_attn_ld(a.dytok, a.H, hd));
       if (threadIdx.x < TILE) {
         int64_t i = i0 + threadIdx.x;
@@ -307,9 +305,8 @@ __global__ void __launch_bounds__(WARPS * 32) attn_bwd_q(AttnArgs a) {
   float *qs = sh, *dys = qs + ROWS * hd, *ks = dys + ROWS * hd, *vs = ks + TILE * ldk;
   const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, g = h / (a.H / a.KV);
   const int64_t T = a.T, row0 = (int64_t)blockIdx.x * ROWS, C = a.H + 2 * a.KV;
-  const int sld = a.ldi; /* q's, k's, v's rows */
   const float *kh = attn_in(a, 1, b, g), *vh = attn_in(a, 2, b, g);
-  load_rows(qs, hd, attn_in(a, 0, b, h), row0, ROWS, T, hd, sld);
+  load_rows(qs, hd, attn_in(a, 0, b, h), row0, ROWS, T, hd, a.ldi);
   load_rows(dys, hd, a.dy + rt_attn_row(a.dytok, b, h, a.H, 0, T, hd), row0, ROWS, T, hd,
             rt_attn_ld(a.dytok, a.H, hd));
   float lse[QR], dd[QR], dq[QR][NC];
@@ -323,8 +320,8 @@ __global__ void __launch_bounds__(WARPS * 32) attn_bwd_q(AttnArgs a) {
   int64_t kend = a.causal ? last : T;
   for (int64_t j0 = 0; j0 < kend; j0 += TILE) {
     __syncthreads();
-    load_rows(ks, ldk, kh, j0, TILE, kend, hd, sld);
-    load_rows(vs, ldk, vh, j0, TILE, kend, hd, sld);
+    load_rows(ks, ldk, kh, j0, TILE, kend, hd, a.ldi);
+    load_rows(vs, ldk, vh, j0, TILE, kend, hd, a.ldi);
     __syncthreads();
     float s[QR], dp[QR];
     for (int i = 0; i < QR; i++) s[i] = dp[i] = 0.0f;

@@ -331,6 +331,11 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
     m *= batch;
     batch = 1;
   }
+  /* the bias added: fl(product + bias), in any mode (rt_cuda.h); decided before
+   * the operands' bf16 copies, which the caller's plain call would make again */
+  const int want_bias =
+      bias && !ta && bias_allowed() && batch == 1 && !(flags & RT_MM_ACCUMULATE);
+  if (bias && !ta && !want_bias) return RT_OK; /* (*done = 0: the caller adds) */
   int gflags = flags & ~RT_MM_ACCUMULATE;
   /* an operand stored as bf16 makes the GEMM a bf16 one, whatever
    * PARC_CUDA_GEMM_OPERANDS says (rt_cuda_open refuses other GEMM modes) */
@@ -369,9 +374,6 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
   /* the bias gradient from the epilogue: sums of b's own values (the head comment) */
   int want_bgrad = bias && ta && bgrad_allowed() && batch == 1 && !tb && !cout &&
                    !(flags & RT_MM_ACCUMULATE) && (bf16ops || c->gemm == RT_CUDA_GEMM_FP32);
-  /* the bias added: fl(product + bias), in any mode (rt_cuda.h) */
-  int want_bias = bias && !ta && bias_allowed() && batch == 1 && !(flags & RT_MM_ACCUMULATE);
-  if (bias && !ta && !want_bias) return RT_OK; /* (*done = 0: the caller adds) */
   int want_epi = want_bgrad ? GEMM_EPI_BGRADA : want_bias ? GEMM_EPI_BIAS : GEMM_EPI_NONE;
   int al_bias = want_epi ? align_of(bias) : 0;
   /* the cache key: shape, flags, precision, epilogue and alignment class */
