@@ -6,6 +6,7 @@
 
 #include "codegen/host_cuda.h"
 #include "codegen/kir_cuda.h"
+#include "passes/passes.h"
 #include "runtime/rt_gemm.h"
 
 enum { SP_ARENA, SP_PARAMS, SP_STATE, SP_INPUT }; /* an input: SP_INPUT + its node id */
@@ -101,18 +102,23 @@ int cg_cuda_bias_in_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPla
   return read_after ? gemm : -1;
 }
 
-void cg_cuda_bias_add_parts(const IrModule *m, const CgKernelPlan *kp, int k,
-                            const IrNode **bias, const IrNode **out) {
-  const CgKernel *kk = &kp->kernels[k];
-  const IrNode *a = m->nodes[kk->nodes[0]];
-  *bias = a->inputs[a->inputs[0]->op == IR_OP_MATMUL ? 1 : 0];
-  *out = m->nodes[kk->nodes[kk->nnodes - 1]];
-}
-
 /* 1 if arena values x and y (bp) share a byte. */
 static int overlap(const BufPlan *bp, const IrNode *x, const IrNode *y) {
   const int64_t xo = bp->offset[x->id], yo = bp->offset[y->id];
   return xo >= 0 && yo >= 0 && xo < yo + bp->size[y->id] && yo < xo + bp->size[x->id];
+}
+
+/* 1 if GEMM node mm can run with an epilogue that writes kernel k's results:
+ * computed alone by cuBLASLt (no kernel, no accumulation, b shared by the
+ * batch), nothing between mm and k's root but k's nodes and leaves. */
+static int epilogue_gemm(const IrModule *m, const CgKernelPlan *kp, const IrNode *mm, int k) {
+  if ((mm->op != IR_OP_MATMUL) || kp->kernel_of[mm->id] >= 0 ||
+      (kp->acc_into && kp->acc_into[mm->id] >= 0) || ir_node_held(m, mm) ||
+      (cg_cuda_gemm(mm).flags & RT_MM_B_BATCHED))
+    return 0;
+  for (int i = mm->id + 1; i <= kp->kernels[k].root; i++)
+    if (kp->kernel_of[i] != k && !(ir_op_info[m->nodes[i]->op].flags & IR_F_LEAF)) return 0;
+  return 1;
 }
 
 int cg_cuda_bias_add_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
@@ -125,26 +131,88 @@ int cg_cuda_bias_add_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPl
     return -1;
   int j = a->inputs[0]->op == IR_OP_MATMUL ? 0 : 1;
   const IrNode *mm = a->inputs[j], *b = a->inputs[1 - j];
-  if (mm->op != IR_OP_MATMUL || kp->kernel_of[mm->id] >= 0 ||
-      (kp->acc_into && kp->acc_into[mm->id] >= 0) || b->rank != 1 || b->dtype != IR_F32 ||
-      b->shape[0] != last_dim(mm) || !same_shape_of(a, mm) || store->bf16[b->id] ||
-      (store->rounded && store->rounded[b->id]))
+  if (b->rank != 1 || b->dtype != IR_F32 || b->shape[0] != last_dim(mm) ||
+      !same_shape_of(a, mm) || store->bf16[b->id] || (store->rounded && store->rounded[b->id]) ||
+      !epilogue_gemm(m, kp, mm, k))
     return -1;
-  /* b shared by the batch (one member once folded), a bf16 result in rows of a
-   * multiple of 8 (rt_cuda_matmul_bias) */
-  const RtCudaGemm g = cg_cuda_gemm(mm);
-  if ((g.flags & RT_MM_B_BATCHED) || (store->bf16[o->id] && g.n % 8)) return -1;
-  /* mm read by a alone; nothing between mm and the kernel but its nodes and leaves */
+  /* a bf16 result in rows of a multiple of 8 (rt_cuda_matmul_bias) */
+  if (store->bf16[o->id] && last_dim(mm) % 8) return -1;
+  /* mm read by a alone */
   for (int i = mm->id + 1; i < m->nnodes; i++)
     for (int q = 0; q < m->nodes[i]->ninputs; q++)
       if (m->nodes[i]->inputs[q] == mm && m->nodes[i] != a) return -1;
-  if (ir_node_held(m, mm)) return -1;
-  for (int i = mm->id + 1; i <= kk->root; i++)
-    if (kp->kernel_of[i] != k && !(ir_op_info[m->nodes[i]->op].flags & IR_F_LEAF)) return -1;
   /* the GEMM writes o's bytes while it reads its operands and the bias */
   if (overlap(bp, o, mm->inputs[0]) || overlap(bp, o, mm->inputs[1]) || overlap(bp, o, b))
     return -1;
   return mm->id;
+}
+
+/* 1 if x and y are both stored as bf16 (the GELU epilogues' values: the
+ * trainers of --bf16-store off and round, their references, keep the kernels). */
+static int both_bf16(const CgCudaStore *store, const IrNode *x, const IrNode *y) {
+  return store->bf16[x->id] && store->bf16[y->id];
+}
+
+/* The forward GELU (cuda_batch.h): kernel k is [h = add(mm, b), gelu(h)], h a
+ * GELU input passes/gelu_epilogue.c kept; the matmul mm, else -1. */
+static int gelu_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
+                     const CgCudaStore *store, int k) {
+  const CgKernel *kk = &kp->kernels[k];
+  if (kk->nnodes != 2) return -1;
+  const IrNode *h = m->nodes[kk->nodes[0]], *g = m->nodes[kk->nodes[1]];
+  if (g->op != IR_OP_GELU || g->inputs[0] != h || !kp->materialize[h->id] ||
+      !kp->materialize[g->id] || !gelu_epilogue_input(m, h) || !both_bf16(store, h, g))
+    return -1;
+  const int j = h->inputs[0]->op == IR_OP_MATMUL ? 0 : 1;
+  const IrNode *mm = h->inputs[j], *b = h->inputs[1 - j];
+  if (store->bf16[b->id] || !epilogue_gemm(m, kp, mm, k) || last_dim(mm) % 8) return -1;
+  /* the GEMM writes h's and g's bytes while it reads its operands and b */
+  for (int q = 0; q < 3; q++) {
+    const IrNode *in = q < 2 ? mm->inputs[q] : b;
+    if (overlap(bp, h, in) || overlap(bp, g, in)) return -1;
+  }
+  return mm->id;
+}
+
+/* The GELU's gradient (cuda_batch.h): kernel k is [gelu_grad(h, dg)], h a
+ * kept GELU input, dg's matmul right before it; that matmul, else -1. */
+static int dgelu_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
+                      const CgCudaStore *store, int k) {
+  const CgKernel *kk = &kp->kernels[k];
+  if (kk->nnodes != 1) return -1;
+  const IrNode *r = m->nodes[kk->nodes[0]];
+  if (r->op != IR_OP_GELU_GRAD || !kp->materialize[r->id]) return -1;
+  const IrNode *h = r->inputs[0], *dg = r->inputs[1];
+  if (!gelu_epilogue_input(m, h) || !both_bf16(store, h, r) ||
+      !epilogue_gemm(m, kp, dg, k) || last_dim(dg) % 8)
+    return -1;
+  /* the GEMM writes r's bytes while it reads its operands and h */
+  if (overlap(bp, r, dg->inputs[0]) || overlap(bp, r, dg->inputs[1]) || overlap(bp, r, h))
+    return -1;
+  return dg->id;
+}
+
+void cg_cuda_epilogue_parts(const IrModule *m, const CgKernelPlan *kp, int k, int epi,
+                            const IrNode **vec, const IrNode **aux, const IrNode **out) {
+  const CgKernel *kk = &kp->kernels[k];
+  const IrNode *first = m->nodes[kk->nodes[0]], *last = m->nodes[kk->nodes[kk->nnodes - 1]];
+  *vec = *aux = NULL;
+  *out = last;
+  switch (epi) {
+  case CG_EPI_BGRAD: /* the sum is the vector */
+    *vec = first, *out = NULL;
+    break;
+  case CG_EPI_BIAS:
+  case CG_EPI_GELU: /* add(mm, b): b; GELU's input h is the aux output */
+    *vec = first->inputs[first->inputs[0]->op == IR_OP_MATMUL ? 1 : 0];
+    if (epi == CG_EPI_GELU) *aux = first;
+    break;
+  case CG_EPI_DGELU: /* gelu_grad(h, dg): h is the aux input */
+    *aux = first->inputs[0];
+    break;
+  default:
+    *out = NULL;
+  }
 }
 
 void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
@@ -157,6 +225,7 @@ void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
   out->count = arena_alloc(&m->arena, sizeof(int) * (size_t)(nk + 1));
   out->multi = arena_alloc(&m->arena, (size_t)nk + 1);
   out->in_gemm = arena_alloc(&m->arena, sizeof(int) * (size_t)(nk + 1));
+  out->epi = arena_alloc(&m->arena, (size_t)nk + 1);
   int *last = arena_alloc(&m->arena, sizeof(int) * (size_t)(nk + 1)); /* per lead: last member */
   for (int k = 0; k < nk; k++) {
     out->lead[k] = cg_kernel_is_view(kp, bp, k) ? -1 : k;
@@ -169,8 +238,13 @@ void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                               !(store->rounded && store->rounded[s])
                           ? cg_cuda_bias_in_gemm(m, kp, bp, s)
                           : -1;
-    if (out->in_gemm[k] < 0 && unpipelined && out->lead[k] >= 0)
-      out->in_gemm[k] = cg_cuda_bias_add_gemm(m, kp, bp, store, k);
+    out->epi[k] = out->in_gemm[k] >= 0 ? CG_EPI_BGRAD : CG_EPI_NONE;
+    /* the forward's bias add, GELU and the GELU's gradient */
+    int (*const rule[])(const IrModule *, const CgKernelPlan *, const BufPlan *,
+                        const CgCudaStore *, int) = {cg_cuda_bias_add_gemm, gelu_gemm, dgelu_gemm};
+    for (int r = 0; r < 3 && out->in_gemm[k] < 0 && unpipelined && out->lead[k] >= 0; r++)
+      if ((out->in_gemm[k] = rule[r](m, kp, bp, store, k)) >= 0)
+        out->epi[k] = (unsigned char)(CG_EPI_BIAS + r);
   }
   if (!batch || !nk) return;
   int64_t *temp_off = calloc((size_t)kp->ntemps + 1, sizeof(int64_t));

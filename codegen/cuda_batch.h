@@ -45,7 +45,20 @@
  * and give the result their bytes: --recompute layers): mm's call writes the
  * kernel's result with the bias added in cuBLASLt's epilogue
  * (rt_cuda_matmul_bias) where it can, and where it cannot, the plain product
- * to mm's buffer and the kernel right after, as before. */
+ * to mm's buffer and the kernel right after, as before.
+ *
+ * GELU and its gradient with their GEMMs (in_gemm too; passes/gelu_epilogue.c
+ * keeps the GELU input h = add(mm, b) and moves each dg's matmul right
+ * before its gelu_grad(h, dg)): in the unpipelined step, the forward kernel
+ * that is exactly [h, gelu(h)] (both stored as bf16: not the fp32 values of
+ * --bf16-store off or round, their references), right after mm, is mm's call
+ * (rt_cuda_matmul_gelu: h to the aux output, gelu(h) to D), and the backward
+ * kernel that is exactly [gelu_grad(h, dg)] (both bf16), right after dg's
+ * matmul, is that call (rt_cuda_matmul_dgelu: h the aux
+ * input); each where cuBLASLt has the algorithm, else the plain product to
+ * mm's (dg's) buffer and the kernel right after.  Rows of a multiple of 8;
+ * the results' bytes apart from the GEMM's operands, b and (backward) h.
+ * Each of the two stands alone: h is a value of the plan either way. */
 #ifndef PARC_CG_CUDA_BATCH_H
 #define PARC_CG_CUDA_BATCH_H
 
@@ -63,6 +76,7 @@ typedef struct CgCudaBatches {
                            batch of 2 or more runs that code (kir_cuda_write_multi) */
   int *in_gemm;         /* per instance: the GEMM node whose call computes it (a bias
                            sum, above), else -1 */
+  unsigned char *epi;   /* per instance: what that call computes (CG_EPI_*) */
   int batches;          /* batches of 2 or more */
   int absorbed;         /* launches they took in (members that do not lead) */
 } CgCudaBatches;
@@ -79,8 +93,13 @@ int cg_cuda_bias_in_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPla
 /* The matmul node whose call adds kernel k's bias (the bias adds above), else -1. */
 int cg_cuda_bias_add_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                           const CgCudaStore *store, int k);
-/* For such a kernel k: the bias vector's node and the kernel's result. */
-void cg_cuda_bias_add_parts(const IrModule *m, const CgKernelPlan *kp, int k,
-                            const IrNode **bias, const IrNode **out);
+/* What a GEMM's call computes of kernel instance k (CgCudaBatches.epi). */
+enum { CG_EPI_NONE, CG_EPI_BGRAD, CG_EPI_BIAS, CG_EPI_GELU, CG_EPI_DGELU };
+/* For kernel k computed by a GEMM's call with epilogue epi: *vec the bias
+ * (BIAS, GELU) or bias-gradient (BGRAD) node, *aux GELU's input h (GELU: an
+ * output, DGELU: an input), *out the result the call writes (BIAS, GELU,
+ * DGELU); NULL where the epilogue has none. */
+void cg_cuda_epilogue_parts(const IrModule *m, const CgKernelPlan *kp, int k, int epi,
+                            const IrNode **vec, const IrNode **aux, const IrNode **out);
 
 #endif

@@ -299,8 +299,13 @@ static void emit_gemm_table(Cu *e, int stages) {
 static void emit_launch(Cu *e, int index, const char *ind);
 static void emit_save_grad(Cu *e, const IrNode *n);
 
-/* The kernel instance whose bias sum (a matmul_ta) or bias add (a matmul)
- * GEMM node g's call computes (codegen/cuda_batch.h, in_gemm), else -1. */
+/* The runtime call of a GEMM computing a kernel in its epilogue, by CG_EPI_*. */
+static const char *const epilogue_fn[] = {NULL, "rt_cuda_matmul_ta_bgrad", "rt_cuda_matmul_bias",
+                                          "rt_cuda_matmul_gelu", "rt_cuda_matmul_dgelu"};
+
+/* The kernel instance whose bias sum (a matmul_ta), bias add, GELU or GELU
+ * gradient (a matmul) GEMM node g's call computes (codegen/cuda_batch.h,
+ * in_gemm), else -1. */
 static int bias_kernel_of(const Cu *e, const IrNode *g) {
   if (!e->fuse_step || !e->batches || (g->op != IR_OP_MATMUL_TA && g->op != IR_OP_MATMUL))
     return -1;
@@ -358,35 +363,37 @@ static void emit_runtime(Cu *e, const IrNode *n) {
     for (int j = 0; j < 2; j++)
       if (cg_cuda_gemm_weight(n, j, e->store->weights))
         snprintf(j ? a1 : a0, sizeof a0, "PB(%" PRId64 ")", e->lp->offset[in[j]->id]);
-    int bk = bias_kernel_of(e, n); /* a bias sum with it: its node's buffer */
-    const IrNode *bias = bk >= 0 && g.ta ? e->m->nodes[e->kp->kernels[bk].nodes[0]] : NULL;
-    /* or a bias add: the vector, and the kernel's result the call writes */
-    const IrNode *addv = NULL, *res = NULL;
-    if (bk >= 0 && !g.ta) cg_cuda_bias_add_parts(e->m, e->kp, bk, &addv, &res);
-    char bb[96], rb[96];
-    fprintf(f, "  CHECK(%s(dev, ", bias ? "rt_cuda_matmul_ta_bgrad"
-                                   : addv ? "rt_cuda_matmul_bias"
-                                   : g.ta ? "rt_cuda_matmul_ta" : "rt_cuda_matmul");
-    if (addv) fprintf(f, "%s, ", buf(e, res, rb, sizeof rb));
+    /* a kernel the call computes in its epilogue (cuda_batch.h): the bias
+     * sum, bias add, GELU or GELU gradient; its vector, aux and result */
+    const int bk = bias_kernel_of(e, n);
+    const int epi = bk >= 0 ? e->batches->epi[bk] : CG_EPI_NONE;
+    const IrNode *vec = NULL, *aux = NULL, *res = NULL;
+    if (bk >= 0) cg_cuda_epilogue_parts(e->m, e->kp, bk, epi, &vec, &aux, &res);
+    char vb[96], xb[96], rb[96];
+    fprintf(f, "  CHECK(%s(dev, ", epi ? epilogue_fn[epi] : g.ta ? "rt_cuda_matmul_ta"
+                                                              : "rt_cuda_matmul");
+    if (res) fprintf(f, "%s, ", buf(e, res, rb, sizeof rb));
+    if (epi == CG_EPI_GELU) fprintf(f, "%s, ", buf(e, aux, xb, sizeof xb));
     fprintf(f, "%s, %s, %s, ", out, x, y);
-    if (bias || addv) fprintf(f, "%s, ", buf(e, bias ? bias : addv, bb, sizeof bb));
+    if (vec) fprintf(f, "%s, ", buf(e, vec, vb, sizeof vb));
+    if (epi == CG_EPI_DGELU) fprintf(f, "%s, ", buf(e, aux, xb, sizeof xb));
     fprintf(f, "%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 ", ", g.batch, g.m, g.k, g.n);
     for (size_t i = 0; i < sizeof flag / sizeof flag[0]; i++)
       if (g.flags & flag[i].bit) fprintf(f, "%s | ", flag[i].name);
-    if (addv) /* the result's own storage (codegen/cuda_store.h) */
+    if (res) /* the result's own storage (codegen/cuda_store.h) */
       fprintf(f, "0, %s, &summed_));\n", e->store->bf16[res->id] ? "RT_CUDA_MM_C_BF16"
                                          : e->store->rounded && e->store->rounded[res->id]
                                              ? "RT_CUDA_MM_C_ROUND"
                                              : "0");
     else
-      fputs(bias ? "0, &summed_));\n" : "0));\n", f);
+      fputs(epi ? "0, &summed_));\n" : "0));\n", f);
     add_gemm(e, g);
-    if (bias || addv) { /* the kernel where the epilogue did not sum or add (rt_cuda.h) */
+    if (epi) { /* the kernel where the epilogue did not compute it (rt_cuda.h) */
       const int first = e->kp->kernels[bk].nodes[0];
       fprintf(f, "  if (!summed_) { /* %%%d by its kernel, after the GEMM */\n", first);
       emit_launch(e, bk, "    ");
       fputs("  }\n", f);
-      if (bias) emit_save_grad(e, bias);
+      if (epi == CG_EPI_BGRAD) emit_save_grad(e, vec);
     }
     return;
   }
@@ -867,8 +874,8 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
   int in_gemm = 0;
   for (int k = 0; e->batches && k < kp->nkernels; k++) in_gemm += e->batches->in_gemm[k] >= 0;
   if (in_gemm)
-    fprintf(out, "  int summed_; /* rt_cuda_matmul_ta_bgrad, _bias: the epilogue summed or added "
-                 "the bias */\n");
+    fprintf(out, "  int summed_; /* rt_cuda_matmul_ta_bgrad, _bias, _gelu, _dgelu: the "
+                 "epilogue computed the kernel */\n");
   int weights = cg_cuda_weights_read(m, e->store->weights);
   if (weights && e->store->mirror_all)
     fprintf(out, "  /* the bf16 weights of the GEMMs marked PB(offset): this step's params\n"
@@ -903,7 +910,7 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
       if (e->batches && e->batches->in_gemm[next] >= 0) {
         const int g = e->batches->in_gemm[next];
         fprintf(out, "  /* with %%%d's GEMM: in its epilogue, or launched after it (%s) */\n", g,
-                m->nodes[g]->op == IR_OP_MATMUL ? "rt_cuda_matmul_bias" : "rt_cuda_matmul_ta_bgrad");
+                epilogue_fn[e->batches->epi[next]]);
         continue;
       }
       emit_kernel_call(e, next);

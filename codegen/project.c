@@ -479,8 +479,13 @@ static int write_plan(const CgProject *p, const IrModule *m, int64_t apart_bytes
     if (batches->count[i] > 1) cJSON_AddNumberToObject(o, "gpu_batch", batches->count[i]);
     if (batches->lead[i] >= 0 && batches->lead[i] != i)
       cJSON_AddNumberToObject(o, "gpu_batch_of", batches->lead[i]);
-    /* a bias sum the GPU trainer computes with this GEMM node's call (cuda_batch.h) */
-    if (batches->in_gemm[i] >= 0) cJSON_AddNumberToObject(o, "gpu_in_gemm", batches->in_gemm[i]);
+    /* a bias sum, bias add, GELU or GELU gradient the GPU trainer computes with
+     * this GEMM node's call (cuda_batch.h), and which */
+    if (batches->in_gemm[i] >= 0) {
+      static const char *const epi[] = {"none", "bias_grad", "bias", "gelu", "gelu_grad"};
+      cJSON_AddNumberToObject(o, "gpu_in_gemm", batches->in_gemm[i]);
+      cJSON_AddStringToObject(o, "gpu_epilogue", epi[batches->epi[i]]);
+    }
     cJSON *nodes = cJSON_AddArrayToObject(o, "nodes");
     for (int j = 0; j < k->nnodes; j++) cJSON_AddItemToArray(nodes, cJSON_CreateNumber(k->nodes[j]));
     cJSON_AddItemToArray(ks, o);

@@ -188,7 +188,17 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
   }
   for (int k = 0; k < kp->nkernels; k++) { /* generated kernels (a _stats one too), at roots */
     int r = kp->kernels[k].root;
-    if (batches && batches->in_gemm[k] >= 0) continue; /* in its GEMM's call (cuda_batch.h) */
+    if (batches && batches->in_gemm[k] >= 0) { /* in its GEMM's call (cuda_batch.h) */
+      const IrNode *vec, *aux, *res;
+      cg_cuda_epilogue_parts(m, kp, k, batches->epi[k], &vec, &aux, &res);
+      if (aux) { /* a GELU's input, written or read by the epilogue besides D */
+        double b = (stored && stored[aux->id] ? 2 : 4) * (double)ir_numel(aux);
+        st->bytes += b;
+        add_bytes_time(st, m->nodes[r]->phase, b / mc->mem_bytes_per_s);
+        if (node_s) node_s[batches->in_gemm[k]] += b / mc->mem_bytes_per_s;
+      }
+      continue;
+    }
     int member = batches && batches->lead[k] >= 0 && batches->lead[k] != k;
     double t = kernel_time(m, kp, mc, k, stored, member, st);
     if (store && store->mirror[k] >= 0) { /* the params' bf16 copy, written */

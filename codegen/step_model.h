@@ -34,7 +34,10 @@
  * 2 bytes an element more for each of them.
  * batches (NULL: none; codegen/cuda_batch.h): a launch that runs in another's
  * batch costs its bytes, not a call; a bias sum computed by its GEMM's call
- * (in_gemm: cuBLASLt's epilogue) costs nothing of its own.  The step is the
+ * (in_gemm: cuBLASLt's epilogue) costs nothing of its own, nor does a bias
+ * add, a GELU or its gradient, except a GELU's input, which the GELU
+ * epilogue writes and its gradient's reads besides D: its bytes at
+ * mem_bytes_per_s, no call.  The step is the
  * unpipelined one: a cross-entropy computed inside its gradient's call
  * (cg_cuda_xent_fused) costs nothing of its own.  Not counted: a padded result's copy
  * (n % 4 != 0 under PARC_CUDA_GEMM_OPERANDS=bf16 only). */

@@ -72,6 +72,15 @@ int pass_autodiff(IrModule *m);
  * dies in the forward.  Returns -1 after printing an internal error. */
 int pass_attn_delta(IrModule *m);
 
+/* passes/gelu_epilogue.c: in bf16 mixed precision, a linear layer's GELU
+ * input h = add(matmul, bias) is kept for its gradient instead of
+ * recomputed (remat leaves it: gelu_epilogue_input), and each dg's matmul
+ * moves to right before its gelu_grad(h, dg), so that the GPU trainer's
+ * GEMMs can compute gelu(h), h and dh in their epilogues.  Returns 0. */
+int pass_gelu_epilogue(IrModule *m);
+/* 1 if p is such an h of m (in a bf16 mixed-precision module). */
+int gelu_epilogue_input(const IrModule *m, const IrNode *p);
+
 /* passes/remat.c: a forward pointwise op of one activation and leaves (a bias
  * add), read by pointwise ops in the forward and the backward, gets a copy
  * that the backward readers read instead, so that neither is stored (GPT-2's

@@ -22,6 +22,7 @@ static const Pass passes[] = {
     {"remat_norm", pass_remat_norm}, /* --recompute norms: layers' norms again in the backward */
     {"remat_act", pass_remat_act}, /* --recompute pointwise: gelu(h), silu(g) * u likewise */
     {"attn_delta", pass_attn_delta}, /* sdpa_grad from lse and D: sdpa's out dies early */
+    {"gelu_epilogue", pass_gelu_epilogue}, /* bf16: GELU's input kept, its grad at dg's GEMM */
     {"remat", pass_remat},         /* a bias add recomputed in the backward, not stored */
     {"dp_grads", dp_grads},        /* data-parallel gradient averaging */
     {"optimizer", pass_optimizer}, /* clipping and the update, as IR */

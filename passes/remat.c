@@ -26,7 +26,9 @@
  * count.  Each p' computes p's values from the same
  * operands by the same op: the same bits where nothing is rounded on the way
  * (the bf16 trainer stored h rounded to bf16; p' is not rounded: codegen/
- * cuda_store.h).  Runs after autodiff, on the module codegen writes. */
+ * cuda_store.h).  A GELU's input that the GPU trainer's GEMM epilogues
+ * store and read (passes/gelu_epilogue.c, bf16 mixed precision) stays as it
+ * is.  Runs after autodiff, on the module codegen writes. */
 #include <stdlib.h>
 
 #include "passes/passes.h"
@@ -73,7 +75,8 @@ int pass_remat(IrModule *m) {
     for (int j = 0; j < r->ninputs; j++) {
       IrNode *p = r->inputs[j];
       if (p->id >= nold || p->phase != IR_PHASE_FWD || !pointwise(p) || p->dtype != IR_F32 ||
-          !fwd[p->id] || !bwd[p->id] || other[p->id] || !one_activation(p) || ir_node_held(m, p))
+          !fwd[p->id] || !bwd[p->id] || other[p->id] || !one_activation(p) || ir_node_held(m, p) ||
+          gelu_epilogue_input(m, p))
         continue;
       if (!copy[p->id] || copy_for[p->id] != i) { /* p's next backward reader: a p' before it */
         IrNode proto = {.op = p->op, .inputs = p->inputs, .ninputs = p->ninputs,

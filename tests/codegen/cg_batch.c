@@ -3,8 +3,8 @@
  *
  *   cg_batch [--no-fuse] MODEL.dsl [NAME=VALUE ...]
  *
- * The model is loaded as the driver does, differentiated, given its
- * optimizer, and planned as codegen/project.c plans it (fused kernels, the
+ * The model is loaded as the driver does, through every pass (test_load_full),
+ * and planned as codegen/project.c plans it (fused kernels, the
  * buffer plan with views, the leaf plan, the shared code, the bf16 stores,
  * the GPU trainer's arena, then the batches).  The test then runs the
  * step's kernel launches twice on a shadow of the memory -- for every 4-byte
@@ -21,8 +21,10 @@
  * trainer's order, where that GEMM runs (before the first kernel rooted
  * after it), so the same comparison holds their input's bytes unchanged
  * until then and their result's bytes written by nobody else between; each
- * such kernel is one sum_to, alone, whose GEMM is a later matmul_ta, or a
- * bias add whose GEMM is the earlier matmul it adds to.  --no-fuse plans one kernel per node (parc --no-fuse): short-lived
+ * such kernel is one sum_to, alone, whose GEMM is a later matmul_ta, a
+ * bias add whose GEMM is the earlier matmul it adds to, that add with the
+ * GELU of its result, or a GELU's gradient whose GEMM is the earlier matmul
+ * of its dy (and the plan says which: CgCudaBatches.epi).  --no-fuse plans one kernel per node (parc --no-fuse): short-lived
  * buffers whose bytes the arena hands on within a batch's reach, which a
  * launch moved too early would clobber.  Prints the batches and the launches
  * they absorb. */
@@ -102,7 +104,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: cg_batch [--no-fuse] MODEL.dsl [NAME=VALUE ...]\n");
     return 2;
   }
-  IrModule *m = test_load_step(argv[1], (const char *const *)argv + 2, argc - 2);
+  IrModule *m = test_load_full(argv[1], (const char *const *)argv + 2, argc - 2);
   char err[512];
   if (!m) return 1;
   CgKernelPlan kp;
@@ -149,7 +151,7 @@ int main(int argc, char **argv) {
       fails++;
     }
   }
-  int in_gemm = 0;
+  int in_gemm = 0, gelus = 0;
   for (int k = 0; k < nk; k++) {
     int g = b.in_gemm[k];
     if (g < 0) continue;
@@ -160,12 +162,22 @@ int main(int argc, char **argv) {
                     m->nodes[g]->op == IR_OP_MATMUL_TA;
     const int add = first->op == IR_OP_ADD && g < first->id && m->nodes[g]->op == IR_OP_MATMUL &&
                     (first->inputs[0] == m->nodes[g] || first->inputs[1] == m->nodes[g]);
-    if (!(sum || add) || b.lead[k] != k || b.count[k] != 1) {
+    /* the bias add alone (or its reshape), or with the GELU of its result */
+    const IrNode *last = m->nodes[kk->nodes[kk->nnodes - 1]];
+    const int bias = add && (kk->nnodes == 1 || last->op == IR_OP_RESHAPE);
+    const int gelu = add && kk->nnodes == 2 && last->op == IR_OP_GELU && last->inputs[0] == first;
+    const int dgelu = kk->nnodes == 1 && first->op == IR_OP_GELU_GRAD && g < first->id &&
+                      first->inputs[1] == m->nodes[g] && m->nodes[g]->op == IR_OP_MATMUL;
+    const int want = sum ? CG_EPI_BGRAD : bias ? CG_EPI_BIAS : gelu ? CG_EPI_GELU
+                     : dgelu ? CG_EPI_DGELU : -1;
+    if (want < 0 || b.epi[k] != want || b.lead[k] != k || b.count[k] != 1) {
       printf("FAIL: kernel %d (%s) with GEMM %%%d: not one sum_to alone with a later "
-             "matmul_ta, nor the bias add of an earlier matmul, or batched\n", k, kk->k->name,
-             g);
+             "matmul_ta, nor the bias add (and GELU) of an earlier matmul, nor the GELU "
+             "gradient of one; its epilogue kind %d (want %d), or batched\n", k, kk->k->name,
+             g, b.epi[k], want);
       fails++;
     }
+    gelus += gelu + dgelu;
   }
   uint64_t *seen = calloc((size_t)nk + 1, sizeof(uint64_t));
   uint32_t *final[3];
@@ -218,9 +230,19 @@ int main(int argc, char **argv) {
     printf("FAIL: no batch at all: nothing to test\n");
     fails++;
   }
-  printf("%s %s: %d launches, %d batches absorbing %d of them, %d bias sums and adds with "
-         "GEMMs\n",
-         fails ? "FAIL" : "ok  ", m->name, nk, b.batches, b.absorbed, in_gemm);
+  /* every GELU input passes/gelu_epilogue.c kept: its GELU and each gradient in an epilogue */
+  int kept = 0;
+  for (int i = 0; i < m->nnodes; i++)
+    if (gelu_epilogue_input(m, m->nodes[i]))
+      for (int j = i + 1; j < m->nnodes; j++)
+        for (int q = 0; q < m->nodes[j]->ninputs; q++) kept += m->nodes[j]->inputs[q] == m->nodes[i];
+  if (gelus != kept) {
+    printf("FAIL: %d GELUs and GELU gradients with their GEMMs, %d wanted\n", gelus, kept);
+    fails++;
+  }
+  printf("%s %s: %d launches, %d batches absorbing %d of them, %d bias sums, adds and GELUs "
+         "with GEMMs (%d GELUs and gradients)\n",
+         fails ? "FAIL" : "ok  ", m->name, nk, b.batches, b.absorbed, in_gemm, gelus);
   for (int k = 0; k < nk; k++) free(args[k]);
   free(args), free(seen), free(temp_off);
   cg_plan_free(&kp);

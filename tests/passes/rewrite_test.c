@@ -1,9 +1,9 @@
 /* tests/passes/rewrite_test.c -- a rewriting pass on a model's step:
- * passes/slice_sink.c, passes/remat.c, passes/remat_act.c or
- * passes/attn_layout.c.
+ * passes/slice_sink.c, passes/remat.c, passes/remat_act.c,
+ * passes/attn_layout.c or passes/gelu_epilogue.c (then remat).
  *
- *   rewrite_test slice_sink|remat|remat_after_act|remat_act|remat_layer|attn_layout
- *                MODEL.dsl MIN [NAME=VALUE ...]
+ *   rewrite_test slice_sink|remat|remat_after_act|remat_act|remat_layer|attn_layout|
+ *                gelu_epilogue MODEL.dsl MIN [NAME=VALUE ...]
  *
  * (remat_after_act: remat on modules that ran remat_act first, as parc
  * --recompute pointwise does.)
@@ -19,17 +19,23 @@
  *     value of its own layer (the layer's copies: its count of copies made,
  *     every layer counted); attn_layout, no head copy around an
  *     attention that its rules remove (this file's own reading of the rules);
+ *     gelu_epilogue, in a bf16 module, every gelu_grad of a linear layer's
+ *     GELU input (this file's reading: gelu_inputs) right after its dy's
+ *     matmul and reading the forward's input itself, not remat's copy (in an
+ *     fp32 module: none moved, remat copies as before);
  *   - the other module had at least MIN of them (the pass is exercised) and
  *     the rewritten one has exactly the nodes the rules say: slice_sink,
  *     those ops fewer plus the new operand slices (each rewritten slice
  *     becomes its op, each cut operand one new slice); remat, one copy more
  *     for each backward reader of each, every copy read by one node;
  *     remat_act, one copy more for each; attn_layout, the copies (and
- *     GPT-2's concat) fewer;
+ *     GPT-2's concat) fewer; gelu_epilogue, remat's copies of the others;
  *   - two training steps of both modules in the reference interpreter, from
  *     the same parameters and batch, give the same loss and the same value of
  *     every update, bit for bit (slicing commutes with a pointwise op; the
- *     token-major attention computes each value as the head-major one).
+ *     token-major attention computes each value as the head-major one;
+ *     gelu_epilogue's reference is the module before remat, whose backward
+ *     reads the GELU input itself).
  * Prints the counts and the losses. */
 #include <math.h>
 #include <stdint.h>
@@ -38,6 +44,7 @@
 #include <string.h>
 
 #include "ir/interp.h"
+#include "passes/machine.h"
 #include "passes/passes.h"
 #include "tests/support/load.h"
 
@@ -121,8 +128,47 @@ static int rematerializable(const IrModule *m, int *copies) {
     }
     for (int u = 0; u < m->nupdates; u++) ok &= m->updates[u].value != p;
     for (int k = 0; k < m->nnodes; k++) ok &= m->nodes[k]->grad != p;
+    ok &= !gelu_epilogue_input(m, p); /* kept for the GEMM epilogues (bf16) */
     if (ok && acts == 1 && fwd && bwd) n++, *copies += readers;
   }
+  return n;
+}
+
+/* 1 if r is gelu_grad(h, dg) of a linear layer's GELU input: h = add(matmul,
+ * param) in the forward, read by one forward gelu and gelu_grads alone; dg a
+ * backward matmul that r alone reads.  (passes/gelu_epilogue.c's rule, read
+ * again.) */
+static int gelu_grad_of_linear(const IrModule *m, const IrNode *r) {
+  if (r->op != IR_OP_GELU_GRAD || r->phase != IR_PHASE_B) return 0;
+  const IrNode *h = r->inputs[0], *dg = r->inputs[1];
+  if (h->op != IR_OP_ADD || h->phase != IR_PHASE_FWD || dg->op != IR_OP_MATMUL ||
+      dg->phase != IR_PHASE_B)
+    return 0;
+  int mm = h->inputs[0]->op == IR_OP_MATMUL ? 0 : 1;
+  if (h->inputs[mm]->op != IR_OP_MATMUL || h->inputs[1 - mm]->op != IR_OP_PARAM) return 0;
+  int gelus = 0, dg_readers = 0, mm_readers = 0;
+  for (int i = 0; i < m->nnodes; i++)
+    for (int j = 0; j < m->nodes[i]->ninputs; j++) {
+      const IrNode *q = m->nodes[i], *x = q->inputs[j];
+      if (x == dg) dg_readers++;
+      if (x == h->inputs[mm]) mm_readers++;
+      if (x != h) continue;
+      if (q->op == IR_OP_GELU && q->phase == IR_PHASE_FWD) gelus++;
+      else if (q->op != IR_OP_GELU_GRAD || j != 0) return 0;
+    }
+  return gelus == 1 && dg_readers == 1 && mm_readers == 1;
+}
+
+/* gelu_epilogue: the gelu_grads of linear layers' GELU inputs; *placed those
+ * right after their dg */
+static int gelu_inputs(const IrModule *m, int *placed) {
+  int n = 0;
+  *placed = 0;
+  for (int i = 0; i < m->nnodes; i++)
+    if (gelu_grad_of_linear(m, m->nodes[i])) {
+      n++;
+      *placed += m->nodes[i]->inputs[1]->id == i - 1;
+    }
   return n;
 }
 
@@ -341,9 +387,10 @@ int main(int argc, char **argv) {
   int sink = !strcmp(pass, "slice_sink"), lay = !strcmp(pass, "attn_layout");
   int act = !strcmp(pass, "remat_act"), after_act = !strcmp(pass, "remat_after_act");
   int remat = after_act || !strcmp(pass, "remat"), layer = !strcmp(pass, "remat_layer");
-  if (argc < 4 || (!sink && !lay && !act && !remat && !layer)) {
+  int gelu = !strcmp(pass, "gelu_epilogue");
+  if (argc < 4 || (!sink && !lay && !act && !remat && !layer && !gelu)) {
     fprintf(stderr, "usage: rewrite_test slice_sink|remat|remat_after_act|remat_act|remat_layer|"
-            "attn_layout MODEL.dsl MIN [NAME=VALUE ...]\n");
+            "attn_layout|gelu_epilogue MODEL.dsl MIN [NAME=VALUE ...]\n");
     return 2;
   }
   const char *const *defs = (const char *const *)argv + 4;
@@ -357,10 +404,15 @@ int main(int argc, char **argv) {
    * (--recompute pointwise), whose copies read remat's candidates in the
    * backward beside their old readers, in other kernels */
   if (after_act && (pass_remat_act(m) || pass_remat_act(ref))) return 1;
-  int before = m->nnodes, slices, cut, gone = 0, copies = 0;
+  int before = m->nnodes, slices, cut, gone = 0, copies = 0, placed = 0;
+  /* gelu_epilogue: the GELU gradients it places (none in fp32), the others remat copies */
   int ops = sink ? sliced_only(m, &slices, &cut) : lay ? attn_copies(m, &gone)
-            : act ? act_candidates(m) : layer ? layer_readers(m) : rematerializable(m, &copies);
-  int want = sink ? before - ops + cut : lay ? before - gone : before + (remat ? copies : ops);
+            : act ? act_candidates(m) : layer ? layer_readers(m)
+            : gelu ? (machine_bf16(m) ? gelu_inputs(m, &placed) : 0)
+                   : rematerializable(m, &copies);
+  if (gelu) rematerializable(m, &copies);
+  int want = sink ? before - ops + cut : lay ? before - gone
+             : before + (remat || gelu ? copies : ops);
   IrNode **old = malloc(sizeof *old * (size_t)before);
   int *last0 = malloc(sizeof(int) * (size_t)before);
   int *last1 = malloc(sizeof(int) * (size_t)before);
@@ -368,13 +420,16 @@ int main(int argc, char **argv) {
   last_reads(m, old, before, last0);
   char why[512] = "";
   int rc = sink ? pass_slice_sink(m) : lay ? pass_attn_layout(m) : act ? pass_remat_act(m)
-           : layer ? pass_remat_layer(m) : pass_remat(m);
+           : layer ? pass_remat_layer(m) : gelu ? pass_gelu_epilogue(m) || pass_remat(m)
+                                                : pass_remat(m);
   if (rc || ir_verify(m, why, sizeof why)) {
     printf("FAIL: %s: %s\n", argv[1], why);
     return 1;
   }
   int left = sink ? sliced_only(m, &slices, &cut) : lay ? attn_copies(m, &gone)
-             : act ? act_candidates(m) : layer ? layer_readers(m) : rematerializable(m, &copies);
+             : act ? act_candidates(m) : layer ? layer_readers(m)
+             : gelu ? ops - (gelu_inputs(m, &placed), placed) + rematerializable(m, &copies)
+                    : rematerializable(m, &copies);
   if (layer) { /* every such layer's forward copied: the copies the pass counts */
     want = before + m->remat_layer_nodes;
     expect(m->remat_layers == ops, "m->remat_layers is not the layers read by their backward");
