@@ -147,10 +147,11 @@ int cg_cuda_bias_add_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPl
   return mm->id;
 }
 
-/* 1 if x and y are both stored as bf16 (the GELU epilogues' values: the
- * trainers of --bf16-store off and round, their references, keep the kernels). */
-static int both_bf16(const CgCudaStore *store, const IrNode *x, const IrNode *y) {
-  return store->bf16[x->id] && store->bf16[y->id];
+/* 1 if x and y are stored alike: both bf16, both rounded fp32, or both fp32
+ * (the GELU epilogues write or read one as the other: rt_cuda.h). */
+static int stored_alike(const CgCudaStore *store, const IrNode *x, const IrNode *y) {
+  const int rx = store->rounded && store->rounded[x->id], ry = store->rounded && store->rounded[y->id];
+  return store->bf16[x->id] == store->bf16[y->id] && rx == ry;
 }
 
 /* The forward GELU (cuda_batch.h): kernel k is [h = add(mm, b), gelu(h)], h a
@@ -161,7 +162,7 @@ static int gelu_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPlan *b
   if (kk->nnodes != 2) return -1;
   const IrNode *h = m->nodes[kk->nodes[0]], *g = m->nodes[kk->nodes[1]];
   if (g->op != IR_OP_GELU || g->inputs[0] != h || !kp->materialize[h->id] ||
-      !kp->materialize[g->id] || !gelu_epilogue_input(m, h) || !both_bf16(store, h, g))
+      !kp->materialize[g->id] || !gelu_epilogue_input(m, h) || !stored_alike(store, h, g))
     return -1;
   const int j = h->inputs[0]->op == IR_OP_MATMUL ? 0 : 1;
   const IrNode *mm = h->inputs[j], *b = h->inputs[1 - j];
@@ -183,7 +184,7 @@ static int dgelu_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPlan *
   const IrNode *r = m->nodes[kk->nodes[0]];
   if (r->op != IR_OP_GELU_GRAD || !kp->materialize[r->id]) return -1;
   const IrNode *h = r->inputs[0], *dg = r->inputs[1];
-  if (!gelu_epilogue_input(m, h) || !both_bf16(store, h, r) ||
+  if (!gelu_epilogue_input(m, h) || !stored_alike(store, h, r) ||
       !epilogue_gemm(m, kp, dg, k) || last_dim(dg) % 8)
     return -1;
   /* the GEMM writes r's bytes while it reads its operands and h */

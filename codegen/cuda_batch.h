@@ -50,11 +50,10 @@
  * GELU and its gradient with their GEMMs (in_gemm too; passes/gelu_epilogue.c
  * keeps the GELU input h = add(mm, b) and moves each dg's matmul right
  * before its gelu_grad(h, dg)): in the unpipelined step, the forward kernel
- * that is exactly [h, gelu(h)] (both stored as bf16: not the fp32 values of
- * --bf16-store off or round, their references), right after mm, is mm's call
- * (rt_cuda_matmul_gelu: h to the aux output, gelu(h) to D), and the backward
- * kernel that is exactly [gelu_grad(h, dg)] (both bf16), right after dg's
- * matmul, is that call (rt_cuda_matmul_dgelu: h the aux
+ * that is exactly [h, gelu(h)] (both stored alike: bf16, rounded fp32 or
+ * fp32), right after mm, is mm's call (rt_cuda_matmul_gelu: h to the aux
+ * output, gelu(h) to D), and the backward kernel that is exactly
+ * [gelu_grad(h, dg)] (stored as h is), right after dg's matmul, is that call (rt_cuda_matmul_dgelu: h the aux
  * input); each where cuBLASLt has the algorithm, else the plain product to
  * mm's (dg's) buffer and the kernel right after.  Rows of a multiple of 8;
  * the results' bytes apart from the GEMM's operands, b and (backward) h.

@@ -233,6 +233,23 @@ int rt_cuda_matmul_ta_bgrad(RtCuda *c, float *out, const float *a, const float *
 int rt_cuda_matmul_bias(RtCuda *c, float *out, float *plain, const float *a, const float *b,
                         const float *bias, int64_t batch, int64_t m, int64_t k, int64_t n,
                         int flags, int out_flags, int *done);
+/* The GELU epilogues (GPT-2's MLP; cuBLASLt's GELU_AUX_BIAS and DGELU), gelu
+ * the IR's tanh form, gelu(x) = 0.5 x (1 + tanh(0.7978845608 (x + 0.044715 x^3))).
+ * rt_cuda_matmul_gelu: h = a b + bias[n] (fp32) on every row to aux and gelu(h)
+ * to out, both written as out_flags say (RT_CUDA_MM_C_BF16; _C_ROUND: fp32
+ * values rounded to bf16, both; or 0: fp32), and *done = 1.
+ * rt_cuda_matmul_dgelu: out = (a b) * gelu'(aux), aux [m, n] of the type
+ * out_flags say (the forward's aux), and *done = 1.  Where either cannot (no
+ * algorithm with the epilogue for the shape; n not a multiple of 8, the aux's
+ * leading dimension; a batch member's own b, accumulation; PARC_CUDA_GELU=0):
+ * the plain product to plain as flags say, out and aux untouched, *done = 0,
+ * and the caller computes the rest.  One member (the batch folds into m). */
+int rt_cuda_matmul_gelu(RtCuda *c, float *out, float *aux, float *plain, const float *a,
+                        const float *b, const float *bias, int64_t batch, int64_t m, int64_t k,
+                        int64_t n, int flags, int out_flags, int *done);
+int rt_cuda_matmul_dgelu(RtCuda *c, float *out, float *plain, const float *a, const float *b,
+                         const float *aux, int64_t batch, int64_t m, int64_t k, int64_t n,
+                         int flags, int out_flags, int *done);
 
 /* ---- attention (rt_attention.h): flash-style, no T x T matrix ---- */
 int rt_cuda_sdpa(RtCuda *c, float *out, float *lse, const float *q, const float *k,

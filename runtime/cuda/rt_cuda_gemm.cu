@@ -55,7 +55,23 @@
  * element fl(product + bias), the bits of the plain fp32 product and an fp32
  * add, rounded once where D is bf16.  Any GEMM mode; one member, no
  * accumulation.  Where the plan has no algorithm with it nothing runs, the
- * call makes the plain product into the caller's other buffer and says so. */
+ * call makes the plain product into the caller's other buffer and says so.
+ *
+ * GELU in the epilogue (rt_cuda_matmul_gelu, _dgelu; GPT-2's MLP): the
+ * up-projection's GELU_AUX_BIAS adds the fp32 bias as BIAS does, writes that
+ * sum h (the pre-activation the backward reads) to the aux matrix and gelu(h)
+ * to D; the backward's DGELU multiplies the product (dg = dy W^T) by
+ * gelu'(aux) as D is written.  The aux matrix has D's type
+ * (EPILOGUE_AUX_DATA_TYPE left at its default) and D's column-major layout,
+ * AUX_LD = D's rows (our n; cuBLASLt wants a multiple of 8); gelu is the
+ * tanh form, the IR's (to rounding: the GPU's tanh is its own).  The
+ * conditions are BIAS's plus rows of a multiple of 8; RT_CUDA_MM_C_ROUND
+ * rounds the aux output in place with the result (the bf16 trainer's bits in
+ * fp32 buffers, for --bf16-store round); the aux pointer's
+ * alignment is in the plan's key as the vector's is.  Where the plan has no
+ * algorithm with the epilogue, nothing runs and the call makes the plain
+ * product into the caller's other buffer, as for BIAS: the caller's kernels
+ * add the bias and apply gelu (or multiply by its gradient) to it. */
 #include <cuda_bf16.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,11 +204,20 @@ static int set_batch(RtCuda *c, cublasLtMatrixLayout_t l, int32_t count, int64_t
   return RT_OK;
 }
 
-/* The epilogues a plan may ask for (GemmPlan.want_epi, .epi). */
-enum { GEMM_EPI_NONE = 0, GEMM_EPI_BGRADA = 1, GEMM_EPI_BIAS = 2 };
+/* The epilogues a plan may ask for (GemmPlan.want_epi, .epi), cuBLASLt's
+ * BGRADA, BIAS, GELU_AUX_BIAS and DGELU: BGRADA sums b into its vector beside
+ * the plain product; the others make a result other than the plain product's
+ * (epi_makes), BIAS and GELU from a vector, GELU and DGELU with an aux matrix
+ * (written, read). */
+enum { GEMM_EPI_NONE = 0, GEMM_EPI_BGRADA = 1, GEMM_EPI_BIAS = 2, GEMM_EPI_GELU = 3,
+       GEMM_EPI_DGELU = 4 };
+static int epi_makes(int epi) { return epi >= GEMM_EPI_BIAS; }
+static int epi_vector(int epi) { return epi >= GEMM_EPI_BGRADA && epi <= GEMM_EPI_GELU; }
+static int epi_aux(int epi) { return epi >= GEMM_EPI_GELU; }
 
 /* PARC_CUDA_BGRAD=0: no bias-gradient epilogue (the kernels sum, as before);
- * PARC_CUDA_BIAS=0: no bias epilogue (the kernels add).  Each read once. */
+ * PARC_CUDA_BIAS=0: no bias epilogue (the kernels add); PARC_CUDA_GELU=0: no
+ * GELU epilogues (the kernels apply gelu and its gradient).  Each read once. */
 static int env_allows(const char *name, int *cache) {
   if (*cache < 0) {
     const char *v = getenv(name);
@@ -208,31 +233,67 @@ static int bias_allowed(void) {
   static int allowed = -1;
   return env_allows("PARC_CUDA_BIAS", &allowed);
 }
+static int gelu_allowed(void) {
+  static int allowed = -1;
+  return env_allows("PARC_CUDA_GELU", &allowed);
+}
 
-/* Sets the epilogue of p->op: epi (GEMM_EPI_*) with vector bias (fp32), or
- * the default. */
-static cublasStatus_t set_epilogue(GemmPlan *p, int epi, const float *bias) {
-  uint32_t e = epi == GEMM_EPI_BGRADA ? CUBLASLT_EPILOGUE_BGRADA
-               : epi == GEMM_EPI_BIAS ? CUBLASLT_EPILOGUE_BIAS
-                                      : CUBLASLT_EPILOGUE_DEFAULT;
+/* Whether epilogue epi, one that makes the result (epi_makes), may run: one
+ * member (the batch folded into m), no accumulation, its env switch; GELU and
+ * DGELU: rows of n a multiple of 8 (the aux's AUX_LD). */
+static int makes_allowed(int epi, int64_t batch, int64_t n, int flags) {
+  if (batch != 1 || (flags & RT_MM_ACCUMULATE)) return 0;
+  if (epi == GEMM_EPI_BIAS) return bias_allowed();
+  return gelu_allowed() && n % 8 == 0;
+}
+
+/* Points p->op's epilogue epi at a call's vector (bias) and aux matrix, those
+ * of them it reads or writes (calls of one shape share the plan). */
+static cublasStatus_t set_pointers(GemmPlan *p, int epi, const float *bias, const void *aux) {
+  const void *vec = epi_vector(epi) ? bias : NULL;
   cublasStatus_t st =
-      cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e);
-  const void *ptr = epi ? bias : NULL;
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr,
-                                        sizeof ptr);
-  /* an fp32 vector whatever D's type (BGRADA's is D's type, fp32 there) */
-  int32_t type = CUDA_R_32F;
-  if (st == CUBLAS_STATUS_SUCCESS && epi == GEMM_EPI_BIAS)
-    st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type,
-                                        sizeof type);
+      cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof vec);
+  if (st == CUBLAS_STATUS_SUCCESS && epi_aux(epi))
+    st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                        sizeof aux);
   return st;
 }
 
+/* Sets the epilogue of p->op: epi (GEMM_EPI_*) with vector bias (fp32) and
+ * aux matrix aux (D's type, rows of p->n), or the default. */
+static cublasStatus_t set_epilogue(GemmPlan *p, int epi, const float *bias, const void *aux) {
+  static const uint32_t kind[] = {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_BGRADA,
+                                  CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+                                  CUBLASLT_EPILOGUE_DGELU}; /* by GEMM_EPI_* */
+  uint32_t e = kind[epi];
+  cublasStatus_t st =
+      cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e);
+  /* an fp32 vector whatever D's type (BGRADA's is D's type, fp32 there) */
+  int32_t type = CUDA_R_32F;
+  if (st == CUBLAS_STATUS_SUCCESS && (epi == GEMM_EPI_BIAS || epi == GEMM_EPI_GELU))
+    st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type,
+                                        sizeof type);
+  /* the aux matrix in D's layout: D's rows are our rows of n */
+  int64_t ld = p->n;
+  if (st == CUBLAS_STATUS_SUCCESS && epi_aux(epi))
+    st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                                        sizeof ld);
+  return st == CUBLAS_STATUS_SUCCESS ? set_pointers(p, epi, bias, aux) : st;
+}
+
+static void drop_plan(GemmPlan *p) {
+  cublasLtMatrixLayoutDestroy(p->la);
+  cublasLtMatrixLayoutDestroy(p->lb);
+  cublasLtMatrixLayoutDestroy(p->lc);
+  cublasLtMatmulDescDestroy(p->op);
+}
+
 /* Builds plan p for: batch GEMMs of out[m, n] = op(a)[m, k] op(b)[k, n]; with
- * p->want_epi, that epilogue (BGRADA into bias, or BIAS from it) where
- * cuBLASLt has an algorithm for it (p->epi), else without. */
-static int make_plan(RtCuda *c, GemmPlan *p, int al_a, int al_b, int al_c, const float *bias) {
+ * p->want_epi, that epilogue (BGRADA into bias; BIAS, GELU from it; GELU
+ * into aux, DGELU from it) where cuBLASLt has an algorithm for it (p->epi),
+ * else without. */
+static int make_plan(RtCuda *c, GemmPlan *p, int al_a, int al_b, int al_c, const float *bias,
+                     const void *aux) {
   int ta = p->ta, tb = (p->flags & RT_MM_TRANSPOSE_B) != 0, bb = (p->flags & RT_MM_B_BATCHED) != 0;
   int64_t m = p->m, n = p->n, k = p->k;
   int32_t batch = (int32_t)p->batch;
@@ -280,14 +341,14 @@ static int make_plan(RtCuda *c, GemmPlan *p, int al_a, int al_b, int al_c, const
   memset(&res, 0, sizeof res);
   p->epi = GEMM_EPI_NONE;
   if (st == CUBLAS_STATUS_SUCCESS && p->want_epi) { /* with the epilogue, if cuBLASLt can */
-    cublasStatus_t sb = set_epilogue(p, p->want_epi, bias);
+    cublasStatus_t sb = set_epilogue(p, p->want_epi, bias, aux);
     if (sb == CUBLAS_STATUS_SUCCESS)
       sb = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
                                           &found);
     if (sb == CUBLAS_STATUS_SUCCESS && found >= 1) p->epi = p->want_epi;
-    else { /* none: the plain GEMM, and the caller sums or adds */
+    else { /* none: the plain GEMM, and the caller does the epilogue's work */
       found = 0;
-      st = set_epilogue(p, GEMM_EPI_NONE, NULL);
+      st = set_epilogue(p, GEMM_EPI_NONE, NULL, NULL);
     }
   }
   if (st == CUBLAS_STATUS_SUCCESS && !p->epi)
@@ -306,12 +367,14 @@ static int make_plan(RtCuda *c, GemmPlan *p, int al_a, int al_b, int al_c, const
   return RT_OK;
 }
 
-/* The GEMM; bias (not NULL): also its bias gradient (ta) where the epilogue
- * can (the head comment), or (!ta) the bias added where the epilogue can,
- * else nothing runs; *done = whether the epilogue did it. */
+/* The GEMM with epilogue epi (GEMM_EPI_*; vector bias, aux matrix aux, as
+ * it reads or writes them) where it can (the head comment): BGRADA its bias
+ * gradient beside the product, else the product alone; an epilogue that
+ * makes the result (epi_makes), else nothing runs.  *done = whether the
+ * epilogue ran. */
 static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *a,
                 const float *b, int64_t batch, int64_t m, int64_t k, int64_t n, int flags,
-                float *bias, int *done) {
+                int epi, float *bias, const void *aux, int *done) {
   if (done) *done = 0;
   if (!out || !a || !b)
     return rt_fail("%s: NULL %s pointer", opname, !out ? "output" : !a ? "a" : "b");
@@ -331,11 +394,11 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
     m *= batch;
     batch = 1;
   }
-  /* the bias added: fl(product + bias), in any mode (rt_cuda.h); decided before
-   * the operands' bf16 copies, which the caller's plain call would make again */
-  const int want_bias =
-      bias && !ta && bias_allowed() && batch == 1 && !(flags & RT_MM_ACCUMULATE);
-  if (bias && !ta && !want_bias) return RT_OK; /* (*done = 0: the caller adds) */
+  /* a result the epilogue makes (the bias added: fl(product + bias); gelu or its
+   * gradient), in any mode (rt_cuda.h); decided before the operands' bf16
+   * copies, which the caller's plain call would make again */
+  const int want_made = epi_makes(epi) && makes_allowed(epi, batch, n, flags);
+  if (epi_makes(epi) && !want_made) return RT_OK; /* (*done = 0: the caller's plain call) */
   int gflags = flags & ~RT_MM_ACCUMULATE;
   /* an operand stored as bf16 makes the GEMM a bf16 one, whatever
    * PARC_CUDA_GEMM_OPERANDS says (rt_cuda_open refuses other GEMM modes) */
@@ -372,13 +435,15 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
   }
   int al_a = align_of(ga), al_b = align_of(gb), al_c = align_of(gout);
   /* the bias gradient from the epilogue: sums of b's own values (the head comment) */
-  int want_bgrad = bias && ta && bgrad_allowed() && batch == 1 && !tb && !cout &&
+  int want_bgrad = epi == GEMM_EPI_BGRADA && bgrad_allowed() && batch == 1 && !tb && !cout &&
                    !(flags & RT_MM_ACCUMULATE) && (bf16ops || c->gemm == RT_CUDA_GEMM_FP32);
-  int want_epi = want_bgrad ? GEMM_EPI_BGRADA : want_bias ? GEMM_EPI_BIAS : GEMM_EPI_NONE;
-  int al_bias = want_epi ? align_of(bias) : 0;
+  int want_epi = want_bgrad ? GEMM_EPI_BGRADA : want_made ? epi : GEMM_EPI_NONE;
+  int al_bias = epi_vector(want_epi) ? align_of(bias) : 0;
+  int al_aux = epi_aux(want_epi) ? align_of(aux) : 0;
   /* the cache key: shape, flags, precision, epilogue and alignment class */
   uint64_t h = (uint64_t)(m * 1000003 + k * 10007 + n * 101 + batch * 7 + gflags * 3 + ta) ^
-               ((uint64_t)(al_a + 3 * al_b + 7 * al_c + 11 * al_bias + 1031 * want_epi) << 40) ^
+               ((uint64_t)(al_a + 3 * al_b + 7 * al_c + 11 * al_bias + 13 * al_aux +
+                           1031 * want_epi) << 40) ^
                ((uint64_t)c->gemm << 60);
   GemmPlan *p = NULL;
   for (int i = 0; i < RT_CUDA_GEMM_CACHE; i++) {
@@ -390,7 +455,7 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
     if (q->batch == batch && q->m == m && q->k == k && q->n == n && q->flags == gflags &&
         q->ta == ta && q->mode == c->gemm && q->bf16ops == bf16ops &&
         q->al[0] == al_a && q->al[1] == al_b && q->al[2] == al_c &&
-        q->want_epi == want_epi && q->al_bias == al_bias) {
+        q->want_epi == want_epi && q->al_bias == al_bias && q->al_aux == al_aux) {
       p = q;
       break;
     }
@@ -408,33 +473,21 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
     p->bf16ops = bf16ops;
     p->ld[0] = ld[0], p->ld[1] = ld[1], p->ld[2] = ld[2];
     p->al[0] = al_a, p->al[1] = al_b, p->al[2] = al_c;
-    p->want_epi = want_epi, p->al_bias = al_bias;
-    if (make_plan(c, p, al_a, al_b, al_c, want_epi ? bias : NULL)) return RT_ERR;
+    p->want_epi = want_epi, p->al_bias = al_bias, p->al_aux = al_aux;
+    if (make_plan(c, p, al_a, al_b, al_c, bias, aux)) return RT_ERR;
   }
-  if (want_bias && !p->epi) { /* no algorithm adds it: nothing runs, the caller adds */
-    if (temporary) {
-      cublasLtMatrixLayoutDestroy(p->la);
-      cublasLtMatrixLayoutDestroy(p->lb);
-      cublasLtMatrixLayoutDestroy(p->lc);
-      cublasLtMatmulDescDestroy(p->op);
-    }
+  if (want_made && !p->epi) { /* no algorithm makes it: nothing runs, the caller does */
+    if (temporary) drop_plan(p);
     return RT_OK;
   }
   float alpha = 1.0f, beta = (flags & RT_MM_ACCUMULATE) ? 1.0f : 0.0f;
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-  if (p->epi) /* this call's vector (calls of one shape share the plan) */
-    st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                        sizeof bias);
+  if (p->epi) st = set_pointers(p, p->epi, bias, aux); /* this call's */
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmul(c->lt, p->op, &alpha, gb, p->la, ga, p->lb, &beta, gout,
                                      p->lc, gout, p->lc, &p->algo, c->lt_ws,
                                      RT_CUDA_GEMM_WORKSPACE, c->compute);
-  if (temporary) {
-    cublasLtMatrixLayoutDestroy(p->la);
-    cublasLtMatrixLayoutDestroy(p->lb);
-    cublasLtMatrixLayoutDestroy(p->lc);
-    cublasLtMatmulDescDestroy(p->op);
-  }
+  if (temporary) drop_plan(p);
   if (st != CUBLAS_STATUS_SUCCESS) {
     char what[256];
     snprintf(what, sizeof what, "%s (batch %lld, m %lld, k %lld, n %lld, flags 0x%x)",
@@ -442,25 +495,33 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
              (long long)n, (unsigned)flags);
     return rt_cuda_fail_at(c, __FILE__, __LINE__, opname, what);
   }
-  if (done) *done = p->epi != GEMM_EPI_NONE;
+  const int p_epi = p->epi;
+  if (done) *done = p_epi != GEMM_EPI_NONE;
   if (gout != out)
     CU_CHECK(c, cudaMemcpy2DAsync(out, (size_t)n * 4, gout, (size_t)ld[2] * 4, (size_t)n * 4,
                                   (size_t)m, cudaMemcpyDeviceToDevice, c->compute),
              "gemm: the result out of its padded rows");
-  /* the reference of a bf16 result: its values in fp32 */
-  return flags & RT_CUDA_MM_C_ROUND ? rt_cuda_round_bf16(c, out, m * n) : RT_OK;
+  /* the reference of a bf16 result: its values in fp32 (and the GELU's aux
+   * output, which is of the result's type) */
+  if (!(flags & RT_CUDA_MM_C_ROUND)) return RT_OK;
+  if (p_epi == GEMM_EPI_GELU && rt_cuda_round_bf16(c, (float *)aux, m * n)) return RT_ERR;
+  return rt_cuda_round_bf16(c, out, m * n);
 }
 
 /* The profile's record of a GEMM (rt_cuda.h): "matmul BxMxKxN", the shape as
- * cuBLASLt runs it (a's batch folded into M where gemm() folds it). */
+ * cuBLASLt runs it (a's batch folded into M where gemm() folds it); epi: the
+ * epilogue that ran (GEMM_EPI_*), its vector of a bias gradient and its aux
+ * matrix (of the result's type) counted in the bytes. */
 static void prof_gemm(RtCuda *c, RtProfScope &ps, const char *op, int ta, int64_t batch,
-                      int64_t m, int64_t k, int64_t n, int flags, int bgrad) {
+                      int64_t m, int64_t k, int64_t n, int flags, int epi) {
+  const int bgrad = epi == GEMM_EPI_BGRADA;
   double B = (double)batch, M = (double)m, K = (double)k, N = (double)n;
   int acc = (flags & RT_MM_ACCUMULATE) != 0;
   double ea = (flags & RT_CUDA_MM_A_BF16) ? 2 : 4, eb = (flags & RT_CUDA_MM_B_BF16) ? 2 : 4;
   double ec = (flags & RT_CUDA_MM_C_BF16) ? 2 : 4;
   double bytes = ea * B * M * K + eb * ((flags & RT_MM_B_BATCHED) ? B : 1) * K * N +
-                 ec * (acc ? 2 : 1) * B * M * N + (bgrad ? 4 * N : 0);
+                 ec * (acc ? 2 : 1) * B * M * N + (bgrad ? 4 * N : 0) +
+                 (epi_aux(epi) ? ec * B * M * N : 0);
   if (!ta && !(flags & RT_MM_B_BATCHED)) m *= batch, batch = 1;
   char shape[64];
   if (batch > 1)
@@ -476,33 +537,68 @@ static void prof_gemm(RtCuda *c, RtProfScope &ps, const char *op, int ta, int64_
 extern "C" int rt_cuda_matmul(RtCuda *c, float *out, const float *a, const float *b,
                               int64_t batch, int64_t m, int64_t k, int64_t n, int flags) {
   RtProfScope ps(c);
-  if (ps.on()) prof_gemm(c, ps, "matmul", 0, batch, m, k, n, flags, 0);
-  return gemm(c, "matmul", 0, out, a, b, batch, m, k, n, flags, NULL, NULL);
+  if (ps.on()) prof_gemm(c, ps, "matmul", 0, batch, m, k, n, flags, GEMM_EPI_NONE);
+  return gemm(c, "matmul", 0, out, a, b, batch, m, k, n, flags, GEMM_EPI_NONE, NULL, NULL, NULL);
 }
 
 extern "C" int rt_cuda_matmul_ta(RtCuda *c, float *out, const float *a, const float *b,
                                  int64_t batch, int64_t m, int64_t k, int64_t n, int flags) {
   RtProfScope ps(c);
-  if (ps.on()) prof_gemm(c, ps, "matmul_ta", 1, batch, m, k, n, flags, 0);
-  return gemm(c, "matmul_ta", 1, out, a, b, batch, m, k, n, flags, NULL, NULL);
+  if (ps.on()) prof_gemm(c, ps, "matmul_ta", 1, batch, m, k, n, flags, GEMM_EPI_NONE);
+  return gemm(c, "matmul_ta", 1, out, a, b, batch, m, k, n, flags, GEMM_EPI_NONE, NULL, NULL,
+              NULL);
+}
+
+/* rt_cuda_matmul_bias, _gelu and _dgelu (rt_cuda.h): the result epilogue epi
+ * (epi_makes) makes from the product, vector bias and aux matrix aux (those
+ * it reads or writes) to out as out_flags say, *done = 1; where it cannot,
+ * the plain product to plain as flags say, *done = 0. */
+static int matmul_made(RtCuda *c, int epi, float *out, float *plain, const float *a,
+                       const float *b, const float *bias, const void *aux, int64_t batch,
+                       int64_t m, int64_t k, int64_t n, int flags, int out_flags, int *done) {
+  static const char *const fn[] = {"", "", "rt_cuda_matmul_bias", "rt_cuda_matmul_gelu",
+                                   "rt_cuda_matmul_dgelu"};
+  static const char *const rec[] = {"", "", "matmul +bias", "matmul +gelu", "matmul +dgelu"};
+  const int cbits = RT_CUDA_MM_C_BF16 | RT_CUDA_MM_C_ROUND;
+  const char *null = epi_vector(epi) && !bias ? "bias"
+                     : epi_aux(epi) && !aux   ? "aux"
+                     : !done                  ? "done"
+                     : !plain                 ? "plain"
+                                              : NULL;
+  if (null) return rt_fail("%s: NULL %s", fn[epi], null);
+  if (out_flags & ~cbits)
+    return rt_fail("%s: out flags 0x%x not understood", fn[epi], (unsigned)out_flags);
+  RtProfScope ps(c);
+  const int eflags = (flags & ~cbits) | out_flags;
+  int rc = gemm(c, "matmul", 0, out, a, b, batch, m, k, n, eflags, epi, (float *)bias, aux, done);
+  if (!rc && !*done)
+    rc = gemm(c, "matmul", 0, plain, a, b, batch, m, k, n, flags, GEMM_EPI_NONE, NULL, NULL, NULL);
+  if (ps.on())
+    prof_gemm(c, ps, *done ? rec[epi] : "matmul", 0, batch, m, k, n, *done ? eflags : flags,
+              *done ? epi : GEMM_EPI_NONE);
+  return rc;
 }
 
 extern "C" int rt_cuda_matmul_bias(RtCuda *c, float *out, float *plain, const float *a,
                                    const float *b, const float *bias, int64_t batch, int64_t m,
                                    int64_t k, int64_t n, int flags, int out_flags, int *done) {
-  const int cbits = RT_CUDA_MM_C_BF16 | RT_CUDA_MM_C_ROUND;
-  if (!bias || !done || !plain)
-    return rt_fail("rt_cuda_matmul_bias: NULL %s", !bias ? "bias" : !done ? "done" : "plain");
-  if (out_flags & ~cbits)
-    return rt_fail("rt_cuda_matmul_bias: out flags 0x%x not understood", (unsigned)out_flags);
-  RtProfScope ps(c);
-  int rc = gemm(c, "matmul", 0, out, a, b, batch, m, k, n, (flags & ~cbits) | out_flags,
-                (float *)bias, done);
-  if (!rc && !*done) rc = gemm(c, "matmul", 0, plain, a, b, batch, m, k, n, flags, NULL, NULL);
-  if (ps.on())
-    prof_gemm(c, ps, *done ? "matmul +bias" : "matmul", 0, batch, m, k, n,
-              *done ? (flags & ~cbits) | out_flags : flags, 0);
-  return rc;
+  return matmul_made(c, GEMM_EPI_BIAS, out, plain, a, b, bias, NULL, batch, m, k, n, flags,
+                     out_flags, done);
+}
+
+extern "C" int rt_cuda_matmul_gelu(RtCuda *c, float *out, float *aux, float *plain,
+                                   const float *a, const float *b, const float *bias,
+                                   int64_t batch, int64_t m, int64_t k, int64_t n, int flags,
+                                   int out_flags, int *done) {
+  return matmul_made(c, GEMM_EPI_GELU, out, plain, a, b, bias, aux, batch, m, k, n, flags,
+                     out_flags, done);
+}
+
+extern "C" int rt_cuda_matmul_dgelu(RtCuda *c, float *out, float *plain, const float *a,
+                                    const float *b, const float *aux, int64_t batch, int64_t m,
+                                    int64_t k, int64_t n, int flags, int out_flags, int *done) {
+  return matmul_made(c, GEMM_EPI_DGELU, out, plain, a, b, NULL, aux, batch, m, k, n, flags,
+                     out_flags, done);
 }
 
 extern "C" int rt_cuda_matmul_ta_bgrad(RtCuda *c, float *out, const float *a, const float *b,
@@ -511,7 +607,10 @@ extern "C" int rt_cuda_matmul_ta_bgrad(RtCuda *c, float *out, const float *a, co
   if (!bgrad || !done)
     return rt_fail("rt_cuda_matmul_ta_bgrad: NULL %s", !bgrad ? "bias gradient" : "done");
   RtProfScope ps(c);
-  int rc = gemm(c, "matmul_ta", 1, out, a, b, batch, m, k, n, flags, bgrad, done);
-  if (ps.on()) prof_gemm(c, ps, "matmul_ta", 1, batch, m, k, n, flags, *done);
+  int rc = gemm(c, "matmul_ta", 1, out, a, b, batch, m, k, n, flags, GEMM_EPI_BGRADA, bgrad,
+                NULL, done);
+  if (ps.on())
+    prof_gemm(c, ps, "matmul_ta", 1, batch, m, k, n, flags,
+              *done ? GEMM_EPI_BGRADA : GEMM_EPI_NONE);
   return rc;
 }

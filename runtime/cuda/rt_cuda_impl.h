@@ -45,9 +45,11 @@ typedef struct {
   int bf16ops;               /* operands converted to bf16 (see rt_cuda_gemm.cu) */
   int64_t ld[3];             /* row lengths cuBLASLt sees for a, b, out (elements) */
   int al[3];                 /* alignment of a, b, out (bytes, <= 256) */
-  int want_epi, al_bias;     /* the epilogue asked for (GEMM_EPI_*, rt_cuda_gemm.cu) and its
-                                vector's alignment: part of the key */
-  int epi;                   /* the plan has it; else the caller sums or adds the bias */
+  int want_epi, al_bias, al_aux; /* the epilogue asked for (GEMM_EPI_*, rt_cuda_gemm.cu), its
+                                     vector's and its aux matrix's alignment (0: none): part
+                                     of the key */
+  int epi;                   /* the plan has it; else the caller sums, adds the bias or
+                                applies gelu (or its gradient) */
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatmulAlgo_t algo;

@@ -66,7 +66,13 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
           each update (PB arguments; codegen/cuda_store.h mirror_all: the
           round trainer's GEMMs convert the f32 params at every call, so a
           stale or misplaced copy changes the losses from step 2 on) or
-          made by a call each step, never both; PARC_CUDA_GEMM=fp32 is
+          made by a call each step, never both; its GELUs in GEMM epilogues
+          (one rt_cuda_matmul_gelu / _dgelu call for each kernel plan.json
+          marks so): where it has any, its run with the emulated heuristic
+          refusing every epilogue (the kernels after the GEMMs) gives the
+          losses of its run with all of them turned off (PARC_CUDA_GELU,
+          _BGRAD, _BIAS=0) bit for bit, within 1e-3 of the epilogues'
+          (gpt2_tiny: 4.6e-5); PARC_CUDA_GEMM=fp32 is
           refused as a setup error (exit 1, no step); on a GPU too small it
           refuses to start with parc's reported bytes (its own arena, with
           the bf16 values at 2 bytes: codegen/cuda_arena.h).
@@ -381,6 +387,36 @@ def launch(a, proj, emu, env, steps, one_rank):
                           a.name + " mpirun = threads bits")  # the plain run: threads
 
 
+def gelu_kernels(a, proj, sp, env, steps, src):
+    """The bf16 trainer's GELUs in GEMM epilogues (codegen/cuda_batch.h): one
+    rt_cuda_matmul_gelu or _dgelu call for each plan.json kernel marked so;
+    where there are any, the trainer whose epilogues the emulated heuristic
+    refuses (KCU_EMU_LT_NO_BGRAD: every kernel after its GEMM) equals the one
+    with every epilogue turned off, bit for bit, and within bf16 rounding of
+    the epilogues' run (other roundings of h and dg)."""
+    with open(sp + "/plan.json") as f:
+        planned = sum(k.get("gpu_epilogue") in ("gelu", "gelu_grad")
+                      for k in json.load(f)["kernels"])
+    calls = src.count("CHECK(rt_cuda_matmul_gelu(") + src.count("CHECK(rt_cuda_matmul_dgelu(")
+    if calls != planned:
+        print("%s: %d GELUs and gradients in GEMM epilogues in plan.json, %d "
+              "rt_cuda_matmul_gelu and _dgelu calls" % (a.name, planned, calls))
+        return False
+    if not planned:
+        return True
+    off = {"PARC_CUDA_GELU": "0", "PARC_CUDA_BGRAD": "0", "PARC_CUDA_BIAS": "0"}
+    runs = {}
+    for tag, extra in (("gelu_refused", {"KCU_EMU_LT_NO_BGRAD": "1"}), ("gelu_off", off)):
+        runs[tag] = proj + "." + tag + ".jsonl"
+        if not run([sp + "/build/train_cuda_emu"] + steps + ["--log", runs[tag]],
+                   proj + "." + tag + ".log", env=dict(env, PARC_CUDA_GEMM="bf16", **extra)):
+            return False
+    return compare(a, "losses", runs["gelu_off"], runs["gelu_refused"], 0,
+                   "%s GELU kernels: refused = off bits (%d calls)" % (a.name, calls)) and \
+        compare(a, "losses", proj + ".store.jsonl", runs["gelu_off"], 1e-3,
+                a.name + " GELU kernels ~ epilogues")
+
+
 def store(a, proj, env, steps, grads, against_cpu, one_rank, device):
     """The store check (the head comment): proj_bf16 against proj_bf16r, and
     against the CPU's f32; with device (several ranks), the bf16 trainer's
@@ -435,6 +471,7 @@ def store(a, proj, env, steps, grads, against_cpu, one_rank, device):
     if ok and runs["store"][1]:
         ok = compare(a, "grads", runs["round"][1][1], runs["store"][1][1], 0,
                      a.name + " bf16 stores, gradients")
+    ok = ok and gelu_kernels(a, proj, sp, env, steps, src)
     ok = ok and against_cpu("store", BF16_LOSS_TOL, BF16_GRAD_TOL_OF.get(a.name, BF16_GRAD_TOL),
                             "bf16 activations vs CPU",
                             "bf16 activations, gradients")

@@ -83,6 +83,10 @@
 #               gradient by its sum kernel after the weight gradient's GEMM
 #               instead of cuBLASLt's BGRADA epilogue: what the epilogue buys);
 #               losses within 1e-3 relative of 4's (the same sums, another order);
+#   4e. step 4's trainer with PARC_CUDA_GELU=0 (the MLP's GELU and its
+#               gradient by kernels after their GEMMs instead of cuBLASLt's
+#               GELU_AUX_BIAS and DGELU epilogues: what the epilogues buy);
+#               losses within 1e-2 relative of 4's (other roundings);
 #   4m. step 4's trainer with PARC_CUDA_ATTN=mma4 (the mma.sync attention in
 #               4-warp blocks, two an SM, instead of 8-warp blocks: which is
 #               faster was never measured); losses bit for bit step 4's;
@@ -570,6 +574,17 @@ if [ -f "$WORK/gpt2.nobgrad.jsonl" ]; then
     1e-3 --common > "$WORK/gpt2.nobgrad.cmp.log" 2>&1 || true
   cat "$WORK/gpt2.nobgrad.cmp.log"
   result "bf16 gpt2 bias epilogue ~ kernels" "$WORK/gpt2.nobgrad.cmp.log"
+fi
+
+say "4e. step 4's trainer with the GELUs as kernels after their GEMMs (PARC_CUDA_GELU=0), 15 steps"
+variant nogelu "bf16 gpt2, GELU not in GEMM epilogues" PARC_CUDA_GELU=0
+if [ -f "$WORK/gpt2.nogelu.jsonl" ]; then
+  # h rounded to bf16 once (epilogue) or h's product and dg rounded first
+  # (kernels): the losses within rounding of step 4's
+  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/gpt2.nogelu.jsonl" "$WORK/gpt2.bf16.jsonl" \
+    1e-2 --common > "$WORK/gpt2.nogelu.cmp.log" 2>&1 || true
+  cat "$WORK/gpt2.nogelu.cmp.log"
+  result "bf16 gpt2 GELU epilogue ~ kernels" "$WORK/gpt2.nogelu.cmp.log"
 fi
 
 say "4m. step 4's trainer with the attention in 4-warp blocks (PARC_CUDA_ATTN=mma4), 15 steps"

@@ -36,7 +36,10 @@
  * The "token-major" rows
  * (check_attn_layout) hold each kernel family's token-major out, dy and dqkv
  * to its head-major results moved, bit for bit.  The "matmul_ta+bgrad" rows
- * (check_mm_bgrad): a weight gradient with its bias gradient. */
+ * (check_mm_bgrad): a weight gradient with its bias gradient; "matmul+bias"
+ * (check_mm_bias): a product with its bias added; "matmul+gelu" and
+ * "matmul+dgelu" (check_mm_gelu): GPT-2's MLP GEMMs with gelu or its gradient
+ * in cuBLASLt's epilogue, or the caller's plain product where it has none. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -104,6 +107,22 @@ static uint16_t bf16_rn(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);
   return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* f's value as a bf16 (rounded to nearest even), in fp32 */
+static float bf16_val(float f) {
+  const uint32_t u = (uint32_t)bf16_rn(f) << 16;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* x's first n bf16 elements (a bf16 result in the bytes of n floats) widened
+ * into its n floats, in place (from the back) */
+static void widen_bf16(float *x, int64_t n) {
+  for (int64_t e = n - 1; e >= 0; e--) {
+    const uint32_t u = (uint32_t)((const uint16_t *)x)[e] << 16;
+    memcpy(&x[e], &u, 4);
+  }
 }
 
 /* The share of rows x V values where the bf16 rows of 2 V (the dlogits of the
@@ -319,11 +338,7 @@ static void check_mm_bias(RtCuda *c, int64_t m, int64_t k, int64_t n, int stored
     to_host(plain, x.mm.out, 4 * (size_t)(m * n));
     for (int64_t i = 0; i < m; i++)
       for (int64_t j = 0; j < n; j++) plain[i * n + j] += bias[j];
-    if (stored) /* widen the bf16 result, from the back (in place) */
-      for (int64_t e = m * n - 1; e >= 0; e--) {
-        const uint32_t u = (uint32_t)((const uint16_t *)got)[e] << 16;
-        memcpy(&got[e], &u, 4);
-      }
+    if (stored) widen_bf16(got, m * n);
     if (err == 0) err = rel_l2(got, plain, m * n);
   } else if (err == 0) { /* by the caller: the result untouched */
     for (int64_t e = 0; e < (stored ? m * n / 2 : m * n); e++) differ += !isnan(got[e]);
@@ -341,6 +356,115 @@ static void check_mm_bias(RtCuda *c, int64_t m, int64_t k, int64_t n, int stored
          ms, flop / (ms * 1e-3) / 1e12); /* a time, not a check */
   cudaFree(x.mm.out), cudaFree(x.mm.a), cudaFree(x.mm.b), cudaFree(x.res), cudaFree(x.bias);
   free(a), free(b), free(bias), free(plain), free(got);
+}
+
+/* GPT-2's MLP GEMMs with gelu in the epilogue (operands and results bf16
+ * where stored): rt_cuda_matmul_gelu, the up-projection h = a b + bias to aux
+ * and gelu(h) to out; rt_cuda_matmul_dgelu (dgelu), the backward's
+ * dg = dy W^T (b transposed) times gelu'(aux) to out, aux a random h (of the
+ * result's type).  Where the epilogue ran (*done = 1), out (and gelu's aux)
+ * against the CPU's product of the same operand values (bf16 ones where
+ * stored), bias, gelu and gelu' in double (ir/interp.c's tanh form) and the
+ * rounding to the result's type: relative L2, the worse of out and aux,
+ * within 4e-3 for bf16 (bf16's rounding, which may flip where the GPU's
+ * sums differ), 1e-4 for fp32 (a GPU's epilogue may take its tanh from a
+ * faster approximation than tanhf; the emulation's differ by 1e-7).  Else
+ * ("by caller") the plain product against the CPU's (1e-5), and out and aux
+ * untouched (err 1 if not).  Timed beside the plain GEMM with the same
+ * result type. */
+typedef struct {
+  Mm mm; /* mm.out: the plain product where the epilogue cannot (fp32) */
+  float *res, *aux, *bias;
+  int out_flags, dgelu, done;
+} Mgelu;
+static int mgelu_gpu(RtCuda *c, void *p) {
+  Mgelu *x = p;
+  const Mm *y = &x->mm;
+  if (x->dgelu)
+    return rt_cuda_matmul_dgelu(c, x->res, y->out, y->a, y->b, x->aux, 1, y->m, y->k, y->n,
+                                y->flags, x->out_flags, &x->done);
+  return rt_cuda_matmul_gelu(c, x->res, x->aux, y->out, y->a, y->b, x->bias, 1, y->m, y->k, y->n,
+                             y->flags, x->out_flags, &x->done);
+}
+/* The IR's tanh gelu and its derivative (ir/interp.c's, in double). */
+static double gelu_ref(double x) {
+  return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+static double gelu_grad_ref(double x) {
+  const double k = 0.7978845608028654, t = tanh(k * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+}
+/* v as the result stores it (bf16 or fp32), in fp32 */
+static float stored_as(double v, int bf16) { return bf16 ? bf16_val((float)v) : (float)v; }
+/* n floats of device result d (bf16 where bf16) to h as fp32 */
+static void result_to_host(float *h, const void *d, int64_t n, int bf16) {
+  to_host(h, d, 4 * (size_t)n);
+  if (bf16) widen_bf16(h, n);
+}
+/* The share of n device floats at d not NaN (what the check set them to). */
+static double touched(float *h, const void *d, int64_t n) {
+  to_host(h, d, 4 * (size_t)n);
+  int64_t k = 0;
+  for (int64_t e = 0; e < n; e++) k += !isnan(h[e]);
+  return (double)k / (double)n;
+}
+static void check_mm_gelu(RtCuda *c, int64_t m, int64_t k, int64_t n, int stored, int dgelu) {
+  const int64_t no = m * n, br = dgelu ? n : k, bc = dgelu ? k : n; /* dgelu: W [n, k] */
+  float *a = rnd(m * k, 1), *b = rnd(k * n, 1), *bias = rnd(n, 1), *h = rnd(no, 3);
+  float *prod = malloc(4 * (size_t)no), *ref = malloc(4 * (size_t)no),
+        *ref_aux = malloc(4 * (size_t)no), *got = malloc(4 * (size_t)no);
+  double err_aux = 0; /* gelu's aux against ref_aux */
+  for (int64_t i = 0; stored && i < m * k; i++) a[i] = bf16_val(a[i]); /* the values read */
+  for (int64_t i = 0; stored && i < k * n; i++) b[i] = bf16_val(b[i]);
+  for (int64_t i = 0; i < no; i++) h[i] = stored_as(h[i], stored);
+  const int fl = (stored ? RT_CUDA_MM_A_BF16 | RT_CUDA_MM_B_BF16 : 0) |
+                 (dgelu ? RT_MM_TRANSPOSE_B : 0);
+  rt_matmul(prod, a, b, 1, m, k, n, fl & RT_MM_TRANSPOSE_B);
+  for (int64_t e = 0; e < no; e++) {
+    const double v = dgelu ? (double)prod[e] : (double)prod[e] + (double)bias[e % n];
+    ref[e] = stored_as(dgelu ? v * gelu_grad_ref(h[e]) : gelu_ref(v), stored);
+    ref_aux[e] = stored_as(v, stored); /* (gelu's) */
+  }
+  Mgelu x = {{dev_copy(NULL, 4 * (size_t)no),
+              stored ? dev_bf16(a, m, k, k) : dev_copy(a, 4 * (size_t)(m * k)),
+              stored ? dev_bf16(b, br, bc, bc) : dev_copy(b, 4 * (size_t)(k * n)), 1, m, k, n, fl,
+              0},
+             dev_copy(NULL, 4 * (size_t)no),
+             !dgelu ? dev_copy(NULL, 4 * (size_t)no) /* gelu writes it */
+             : stored ? dev_bf16(h, m, n, n)
+                      : dev_copy(h, 4 * (size_t)no),
+             dev_copy(bias, 4 * (size_t)n), stored ? RT_CUDA_MM_C_BF16 : 0, dgelu, -1};
+  cudaMemset(x.res, 0xff, 4 * (size_t)no);
+  if (!dgelu) cudaMemset(x.aux, 0xff, 4 * (size_t)no);
+  double err = mgelu_gpu(c, &x) ? INFINITY : 0;
+  const int done = x.done;
+  if (err == 0 && done == 1) {
+    result_to_host(got, x.res, no, stored);
+    err = rel_l2(got, ref, no);
+    if (!dgelu) result_to_host(got, x.aux, no, stored);
+    if (!dgelu) err_aux = rel_l2(got, ref_aux, no);
+  } else if (err == 0) { /* by the caller: the plain product, out and aux untouched */
+    to_host(got, x.mm.out, 4 * (size_t)no);
+    err = rel_l2(got, prod, no);
+    if (touched(got, x.res, no) > 0 || (!dgelu && touched(got, x.aux, no) > 0)) err_aux = 1;
+  }
+  if (isinf(err)) fprintf(stderr, "%s\n", rt_last_error());
+  char shape[96];
+  snprintf(shape, sizeof shape, "%lldx%lldx%lld%s%s", (long long)m, (long long)k, (long long)n,
+           dgelu ? " tb" : "", stored ? " bf16" : "");
+  const double flop = 2.0 * m * k * n;
+  const char *op = dgelu ? (done == 1 ? "matmul+dgelu, epilogue" : "matmul+dgelu, by caller")
+                         : (done == 1 ? "matmul+gelu, epilogue" : "matmul+gelu, by caller");
+  row(op, shape, err > err_aux ? err : err_aux, done == 1 ? (stored ? 4e-3 : 1e-4) : 1e-5,
+      time_op(c, mgelu_gpu, &x, 10), flop, 0);
+  Mm y = x.mm; /* the plain GEMM, its result of the same type (into the fallback's buffer) */
+  y.flags |= x.out_flags;
+  double ms = time_op(c, mm_gpu, &y, 10);
+  printf("%-22s %-30s %10s %-4s %9.4f ms  %8.2f TFLOP/s\n", "  the same, plain", "", "", "", ms,
+         flop / (ms * 1e-3) / 1e12); /* a time, not a check */
+  cudaFree(x.mm.out), cudaFree(x.mm.a), cudaFree(x.mm.b), cudaFree(x.res), cudaFree(x.aux);
+  cudaFree(x.bias);
+  free(a), free(b), free(bias), free(h), free(prod), free(ref), free(ref_aux), free(got);
 }
 
 /* The weight gradient with its bias gradient (rt_cuda_matmul_ta_bgrad, dy
@@ -1435,6 +1559,9 @@ int main(int argc, char **argv) {
     check_mm(c, 8, 1024, 768, 2304, 0, 0, 1e-5); /* GPT-2 small's qkv, fp32 */
   check_mm_bgrad(c, 96, 200, 72, 0, 1e-5); /* a weight and bias gradient, fp32 */
   check_mm_bias(c, 96, 200, 72, 0);       /* a product with its bias, fp32 */
+  check_mm_gelu(c, 96, 64, 256, 0, 0);     /* GPT-2's MLP up-projection with gelu, fp32 */
+  check_mm_gelu(c, 96, 64, 256, 0, 1);     /* its dg = dy W^T times gelu'(h) */
+  check_mm_gelu(c, 32, 64, 100, 0, 0);     /* rows not of a multiple of 8: by the caller */
   check_attn(c, 2, 4, 4, 100, 16, 1);
   check_attn(c, 2, 4, 2, 130, 64, 1);
   check_attn(c, 1, 4, 1, 70, 128, 0);
@@ -1514,6 +1641,14 @@ int main(int argc, char **argv) {
     check_mm_bias(c, 64, 256, 192, 1);
     if (!small)
       check_mm_bias(c, 8192, 768, 2304, 1);
+    /* GPT-2 small's MLP with gelu in the epilogue, bf16 (8192 x 768 x 3072: the
+     * up-projection, and its dg = dy W^T times gelu'(h)) */
+    check_mm_gelu(c, 64, 96, 384, 1, 0);
+    check_mm_gelu(c, 64, 96, 384, 1, 1);
+    if (!small) {
+      check_mm_gelu(c, 8192, 768, 3072, 1, 0);
+      check_mm_gelu(c, 8192, 768, 3072, 1, 1);
+    }
     if (!small) /* GPT-2 small's MLP up-projection, 2048 of its 8192 rows */
       check_mm_out(c, 2048, 768, 3072, 0, 0);
     check_attn_bf16(c, 2, 4, 2, 130, 64, 1);

@@ -55,20 +55,37 @@ typedef enum {
   CUBLASLT_MATMUL_DESC_TRANSB = 4,
   CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
   CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
   CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,
 } cublasLtMatmulDescAttributes_t;
 
 /* The epilogues emulated: none; BGRADA (bias[i] = the sum over p of
  * op(A)[i, p], the operand values as the products read them, fp32 in
  * increasing p; written, not scaled, C and beta not involved; D's type, fp32
- * only; A not transposed, one batch member, as the heuristic requires); and
+ * only; A not transposed, one batch member, as the heuristic requires);
  * BIAS (D[i, j] = alpha acc + beta C + bias[i], in fp32, then D's type; the
  * vector of BIAS_DATA_TYPE, fp32 or bf16, by default D's type; one batch
- * member).  KCU_EMU_LT_NO_BGRAD=1 makes the heuristic find no algorithm with
- * either, as a library without one would (the callers' other path). */
+ * member); GELU_AUX_BIAS (h = alpha acc + beta C + bias[i] as BIAS's, in fp32;
+ * aux[i + j AUX_LD] = h and D[i, j] = gelu(h), each converted to D's type);
+ * and DGELU (D[i, j] = (alpha acc + beta C) gelu'(x), x = aux[i + j AUX_LD],
+ * in fp32, then D's type).  gelu is the IR's tanh form in fp32, in the order
+ * of the generated kernels (codegen/cg_emit.c): t = tanhf(0.797884583 (x +
+ * 0.0447149985 x x x)), gelu(x) = 0.5 x (1 + t), gelu'(x) = 0.5 (1 + t) +
+ * 0.5 x (1 - t t) 0.797884583 (1 + 0.134145007 x x), left to right (the
+ * C library's tanhf, not the kernels' own kcu_tanh: a last bit of t may
+ * differ from theirs, as a GPU's epilogue may differ more).  Their
+ * aux matrix (EPILOGUE_AUX_POINTER) has D's type and column-major layout with
+ * leading dimension AUX_LD; the heuristic finds no algorithm without the
+ * pointer, with AUX_LD below D's rows or not a multiple of 8 (as cuBLASLt
+ * documents), or with a batch.  KCU_EMU_LT_NO_BGRAD=1 makes the heuristic
+ * find no algorithm with any epilogue, as a library without one would (the
+ * callers' other path). */
 typedef enum {
   CUBLASLT_EPILOGUE_DEFAULT = 1,
   CUBLASLT_EPILOGUE_BIAS = 4,
+  CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4,
+  CUBLASLT_EPILOGUE_DGELU = 64 | 128,
   CUBLASLT_EPILOGUE_BGRADA = 256,
   CUBLASLT_EPILOGUE_BGRADB = 512,
 } cublasLtEpilogue_t;

@@ -20,6 +20,8 @@ struct KcuLtDesc {
   uint32_t epilogue;
   void *bias;
   int32_t bias_type; /* -1: D's type */
+  void *aux;         /* GELU_AUX_BIAS's, DGELU's matrix: D's type, column-major */
+  int64_t aux_ld;
 };
 struct KcuLtLayout {
   cudaDataType_t type;
@@ -66,7 +68,8 @@ extern "C" cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d,
       (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_16BF &&
        compute != CUBLAS_COMPUTE_32F_FAST_TF32))
     return CUBLAS_STATUS_NOT_SUPPORTED;
-  *d = new KcuLtDesc{compute, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, NULL, -1};
+  *d = new KcuLtDesc{compute, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, NULL, -1,
+                     NULL, 0};
   return CUBLAS_STATUS_SUCCESS;
 }
 extern "C" cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
@@ -81,6 +84,16 @@ extern "C" cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
     if (size != sizeof(void *)) return CUBLAS_STATUS_INVALID_VALUE;
     std::memcpy(&d->bias, buf, sizeof d->bias);
     return CUBLAS_STATUS_SUCCESS;
+  }
+  if (attr == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER) {
+    if (size != sizeof(void *)) return CUBLAS_STATUS_INVALID_VALUE;
+    std::memcpy(&d->aux, buf, sizeof d->aux);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if (attr == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD) {
+    if (size != sizeof(int64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+    std::memcpy(&d->aux_ld, buf, sizeof d->aux_ld);
+    return CUBLAS_STATUS_SUCCESS; /* (checked by the heuristic and the call) */
   }
   if (attr == CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE) {
     if (size != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
@@ -184,7 +197,14 @@ static cublasStatus_t shape_of(const KcuLtDesc *d, const KcuLtLayout *a, const K
     return CUBLAS_STATUS_INVALID_VALUE;
   s->batch = o->batch;
   if (d->epilogue == CUBLASLT_EPILOGUE_DEFAULT) return CUBLAS_STATUS_SUCCESS;
-  if (d->epilogue == CUBLASLT_EPILOGUE_BIAS) { /* as cublasLt.h says */
+  const bool gelu_aux = d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  if (gelu_aux || d->epilogue == CUBLASLT_EPILOGUE_DGELU) { /* the aux matrix, as cublasLt.h says */
+    if (s->batch != 1 || d->aux_ld < (int64_t)o->rows || d->aux_ld % 8)
+      return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!d->aux) return CUBLAS_STATUS_INVALID_VALUE;
+    if (!gelu_aux) return CUBLAS_STATUS_SUCCESS;
+  }
+  if (d->epilogue == CUBLASLT_EPILOGUE_BIAS || gelu_aux) { /* the vector, as cublasLt.h says */
     const int32_t t = d->bias_type < 0 ? (int32_t)o->type : d->bias_type;
     if (s->batch != 1 || (t != CUDA_R_32F && t != CUDA_R_16BF)) return CUBLAS_STATUS_NOT_SUPPORTED;
     return d->bias ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
@@ -231,11 +251,32 @@ static float round_operand(float x, cublasComputeType_t compute) {
   return x;
 }
 
+/* Element at of an array of type (fp32 or bf16), as a float; v stored there
+ * (a bf16 rounded to nearest even). */
+static float load_at(const void *base, int32_t type, int64_t at) {
+  if (type == CUDA_R_16BF) return __bfloat162float(((const __nv_bfloat16 *)base)[at]);
+  return ((const float *)base)[at];
+}
+static void store_at(void *base, int32_t type, int64_t at, float v) {
+  if (type == CUDA_R_16BF) ((__nv_bfloat16 *)base)[at] = __float2bfloat16_rn(v);
+  else ((float *)base)[at] = v;
+}
+
 /* Element (r, c) of a column-major operand of batch member i, as a float. */
 static float load(const void *base, const KcuLtLayout &l, int32_t i, uint64_t r, uint64_t c) {
-  int64_t at = (int64_t)i * l.stride + (int64_t)c * l.ld + (int64_t)r;
-  if (l.type == CUDA_R_16BF) return __bfloat162float(((const __nv_bfloat16 *)base)[at]);
-  return ((const float *)base)[at];
+  return load_at(base, l.type, (int64_t)i * l.stride + (int64_t)c * l.ld + (int64_t)r);
+}
+
+/* The IR's tanh gelu and its derivative in fp32, in the generated kernels'
+ * order (cublasLt.h). */
+static float gelu_tanh(float x) {
+  return std::tanh(0.797884583f * (x + 0.0447149985f * x * x * x));
+}
+static float gelu(float x) { return 0.5f * x * (1.0f + gelu_tanh(x)); }
+static float gelu_grad(float x) {
+  const float t = gelu_tanh(x);
+  return 0.5f * (1.0f + t) +
+         0.5f * x * (1.0f - t * t) * 0.797884583f * (1.0f + 0.134145007f * x * x);
 }
 
 extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
@@ -264,6 +305,7 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
   auto run = [=]() {
     std::vector<float> acc(s.m), col(s.k);
     const bool ta = desc.ta == CUBLAS_OP_T, tb = desc.tb == CUBLAS_OP_T;
+    const bool gelu_aux = desc.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     if (desc.epilogue == CUBLASLT_EPILOGUE_BGRADA) /* (shape_of: A not transposed, one member) */
       for (uint64_t i = 0; i < s.m; i++) {
         float sum = 0.0f;
@@ -282,16 +324,20 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
             acc[i] += round_operand(ap, desc.compute) * bp;
           }
         }
-        /* D of type bf16: the fp32 value rounded to nearest even */
+        /* D and aux of type bf16: the fp32 value rounded to nearest even; the
+         * aux's of the one member (shape_of) */
         for (uint64_t i = 0; i < s.m; i++) {
           float v = be == 0.0f ? al * acc[i] : al * acc[i] + be * load(C, lc, bi, i, j);
-          if (desc.epilogue == CUBLASLT_EPILOGUE_BIAS)
-            v += (desc.bias_type < 0 ? lo.type : desc.bias_type) == CUDA_R_16BF
-                     ? __bfloat162float(((const __nv_bfloat16 *)desc.bias)[i])
-                     : ((const float *)desc.bias)[i];
-          const int64_t at = (int64_t)bi * lo.stride + (int64_t)j * lo.ld + (int64_t)i;
-          if (lo.type == CUDA_R_16BF) ((__nv_bfloat16 *)D)[at] = __float2bfloat16_rn(v);
-          else ((float *)D)[at] = v;
+          if (desc.epilogue == CUBLASLT_EPILOGUE_BIAS || gelu_aux)
+            v += load_at(desc.bias, desc.bias_type < 0 ? lo.type : desc.bias_type, (int64_t)i);
+          const int64_t ax = (int64_t)j * desc.aux_ld + (int64_t)i;
+          if (gelu_aux) {
+            store_at(desc.aux, lo.type, ax, v);
+            v = gelu(v);
+          } else if (desc.epilogue == CUBLASLT_EPILOGUE_DGELU) {
+            v = v * gelu_grad(load_at(desc.aux, lo.type, ax));
+          }
+          store_at(D, lo.type, (int64_t)bi * lo.stride + (int64_t)j * lo.ld + (int64_t)i, v);
         }
       }
   };
