@@ -537,6 +537,17 @@ variant() {
   fi
 }
 
+# variant_vs_bf16 NAME TOL RESULT: variant NAME's losses within TOL relative of
+# step 4's (0: bit for bit), as RESULT
+variant_vs_bf16() {
+  if [ -f "$WORK/gpt2.$1.jsonl" ]; then
+    python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/gpt2.$1.jsonl" "$WORK/gpt2.bf16.jsonl" \
+      "$2" --common > "$WORK/gpt2.$1.cmp.log" 2>&1 || true
+    cat "$WORK/gpt2.$1.cmp.log"
+    result "$3" "$WORK/gpt2.$1.cmp.log"
+  fi
+}
+
 say "4s. bf16 GPT-2 small generated with --no-bf16-store, 15 steps"
 if project gpt2_nostore gpt2.dsl "train_cuda" --no-bf16-store && running; then
   timeout $((2 * LIMIT)) "$WORK/gpt2_nostore/build/train_cuda" --steps 15 \
@@ -568,34 +579,19 @@ variant xent_gathered "bf16 gpt2, gathered cross-entropy" PARC_CUDA_XENT=gathere
 
 say "4b. step 4's trainer with the bias sums as kernels after their GEMMs (PARC_CUDA_BGRAD=0), 15 steps"
 variant nobgrad "bf16 gpt2, bias sums not in GEMM epilogues" PARC_CUDA_BGRAD=0
-if [ -f "$WORK/gpt2.nobgrad.jsonl" ]; then
-  # the same sums in another order: the losses within rounding of step 4's
-  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/gpt2.nobgrad.jsonl" "$WORK/gpt2.bf16.jsonl" \
-    1e-3 --common > "$WORK/gpt2.nobgrad.cmp.log" 2>&1 || true
-  cat "$WORK/gpt2.nobgrad.cmp.log"
-  result "bf16 gpt2 bias epilogue ~ kernels" "$WORK/gpt2.nobgrad.cmp.log"
-fi
+# the same sums in another order: the losses within rounding of step 4's
+variant_vs_bf16 nobgrad 1e-3 "bf16 gpt2 bias epilogue ~ kernels"
 
 say "4e. step 4's trainer with the GELUs as kernels after their GEMMs (PARC_CUDA_GELU=0), 15 steps"
 variant nogelu "bf16 gpt2, GELU not in GEMM epilogues" PARC_CUDA_GELU=0
-if [ -f "$WORK/gpt2.nogelu.jsonl" ]; then
-  # h rounded to bf16 once (epilogue) or h's product and dg rounded first
-  # (kernels): the losses within rounding of step 4's
-  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/gpt2.nogelu.jsonl" "$WORK/gpt2.bf16.jsonl" \
-    1e-2 --common > "$WORK/gpt2.nogelu.cmp.log" 2>&1 || true
-  cat "$WORK/gpt2.nogelu.cmp.log"
-  result "bf16 gpt2 GELU epilogue ~ kernels" "$WORK/gpt2.nogelu.cmp.log"
-fi
+# h rounded to bf16 once (epilogue) or h's product and dg rounded first
+# (kernels): the losses within rounding of step 4's
+variant_vs_bf16 nogelu 1e-2 "bf16 gpt2 GELU epilogue ~ kernels"
 
 say "4m. step 4's trainer with the attention in 4-warp blocks (PARC_CUDA_ATTN=mma4), 15 steps"
 variant attn_mma4 "bf16 gpt2, attention in 4-warp blocks" PARC_CUDA_ATTN=mma4
-if [ -f "$WORK/gpt2.attn_mma4.jsonl" ]; then
-  # each row's sums in the same order in either block size: the same bits
-  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/gpt2.attn_mma4.jsonl" "$WORK/gpt2.bf16.jsonl" \
-    0 --common > "$WORK/gpt2.attn_mma4.cmp.log" 2>&1 || true
-  cat "$WORK/gpt2.attn_mma4.cmp.log"
-  result "bf16 gpt2 mma4 attention = default bits" "$WORK/gpt2.attn_mma4.cmp.log"
-fi
+# each row's sums in the same order in either block size: the same bits
+variant_vs_bf16 attn_mma4 0 "bf16 gpt2 mma4 attention = default bits"
 
 # GPT-2 small generated again with the parc flag $3 (project gpt2_$1, logs
 # gpt2.$1.*), 15 steps: its tokens/s as $2, and its losses bit for bit step 4's
