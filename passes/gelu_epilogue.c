@@ -19,11 +19,14 @@
  *     right after it: dg lives shorter, nothing else longer.  (Moving the
  *     gelu_grad up instead would keep the GELU's output, which that other
  *     GEMM reads, alive beside dg and dh.)
- * h qualifies (gelu_epilogue_input) when it is add(mm, b) in the forward,
- * f32, mm a forward matmul of h's shape that h alone reads, b a parameter
- * [last dim]; its readers are one forward gelu and one or more backward
- * gelu_grad(h, dg), each dg a backward matmul that its gelu_grad alone
- * reads; nothing else reads h or holds it (ir_node_held).  Values are the
+ * h qualifies (gelu_epilogue_input) when it is add(mm, b), f32, in the
+ * forward (or in the backward: --recompute layers' copy of the forward,
+ * passes/remat_layer.c), mm a matmul of h's phase and shape that h alone
+ * reads, b a parameter [last dim]; its readers are one gelu of h's phase,
+ * one or more backward gelu_grad(h, dg), each dg a backward matmul that its
+ * gelu_grad alone reads, and any later gelu (--recompute pointwise's copy
+ * of the forward's, passes/remat_act.c: its kernel reads the kept h);
+ * nothing else reads h or holds it (ir_node_held).  Values are the
  * same whichever way (h recomputed or kept: the same op on the same
  * operands).  Runs after autodiff and the other remat passes, before remat. */
 #include <stdlib.h>
@@ -48,22 +51,23 @@ static int same_shape(const IrNode *x, const IrNode *y) {
 
 /* 1 if p qualifies (the head comment), with count[] its module's reader counts. */
 static int qualifies(const IrModule *m, const IrNode *p, const int *count) {
-  if (p->op != IR_OP_ADD || p->phase != IR_PHASE_FWD || p->dtype != IR_F32 || p->ninputs != 2 ||
-      p->rank < 2 || ir_node_held(m, p))
+  if (p->op != IR_OP_ADD || (p->phase != IR_PHASE_FWD && p->phase != IR_PHASE_B) ||
+      p->dtype != IR_F32 || p->ninputs != 2 || p->rank < 2 || ir_node_held(m, p))
     return 0;
   const int j = p->inputs[0]->op == IR_OP_MATMUL ? 0 : 1;
   const IrNode *mm = p->inputs[j], *b = p->inputs[1 - j];
-  if (mm->op != IR_OP_MATMUL || mm->phase != IR_PHASE_FWD || !same_shape(mm, p) ||
+  if (mm->op != IR_OP_MATMUL || mm->phase != p->phase || !same_shape(mm, p) ||
       count[mm->id] != 1 || b->op != IR_OP_PARAM || b->rank != 1 ||
       b->shape[0] != p->shape[p->rank - 1])
     return 0;
-  int gelus = 0, grads = 0;
+  int gelus = 0, grads = 0, again = 0;
   for (int i = p->id + 1; i < m->nnodes; i++) {
     const IrNode *r = m->nodes[i];
     for (int q = 0; q < r->ninputs; q++) {
       if (r->inputs[q] != p) continue;
-      if (r->op == IR_OP_GELU && r->phase == IR_PHASE_FWD) {
-        gelus++;
+      if (r->op == IR_OP_GELU) { /* the forward's, or its copy (remat_act) */
+        gelus += r->phase == p->phase;
+        again += r->phase != p->phase && (r->phase == IR_PHASE_B || r->phase == IR_PHASE_W);
         continue;
       }
       const IrNode *dg = r->ninputs == 2 ? r->inputs[1] : NULL;
@@ -73,7 +77,7 @@ static int qualifies(const IrModule *m, const IrNode *p, const int *count) {
       grads++;
     }
   }
-  return gelus == 1 && grads >= 1 && gelus + grads == count[p->id];
+  return gelus == 1 && grads >= 1 && gelus + grads + again == count[p->id];
 }
 
 int gelu_epilogue_input(const IrModule *m, const IrNode *p) {

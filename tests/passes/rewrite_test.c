@@ -3,10 +3,11 @@
  * passes/attn_layout.c or passes/gelu_epilogue.c (then remat).
  *
  *   rewrite_test slice_sink|remat|remat_after_act|remat_act|remat_layer|attn_layout|
- *                gelu_epilogue MODEL.dsl MIN [NAME=VALUE ...]
+ *                gelu_epilogue[_after_act|_after_layer] MODEL.dsl MIN [NAME=VALUE ...]
  *
- * (remat_after_act: remat on modules that ran remat_act first, as parc
- * --recompute pointwise does.)
+ * (remat_after_act, gelu_epilogue_after_act: on modules that ran remat_act
+ * first, as parc --recompute pointwise does; gelu_epilogue_after_layer:
+ * remat_layer first, --recompute layers.)
  * The model is loaded twice, differentiated, given its optimizer; one copy
  * then runs the pass.  Requires:
  *   - the rewritten module verifies, and in it nothing is left to rewrite:
@@ -135,17 +136,20 @@ static int rematerializable(const IrModule *m, int *copies) {
 }
 
 /* 1 if r is gelu_grad(h, dg) of a linear layer's GELU input: h = add(matmul,
- * param) in the forward, read by one forward gelu and gelu_grads alone; dg a
- * backward matmul that r alone reads.  (passes/gelu_epilogue.c's rule, read
+ * param) in the forward (or remat_layer's copy in the backward), read by one
+ * gelu of its phase, gelu_grads and later gelus (remat_act's copies) alone;
+ * dg a backward matmul that r alone reads.  (passes/gelu_epilogue.c's rule, read
  * again.) */
 static int gelu_grad_of_linear(const IrModule *m, const IrNode *r) {
   if (r->op != IR_OP_GELU_GRAD || r->phase != IR_PHASE_B) return 0;
   const IrNode *h = r->inputs[0], *dg = r->inputs[1];
-  if (h->op != IR_OP_ADD || h->phase != IR_PHASE_FWD || dg->op != IR_OP_MATMUL ||
-      dg->phase != IR_PHASE_B)
+  if (h->op != IR_OP_ADD || (h->phase != IR_PHASE_FWD && h->phase != IR_PHASE_B) ||
+      dg->op != IR_OP_MATMUL || dg->phase != IR_PHASE_B)
     return 0;
   int mm = h->inputs[0]->op == IR_OP_MATMUL ? 0 : 1;
-  if (h->inputs[mm]->op != IR_OP_MATMUL || h->inputs[1 - mm]->op != IR_OP_PARAM) return 0;
+  if (h->inputs[mm]->op != IR_OP_MATMUL || h->inputs[mm]->phase != h->phase ||
+      h->inputs[1 - mm]->op != IR_OP_PARAM)
+    return 0;
   int gelus = 0, dg_readers = 0, mm_readers = 0;
   for (int i = 0; i < m->nnodes; i++)
     for (int j = 0; j < m->nodes[i]->ninputs; j++) {
@@ -153,7 +157,7 @@ static int gelu_grad_of_linear(const IrModule *m, const IrNode *r) {
       if (x == dg) dg_readers++;
       if (x == h->inputs[mm]) mm_readers++;
       if (x != h) continue;
-      if (q->op == IR_OP_GELU && q->phase == IR_PHASE_FWD) gelus++;
+      if (q->op == IR_OP_GELU) gelus += q->phase == h->phase; /* (or remat_act's copy) */
       else if (q->op != IR_OP_GELU_GRAD || j != 0) return 0;
     }
   return gelus == 1 && dg_readers == 1 && mm_readers == 1;
@@ -387,10 +391,12 @@ int main(int argc, char **argv) {
   int sink = !strcmp(pass, "slice_sink"), lay = !strcmp(pass, "attn_layout");
   int act = !strcmp(pass, "remat_act"), after_act = !strcmp(pass, "remat_after_act");
   int remat = after_act || !strcmp(pass, "remat"), layer = !strcmp(pass, "remat_layer");
-  int gelu = !strcmp(pass, "gelu_epilogue");
+  int gelu_after_act = !strcmp(pass, "gelu_epilogue_after_act");
+  int gelu_after_layer = !strcmp(pass, "gelu_epilogue_after_layer");
+  int gelu = gelu_after_act || gelu_after_layer || !strcmp(pass, "gelu_epilogue");
   if (argc < 4 || (!sink && !lay && !act && !remat && !layer && !gelu)) {
     fprintf(stderr, "usage: rewrite_test slice_sink|remat|remat_after_act|remat_act|remat_layer|"
-            "attn_layout|gelu_epilogue MODEL.dsl MIN [NAME=VALUE ...]\n");
+            "attn_layout|gelu_epilogue[_after_act|_after_layer] MODEL.dsl MIN [NAME=VALUE ...]\n");
     return 2;
   }
   const char *const *defs = (const char *const *)argv + 4;
@@ -403,7 +409,8 @@ int main(int argc, char **argv) {
   /* remat_after_act: both modules first recompute the pointwise values
    * (--recompute pointwise), whose copies read remat's candidates in the
    * backward beside their old readers, in other kernels */
-  if (after_act && (pass_remat_act(m) || pass_remat_act(ref))) return 1;
+  if ((after_act || gelu_after_act) && (pass_remat_act(m) || pass_remat_act(ref))) return 1;
+  if (gelu_after_layer && (pass_remat_layer(m) || pass_remat_layer(ref))) return 1;
   int before = m->nnodes, slices, cut, gone = 0, copies = 0, placed = 0;
   /* gelu_epilogue: the GELU gradients it places (none in fp32), the others remat copies */
   int ops = sink ? sliced_only(m, &slices, &cut) : lay ? attn_copies(m, &gone)
