@@ -126,7 +126,8 @@ int cg_cuda_bias_add_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPl
   const CgKernel *kk = &kp->kernels[k];
   if (kk->nnodes < 1 || kk->nnodes > 2) return -1;
   const IrNode *a = m->nodes[kk->nodes[0]], *o = m->nodes[kk->nodes[kk->nnodes - 1]];
-  if (a->op != IR_OP_ADD || a->phase != IR_PHASE_FWD || !kp->materialize[o->id] ||
+  if (a->op != IR_OP_ADD || (a->phase != IR_PHASE_FWD && a->phase != IR_PHASE_B) ||
+      !kp->materialize[o->id] ||
       (o != a && (o->op != IR_OP_RESHAPE || o->inputs[0] != a || kp->materialize[a->id])))
     return -1;
   int j = a->inputs[0]->op == IR_OP_MATMUL ? 0 : 1;

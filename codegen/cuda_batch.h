@@ -38,7 +38,8 @@
  * bytes are live at the GEMM, which reads them.  Such a kernel never batches.
  *
  * Bias adds with their GEMM (in_gemm too): in the unpipelined step, a kernel
- * that is add(mm, bias) (or its reshape) of a forward matmul mm read by
+ * that is add(mm, bias) (or its reshape) of a forward matmul mm (or of
+ * --recompute layers' copy of one, in the backward) read by
  * nothing else, bias an fp32 vector of mm's last dimension, run right after
  * mm (nothing between them but the kernel's own nodes and leaves), its result's
  * bytes apart from the GEMM's operands' (which may end their lives at the GEMM
