@@ -241,7 +241,7 @@ void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                           ? cg_cuda_bias_in_gemm(m, kp, bp, s)
                           : -1;
     out->epi[k] = out->in_gemm[k] >= 0 ? CG_EPI_BGRAD : CG_EPI_NONE;
-    /* the forward's bias add, GELU and the GELU's gradient */
+    /* a bias add, GELU and GELU gradient (rules in CG_EPI_BIAS, _GELU, _DGELU order) */
     int (*const rule[])(const IrModule *, const CgKernelPlan *, const BufPlan *,
                         const CgCudaStore *, int) = {cg_cuda_bias_add_gemm, gelu_gemm, dgelu_gemm};
     for (int r = 0; r < 3 && out->in_gemm[k] < 0 && unpipelined && out->lead[k] >= 0; r++)
