@@ -71,10 +71,6 @@ static int independent_of_batch(const CgCudaBatches *b, const Ranges *rg, int k,
 
 static int64_t last_dim(const IrNode *x) { return x->shape[x->rank - 1]; }
 
-static int same_shape_of(const IrNode *x, const IrNode *y) {
-  return x->rank == y->rank && !memcmp(x->shape, y->shape, sizeof(int64_t) * (size_t)x->rank);
-}
-
 int cg_cuda_bias_in_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, int i) {
   const IrNode *s = m->nodes[i];
   if (s->op != IR_OP_SUM_TO || s->rank != 1 || s->dtype != IR_F32) return -1;
@@ -133,7 +129,7 @@ int cg_cuda_bias_add_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPl
   int j = a->inputs[0]->op == IR_OP_MATMUL ? 0 : 1;
   const IrNode *mm = a->inputs[j], *b = a->inputs[1 - j];
   if (b->rank != 1 || b->dtype != IR_F32 || b->shape[0] != last_dim(mm) ||
-      !same_shape_of(a, mm) || store->bf16[b->id] || (store->rounded && store->rounded[b->id]) ||
+      !ir_same_shape(a, mm) || store->bf16[b->id] || (store->rounded && store->rounded[b->id]) ||
       !epilogue_gemm(m, kp, mm, k))
     return -1;
   /* a bf16 result in rows of a multiple of 8 (rt_cuda_matmul_bias) */
@@ -194,6 +190,13 @@ static int dgelu_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPlan *
   return dg->id;
 }
 
+/* The rules of the epilogues that make a kernel's result, in CG_EPI_BIAS,
+ * _GELU, _DGELU order: each the GEMM node whose call computes kernel k, else -1. */
+typedef int (*EpilogueRule)(const IrModule *, const CgKernelPlan *, const BufPlan *,
+                            const CgCudaStore *, int);
+static const EpilogueRule epilogue_rule[] = {cg_cuda_bias_add_gemm, gelu_gemm, dgelu_gemm};
+#define NRULES ((int)(sizeof epilogue_rule / sizeof epilogue_rule[0]))
+
 void cg_cuda_epilogue_parts(const IrModule *m, const CgKernelPlan *kp, int k, int epi,
                             const IrNode **vec, const IrNode **aux, const IrNode **out) {
   const CgKernel *kk = &kp->kernels[k];
@@ -241,11 +244,9 @@ void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                           ? cg_cuda_bias_in_gemm(m, kp, bp, s)
                           : -1;
     out->epi[k] = out->in_gemm[k] >= 0 ? CG_EPI_BGRAD : CG_EPI_NONE;
-    /* a bias add, GELU and GELU gradient (rules in CG_EPI_BIAS, _GELU, _DGELU order) */
-    int (*const rule[])(const IrModule *, const CgKernelPlan *, const BufPlan *,
-                        const CgCudaStore *, int) = {cg_cuda_bias_add_gemm, gelu_gemm, dgelu_gemm};
-    for (int r = 0; r < 3 && out->in_gemm[k] < 0 && unpipelined && out->lead[k] >= 0; r++)
-      if ((out->in_gemm[k] = rule[r](m, kp, bp, store, k)) >= 0)
+    /* a bias add, GELU or GELU gradient */
+    for (int r = 0; r < NRULES && out->in_gemm[k] < 0 && unpipelined && out->lead[k] >= 0; r++)
+      if ((out->in_gemm[k] = epilogue_rule[r](m, kp, bp, store, k)) >= 0)
         out->epi[k] = (unsigned char)(CG_EPI_BIAS + r);
   }
   if (!batch || !nk) return;

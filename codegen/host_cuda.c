@@ -306,7 +306,7 @@ static const char *const epilogue_fn[] = {NULL, "rt_cuda_matmul_ta_bgrad", "rt_c
 /* The kernel instance whose bias sum (a matmul_ta), bias add, GELU or GELU
  * gradient (a matmul) GEMM node g's call computes (codegen/cuda_batch.h,
  * in_gemm), else -1. */
-static int bias_kernel_of(const Cu *e, const IrNode *g) {
+static int epilogue_kernel_of(const Cu *e, const IrNode *g) {
   if (!e->fuse_step || !e->batches || (g->op != IR_OP_MATMUL_TA && g->op != IR_OP_MATMUL))
     return -1;
   for (int k = 0; k < e->kp->nkernels; k++)
@@ -365,7 +365,7 @@ static void emit_runtime(Cu *e, const IrNode *n) {
         snprintf(j ? a1 : a0, sizeof a0, "PB(%" PRId64 ")", e->lp->offset[in[j]->id]);
     /* a kernel the call computes in its epilogue (cuda_batch.h): the bias
      * sum, bias add, GELU or GELU gradient; its vector, aux and result */
-    const int bk = bias_kernel_of(e, n);
+    const int bk = epilogue_kernel_of(e, n);
     const int epi = bk >= 0 ? e->batches->epi[bk] : CG_EPI_NONE;
     const IrNode *vec = NULL, *aux = NULL, *res = NULL;
     if (bk >= 0) cg_cuda_epilogue_parts(e->m, e->kp, bk, epi, &vec, &aux, &res);

@@ -312,6 +312,13 @@ void *ir_xcalloc(size_t n, size_t size);
 int ir_infer(IrNode *n, char *why, size_t whylen);
 
 int64_t ir_numel(const IrNode *n);
+/* 1 if a and b have the same rank and dimensions. */
+static inline int ir_same_shape(const IrNode *a, const IrNode *b) {
+  if (a->rank != b->rank) return 0;
+  for (int d = 0; d < a->rank; d++)
+    if (a->shape[d] != b->shape[d]) return 0;
+  return 1;
+}
 /* Extra f32 values a node's buffer holds right after its own ir_numel(n):
  * sdpa keeps the row statistics its backward reads, lse [B, H, T]
  * (logsumexp over the keys of the scaled scores, natural log) at

@@ -56,13 +56,6 @@ static int broadcast(IrNode *n, char *why, size_t len) {
   return 1;
 }
 
-static int same_shape(const IrNode *a, const IrNode *b) {
-  if (a->rank != b->rank) return 0;
-  for (int i = 0; i < a->rank; i++)
-    if (a->shape[i] != b->shape[i]) return 0;
-  return 1;
-}
-
 /* matmul and matmul_ta: a[..., m, k] (matmul_ta: a[..., k, m]) times
  * b[..., k, n] (transpose_b: b[..., n, k]); b is rank 2 or batched like a. */
 static int infer_matmul(IrNode *n, int ta, char *why, size_t len) {
@@ -141,7 +134,7 @@ static int broadcasts_to(int r, const int64_t *s, int rb, const int64_t *sb) {
 static int same_as(IrNode *n, int ref, int from, int to, char *why, size_t len) {
   char x[160], y[160];
   for (int i = from; i < to; i++)
-    if (!same_shape(n->inputs[i], n->inputs[ref]))
+    if (!ir_same_shape(n->inputs[i], n->inputs[ref]))
       return fail(why, len, n, "operand %d %s must have the shape of operand %d %s", i + 1,
                   T(i, x), ref + 1, T(ref, y));
   return 1;
@@ -170,7 +163,7 @@ static int attention_operands(IrNode *n, char *why, size_t len) {
   if (a->rank != 4 || b->rank != 4 || v->rank != 4)
     return fail(why, len, n, "q, k, v must be [batch, heads, seq, head_dim], got %s and %s",
                 T(0, x), T(1, y));
-  if (!same_shape(b, v))
+  if (!ir_same_shape(b, v))
     return fail(why, len, n, "k and v differ: %s and %s", T(1, x), T(2, y));
   if (a->shape[0] != b->shape[0] || a->shape[2] != b->shape[2] || a->shape[3] != b->shape[3])
     return fail(why, len, n, "q %s and k %s differ in batch, seq or head_dim", T(0, x),
@@ -204,7 +197,7 @@ static int optim_operands(IrNode *n, const char *kinds, char *why, size_t len) {
     if (!want(why, len, n, i, IR_F32)) return 0;
     if (kinds[i] == 's' && n->inputs[i]->rank != 0)
       return fail(why, len, n, "operand %d must be a scalar, got %s", i + 1, T(i, x));
-    if (kinds[i] == 't' && !same_shape(n->inputs[i], n->inputs[0]))
+    if (kinds[i] == 't' && !ir_same_shape(n->inputs[i], n->inputs[0]))
       return fail(why, len, n, "operand %d %s must have the shape of operand 1 %s", i + 1,
                   T(i, x), T(0, y));
   }
@@ -431,7 +424,7 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_I32) ||
         !want(why, len, n, 2, IR_F32))
       return 0;
-    if (a->rank != 3 || b->rank != 2 || !same_shape(b, w))
+    if (a->rank != 3 || b->rank != 2 || !ir_same_shape(b, w))
       return fail(why, len, n, "needs experts [e, c, d], choices [n, k] and weights [n, k]");
     s[0] = b->shape[0], s[1] = a->shape[2];
     set(n, IR_F32, 2, s);
@@ -671,7 +664,7 @@ int ir_infer(IrNode *n, char *why, size_t len) {
     if (!want(why, len, n, 0, IR_F32) || !want(why, len, n, 1, IR_I32) ||
         !want(why, len, n, 2, IR_F32) || !experts_ok(n, why, len))
       return 0;
-    if (a->rank != 2 || b->rank != 2 || !same_shape(b, w) || a->shape[0] != b->shape[0])
+    if (a->rank != 2 || b->rank != 2 || !ir_same_shape(b, w) || a->shape[0] != b->shape[0])
       return fail(why, len, n, "needs gradient [n, d], choices [n, k] and weights [n, k]");
     s[0] = n->ia[0], s[1] = n->ia[1], s[2] = a->shape[1];
     set(n, IR_F32, 3, s);

@@ -102,10 +102,6 @@ static IrNode *shaped(Ad *ad, IrOp op, IrNode *x, int rank, const int64_t *shape
   return emit(ad, &p);
 }
 
-static int same_shape(const IrNode *a, const IrNode *b) {
-  return a->rank == b->rank && !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->rank);
-}
-
 static IrNode *slice(Ad *ad, IrNode *x, int64_t axis, int64_t start, int64_t len) {
   IrNode p = {.op = IR_OP_SLICE, .inputs = &x, .ninputs = 1, .ia = {axis, start, len}};
   return emit(ad, &p);
@@ -113,19 +109,19 @@ static IrNode *slice(Ad *ad, IrNode *x, int64_t axis, int64_t start, int64_t len
 
 /* g reshaped to like's shape (g itself if it has it already). */
 static IrNode *reshape_like(Ad *ad, IrNode *g, const IrNode *like) {
-  if (!g || same_shape(g, like)) return g;
+  if (!g || ir_same_shape(g, like)) return g;
   return shaped(ad, IR_OP_RESHAPE, g, like->rank, like->shape, 0);
 }
 
 /* g summed down to like's shape: the gradient of a broadcast operand. */
 static IrNode *sum_to(Ad *ad, IrNode *g, const IrNode *like) {
-  if (!g || same_shape(g, like)) return g;
+  if (!g || ir_same_shape(g, like)) return g;
   return shaped(ad, IR_OP_SUM_TO, g, like->rank, like->shape, 0);
 }
 
 /* g broadcast to like's shape (g itself if it has it already). */
 static IrNode *broadcast_like(Ad *ad, IrNode *g, const IrNode *like) {
-  if (!g || same_shape(g, like)) return g;
+  if (!g || ir_same_shape(g, like)) return g;
   return shaped(ad, IR_OP_BROADCAST, g, like->rank, like->shape, 0);
 }
 

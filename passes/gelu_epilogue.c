@@ -42,13 +42,6 @@ static int *reader_counts(const IrModule *m) {
   return count;
 }
 
-static int same_shape(const IrNode *x, const IrNode *y) {
-  if (x->rank != y->rank) return 0;
-  for (int d = 0; d < x->rank; d++)
-    if (x->shape[d] != y->shape[d]) return 0;
-  return 1;
-}
-
 /* 1 if p qualifies (the head comment), with count[] its module's reader counts. */
 static int qualifies(const IrModule *m, const IrNode *p, const int *count) {
   if (p->op != IR_OP_ADD || (p->phase != IR_PHASE_FWD && p->phase != IR_PHASE_B) ||
@@ -56,7 +49,7 @@ static int qualifies(const IrModule *m, const IrNode *p, const int *count) {
     return 0;
   const int j = p->inputs[0]->op == IR_OP_MATMUL ? 0 : 1;
   const IrNode *mm = p->inputs[j], *b = p->inputs[1 - j];
-  if (mm->op != IR_OP_MATMUL || mm->phase != p->phase || !same_shape(mm, p) ||
+  if (mm->op != IR_OP_MATMUL || mm->phase != p->phase || !ir_same_shape(mm, p) ||
       count[mm->id] != 1 || b->op != IR_OP_PARAM || b->rank != 1 ||
       b->shape[0] != p->shape[p->rank - 1])
     return 0;

@@ -166,6 +166,12 @@ static void row(const char *op, const char *shape, double err, double tol, doubl
   fflush(stdout);
 }
 
+/* A row of a time alone (a variant of the row above it), not a check. */
+static void time_row(const char *what, double ms, double flops) {
+  printf("%-22s %-30s %10s %-4s %9.4f ms  %8.2f TFLOP/s\n", what, "", "", "", ms,
+         flops / (ms * 1e-3) / 1e12);
+}
+
 /* ---- GEMM ---- */
 typedef struct {
   float *out, *a, *b;
@@ -244,8 +250,7 @@ static void check_mm_stored(RtCuda *cb, int64_t m, int64_t k, int64_t n, int fla
            (stored & RT_CUDA_MM_A_WIDE) ? "(2x)" : "", (stored & RT_CUDA_MM_B_BF16) ? "b" : "");
   row(ta ? "matmul_ta (bf16 stored)" : "matmul (bf16 stored)", shape, err, 0,
       time_op(cb, mm_gpu, &y, 10), 2.0 * m * k * n, 0);
-  printf("%-22s %-30s %10s %-4s %9.4f ms  %8.2f TFLOP/s\n", "  the same converting", "", "", "",
-         ms_conv, 2.0 * m * k * n / (ms_conv * 1e-3) / 1e12); /* a time, not a check */
+  time_row("  the same converting", ms_conv, 2.0 * m * k * n);
   if (y.a != x.a) cudaFree(y.a);
   if (y.b != x.b) cudaFree(y.b);
   cudaFree(x.out), cudaFree(x.a), cudaFree(x.b);
@@ -297,10 +302,22 @@ static void check_mm_out(RtCuda *cb, int64_t m, int64_t k, int64_t n, int flags,
       time_op(cb, mm_gpu, &z, 10), flop, 0);
   row(ta ? "matmul_ta (rounded out)" : "matmul (rounded out)", shape, err, 0,
       time_op(cb, mm_gpu, &y, 10), flop, 0);
-  printf("%-22s %-30s %10s %-4s %9.4f ms  %8.2f TFLOP/s\n", "  the same, fp32 out", "", "", "",
-         ms_f32, flop / (ms_f32 * 1e-3) / 1e12); /* a time, not a check */
+  time_row("  the same, fp32 out", ms_f32, flop);
   cudaFree(z.out), cudaFree(x.out), cudaFree(x.a), cudaFree(x.b);
   free(a), free(b), free(ref), free(got), free(h);
+}
+
+/* n floats of device result d (bf16 where bf16) to h as fp32 */
+static void result_to_host(float *h, const void *d, int64_t n, int bf16) {
+  to_host(h, d, 4 * (size_t)n);
+  if (bf16) widen_bf16(h, n);
+}
+/* The share of n device floats at d not NaN (what the check set them to). */
+static double touched(float *h, const void *d, int64_t n) {
+  to_host(h, d, 4 * (size_t)n);
+  int64_t k = 0;
+  for (int64_t e = 0; e < n; e++) k += !isnan(h[e]);
+  return (double)k / (double)n;
 }
 
 /* The product with the bias added (rt_cuda_matmul_bias; operands and result
@@ -331,18 +348,15 @@ static void check_mm_bias(RtCuda *c, int64_t m, int64_t k, int64_t n, int stored
   cudaMemset(x.res, 0xff, 4 * (size_t)(m * n));
   double err = mbias_gpu(c, &x) ? INFINITY : 0;
   const int done = x.done;
-  to_host(got, x.res, 4 * (size_t)(m * n));
-  int64_t differ = 0;
   if (err == 0 && done == 1) {
+    result_to_host(got, x.res, m * n, stored);
     if (mm_gpu(c, &x.mm)) err = INFINITY; /* the plain product, fp32 */
     to_host(plain, x.mm.out, 4 * (size_t)(m * n));
     for (int64_t i = 0; i < m; i++)
       for (int64_t j = 0; j < n; j++) plain[i * n + j] += bias[j];
-    if (stored) widen_bf16(got, m * n);
     if (err == 0) err = rel_l2(got, plain, m * n);
   } else if (err == 0) { /* by the caller: the result untouched */
-    for (int64_t e = 0; e < (stored ? m * n / 2 : m * n); e++) differ += !isnan(got[e]);
-    err = differ ? 1 : 0;
+    err = touched(got, x.res, m * n) > 0 ? 1 : 0;
   }
   if (isinf(err)) fprintf(stderr, "%s\n", rt_last_error());
   char shape[96];
@@ -352,8 +366,7 @@ static void check_mm_bias(RtCuda *c, int64_t m, int64_t k, int64_t n, int stored
   row(done == 1 ? "matmul+bias, epilogue" : "matmul+bias, by caller", shape, err,
       done == 1 && stored ? 4e-3 : done == 1 ? 1e-5 : 0, time_op(c, mbias_gpu, &x, 10), flop, 0);
   double ms = time_op(c, mm_gpu, &x.mm, 10);
-  printf("%-22s %-30s %10s %-4s %9.4f ms  %8.2f TFLOP/s\n", "  the same, no bias", "", "", "",
-         ms, flop / (ms * 1e-3) / 1e12); /* a time, not a check */
+  time_row("  the same, no bias", ms, flop);
   cudaFree(x.mm.out), cudaFree(x.mm.a), cudaFree(x.mm.b), cudaFree(x.res), cudaFree(x.bias);
   free(a), free(b), free(bias), free(plain), free(got);
 }
@@ -396,18 +409,6 @@ static double gelu_grad_ref(double x) {
 }
 /* v as the result stores it (bf16 or fp32), in fp32 */
 static float stored_as(double v, int bf16) { return bf16 ? bf16_val((float)v) : (float)v; }
-/* n floats of device result d (bf16 where bf16) to h as fp32 */
-static void result_to_host(float *h, const void *d, int64_t n, int bf16) {
-  to_host(h, d, 4 * (size_t)n);
-  if (bf16) widen_bf16(h, n);
-}
-/* The share of n device floats at d not NaN (what the check set them to). */
-static double touched(float *h, const void *d, int64_t n) {
-  to_host(h, d, 4 * (size_t)n);
-  int64_t k = 0;
-  for (int64_t e = 0; e < n; e++) k += !isnan(h[e]);
-  return (double)k / (double)n;
-}
 static void check_mm_gelu(RtCuda *c, int64_t m, int64_t k, int64_t n, int stored, int dgelu) {
   const int64_t no = m * n, br = dgelu ? n : k, bc = dgelu ? k : n; /* dgelu: W [n, k] */
   float *a = rnd(m * k, 1), *b = rnd(k * n, 1), *bias = rnd(n, 1), *h = rnd(no, 3);
@@ -460,8 +461,7 @@ static void check_mm_gelu(RtCuda *c, int64_t m, int64_t k, int64_t n, int stored
   Mm y = x.mm; /* the plain GEMM, its result of the same type (into the fallback's buffer) */
   y.flags |= x.out_flags;
   double ms = time_op(c, mm_gpu, &y, 10);
-  printf("%-22s %-30s %10s %-4s %9.4f ms  %8.2f TFLOP/s\n", "  the same, plain", "", "", "", ms,
-         flop / (ms * 1e-3) / 1e12); /* a time, not a check */
+  time_row("  the same, plain", ms, flop);
   cudaFree(x.mm.out), cudaFree(x.mm.a), cudaFree(x.mm.b), cudaFree(x.res), cudaFree(x.aux);
   cudaFree(x.bias);
   free(a), free(b), free(bias), free(h), free(prod), free(ref), free(ref_aux), free(got);
@@ -517,8 +517,7 @@ static void check_mm_bgrad(RtCuda *c, int64_t m, int64_t k, int64_t n, int store
       time_op(c, mb_gpu, &x, 10), flop, 0);
   row(x.done == 1 ? "  bias grad, epilogue" : "  bias grad, by caller", "", err_b, 1e-5, 0, 0, 0);
   double ms = time_op(c, mm_gpu, &x.mm, 10);
-  printf("%-22s %-30s %10s %-4s %9.4f ms  %8.2f TFLOP/s\n", "  the same, no bias", "", "", "",
-         ms, flop / (ms * 1e-3) / 1e12); /* a time, not a check */
+  time_row("  the same, no bias", ms, flop);
   cudaFree(x.mm.out), cudaFree(x.mm.a), cudaFree(x.mm.b), cudaFree(x.bias);
   free(a), free(b), free(ref), free(got), free(sums), free(bias);
 }
@@ -763,10 +762,7 @@ static void check_attn_bf16(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_
 /* x rounded to bf16 values (still fp32) */
 static float *bf16_values(const float *x, int64_t n) {
   float *r = malloc(4 * (size_t)(n ? n : 1));
-  for (int64_t i = 0; i < n; i++) {
-    uint32_t u = (uint32_t)bf16_rn(x[i]) << 16;
-    memcpy(&r[i], &u, 4);
-  }
+  for (int64_t i = 0; i < n; i++) r[i] = bf16_val(x[i]);
   return r;
 }
 
