@@ -62,7 +62,7 @@ int cg_plan_whole_step(IrModule *m, int fuse, const PpProgram *pp, int bf16, int
   cg_cuda_arena_plan(m, &sp->kp, sp->pos, sp->held, &sp->bp, &sp->store, &sp->gbp);
   cg_plan_leaves(m, &sp->lp);
   /* launches of one code run together where independent (codegen/cuda_batch.h) */
-  cg_cuda_batch_plan(m, &sp->kp, &sp->gbp, &sp->lp, &sp->store, batch && !pp, !pp,
+  cg_cuda_batch_plan(m, &sp->kp, &sp->gbp, &sp->lp, &sp->store, batch && !pp, pp,
                      &sp->batches);
   return 0;
 }

@@ -220,9 +220,19 @@ void cg_cuda_epilogue_parts(const IrModule *m, const CgKernelPlan *kp, int k, in
   }
 }
 
+/* 1 if GEMM node g and kernel k's root run in one stage program of pp (the
+ * same chunk and phase: they are adjacent in node order, cuda_batch.h), or
+ * pp is NULL (the unpipelined step). */
+static int same_program(const IrModule *m, const CgKernelPlan *kp, const PpProgram *pp, int g,
+                        int k) {
+  const int r = kp->kernels[k].root;
+  return !pp || (pp->chunk[g] >= 0 && pp->chunk[g] == pp->chunk[r] &&
+                 m->nodes[g]->phase == m->nodes[r]->phase);
+}
+
 void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                         const CgLeafPlan *lp, const CgCudaStore *store, int batch,
-                        int unpipelined, CgCudaBatches *out) {
+                        const PpProgram *pp, CgCudaBatches *out) {
   int nk = kp->nkernels;
   memset(out, 0, sizeof *out);
   out->lead = arena_alloc(&m->arena, sizeof(int) * (size_t)(nk + 1));
@@ -239,15 +249,17 @@ void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
     last[k] = k;
     /* (the GEMM writes its sum in fp32: not for a value stored or rounded as bf16) */
     int s = kp->kernels[k].nnodes == 1 ? kp->kernels[k].nodes[0] : -1;
-    out->in_gemm[k] = unpipelined && out->lead[k] >= 0 && s >= 0 && !store->bf16[s] &&
+    out->in_gemm[k] = !pp && out->lead[k] >= 0 && s >= 0 && !store->bf16[s] &&
                               !(store->rounded && store->rounded[s])
                           ? cg_cuda_bias_in_gemm(m, kp, bp, s)
                           : -1;
     out->epi[k] = out->in_gemm[k] >= 0 ? CG_EPI_BGRAD : CG_EPI_NONE;
-    /* a bias add, GELU or GELU gradient */
-    for (int r = 0; r < NRULES && out->in_gemm[k] < 0 && unpipelined && out->lead[k] >= 0; r++)
-      if ((out->in_gemm[k] = epilogue_rule[r](m, kp, bp, store, k)) >= 0)
-        out->epi[k] = (unsigned char)(CG_EPI_BIAS + r);
+    /* a bias add, GELU or GELU gradient (in a stage program: its GEMM's) */
+    for (int r = 0; r < NRULES && out->in_gemm[k] < 0 && out->lead[k] >= 0; r++) {
+      const int g = epilogue_rule[r](m, kp, bp, store, k);
+      if (g >= 0 && same_program(m, kp, pp, g, k))
+        out->in_gemm[k] = g, out->epi[k] = (unsigned char)(CG_EPI_BIAS + r);
+    }
   }
   if (!batch || !nk) return;
   int64_t *temp_off = calloc((size_t)kp->ntemps + 1, sizeof(int64_t));

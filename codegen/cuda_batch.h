@@ -37,7 +37,8 @@
  * to its last reader (passes/bufplan.h), holds nothing else in between; dy's
  * bytes are live at the GEMM, which reads them.  Such a kernel never batches.
  *
- * Bias adds with their GEMM (in_gemm too): in the unpipelined step, a kernel
+ * Bias adds with their GEMM (in_gemm too): in the unpipelined step and in
+ * stage programs (the GEMM's own: the same chunk and phase), a kernel
  * that is add(mm, bias) (or its reshape) of a forward matmul mm (or of
  * --recompute layers' copy of one, in the backward) read by
  * nothing else, bias an fp32 vector of mm's last dimension, run right after
@@ -50,7 +51,8 @@
  *
  * GELU and its gradient with their GEMMs (in_gemm too; passes/gelu_epilogue.c
  * keeps the GELU input h = add(mm, b) and moves each dg's matmul right
- * before its gelu_grad(h, dg)): in the unpipelined step, the forward kernel
+ * before its gelu_grad(h, dg)): in the unpipelined step and in stage
+ * programs (as bias adds), the forward kernel
  * that is exactly [h, gelu(h)] (both stored alike: bf16, rounded fp32 or
  * fp32), right after mm, is mm's call (rt_cuda_matmul_gelu: h to the aux
  * output, gelu(h) to D), and the backward kernel that is exactly
@@ -84,10 +86,14 @@ typedef struct CgCudaBatches {
 /* Plans *out in m's arena for the step of kp (its buffer plan bp, leaf plan
  * lp, CUDA code store).  batch 0 (--no-batch, or a pipelined trainer, which
  * runs stage programs): nothing batches, every instance launches alone.
- * unpipelined: m is the unpipelined step (else no bias sum joins a GEMM). */
+ * pp: m's stage programs (a pipelined trainer's, or a routed model's
+ * microbatches), or NULL for the unpipelined step.  In stage programs no
+ * bias sum joins a GEMM (the microbatches add the weight gradients into the
+ * accumulator, which the epilogue's sum would not), and a bias add, GELU or
+ * GELU gradient joins a GEMM of its own program (the same chunk and phase). */
 void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                         const CgLeafPlan *lp, const CgCudaStore *store, int batch,
-                        int unpipelined, CgCudaBatches *out);
+                        const PpProgram *pp, CgCudaBatches *out);
 /* The GEMM node whose call computes sum_to node i (the bias sums above), else -1. */
 int cg_cuda_bias_in_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, int i);
 /* The matmul node whose call adds kernel k's bias (the bias adds above), else -1. */

@@ -345,8 +345,8 @@ static int stage_peaks(FILE *out, const IrModule *m, const PpProgram *pp, const 
 /* Each stage's calls a step: its chunks' nodes once a microbatch. */
 static int explain_stage_steps(FILE *out, const IrModule *m, const PpProgram *pp,
                                const CgKernelPlan *kp, const CgCudaStore *store,
-                               const Machine *mc, int bf16, const CgSourceText *srcs, int nsrc,
-                               int rows) {
+                               const CgCudaBatches *batches, const Machine *mc, int bf16,
+                               const CgSourceText *srcs, int nsrc, int rows) {
   int n = m->nnodes, P = pp->nstages, M = pp->microbatches > 0 ? pp->microbatches : 1;
   double *t = calloc((size_t)n + 1, sizeof *t), *ts = calloc((size_t)n + 1, sizeof *ts);
   CgExplainGroup *g = malloc(sizeof *g * (size_t)(n + 1));
@@ -355,7 +355,7 @@ static int explain_stage_steps(FILE *out, const IrModule *m, const PpProgram *pp
     return -1;
   }
   StepTime st;
-  cg_step_times(m, kp, mc, bf16, store, NULL, 0, &st, t);
+  cg_step_times(m, kp, mc, bf16, store, batches, 0, &st, t);
   char a[32];
   fprintf(out, "predicted calls of each stage on %s (%s), compute only, a step of %d "
                "microbatches (the schedule's idle time, transfers and optimizer aside):\n",
@@ -411,7 +411,8 @@ int cg_explain(FILE *out, IrModule *m, const PpProgram *pp, unsigned what, int f
             : explain_peak(out, m, p, sp.pos, NULL, "", srcs, nsrc, rows);
   }
   if (!rc && what & CG_EXPLAIN_STEP)
-    rc = pp ? explain_stage_steps(out, m, pp, &sp.kp, &sp.store, mc, bf16, srcs, nsrc, rows)
+    rc = pp ? explain_stage_steps(out, m, pp, &sp.kp, &sp.store, &sp.batches, mc, bf16, srcs,
+                                  nsrc, rows)
             : explain_step(out, m, &sp, mc, bf16, srcs, nsrc, rows);
   cg_step_plan_free(&sp);
   if (rc) snprintf(err, len, "out of memory explaining the plan");

@@ -42,8 +42,9 @@ typedef struct {
   const IrModule *m;
   const CgKernelPlan *kp;
   const CgCudaStore *store; /* the bf16 buffers; store->code[store->canon[k]]: kernel k's code */
-  const CgCudaBatches *batches; /* the batched launches (NULL: none; a pipelined trainer's
-                                   plan has none either) */
+  const CgCudaBatches *batches; /* the batched launches and the kernels GEMM calls compute
+                                   (NULL: none; a pipelined trainer's plan batches none,
+                                   and its GEMMs compute no bias sum) */
   const BufPlan *bp;
   const CgLeafPlan *lp;
   const int64_t *temp_off;
@@ -57,8 +58,8 @@ typedef struct {
   int grads_in_acc;     /* it is an optimizer function: a gradient (p->grad) is read
                            from G (host.h, cg_pipe_grads_in_acc) */
   int fuse_step;        /* the unpipelined step: cross-entropy fused into its gradient
-                           (cg_cuda_xent_fused), bias sums into their GEMMs' calls
-                           (batches->in_gemm) */
+                           (cg_cuda_xent_fused) */
+  int epilogues;        /* some kernel is computed by its GEMM's call (batches->in_gemm) */
 } Cu;
 
 static void fail(Cu *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -307,7 +308,7 @@ static const char *const epilogue_fn[] = {NULL, "rt_cuda_matmul_ta_bgrad", "rt_c
  * gradient (a matmul) GEMM node g's call computes (codegen/cuda_batch.h,
  * in_gemm), else -1. */
 static int epilogue_kernel_of(const Cu *e, const IrNode *g) {
-  if (!e->fuse_step || !e->batches || (g->op != IR_OP_MATMUL_TA && g->op != IR_OP_MATMUL))
+  if (!e->batches || (g->op != IR_OP_MATMUL_TA && g->op != IR_OP_MATMUL))
     return -1;
   for (int k = 0; k < e->kp->nkernels; k++)
     if (e->batches->in_gemm[k] == g->id) return k;
@@ -871,9 +872,7 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
           "  (void)io, (void)A, (void)P, (void)S, (void)tokens, (void)targets, (void)lr, (void)t,\n"
           "      (void)st, (void)prof_;\n");
   e->fuse_step = 1; /* (until the step's nodes are written) */
-  int in_gemm = 0;
-  for (int k = 0; e->batches && k < kp->nkernels; k++) in_gemm += e->batches->in_gemm[k] >= 0;
-  if (in_gemm)
+  if (e->epilogues)
     fprintf(out, "  int summed_; /* rt_cuda_matmul_ta_bgrad, _bias, _gelu, _dgelu: the "
                  "epilogue computed the kernel */\n");
   int weights = cg_cuda_weights_read(m, e->store->weights);
@@ -987,6 +986,9 @@ static void pipe_fn_head(void *ctx, const char *name, const char *what, int stag
           "  const int prof_ = rt_cuda_profiling(dev); /* PARC_CUDA_PROFILE: this step records */\n"
           "  (void)A, (void)P, (void)S, (void)G, (void)tokens, (void)targets, (void)lr, (void)t,"
           " (void)st,\n      (void)prof_;\n", what, name);
+  if (e->epilogues) /* (a stage function without such a GEMM leaves it unread) */
+    fprintf(e->out, "  int summed_ = 0; /* rt_cuda_matmul_bias, _gelu, _dgelu: the epilogue "
+                    "computed the kernel */\n  (void)summed_;\n");
 }
 
 static void pipe_runtime(void *ctx, const CgLeafPlan *lp, const IrNode *n) {
@@ -998,6 +1000,11 @@ static void pipe_runtime(void *ctx, const CgLeafPlan *lp, const IrNode *n) {
 static void pipe_kernel(void *ctx, const CgLeafPlan *lp, int k) {
   Cu *e = ctx;
   e->lp = lp;
+  if (e->batches && e->batches->in_gemm[k] >= 0) { /* (emit_runtime of its GEMM launched it) */
+    fprintf(e->out, "  /* with %%%d's GEMM: in its epilogue, or launched after it (%s) */\n",
+            e->batches->in_gemm[k], epilogue_fn[e->batches->epi[k]]);
+    return;
+  }
   emit_kernel_call(e, k);
 }
 
@@ -1109,7 +1116,9 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
     return -1;
   }
   Cu e = {out,     m,   kp,     info->store, info->batches, bp, lp, temp_off,
-          grad_of, err, errlen, 0,           0,    NULL, 0, 0, 0, 0};
+          grad_of, err, errlen, 0,           0,    NULL, 0, 0, 0, 0, 0};
+  for (int k = 0; info->batches && k < kp->nkernels; k++)
+    e.epilogues |= info->batches->in_gemm[k] >= 0;
   const IrNode *tok = cg_tokens_input(m);
   int64_t nparams = 0, batch = tok ? tok->shape[0] : 0, seq = tok ? tok->shape[1] : 0;
   for (int i = 0; i < m->nnodes; i++)

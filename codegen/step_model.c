@@ -235,26 +235,22 @@ void cg_step_model(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
 
 int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine *mc, int bf16,
                        int store, PpPlan *plan, char *err, size_t len) {
-  CgKernelPlan kp;
-  BufPlan bp;
-  int *pos;
   /* planned as cg_write_project plans a pipelined module: fused within a
-   * (chunk, phase) colour, the values it stores as bf16 from that plan */
+   * (chunk, phase) colour, the values it stores as bf16 and the kernels its
+   * GEMMs' calls compute (cuda_batch.h) from that plan */
   double *t = calloc((size_t)m->nnodes + 1, sizeof *t);
   if (!t) {
     snprintf(err, len, "out of memory");
     return -1;
   }
-  if (cg_plan_step(m, fuse, pp, &kp, &pos, &bp, NULL, err, len)) {
+  CgStepPlan sp;
+  if (cg_plan_whole_step(m, fuse, pp, bf16, store, 0, &sp, err, len)) {
     free(t);
     return -1;
   }
-  int *canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(kp.nkernels + 1));
-  cg_dedup_kernels(&kp, canon);
-  CgCudaStore stored;
-  cg_cuda_store_plan(m, &kp, &bp, canon, bf16, (CgStoreMode)store, pp, &stored);
+  const CgCudaStore stored = sp.store;
   StepTime st;
-  cg_step_times(m, &kp, mc, bf16, &stored, NULL, 0, &st, t);
+  cg_step_times(m, &sp.kp, mc, bf16, &stored, &sp.batches, 0, &st, t);
   for (int c = 0; c < plan->st.nchunks; c++)
     plan->timing[c].f = plan->timing[c].b = plan->timing[c].w = 0;
   /* the optimizer: each stage updates the parameters it holds (an owned
@@ -310,7 +306,7 @@ int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine
   for (int s = 0; s < P; s++)
     if (opt[s] > plan->opt_s) plan->opt_s = opt[s];
   free(t);
-  cg_plan_free(&kp);
+  cg_step_plan_free(&sp);
   plan->kernel_timed = 1;
   return pp_plan_simulate(plan, err, len);
 }

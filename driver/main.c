@@ -730,8 +730,10 @@ static IrModule *pipe_module(Program *prog, const Options *o, const IrModule *m,
   if (!rc && (o->lay.tp * o->lay.dp > 1 || o->pads) &&
       pass_shard(r, o->lay.tp, o->lay.dp, o->sp, why, len))
     rc = -1;
-  popt.start_after = "dce"; /* autodiff, attn_delta; then, past dp_grads, the optimizer */
-  popt.stop_after = "attn_delta";
+  /* autodiff to remat (as the unpipelined module: attn_delta, gelu_epilogue,
+   * remat, and the --recompute passes); then, past dp_grads, the optimizer */
+  popt.start_after = "dce";
+  popt.stop_after = "remat";
   if (!rc && pass_run_all(r, &popt)) rc = -1;
   /* ZeRO-1: the optimizer takes the rank's piece of each accumulated gradient
    * and gathers each stage's parameters apart (passes/optimizer.c) */

@@ -124,7 +124,7 @@ int main(int argc, char **argv) {
   cg_cuda_arena_plan(m, &kp, pos, held, &fp32, &store, &bp);
   free(held);
   CgCudaBatches b;
-  cg_cuda_batch_plan(m, &kp, &bp, &lp, &store, 1, 1, &b);
+  cg_cuda_batch_plan(m, &kp, &bp, &lp, &store, 1, NULL, &b);
 
   int fails = 0;
   int64_t *temp_off = calloc((size_t)kp.ntemps + 1, sizeof(int64_t));
