@@ -104,8 +104,14 @@ static double op_time(const IrNode *n, const Machine *mc, int p, const unsigned 
     int again = 0; /* an operand given twice is read once (sdpa's packed q|k|v) */
     for (int i = 0; i < j; i++) again |= n->inputs[i] == n->inputs[j];
     if (again) continue;
-    bytes += node_bytes(n->inputs[j], stored);
-    if (node_bytes(n->inputs[j], stored) > big) big = node_bytes(n->inputs[j], stored);
+    double b = node_bytes(n->inputs[j], stored);
+    /* an embedding reads the table's rows its ids name, one a token, not
+     * the table (as rt_cuda_embedding's profile counts it) */
+    if (j == 1 && (n->op == IR_OP_EMBEDDING || n->op == IR_OP_VOCAB_EMBEDDING) &&
+        4.0 * (double)ir_numel(n) < b)
+      b = 4.0 * (double)ir_numel(n);
+    bytes += b;
+    if (b > big) big = b;
   }
   /* a vocabulary-parallel cross-entropy over several members reads the logits
    * once more for its gathered statistics (the row maxima, then the sums),

@@ -139,6 +139,20 @@ static void check_step(const IrModule *m, const CgStepPlan *sp) {
     fail("step", "the groups' %.9f s and the params' copy's %.9f s, a step of %.9f s", sum,
          copy, compute);
   if (calls != nodes) fail("step", "the groups hold %d calls of %d", calls, nodes);
+  /* an embedding moves its ids, the table rows they name and its f32 result,
+   * as the GPU profile counts it (runtime/cuda/rt_cuda_ops.cu embed): not the
+   * table (an 8 B Llama's is 2 GB, its rows a step 134 MB), nor more than
+   * the table (a vocabulary-parallel member's slice, smaller than the rows) */
+  const Machine *mc = machine_default;
+  for (int i = 0; i < m->nnodes && mc->parallel_call_s == 0; i++) {
+    const IrNode *n = m->nodes[i];
+    if (n->op != IR_OP_EMBEDDING && n->op != IR_OP_VOCAB_EMBEDDING) continue;
+    double rows = 4.0 * (double)ir_numel(n), table = 4.0 * (double)ir_numel(n->inputs[1]);
+    double bytes = 4.0 * (double)ir_numel(n->inputs[0]) + (rows < table ? rows : table) + rows;
+    double want = mc->kernel_s + bytes / mc->mem_bytes_per_s;
+    if (t[i] < want * (1 - 1e-9) || t[i] > want * (1 + 1e-9))
+      fail("step", "embedding %%%d: %.9f s, its ids, rows and result %.9f s", i, t[i], want);
+  }
   printf("  step: %.3f ms in %d groups of %d nodes' calls\n", compute * 1e3, ng, nodes);
   free(t), free(g);
 }
