@@ -7,6 +7,7 @@
 #include "codegen/cuda_arena.h"
 #include "codegen/cuda_batch.h"
 #include "codegen/cuda_store.h"
+#include "codegen/grad_onto.h"
 #include "codegen/host.h"
 #include "codegen/host_cuda.h"
 #include "codegen/step_model.h"
@@ -35,6 +36,7 @@ int cg_plan_step(IrModule *m, int fuse, const PpProgram *pp, CgKernelPlan *kp, i
                      .via_acc = via_acc, .acc_reader = opt};
   }
   if (cg_plan_kernels(m, fuse, colour, kp, err, len)) return -1;
+  if (!pp) cg_onto_candidates(m, kp); /* (codegen/grad_onto.h) */
   if (pp) { /* no buffer for a gradient only the accumulator holds (host.h) */
     int *into = cg_pipe_acc_into(m, pp, cg_results(m), ar.via_acc);
     for (int i = 0; i < m->nnodes; i++)
@@ -61,6 +63,11 @@ int cg_plan_whole_step(IrModule *m, int fuse, const PpProgram *pp, int bf16, int
   cg_cuda_store_plan(m, &sp->kp, &sp->bp, sp->canon, bf16, (CgStoreMode)store, pp, &sp->store);
   cg_cuda_arena_plan(m, &sp->kp, sp->pos, sp->held, &sp->bp, &sp->store, &sp->gbp);
   cg_plan_leaves(m, &sp->lp);
+  /* a tied embedding's gradient added onto the head's (codegen/grad_onto.h) */
+  if (cg_plan_onto(m, &sp->kp, &sp->bp, &sp->gbp, &sp->store, err, len) < 0) {
+    cg_step_plan_free(sp);
+    return -1;
+  }
   /* launches of one code run together where independent (codegen/cuda_batch.h) */
   cg_cuda_batch_plan(m, &sp->kp, &sp->gbp, &sp->lp, &sp->store, batch && !pp, pp,
                      &sp->batches);

@@ -166,7 +166,9 @@ typedef struct {
                           buffer of materialised node x (same bytes, same
                           order), x; else -1.  A host that aliases buffers
                           may point the reshape at x's buffer (keeping x
-                          alive as long) and skip the copy kernel. */
+                          alive as long) and skip the copy kernel.  Also an
+                          add whose other term an embedding gradient's call
+                          adds onto x's bytes (codegen/grad_onto.h). */
   int *inplace_of;     /* per node: for an update value written in place, its
                           leaf's id (see In-place updates); else -1 */
   int ntemps;
@@ -176,6 +178,9 @@ typedef struct {
                           the gradient accumulator itself (materialize 0), the
                           PARAM whose gradient it is, else -1; NULL: none (not
                           cg_plan_kernels') */
+  const int *onto;      /* per node, for an embedding's gradient whose call adds it
+                          onto another gradient term's bytes (codegen/grad_onto.h,
+                          cg_plan_onto), that term; else -1; NULL: none */
 } CgKernelPlan;
 
 /* Groups m's nodes into kernels and builds them (KIR module, one kernel

@@ -419,7 +419,9 @@ static void emit_runtime(Emit *e, const IrNode *n) {
   /* a gradient term its op adds into the accumulator itself (cg_pipe_acc_into) */
   int acc = acc_into(e->kp, n);
   if (acc >= 0) snprintf(o, sizeof o, "G + %" PRId64, e->lp->offset[acc]);
-  const char *out = acc >= 0 ? o : buf(e, n, o, sizeof o);
+  /* an embedding's gradient added onto another term's bytes (codegen/grad_onto.h) */
+  const int onto = e->kp->onto ? e->kp->onto[n->id] : -1;
+  const char *out = acc >= 0 ? o : buf(e, onto >= 0 ? e->m->nodes[onto] : n, o, sizeof o);
   const char *x = n->ninputs > 0 ? buf(e, in[0], a0, sizeof a0) : NULL;
   const char *y = n->ninputs > 1 ? buf(e, in[1], a1, sizeof a1) : NULL;
   const char *z = n->ninputs > 2 ? buf(e, in[2], a2, sizeof a2) : NULL;
@@ -535,7 +537,8 @@ static void emit_runtime(Emit *e, const IrNode *n) {
     return;
   case IR_OP_EMBEDDING_GRAD:
     fprintf(f, "  CHECK(rt_embedding_grad%s(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64 "));\n",
-            acc >= 0 ? "_acc" : "", out, x, y, ir_numel(in[0]), n->ia[0], dim(in[1], -1));
+            acc >= 0 || onto >= 0 ? "_acc" : "", out, x, y, ir_numel(in[0]), n->ia[0],
+            dim(in[1], -1));
     return;
   case IR_OP_CROSS_ENTROPY:
     fprintf(f, "  CHECK(rt_cross_entropy(%s, %s, %s, %" PRId64 ", %" PRId64 "));\n", out, x, y,
@@ -552,8 +555,8 @@ static void emit_runtime(Emit *e, const IrNode *n) {
     return;
   case IR_OP_VOCAB_EMBEDDING_GRAD:
     fprintf(f, "  CHECK(rt_vocab_embedding_grad%s(%s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
-            ", rt_comm_rank(io->%s_group), %" PRId64 "));\n", acc >= 0 ? "_acc" : "", out, x, y,
-            ir_numel(in[0]), n->ia[0], dim(in[1], -1), group_of(n->ia[1]), n->ia[2]);
+            ", rt_comm_rank(io->%s_group), %" PRId64 "));\n", acc >= 0 || onto >= 0 ? "_acc" : "",
+            out, x, y, ir_numel(in[0]), n->ia[0], dim(in[1], -1), group_of(n->ia[1]), n->ia[2]);
     return;
   case IR_OP_VOCAB_CROSS_ENTROPY:
     fprintf(f, "  CHECK(rt_vocab_cross_entropy(io->%s_group, %s, %s, %s, %" PRId64 ", %" PRId64
@@ -622,8 +625,12 @@ static const char *code_name(const Emit *e, int i) {
 int cg_view_note(FILE *out, const CgKernelPlan *kp, const BufPlan *bp, int index) {
   if (!cg_kernel_is_view(kp, bp, index)) return 0;
   int r = kp->kernels[index].root;
-  fprintf(out, "  /* a view: %%%d is written over %%%d, whose bytes already hold it */\n", r,
-          kp->view_of[r]);
+  if (kp->onto && kp->onto[r - 1] == kp->view_of[r]) /* (codegen/grad_onto.h) */
+    fprintf(out, "  /* %%%d is written over %%%d, onto whose bytes %%%d's call added "
+                 "itself */\n", r, kp->view_of[r], r - 1);
+  else
+    fprintf(out, "  /* a view: %%%d is written over %%%d, whose bytes already hold it */\n", r,
+            kp->view_of[r]);
   return 1;
 }
 

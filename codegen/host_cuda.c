@@ -323,7 +323,9 @@ static void emit_runtime(Cu *e, const IrNode *n) {
   /* a GEMM adding its product into the accumulator (host.h, cg_pipe_acc_into) */
   int acc = e->kp->acc_into ? e->kp->acc_into[n->id] : -1;
   if (acc >= 0) snprintf(o, sizeof o, "G + %" PRId64, e->lp->offset[acc]);
-  const char *out = acc >= 0 ? o : buf(e, n, o, sizeof o);
+  /* an embedding's gradient added onto another term's bytes (codegen/grad_onto.h) */
+  const int onto = e->kp->onto ? e->kp->onto[n->id] : -1;
+  const char *out = acc >= 0 ? o : buf(e, onto >= 0 ? e->m->nodes[onto] : n, o, sizeof o);
   const char *x = n->ninputs > 0 ? buf(e, in[0], a0, sizeof a0) : NULL;
   const char *y = n->ninputs > 1 ? buf(e, in[1], a1, sizeof a1) : NULL;
   const char *z = n->ninputs > 2 ? buf(e, in[2], a2, sizeof a2) : NULL;
@@ -490,7 +492,8 @@ static void emit_runtime(Cu *e, const IrNode *n) {
     return;
   case IR_OP_EMBEDDING_GRAD:
     fprintf(f, "  CHECK(rt_cuda_embedding_grad%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 ", %" PRId64
-            "));\n", acc >= 0 ? "_acc" : "", out, x, y, ir_numel(in[0]), n->ia[0], dim(in[1], -1));
+            "));\n", acc >= 0 || onto >= 0 ? "_acc" : "", out, x, y, ir_numel(in[0]), n->ia[0],
+            dim(in[1], -1));
     return;
   case IR_OP_CROSS_ENTROPY: /* logits as bf16 where their GEMM writes them so */
     fprintf(f, "  CHECK(rt_cuda_cross_entropy%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64 "));\n",
@@ -509,8 +512,8 @@ static void emit_runtime(Cu *e, const IrNode *n) {
   case IR_OP_VOCAB_EMBEDDING_GRAD:
     fprintf(f, "  CHECK(rt_cuda_vocab_embedding_grad%s(dev, %s, %s, %s, %" PRId64 ", %" PRId64
             ", %" PRId64 ", rt_cuda_group_rank(dev, %s), %" PRId64 "));\n",
-            acc >= 0 ? "_acc" : "", out, x, y, ir_numel(in[0]), n->ia[0], dim(in[1], -1),
-            grp(n->ia[1]), n->ia[2]);
+            acc >= 0 || onto >= 0 ? "_acc" : "", out, x, y, ir_numel(in[0]), n->ia[0],
+            dim(in[1], -1), grp(n->ia[1]), n->ia[2]);
     return;
   case IR_OP_VOCAB_CROSS_ENTROPY: /* as cross_entropy */
     fprintf(f, "  CHECK(rt_cuda_vocab_cross_entropy%s(dev, %s, %s, %s, %s, %" PRId64 ", %" PRId64

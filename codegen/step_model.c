@@ -84,7 +84,7 @@ static double kernel_time(const IrModule *m, const CgKernelPlan *kp, const Machi
  * kernel's node); *kind 0 memory-bound, 1 GEMM, 2 attention.  tp: the
  * module's tp degree (m->mesh_tp; 0 or 1: one rank). */
 static double op_time(const IrNode *n, const Machine *mc, int p, const unsigned char *stored,
-                      int tp, int *kind, StepTime *st) {
+                      int tp, int onto, int *kind, StepTime *st) {
   *kind = 0;
   if (n->op == IR_OP_ALL_REDUCE && stored && stored[n->id]) {
     /* rt_cuda_all_reduce_bf16: a pass rounding the member's piece of the f32
@@ -100,6 +100,11 @@ static double op_time(const IrNode *n, const Machine *mc, int p, const unsigned 
   }
   if (!cg_runtime_op(n->op) || is_comm(n->op)) return 0;
   double bytes = node_bytes(n, stored), big = node_bytes(n, stored);
+  if (onto) { /* an embedding's gradient onto another term (codegen/grad_onto.h): the
+               * rows of its ids read and written, not the table zeroed and written */
+    const double rows = 4.0 * (double)ir_numel(n->inputs[1]);
+    bytes = 2 * (rows < bytes ? rows : bytes);
+  }
   for (int j = 0; j < n->ninputs; j++) {
     int again = 0; /* an operand given twice is read once (sdpa's packed q|k|v) */
     for (int i = 0; i < j; i++) again |= n->inputs[i] == n->inputs[j];
@@ -227,7 +232,8 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
     for (int j = 0; j < copies; j++) add_call(st, m->nodes[i]->phase, c / copies, 0);
     double t = kp->kernel_of[i] >= 0
                    ? 0
-                   : op_time(m->nodes[i], mc, bf16 ? 1 : 0, stored, m->mesh_tp, &kind, st);
+                   : op_time(m->nodes[i], mc, bf16 ? 1 : 0, stored, m->mesh_tp,
+                             kp->onto && kp->onto[i] >= 0, &kind, st);
     add_call(st, m->nodes[i]->phase, t, kind);
     if (node_s) node_s[i] += c + t;
     if (stored && stored[i]) comm_gpu_bf16(&st->comm, m->nodes[i], 1);

@@ -122,7 +122,9 @@ static int in_place_input(const IrModule *m, const BufPlan *p, const int *pos, c
   if (n->ninputs < 1 || (held && held[i] >= 0) || (p->arenas.unread && p->arenas.unread[i]))
     return -1;
   const IrNode *x = n->inputs[0];
-  int view = view_of && view_of[i] == x->id && n->op == IR_OP_RESHAPE;
+  /* (a reshape over its input, or an add whose other term a runtime op adds
+   * onto x's bytes: codegen/grad_onto.h) */
+  int view = view_of && view_of[i] == x->id;
   if (!(ir_op_info[n->op].flags & IR_F_INPLACE0) && !view) return -1;
   if (p->offset[x->id] < 0 || at(pos, x->id) >= t || p->last_use[x->id] != t ||
       !fits_over(m, p, x->id, i, view))
@@ -424,6 +426,7 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
   Arena *a = &m->arena;
   memset(p, 0, sizeof *p);
   p->mode = in_place;
+  p->view_of = in_place ? view_of : NULL;
   p->narrow = narrow; /* (fits_over reads it while planning) */
   if (ar) p->arenas = *ar;
   const unsigned char *unread = p->arenas.unread;
@@ -570,8 +573,10 @@ static int check(const IrModule *m, const BufPlan *p, const int *pos, const uint
         snprintf(why, len, "node %%%d is a view of %%%d, which it may not be", i, x);
         return -1;
       }
-    } else if (x >= 0) { /* In place: the conditions in_place_input checked */
-      int ok = (ir_op_info[n->op].flags & IR_F_INPLACE0) && n->ninputs > 0 &&
+    } else if (x >= 0) { /* In place: the conditions in_place_input checked (a
+                          * planned view: x's bytes hold it, no kernel writes it) */
+      int ok = ((ir_op_info[n->op].flags & IR_F_INPLACE0) || (p->view_of && p->view_of[i] == x)) &&
+               n->ninputs > 0 &&
                n->inputs[0]->id == x && p->offset[x] == p->offset[i] &&
                p->size[x] == p->size[i] && p->last_use[x] == at(pos, i) &&
                at(pos, x) < at(pos, i);

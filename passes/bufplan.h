@@ -16,7 +16,9 @@
  * In place.  The one exception to "never aliases its own inputs": a node
  * whose op has IR_F_INPLACE0 (ir/ir.h; cross_entropy_grad and its
  * vocabulary-parallel form), or a reshape that is a view of its input
- * (bufplan_build_views), takes the bytes of its input 0, x, when it is x's
+ * (bufplan_build_views), or a node the kernel plan marks a view of its
+ * input 0 (view_of: an add an embedding gradient's call makes onto x's bytes,
+ * codegen/grad_onto.h), takes the bytes of its input 0, x, when it is x's
  * last reader (every other reader runs at an earlier position, none
  * asynchronously past it, x not kept), x has a buffer of the same size,
  * element count and dtype written at an earlier position, and the node is
@@ -105,6 +107,9 @@ typedef struct {
                         * at once in it (live_peak is the largest) */
   int mode;            /* what it writes over what: 0 nothing (apart), 1 In place,
                         * 2 In place and shared views */
+  const int *view_of;  /* the views it was planned with (the caller's, borrowed;
+                        * NULL: none): a node written over x with view_of[id] == x
+                        * is x's bytes as they are, by no kernel of its own */
 } BufPlan;
 
 /* Plans buffers for every non-leaf node with materialize[id] != 0 (NULL:
@@ -158,7 +163,8 @@ void bufplan_group_where(const IrModule *m, const BufPlan *p, uint64_t *out);
 
 /* Checks the invariant above (with the same pos; for p->arenas, between
  * groups an arena holds both of), In place included: an
- * alias is to input 0 of an IR_F_INPLACE0 node, the input's last reader, or
+ * alias is to input 0 of an IR_F_INPLACE0 node or of a planned view
+ * (p->view_of), the input's last reader, or
  * of a reshape (a view: same offset and size, written after its input;
  * nothing else may write those bytes while the view is live);
  * 0 or -1 with a reason. */

@@ -1,7 +1,7 @@
 /* tests/codegen/cg_explain.c -- `parc --explain` (codegen/explain.h) against
  * the plans it explains.
  *
- *   cg_explain [--tp N] [--no-fuse] MODEL.dsl [NAME=VALUE ...]
+ *   cg_explain [--tp N] [--no-fuse] [--tied] MODEL.dsl [NAME=VALUE ...]
  *
  * The model goes through every pass as `parc -o` compiles it (sharded over
  * tp first with --tp), and is planned as codegen/project.c plans it.  For
@@ -22,7 +22,10 @@
  * For the predicted step: the groups' seconds plus the params' bf16 copy
  * (its one call outside every node) are the step model's compute time, and
  * the groups' calls are the nodes with a call.  cg_explain itself must print
- * each part it is asked for and nothing else. */
+ * each part it is asked for and nothing else.  A weight's two gradient terms,
+ * one an embedding's (the tied token table: --tied asks for one), are summed
+ * by the embedding gradient's call onto the other's bytes
+ * (codegen/grad_onto.h), as the step model counts it. */
 #define _GNU_SOURCE /* open_memstream */
 #include <stdarg.h>
 #include <stdio.h>
@@ -157,6 +160,49 @@ static void check_step(const IrModule *m, const CgStepPlan *sp) {
   free(t), free(g);
 }
 
+/* A weight's two gradient terms, z = add(x, embedding_grad(ids, dy)) with
+ * nothing else reading x or y (GPT-2's tied token table): y's call adds onto
+ * x's bytes (codegen/grad_onto.h), z is x's bytes in both trainers' plans
+ * and runs no kernel, and the step model charges z nothing and y the rows
+ * of its ids read and written (ids, dy, 2 x the rows, at most the table),
+ * not the table zeroed and written.  Returns how many. */
+static int check_onto(const IrModule *m, const CgStepPlan *sp) {
+  const CgKernelPlan *kp = &sp->kp;
+  double *t = calloc((size_t)m->nnodes + 1, sizeof *t);
+  StepTime st;
+  cg_step_times(m, kp, machine_default, machine_bf16(m), &sp->store, &sp->batches, 1, &st, t);
+  int count = 0;
+  for (int i = 0; i + 1 < m->nnodes; i++) {
+    const IrNode *y = m->nodes[i], *z = m->nodes[i + 1];
+    if (y->op != IR_OP_EMBEDDING_GRAD && y->op != IR_OP_VOCAB_EMBEDDING_GRAD) continue;
+    if (z->op != IR_OP_ADD || z->inputs[1] != y) continue;
+    const IrNode *x = z->inputs[0];
+    int readers = 0;
+    for (int r = 0; r < m->nnodes; r++)
+      for (int q = 0; q < m->nodes[r]->ninputs; q++)
+        readers += m->nodes[r]->inputs[q] == x || m->nodes[r]->inputs[q] == y;
+    if (readers != 2) continue;
+    count++;
+    const int k = kp->kernel_of[z->id];
+    if (!kp->onto || kp->onto[i] != x->id || k < 0 || !cg_kernel_is_view(kp, &sp->bp, k) ||
+        !cg_kernel_is_view(kp, &sp->gbp, k) || sp->bp.offset[z->id] != sp->bp.offset[x->id]) {
+      fail("onto", "%%%d's gradient is not added onto %%%d's bytes by %%%d's call", z->id, x->id,
+           i);
+      continue;
+    }
+    const Machine *mc = machine_default;
+    double rows = 4.0 * (double)ir_numel(y->inputs[1]), table = 4.0 * (double)ir_numel(y);
+    double want = mc->kernel_s + (4.0 * (double)ir_numel(y->inputs[0]) + rows +
+                                  2 * (rows < table ? rows : table)) / mc->mem_bytes_per_s;
+    if (t[z->id] != 0 || (mc->parallel_call_s == 0 &&
+                          (t[i] < want * (1 - 1e-9) || t[i] > want * (1 + 1e-9))))
+      fail("onto", "%%%d charged %.9f s (want 0), %%%d %.9f s (want %.9f)", z->id, t[z->id], i,
+           t[i], want);
+  }
+  free(t);
+  return count;
+}
+
 /* cg_explain prints what it is asked for: the arena lines, the step lines. */
 static void check_print(IrModule *m, int fuse) {
   for (unsigned what = 1; what <= 3; what++) {
@@ -176,14 +222,15 @@ static void check_print(IrModule *m, int fuse) {
 }
 
 int main(int argc, char **argv) {
-  int tp = 1, fuse = 1, a = 1;
+  int tp = 1, fuse = 1, tied = 0, a = 1;
   for (; a < argc && argv[a][0] == '-'; a++) {
     if (!strcmp(argv[a], "--tp") && a + 1 < argc) tp = atoi(argv[++a]);
     else if (!strcmp(argv[a], "--no-fuse")) fuse = 0;
+    else if (!strcmp(argv[a], "--tied")) tied = 1;
     else break;
   }
   if (a >= argc || tp < 1) {
-    fprintf(stderr, "usage: cg_explain [--tp N] [--no-fuse] MODEL.dsl [NAME=VALUE ...]\n");
+    fprintf(stderr, "usage: cg_explain [--tp N] [--no-fuse] [--tied] MODEL.dsl [NAME=VALUE ...]\n");
     return 2;
   }
   const char *const *defs = (const char *const *)argv + a + 1;
@@ -209,6 +256,9 @@ int main(int argc, char **argv) {
   if (sp.gbp.narrow) check_arena(m, &sp.kp, &sp.gbp, sp.pos, "the GPU trainer's arena");
   else if (machine_bf16(m)) fail("bf16", "no GPU arena of its own");
   check_step(m, &sp);
+  int onto = check_onto(m, &sp);
+  if (tied && !onto) fail("onto", "no embedding gradient goes onto the tied head's");
+  printf("  %d embedding gradients onto another term's bytes\n", onto);
   cg_step_plan_free(&sp);
   check_print(m, fuse);
   printf("%s\n", fails ? "FAIL" : "ok");
