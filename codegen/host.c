@@ -625,7 +625,7 @@ static const char *code_name(const Emit *e, int i) {
 int cg_view_note(FILE *out, const CgKernelPlan *kp, const BufPlan *bp, int index) {
   if (!cg_kernel_is_view(kp, bp, index)) return 0;
   int r = kp->kernels[index].root;
-  if (kp->onto && kp->onto[r - 1] == kp->view_of[r]) /* (codegen/grad_onto.h) */
+  if (kp->onto && r > 0 && kp->onto[r - 1] == kp->view_of[r]) /* (codegen/grad_onto.h) */
     fprintf(out, "  /* %%%d is written over %%%d, onto whose bytes %%%d's call added "
                  "itself */\n", r, kp->view_of[r], r - 1);
   else
