@@ -260,9 +260,9 @@ int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine
     free(t);
     return -1;
   }
-  const CgCudaStore stored = sp.store;
+  const CgCudaStore *stored = &sp.store;
   StepTime st;
-  cg_step_times(m, &sp.kp, mc, bf16, &stored, &sp.batches, 0, &st, t);
+  cg_step_times(m, &sp.kp, mc, bf16, stored, &sp.batches, 0, &st, t);
   for (int c = 0; c < plan->st.nchunks; c++)
     plan->timing[c].f = plan->timing[c].b = plan->timing[c].w = 0;
   /* the optimizer: each stage updates the parameters it holds (an owned
@@ -275,7 +275,7 @@ int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine
     int c = pp->chunk[i];
     IrPhase ph = m->nodes[i]->phase;
     /* (a chunk's nodes run on stage chunk % P, once a microbatch: comm_analyze_pipe) */
-    if (c >= 0 && ph != IR_PHASE_OPT && stored.bf16[i])
+    if (c >= 0 && ph != IR_PHASE_OPT && stored->bf16[i])
       comm_gpu_bf16(&plan->stage_comm[c % P], m->nodes[i], pp->microbatches);
     if (ph == IR_PHASE_OPT || c == PP_NODE_OPT) {
       int own = pp->opt_owner ? pp->opt_owner[i] : -1;
@@ -296,7 +296,7 @@ int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine
       const int *v = pass ? pp->grad[c] : pp->act[c];
       int nv = pass ? pp->ngrad[c] : pp->nact[c], from = (pass ? c + 1 : c) % P;
       for (int k = 0; k < nv; k++) {
-        if (!stored.bf16[v[k]]) continue;
+        if (!stored->bf16[v[k]]) continue;
         int64_t less = 2 * ir_numel(m->nodes[v[k]]);
         plan->stage_comm[from].sends[COMM_PP] += pp->microbatches;
         plan->stage_comm[from].saved_bytes[COMM_PP] += (double)less * pp->microbatches;
@@ -311,7 +311,7 @@ int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine
   /* each stage's params' bf16 copy, first in its step, outside the schedule
    * as the optimizer is: counted with it (where the kernels that update the
    * params store it, its bytes are in theirs: cuda_store.h mirror_all) */
-  for (int s = 0; s < P && bf16 && cg_cuda_weights_read(m, stored.weights) && !stored.mirror_all;
+  for (int s = 0; s < P && bf16 && cg_cuda_weights_read(m, stored->weights) && !stored->mirror_all;
        s++)
     opt[s] += params_copy_s(mc, (double)pp->stage_params_numel[s]);
   plan->opt_s = 0;
