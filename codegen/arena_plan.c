@@ -134,11 +134,12 @@ void cg_gpu_bytes(const IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp,
   out->nstages = 0;
   /* (the same on every stage: the module's largest piece, RtCudaSetup.reduce_piece) */
   out->reduce_ws = 4 * store->reduce_piece;
+  out->attn_dq_ws = store->attn_dq; /* (likewise the module's largest) */
   if (!pp) {
     out->gemm_ws = cg_gemm_ws_bytes(m, bf16, store->bf16, store->weights);
     out->arena = gbp->narrow ? arena : 0;
     out->device = rt_cuda_planned_bytes(lp->params_numel, lp->state_numel, arena, ntok,
-                                        out->gemm_ws + out->reduce_ws);
+                                        out->gemm_ws + out->reduce_ws + out->attn_dq_ws);
     return;
   }
   /* a stage's rank: its own parameters and state, its slots' arena (gbp plans
@@ -158,7 +159,8 @@ void cg_gpu_bytes(const IrModule *m, const CgKernelPlan *kp, const BufPlan *gbp,
     out->stage_device[s] = rt_cuda_planned_bytes(pp->stage_params_numel[s],
                                                  pp->stage_state_numel[s],
                                                  cg_pipe_arena_bytes(pp, slot, s),
-                                                 ntok * pp->microbatches, ws + out->reduce_ws);
+                                                 ntok * pp->microbatches,
+                                                 ws + out->reduce_ws + out->attn_dq_ws);
     if (out->stage_device[s] > out->device) out->device = out->stage_device[s];
     if (ws > out->gemm_ws) out->gemm_ws = ws;
   }

@@ -308,8 +308,15 @@ static KirKernel *with_mirror(IrModule *m, const KirKernel *src, int p, const ch
 
 void cg_cuda_store_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, const int *canon,
                         int bf16, CgStoreMode mode, const PpProgram *pp, CgCudaStore *out) {
-  bf16 = bf16 && mode != CG_STORE_OFF;
   memset(out, 0, sizeof *out);
+  /* the attention backwards' dq scratch: GEMM mode bf16 (precision bf16, stored or not) */
+  for (int i = 0; bf16 && i < m->nnodes; i++)
+    if (m->nodes[i]->op == IR_OP_ATTENTION_GRAD) {
+      const IrSdpaDims d = ir_sdpa_dims(m->nodes[i]);
+      const int64_t ws = rt_cuda_attn_dq_ws(d.B, d.H, d.KV, d.T, d.hd, (int)m->nodes[i]->ia[0]);
+      if (ws > out->attn_dq) out->attn_dq = ws;
+    }
+  bf16 = bf16 && mode != CG_STORE_OFF;
   out->bf16 = arena_alloc(&m->arena, (size_t)m->nnodes + 1);
   out->canon = arena_alloc(&m->arena, sizeof(int) * (size_t)(kp->nkernels + 1));
   out->mirror = arena_alloc(&m->arena, sizeof(int) * (size_t)(kp->nkernels + 1));

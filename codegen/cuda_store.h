@@ -122,6 +122,10 @@ typedef struct CgCudaStore {
   int64_t reduce_piece;  /* RtCudaSetup.reduce_piece: the largest piece (elements /
                             members) of the all-reduces stored as bf16 (or rounded
                             so), 0 where none is; its f32 scratch is 4 bytes an element */
+  int64_t attn_dq;       /* RtCudaSetup.attn_dq_bytes: the largest dq partials scratch
+                            (rt_cuda_attn_dq_ws) of the attention backwards, which run
+                            the tensor-core kernels in precision bf16 (any store mode);
+                            0 where none does */
   int *mirror;           /* per kernel instance: the param node whose bf16 copy
                             (rt_cuda_params_bf16) the instance also stores, each
                             element rounded as it stores the f32 update: its code's

@@ -952,7 +952,8 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
                "                   .dp_rank = io->dp_rank, .ep = MESH_EP, .ep_group = io->ep_group,\n"
                "                   .ep_dp_group = io->ep_dp_group, .gemm = GEMM_MODE,\n"
                "                   .model = \"%s\", .gemms = gl, .ngemms = ng,\n"
-               "                   .params_bf16 = %d, .reduce_piece = %" PRId64 "};\n"
+               "                   .params_bf16 = %d, .reduce_piece = %" PRId64 ",\n"
+               "                   .attn_dq_bytes = %" PRId64 "};\n"
                "  return rt_cuda_open(&dev, &s, io->params, io->state);\n"
                "}\n\n"
                "static int step(RtStepIO *io) {\n"
@@ -962,7 +963,7 @@ static void emit_step(Cu *e, int64_t rows, int64_t seq) {
                "  CHECK(rt_cuda_graph_step(dev, step_body_, io, %d, io->grads != NULL));\n"
                "  char *A = rt_cuda_arena(dev);\n"
                "  (void)A;\n",
-          rows, seq, m->name, weights, e->store->reduce_piece, host_ops,
+          rows, seq, m->name, weights, e->store->reduce_piece, e->store->attn_dq, host_ops,
           host_ops == 1 ? "" : "s", host_ops ? ": no graph" : "", host_ops);
   if (!m->loss) fail(e, "the module has no loss");
   else
@@ -1072,7 +1073,8 @@ static void emit_pipe_cuda(Cu *e, const CgHostInfo *info, const int64_t *slot_by
            "                   .ep = MESH_EP, .pp_group = io->pp_group, .ep_group = io->ep_group,\n"
            "                   .ep_dp_group = io->ep_dp_group, .pp_rank = s_, .gemm = GEMM_MODE,\n"
            "                   .model = \"%s\", .gemms = gl, .ngemms = ng,\n"
-           "                   .params_bf16 = %d, .reduce_piece = %" PRId64 "};\n"
+           "                   .params_bf16 = %d, .reduce_piece = %" PRId64 ",\n"
+           "                   .attn_dq_bytes = %" PRId64 "};\n"
            "  return rt_cuda_open(&dev, &s, io->params, io->state);\n"
            "}\n\n"
            "/* One step: all the rank's microbatches go to the device%s and\n"
@@ -1082,7 +1084,7 @@ static void emit_pipe_cuda(Cu *e, const CgHostInfo *info, const int64_t *slot_by
            "  return rt_cuda_pipe_step(dev, io, &pipe);\n"
            "}\n",
            rows * info->pipe->microbatches, seq, e->m->name, weights,
-           e->store->reduce_piece,
+           e->store->reduce_piece, e->store->attn_dq,
            weights && !e->store->mirror_all
                ? ", the stage's params to bf16 for\n * the GEMMs marked PB(offset)"
                : weights ? " (the kernels that update the\n * stage's params in place store "

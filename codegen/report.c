@@ -697,6 +697,10 @@ void cg_report(FILE *out, const IrModule *m, const Layout *lay, const Cost *c) {
     fprintf(out, "GPU trainer (bf16): + %s (%" PRId64 " bytes) of f32 scratch for the all-reduces "
             "whose sums it stores as bf16, allocated at start\n",
             bytes(a, sizeof a, (double)c->gpu.reduce_ws), c->gpu.reduce_ws);
+  if (c->arena_bytes && c->gpu.attn_dq_ws)
+    fprintf(out, "GPU trainer (bf16): + %s (%" PRId64 " bytes) of f32 scratch for attention's "
+            "dq partial sums (the fused backward), allocated at start\n",
+            bytes(a, sizeof a, (double)c->gpu.attn_dq_ws), c->gpu.attn_dq_ws);
   if (c->arena_bytes && c->gpu.device) gpu_device(out, m, lay, c);
   if (c->pipe) {
     pipeline(out, c->pipe, &c->gpu, lay->tp, c->bf16);

@@ -252,6 +252,8 @@ typedef struct {
                        (cg_gemm_ws_bytes; 0 in fp32) */
   int64_t reduce_ws; /* the f32 scratch of its all-reduces stored as bf16
                         (4 bytes a float of CgCudaStore.reduce_piece; 0: none) */
+  int64_t attn_dq_ws; /* the f32 scratch of its attention backwards' dq partial sums
+                         (CgCudaStore.attn_dq; 0: none) */
   int64_t arena;    /* its activation arena where it is not train.c's (codegen/cuda_arena.h:
                        values stored as bf16 at 2 bytes), else 0; a trainer of stage
                        programs: its largest stage's */

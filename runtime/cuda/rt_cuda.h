@@ -141,6 +141,9 @@ typedef struct {
   int64_t reduce_piece;              /* the largest piece (count / members) of its
                                         rt_cuda_all_reduce_bf16 calls, floats (0: none):
                                         their f32 scratch */
+  int64_t attn_dq_bytes;             /* the attention backwards' dq partials scratch, the
+                                        largest rt_cuda_attn_dq_ws of its calls (0: none
+                                        planned; a backward then allocates its own) */
 } RtCudaSetup;
 
 /* Picks the rank's GPU, checks the mesh and memory, allocates, uploads params

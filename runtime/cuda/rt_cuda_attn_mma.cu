@@ -30,6 +30,15 @@
  *              rescale over the 4 lanes of a row: two shuffles; each lane sums
  *              its own columns, the row's sum is taken once at the end), O_w =
  *              alpha O_w + P V with P the bf16 of the C registers.
+ *   The backward is fused by default: mma_bwd_kv<.., true> also writes each
+ *   query tile's share of dq from the block's keys (dS^T through shared memory,
+ *   dQ_p = dS K by the block's warps over a row tile each), as fp32 rows of
+ *   a scratch (rt_cuda_ws_plan.h's rt_cuda_attn_dq_rows: a key block's rows
+ *   from its first key on, causal), and mma_dq_sum adds a row's shares in the
+ *   order of the key blocks: five products a tile pair instead of the split
+ *   kernels' seven, for a write and a read of the scratch.  The scratch holds
+ *   the kv groups a launch takes (RtCudaSetup.attn_dq_bytes; where none fits,
+ *   or PARC_CUDA_ATTN=split, the split kernels run: mma_bwd_kv, mma_bwd_q).
  *   mma_bwd_q  grid (T / 128 query tiles, last first, B H): dq of 128 rows.  Q,
  *              dY tiles loaded once; per key tile (causal: up to the diagonal):
  *              S = Q_w K^T, dP = dY_w V^T (16 x 64 each, registers), p =
@@ -52,9 +61,12 @@
  * the products read shared memory only through ldmatrix, every lane of a warp
  * together.  Shared memory (MmaShape): forward 128 + 2 x 64 rows (hd 64:
  * 36 KiB, hd 128: 68 KiB), dq 2 x 128 + 2 x 64 rows (54 / 102 KiB), dk, dv
- * 2 x 128 + 2 QT rows + 2 QT floats (54.5 / 85.3 KiB). */
+ * 2 x 128 + 2 QT rows + 2 QT floats (54.5 / 85.3 KiB), fused + dS^T [128][QT +
+ * 8] (72.5 / 95.3 KiB). */
 #include <math.h>
 #include <stdint.h>
+
+#include <algorithm>
 
 #include <cuda_bf16.h>
 
@@ -81,6 +93,14 @@ typedef __nv_bfloat16 bf16;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 #define MMA_NONE 1 /* bf16 mma.sync needs sm_80; the host never launches these there */
 #endif
+/* Whether the fused backward (mma_bwd_kv<.., true>) holds its next query tile
+ * in registers (MmaShape::hold_kv, hold_kvq): sm_80's ptxas spills it where
+ * sm_90's does not, so there it copies each tile after the barrier. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define MMA_DQ_HOLD false
+#else
+#define MMA_DQ_HOLD true
+#endif
 
 struct MmaArgs {
   const void *q, *k, *v, *dy; /* fp32, or bf16 where io says (RT_CUDA_ATTN_*_BF16) */
@@ -99,6 +119,24 @@ struct MmaArgs {
   int ldi;          /* q's, k's, v's row stride, rt_attn_in_ld (a parameter, not a value the
                        kernels keep in a register: the GPT-2 dk, dv kernel has none spare) */
 };
+
+/* The fused backward's (mma_bwd_kv<.., true>, mma_dq_sum): a parameter of its
+ * own, since one more field in MmaArgs made ptxas spill in the GPT-2 dk, dv
+ * kernel, which has every register in use. */
+struct MmaDq {
+  float *p;     /* the dq partial sums of this launch's groups (rt_cuda_ws_plan.h) */
+  int g0;       /* the launch's first kv group (b KV + kv head); blockIdx.y adds */
+  int ngroups;  /* the groups a launch takes (0: the split kernels, mma_bwd_q) */
+  int64_t rows; /* a query head's rows of p, rt_cuda_attn_dq_rows */
+};
+
+/* The first row of key tile j's dq partials in a query head's dqp rows
+ * (rt_cuda_attn_dq_rows' arithmetic: tile j holds rows [begin, T), begin =
+ * keys j causal, else 0). */
+static __host__ __device__ __forceinline__ int64_t mma_dq_off(int64_t j, int64_t T, int64_t keys,
+                                                              bool causal) {
+  return j * T - (causal ? keys * j * (j - 1) / 2 : 0);
+}
 
 /* p + e elements, of bf16 where io has bit, else of fp32 */
 static __device__ __forceinline__ const void *mma_at(const void *p, unsigned io, unsigned bit,
@@ -123,6 +161,16 @@ template <int HD, int W = MMA_WARPS> struct MmaShape {
   static constexpr size_t fwd = (ROWS + 2 * MMA_TILE) * ROW;
   static constexpr size_t dq = 2 * (ROWS + MMA_TILE) * ROW;
   static constexpr size_t kv = 2 * (ROWS + QT) * ROW + 2 * QT * sizeof(float);
+  /* the fused backward: dS^T of the block's keys, bf16 [ROWS][QT + 8], after kv's */
+  static constexpr int LDS = QT + 8;
+  static constexpr size_t kvq = kv + (size_t)ROWS * LDS * sizeof(bf16);
+  /* its dq products: QT / 16 row tiles of 16 queries, W / MT warps a tile, each
+   * warp the 8-column blocks c0, c0 + W / MT, ... of HD (at most NB of them) */
+  static constexpr int MT = QT / 16, WPM = W / MT, NB = (HD / 8 + WPM - 1) / WPM;
+  /* the blocks a pass of those products accumulates (where dK, dV take 2 HD
+   * registers a lane, or a 4-warp block's 8 a warp, fewer: else ptxas spills) */
+  static constexpr int NP = HD > 96 || NB > 4 ? 2 : NB;
+  static_assert(W % MT == 0, "a whole number of warps a row tile");
   /* whether the next streamed tile waits in registers (RtAttnTileRegs HOLD):
    * where ptxas (sm_90, 255 a thread) finds the registers without spilling;
    * IO, the kernels that read bf16 tensors too, need a few more, and 4-warp
@@ -130,7 +178,10 @@ template <int HD, int W = MMA_WARPS> struct MmaShape {
   static constexpr bool hold_q = HD <= 112, hold_q_io = HD <= 96; /* mma_fwd's k, v tiles */
   static constexpr bool hold_dq = hold_q, hold_dq_io = HD <= (W == 4 ? 48 : 80); /* dq */
   static constexpr bool hold_kv = HD <= (W == 4 ? 48 : 96); /* mma_bwd_kv's q, dy tiles */
-  /* mma_bwd_kv IO, hd > 96: its q, dy copies one load at a time (else ptxas spills) */
+  /* and the fused one's, reading fp32 tensors (IO false) */
+  static constexpr bool hold_kvq = HD <= (W == 4 ? 48 : 80);
+  /* mma_bwd_kv IO or fused, hd > 96: its q, dy copies one load at a time (else ptxas
+   * spills) */
   static constexpr int kv_unroll_io = HD > 96 ? 1 : 0;
 };
 
@@ -395,20 +446,91 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_q(MmaArgs a) {
 #endif
 }
 
-template <int HD, bool IO, int W>
-__global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_kv(MmaArgs a) {
+/* The warp's 16 rows of dS^T (its keys; columns the QT queries) into dst
+ * (bf16, row stride LDS), from the C tiles dp, rounded as the dK product's
+ * operand is (rt_mma_c2a); dp NULL: zeros (a warp whose keys no query sees). */
+template <int LDS, int QT>
+static __device__ __forceinline__ void mma_dst_put(bf16 *dst, const float (*dp)[4]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int n = 0; n < QT / 8; n++) {
+    uint32_t *r = (uint32_t *)(dst + g * LDS + 8 * n + 2 * t);
+    r[0] = dp ? rt_pk_bf16(dp[n][0], dp[n][1]) : 0u;
+    r[4 * LDS] = dp ? rt_pk_bf16(dp[n][2], dp[n][3]) : 0u; /* row g + 8 (8 LDS bf16 on) */
+  }
+}
+
+/* The fused backward's dq share of the block's keys for query tile i0 (QT
+ * rows): dQ_p = dS K over the ROWS keys, dS^T in dst (bf16 [ROWS][QT + 8],
+ * every warp's rows written), K in ks; the warp's row tile and column blocks
+ * (MmaShape::MT, WPM, NB) written as fp32 to the rows of dq (i0 on; rows >= T
+ * skipped).  Causal, 32-key steps whose keys all follow the tile's queries
+ * add nothing (their dS is 0) and are skipped, block-uniformly. */
+template <int HD, int W>
+static __device__ __forceinline__ void mma_dq_part(float *dq, const bf16 *dst, const bf16 *ks,
+                                                   int i0, int k0, int T, bool causal) {
+  typedef MmaShape<HD, W> S;
+  constexpr int LDH = S::LDH, LDS = S::LDS, NB = S::NB, NP = S::NP;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int mt = w % S::MT, c0 = w / S::MT, r = i0 + 16 * mt + g;
+#pragma unroll
+  for (int n0 = 0; n0 < NB; n0 += NP) { /* NP column blocks at a time (registers) */
+    float acc[NP][4];
+#pragma unroll
+    for (int n = 0; n < NP; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+    for (int p = 0; p < S::ROWS / 32; p++) {
+      if (causal && i0 + S::QT <= k0 + 32 * p) break; /* these keys and the later ones: dS 0 */
+      uint32_t fa[2][4];
+      rt_ldsm_at(fa[0], dst + 32 * p * LDS + 16 * mt, LDS);
+      rt_ldsm_at(fa[1], dst + (32 * p + 16) * LDS + 16 * mt, LDS);
+#pragma unroll
+      for (int n = 0; n < NP; n++) {
+        const int nb = c0 + (n0 + n) * S::WPM;
+        if (n0 + n >= NB || nb >= HD / 8) break; /* (warp-uniform) */
+        uint32_t fb[4];
+        rt_ldsm_bk(fb, ks + 32 * p * LDH + 8 * nb, LDH);
+        rt_mma16816(acc[n], fa[0], fb);
+        rt_mma16816(acc[n], fa[1], fb + 2);
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < NP; n++) {
+      const int nb = c0 + (n0 + n) * S::WPM;
+      if (n0 + n >= NB || nb >= HD / 8) break;
+      float *o = dq + (int64_t)(r - i0) * HD + 8 * nb + 2 * t;
+      if (r < T) *(float2 *)o = make_float2(acc[n][0], acc[n][1]);
+      if (r + 8 < T) *(float2 *)(o + 8 * HD) = make_float2(acc[n][2], acc[n][3]);
+    }
+  }
+}
+
+/* dk, dv of a block's ROWS keys; DQ (the fused backward): dq's shares too,
+ * into q.p (mma_dq_part), which mma_dq_sum adds up. */
+template <int HD, bool IO, int W, bool DQ>
+__global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_kv(MmaArgs a, MmaDq dq) {
 #ifndef MMA_NONE
   const unsigned io = IO ? a.io : 0u; /* IO false: every tensor fp32, the branches folded */
   constexpr int ROWS = MmaShape<HD, W>::ROWS, THREADS = MmaShape<HD, W>::THREADS;
   extern __shared__ __align__(128) unsigned char mma_smem[];
   constexpr int LDH = MmaShape<HD, W>::LDH, QT = MmaShape<HD, W>::QT;
+  constexpr int LDS = MmaShape<HD, W>::LDS;
   bf16 *ks = (bf16 *)mma_smem, *vs = ks + ROWS * LDH, *qs = vs + ROWS * LDH;
   bf16 *dys = qs + QT * LDH;
   float *ls = (float *)(dys + QT * LDH), *ds_ = ls + QT; /* the tile's lse log2e, D */
+  bf16 *dst = (bf16 *)(ds_ + QT); /* DQ: dS^T of the block's keys */
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int T = a.T, k0 = (int)blockIdx.x * ROWS, u0 = k0 + 16 * w + g; /* keys u0, u0 + 8 */
   const int wfirst = a.causal ? k0 + 16 * w : 0; /* causal: the warp's first query */
-  const int64_t bg = blockIdx.y, b = bg / a.KV, kvh = bg % a.KV, rep = a.H / a.KV;
+  int64_t b, kvh; /* the kv group's batch and head */
+  if constexpr (DQ) { /* (32-bit: a 64-bit division is a call, whose registers are short) */
+    const unsigned bg = (unsigned)dq.g0 + blockIdx.y, kv = (unsigned)a.KV;
+    b = bg / kv, kvh = bg % kv;
+  } else {
+    const int64_t bg = blockIdx.y;
+    b = bg / a.KV, kvh = bg % a.KV;
+  }
+  const int64_t rep = a.H / a.KV;
   const int64_t C = a.H + 2 * a.KV;
   const float sl2 = a.scale * MMA_LOG2E;
   const bool qb = io & RT_CUDA_ATTN_Q_BF16, yb = io & RT_CUDA_ATTN_DY_BF16;
@@ -426,8 +548,10 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_kv(MmaArgs a) {
    * tile's q, dy, lse and D in flight in registers while this one's products
    * run. */
   const int i_begin = a.causal ? k0 : 0; /* causal: earlier queries see none of these keys */
-  RtAttnTileRegs<HD, QT, THREADS, MmaShape<HD, W>::hold_kv,
-                 IO ? MmaShape<HD, W>::kv_unroll_io : 0>
+  RtAttnTileRegs<HD, QT, THREADS,
+                 DQ ? MMA_DQ_HOLD && (IO ? MmaShape<HD, W>::hold_kv : MmaShape<HD, W>::hold_kvq)
+                    : MmaShape<HD, W>::hold_kv,
+                 IO || DQ ? MmaShape<HD, W>::kv_unroll_io : 0>
       qr, dyr;
   float lnext = 0.0f, dnext = 0.0f; /* threads < QT: the next tile's row statistics */
   const int64_t bh0 = b * a.H + kvh * rep; /* the kv head's first query head */
@@ -459,11 +583,26 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_kv(MmaArgs a) {
     if (threadIdx.x < QT) ls[threadIdx.x] = lnext, ds_[threadIdx.x] = dnext;
     __syncthreads(); /* the tiles (and, the first time, ks and vs) are in */
     const int icur = i0;
+    const int64_t hcur = h;
     i0 += QT; /* the next tile: the head's next rows, or the next head's first */
     if (i0 >= T) i0 = i_begin, h++;
     more = h < rep;
     if (more) fetch(h, i0); /* in flight during this tile's products */
-    if (icur + QT <= wfirst) continue; /* every query masked for the warp's keys (warp-uniform) */
+    /* DQ: the block's dS^T rows in (dst), its share of the tile's dq */
+    auto dq_part = [&]() {
+      __syncthreads(); /* every warp's dS^T rows are in */
+      mma_dq_part<HD, W>(dq.p + (((int64_t)blockIdx.y * rep + hcur) * dq.rows +
+                                  mma_dq_off(blockIdx.x, T, ROWS, a.causal) + icur - i_begin) *
+                                     HD,
+                         dst, ks, icur, k0, T, a.causal);
+    };
+    if (icur + QT <= wfirst) { /* every query masked for the warp's keys (warp-uniform) */
+      if constexpr (DQ) {
+        mma_dst_put<LDS, QT>(dst + 16 * w * LDS, nullptr); /* zeros */
+        dq_part();
+      }
+      continue;
+    }
     float s[QT / 8][4], dp[QT / 8][4];
 #pragma unroll
     for (int n = 0; n < QT / 8; n++)
@@ -493,6 +632,10 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_kv(MmaArgs a) {
       mma_pb<HD>(dv, s, kk2, dys); /* dV += P^T dY */
       mma_pb<HD>(dk, dp, kk2, qs); /* dK += dS^T Q */
     }
+    if constexpr (DQ) {
+      mma_dst_put<LDS, QT>(dst + 16 * w * LDS, dp);
+      dq_part();
+    }
   }
   const int ldo = rt_attn_ld(a.otok, C, HD);
   mma_store<HD>(a.dqkv, io, rt_attn_row(a.otok, b, a.H + kvh, C, 0, T, HD), ldo, dk, u0, T,
@@ -502,28 +645,83 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_kv(MmaArgs a) {
 #endif
 }
 
+/* The fused backward's second kernel: dq of a launch's dq.ngroups groups from
+ * their partials.  Row i of a query head sums key tiles j = 0 .. (causal: i /
+ * KEYS; else the last) in the order of j, in fp32, times the scale, stored as
+ * io says (mma_put2 M).  A thread: 8 columns of a row; grid.y: the launch's
+ * query heads. */
+template <int HD, int KEYS, int M>
+__global__ void __launch_bounds__(256) mma_dq_sum(MmaArgs a, MmaDq dq) {
+  constexpr int G = HD / 8;
+  /* (divisions by constants or of 32 bits: a 64-bit division's call spills) */
+  const int rep = (int)a.H / (int)a.KV, hh = (int)blockIdx.y; /* the launch's query head hh */
+  const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, T = a.T;
+  if (e >= T * G) return;
+  const int c = (int)(e % G) * 8;
+  const int64_t i = e / G;
+  const int bg = dq.g0 + hh / rep, kv = (int)a.KV;
+  const int64_t b = bg / kv, h = bg % kv * rep + hh % rep;
+  const int64_t last = a.causal ? i / KEYS : (T + KEYS - 1) / KEYS - 1;
+  const float *p = dq.p + hh * dq.rows * HD + c;
+  float x[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 1
+  for (int64_t j = 0; j <= last; j++) {
+    const float *r = p + (mma_dq_off(j, T, KEYS, a.causal) + i - (a.causal ? j * KEYS : 0)) * HD;
+    const float4 u = *(const float4 *)r, v = *(const float4 *)(r + 4);
+    x[0] += u.x, x[1] += u.y, x[2] += u.z, x[3] += u.w;
+    x[4] += v.x, x[5] += v.y, x[6] += v.z, x[7] += v.w;
+  }
+  const int64_t C = a.H + 2 * a.KV;
+  const int64_t off = rt_attn_row(a.otok, b, h, C, 0, T, HD) + i * rt_attn_ld(a.otok, C, HD) + c;
+#pragma unroll
+  for (int k = 0; k < 4; k++)
+    mma_put2<M>(a.dqkv, off + 2 * k, a.scale * x[2 * k], a.scale * x[2 * k + 1]);
+}
+
 /* ---- launching ---- */
 
-template <typename K>
+template <typename K, typename... A>
 static int mma_launch(RtCuda *c, const char *op, K kern, dim3 grid, int threads, size_t bytes,
-                      const MmaArgs &a) {
+                      const A &...args) {
   if (bytes > 48 * 1024)
     CU_CHECK(c, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes),
              op);
-  kern<<<grid, threads, bytes, c->compute>>>(a);
+  kern<<<grid, threads, bytes, c->compute>>>(args...);
   LAUNCH_CHECK(c, op);
   return RT_OK;
 }
 
+/* dq: the fused backward's scratch, or dq.ngroups 0 (the forward; the split kernels) */
 template <int HD, bool IO, int W>
-static int mma_run_io(RtCuda *c, const MmaArgs &a, int64_t B, bool grad) {
+static int mma_run_io(RtCuda *c, const MmaArgs &a, const MmaDq &dq, int64_t B, bool grad) {
   typedef MmaShape<HD, W> S;
   const unsigned tiles = (unsigned)((a.T + S::ROWS - 1) / S::ROWS);
   const dim3 gq(tiles, (unsigned)(B * a.H)), gkv(tiles, (unsigned)(B * a.KV));
   if (!grad) return mma_launch(c, "sdpa (mma)", mma_fwd<HD, IO, W>, gq, S::THREADS, S::fwd, a);
-  if (mma_launch(c, "sdpa_grad (dk, dv, mma)", mma_bwd_kv<HD, IO, W>, gkv, S::THREADS, S::kv, a))
-    return RT_ERR;
-  return mma_launch(c, "sdpa_grad (dq, mma)", mma_bwd_q<HD, IO, W>, gq, S::THREADS, S::dq, a);
+  if (!dq.ngroups) { /* the split kernels: dk, dv, then dq (its products again) */
+    if (mma_launch(c, "sdpa_grad (dk, dv, mma)", mma_bwd_kv<HD, IO, W, false>, gkv, S::THREADS,
+                   S::kv, a, dq))
+      return RT_ERR;
+    return mma_launch(c, "sdpa_grad (dq, mma)", mma_bwd_q<HD, IO, W>, gq, S::THREADS, S::dq, a);
+  }
+  /* fused: dk, dv and dq's partials a launch of groups, then their sums */
+  const unsigned io = IO ? a.io : 0u;
+  auto sum = io & RT_CUDA_ATTN_O_BF16    ? mma_dq_sum<HD, S::ROWS, 1>
+             : io & RT_CUDA_ATTN_O_ROUND ? mma_dq_sum<HD, S::ROWS, 2>
+                                         : mma_dq_sum<HD, S::ROWS, 0>;
+  const int groups = (int)(B * a.KV);
+  for (int g0 = 0; g0 < groups; g0 += dq.ngroups) {
+    MmaDq l = dq;
+    l.g0 = g0;
+    l.ngroups = std::min(groups - g0, dq.ngroups);
+    if (mma_launch(c, "sdpa_grad (dk, dv, dq parts, mma)", mma_bwd_kv<HD, IO, W, true>,
+                   dim3(tiles, (unsigned)l.ngroups), S::THREADS, S::kvq, a, l))
+      return RT_ERR;
+    const dim3 grid((unsigned)(((int64_t)a.T * (HD / 8) + 255) / 256),
+                    (unsigned)(l.ngroups * (a.H / a.KV)));
+    if (mma_launch(c, "sdpa_grad (dq sums, mma)", sum, grid, 256, 0, a, l)) return RT_ERR;
+  }
+  return RT_OK;
 }
 
 /* PARC_CUDA_ATTN=mma4: blocks of 4 warps (64 rows, two blocks an SM) instead of
@@ -540,23 +738,25 @@ int rt_cuda_attn_mma_warps(int64_t hd, unsigned io) {
 }
 
 /* the kernels for a.io: with every tensor fp32, those without the io branches */
-template <int HD> static int mma_run(RtCuda *c, const MmaArgs &a, int64_t B, bool grad) {
+template <int HD>
+static int mma_run(RtCuda *c, const MmaArgs &a, const MmaDq &dq, int64_t B, bool grad) {
   if constexpr (HD == 64 || HD == 128)
-    if (mma_warps4(a.io, HD)) return mma_run_io<HD, true, 4>(c, a, B, grad);
-  return a.io ? mma_run_io<HD, true, MMA_WARPS>(c, a, B, grad)
-              : mma_run_io<HD, false, MMA_WARPS>(c, a, B, grad);
+    if (mma_warps4(a.io, HD)) return mma_run_io<HD, true, 4>(c, a, dq, B, grad);
+  return a.io ? mma_run_io<HD, true, MMA_WARPS>(c, a, dq, B, grad)
+              : mma_run_io<HD, false, MMA_WARPS>(c, a, dq, B, grad);
 }
 
-static int mma_dispatch(RtCuda *c, const MmaArgs &a, int64_t B, int64_t hd, bool grad) {
+static int mma_dispatch(RtCuda *c, const MmaArgs &a, const MmaDq &dq, int64_t B, int64_t hd,
+                        bool grad) {
   switch (hd) {
-  case 16: return mma_run<16>(c, a, B, grad);
-  case 32: return mma_run<32>(c, a, B, grad);
-  case 48: return mma_run<48>(c, a, B, grad);
-  case 64: return mma_run<64>(c, a, B, grad);
-  case 80: return mma_run<80>(c, a, B, grad);
-  case 96: return mma_run<96>(c, a, B, grad);
-  case 112: return mma_run<112>(c, a, B, grad);
-  case 128: return mma_run<128>(c, a, B, grad);
+  case 16: return mma_run<16>(c, a, dq, B, grad);
+  case 32: return mma_run<32>(c, a, dq, B, grad);
+  case 48: return mma_run<48>(c, a, dq, B, grad);
+  case 64: return mma_run<64>(c, a, dq, B, grad);
+  case 80: return mma_run<80>(c, a, dq, B, grad);
+  case 96: return mma_run<96>(c, a, dq, B, grad);
+  case 112: return mma_run<112>(c, a, dq, B, grad);
+  case 128: return mma_run<128>(c, a, dq, B, grad);
   default: return rt_fail("sdpa (mma): head dimension %lld", (long long)hd);
   }
 }
@@ -570,7 +770,7 @@ int rt_cuda_sdpa_mma(RtCuda *c, float *out, float *lse, const float *q, const fl
                      io & ~(unsigned)RT_CUDA_ATTN_LAYOUT, (io & RT_CUDA_ATTN_O_TOKENS) != 0, false,
                      (io & RT_CUDA_ATTN_QKV_TOKENS) != 0,
                      rt_attn_in_ld((io & RT_CUDA_ATTN_QKV_TOKENS) != 0, H, KV, (int)hd)};
-  return mma_dispatch(c, a, B, hd, false);
+  return mma_dispatch(c, a, MmaDq{NULL, 0, 0, 0}, B, hd, false);
 }
 
 /* the backward from the rows' statistics lse (natural log) and d = dy . out */
@@ -582,5 +782,20 @@ int rt_cuda_sdpa_grad_mma(RtCuda *c, float *dqkv, const float *q, const float *k
                      io & ~(unsigned)RT_CUDA_ATTN_LAYOUT, (io & RT_CUDA_ATTN_O_TOKENS) != 0,
                      (io & RT_CUDA_ATTN_DY_TOKENS) != 0, (io & RT_CUDA_ATTN_QKV_TOKENS) != 0,
                      rt_attn_in_ld((io & RT_CUDA_ATTN_QKV_TOKENS) != 0, H, KV, (int)hd)};
-  return mma_dispatch(c, a, B, hd, true);
+  MmaDq dq = {NULL, 0, 0, 0};
+  if (!rt_cuda_attn_env("split")) { /* the fused backward where its scratch fits */
+    const int64_t keys = 16 * rt_cuda_attn_mma_warps(hd, io), rep = H / KV;
+    const int64_t group = rep * rt_cuda_attn_dq_rows(T, keys, causal) * hd * 4; /* bytes */
+    /* the trainer's planned scratch (RtCudaSetup.attn_dq_bytes), or else what the
+     * plan would be (grown on first use), one group at least */
+    int64_t avail = (int64_t)c->ws_plan[WS_ATTN_DQ];
+    if (!avail) avail = std::max(rt_cuda_attn_dq_ws(B, H, KV, T, hd, causal), group);
+    dq.ngroups = (int)rt_cuda_attn_dq_groups(B, H, KV, T, hd, causal, keys, avail);
+    dq.rows = rt_cuda_attn_dq_rows(T, keys, causal);
+    if (dq.ngroups) {
+      dq.p = (float *)rt_cuda_ws(c, WS_ATTN_DQ, (size_t)(dq.ngroups * group));
+      if (!dq.p) return RT_ERR;
+    }
+  }
+  return mma_dispatch(c, a, dq, B, hd, true);
 }

@@ -400,8 +400,9 @@ static int alloc_device(RtCuda *c) {
   for (int w = 0; w < WS_COUNT; w++)
     if (c->ws_plan[w]) {
       DEV_MALLOC(c, &c->ws[w], c->ws_plan[w],
-                 w == WS_REDUCE ? "cudaMalloc(all-reduce scratch)"
-                                : "cudaMalloc(GEMM operand workspace)");
+                 w == WS_REDUCE    ? "cudaMalloc(all-reduce scratch)"
+                 : w == WS_ATTN_DQ ? "cudaMalloc(attention dq partials)"
+                                   : "cudaMalloc(GEMM operand workspace)");
       c->ws_bytes[w] = c->ws_plan[w];
     }
   cublasStatus_t st = cublasLtCreate(&c->lt);
@@ -477,6 +478,8 @@ int rt_cuda_open(RtCuda **out, const RtCudaSetup *s, const float *params, const 
     c->reduce_piece = s->reduce_piece > 0 ? s->reduce_piece : 0;
     c->ws_plan[WS_REDUCE] = (size_t)c->reduce_piece * 4;
     c->ws_planned += 4 * c->reduce_piece;
+    c->ws_plan[WS_ATTN_DQ] = (size_t)(s->attn_dq_bytes > 0 ? s->attn_dq_bytes : 0);
+    c->ws_planned += (int64_t)c->ws_plan[WS_ATTN_DQ];
   }
   rc = check_memory(c, rc);
   RtComm *world[3] = {c->hgroup[RT_CUDA_TP], c->hgroup[RT_CUDA_DP], c->hgroup[RT_CUDA_PP]};

@@ -28,6 +28,10 @@
  *   rt_ldsm_b(b, p, ld)     B = the 16 x 16 tile at p (k rows, 16 columns):
  *                           b[0..1] columns [0, 8), b[2..3] columns [8, 16)
  *                           (O = P V with V's rows at p)
+ *   rt_ldsm_at(a, p, ld)    A = (the 16 x 16 tile at p)^T (dQ = dS K with
+ *                           dS^T's rows, the keys, at p)
+ *   rt_ldsm_bk(b, p, ld)    B of 8 columns over k 32: the column block at p
+ *                           of 32 k rows; b[0..1] k [0, 16), b[2..3] k [16, 32)
  * Every lane of the warp must call each of these together (converged).
  *
  * The CPU emulation (tests/cuda/emu) supplies the same functions with the same
@@ -115,6 +119,17 @@ static __device__ __forceinline__ void rt_ldsm_bt(uint32_t b[4], const __nv_bflo
 static __device__ __forceinline__ void rt_ldsm_b(uint32_t b[4], const __nv_bfloat16 *p, int ld) {
   const int L = threadIdx.x & 31;
   rt_ldsm4_t(b, p + ((L & 7) + (((L >> 3) & 1) << 3)) * ld + (L >> 4) * 8);
+}
+
+/* A = (p[16][16])^T: row r of A is column r of p */
+static __device__ __forceinline__ void rt_ldsm_at(uint32_t a[4], const __nv_bfloat16 *p, int ld) {
+  const int L = threadIdx.x & 31;
+  rt_ldsm4_t(a, p + ((L & 7) + ((L >> 4) << 3)) * ld + ((L >> 3) & 1) * 8);
+}
+
+/* B (k x 8) = p[32][8], two k steps: b[0..1] k rows [0, 16), b[2..3] [16, 32) */
+static __device__ __forceinline__ void rt_ldsm_bk(uint32_t b[4], const __nv_bfloat16 *p, int ld) {
+  rt_ldsm4_t(b, p + (threadIdx.x & 31) * ld);
 }
 
 /* A of 16 k from the C tiles of columns [0, 8) (c0) and [8, 16) (c1) */

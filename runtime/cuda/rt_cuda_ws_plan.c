@@ -40,6 +40,32 @@ int rt_cuda_attn_stored_ok(int64_t hd, int64_t T) {
   return hd >= 16 && hd <= 128 && hd % 16 == 0 && T >= 1 && T <= ((int64_t)1 << 30);
 }
 
+int64_t rt_cuda_attn_dq_rows(int64_t T, int64_t keys, int causal) {
+  const int64_t tiles = (T + keys - 1) / keys;
+  return tiles * T - (causal ? keys * tiles * (tiles - 1) / 2 : 0);
+}
+
+/* one kv group's scratch bytes */
+static int64_t dq_group(int64_t H, int64_t KV, int64_t T, int64_t hd, int causal, int64_t keys) {
+  return H / KV * rt_cuda_attn_dq_rows(T, keys, causal) * hd * 4;
+}
+
+int64_t rt_cuda_attn_dq_groups(int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
+                               int causal, int64_t keys, int64_t avail) {
+  const int64_t per = dq_group(H, KV, T, hd, causal, keys), groups = B * KV;
+  if (per <= 0 || groups <= 0 || avail < per) return 0;
+  const int64_t most = avail / per < groups ? avail / per : groups;
+  const int64_t launches = (groups + most - 1) / most;
+  return (groups + launches - 1) / launches;
+}
+
+int64_t rt_cuda_attn_dq_ws(int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd, int causal) {
+  if (!rt_cuda_attn_stored_ok(hd, T) || KV < 1 || H % KV) return 0;
+  const int64_t per = dq_group(H, KV, T, hd, causal, 128);
+  const int64_t avail = per > RT_CUDA_ATTN_DQ_MAX ? per : RT_CUDA_ATTN_DQ_MAX;
+  return rt_cuda_attn_dq_groups(B, H, KV, T, hd, causal, 128, avail) * per;
+}
+
 void rt_cuda_gemm_ws(const RtCudaGemm *g, int mode, int operands, int64_t need[3]) {
   int64_t batch, rc[4], n = g->n;
   int64_t m = shapes(g, &batch, rc);

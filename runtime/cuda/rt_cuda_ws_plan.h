@@ -94,6 +94,30 @@ enum {
  * the runtime checks per call). */
 int rt_cuda_attn_stored_ok(int64_t hd, int64_t T);
 
+/* The fused attention backward's dq partial sums (rt_cuda_attn_mma.cu): the
+ * block of key tile j (keys [keys j, keys (j + 1)), keys = 16 x its warps)
+ * writes, for each query row i it sees, its keys' share of dq[i] as hd fp32
+ * -- causal: rows [keys j, T), else [0, T) -- and a second kernel sums the
+ * shares of a row in the order of j.  Rows of one query head, every key tile:
+ * the sum over j of T - begin(j), begin(j) = keys j (causal) or 0.  Invariant:
+ * the kernels index the scratch with the same arithmetic (mma_dq_off). */
+int64_t rt_cuda_attn_dq_rows(int64_t T, int64_t keys, int causal);
+/* A kv group's rows are those of its H / KV query heads; the scratch holds
+ * whole groups, as many as the backward takes at once. */
+#define RT_CUDA_ATTN_DQ_MAX ((int64_t)512 << 20) /* bytes a launch's groups aim under */
+/* The scratch bytes of one backward of this shape as the 8-warp kernels
+ * (128 keys a block) run it: all B KV groups at once, or where they take more
+ * than RT_CUDA_ATTN_DQ_MAX, the fewest equal launches of groups under it (one
+ * group at least); 0 where the tensor-core kernels do not run the shape
+ * (rt_cuda_attn_stored_ok).  A trainer's scratch is the largest over its
+ * backward calls (RtCudaSetup.attn_dq_bytes). */
+int64_t rt_cuda_attn_dq_ws(int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd, int causal);
+/* The groups a launch of blocks of `keys` keys takes in `avail` bytes of
+ * scratch (0: none fits; the backward then runs the split kernels), balanced
+ * over the fewest launches. */
+int64_t rt_cuda_attn_dq_groups(int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
+                               int causal, int64_t keys, int64_t avail);
+
 /* Bytes GEMM g takes in the workspace slots: need[0] its a, need[1] its b as
  * bf16, need[2] its padded result (0 where it takes none). */
 void rt_cuda_gemm_ws(const RtCudaGemm *g, int mode, int operands, int64_t need[3]);

@@ -31,8 +31,13 @@
  * (2^-9 relative each), which on these inputs costs ~5e-3; a wrong row or
  * tile (mask, tail, head) costs O(1).  The "bf16 io" rows (check_attn_io) call
  * the same kernels with tensors stored as bf16, as a bf16 trainer does, and
- * compare bits with the plain calls (tolerance 0); their "mma4" rows
- * (check_attn_mma4) the 4-warp blocks' bits with the default's, and time them.
+ * compare bits with the plain calls (tolerance 0); their "mma4" and "split"
+ * rows (check_attn_variant) the 4-warp blocks' and the two-kernel backward's
+ * results with the default's (the forward's bits; dk, dv bits and dq within
+ * 1e-2 of the largest: dqkv_bf16_vs), and time them.  "sdpa_grad (dq
+ * launches)" (check_attn_dq_launches): the fused backward in a context whose
+ * planned dq scratch holds one kv group (a launch a group) or none (the split
+ * kernels), against the unplanned default's.
  * The "token-major" rows
  * (check_attn_layout) hold each kernel family's token-major out, dy and dqkv
  * to its head-major results moved, bit for bit.  The "matmul_ta+bgrad" rows
@@ -818,16 +823,42 @@ static int at_io_bwd(RtCuda *c, void *p) {
       x->H, x->KV, x->T, x->hd, x->scale, x->causal, x->io);
 }
 
-/* PARC_CUDA_ATTN=mma4 (the mma kernels in 4-warp blocks; built for hd 64 and
- * 128 with bf16 tensors) against the default 8-warp blocks on x with inputs
- * `in` read as bf16 and results written so: the same bits (a row's sums run in
- * the same order either way), out, lse and dqkv; and its time, for the
- * comparison ("sdpa (bf16 io)" rows: the default's). */
-static void check_attn_mma4(RtCuda *cb, AtIo *x, unsigned in, const char *shape, double fl) {
-  if (x->hd != 64 && x->hd != 128) return;
+/* Two backward results of x's shape, bf16 dqkv [B, H + 2 KV, T, hd] (head-
+ * major): dk and dv must be the same bits (one kernel computes them either
+ * way), dq within 1e-2 of the other's largest (max |a - b| / max |b| over each
+ * batch's dq): the fused backward (rt_cuda_attn_mma.cu) sums a row's dq over
+ * key blocks of 16 W keys, the split one over tiles of 64 in one register, so
+ * the fp32 sums round differently before the bf16 rounding.  Returns the
+ * larger of the two errors (INFINITY where dk or dv differ). */
+static double dqkv_bf16_vs(const AtIo *x, const uint16_t *a, const uint16_t *b) {
+  const int64_t C = x->H + 2 * x->KV, per = x->T * x->hd, n = x->B * C * per;
+  float *fa = malloc(4 * (size_t)n), *fb = malloc(4 * (size_t)n);
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t ua = (uint32_t)a[i] << 16, ub = (uint32_t)b[i] << 16;
+    memcpy(&fa[i], &ua, 4), memcpy(&fb[i], &ub, 4);
+  }
+  double err = rel_max(fa, fb, x->B, C, 0, x->H, per);
+  for (int64_t bb = 0; bb < x->B; bb++)
+    if (memcmp(a + (bb * C + x->H) * per, b + (bb * C + x->H) * per, 2 * (size_t)(2 * x->KV * per)))
+      err = INFINITY;
+  free(fa), free(fb);
+  return err;
+}
+
+/* PARC_CUDA_ATTN=env against the default on x with inputs `in` read as bf16
+ * and results written so: "mma4" (the mma kernels in 4-warp blocks; built for
+ * hd 64 and 128 with bf16 tensors) forward and backward, "split" (the backward
+ * as two kernels, dq's products again in the second) the backward.  The
+ * forward's out and lse the same bits (a row's sums run in the same order); the
+ * backward's as dqkv_bf16_vs; and its time, for the comparison ("sdpa (bf16
+ * io)" rows: the default's). */
+static void check_attn_variant(RtCuda *cb, AtIo *x, unsigned in, const char *shape, double fl,
+                               const char *env) {
+  const int mma4 = !strcmp(env, "mma4");
+  if (mma4 && x->hd != 64 && x->hd != 128) return;
   const int64_t nl = x->B * x->H * x->T;
   const size_t nl4 = 4 * (size_t)nl;
-  for (int grad = 0; grad < 2; grad++) {
+  for (int grad = !mma4; grad < 2; grad++) {
     const OpFn fn = grad ? at_io_bwd : at_io_fwd;
     const size_t bytes = 2 * (size_t)(x->B * (grad ? x->H + 2 * x->KV : x->H) * x->T * x->hd);
     void *res = grad ? (void *)x->dqkv : (void *)x->out;
@@ -836,21 +867,24 @@ static void check_attn_mma4(RtCuda *cb, AtIo *x, unsigned in, const char *shape,
     double err = fn(cb, x) ? INFINITY : 0;
     to_host(a, res, bytes);
     to_host(la, x->lse, nl4);
-    setenv("PARC_CUDA_ATTN", "mma4", 1);
+    setenv("PARC_CUDA_ATTN", env, 1);
     if (err == 0 && fn(cb, x)) {
       fprintf(stderr, "%s\n", rt_last_error());
       err = INFINITY;
     }
     to_host(b, res, bytes);
     to_host(lb, x->lse, nl4);
-    if (err == 0) err = memcmp(a, b, bytes) != 0 || memcmp(la, lb, nl4) != 0;
+    if (err == 0)
+      err = grad ? dqkv_bf16_vs(x, (const uint16_t *)b, (const uint16_t *)a)
+                 : memcmp(a, b, bytes) != 0 || memcmp(la, lb, nl4) != 0;
     /* and it did run the 4-warp blocks (else the rows compare a kernel with itself) */
-    if (rt_cuda_attn_mma_warps(x->hd, x->io) != 4) err = INFINITY;
-    const double ms = err == 0 ? time_op(cb, fn, x, 5) : 0;
+    if (mma4 && rt_cuda_attn_mma_warps(x->hd, x->io) != 4) err = INFINITY;
+    const double ms = err < INFINITY ? time_op(cb, fn, x, 5) : 0;
     unsetenv("PARC_CUDA_ATTN");
     if (rt_cuda_attn_mma_warps(x->hd, x->io) != 8) err = INFINITY; /* the default's */
-    row(grad ? "sdpa_grad (bf16 io, mma4)" : "sdpa (bf16 io, mma4)", shape, err, 0, ms,
-        grad ? 2.5 * fl : fl, 0);
+    char name[48];
+    snprintf(name, sizeof name, "%s (bf16 io, %s)", grad ? "sdpa_grad" : "sdpa", env);
+    row(name, shape, err, grad ? 1e-2 : 0, ms, grad ? 2.5 * fl : fl, 0);
     free(a), free(b), free(la), free(lb);
   }
 }
@@ -908,7 +942,8 @@ static void check_attn_io(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_t 
     snprintf(name, sizeof name, "%s (bf16 io, %s)", grad ? "sdpa_grad" : "sdpa", ins);
     row(name, shape, err, 0, ms, grad ? 2.5 * fl : fl, 0);
   }
-  check_attn_mma4(cb, &x, in, shape, fl);
+  check_attn_variant(cb, &x, in, shape, fl, "mma4");
+  check_attn_variant(cb, &x, in, shape, fl, "split");
   /* sdpa_delta with the merged out m and its gradient dm (here q's and dy's
    * values as [B, T, H hd]) read as bf16, both or one: the plain call's bits */
   float *dref = malloc(4 * (size_t)nl), *dgot = malloc(4 * (size_t)nl);
@@ -938,6 +973,57 @@ static void check_attn_io(RtCuda *cb, int64_t B, int64_t H, int64_t KV, int64_t 
   at_io_free(&x);
   for (int i = 0; i < 4; i++) free(h[i]);
   free(d), free(ref), free(lref), free(got), free(lgot);
+}
+
+/* The fused attention backward with its dq scratch planned
+ * (RtCudaSetup.attn_dq_bytes, s0's otherwise): one kv group's bytes (a launch
+ * a group: B KV launches; a launch asking for more would fail rt_cuda_ws's
+ * plan check) and a float less (no group fits: the split kernels), each in a
+ * context of its own, against cb's unplanned call (every group in one launch)
+ * on the same bf16 tensors: the same bits; the split kernels' dqkv_bf16_vs. */
+static void check_attn_dq_launches(RtCuda *cb, const RtCudaSetup *s0, int64_t B, int64_t H,
+                                   int64_t KV, int64_t T, int64_t hd, int causal) {
+  const int64_t nq = B * H * T * hd, nk = B * KV * T * hd, ng = B * (H + 2 * KV) * T * hd;
+  const int64_t nl = B * H * T;
+  float *h[4] = {rnd(nq, 1), rnd(nk, 1), rnd(nk, 1), rnd(nq, 1)}, *d = rnd(nl, 0.1f);
+  float *lse = rnd(nl, 0.5f);
+  for (int64_t i = 0; i < nl; i++) lse[i] += 4.0f; /* (row sums of exp above 1) */
+  const int64_t len[4] = {nq, nk, nk, nq};
+  const unsigned all = RT_CUDA_ATTN_Q_BF16 | RT_CUDA_ATTN_K_BF16 | RT_CUDA_ATTN_V_BF16 |
+                       RT_CUDA_ATTN_DY_BF16 | RT_CUDA_ATTN_O_BF16;
+  AtIo x = {{0}, {0}, {0}, {0}, NULL, dev_copy(lse, 4 * (size_t)nl),
+            dev_copy(d, 4 * (size_t)nl), dev_copy(NULL, 4 * (size_t)ng), B, H, KV, T, hd,
+            1.0f / sqrtf((float)hd), causal, all};
+  at_io_upload(&x, h, len);
+  char shape[96];
+  snprintf(shape, sizeof shape, "B%lld H%lld KV%lld T%lld hd%lld%s", (long long)B, (long long)H,
+           (long long)KV, (long long)T, (long long)hd, causal ? " causal" : "");
+  uint16_t *a = malloc(2 * (size_t)ng), *b = malloc(2 * (size_t)ng);
+  double err0 = at_io_bwd(cb, &x) ? INFINITY : 0;
+  to_host(a, x.dqkv, 2 * (size_t)ng);
+  const int64_t group = H / KV * rt_cuda_attn_dq_rows(T, 128, causal) * hd * 4;
+  for (int k = 0; k < 2; k++) {
+    RtCudaSetup s = *s0;
+    s.attn_dq_bytes = k ? group - 4 : group;
+    RtCuda *c = NULL;
+    double err = err0;
+    if (rt_cuda_open(&c, &s, NULL, NULL) || at_io_bwd(c, &x)) {
+      fprintf(stderr, "%s\n", rt_last_error());
+      err = INFINITY;
+    }
+    if (err == 0) {
+      cudaMemset(x.dqkv, 0, 2 * (size_t)ng);
+      err = at_io_bwd(c, &x) ? INFINITY : 0;
+      to_host(b, x.dqkv, 2 * (size_t)ng);
+      if (err == 0) err = k ? dqkv_bf16_vs(&x, b, a) : memcmp(a, b, 2 * (size_t)ng) != 0;
+    }
+    rt_cuda_close(c);
+    row(k ? "sdpa_grad (dq scratch too small)" : "sdpa_grad (dq a launch a group)", shape, err,
+        k ? 1e-2 : 0, 0, 0, 0);
+  }
+  at_io_free(&x);
+  for (int i = 0; i < 4; i++) free(h[i]);
+  free(d), free(lse), free(a), free(b);
 }
 
 /* The share of n bytes where a and b differ. */
@@ -1663,6 +1749,8 @@ int main(int argc, char **argv) {
     check_attn_io(c, 2, 4, 4, 64, 16, 1, RT_CUDA_ATTN_K_BF16 | RT_CUDA_ATTN_DY_BF16);
     if (!small)
       check_attn_io(c, 8, 12, 12, 1024, 64, 1, all); /* GPT-2 small */
+    check_attn_dq_launches(c, &s, 2, 4, 2, 300, 64, 1);
+    check_attn_dq_launches(c, &s, 2, 2, 2, 130, 32, 0);
     /* token-major attention: the mma kernels with fp32 and with bf16 tensors, the
      * WMMA ones (fp32 tensors only) */
     check_attn_layout(c, 2, 4, 2, 130, 64, 1, 0, "mma");
