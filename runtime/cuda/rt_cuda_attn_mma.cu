@@ -674,8 +674,15 @@ __global__ void __launch_bounds__(256) mma_dq_sum(MmaArgs a, MmaDq dq) {
   const int64_t C = a.H + 2 * a.KV;
   const int64_t off = rt_attn_row(a.otok, b, h, C, 0, T, HD) + i * rt_attn_ld(a.otok, C, HD) + c;
 #pragma unroll
-  for (int k = 0; k < 4; k++)
-    mma_put2<M>(a.dqkv, off + 2 * k, a.scale * x[2 * k], a.scale * x[2 * k + 1]);
+  for (int k = 0; k < 8; k++) x[k] *= a.scale;
+  if constexpr (M == 1) { /* 8 bf16: one 16-byte store (off is a multiple of 8) */
+    *(int4 *)((bf16 *)a.dqkv + off) =
+        make_int4((int)rt_pk_bf16(x[0], x[1]), (int)rt_pk_bf16(x[2], x[3]),
+                  (int)rt_pk_bf16(x[4], x[5]), (int)rt_pk_bf16(x[6], x[7]));
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; k++) mma_put2<M>(a.dqkv, off + 2 * k, x[2 * k], x[2 * k + 1]);
+  }
 }
 
 /* ---- launching ---- */
