@@ -114,7 +114,10 @@
 #               per-kernel profile (4 steps), as 4b's;
 #   5. torch    the same GPT-2 small step in PyTorch (bench/gpt2_torch_gpu.py:
 #               eager, bf16 autocast, flash SDPA, fused AdamW) as the named
-#               competitor, when the machine's python3 has torch with CUDA.
+#               competitor, when the machine's python3 has torch with CUDA;
+#   5a.         attention alone at GPT-2's shape in PyTorch's SDPA backends
+#               (bench/attn_torch_gpu.py: flash, efficient, cudnn), INFO rows
+#               beside the ops table's "sdpa (bf16 io, all in)" B8 H12 rows.
 # Prints a table at the end; the logs are in $WORK (and copied to $OUT when the
 # device runner sets it).  Exit 0 iff every check passed.
 set -eu
@@ -676,6 +679,12 @@ if running; then
       > "$WORK/gpt2.torch.log" 2>&1 || cat "$WORK/gpt2.torch.log"
     tail -3 "$WORK/gpt2.torch.log"
     bench gpt2.torch "torch gpt2 (124M) B8xT1024"
+    say "5a. attention at GPT-2's shape in PyTorch's SDPA backends"
+    timeout "$LIMIT" python3 "$ROOT/bench/attn_torch_gpu.py" > "$WORK/attn.torch.log" 2>&1 || true
+    cat "$WORK/attn.torch.log"
+    grep '^attn torch [a-z]' "$WORK/attn.torch.log" | while read -r _ _ name what rest; do
+      row "attn torch $name $what" INFO "$rest"
+    done
   else
     row "torch gpt2 (124M) B8xT1024" INFO "no torch with CUDA here"
   fi
