@@ -1737,6 +1737,10 @@ int main(int argc, char **argv) {
     check_attn_bf16(c, 1, 4, 1, 70, 128, 0);
     check_attn_bf16(c, 2, 4, 4, 100, 32, 1);
     check_attn_bf16(c, 1, 6, 2, 200, 80, 0);
+    /* the fused backward's other shapes: hd 48 (3 column blocks a warp), hd 96 with
+     * fp32 tensors (its next query tile not held in registers: MmaShape::hold_kvq) */
+    check_attn_bf16(c, 1, 2, 1, 150, 48, 1);
+    check_attn_bf16(c, 1, 4, 2, 90, 96, 1);
     if (!small)
       check_attn_bf16(c, 8, 12, 12, 1024, 64, 1); /* GPT-2 small */
     /* attention's tensors stored as bf16: all inputs, some (per-tensor flags),
