@@ -523,7 +523,9 @@ __global__ void __launch_bounds__(32 * W, MMA_WARPS / W) mma_bwd_kv(MmaArgs a, M
   const int T = a.T, k0 = (int)blockIdx.x * ROWS, u0 = k0 + 16 * w + g; /* keys u0, u0 + 8 */
   const int wfirst = a.causal ? k0 + 16 * w : 0; /* causal: the warp's first query */
   int64_t b, kvh; /* the kv group's batch and head */
-  if constexpr (DQ) { /* (32-bit: a 64-bit division is a call, whose registers are short) */
+  /* (DQ: 32-bit, as a 64-bit division is a call whose registers the fused kernel has
+   * not; the split one spills with the 32-bit form, so it keeps its own) */
+  if constexpr (DQ) {
     const unsigned bg = (unsigned)dq.g0 + blockIdx.y, kv = (unsigned)a.KV;
     b = bg / kv, kvh = bg % kv;
   } else {
@@ -755,17 +757,9 @@ static int mma_run(RtCuda *c, const MmaArgs &a, const MmaDq &dq, int64_t B, bool
 
 static int mma_dispatch(RtCuda *c, const MmaArgs &a, const MmaDq &dq, int64_t B, int64_t hd,
                         bool grad) {
-  switch (hd) {
-  case 16: return mma_run<16>(c, a, dq, B, grad);
-  case 32: return mma_run<32>(c, a, dq, B, grad);
-  case 48: return mma_run<48>(c, a, dq, B, grad);
-  case 64: return mma_run<64>(c, a, dq, B, grad);
-  case 80: return mma_run<80>(c, a, dq, B, grad);
-  case 96: return mma_run<96>(c, a, dq, B, grad);
-  case 112: return mma_run<112>(c, a, dq, B, grad);
-  case 128: return mma_run<128>(c, a, dq, B, grad);
-  default: return rt_fail("sdpa (mma): head dimension %lld", (long long)hd);
-  }
+  return rt_attn_by_hd(
+      hd, [&](auto h) { return mma_run<decltype(h)::value>(c, a, dq, B, grad); },
+      [&] { return rt_fail("sdpa (mma): head dimension %lld", (long long)hd); });
 }
 
 /* rt_cuda_attn_tc.cu's shapes (hd a multiple of 16 up to 128): the forward
@@ -791,8 +785,8 @@ int rt_cuda_sdpa_grad_mma(RtCuda *c, float *dqkv, const float *q, const float *k
                      rt_attn_in_ld((io & RT_CUDA_ATTN_QKV_TOKENS) != 0, H, KV, (int)hd)};
   MmaDq dq = {NULL, 0, 0, 0};
   if (!rt_cuda_attn_env("split")) { /* the fused backward where its scratch fits */
-    const int64_t keys = 16 * rt_cuda_attn_mma_warps(hd, io), rep = H / KV;
-    const int64_t group = rep * rt_cuda_attn_dq_rows(T, keys, causal) * hd * 4; /* bytes */
+    const int64_t keys = 16 * rt_cuda_attn_mma_warps(hd, io);
+    const int64_t group = rt_cuda_attn_dq_group(H, KV, T, hd, causal, keys);
     /* the trainer's planned scratch (RtCudaSetup.attn_dq_bytes), or else what the
      * plan would be (grown on first use), one group at least */
     int64_t avail = (int64_t)c->ws_plan[WS_ATTN_DQ];

@@ -552,17 +552,9 @@ static int tc_run(RtCuda *c, const TcArgs &a, int64_t B, bool grad, bool kept) {
 
 static int tc_dispatch(RtCuda *c, const TcArgs &a, int64_t B, int64_t hd, bool grad,
                        bool kept) {
-  switch (hd) {
-  case 16: return tc_run<16>(c, a, B, grad, kept);
-  case 32: return tc_run<32>(c, a, B, grad, kept);
-  case 48: return tc_run<48>(c, a, B, grad, kept);
-  case 64: return tc_run<64>(c, a, B, grad, kept);
-  case 80: return tc_run<80>(c, a, B, grad, kept);
-  case 96: return tc_run<96>(c, a, B, grad, kept);
-  case 112: return tc_run<112>(c, a, B, grad, kept);
-  case 128: return tc_run<128>(c, a, B, grad, kept);
-  default: return rt_fail("sdpa (tensor cores): head dimension %lld", (long long)hd);
-  }
+  return rt_attn_by_hd(
+      hd, [&](auto h) { return tc_run<decltype(h)::value>(c, a, B, grad, kept); },
+      [&] { return rt_fail("sdpa (tensor cores): head dimension %lld", (long long)hd); });
 }
 
 /* Whether rt_cuda_sdpa / rt_cuda_sdpa_grad take the kernels above. */

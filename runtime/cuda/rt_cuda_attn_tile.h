@@ -13,8 +13,27 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+/* f(std::integral_constant<int, HD>()) for the head dimensions the tensor-core
+ * kernels are instantiated for (rt_cuda_attn_stored_ok's: 16 to 128 in steps of
+ * 16), else other(): the one switch from a run-time hd to a kernel template. */
+template <class F, class G> static int rt_attn_by_hd(int64_t hd, F f, G other) {
+  switch (hd) {
+  case 16: return f(std::integral_constant<int, 16>());
+  case 32: return f(std::integral_constant<int, 32>());
+  case 48: return f(std::integral_constant<int, 48>());
+  case 64: return f(std::integral_constant<int, 64>());
+  case 80: return f(std::integral_constant<int, 80>());
+  case 96: return f(std::integral_constant<int, 96>());
+  case 112: return f(std::integral_constant<int, 112>());
+  case 128: return f(std::integral_constant<int, 128>());
+  default: return other();
+  }
+}
 
 /* Element offset of row t of channel ch (a head, or a dq|dk|dv channel) in
  * batch b of a tensor of C channels: head-major [B, C, T, hd], or (tokens)

@@ -45,14 +45,14 @@ int64_t rt_cuda_attn_dq_rows(int64_t T, int64_t keys, int causal) {
   return tiles * T - (causal ? keys * tiles * (tiles - 1) / 2 : 0);
 }
 
-/* one kv group's scratch bytes */
-static int64_t dq_group(int64_t H, int64_t KV, int64_t T, int64_t hd, int causal, int64_t keys) {
+int64_t rt_cuda_attn_dq_group(int64_t H, int64_t KV, int64_t T, int64_t hd, int causal,
+                              int64_t keys) {
   return H / KV * rt_cuda_attn_dq_rows(T, keys, causal) * hd * 4;
 }
 
 int64_t rt_cuda_attn_dq_groups(int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd,
                                int causal, int64_t keys, int64_t avail) {
-  const int64_t per = dq_group(H, KV, T, hd, causal, keys), groups = B * KV;
+  const int64_t per = rt_cuda_attn_dq_group(H, KV, T, hd, causal, keys), groups = B * KV;
   if (per <= 0 || groups <= 0 || avail < per) return 0;
   const int64_t most = avail / per < groups ? avail / per : groups;
   const int64_t launches = (groups + most - 1) / most;
@@ -61,7 +61,7 @@ int64_t rt_cuda_attn_dq_groups(int64_t B, int64_t H, int64_t KV, int64_t T, int6
 
 int64_t rt_cuda_attn_dq_ws(int64_t B, int64_t H, int64_t KV, int64_t T, int64_t hd, int causal) {
   if (!rt_cuda_attn_stored_ok(hd, T) || KV < 1 || H % KV) return 0;
-  const int64_t per = dq_group(H, KV, T, hd, causal, 128);
+  const int64_t per = rt_cuda_attn_dq_group(H, KV, T, hd, causal, 128);
   const int64_t avail = per > RT_CUDA_ATTN_DQ_MAX ? per : RT_CUDA_ATTN_DQ_MAX;
   return rt_cuda_attn_dq_groups(B, H, KV, T, hd, causal, 128, avail) * per;
 }

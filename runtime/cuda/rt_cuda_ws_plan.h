@@ -103,7 +103,9 @@ int rt_cuda_attn_stored_ok(int64_t hd, int64_t T);
  * the kernels index the scratch with the same arithmetic (mma_dq_off). */
 int64_t rt_cuda_attn_dq_rows(int64_t T, int64_t keys, int causal);
 /* A kv group's rows are those of its H / KV query heads; the scratch holds
- * whole groups, as many as the backward takes at once. */
+ * whole groups, as many as the backward takes at once.  One group's bytes: */
+int64_t rt_cuda_attn_dq_group(int64_t H, int64_t KV, int64_t T, int64_t hd, int causal,
+                              int64_t keys);
 #define RT_CUDA_ATTN_DQ_MAX ((int64_t)512 << 20) /* bytes a launch's groups aim under */
 /* The scratch bytes of one backward of this shape as the 8-warp kernels
  * (128 keys a block) run it: all B KV groups at once, or where they take more
