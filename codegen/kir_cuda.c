@@ -47,6 +47,8 @@ enum {
   KC_MAX_GROUP = 256,     /* largest ROW_GROUP (one block per row) */
   KC_UNROLL_PASSES = 8,   /* ROW_GROUP: a constant loop of at most this many passes of
                              the group's threads is unrolled whole */
+  KC_NARROW_ROWS = 1024,  /* ROW_GROUP: from this many rows, groups of several passes
+                             (8 warps on each of 128 SMs: every SM busy) */
   /* split reductions (kir_cuda.h: ROW_SPLIT, COL_TILE) */
   KC_SPLIT_ROWS = 32,       /* ROW_SPLIT: fewer rows than this (below the SM count) */
   KC_SPLIT_MIN_LOOP = 4096, /* ROW_SPLIT: loops of at least this many columns */
@@ -400,8 +402,15 @@ static void plan(Kc *c) {
       int64_t it = e->op == KIR_OP_ICONST ? (e->imm + w - 1) / w : KC_MAX_GROUP;
       if (it > items) items = it;
     }
+    /* enough rows to fill the GPU with warps: a warp per row, its lanes
+     * running up to KC_UNROLL_PASSES passes (shuffle reductions, no block
+     * barrier, every lane busy: 768 columns as float4 are 6 passes of 32
+     * lanes where a 256-thread block left 64 lanes idle); wider groups only
+     * for longer rows.  Fewer rows: the narrowest group covering the row in
+     * one pass, so that a short launch still spreads over the SMs */
+    const int64_t passes = kir_kernel_rows(k) >= KC_NARROW_ROWS ? KC_UNROLL_PASSES : 1;
     int t = 32;
-    while (t < items && t < KC_MAX_GROUP) t *= 2;
+    while (t < KC_MAX_GROUP && items > t * passes) t *= 2;
     L->row_threads = t;
     L->block_threads = t == 32 ? KC_WARP_BLOCK : t;
   }

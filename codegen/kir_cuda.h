@@ -20,7 +20,9 @@
  *   ROW_GROUP   everything else with parallel-safe loops: a group of
  *               row_threads threads per row (32: one warp per row, 8 rows
  *               per 256-thread block; 64..256: one block per row), grid-
- *               stride over rows.  Column loops are strided over the group;
+ *               stride over rows; the narrowest group whose lanes cover
+ *               the longest loop in one pass, or, from 1024 rows, in at
+ *               most 8 (a warp per row up to 1024 float4 columns).  Column loops are strided over the group;
  *               reductions are per-thread partials combined by warp
  *               shuffles (xor butterfly) and, above one warp, through shared
  *               memory; row-level values are computed by every thread of the

@@ -126,6 +126,28 @@ static void rowsum(KirModule *m, const char *name, int64_t R, int64_t E) {
   kir_store(k, out, r, s);
 }
 
+/* rows [R] of E, row-major: mean = sum_c x / E; y[r, c] = x - mean; out[r] =
+ * sum_c (x - mean)^2.  A norm's shape: a reduction the next loop reads, a
+ * loop that stores and reduces */
+static void rowcenter(KirModule *m, const char *name, int64_t R, int64_t E) {
+  KirKernel *k = kir_kernel_new(m, name);
+  kir_row_dim(k, R);
+  int out = kir_buf(k, "out", KIR_F32, KIR_OUT), x = kir_buf(k, "x", KIR_F32, KIR_IN);
+  int y = kir_buf(k, "y", KIR_F32, KIR_OUT);
+  KirVal base = kir_mul(k, kir_row(k, 0), C(k, E));
+  kir_loop(k, C(k, E));
+  KirVal s = kir_reduce(k, KIR_SUM, kir_load(k, x, kir_add(k, base, kir_col(k))));
+  kir_end(k);
+  KirVal mean = kir_div(k, s, kir_fconst(k, (float)E));
+  kir_loop(k, C(k, E));
+  KirVal i = kir_add(k, base, kir_col(k));
+  KirVal d = kir_sub(k, kir_load(k, x, i), mean);
+  kir_store(k, y, i, d);
+  KirVal q = kir_reduce(k, KIR_SUM, kir_mul(k, d, d));
+  kir_end(k);
+  kir_store(k, out, kir_row(k, 0), q);
+}
+
 /* acc[r, c] += 2 x[r, c] over rows [6] of 1000: elementwise (flat, float4),
  * for the batched form (kir_cuda.h, NAME_multi) */
 static void axpy(KirModule *m) {
@@ -169,6 +191,11 @@ int main(int argc, char **argv) {
   rowsum(m, "rowsum_768", 8, 768);
   rowsum(m, "rowsum_700", 5, 700);
   rowsum(m, "rowsum_701", 3, 701);
+  /* from 1024 rows, narrower groups over up to 8 passes: a warp per row of 768
+   * float4 columns (6 passes), 128 threads per row of 701 single columns (6) */
+  rowcenter(m, "rowcenter_1024x768", 1024, 768);
+  rowcenter(m, "rowcenter_1024x701", 1024, 701);
+  rowcenter(m, "rowcenter_1023x768", 1023, 768);
   axpy(m);
   char err[512], cu[4096], h[4096];
   CHECK(!kir_verify(m, err, sizeof err), "%s", err);
@@ -293,6 +320,30 @@ int main(int argc, char **argv) {
             strstr(s, "if (c0_ >= 701) break;"),
         "rowsum_701 source:\n%s", s);
   free(s);
+  L = plan_of(m, "rowcenter_1024x768");
+  CHECK(L.mapping == KIR_CUDA_ROW_GROUP && L.row_threads == 32 && L.block_threads == 256 &&
+            L.vector,
+        "rowcenter_1024x768 plan %d threads %d", (int)L.mapping, L.row_threads);
+  s = cu_section(text, "rowcenter_1024x768");
+  CHECK(strstr(s, "mapping: one warp per row, 8 rows per 256-thread block") &&
+            strstr(s, "constexpr int N_ = (768 + W_ * 32 - 1) / (W_ * 32);") &&
+            strstr(s, "kcu_row_sum<32>(a") && !strstr(s, "__shared__") &&
+            !strstr(s, "__syncthreads"),
+        "rowcenter_1024x768 source:\n%s", s);
+  free(s);
+  L = plan_of(m, "rowcenter_1024x701");
+  CHECK(L.mapping == KIR_CUDA_ROW_GROUP && L.row_threads == 128 && L.block_threads == 128 &&
+            !L.vector,
+        "rowcenter_1024x701 plan %d threads %d", (int)L.mapping, L.row_threads);
+  s = cu_section(text, "rowcenter_1024x701");
+  CHECK(strstr(s, "for (int pass_ = 0; pass_ < 6; pass_++) {") &&
+            strstr(s, "const int64_t c0_ = lane_ + (int64_t)pass_ * 128;") &&
+            strstr(s, "if (c0_ >= 701) break;") && strstr(s, "kcu_row_sum<128>(a"),
+        "rowcenter_1024x701 source:\n%s", s);
+  free(s);
+  L = plan_of(m, "rowcenter_1023x768");  /* below 1024 rows: one pass of a block */
+  CHECK(L.mapping == KIR_CUDA_ROW_GROUP && L.row_threads == 256 && L.vector,
+        "rowcenter_1023x768 plan %d threads %d", (int)L.mapping, L.row_threads);
   L = plan_of(m, "rowsum_4096");  /* 1024 / 31 = 33 blocks: 2048-column chunks */
   CHECK(L.mapping == KIR_CUDA_ROW_SPLIT && L.parts == 2 && L.chunk == 2048, "rowsum_4096 plan %d %lld",
         (int)L.mapping, (long long)L.parts);

@@ -277,6 +277,29 @@ template <class F> static void test_rowsum(const char *name, int64_t R, int64_t 
   }
 }
 
+/* rowcenter_*: y = x - mean of its row, out[r] = sum of y^2 (cu_split.c) */
+template <class F> static void test_rowcenter(const char *name, int64_t R, int64_t E, F launch) {
+  Buf x(R * E), out(R), y(R * E);
+  for (int64_t i = 0; i < R * E; i++) x[i] = uniform(-1, 1) + (float)(i / E % 5);
+  std::vector<float> init(R, 0.0f);
+  std::vector<float> got = run_all(name, out, init, R, {R / 2}, [&](int64_t rb, int64_t re) {
+    launch(out.p(), x.p(), y.p(), rb, re);
+  });
+  CHECK(y.guards_ok(), "%s: wrote outside y", name);
+  for (int64_t r = 0; r < R; r++) {
+    double s = 0, mag = 0, q = 0;
+    for (int64_t c = 0; c < E; c++) s += x[r * E + c], mag += fabs(x[r * E + c]);
+    const double mean = s / (double)E;
+    for (int64_t c = 0; c < E; c++) {
+      const double d = (double)x[r * E + c] - mean;
+      q += d * d;
+      CHECK(near(y[r * E + c], d, mag / (double)E), "%s y[%lld, %lld]: %.9g, expected %.9g", name,
+            (long long)r, (long long)c, y[r * E + c], d);
+    }
+    CHECK(near(got[r], q, q), "%s row %lld: %.9g, expected %.9g", name, (long long)r, got[r], q);
+  }
+}
+
 /* the other mappings, as a check of the emulation */
 static void test_others() {
   const int64_t E = 8192;
@@ -431,6 +454,16 @@ int main() {
   test_rowsum("rowsum_701", 3, 701, [](float *o, const float *x, int64_t rb, int64_t re) {
     rowsum_701_launch(o, x, rb, re, S0);
   });
+  /* from 1024 rows: a warp per row over 6 float4 passes; 128 threads over 6
+   * single-column passes (below 1024 rows, a block per row: rowsum_768) */
+  test_rowcenter("rowcenter_1024x768", 1024, 768,
+                 [](float *o, const float *x, float *y, int64_t rb, int64_t re) {
+                   rowcenter_1024x768_launch(o, x, y, rb, re, S0);
+                 });
+  test_rowcenter("rowcenter_1024x701", 1024, 701,
+                 [](float *o, const float *x, float *y, int64_t rb, int64_t re) {
+                   rowcenter_1024x701_launch(o, x, y, rb, re, S0);
+                 });
   test_others();
 
   /* lanes: S0 and 0x10 have 0 and 1; more streams take the rest; then none */
