@@ -71,30 +71,70 @@ static int independent_of_batch(const CgCudaBatches *b, const Ranges *rg, int k,
 
 static int64_t last_dim(const IrNode *x) { return x->shape[x->rank - 1]; }
 
-int cg_cuda_bias_in_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, int i) {
-  const IrNode *s = m->nodes[i];
-  if (s->op != IR_OP_SUM_TO || s->rank != 1 || s->dtype != IR_F32) return -1;
+/* The matmul_ta node whose b is dy, [.., n] of sum_to node s, or a view
+ * sharing dy's bytes (bp), after s: the weight gradient of s's linear layer,
+ * one member, b not transposed, not a kernel's; else -1.  With pp (stage
+ * programs) a GEMM adding into the accumulator qualifies (acc_into), else
+ * not. */
+static int weight_gemm_of(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
+                          const IrNode *s, int pp) {
   const IrNode *dy = s->inputs[0];
-  int k = kp->kernel_of[i];
-  if (dy->rank < 2 || last_dim(dy) != s->shape[0] || k < 0 || kp->kernels[k].root != i ||
-      kp->kernels[k].nnodes != 1)
-    return -1;
-  int gemm = -1, read_after = 0;
-  for (int j = i + 1; j < m->nnodes; j++) {
+  for (int j = s->id + 1; j < m->nnodes; j++) {
     const IrNode *n = m->nodes[j];
-    for (int q = 0; q < n->ninputs; q++)
-      if (n->inputs[q] == s) {
-        if (gemm < 0) return -1; /* read before the GEMM */
-        read_after = 1;
-      }
-    if (gemm >= 0 || n->op != IR_OP_MATMUL_TA || n->ia[0] || n->inputs[0]->rank != 2 ||
-        kp->kernel_of[j] >= 0 || (kp->acc_into && kp->acc_into[j] >= 0))
+    if (n->op != IR_OP_MATMUL_TA || n->ia[0] || n->inputs[0]->rank != 2 ||
+        kp->kernel_of[j] >= 0 || (!pp && kp->acc_into && kp->acc_into[j] >= 0))
       continue;
-    const IrNode *b = n->inputs[1]; /* dy, or a view sharing its bytes */
+    const IrNode *b = n->inputs[1];
     if (b->rank == 2 && last_dim(b) == s->shape[0] &&
         (b == dy || (b->op == IR_OP_RESHAPE && b->inputs[0] == dy && bp->alias[b->id] == dy->id)))
-      gemm = j;
+      return j;
   }
+  return -1;
+}
+
+/* 1 if node i is a sum_to of a dy [.., n] to f32 [n], alone in its kernel. */
+static int bias_sum(const IrModule *m, const CgKernelPlan *kp, int i) {
+  const IrNode *s = m->nodes[i];
+  if (s->op != IR_OP_SUM_TO || s->rank != 1 || s->dtype != IR_F32) return 0;
+  const IrNode *dy = s->inputs[0];
+  int k = kp->kernel_of[i];
+  return dy->rank >= 2 && last_dim(dy) == s->shape[0] && k >= 0 && kp->kernels[k].root == i &&
+         kp->kernels[k].nnodes == 1;
+}
+
+/* The stage-program form (cuda_batch.h): sum_to node i a parameter's
+ * gradient term (pp->grad_param) that nothing reads but the skipped gradient
+ * sums and, the whole gradient, the optimizer (both from the accumulator,
+ * which ACC_GRAD adds it into), its weight gradient's GEMM in its own program
+ * (the same chunk and phase); that GEMM, else -1. */
+static int bias_in_stage_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
+                              const PpProgram *pp, int i) {
+  if (!bias_sum(m, kp, i) || pp->grad_param[i] < 0 || pp->chunk[i] < 0) return -1;
+  const IrNode *s = m->nodes[i];
+  /* the optimizer reads a whole gradient from G (host.h, cg_pipe_grads_in_acc) */
+  const int whole = m->nodes[pp->grad_param[i]]->grad == s;
+  for (int j = i + 1; j < m->nnodes; j++)
+    for (int q = 0; q < m->nodes[j]->ninputs; q++)
+      if (m->nodes[j]->inputs[q] == s && pp->chunk[j] != PP_NODE_SKIP &&
+          !(whole && pp->chunk[j] == PP_NODE_OPT))
+        return -1;
+  const int g = weight_gemm_of(m, kp, bp, s, 1);
+  if (g < 0 || pp->chunk[g] != pp->chunk[i] || m->nodes[g]->phase != s->phase) return -1;
+  return g;
+}
+
+int cg_cuda_bias_in_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, int i) {
+  if (!bias_sum(m, kp, i)) return -1;
+  const IrNode *s = m->nodes[i];
+  const int gemm = weight_gemm_of(m, kp, bp, s, 0);
+  if (gemm < 0) return -1;
+  int read_after = 0; /* read after the GEMM, by something, and not before */
+  for (int j = i + 1; j < m->nnodes; j++)
+    for (int q = 0; q < m->nodes[j]->ninputs; q++)
+      if (m->nodes[j]->inputs[q] == s) {
+        if (j < gemm) return -1;
+        read_after = 1;
+      }
   return read_after ? gemm : -1;
 }
 
@@ -249,9 +289,9 @@ void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
     last[k] = k;
     /* (the GEMM writes its sum in fp32: not for a value stored or rounded as bf16) */
     int s = kp->kernels[k].nnodes == 1 ? kp->kernels[k].nodes[0] : -1;
-    out->in_gemm[k] = !pp && out->lead[k] >= 0 && s >= 0 && !store->bf16[s] &&
+    out->in_gemm[k] = out->lead[k] >= 0 && s >= 0 && !store->bf16[s] &&
                               !(store->rounded && store->rounded[s])
-                          ? cg_cuda_bias_in_gemm(m, kp, bp, s)
+                          ? pp ? bias_in_stage_gemm(m, kp, bp, pp, s) : cg_cuda_bias_in_gemm(m, kp, bp, s)
                           : -1;
     out->epi[k] = out->in_gemm[k] >= 0 ? CG_EPI_BGRAD : CG_EPI_NONE;
     /* a bias add, GELU or GELU gradient (in a stage program: its GEMM's) */

@@ -36,6 +36,15 @@
  * optimizer, a clip, a collective), so its buffer, taken from its position
  * to its last reader (passes/bufplan.h), holds nothing else in between; dy's
  * bytes are live at the GEMM, which reads them.  Such a kernel never batches.
+ * In stage programs (a pipelined trainer's, or a routed model's
+ * microbatches), where the weight gradient's GEMM adds its product into the
+ * gradient accumulator G (host.h, cg_pipe_acc_into) and the bias sum is a
+ * gradient term that nothing reads but the accumulator (ACC_GRAD right after
+ * its kernel), the same holds for a GEMM of the sum's own program (the same
+ * chunk and phase): its call writes the sums to the runtime's scratch
+ * (rt_cuda_bgrad_ws; the epilogue's, or the kernel's after the GEMM) and
+ * ACC_GRAD adds them from there, so the sum's own buffer is never written
+ * and its liveness is not stretched to the GEMM.
  *
  * Bias adds with their GEMM (in_gemm too): in the unpipelined step and in
  * stage programs (the GEMM's own: the same chunk and phase), a kernel
@@ -87,10 +96,9 @@ typedef struct CgCudaBatches {
  * lp, CUDA code store).  batch 0 (--no-batch, or a pipelined trainer, which
  * runs stage programs): nothing batches, every instance launches alone.
  * pp: m's stage programs (a pipelined trainer's, or a routed model's
- * microbatches), or NULL for the unpipelined step.  In stage programs no
- * bias sum joins a GEMM (the microbatches add the weight gradients into the
- * accumulator, which the epilogue's sum would not), and a bias add, GELU or
- * GELU gradient joins a GEMM of its own program (the same chunk and phase). */
+ * microbatches), or NULL for the unpipelined step.  In stage programs a bias
+ * sum, bias add, GELU or GELU gradient joins a GEMM of its own program (the
+ * same chunk and phase; a bias sum through the scratch, above). */
 void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                         const CgLeafPlan *lp, const CgCudaStore *store, int batch,
                         const PpProgram *pp, CgCudaBatches *out);

@@ -1211,10 +1211,12 @@ static void emit_group(Emit *e, const PpProgram *pp, int c, IrPhase ph, int stag
         comment(e, x, "  ");
       }
       if (!kk->nnodes) fprintf(e->out, "  /* statistics for a later weight gradient */\n");
-      if (e->hooks) e->hooks->kernel(e->hooks->ctx, e->lp, next);
+      int deferred = 0; /* its GEMM adds its gradient terms (CgPipeHooks.kernel) */
+      if (e->hooks) deferred = e->hooks->kernel(e->hooks->ctx, e->lp, next);
       else emit_kernel_call(e, next);
       for (int j = 0; j < kk->nnodes; j++) emit_moe_stat(e, m->nodes[kk->nodes[j]]);
-      for (int j = 0; j < kk->nnodes && stage < 0; j++) acc_grad(e, pp, m->nodes[kk->nodes[j]]);
+      for (int j = 0; j < kk->nnodes && stage < 0 && !deferred; j++)
+        acc_grad(e, pp, m->nodes[kk->nodes[j]]);
     }
     if (runtime && stage < 0) acc_grad(e, pp, n);
   }

@@ -164,7 +164,9 @@ typedef struct {
    * (cg_pipe_grads_in_acc) */
   void (*fn_head)(void *ctx, const char *name, const char *what, int stage, int opt);
   void (*runtime)(void *ctx, const CgLeafPlan *lp, const IrNode *n);
-  void (*kernel)(void *ctx, const CgLeafPlan *lp, int k);          /* kp->kernels[k] */
+  /* kp->kernels[k]; returns 1 where a later GEMM's call computes it and adds its
+   * gradient terms into the accumulator itself (no ACC_GRAD after it), else 0 */
+  int (*kernel)(void *ctx, const CgLeafPlan *lp, int k);
   void (*zero)(void *ctx, const char *x, const char *who, const char *param); /* one float */
   void (*pp_sum)(void *ctx, const int *ids, int n); /* these nodes' one floats summed over pp */
   void (*loss)(void *ctx, const char *loss, const char *ce); /* last chunk's forward; ce may be NULL */

@@ -44,7 +44,7 @@ typedef struct {
   const CgCudaStore *store; /* the bf16 buffers; store->code[store->canon[k]]: kernel k's code */
   const CgCudaBatches *batches; /* the batched launches and the kernels GEMM calls compute
                                    (NULL: none; a pipelined trainer's plan batches none,
-                                   and its GEMMs compute no bias sum) */
+                                   and its GEMMs' bias sums go through rt_cuda_bgrad_ws) */
   const BufPlan *bp;
   const CgLeafPlan *lp;
   const int64_t *temp_off;
@@ -60,6 +60,10 @@ typedef struct {
   int fuse_step;        /* the unpipelined step: cross-entropy fused into its gradient
                            (cg_cuda_xent_fused) */
   int epilogues;        /* some kernel is computed by its GEMM's call (batches->in_gemm) */
+  const PpProgram *pipe; /* while writing stage programs (cg_emit_pipe's hooks): m's */
+  const IrNode *redir;  /* while set, buf() of this node is redir_expr (a bias sum
+                           written to the runtime's scratch: emit_runtime) */
+  const char *redir_expr;
 } Cu;
 
 static void fail(Cu *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -75,6 +79,7 @@ static void fail(Cu *e, const char *fmt, ...) {
  * the device: tokens, targets, and lr / t as device scalars; an update value
  * written in place: its leaf's). */
 static const char *buf(Cu *e, const IrNode *n, char *s, size_t len) {
+  if (n == e->redir) return e->redir_expr;
   if (e->kp->inplace_of[n->id] >= 0) n = e->m->nodes[e->kp->inplace_of[n->id]];
   if (e->grads_in_acc && e->grad_of[n->id] >= 0) { /* summed into G by the microbatches */
     snprintf(s, len, "G + %" PRId64, e->lp->offset[e->grad_of[n->id]]);
@@ -373,6 +378,16 @@ static void emit_runtime(Cu *e, const IrNode *n) {
     const IrNode *vec = NULL, *aux = NULL, *res = NULL;
     if (bk >= 0) cg_cuda_epilogue_parts(e->m, e->kp, bk, epi, &vec, &aux, &res);
     char vb[96], xb[96], rb[96];
+    /* a stage program's bias sum (cuda_batch.h): into the runtime's scratch bg_,
+     * by the epilogue or by its kernel, and from there into the accumulator */
+    const int stage_bgrad = epi == CG_EPI_BGRAD && e->pipe;
+    const int gp = stage_bgrad ? e->pipe->grad_param[vec->id] : -1; /* (cuda_batch.c: >= 0) */
+    if (stage_bgrad) {
+      fprintf(f, "  { /* %%%d, a term of %s's gradient: the sums in bg_, then into G */\n"
+              "  float *bg_;\n  CHECK(rt_cuda_bgrad_ws(dev, %" PRId64 ", &bg_));\n",
+              vec->id, e->m->nodes[gp]->name, ir_numel(vec));
+      e->redir = vec, e->redir_expr = "bg_";
+    }
     fprintf(f, "  CHECK(%s(dev, ", epi ? epilogue_fn[epi] : g.ta ? "rt_cuda_matmul_ta"
                                                               : "rt_cuda_matmul");
     if (res) fprintf(f, "%s, ", buf(e, res, rb, sizeof rb));
@@ -396,7 +411,13 @@ static void emit_runtime(Cu *e, const IrNode *n) {
       fprintf(f, "  if (!summed_) { /* %%%d by its kernel, after the GEMM */\n", first);
       emit_launch(e, bk, "    ");
       fputs("  }\n", f);
-      if (epi == CG_EPI_BGRAD) emit_save_grad(e, vec);
+      if (stage_bgrad) {
+        fprintf(f, "  ACC_GRAD(%" PRId64 ", bg_, %" PRId64 "); /* %s */\n  }\n",
+                e->lp->offset[gp], ir_numel(vec), e->m->nodes[gp]->name);
+        e->redir = NULL, e->redir_expr = NULL;
+      } else if (epi == CG_EPI_BGRAD) {
+        emit_save_grad(e, vec);
+      }
     }
     return;
   }
@@ -1001,15 +1022,17 @@ static void pipe_runtime(void *ctx, const CgLeafPlan *lp, const IrNode *n) {
   emit_runtime(e, n);
 }
 
-static void pipe_kernel(void *ctx, const CgLeafPlan *lp, int k) {
+static int pipe_kernel(void *ctx, const CgLeafPlan *lp, int k) {
   Cu *e = ctx;
   e->lp = lp;
   if (e->batches && e->batches->in_gemm[k] >= 0) { /* (emit_runtime of its GEMM launched it) */
     fprintf(e->out, "  /* with %%%d's GEMM: in its epilogue, or launched after it (%s) */\n",
             e->batches->in_gemm[k], epilogue_fn[e->batches->epi[k]]);
-    return;
+    /* a bias sum: the GEMM's call adds it into G too (emit_runtime) */
+    return e->batches->epi[k] == CG_EPI_BGRAD;
   }
   emit_kernel_call(e, k);
+  return 0;
 }
 
 static void pipe_zero(void *ctx, const char *x, const char *who, const char *param) {
@@ -1094,8 +1117,10 @@ static void emit_pipe_cuda(Cu *e, const CgHostInfo *info, const int64_t *slot_by
   CgPipeHooks h = {e, pipe_fn_head, pipe_runtime, pipe_kernel, pipe_zero, pipe_pp_sum,
                    pipe_loss, pipe_copy, pipe_grad_norm, step};
   const CgLeafPlan *whole = e->lp;
+  e->pipe = info->pipe;
   if (cg_emit_pipe(out, e->m, e->kp, e->bp, e->lp, info, slot_bytes, &h, e->err, e->errlen))
     e->failed++;
+  e->pipe = NULL;
   e->lp = whole;
 }
 
@@ -1121,7 +1146,7 @@ int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, cons
     return -1;
   }
   Cu e = {out,     m,   kp,     info->store, info->batches, bp, lp, temp_off,
-          grad_of, err, errlen, 0,           0,    NULL, 0, 0, 0, 0, 0};
+          grad_of, err, errlen, 0,           0,    NULL, 0, 0, 0, 0, 0, 0, NULL, NULL};
   for (int k = 0; info->batches && k < kp->nkernels; k++)
     e.epilogues |= info->batches->in_gemm[k] >= 0;
   const IrNode *tok = cg_tokens_input(m);

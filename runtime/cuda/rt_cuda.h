@@ -217,13 +217,22 @@ int rt_cuda_matmul_ta(RtCuda *c, float *out, const float *a, const float *b, int
  * bias gradient, from the dy its weight gradient reads) in cuBLASLt's
  * epilogue, where it can: *done = 1.  *done = 0, bgrad untouched, and the
  * caller sums, where it cannot: no algorithm with the epilogue for the shape;
- * a batch, transpose_b, accumulation or a bf16 or rounded result; cuBLASLt
+ * a batch, transpose_b or a bf16 or rounded result; cuBLASLt
  * rounding fp32 operands itself (GEMM mode bf16 or tf32 where the call makes
  * no bf16 copy); PARC_CUDA_BGRAD=0.  In GEMM mode bf16 the sums are of b's
  * bf16 values (stored so, or the call's rounded copy), as the GEMM reads
  * them.  rt_cuda_gemm.cu's head says more. */
 int rt_cuda_matmul_ta_bgrad(RtCuda *c, float *out, const float *a, const float *b, float *bgrad,
                             int64_t batch, int64_t m, int64_t k, int64_t n, int flags, int *done);
+/* *out = the context's scratch of n floats for a stage program's bias
+ * gradient term: its weight gradient's GEMM adds the product into the
+ * accumulator (RT_MM_ACCUMULATE) while rt_cuda_matmul_ta_bgrad's epilogue, or
+ * the sum's kernel after it, writes the bias sums here, which ACC_GRAD then
+ * adds into the accumulator (codegen/cuda_batch.h).  One buffer a context,
+ * reused by every such call on the compute stream; grown at first use (a
+ * pipelined step is never a captured graph).  RT_OK, or RT_ERR with the
+ * message set (no memory; n < 1). */
+int rt_cuda_bgrad_ws(RtCuda *c, int64_t n, float **out);
 /* rt_cuda_matmul plus bias[n] (fp32) on every row, in cuBLASLt's BIAS epilogue
  * where it can: the biased result to out, written as out_flags say (its
  * RT_CUDA_MM_C_BF16 or _C_ROUND, or 0: fp32), and *done = 1.  Where it cannot

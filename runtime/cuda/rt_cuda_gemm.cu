@@ -44,8 +44,9 @@
  * or the call's rounded copy of an fp32 dy: what a stored trainer's kernel
  * would sum, so --bf16-store round sums the same values), not where cuBLASLt
  * rounds fp32 operands itself (GEMM mode bf16 or tf32 without a copy); and
- * where the GEMM is plain (one member, no transpose of b, no accumulation,
- * an fp32 result);
+ * where the GEMM is plain (one member, no transpose of b, an fp32 result;
+ * accumulating or not: the epilogue writes the sums of this call's b, which
+ * C and beta do not enter, as a stage program wants them: rt_cuda_bgrad_ws);
  * the plan keeps whether cuBLASLt had an algorithm with it, and where it had
  * none the call says so (*done = 0) and the caller sums.
  *
@@ -436,7 +437,7 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
   int al_a = align_of(ga), al_b = align_of(gb), al_c = align_of(gout);
   /* the bias gradient from the epilogue: sums of b's own values (the head comment) */
   int want_bgrad = epi == GEMM_EPI_BGRADA && bgrad_allowed() && batch == 1 && !tb && !cout &&
-                   !(flags & RT_MM_ACCUMULATE) && (bf16ops || c->gemm == RT_CUDA_GEMM_FP32);
+                   (bf16ops || c->gemm == RT_CUDA_GEMM_FP32);
   int want_epi = want_bgrad ? GEMM_EPI_BGRADA : want_made ? epi : GEMM_EPI_NONE;
   int al_bias = epi_vector(want_epi) ? align_of(bias) : 0;
   int al_aux = epi_aux(want_epi) ? align_of(aux) : 0;
@@ -599,6 +600,13 @@ extern "C" int rt_cuda_matmul_dgelu(RtCuda *c, float *out, float *plain, const f
                                     int64_t k, int64_t n, int flags, int out_flags, int *done) {
   return matmul_made(c, GEMM_EPI_DGELU, out, plain, a, b, NULL, aux, batch, m, k, n, flags,
                      out_flags, done);
+}
+
+extern "C" int rt_cuda_bgrad_ws(RtCuda *c, int64_t n, float **out) {
+  if (!out || n < 1)
+    return rt_fail("rt_cuda_bgrad_ws: %s", !out ? "NULL out" : "n must be >= 1");
+  *out = (float *)rt_cuda_ws(c, WS_BGRAD, (size_t)n * sizeof(float));
+  return *out ? RT_OK : RT_ERR;
 }
 
 extern "C" int rt_cuda_matmul_ta_bgrad(RtCuda *c, float *out, const float *a, const float *b,

@@ -34,6 +34,7 @@ enum {
   WS_LOCAL,      /* device-local collectives: an in-place result before it is copied */
   WS_REDUCE,     /* rt_cuda_all_reduce_bf16: a piece's f32 sum (RtCudaSetup.reduce_piece) */
   WS_ATTN_DQ,    /* the fused attention backward's dq partials (RtCudaSetup.attn_dq_bytes) */
+  WS_BGRAD,      /* a stage program's bias gradient term (rt_cuda_bgrad_ws) */
   WS_COUNT
 };
 

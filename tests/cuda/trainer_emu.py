@@ -77,15 +77,18 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
           refused as a setup error (exit 1, no step); on a GPU too small it
           refuses to start with parc's reported bytes (its own arena, with
           the bf16 values at 2 bytes: codegen/cuda_arena.h).
-  bgrad   the bias gradients of the unpipelined step, which the plain run
-          computes in their weight gradients' GEMMs (train_cuda.c: one
-          rt_cuda_matmul_ta_bgrad per plan.json gpu_in_gemm kernel; the
-          emulated cuBLASLt's BGRADA epilogue), against the kernels launched
+  bgrad   the bias gradients, which the plain run computes in their weight
+          gradients' GEMMs (train_cuda.c: one rt_cuda_matmul_ta_bgrad per
+          plan.json gpu_in_gemm kernel; the emulated cuBLASLt's BGRADA
+          epilogue; in a pipelined trainer's stage programs, GEMMs adding into
+          the accumulator, the sums through rt_cuda_bgrad_ws's scratch into
+          it), against the kernels launched
           after those GEMMs instead: a cuBLASLt without the epilogue
           (KCU_EMU_LT_NO_BGRAD=1) and PARC_CUDA_BGRAD=0 give each other's
           losses and step-1 gradients bit for bit (the same kernels), those
           within the cpu check's bounds of train, with steps x the fused
-          kernels more launches than the plain run (KCU_EMU_STATS);
+          kernels more launches than the plain run (x the microbatches in a
+          pipelined trainer; KCU_EMU_STATS);
   batch   the trainer generated with --no-batch (every kernel launched on its
           own) against the default one, which batches independent launches of
           one kernel's code (codegen/cuda_batch.h; it has some, NAME_multi_launch):
@@ -679,7 +682,10 @@ def main():
         ok = recompute(a, proj, env, steps, grads, "layers")
     if ok and "bgrad" in checks and "cpu" in checks:
         with open(proj + "/plan.json") as f:
-            fused = sum("gpu_in_gemm" in k for k in json.load(f)["kernels"])
+            plan = json.load(f)
+            fused = sum("gpu_in_gemm" in k for k in plan["kernels"])
+            # a pipelined trainer's stage programs run once a microbatch
+            runs = a.steps * plan["layout"].get("microbatches", 1)
         with open(proj + "/train_cuda.c") as f:
             src = f.read()
             calls = src.count("rt_cuda_matmul_ta_bgrad(") + src.count("rt_cuda_matmul_bias(")
@@ -703,9 +709,9 @@ def main():
             for tag in ("emu", "nobgrad"):
                 with open(stats(tag)) as f:
                     n.append(json.load(f)["kernel_launches"])
-            if n[1] - n[0] != fused * a.steps:
+            if n[1] - n[0] != fused * runs:
                 print("%s: %d kernel launches with the epilogue, %d without: expected %d more" %
-                      (a.name, n[0], n[1], fused * a.steps))
+                      (a.name, n[0], n[1], fused * runs))
                 ok = False
             else:
                 print("%-34s %d bias sums and adds in GEMMs, %d kernel launches (%d without)" %

@@ -12,12 +12,16 @@
  *     of the values the GEMM reads (GEMM mode bf16: dy's bf16 values, stored
  *     so or rounded into the call's copy), against fp32 sums on the host
  *     (relative 1e-6);
- *   - *done = 0 where it does not (accumulation; a batch; GEMM mode tf32,
+ *     also where the call adds the product into dw (RT_MM_ACCUMULATE): the
+ *     vector holds this call's sums, written, not added to;
+ *   - *done = 0 where it does not (a batch; GEMM mode tf32,
  *     where cuBLASLt rounds fp32 operands itself; KCU_EMU_LT_NO_BGRAD=1, a
  *     cuBLASLt without such an algorithm; PARC_CUDA_BGRAD=0): the vector
  *     untouched (all NaN).
  * Two calls of one shape (one plan) into two vectors each get their own sums;
- * a NULL vector or done pointer is an error. */
+ * a NULL vector or done pointer is an error.  rt_cuda_bgrad_ws (the stage
+ * programs' scratch for such a vector): one buffer of at least n floats, the
+ * same while it is large enough, n < 1 and a NULL out refused. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -193,7 +197,10 @@ int main(int argc, char **argv) {
          *t = open_ctx(RT_CUDA_GEMM_TF32);
   run_case("fp32 mode, fp32 dy", f, 24, 40, 36, 0, 0, 0, 1);
   run_case("fp32 mode, odd sizes", f, 7, 33, 13, 0, 0, 0, 1);
-  run_case("fp32 mode, accumulating", f, 24, 40, 36, 0, 0, 1, 0);
+  /* adding into dw (a stage program's weight gradient into the accumulator):
+   * the vector holds this call's sums, written, not added */
+  run_case("fp32 mode, accumulating", f, 24, 40, 36, 0, 0, 1, 1);
+  run_case("bf16 mode, dy stored as bf16, accumulating", b, 32, 48, 40, 1, 1, 1, 1);
   run_case("bf16 mode, dy stored as bf16", b, 32, 48, 40, 1, 1, 0, 1);
   run_case("bf16 mode, fp32 dy (the call's rounded copy)", b, 32, 48, 40, 0, 1, 0, 1);
   run_case("tf32 mode (cuBLASLt rounds)", t, 32, 48, 40, 0, 0, 0, 0);
@@ -205,6 +212,13 @@ int main(int argc, char **argv) {
   CHECK(rt_cuda_matmul_ta_bgrad(f, p, p, p, p + 8, 1, 2, 2, 2, 0, NULL) != 0,
         "a NULL done was accepted");
   cudaFree(p);
+  float *w1 = NULL, *w2 = NULL, *w3 = NULL;
+  CHECK(rt_cuda_bgrad_ws(f, 3072, &w1) == 0 && w1, "rt_cuda_bgrad_ws(3072): %s", rt_last_error());
+  CHECK(rt_cuda_bgrad_ws(f, 768, &w2) == 0 && w2 == w1, "rt_cuda_bgrad_ws(768): a new buffer");
+  CHECK(rt_cuda_bgrad_ws(f, 4096, &w3) == 0 && w3, "rt_cuda_bgrad_ws(4096): %s", rt_last_error());
+  CHECK(cudaMemset(w3, 0, 4096 * sizeof(float)) == cudaSuccess, "the grown scratch is not 4096 floats");
+  CHECK(rt_cuda_bgrad_ws(f, 0, &w1) != 0 && rt_cuda_bgrad_ws(f, 8, NULL) != 0,
+        "rt_cuda_bgrad_ws accepted n 0 or a NULL out");
   setenv("KCU_EMU_LT_NO_BGRAD", "1", 1); /* a cuBLASLt without the epilogue (new shapes) */
   run_case("no algorithm with the epilogue", f, 12, 20, 28, 0, 0, 0, 0);
   run_case("no algorithm, bf16 dy", b, 16, 24, 32, 1, 1, 0, 0);
