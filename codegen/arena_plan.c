@@ -69,8 +69,7 @@ int cg_plan_whole_step(IrModule *m, int fuse, const PpProgram *pp, int bf16, int
     return -1;
   }
   /* launches of one code run together where independent (codegen/cuda_batch.h) */
-  cg_cuda_batch_plan(m, &sp->kp, &sp->gbp, &sp->lp, &sp->store, batch && !pp, pp,
-                     &sp->batches);
+  cg_cuda_batch_plan(m, &sp->kp, &sp->gbp, &sp->lp, &sp->store, batch, pp, &sp->batches);
   return 0;
 }
 

@@ -34,7 +34,7 @@ int cg_plan_step(IrModule *m, int fuse, const PpProgram *pp, CgKernelPlan *kp, i
  * (cg_dedup_kernels), store
  * the bf16 GPU trainer's stored values (bf16, store: a CgStoreMode), gbp its
  * arena (cg_cuda_arena_plan), lp its leaves, batches its batched launches
- * (batch 0: --no-batch; none for stage programs).  Arrays in m's arena but
+ * (batch 0: --no-batch; in stage programs the optimizer's alone).  Arrays in m's arena but
  * held; cg_step_plan_free when done. */
 typedef struct {
   CgKernelPlan kp;

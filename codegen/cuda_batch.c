@@ -1,6 +1,7 @@
 /* codegen/cuda_batch.c -- see cuda_batch.h. */
 #include "codegen/cuda_batch.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -270,6 +271,28 @@ static int same_program(const IrModule *m, const CgKernelPlan *kp, const PpProgr
                  m->nodes[g]->phase == m->nodes[r]->phase);
 }
 
+/* Stage programs (cuda_batch.h): an optimizer node i's batch signature, the
+ * stage functions that run its kernel as they run it: for a parameter one
+ * stage holds, stage x 4 + opt_pub (host.c's emit_group runs an owned node on
+ * its parameter's holders, an opt_pub node on the lowest only, zeroing or
+ * skipping it on the others); else -1, batched with none (a parameter several
+ * stages hold; a shared node, which every stage runs). */
+static int opt_signature(const PpProgram *pp, int i) {
+  const int p = pp->opt_owner[i];
+  if (p < 0) return -1;
+  const uint64_t h = pp->holders[p];
+  if (!h || (h & (h - 1))) return -1;
+  return __builtin_ctzll(h) * 4 + pp->opt_pub[i];
+}
+
+/* 1 if node n reads an opt_pub 1 value (the stages' per-parameter values,
+ * summed over pp right before the first shared node reading one: host.c). */
+static int reads_pp_summed(const PpProgram *pp, const IrNode *n) {
+  for (int q = 0; q < n->ninputs; q++)
+    if (pp->opt_pub[n->inputs[q]->id] == 1) return 1;
+  return 0;
+}
+
 void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                         const CgLeafPlan *lp, const CgCudaStore *store, int batch,
                         const PpProgram *pp, CgCudaBatches *out) {
@@ -289,10 +312,10 @@ void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
     last[k] = k;
     /* (the GEMM writes its sum in fp32: not for a value stored or rounded as bf16) */
     int s = kp->kernels[k].nnodes == 1 ? kp->kernels[k].nodes[0] : -1;
-    out->in_gemm[k] = out->lead[k] >= 0 && s >= 0 && !store->bf16[s] &&
-                              !(store->rounded && store->rounded[s])
-                          ? pp ? bias_in_stage_gemm(m, kp, bp, pp, s) : cg_cuda_bias_in_gemm(m, kp, bp, s)
-                          : -1;
+    out->in_gemm[k] = -1;
+    if (out->lead[k] >= 0 && s >= 0 && !store->bf16[s] && !(store->rounded && store->rounded[s]))
+      out->in_gemm[k] =
+          pp ? bias_in_stage_gemm(m, kp, bp, pp, s) : cg_cuda_bias_in_gemm(m, kp, bp, s);
     out->epi[k] = out->in_gemm[k] >= 0 ? CG_EPI_BGRAD : CG_EPI_NONE;
     /* a bias add, GELU or GELU gradient (in a stage program: its GEMM's) */
     for (int r = 0; r < NRULES && out->in_gemm[k] < 0 && out->lead[k] >= 0; r++) {
@@ -306,24 +329,31 @@ void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
   Ranges *rg = calloc((size_t)nk, sizeof(Ranges));
   int *open = calloc((size_t)nk, sizeof(int)); /* this region's launches, leads in order */
   int *max = calloc((size_t)nk, sizeof(int));
+  int *sig = calloc((size_t)nk, sizeof(int)); /* which stage functions run it (opt_signature) */
   cg_arena_bytes(kp, bp, temp_off);
   int nopen = 0, next = 0;
   IrPhase phase = IR_PHASE_COUNT;
   for (int i = 0; i < m->nnodes; i++) {
     const IrNode *n = m->nodes[i];
     if (!(ir_op_info[n->op].flags & IR_F_LEAF) && kp->kernel_of[i] < 0) nopen = 0; /* runtime op */
+    if (pp && reads_pp_summed(pp, n)) nopen = 0; /* the stages' sums are made before it */
     for (; next < nk && kp->kernels[next].root == i; next++) {
       int k = next;
       if (out->lead[k] < 0 || out->in_gemm[k] >= 0) continue; /* a view launches nothing;
                                                                   a bias sum runs at its GEMM */
       if (n->phase != phase) nopen = 0, phase = n->phase;
+      if (pp && pp->chunk[i] != PP_NODE_OPT) { /* a chunk's program: launched alone */
+        nopen = 0;
+        continue;
+      }
       rg[k] = ranges_of(m, kp, bp, lp, temp_off, k);
       int code = store->canon[k];
       max[k] = kir_cuda_multi_max(store->code[code]);
+      sig[k] = pp ? opt_signature(pp, i) : 0;
       int chosen = -1;
-      for (int e = 0; max[k] >= 2 && e < nopen && chosen < 0; e++) {
+      for (int e = 0; max[k] >= 2 && sig[k] >= 0 && e < nopen && chosen < 0; e++) {
         int L = open[e];
-        if (store->canon[L] != code || out->count[L] >= max[L] ||
+        if (store->canon[L] != code || out->count[L] >= max[L] || sig[L] != sig[k] ||
             !independent_of_batch(out, rg, k, L))
           continue;
         int ok = 1; /* k moves before every launch placed after the batch */
@@ -344,5 +374,5 @@ void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
     }
   }
   for (int k = 0; k < nk; k++) free(rg[k].r);
-  free(rg), free(open), free(max), free(temp_off);
+  free(rg), free(open), free(max), free(sig), free(temp_off);
 }

@@ -93,10 +93,14 @@ typedef struct CgCudaBatches {
 } CgCudaBatches;
 
 /* Plans *out in m's arena for the step of kp (its buffer plan bp, leaf plan
- * lp, CUDA code store).  batch 0 (--no-batch, or a pipelined trainer, which
- * runs stage programs): nothing batches, every instance launches alone.
- * pp: m's stage programs (a pipelined trainer's, or a routed model's
- * microbatches), or NULL for the unpipelined step.  In stage programs a bias
+ * lp, CUDA code store).  batch 0 (--no-batch): nothing batches, every
+ * instance launches alone.  pp: m's stage programs (a pipelined trainer's,
+ * or a routed model's microbatches), or NULL for the unpipelined step.  In
+ * stage programs only the optimizer's launches batch, each with those of
+ * parameters the same one stage holds and of the same opt_pub (host.c's
+ * emit_group runs them in the same stage functions, alike), never past a
+ * node that reads the values summed over the stages (the sum is made right
+ * before it); the chunks' programs launch alone.  In stage programs a bias
  * sum, bias add, GELU or GELU gradient joins a GEMM of its own program (the
  * same chunk and phase; a bias sum through the scratch, above). */
 void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,

@@ -22,10 +22,11 @@
  *               per 256-thread block; 64..256: one block per row), grid-
  *               stride over rows; the narrowest group whose lanes cover
  *               the longest loop in one pass, or, from 1024 rows, in at
- *               most 8 (a warp per row up to 1024 float4 columns).  Column loops are strided over the group;
- *               reductions are per-thread partials combined by warp
- *               shuffles (xor butterfly) and, above one warp, through shared
- *               memory; row-level values are computed by every thread of the
+ *               most 8 (a warp per row up to 1024 float4 columns).
+ *               Column loops are strided over the group; reductions are
+ *               per-thread partials combined by warp shuffles (xor
+ *               butterfly) and, above one warp, through shared memory;
+ *               row-level values are computed by every thread of the
  *               group, row-level stores by its first thread.  Group barriers
  *               (__syncwarp / __syncthreads) are placed wherever one thread
  *               may read or overwrite what another wrote or read, so the

@@ -246,7 +246,7 @@ void cg_step_model(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
 }
 
 int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine *mc, int bf16,
-                       int store, PpPlan *plan, char *err, size_t len) {
+                       int store, int batch, PpPlan *plan, char *err, size_t len) {
   /* planned as cg_write_project plans a pipelined module: fused within a
    * (chunk, phase) colour, the values it stores as bf16 and the kernels its
    * GEMMs' calls compute (cuda_batch.h) from that plan */
@@ -256,7 +256,7 @@ int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine
     return -1;
   }
   CgStepPlan sp;
-  if (cg_plan_whole_step(m, fuse, pp, bf16, store, 0, &sp, err, len)) {
+  if (cg_plan_whole_step(m, fuse, pp, bf16, store, batch, &sp, err, len)) {
     free(t);
     return -1;
   }

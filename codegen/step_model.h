@@ -60,9 +60,10 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
  * trainer's copy of the stage's params, which also runs once a step outside
  * the schedule) into plan->opt_s, then simulates again (pp_plan_simulate).  The kernels are
  * planned as cg_write_project plans them (fuse: its choice for pipelines),
- * and so are the values they store as bf16 (store: a CgStoreMode).
+ * and so are the values they store as bf16 (store: a CgStoreMode) and the
+ * optimizer's batched launches (batch 0: --no-batch; codegen/cuda_batch.h).
  * 0, or -1 with a one-line reason in err. */
 int cg_pipe_step_model(IrModule *m, const PpProgram *pp, int fuse, const Machine *mc, int bf16,
-                       int store, PpPlan *plan, char *err, size_t len);
+                       int store, int batch, PpPlan *plan, char *err, size_t len);
 
 #endif

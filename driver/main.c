@@ -158,7 +158,8 @@ static void usage(FILE *out) {
           "      --no-bf16-store    the same as --bf16-store off\n"
           "      --no-batch         the GPU trainer launches every kernel on its own (default:\n"
           "                         independent launches of one kernel's code between two\n"
-          "                         runtime ops run as one batched launch; for comparing)\n"
+          "                         runtime ops run as one batched launch; pipelined\n"
+          "                         trainers: the optimizer's; for comparing)\n"
           "      --dump-after PASS  print the IR after PASS (lower");
   for (int i = 0; pass_name(i); i++) fprintf(out, ", %s", pass_name(i));
   fprintf(out,
@@ -607,8 +608,8 @@ static int parse_args(int argc, char **argv, Options *o) {
 static int pipe_retime(const Options *o, const IrModule *m, IrModule *tm, const PpProgram *pp,
                        PpPlan *plan) {
   char why[512];
-  if (cg_pipe_step_model(tm, pp, !o->no_fuse, &o->machine, machine_bf16(m), o->bf16_store, plan,
-                         why, sizeof why)) {
+  if (cg_pipe_step_model(tm, pp, !o->no_fuse, &o->machine, machine_bf16(m), o->bf16_store,
+                         !o->no_batch, plan, why, sizeof why)) {
     fprintf(stderr, "parc: internal error: timing the pipeline: %s\n", why);
     return -1;
   }

@@ -60,9 +60,10 @@ set(emu_cases
   "gpt2_tiny_dp2_zero|gpt2_tiny|--dp 2 --zero 1|cpu,device,grads,store|0"
   "gpt2_tiny_pp2_dp2_zero|gpt2_tiny|--pp 2 --dp 2 --zero 1|cpu,device,grads,store|0"
   # the other schedules' stage programs with bf16 stores: interleaved chunks (two a
-  # stage) and zero-bubble's split weight-gradient (W) actions, whose bias sums
-  # run in their weight gradients' GEMMs (bgrad)
-  "gpt2_tiny_pp2_interleaved|gpt2_tiny|--pp 2 --schedule interleaved --virtual-stages 2 --microbatches 4|cpu,store|0"
+  # stage; the optimizer's launches batched: batch) and zero-bubble's split
+  # weight-gradient (W) actions, whose bias sums run in their weight gradients'
+  # GEMMs (bgrad)
+  "gpt2_tiny_pp2_interleaved|gpt2_tiny|--pp 2 --schedule interleaved --virtual-stages 2 --microbatches 4|cpu,store,batch|0"
   "gpt2_tiny_pp2_zb|gpt2_tiny|--pp 2 --schedule zb --microbatches 4|cpu,store,bgrad|0")
 foreach(c ${emu_cases})
   string(REPLACE "|" ";" f "${c}")

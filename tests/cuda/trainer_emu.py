@@ -91,10 +91,11 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
           pipelined trainer; KCU_EMU_STATS);
   batch   the trainer generated with --no-batch (every kernel launched on its
           own) against the default one, which batches independent launches of
-          one kernel's code (codegen/cuda_batch.h; it has some, NAME_multi_launch):
-          losses and step-1 gradients bit for bit, and by the emulation's
-          count (KCU_EMU_STATS) the unbatched run makes exactly steps x the
-          absorbed launches (plan.json's gpu_batch_of) more launches;
+          one kernel's code (codegen/cuda_batch.h; it has some, NAME_multi_launch;
+          a pipelined trainer: its optimizer's, each on the one stage holding
+          the parameter): losses and step-1 gradients bit for bit, and by the
+          emulation's count (KCU_EMU_STATS) the unbatched run makes exactly
+          steps x the absorbed launches (plan.json's gpu_batch_of) more launches;
   layout  the trainer generated with --head-major-attn (split_heads and
           merge_heads copies around attention) against the default one, whose
           attention reads and writes token-major tensors (passes/attn_layout.c;
