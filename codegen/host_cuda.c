@@ -383,8 +383,8 @@ static void emit_runtime(Cu *e, const IrNode *n) {
     const int stage_bgrad = epi == CG_EPI_BGRAD && e->pipe;
     const int gp = stage_bgrad ? e->pipe->grad_param[vec->id] : -1; /* (cuda_batch.c: >= 0) */
     if (stage_bgrad) {
-      fprintf(f, "  { /* %%%d, a term of %s's gradient: the sums in bg_, then into G */\n"
-              "  float *bg_;\n  CHECK(rt_cuda_bgrad_ws(dev, %" PRId64 ", &bg_));\n",
+      fprintf(f, "  /* %%%d, a term of %s's gradient: its sums in bg_, then into G */\n"
+              "  CHECK(rt_cuda_bgrad_ws(dev, %" PRId64 ", &bg_));\n",
               vec->id, e->m->nodes[gp]->name, ir_numel(vec));
       e->redir = vec, e->redir_expr = "bg_";
     }
@@ -412,7 +412,7 @@ static void emit_runtime(Cu *e, const IrNode *n) {
       emit_launch(e, bk, "    ");
       fputs("  }\n", f);
       if (stage_bgrad) {
-        fprintf(f, "  ACC_GRAD(%" PRId64 ", bg_, %" PRId64 "); /* %s */\n  }\n",
+        fprintf(f, "  ACC_GRAD(%" PRId64 ", bg_, %" PRId64 "); /* %s */\n",
                 e->lp->offset[gp], ir_numel(vec), e->m->nodes[gp]->name);
         e->redir = NULL, e->redir_expr = NULL;
       } else if (epi == CG_EPI_BGRAD) {
@@ -1011,9 +1011,11 @@ static void pipe_fn_head(void *ctx, const char *name, const char *what, int stag
           "  const int prof_ = rt_cuda_profiling(dev); /* PARC_CUDA_PROFILE: this step records */\n"
           "  (void)A, (void)P, (void)S, (void)G, (void)tokens, (void)targets, (void)lr, (void)t,"
           " (void)st,\n      (void)prof_;\n", what, name);
-  if (e->epilogues) /* (a stage function without such a GEMM leaves it unread) */
+  if (e->epilogues) /* (a stage function without such a GEMM leaves them unread) */
     fprintf(e->out, "  int summed_ = 0; /* rt_cuda_matmul_bias, _gelu, _dgelu: the epilogue "
-                    "computed the kernel */\n  (void)summed_;\n");
+                    "computed the kernel */\n"
+                    "  float *bg_ = NULL; /* a bias gradient term's sums (rt_cuda_bgrad_ws) */\n"
+                    "  (void)summed_, (void)bg_;\n");
 }
 
 static void pipe_runtime(void *ctx, const CgLeafPlan *lp, const IrNode *n) {
