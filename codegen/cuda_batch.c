@@ -74,16 +74,15 @@ static int64_t last_dim(const IrNode *x) { return x->shape[x->rank - 1]; }
 
 /* The matmul_ta node whose b is dy, [.., n] of sum_to node s, or a view
  * sharing dy's bytes (bp), after s: the weight gradient of s's linear layer,
- * one member, b not transposed, not a kernel's; else -1.  With pp (stage
- * programs) a GEMM adding into the accumulator qualifies (acc_into), else
- * not. */
+ * one member, b not transposed, not a kernel's (in stage programs: adding
+ * into the accumulator, acc_into, or not); else -1. */
 static int weight_gemm_of(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
-                          const IrNode *s, int pp) {
+                          const IrNode *s) {
   const IrNode *dy = s->inputs[0];
   for (int j = s->id + 1; j < m->nnodes; j++) {
     const IrNode *n = m->nodes[j];
     if (n->op != IR_OP_MATMUL_TA || n->ia[0] || n->inputs[0]->rank != 2 ||
-        kp->kernel_of[j] >= 0 || (!pp && kp->acc_into && kp->acc_into[j] >= 0))
+        kp->kernel_of[j] >= 0)
       continue;
     const IrNode *b = n->inputs[1];
     if (b->rank == 2 && last_dim(b) == s->shape[0] &&
@@ -106,8 +105,8 @@ static int bias_sum(const IrModule *m, const CgKernelPlan *kp, int i) {
 /* The stage-program form (cuda_batch.h): sum_to node i a parameter's
  * gradient term (pp->grad_param) that nothing reads but the skipped gradient
  * sums and, the whole gradient, the optimizer (both from the accumulator,
- * which ACC_GRAD adds it into), its weight gradient's GEMM in its own program
- * (the same chunk and phase); that GEMM, else -1. */
+ * which ACC_GRAD adds it into); its weight gradient's GEMM, else -1 (the
+ * caller keeps it where it runs in the sum's own program: same_program). */
 static int bias_in_stage_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
                               const PpProgram *pp, int i) {
   if (!bias_sum(m, kp, i) || pp->grad_param[i] < 0 || pp->chunk[i] < 0) return -1;
@@ -119,15 +118,13 @@ static int bias_in_stage_gemm(const IrModule *m, const CgKernelPlan *kp, const B
       if (m->nodes[j]->inputs[q] == s && pp->chunk[j] != PP_NODE_SKIP &&
           !(whole && pp->chunk[j] == PP_NODE_OPT))
         return -1;
-  const int g = weight_gemm_of(m, kp, bp, s, 1);
-  if (g < 0 || pp->chunk[g] != pp->chunk[i] || m->nodes[g]->phase != s->phase) return -1;
-  return g;
+  return weight_gemm_of(m, kp, bp, s);
 }
 
 int cg_cuda_bias_in_gemm(const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp, int i) {
   if (!bias_sum(m, kp, i)) return -1;
   const IrNode *s = m->nodes[i];
-  const int gemm = weight_gemm_of(m, kp, bp, s, 0);
+  const int gemm = weight_gemm_of(m, kp, bp, s);
   if (gemm < 0) return -1;
   int read_after = 0; /* read after the GEMM, by something, and not before */
   for (int j = i + 1; j < m->nnodes; j++)
@@ -313,9 +310,10 @@ void cg_cuda_batch_plan(IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,
     /* (the GEMM writes its sum in fp32: not for a value stored or rounded as bf16) */
     int s = kp->kernels[k].nnodes == 1 ? kp->kernels[k].nodes[0] : -1;
     out->in_gemm[k] = -1;
-    if (out->lead[k] >= 0 && s >= 0 && !store->bf16[s] && !(store->rounded && store->rounded[s]))
-      out->in_gemm[k] =
-          pp ? bias_in_stage_gemm(m, kp, bp, pp, s) : cg_cuda_bias_in_gemm(m, kp, bp, s);
+    if (out->lead[k] >= 0 && s >= 0 && !store->bf16[s] && !(store->rounded && store->rounded[s])) {
+      const int g = pp ? bias_in_stage_gemm(m, kp, bp, pp, s) : cg_cuda_bias_in_gemm(m, kp, bp, s);
+      if (g >= 0 && same_program(m, kp, pp, g, k)) out->in_gemm[k] = g;
+    }
     out->epi[k] = out->in_gemm[k] >= 0 ? CG_EPI_BGRAD : CG_EPI_NONE;
     /* a bias add, GELU or GELU gradient (in a stage program: its GEMM's) */
     for (int r = 0; r < NRULES && out->in_gemm[k] < 0 && out->lead[k] >= 0; r++) {
