@@ -466,6 +466,7 @@ int rt_cuda_open(RtCuda **out, const RtCudaSetup *s, const float *params, const 
                          "-D precision=fp32",
                          g && *g ? g : "?");
   if (rc == RT_OK) rc = choose_device(c, s);
+  if (rc == RT_OK) rc = rt_cuda_tune_open(c); /* PARC_CUDA_GEMM_TUNE and its file */
   if (rc == RT_OK) { /* the GEMMs' operand workspaces, in the mode chosen (rt_cuda_ws_plan.h) */
     int64_t need[3];
     c->ws_planned = rt_cuda_gemms_ws(s->gemms, s->gemms ? s->ngemms : 0, c->gemm,
@@ -527,9 +528,11 @@ void rt_cuda_close(RtCuda *c) {
   rt_cuda_local_close(c);
   rt_cuda_pipe_close(c);
   if (c->graph_exec) cudaGraphExecDestroy(c->graph_exec);
+  rt_cuda_tune_close(c);
   for (int i = 0; i < RT_CUDA_GEMM_CACHE; i++) {
     GemmPlan *p = &c->plans[i];
     if (!p->used) continue;
+    free(p->cand);
     cublasLtMatrixLayoutDestroy(p->la);
     cublasLtMatrixLayoutDestroy(p->lb);
     cublasLtMatrixLayoutDestroy(p->lc);
@@ -577,6 +580,7 @@ int rt_cuda_step_end(RtCuda *c, const float *loss, const float *ce_loss, const f
   const float *src[3] = {loss, ce_loss, grad_norm};
   float val[3] = {__builtin_nanf(""), __builtin_nanf(""), 0.0f};
   if (c->prof) rt_prof_step_end(c->prof);
+  rt_cuda_tune_step_end(c); /* PARC_CUDA_GEMM_TUNE: what this step planned */
   for (int i = 0; i < 3; i++)
     if (src[i])
       CU_CHECK(c, cudaMemcpyAsync(&val[i], src[i], sizeof(float), cudaMemcpyDeviceToHost,

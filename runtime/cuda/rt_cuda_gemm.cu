@@ -10,8 +10,10 @@
  * shared (one GEMM, as the CPU does).
  *
  * Plans (the descriptors, the layouts and the algorithm cuBLASLt's heuristic
- * chose for the shape, flags, precision and the operands' alignment) are
- * cached per context: a step's GEMMs are planned on the first step only.
+ * chose for the shape, flags, precision and the operands' alignment; with
+ * PARC_CUDA_GEMM_TUNE the fastest of its candidates on this GPU,
+ * rt_cuda_gemm_tune.cu) are cached per context: a step's GEMMs are planned on
+ * the first step only.
  *
  * Precision.  fp32 mode: fp32 operands, fp32 arithmetic (verification).
  * bf16 mode: operands rounded to bf16 (round to nearest even), products
@@ -294,7 +296,7 @@ static void drop_plan(GemmPlan *p) {
  * into aux, DGELU from it) where cuBLASLt has an algorithm for it (p->epi),
  * else without. */
 static int make_plan(RtCuda *c, GemmPlan *p, int al_a, int al_b, int al_c, const float *bias,
-                     const void *aux) {
+                     const void *aux, int tunable) {
   int ta = p->ta, tb = (p->flags & RT_MM_TRANSPOSE_B) != 0, bb = (p->flags & RT_MM_B_BATCHED) != 0;
   int64_t m = p->m, n = p->n, k = p->k;
   int32_t batch = (int32_t)p->batch;
@@ -337,15 +339,17 @@ static int make_plan(RtCuda *c, GemmPlan *p, int al_a, int al_b, int al_c, const
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                               &c32, sizeof c32);
-  cublasLtMatmulHeuristicResult_t res;
+  /* the heuristic's first choice; tuning (rt_cuda_gemm_tune.cu), its candidates */
+  cublasLtMatmulHeuristicResult_t res[RT_CUDA_TUNE_ALGOS];
+  const int want = tunable && c->tune ? RT_CUDA_TUNE_ALGOS : 1;
   int found = 0;
-  memset(&res, 0, sizeof res);
+  memset(res, 0, sizeof res);
   p->epi = GEMM_EPI_NONE;
   if (st == CUBLAS_STATUS_SUCCESS && p->want_epi) { /* with the epilogue, if cuBLASLt can */
     cublasStatus_t sb = set_epilogue(p, p->want_epi, bias, aux);
     if (sb == CUBLAS_STATUS_SUCCESS)
-      sb = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
-                                          &found);
+      sb = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, want,
+                                          res, &found);
     if (sb == CUBLAS_STATUS_SUCCESS && found >= 1) p->epi = p->want_epi;
     else { /* none: the plain GEMM, and the caller does the epilogue's work */
       found = 0;
@@ -353,8 +357,8 @@ static int make_plan(RtCuda *c, GemmPlan *p, int al_a, int al_b, int al_c, const
     }
   }
   if (st == CUBLAS_STATUS_SUCCESS && !p->epi)
-    st = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
-                                        &found);
+    st = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, want,
+                                        res, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   LT_CHECK(c, st, "cublasLtMatmulAlgoGetHeuristic");
   if (found < 1) {
@@ -363,8 +367,9 @@ static int make_plan(RtCuda *c, GemmPlan *p, int al_a, int al_b, int al_c, const
              (long long)p->batch, (long long)m, (long long)k, (long long)n);
     return rt_cuda_fail_at(c, __FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic", what);
   }
-  p->algo = res.algo;
+  p->algo = res[0].algo;
   p->used = 1;
+  if (want > 1) rt_cuda_tune_plan(c, p, res, found);
   return RT_OK;
 }
 
@@ -475,7 +480,7 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
     p->ld[0] = ld[0], p->ld[1] = ld[1], p->ld[2] = ld[2];
     p->al[0] = al_a, p->al[1] = al_b, p->al[2] = al_c;
     p->want_epi = want_epi, p->al_bias = al_bias, p->al_aux = al_aux;
-    if (make_plan(c, p, al_a, al_b, al_c, bias, aux)) return RT_ERR;
+    if (make_plan(c, p, al_a, al_b, al_c, bias, aux, !temporary)) return RT_ERR;
   }
   if (want_made && !p->epi) { /* no algorithm makes it: nothing runs, the caller does */
     if (temporary) drop_plan(p);
@@ -484,6 +489,9 @@ static int gemm(RtCuda *c, const char *opname, int ta, float *out, const float *
   float alpha = 1.0f, beta = (flags & RT_MM_ACCUMULATE) ? 1.0f : 0.0f;
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
   if (p->epi) st = set_pointers(p, p->epi, bias, aux); /* this call's */
+  if (st == CUBLAS_STATUS_SUCCESS && p->tune && !c->graph_capturing &&
+      rt_cuda_tune_time(c, p, gb, ga, gout, beta)) /* (never a temporary plan) */
+    return RT_ERR;
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmul(c->lt, p->op, &alpha, gb, p->la, ga, p->lb, &beta, gout,
                                      p->lc, gout, p->lc, &p->algo, c->lt_ws,

@@ -39,6 +39,7 @@ enum {
 };
 
 #define RT_CUDA_GEMM_CACHE 128
+#define RT_CUDA_TUNE_ALGOS 8 /* cuBLASLt's candidates a plan times (PARC_CUDA_GEMM_TUNE) */
 
 typedef struct {
   int used;
@@ -55,7 +56,12 @@ typedef struct {
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatmulAlgo_t algo;
+  int tune;                  /* PARC_CUDA_GEMM_TUNE: candidates to time at the next call outside
+                                a graph capture (0: none; then algo is final) */
+  cublasLtMatmulAlgo_t *cand; /* they, in the heuristic's order (malloc'd until timed) */
 } GemmPlan;
+
+typedef struct RtGemmTune RtGemmTune; /* rt_cuda_gemm_tune.cu */
 
 struct RtCuda {
   int device, wrank, ranks;
@@ -75,6 +81,7 @@ struct RtCuda {
   void *lt_ws;
   int gemm;
   GemmPlan plans[RT_CUDA_GEMM_CACHE];
+  RtGemmTune *tune;          /* PARC_CUDA_GEMM_TUNE's table; NULL: off */
   void *ws[WS_COUNT];
   size_t ws_bytes[WS_COUNT];
   size_t ws_plan[WS_COUNT];  /* planned bytes (rt_cuda_ws_plan.h; 0: grows on demand) */
@@ -213,6 +220,24 @@ int rt_cuda_local_collective(RtCuda *c, int op, int g, const float *send, float 
  * buffered semantics (send: x may change once it returns) on device values;
  * n > 0 floats, the same on both sides. */
 int rt_cuda_local_p2p(RtCuda *c, int send, float *x, int64_t n, int peer, int tag);
+
+/* GEMM tuning (rt_cuda_gemm_tune.cu, PARC_CUDA_GEMM_TUNE).  open: reads the
+ * setting and its file (RT_OK; RT_ERR_SETUP for a bad value); step_end: at
+ * the end of a step that planned GEMMs, one summary line (world rank 0);
+ * close: frees.
+ * rt_cuda_tune_plan: a new plan p with cuBLASLt's found heuristic results
+ * res: the algorithm the file names for it where that is one of them, else
+ * (unpipelined) p->tune, p->cand armed to time them.  rt_cuda_tune_time: at
+ * the plan's first call (A, B, C: cuBLASLt's operands, C also the result),
+ * the candidates timed, p->algo the fastest, p->tune 0, the choice appended
+ * to the file (RT_ERR with the error recorded if the device fails). */
+int rt_cuda_tune_open(RtCuda *c);
+void rt_cuda_tune_step_end(RtCuda *c);
+void rt_cuda_tune_close(RtCuda *c);
+void rt_cuda_tune_plan(RtCuda *c, GemmPlan *p, const cublasLtMatmulHeuristicResult_t *res,
+                       int found);
+int rt_cuda_tune_time(RtCuda *c, GemmPlan *p, const void *A, const void *B, const void *C,
+                      float beta);
 
 /* rt_cuda_pipe.cu: frees the NCCL transfers' stream and events (RtCuda.p2p). */
 void rt_cuda_pipe_close(RtCuda *c);

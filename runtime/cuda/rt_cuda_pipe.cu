@@ -571,6 +571,7 @@ extern "C" int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p) {
   d.targets = c->targets;
   if (p->optimizer[s](&d)) return RT_ERR;
   if (c->prof) rt_prof_step_end(c->prof);
+  rt_cuda_tune_step_end(c); /* PARC_CUDA_GEMM_TUNE: what this step planned */
   CU_CHECK(c, cudaStreamSynchronize(c->compute), "the pipelined step (an earlier kernel, copy "
            "or transfer failed)");
   if (c->prof) rt_prof_step_done(c->prof);

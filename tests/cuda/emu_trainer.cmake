@@ -30,7 +30,10 @@
 #                             store check's run, with a smaller GPU arena;
 #                             pointwise: bf16 --recompute pointwise near the
 #                             store check's run, with a smaller GPU arena;
-#                             layers: bf16 --recompute layers likewise)
+#                             layers: bf16 --recompute layers likewise;
+#                             tune: PARC_CUDA_GEMM_TUNE=FILE timing emulated
+#                             algorithms near train, a second run reading FILE
+#                             the same bits)
 # libparcrt and what it links (runtime/CMakeLists.txt: cJSON, OpenBLAS, MPI where found)
 find_package(MPI COMPONENTS C QUIET)
 set(emu_link $<TARGET_FILE:parcrt> ${CJSON_LIB} ${OPENBLAS_LIB})
@@ -41,7 +44,7 @@ list(APPEND emu_link -lpthread -lm)
 string(JOIN " " emu_link ${emu_link})
 # NAME|MODEL|PARC ARGS|CHECKS|GRAPH NOTICES
 set(emu_cases
-  "gpt2_tiny|gpt2_tiny||cpu,graph,bf16,store,launch,batch,layout,recompute,pointwise,layers,bgrad|0"
+  "gpt2_tiny|gpt2_tiny||cpu,graph,bf16,store,launch,batch,layout,recompute,pointwise,layers,bgrad,tune|0"
   "llama_tiny|llama_tiny||cpu,graph,bf16,store,layout|0"
   "gpt2_tiny_vocab257|gpt2_tiny|-D vocab=257|cpu,bf16,store|0"
   "moe_tiny|moe_tiny||cpu,graph,store,batch|1"

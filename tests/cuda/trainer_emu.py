@@ -89,6 +89,13 @@ Checks (comma-separated; each one prints a line, any failure exits 1):
           within the cpu check's bounds of train, with steps x the fused
           kernels more launches than the plain run (x the microbatches in a
           pipelined trainer; KCU_EMU_STATS);
+  tune    PARC_CUDA_GEMM_TUNE=FILE with three emulated cuBLASLt algorithms
+          (KCU_EMU_LT_ALGOS=3; the heuristic's first sleeping, KCU_EMU_LT_SLOW=0;
+          the others summing in chunks: other bits), as a CUDA graph
+          (PARC_CUDA_GRAPH=1): the run that times every plan and writes FILE
+          (its closing line counts them, one FILE line each) within the cpu
+          check's bounds of train, and a second run reading FILE (timing
+          none) gives its losses bit for bit;
   batch   the trainer generated with --no-batch (every kernel launched on its
           own) against the default one, which batches independent launches of
           one kernel's code (codegen/cuda_batch.h; it has some, NAME_multi_launch;
@@ -603,6 +610,34 @@ def layout(a, proj, env, steps, grads, stats):
     return True
 
 
+def tune(a, proj, gpu, log_of, jsonl, against_cpu):
+    """The tune check (the module's docstring)."""
+    path = proj + ".tune.txt"
+    if os.path.exists(path):
+        os.remove(path)
+    env = {"KCU_EMU_LT_ALGOS": "3", "KCU_EMU_LT_SLOW": "0", "PARC_CUDA_GEMM_TUNE": path,
+           "PARC_CUDA_GRAPH": "1"}
+    if not gpu("tune", env, save_grads=True) or not gpu("tune2", env):
+        return False
+    lines = []
+    if os.path.exists(path):
+        with open(path) as f:
+            lines = [ln for ln in f if ln.strip() and not ln.startswith("#")]
+    m1 = re.search(r"GEMM tuning: 0 plans as \S+ names, (\d+) timed", log_of("tune"))
+    m2 = re.search(r"GEMM tuning: (\d+) plans? as \S+ names, 0 timed", log_of("tune2"))
+    if not m1 or not m2 or int(m1.group(1)) != len(lines) or int(m2.group(1)) != len(lines) \
+            or not lines:
+        print("%s: tuning: %d lines in %s; the runs' closing lines: %s, %s (see %s.tune.log)" %
+              (a.name, len(lines), path, m1 and m1.group(0), m2 and m2.group(0), proj))
+        return False
+    ok = against_cpu("tune", 1e-4, 1e-4, "tuned GEMMs vs CPU", "tuned GEMMs, step-1 gradients")
+    ok = ok and compare(a, "losses", jsonl("tune"), jsonl("tune2"), 0,
+                        a.name + " tuned = read from the file, bits")
+    if ok:
+        print("%-34s %d GEMM plans timed, then read" % (a.name + " tune", len(lines)))
+    return ok
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--name", required=True)
@@ -616,7 +651,7 @@ def main():
     a = p.parse_args()
     checks = a.checks.split(",")
     known = ("cpu", "graph", "device", "bf16", "store", "launch", "grads", "batch", "layout",
-             "recompute", "pointwise", "layers", "bgrad")
+             "recompute", "pointwise", "layers", "bgrad", "tune")
     bad = [c for c in checks if c not in known]
     if bad:
         p.error("unknown check %s (%s)" % (bad[0], ", ".join(known)))
@@ -717,6 +752,8 @@ def main():
             else:
                 print("%-34s %d bias sums and adds in GEMMs, %d kernel launches (%d without)" %
                       (a.name + " bgrad", fused, n[0], n[1]))
+    if ok and "tune" in checks and "cpu" in checks:
+        ok = tune(a, proj, gpu, log_of, jsonl, against_cpu)
     if ok and "batch" in checks:
         ok = batch(a, proj, env, steps, grads, stats)
     if ok and "layout" in checks:

@@ -95,6 +95,11 @@
 #               two kernels, dq's products computed again, instead of the fused
 #               kernel and its dq sums: what the fusion buys); losses within
 #               1e-3 relative of 4's (dq's sums in another order);
+#   4u. step 4's trainer with PARC_CUDA_GEMM_TUNE=FILE (each GEMM plan runs the
+#               fastest of cuBLASLt's heuristic candidates, timed at its first
+#               call, instead of the first one): a run that times and writes
+#               FILE, then one that reads it (its tokens/s: what tuning buys);
+#               their losses bit for bit, within 1e-2 relative of 4's;
 #   4n. GPT-2 small generated with --no-batch (every kernel launched on its
 #               own: what codegen/cuda_batch.h's batched launches buy), 15
 #               steps; its losses bit for bit equal to step 4's;
@@ -609,6 +614,19 @@ variant_vs_bf16 attn_mma4 1e-3 "bf16 gpt2 mma4 attention ~ default"
 say "4t. step 4's trainer with the two-kernel attention backward (PARC_CUDA_ATTN=split), 15 steps"
 variant attn_split "bf16 gpt2, attention backward split" PARC_CUDA_ATTN=split
 variant_vs_bf16 attn_split 1e-3 "bf16 gpt2 split attention backward ~ fused"
+
+say "4u. step 4's trainer with its GEMMs tuned (PARC_CUDA_GEMM_TUNE=FILE), 15 steps twice"
+rm -f "$WORK/gpt2.tune.txt"
+variant gemm_tuning "bf16 gpt2, GEMMs being tuned" PARC_CUDA_GEMM_TUNE="$WORK/gpt2.tune.txt"
+variant gemm_tuned "bf16 gpt2, GEMMs tuned (file read)" PARC_CUDA_GEMM_TUNE="$WORK/gpt2.tune.txt"
+grep -h 'GEMM tuning' "$WORK/gpt2.gemm_tuning.log" "$WORK/gpt2.gemm_tuned.log" 2>/dev/null || true
+if [ -f "$WORK/gpt2.gemm_tuned.jsonl" ]; then
+  python3 "$ROOT/tests/gpu/compare.py" losses "$WORK/gpt2.gemm_tuned.jsonl" \
+    "$WORK/gpt2.gemm_tuning.jsonl" 0 > "$WORK/gpt2.gemm_tuned.bits.log" 2>&1 || true
+  cat "$WORK/gpt2.gemm_tuned.bits.log"
+  result "bf16 gpt2 tuned = tuning run bits" "$WORK/gpt2.gemm_tuned.bits.log"
+fi
+variant_vs_bf16 gemm_tuned 1e-2 "bf16 gpt2 tuned GEMMs ~ default"
 
 # GPT-2 small generated again with the parc flag $3 (project gpt2_$1, logs
 # gpt2.$1.*), 15 steps: its tokens/s as $2, and its losses bit for bit step 4's

@@ -108,7 +108,12 @@ typedef struct KcuLtDesc *cublasLtMatmulDesc_t;
 typedef struct KcuLtLayout *cublasLtMatrixLayout_t;
 typedef struct KcuLtPref *cublasLtMatmulPreference_t;
 
-/* Opaque like cuBLASLt's; the emulation has one algorithm and marks it. */
+/* Opaque like cuBLASLt's.  The emulation marks its algorithms (data[0]) and
+ * numbers them (data[1]): by default it has one; KCU_EMU_LT_ALGOS=N (1 to 8)
+ * gives the heuristic N, algorithm i > 0 summing k in i + 1 consecutive
+ * chunks, each from 0, added in order (other bits than algorithm 0's: the
+ * GEMM tuning's checks tell them apart), and KCU_EMU_LT_SLOW=i makes
+ * algorithm i sleep 20 ms a call (one that tuning must not choose). */
 typedef struct {
   uint64_t data[8];
 } cublasLtMatmulAlgo_t;
@@ -124,6 +129,7 @@ typedef struct {
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle);
 cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle);
 const char *cublasLtGetStatusString(cublasStatus_t status);
+size_t cublasLtGetVersion(void); /* the emulation's: 1 */
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t compute,
                                         cudaDataType_t scale_type);

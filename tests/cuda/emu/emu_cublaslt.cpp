@@ -2,9 +2,12 @@
  * what it computes). */
 #include <cublasLt.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include <cuda_bf16.h>
@@ -35,6 +38,19 @@ struct KcuLtPref {
 };
 
 static const uint64_t ALGO_MARK = 0x6b63752d656d75ull; /* "kcu-emu" */
+
+/* KCU_EMU_LT_ALGOS, KCU_EMU_LT_SLOW (cublasLt.h), read at each call */
+static uint64_t emu_algos() {
+  const char *v = std::getenv("KCU_EMU_LT_ALGOS");
+  const long n = v ? std::strtol(v, nullptr, 10) : 1;
+  return n >= 1 && n <= 8 ? (uint64_t)n : 1;
+}
+static bool emu_slow(uint64_t algo) {
+  const char *v = std::getenv("KCU_EMU_LT_SLOW");
+  return v && *v && std::strtoull(v, nullptr, 10) == algo;
+}
+
+extern "C" size_t cublasLtGetVersion(void) { return 1; }
 
 extern "C" const char *cublasLtGetStatusString(cublasStatus_t s) {
   switch (s) {
@@ -231,11 +247,15 @@ cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cubla
   const char *no = std::getenv("KCU_EMU_LT_NO_BGRAD");
   if (d->epilogue != CUBLASLT_EPILOGUE_DEFAULT && no && !std::strcmp(no, "1"))
     return CUBLAS_STATUS_NOT_SUPPORTED;
-  std::memset(&res[0], 0, sizeof res[0]);
-  res[0].algo.data[0] = ALGO_MARK;
-  res[0].state = CUBLAS_STATUS_SUCCESS;
-  res[0].wavesCount = 1.0f;
-  *found = 1;
+  const int n = (int)std::min<uint64_t>(emu_algos(), (uint64_t)requested);
+  for (int i = 0; i < n; i++) {
+    std::memset(&res[i], 0, sizeof res[i]);
+    res[i].algo.data[0] = ALGO_MARK;
+    res[i].algo.data[1] = (uint64_t)i;
+    res[i].state = CUBLAS_STATUS_SUCCESS;
+    res[i].wavesCount = 1.0f;
+  }
+  *found = n;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -290,7 +310,10 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
   (void)workspace, (void)workspace_bytes;
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!alpha || !beta || !A || !B || !D) return CUBLAS_STATUS_INVALID_VALUE;
-  if (algo && algo->data[0] != ALGO_MARK) return CUBLAS_STATUS_INVALID_VALUE;
+  if (algo && (algo->data[0] != ALGO_MARK || algo->data[1] >= emu_algos()))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const uint64_t variant = algo ? algo->data[1] : 0; /* cublasLt.h: k in variant + 1 chunks */
+  const bool slow = emu_slow(variant);
   Shape s;
   cublasStatus_t st = shape_of(d, ad, bd, cd, dd, &s);
   if (st != CUBLAS_STATUS_SUCCESS) return st;
@@ -303,7 +326,9 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
   /* per member, per column j of D: acc[i] += op(A)[i, p] op(B)[p, j] for p = 0,
    * 1, ..., k - 1 (each element summed in increasing p) */
   auto run = [=]() {
-    std::vector<float> acc(s.m), col(s.k);
+    if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::vector<float> acc(s.m), part(s.m), col(s.k);
+    const uint64_t chunk = (s.k + variant) / (variant + 1); /* variant 0: all of k */
     const bool ta = desc.ta == CUBLAS_OP_T, tb = desc.tb == CUBLAS_OP_T;
     const bool gelu_aux = desc.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     if (desc.epilogue == CUBLASLT_EPILOGUE_BGRADA) /* (shape_of: A not transposed, one member) */
@@ -316,14 +341,17 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
       for (uint64_t j = 0; j < s.n; j++) {
         for (uint64_t p = 0; p < s.k; p++)
           col[p] = round_operand(tb ? load(B, lb, bi, j, p) : load(B, lb, bi, p, j), desc.compute);
-        for (uint64_t i = 0; i < s.m; i++) acc[i] = 0.0f;
+        for (uint64_t i = 0; i < s.m; i++) acc[i] = part[i] = 0.0f;
         for (uint64_t p = 0; p < s.k; p++) {
+          if (p && p % chunk == 0) /* a chunk's sum onto the others' (variant > 0) */
+            for (uint64_t i = 0; i < s.m; i++) acc[i] += part[i], part[i] = 0.0f;
           const float bp = col[p];
           for (uint64_t i = 0; i < s.m; i++) {
             float ap = ta ? load(A, la, bi, p, i) : load(A, la, bi, i, p);
-            acc[i] += round_operand(ap, desc.compute) * bp;
+            part[i] += round_operand(ap, desc.compute) * bp;
           }
         }
+        for (uint64_t i = 0; i < s.m; i++) acc[i] += part[i]; /* 0 + x: x, for variant 0 */
         /* D and aux of type bf16: the fp32 value rounded to nearest even; the
          * aux's of the one member (shape_of) */
         for (uint64_t i = 0; i < s.m; i++) {
