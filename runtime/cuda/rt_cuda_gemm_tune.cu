@@ -26,10 +26,12 @@
  * write the result, which the call's own run then writes again (and the
  * epilogues' outputs, the bias gradient and the GELU's aux matrix, likewise).
  * A candidate replaces the first choice only where it is faster by more than
- * MARGIN (timing noise must not flip near-equal choices).  A pipelined trainer
- * does not time (the host waits for its compute stream mid-step, and its
- * stages' transfers wait for each other: a wait no program order rules out);
- * it runs what FILE names and the first choice elsewhere.
+ * MARGIN (timing noise must not flip near-equal choices).  The host waits for
+ * the compute stream there, mid-step: tensor- and data-parallel ranks run the
+ * same program, so they wait at the same points, after the same collectives;
+ * a pipelined or expert-parallel trainer's ranks do not (a stage could wait
+ * for a transfer its peer enqueues only after its own wait), so those do not
+ * time: they run what FILE names and the first choice elsewhere.
  *
  * FILE's lines (# comments): the GPU's name (spaces as _), cuBLASLt's version,
  * the plan's key (rt_cuda_gemm.cu's cache key: batch m k n flags ta mode
@@ -188,11 +190,12 @@ int rt_cuda_tune_open(RtCuda *c) {
     if (*s == ' ' || *s == '\t') *s = '_';
   if (!t->dev[0]) snprintf(t->dev, sizeof t->dev, "GPU");
   t->ver = (unsigned long long)cublasLtGetVersion();
-  t->may_time = c->gsize[RT_CUDA_PP] <= 1;
+  t->may_time = c->gsize[RT_CUDA_PP] <= 1 && c->gsize[RT_CUDA_EP] <= 1;
   if (!t->may_time && c->wrank == 0)
-    fprintf(stderr, "parcrt_cuda: PARC_CUDA_GEMM_TUNE: a pipelined trainer times no GEMMs (its "
-            "stages wait for each other mid-step); it runs what %s names and cuBLASLt's first "
-            "choice elsewhere\n", t->path[0] ? t->path : "a tuning file");
+    fprintf(stderr, "parcrt_cuda: PARC_CUDA_GEMM_TUNE: a pipelined or expert-parallel trainer "
+            "times no GEMMs (its ranks run different programs that wait for each other "
+            "mid-step); it runs what %s names and cuBLASLt's first choice elsewhere\n",
+            t->path[0] ? t->path : "a tuning file");
   if (t->path[0]) read_file(t, c->wrank == 0);
   return RT_OK;
 }
