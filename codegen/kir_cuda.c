@@ -999,13 +999,13 @@ static void emit_split(Kc *c, FILE *f) {
     if (tile)
       fprintf(f,
               "%sif (parts_ > 1) {  /* the tile's last block combines the partials */\n"
-              "%sfloat *const pp_ = kcu_part_[slot_] + r_;  /* [reduction][part][row] */\n"
+              "%sfloat *const pp_ = kpart_ + r_;  /* [reduction][part][row] */\n"
               "%sif (ty_ == 0 && in_) {\n",
               ind, in2, in2);
     else
       fprintf(f,
               "%sif (parts_ > 1) {  /* the row's last block combines the partials */\n"
-              "%sfloat *const pp_ = kcu_part_[slot_] + r_ * parts_;  /* [reduction][row][part] */\n"
+              "%sfloat *const pp_ = kpart_ + r_ * parts_;  /* [reduction][row][part] */\n"
               "%sif (lane_ == 0) {\n",
               ind, in2, in2);
     int j = 0;
@@ -1020,7 +1020,7 @@ static void emit_split(Kc *c, FILE *f) {
       fprintf(f, d->imm == KIR_SUM ? "] = t%d_;\n" : "] = __int_as_float(t%d_);\n", v);
       j++;
     }
-    fprintf(f, "%s}\n%sif (!kcu_split_last(&kcu_count_[slot_][%s], parts_, &last_)) %s;\n", in2, in2,
+    fprintf(f, "%s}\n%sif (!kcu_split_last(&kcount_[%s], parts_, &last_)) %s;\n", in2, in2,
             tile ? "tile_" : "r_", tile ? "continue" : "return");
     j = 0;
     for (KirVal v = lp->first; v < lp->end; v++) {
@@ -1175,12 +1175,37 @@ static void emit_grid(const Kc *c, FILE *f) {
   }
 }
 
-/* kir_cuda_multi_max of k planned as L */
+/* Whether k planned as L reduces through the split scratch (kcu_part_). */
+static int uses_scratch(const KirCudaLaunch *L) {
+  return L->mapping == KIR_CUDA_ROW_SPLIT || (L->mapping == KIR_CUDA_COL_TILE && L->parts > 1);
+}
+
+/* A split launch's share of its lane (uses_scratch): the partials
+ * ([reduction][row][part] or [reduction][part][row]) and the block counters
+ * (one a row, ROW_SPLIT; one a tile of 32 rows, COL_TILE) of k's rows.  A
+ * batched launch gives instance j the j-th such share (kpart_, kcount_). */
+static void scratch_share(const KirKernel *k, const KirCudaLaunch *L, int64_t *parts,
+                          int64_t *counts) {
+  int64_t R = kir_kernel_rows(k), nred = 0;
+  const KirLoop *lp = &k->loops[0];
+  for (KirVal v = lp->first; v < lp->end; v++) nred += k->nodes[v].op == KIR_OP_REDUCE;
+  *parts = nred * L->parts * R;
+  *counts = L->mapping == KIR_CUDA_ROW_SPLIT ? R : (R + 31) / 32;
+}
+
+/* kir_cuda_multi_max of k planned as L: the instances whose pointers fit the
+ * parameter space and, with a split scratch, whose shares fit a lane */
 static int multi_max(const KirKernel *k, const KirCudaLaunch *L) {
-  if (L->mapping == KIR_CUDA_ROW_SPLIT || (L->mapping == KIR_CUDA_COL_TILE && L->parts > 1))
-    return 0;
-  int n = KIR_CUDA_MULTI_BYTES / (8 * (k->nparams ? k->nparams : 1));
-  return n > KIR_CUDA_MULTI_MAX ? KIR_CUDA_MULTI_MAX : n;
+  int64_t n = KIR_CUDA_MULTI_BYTES / (8 * (k->nparams ? k->nparams : 1));
+  if (n > KIR_CUDA_MULTI_MAX) n = KIR_CUDA_MULTI_MAX;
+  if (uses_scratch(L)) {
+    int64_t parts, counts;
+    scratch_share(k, L, &parts, &counts);
+    if (KC_LANE_PARTS / parts < n) n = KC_LANE_PARTS / parts;
+    if (KC_LANE_COUNTS / counts < n) n = KC_LANE_COUNTS / counts;
+    if (n < 2) n = 0; /* a batch of one is no batch */
+  }
+  return (int)n;
 }
 
 int kir_cuda_multi_max(const KirKernel *k) {
@@ -1199,7 +1224,15 @@ static void emit_multi_kernel(const Kc *c, FILE *f, const char *body) {
           k->name, multi_max(k, &c->L), k->name, k->name);
   if (c->L.vector) fputs("template <bool VEC>\n", f);
   fprintf(f, "__global__ void __launch_bounds__(%d) %s_multi(const %s_multi_t a_, int64_t row_begin, "
-             "int64_t row_end) {\n", c->L.block_threads, k->name, k->name);
+             "int64_t row_end%s) {\n", c->L.block_threads, k->name, k->name,
+          uses_scratch(&c->L) ? ", int slot_" : "");
+  if (uses_scratch(&c->L)) { /* instance blockIdx.y's share of the lane */
+    int64_t parts, counts;
+    scratch_share(k, &c->L, &parts, &counts);
+    fprintf(f, "  float *const kpart_ = kcu_part_[slot_] + (int64_t)blockIdx.y * %" PRId64 ";\n"
+               "  unsigned *const kcount_ = kcu_count_[slot_] + blockIdx.y * %" PRId64 ";\n",
+            parts, counts);
+  }
   for (int i = 0; i < k->nparams; i++) {
     const KirParam *p = &k->params[i];
     const char *cst = p->access == KIR_IN ? "const " : "";
@@ -1234,15 +1267,31 @@ static void emit_multi_launcher(const Kc *c, FILE *f) {
     for (int i = 0; i < k->nparams; i++) fprintf(f, "a->%s[i_], ", c->pname[i]);
     fputs("row_begin, row_end, stream);\n    return;\n  }\n  const bool vec_ = nvec_ == count;\n", f);
   }
-  emit_grid(c, f);
+  const char *tail = "";
+  if (!uses_scratch(&c->L)) {
+    emit_grid(c, f);
+  } else { /* a lane for the batch, else a launch each, unsplit as NAME_launch runs then */
+    fprintf(f, "  const int slot_ = kcu_lane(stream);  /* the stream's split scratch */\n"
+               "  if (slot_ < 0) {\n"
+               "    for (int i_ = 0; i_ < count; i_++)\n      %s_launch(", k->name);
+    for (int i = 0; i < k->nparams; i++) fprintf(f, "a->%s[i_], ", c->pname[i]);
+    fputs("row_begin, row_end, stream);\n    return;\n  }\n", f);
+    if (c->L.mapping == KIR_CUDA_ROW_SPLIT)
+      fprintf(f, "  const unsigned grid_ = (unsigned)((row_end - row_begin) * %" PRId64 ");\n",
+              c->L.parts);
+    else
+      fprintf(f, "  const unsigned grid_ = (unsigned)((row_end - row_begin + 31) / 32 * %" PRId64 ");\n",
+              c->L.parts);
+    tail = ", slot_";
+  }
   fputs("  const dim3 grid2_(grid_, (unsigned)count);\n", f);
   if (c->L.vector) {
-    fprintf(f, "  if (vec_)\n    %s_multi<true><<<grid2_, %d, 0, stream>>>(*a, row_begin, row_end);\n",
-            k->name, B);
-    fprintf(f, "  else\n    %s_multi<false><<<grid2_, %d, 0, stream>>>(*a, row_begin, row_end);\n",
-            k->name, B);
+    fprintf(f, "  if (vec_)\n    %s_multi<true><<<grid2_, %d, 0, stream>>>(*a, row_begin, row_end%s);\n",
+            k->name, B, tail);
+    fprintf(f, "  else\n    %s_multi<false><<<grid2_, %d, 0, stream>>>(*a, row_begin, row_end%s);\n",
+            k->name, B, tail);
   } else {
-    fprintf(f, "  %s_multi<<<grid2_, %d, 0, stream>>>(*a, row_begin, row_end);\n", k->name, B);
+    fprintf(f, "  %s_multi<<<grid2_, %d, 0, stream>>>(*a, row_begin, row_end%s);\n", k->name, B, tail);
   }
   fputs("}\n", f);
 }
@@ -1311,6 +1360,9 @@ static void emit_kernel(Kc *c, FILE *f) {
   fprintf(f, "__global__ void __launch_bounds__(%d) %s(", B, k->name);
   params(c, f, 1);
   fputs(slot ? "int64_t row_begin, int64_t row_end, int slot_) {\n" : "int64_t row_begin, int64_t row_end) {\n", f);
+  if (slot) /* the lane's scratch (slot_ -1: unsplit, parts_ 1, never touched) */
+    fputs("  float *const kpart_ = kcu_part_[slot_ >= 0 ? slot_ : 0];\n"
+          "  unsigned *const kcount_ = kcu_count_[slot_ >= 0 ? slot_ : 0];\n", f);
   fputs(body, f);
   fputs("}\n", f);
   if (c->multi) emit_multi_kernel(c, f, body);

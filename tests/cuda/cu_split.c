@@ -202,9 +202,9 @@ int main(int argc, char **argv) {
   snprintf(cu, sizeof cu, "%s/kernels.cu", argv[1]);
   snprintf(h, sizeof h, "%s/kernels_cuda.h", argv[1]);
   /* batched forms (kir_cuda.h, NAME_multi): a row group, column tiles without
-   * a split, a loop that stores, a flat one; sumsq asks too, but its split
-   * scratch rules it out */
-  const char *batched[] = {"rowsum_768", "colshort", "loopstore", "axpy", "sumsq"};
+   * a split, a loop that stores, a flat one, and the split ones (ROW_SPLIT,
+   * COL_TILE with parts), each instance on its share of the lane */
+  const char *batched[] = {"rowsum_768", "colshort", "loopstore", "axpy", "sumsq", "colsum"};
   unsigned char *multi = calloc((size_t)m->nkernels, 1);
   for (int i = 0; i < m->nkernels; i++)
     for (size_t j = 0; j < sizeof batched / sizeof *batched; j++)
@@ -229,7 +229,7 @@ int main(int argc, char **argv) {
             strstr(s, "(row_end - row_begin) * (slot_ >= 0 ? 49 : 1)") &&
             strstr(s, "cb_ = cbeg_ + (int64_t)W_ * lane_; cb_ < cend_;") &&
             strstr(s, "kcu_row_sum<256>(a") && strstr(s, "kcu_split_sum<256>(pp_, parts_, red_f_)") &&
-            strstr(s, "if (!kcu_split_last(&kcu_count_[slot_][r_], parts_, &last_)) return;") &&
+            strstr(s, "if (!kcu_split_last(&kcount_[r_], parts_, &last_)) return;") &&
             strstr(s, "<true><<<grid_, 256, 0, stream>>>(out, x, row_begin, row_end, slot_);"),
         "sumsq source:\n%s", s);
   free(s);
@@ -257,7 +257,7 @@ int main(int argc, char **argv) {
             strstr(s, "for (int64_t c0_ = cbeg_ + ty_; c0_ < cend_; c0_ += 8)") &&
             strstr(s, "kcu_tile_sum(a") && strstr(s, "pp_[part_ * 200] = t") &&
             strstr(s, "kcu_tile_split_sum(pp_, parts_, 200, red_t_)") &&
-            strstr(s, "if (!kcu_split_last(&kcu_count_[slot_][tile_], parts_, &last_)) continue;") &&
+            strstr(s, "if (!kcu_split_last(&kcount_[tile_], parts_, &last_)) continue;") &&
             strstr(s, "if (ty_ == 0 && in_) {\n") && strstr(s, "(unsigned)(tiles_ * 64) : kcu_grid(tiles_, 1)"),
         "colsum source:\n%s", s);
   free(s);
@@ -350,7 +350,7 @@ int main(int argc, char **argv) {
 
   /* the batched forms: a struct of argument arrays in the header, the body
    * again with the params from instance blockIdx.y's entries */
-  for (size_t j = 0; j + 1 < sizeof batched / sizeof *batched; j++) {
+  for (size_t j = 0; j < sizeof batched / sizeof *batched; j++) {
     char want[256];
     snprintf(want, sizeof want, "} %s_multi_t;\nvoid %s_multi_launch(const %s_multi_t *a, int count",
              batched[j], batched[j], batched[j]);
@@ -371,8 +371,24 @@ int main(int argc, char **argv) {
   free(s);
   CHECK(strstr(hdr, "  const float *x[64];\n  float *acc[64];\n} axpy_multi_t;"),
         "axpy_multi_t:\n%s", hdr);
-  CHECK(!strstr(hdr, "sumsq_multi") && !strstr(text, "sumsq_multi"),
-        "sumsq (a split scratch) has a batched form");
+  /* the split ones: instance blockIdx.y's share of the lane (sumsq: 49 parts of
+   * one row, a counter; colsum: 64 parts of 200 rows, 7 tile counters), a
+   * launch each where the stream has no lane; as many instances as shares
+   * fit the lane (colsum: 65536 / 12800 = 5) */
+  s = cu_section(text, "sumsq");
+  CHECK(strstr(s, "sumsq_multi(const sumsq_multi_t a_, int64_t row_begin, int64_t row_end, int slot_)") &&
+            strstr(s, "float *const kpart_ = kcu_part_[slot_] + (int64_t)blockIdx.y * 49;") &&
+            strstr(s, "unsigned *const kcount_ = kcu_count_[slot_] + blockIdx.y * 1;") &&
+            strstr(s, "if (slot_ < 0) {\n    for (int i_ = 0; i_ < count; i_++)\n      sumsq_launch(") &&
+            strstr(s, "float *const kpart_ = kcu_part_[slot_ >= 0 ? slot_ : 0];"),
+        "sumsq's batched form:\n%s", s);
+  free(s);
+  s = cu_section(text, "colsum");
+  CHECK(strstr(s, "float *const kpart_ = kcu_part_[slot_] + (int64_t)blockIdx.y * 12800;") &&
+            strstr(s, "unsigned *const kcount_ = kcu_count_[slot_] + blockIdx.y * 7;") &&
+            strstr(s, "up to 5 instances of colsum"),
+        "colsum's batched form:\n%s", s);
+  free(s);
 
   /* the scratch and its helpers, once; the header names the mappings */
   CHECK(strstr(text, "static __device__ float kcu_part_[KCU_LANES][KCU_LANE_PARTS];") &&

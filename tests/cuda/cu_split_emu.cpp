@@ -368,6 +368,39 @@ static void check_multi(const char *name, int count, Make make, Run launch, Outs
   kcu_emu_order = 0;
 }
 
+/* The split kernels batched: sumsq (ROW_SPLIT, 49 parts) and colsum
+ * (COL_TILE, 64 parts of 200 rows), each instance on its share of the lane;
+ * the counters back at 0.  On stream s (one without a lane: a launch each,
+ * unsplit, as the single launches there). */
+static void test_multi_split(cudaStream_t s) {
+  enum { E = 100000, R = 200, C = 4096 };
+  std::vector<Buf *> x(4), o(4), dy(3), db(3);
+  for (int i = 0; i < 4; i++) x[i] = new Buf(E), o[i] = new Buf(1);
+  for (int i = 0; i < 3; i++) dy[i] = new Buf(R * C), db[i] = new Buf(R);
+  check_multi("sumsq", 4, [&](int i) {
+    for (int j = 0; j < E; j++) (*x[i])[j] = fixed(i, j, 2);
+    (*o[i])[0] = 0;
+  }, [&](int i) {
+    if (i >= 0) return sumsq_launch(o[i]->p(), x[i]->p(), 0, 1, s);
+    sumsq_multi_t a = {};
+    for (int j = 0; j < 4; j++) a.out[j] = o[j]->p(), a.x[j] = x[j]->p();
+    sumsq_multi_launch(&a, 4, 0, 1, s);
+  }, [&](int i) { return std::vector<Buf *>{o[i]}; });
+  CHECK(counters_zero(), "sumsq_multi: a block counter is not back at 0");
+  check_multi("colsum", 3, [&](int i) {
+    for (int j = 0; j < R * C; j++) (*dy[i])[j] = fixed(i, j, 1);
+    for (int j = 0; j < R; j++) (*db[i])[j] = (float)j;
+  }, [&](int i) {
+    if (i >= 0) return colsum_launch(dy[i]->p(), db[i]->p(), 0, R, s);
+    colsum_multi_t a = {};
+    for (int j = 0; j < 3; j++) a.dy[j] = dy[j]->p(), a.db[j] = db[j]->p();
+    colsum_multi_launch(&a, 3, 0, R, s);
+  }, [&](int i) { return std::vector<Buf *>{db[i]}; });
+  CHECK(counters_zero(), "colsum_multi: a block counter is not back at 0");
+  for (int i = 0; i < 4; i++) delete x[i], delete o[i];
+  for (int i = 0; i < 3; i++) delete dy[i], delete db[i];
+}
+
 static void test_multi() {
   enum { N = 5 };
   for (int mixed = 0; mixed < 3; mixed++) { /* all aligned, none, some (a launch each) */
@@ -425,6 +458,7 @@ static void test_multi() {
     loopstore_multi_launch(&a, 3, 0, 1, S0);
   }, [&](int i) { return std::vector<Buf *>{lo[i], ly[i]}; });
   for (int i = 0; i < 3; i++) delete cx[i], delete co[i], delete lx[i], delete lo[i], delete ly[i];
+  test_multi_split(S0);
 }
 
 int main() {
@@ -480,6 +514,13 @@ int main() {
     sumsq_launch(out.p(), x.p(), 0, 1, late);
     CHECK(kcu_emu_blocks - b0 == 1 && near(out[0], ref, ref), "sumsq without a lane: %ld blocks, %.9g vs %.9g",
           kcu_emu_blocks - b0, out[0], ref);
+  }
+  { /* the batched split kernels without a lane: a launch each (4 sumsq, 3 colsum),
+     * singly, then per block order */
+    long l0 = kcu_emu_launches;
+    test_multi_split(late);
+    CHECK(kcu_emu_launches - l0 == 4 * 4 + 3 * 4, "batched without a lane: %ld launches, expected %d",
+          kcu_emu_launches - l0, 4 * 4 + 3 * 4);
   }
 
   if (failures) fprintf(stderr, "cu_split_emu: %d failure(s)\n", failures);
