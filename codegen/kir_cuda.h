@@ -146,7 +146,7 @@ int kir_cuda_write(const KirModule *m, const char *cu_path, const char *h_path, 
                    size_t errlen);
 
 /* Batched launches (horizontal fusion).  Kernel NAME with multi[i] != 0
- * (and a mapping without a split scratch: kir_cuda_multi_max > 0) also gets
+ * (and kir_cuda_multi_max > 0) also gets
  *   typedef struct { T param[MAX]; ... } NAME_multi_t;      (kernels_cuda.h)
  *   void NAME_multi_launch(const NAME_multi_t *a, int count, int64_t row_begin,
  *                          int64_t row_end, struct CUstream_st *stream);
@@ -157,13 +157,19 @@ int kir_cuda_write(const KirModule *m, const char *cu_path, const char *h_path, 
  * and some do not, a launch each, as NAME_launch would choose).  The
  * struct travels by value as the kernel's parameter: MAX is the most
  * instances whose pointers fit KIR_CUDA_MULTI_BYTES, at most
- * KIR_CUDA_MULTI_MAX.  The caller guarantees the instances are independent
- * (no instance writes what another reads or writes). */
+ * KIR_CUDA_MULTI_MAX.  A kernel with a split scratch (ROW_SPLIT, COL_TILE
+ * with parts) gives instance j the j-th share of the stream's lane, a share
+ * being what one launch of its rows uses (its partials and block counters),
+ * so MAX is also at most the shares a lane holds (none where fewer than 2);
+ * on a stream without a lane, NAME_multi_launch makes a NAME_launch each
+ * (unsplit, as NAME_launch runs there).  The caller guarantees the instances
+ * are independent (no instance writes what another reads or writes). */
 #define KIR_CUDA_MULTI_BYTES 4000 /* of the 4096 bytes of kernel parameters */
 #define KIR_CUDA_MULTI_MAX 64
 int kir_cuda_write_multi(const KirModule *m, const unsigned char *multi, const char *cu_path,
                          const char *h_path, char *err, size_t errlen);
-/* MAX for k, or 0 when k has no batched form (a split scratch). */
+/* MAX for k, or 0 when k has no batched form (a split scratch too large for
+ * two shares of a lane). */
 int kir_cuda_multi_max(const KirKernel *k);
 
 #endif
