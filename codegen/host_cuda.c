@@ -183,9 +183,6 @@ int cg_cuda_xent_fused(const IrModule *m, int i) {
   const IrNode *c = m->nodes[i];
   int vocab = c->op == IR_OP_VOCAB_CROSS_ENTROPY;
   if ((c->op != IR_OP_CROSS_ENTROPY && !vocab) || (c != m->loss && c != m->ce_loss)) return -1;
-  /* over several tp members the forward's own gathers are communication the
-   * report counts (passes/comm_cost.c) and the CPU trainer does: kept */
-  if (vocab && m->mesh_tp > 1) return -1;
   int grad = -1;
   for (int j = 0; j < m->nnodes; j++) {
     const IrNode *n = m->nodes[j];

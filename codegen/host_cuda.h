@@ -64,10 +64,12 @@ unsigned cg_cuda_attn_flags(const IrNode *n, const unsigned char *bf16,
  * vocab_cross_entropy) inside its gradient's call (rt_cuda_cross_entropy_fused)
  * when i is the loss or the cross-entropy loss (so its buffer lives to the
  * step's end: passes/bufplan.c), no node reads it, and a later gradient node
- * takes the same logits and targets (the same group and vocabulary), and a
- * vocab_cross_entropy is over one member (m->mesh_tp <= 1): that node's
- * index, else -1.  (Pipelined steps read the loss after each
- * microbatch's forward: they keep the two calls.) */
+ * takes the same logits and targets (the same group and vocabulary): that
+ * node's index, else -1.  Over several tp members the call gathers the rows'
+ * statistics once for both, so the forward's gathers, which the plan counts
+ * (passes/comm_cost.c) and the CPU trainer runs, are not run: the report
+ * says so (passes.h CommGpu.fused).  (Pipelined steps read the loss after
+ * each microbatch's forward: they keep the two calls.) */
 int cg_cuda_xent_fused(const IrModule *m, int i);
 
 int cg_emit_host_cuda(FILE *out, const IrModule *m, const CgKernelPlan *kp, const BufPlan *bp,

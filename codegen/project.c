@@ -257,14 +257,15 @@ static const char *const comm_group[COMM_GROUPS] = {"tp", "dp", "ep", "ep_dp", "
  * (passes.h CommGpu), an entry a group. */
 static void gpu_comm_json(cJSON *arr, const CommGpu *d, int stage) {
   for (int g = 0; g < COMM_GROUPS; g++) {
-    if (!d->sums[g] && !d->gathers[g] && !d->sends[g]) continue;
+    if (!d->sums[g] && !d->gathers[g] && !d->sends[g] && !d->fused[g]) continue;
     cJSON *o = cJSON_CreateObject();
     if (stage >= 0) cJSON_AddNumberToObject(o, "stage", stage);
     cJSON_AddStringToObject(o, "group", comm_group[g]);
     cJSON_AddNumberToObject(o, "all_reduces_stored_bf16", d->sums[g]);
     cJSON_AddNumberToObject(o, "all_gathers_bf16", d->gathers[g]);
     cJSON_AddNumberToObject(o, "sends_bf16", d->sends[g]);
-    cJSON_AddNumberToObject(o, "extra_collectives", d->sums[g]);
+    cJSON_AddNumberToObject(o, "loss_gathers_fused", d->fused[g]);
+    cJSON_AddNumberToObject(o, "extra_collectives", d->sums[g] - d->fused[g]);
     cJSON_AddNumberToObject(o, "saved_bytes_per_rank", d->saved_bytes[g]);
     cJSON_AddItemToArray(arr, o);
   }

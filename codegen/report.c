@@ -206,8 +206,8 @@ static double comm_time(const Layout *lay, const CommCost *cc, const CommGpu *gp
       *n += cc->e[g][k].count;
     }
     if (gpu) {
-      t += gpu->sums[g] * mc->latency_s - gpu->saved_bytes[g] / link;
-      *n += gpu->sums[g];
+      t += (gpu->sums[g] - gpu->fused[g]) * mc->latency_s - gpu->saved_bytes[g] / link;
+      *n += gpu->sums[g] - gpu->fused[g];
     }
     total += t;
     if (g == 1) *dp_s = t;
@@ -316,9 +316,16 @@ static const char *const comm_group[COMM_GROUPS] = {"tp", "dp", "ep", "ep_dp", "
  * a line a group; stage as communication's. */
 static void communication_gpu(FILE *out, const CommGpu *d, int stage) {
   for (int g = 0; g < COMM_GROUPS; g++) {
-    if (!d->sums[g] && !d->gathers[g] && !d->sends[g]) continue;
+    if (!d->sums[g] && !d->gathers[g] && !d->sends[g] && !d->fused[g]) continue;
     char s[32], at[48] = "";
     if (stage >= 0) snprintf(at, sizeof at, " (a rank of stage %d)", stage);
+    if (d->fused[g] && !d->sums[g] && !d->gathers[g] && !d->sends[g]) {
+      fprintf(out, "GPU trainer%s, %s group: the loss's cross-entropy is computed in its "
+              "gradient's call, which gathers the statistics once for both: %d collective%s "
+              "fewer, %s less sent a step\n", at, comm_group[g], d->fused[g],
+              d->fused[g] == 1 ? "" : "s", bytes(s, sizeof s, d->saved_bytes[g]));
+      continue;
+    }
     fprintf(out, "GPU trainer (bf16)%s, %s group: ", at, comm_group[g]);
     if (d->sums[g])
       fprintf(out, "%d all-reduces store their sums as bf16 (each a reduce-scatter of the f32 "
@@ -327,6 +334,10 @@ static void communication_gpu(FILE *out, const CommGpu *d, int stage) {
     if (d->gathers[g])
       fprintf(out, "%d all-gathers move bf16 values%s", d->gathers[g], d->sends[g] ? ", " : "");
     if (d->sends[g]) fprintf(out, "%d sends move bf16 values", d->sends[g]);
+    if (d->fused[g])
+      fprintf(out, "; the loss's cross-entropy is computed in its gradient's call, which "
+              "gathers the statistics once for both: %d collective%s fewer", d->fused[g],
+              d->fused[g] == 1 ? "" : "s");
     fprintf(out, ": %s less sent a step\n", bytes(s, sizeof s, d->saved_bytes[g]));
   }
 }

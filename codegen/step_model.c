@@ -227,7 +227,10 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
   }
   for (int i = 0; i < m->nnodes; i++) { /* runtime ops (a GEMM's operand copies first) */
     int kind = 0, copies = 0;
-    if (unpipelined && cg_cuda_xent_fused(m, i) >= 0) continue; /* in its gradient's call */
+    if (unpipelined && cg_cuda_xent_fused(m, i) >= 0) { /* in its gradient's call */
+      if (m->mesh_tp > 1) comm_gpu_fused(&st->comm, m->nodes[i]); /* its gathers with it */
+      continue;
+    }
     double c = copy_time(m->nodes[i], mc, bf16 ? 1 : 0, stored, weights, &copies, st);
     for (int j = 0; j < copies; j++) add_call(st, m->nodes[i]->phase, c / copies, 0);
     double t = kp->kernel_of[i] >= 0

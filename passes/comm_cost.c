@@ -82,6 +82,17 @@ void comm_gpu_bf16(CommGpu *d, const IrNode *n, int times) {
   d->saved_bytes[axis] += 2.0 * (double)ir_numel(n) * (size - 1) / size * times;
 }
 
+void comm_gpu_fused(CommGpu *d, const IrNode *n) {
+  CommCost c;
+  memset(&c, 0, sizeof c);
+  count_node(&c, n, 1);
+  for (int g = 0; g < COMM_GROUPS; g++)
+    for (int k = 0; k < COMM_KINDS; k++) {
+      d->fused[g] += c.e[g][k].count;
+      d->saved_bytes[g] += c.e[g][k].sent_bytes;
+    }
+}
+
 /* ---- a pipelined trainer's stage ---------------------------------------- */
 
 static int by_offset(const void *a, const void *b) {

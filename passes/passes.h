@@ -218,10 +218,13 @@ void comm_analyze(const IrModule *m, CommCost *out);
  * a reduce-scatter of the f32 partials and an all-gather of the bf16 pieces
  * (rt_cuda_all_reduce_bf16) -- one collective more, and (n-1)/n of 2 bytes an
  * element less sent by a rank (ring); an all-gather of bf16 values sends
- * (n-1)/n of 2 bytes an element less. */
+ * (n-1)/n of 2 bytes an element less; a vocabulary-parallel loss computed in
+ * its gradient's call (codegen/host_cuda.h, cg_cuda_xent_fused) gathers its
+ * statistics once for both: the forward's gathers are not run. */
 typedef struct {
   int sums[COMM_GROUPS];           /* such all-reduces a step: a collective more each */
   int gathers[COMM_GROUPS];        /* such all-gathers a step */
+  int fused[COMM_GROUPS];          /* collectives of the plan's not run (the fused loss's) */
   int sends[COMM_GROUPS];          /* sends of bf16 values a step (pp: a stage's boundary
                                     * values the GPU trainer stores as bf16, 2 bytes an
                                     * element less each) */
@@ -232,6 +235,9 @@ typedef struct {
  * the GPU trainer stores as bf16, or an all-gather of bf16 values (other
  * ops: nothing). */
 void comm_gpu_bf16(CommGpu *d, const IrNode *n, int times);
+/* Adds to d node n's collectives (a vocab_cross_entropy's gathers, as
+ * comm_analyze counts them), which the GPU trainer does not run. */
+void comm_gpu_fused(CommGpu *d, const IrNode *n);
 
 /* codegen/step_model.c: a rank's predicted compute time a step (a rank of
  * a layout at pp = 1: the rank-local module's kernels and runtime calls), and

@@ -14,7 +14,8 @@ usage: predict.py PARC EXAMPLES_DIR WORK_DIR
   latency; the dp part hidden behind the backward only without --no-overlap;
   in bf16, the GPU trainer's all-reduces of sums it stores as bf16 as a
   reduce-scatter and an all-gather, and its all-gathers of bf16 values at 2
-  bytes an element (gpu_communication, from train_cuda.c).
+  bytes an element; the loss's gathers it does not run, the loss computed in
+  its gradient's call (gpu_communication, from train_cuda.c).
 - the parts add up to the total; MFU is the model FLOPs a rank over the total
   and the peak; bf16 models use the bf16 rates, move 2 bytes an element of
   the values the GPU trainer stores as bf16 and copy the GEMM operands it
@@ -98,13 +99,30 @@ if not 0 < k < ps["calls"] or abs(k - round(k)) > 1e-6:
 # communication: tp 2 within a node of 2 ranks, dp 2 spans 4 ranks: between nodes
 mc = machine("links", intra_node_bytes_per_s=1e9, inter_node_bytes_per_s=1e6, latency_s=1e-4,
              ranks_per_node=2, memory_bytes_per_s=1e9)
+def gpu_fused(plan, path, dp=1):
+    """The tp group's loss gathers the GPU trainer does not run (its loss computed in
+    its gradient's call: one rt_cuda_cross_entropy_fused call over the tp group in
+    train_cuda.c), checked against plan.json's gpu_communication; the bytes a rank
+    sends less, as passes/comm_cost.c counts a vocab cross-entropy's gathers: 4
+    floats a row (the rank's B T / dp) from each of the tp 2 members, (n - 1) / n of
+    them sent."""
+    with open(path) as f:
+        calls = len(re.findall(r"rt_cuda_cross_entropy_fused\(dev, RT_CUDA_TP,", f.read()))
+    got = sum(g["loss_gathers_fused"] for g in plan["gpu_communication"] if g["group"] == "tp")
+    if calls != 1 or got != calls:
+        sys.exit(f"FAIL fused loss: {calls} fused calls in {path}, plan.json {got}")
+    return calls, calls * 16.0 * B * T / dp * 2 / 2
+
+
 for tag, flags in (("overlap", []), ("blocking", ["--no-overlap"])):
-    plan, _ = compile_("comm_" + tag, mc, "--tp", "2", "--dp", "2", *flags)
+    plan, _ = compile_("comm_" + tag, mc, "--tp", "2", "--dp", "2", *flags, target="all")
     ps = plan["predicted_step"]
     want = {"tp": 0.0, "dp": 0.0}
     for e in plan["communication"]:
         link = 1e9 if e["group"] == "tp" else 1e6
         want[e["group"]] += e["sent_bytes_per_rank"] / link + e["count"] * 1e-4
+    fused, fused_bytes = gpu_fused(plan, os.path.join(work, "comm_" + tag, "train_cuda.c"), dp=2)
+    want["tp"] -= fused * 1e-4 + fused_bytes / 1e9
     if not want["tp"] or not want["dp"]:
         sys.exit(f"FAIL comm {tag}: expected tp and dp collectives: {plan['communication']}")
     near(ps["communication_s"], want["tp"] + want["dp"], f"comm {tag}: bytes / link + latency")
@@ -125,15 +143,21 @@ with open(os.path.join(work, "comm_bf16", "train_cuda.c")) as f:
     sums = [int(n) for n in re.findall(r"rt_cuda_all_reduce_bf16\(dev, RT_CUDA_TP, [^,]+, [^,]+, "
                                        r"(\d+), 0\)", f.read())]
 g = plan["gpu_communication"]
-if not sums or len(g) != 1 or g[0]["group"] != "tp" or g[0]["extra_collectives"] != len(sums):
+fused, fused_bytes = gpu_fused(plan, os.path.join(work, "comm_bf16", "train_cuda.c"))
+if not sums or len(g) != 1 or g[0]["group"] != "tp" or \
+        g[0]["extra_collectives"] != len(sums) - fused:
     sys.exit(f"FAIL comm bf16: {len(sums)} bf16 all-reduces in train_cuda.c, plan.json {g}")
-near(g[0]["saved_bytes_per_rank"], sum(2.0 * n / 2 for n in sums), "comm bf16: bytes saved")
+near(g[0]["saved_bytes_per_rank"], sum(2.0 * n / 2 for n in sums) + fused_bytes,
+     "comm bf16: bytes saved")
 want = sum(e["sent_bytes_per_rank"] / 1e9 + e["count"] * 1e-4 for e in plan["communication"])
 near(plan["predicted_step"]["communication_s"],
-     want - g[0]["saved_bytes_per_rank"] / 1e9 + len(sums) * 1e-4, "comm bf16: time")
-plan, _ = compile_("comm_bf16_off", mc, "--tp", "2", "-D", "precision=bf16", "--bf16-store", "off")
-if plan["gpu_communication"]:
-    sys.exit(f"FAIL comm bf16 off: {plan['gpu_communication']}")
+     want - g[0]["saved_bytes_per_rank"] / 1e9 + (len(sums) - fused) * 1e-4, "comm bf16: time")
+plan, _ = compile_("comm_bf16_off", mc, "--tp", "2", "-D", "precision=bf16", "--bf16-store", "off",
+                   target="all")
+g = plan["gpu_communication"]
+if len(g) != 1 or g[0]["all_reduces_stored_bf16"] or g[0]["all_gathers_bf16"] or \
+        g[0]["sends_bf16"] or gpu_fused(plan, os.path.join(work, "comm_bf16_off", "train_cuda.c"))[0] != 1:
+    sys.exit(f"FAIL comm bf16 off: {g}")
 # a pipeline's stages run each chunk's collectives once a microbatch (M 4): the
 # stages' bf16 all-reduces are M x train_cuda.c's calls (each chunk's code once),
 # and each stage's communication time (its tp collectives; the pp transfers are
@@ -185,12 +209,15 @@ flat = re.findall(r"rt_cuda_all_gather\(dev, RT_CUDA_TP, [^,]+, [^,]+, (\d+)\)\)
                   r"/\* bf16: 2 elements a float \*/", src)
 numel = [int(o) * int(n) * int(i) * 2 for o, n, i in dims] + [int(c) * 2 * 2 for c in flat]
 g = plan["gpu_communication"]
-if not numel or len(g) != 1 or g[0]["all_gathers_bf16"] != len(numel) or g[0]["extra_collectives"]:
+fused, fused_bytes = gpu_fused(plan, os.path.join(work, "comm_bf16_sp", "train_cuda.c"))
+if not numel or len(g) != 1 or g[0]["all_gathers_bf16"] != len(numel) or \
+        g[0]["extra_collectives"] != -fused:
     sys.exit(f"FAIL comm bf16 sp: {len(numel)} bf16 all-gathers in train_cuda.c, plan.json {g}")
-near(g[0]["saved_bytes_per_rank"], sum(2.0 * n / 2 for n in numel), "comm bf16 sp: bytes saved")
+near(g[0]["saved_bytes_per_rank"], sum(2.0 * n / 2 for n in numel) + fused_bytes,
+     "comm bf16 sp: bytes saved")
 want = sum(e["sent_bytes_per_rank"] / 1e9 + e["count"] * 1e-4 for e in plan["communication"])
-near(plan["predicted_step"]["communication_s"], want - g[0]["saved_bytes_per_rank"] / 1e9,
-     "comm bf16 sp: time")
+near(plan["predicted_step"]["communication_s"],
+     want - g[0]["saved_bytes_per_rank"] / 1e9 - fused * 1e-4, "comm bf16 sp: time")
 
 # precision: a bf16 model takes the bf16 rates
 mc = machine("prec", gemm_flops={"fp32": 1e12, "bf16": 4e12}, attention_flops=1e11)
