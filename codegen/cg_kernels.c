@@ -466,8 +466,12 @@ int cg_plan_kernels(const IrModule *m, int fuse, const int *colour, CgKernelPlan
     for (int i = 0; i < m->nnodes; i++) {
       const IrNode *n = m->nodes[i];
       int g = P.group_of[i];
-      out->view_of[i] = n->op == IR_OP_RESHAPE && g >= 0 && P.groups[g].root == i &&
-                                members[g] == 1 && out->materialize[n->inputs[0]->id]
+      /* a reshape alone in its kernel; a group_copy (tp's identity forward: its
+       * value is its input's, the copy a runtime op's) */
+      out->view_of[i] = ((n->op == IR_OP_RESHAPE && g >= 0 && P.groups[g].root == i &&
+                          members[g] == 1) ||
+                         (n->op == IR_OP_GROUP_COPY && out->materialize[i])) &&
+                                out->materialize[n->inputs[0]->id]
                             ? n->inputs[0]->id
                             : -1;
     }

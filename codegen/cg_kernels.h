@@ -166,9 +166,11 @@ typedef struct {
                           buffer of materialised node x (same bytes, same
                           order), x; else -1.  A host that aliases buffers
                           may point the reshape at x's buffer (keeping x
-                          alive as long) and skip the copy kernel.  Also an
-                          add whose other term an embedding gradient's call
-                          adds onto x's bytes (codegen/grad_onto.h). */
+                          alive as long) and skip the copy kernel.  Also a
+                          group_copy of x (an identity whose copy is a
+                          runtime call: skipped likewise, cg_runtime_is_view),
+                          and an add whose other term an embedding gradient's
+                          call adds onto x's bytes (codegen/grad_onto.h). */
   int *inplace_of;     /* per node: for an update value written in place, its
                           leaf's id (see In-place updates); else -1 */
   int ntemps;

@@ -8,11 +8,13 @@
 #include "codegen/host_cuda.h"
 #include "runtime/cuda/rt_cuda_ws_plan.h"
 
-/* A reshape of x whose buffer is x's (a view: no kernel copies it); for a
- * value stored wide (rows of 2 cols), one that keeps the rows. */
+/* A reshape (or group_copy) of x whose buffer is x's (a view: no kernel or
+ * call copies it); for a value stored wide (rows of 2 cols), one that keeps
+ * the rows. */
 static int is_view_of(const CgKernelPlan *kp, const BufPlan *bp, const IrNode *q, const IrNode *x,
                       int wide) {
-  return q->op == IR_OP_RESHAPE && kp->view_of[q->id] == x->id && bp->alias[q->id] >= 0 &&
+  return (q->op == IR_OP_RESHAPE || q->op == IR_OP_GROUP_COPY) && kp->view_of[q->id] == x->id &&
+         bp->alias[q->id] >= 0 &&
          bp->offset[q->id] == bp->offset[x->id] &&
          (!wide || q->shape[q->rank - 1] == x->shape[x->rank - 1]);
 }

@@ -73,6 +73,17 @@ unsigned char *cg_results(IrModule *m) {
   return keep;
 }
 
+int cg_runtime_is_view(const CgKernelPlan *kp, const BufPlan *bp, int id) {
+  return kp->view_of[id] >= 0 && bp->alias[id] == kp->view_of[id] && kp->kernel_of[id] < 0;
+}
+
+int cg_runtime_view_note(FILE *out, const CgKernelPlan *kp, const BufPlan *bp, int id) {
+  if (!cg_runtime_is_view(kp, bp, id)) return 0;
+  fprintf(out, "  /* a view: %%%d is written over %%%d, whose bytes already hold it */\n", id,
+          kp->view_of[id]);
+  return 1;
+}
+
 int cg_kernel_is_view(const CgKernelPlan *kp, const BufPlan *bp, int k) {
   const CgKernel *kk = &kp->kernels[k];
   return kk->nnodes == 1 && kk->nodes[0] == kk->root && kp->view_of[kk->root] >= 0 &&
@@ -599,6 +610,7 @@ static void emit_runtime(Emit *e, const IrNode *n) {
     emit_dim_collective(e, n, x, out);
     return;
   case IR_OP_GROUP_COPY: /* identity forward; its gradient is the all-reduce */
+    if (cg_runtime_view_note(f, e->kp, e->bp, n->id)) return;
     fprintf(f, "  memcpy(%s, %s, %" PRId64 " * sizeof(float));\n", out, x, ir_numel(n));
     return;
   default:

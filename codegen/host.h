@@ -132,6 +132,13 @@ int cg_kernel_is_view(const CgKernelPlan *kp, const BufPlan *bp, int k);
  * else 0 (nothing written). */
 int cg_view_note(FILE *out, const CgKernelPlan *kp, const BufPlan *bp, int k);
 
+/* 1 if node id, a group_copy (a runtime op), runs nowhere: the buffer plan
+ * made it a view of its input (bp->alias[id] == kp->view_of[id]).  Every host
+ * skips its call; cg_runtime_view_note writes the comment in its place and
+ * returns 1 where it is one, else writes nothing and returns 0. */
+int cg_runtime_is_view(const CgKernelPlan *kp, const BufPlan *bp, int id);
+int cg_runtime_view_note(FILE *out, const CgKernelPlan *kp, const BufPlan *bp, int id);
+
 /* Places the plan's temporaries after the planned peak (temp_off[t], bytes,
  * 64-byte aligned; temp_off may be NULL) and returns the whole arena size. */
 int64_t cg_arena_bytes(const CgKernelPlan *kp, const BufPlan *bp, int64_t *temp_off);

@@ -576,6 +576,7 @@ static void emit_runtime(Cu *e, const IrNode *n) {
     emit_dim_collective(e, n, x, out);
     return;
   case IR_OP_GROUP_COPY: /* a value stored as bf16, as its copy (cuda_store.c copy_of): its bytes */
+    if (cg_runtime_view_note(f, e->kp, e->bp, n->id)) return;
     fprintf(f, "  CHECK(rt_cuda_copy(dev, %s, %s, %" PRId64 "));%s\n", out, x,
             e->store->bf16[n->id] ? ir_numel(n) / 2 : ir_numel(n),
             e->store->bf16[n->id] ? BF16_PAIRS : "");

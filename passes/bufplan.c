@@ -140,7 +140,7 @@ static int in_place_input(const IrModule *m, const BufPlan *p, const int *pos, c
 }
 
 /* Shared view (bufplan.h): the input whose bytes view i shares, or -1: i is
- * a view of x (a reshape, view_of[i] == x, no kernel) that is not x's last
+ * a view of x (a reshape or a group_copy, view_of[i] == x, no copy) that is not x's last
  * reader, and x has a buffer of i's size, element count and dtype written at
  * an earlier position (x may itself be in place, or a shared view).  Nothing
  * writes a view, so x's other readers still see x; the bytes stay taken
@@ -148,7 +148,8 @@ static int in_place_input(const IrModule *m, const BufPlan *p, const int *pos, c
 static int shared_view_input(const IrModule *m, const BufPlan *p, const int *pos,
                              const int *view_of, int i) {
   const IrNode *n = m->nodes[i];
-  if (!view_of || n->op != IR_OP_RESHAPE || n->ninputs != 1 || view_of[i] != n->inputs[0]->id ||
+  if (!view_of || (n->op != IR_OP_RESHAPE && n->op != IR_OP_GROUP_COPY) || n->ninputs != 1 ||
+      view_of[i] != n->inputs[0]->id ||
       (p->arenas.unread && p->arenas.unread[i]))
     return -1;
   const IrNode *x = n->inputs[0];

@@ -125,10 +125,12 @@ int bufplan_build(IrModule *m, const unsigned char *materialize, const unsigned 
  * from pos[id] as always (the operation writes it in the background), to its
  * last reader, which comes at or after the wait.  view_of (NULL: none) --
  * view_of[id] == x says reshape id is a view of its input x: its kernel would
- * only copy x's bytes, unchanged.  Such a reshape is written over x under the
+ * only copy x's bytes, unchanged (or a group_copy of x, tp's identity forward,
+ * whose runtime call would).  Such a node is written over x under the
  * conditions of In place, as if its op had IR_F_INPLACE0, or shares x's
- * bytes (Shared views), and then the host runs no kernel for it (x's bytes
- * already hold its value: codegen/host.h, cg_kernel_is_view). */
+ * bytes (Shared views), and then the host runs no kernel or call for it (x's
+ * bytes already hold its value: codegen/host.h, cg_kernel_is_view,
+ * cg_runtime_is_view). */
 int bufplan_build_views(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                         const int *pos, const int *held, const int *view_of, BufPlan *out);
 
