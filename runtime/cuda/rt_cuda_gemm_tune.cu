@@ -223,7 +223,6 @@ void rt_cuda_tune_plan(RtCuda *c, GemmPlan *p, const cublasLtMatmulHeuristicResu
   if (!p->cand) return; /* untimed: the first choice */
   memcpy(p->cand, cand, (size_t)n * sizeof *cand);
   p->tune = n;
-  return;
 }
 
 /* cuBLASLt's D of plan p: the result's bytes (its layout lc, type by flags) */
