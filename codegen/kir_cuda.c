@@ -1250,6 +1250,26 @@ static void emit_multi_kernel(const Kc *c, FILE *f, const char *body) {
   fputs("}\n", f);
 }
 
+/* In NAME_multi_launch, the end of a block the caller opened: NAME_launch of
+ * each instance, then return. */
+static void emit_launch_each(const Kc *c, FILE *f) {
+  fprintf(f, "    for (int i_ = 0; i_ < count; i_++)\n      %s_launch(", c->k->name);
+  for (int i = 0; i < c->k->nparams; i++) fprintf(f, "a->%s[i_], ", c->pname[i]);
+  fputs("row_begin, row_end, stream);\n    return;\n  }\n", f);
+}
+
+/* grid_ of a launcher with a split scratch (uses_scratch), its lane slot_
+ * taken before (-1: unsplit, a block a row or grid-stride tiles) */
+static void emit_split_grid(const Kc *c, FILE *f) {
+  if (c->L.mapping == KIR_CUDA_ROW_SPLIT)
+    fprintf(f, "  const unsigned grid_ = (unsigned)((row_end - row_begin) * (slot_ >= 0 ? %" PRId64
+               " : 1));\n", c->L.parts);
+  else
+    fprintf(f, "  const int64_t tiles_ = (row_end - row_begin + 31) / 32;\n"
+               "  const unsigned grid_ = slot_ >= 0 ? (unsigned)(tiles_ * %" PRId64
+               ") : kcu_grid(tiles_, 1);\n", c->L.parts);
+}
+
 /* NAME_multi_launch: count instances (1 .. the max) of the same rows */
 static void emit_multi_launcher(const Kc *c, FILE *f) {
   const KirKernel *k = c->k;
@@ -1262,26 +1282,18 @@ static void emit_multi_launcher(const Kc *c, FILE *f) {
     const char *sep = " ";
     for (int i = 0; i < k->nparams; i++)
       if (c->vbuf[i]) fprintf(f, "%skcu_aligned16(a->%s[i_])", sep, c->pname[i]), sep = " && ";
-    fprintf(f, ";\n  if (nvec_ != 0 && nvec_ != count) { /* mixed: one launch each */\n"
-               "    for (int i_ = 0; i_ < count; i_++)\n      %s_launch(", k->name);
-    for (int i = 0; i < k->nparams; i++) fprintf(f, "a->%s[i_], ", c->pname[i]);
-    fputs("row_begin, row_end, stream);\n    return;\n  }\n  const bool vec_ = nvec_ == count;\n", f);
+    fputs(";\n  if (nvec_ != 0 && nvec_ != count) { /* mixed: one launch each */\n", f);
+    emit_launch_each(c, f);
+    fputs("  const bool vec_ = nvec_ == count;\n", f);
   }
   const char *tail = "";
   if (!uses_scratch(&c->L)) {
     emit_grid(c, f);
   } else { /* a lane for the batch, else a launch each, unsplit as NAME_launch runs then */
-    fprintf(f, "  const int slot_ = kcu_lane(stream);  /* the stream's split scratch */\n"
-               "  if (slot_ < 0) {\n"
-               "    for (int i_ = 0; i_ < count; i_++)\n      %s_launch(", k->name);
-    for (int i = 0; i < k->nparams; i++) fprintf(f, "a->%s[i_], ", c->pname[i]);
-    fputs("row_begin, row_end, stream);\n    return;\n  }\n", f);
-    if (c->L.mapping == KIR_CUDA_ROW_SPLIT)
-      fprintf(f, "  const unsigned grid_ = (unsigned)((row_end - row_begin) * %" PRId64 ");\n",
-              c->L.parts);
-    else
-      fprintf(f, "  const unsigned grid_ = (unsigned)((row_end - row_begin + 31) / 32 * %" PRId64 ");\n",
-              c->L.parts);
+    fputs("  const int slot_ = kcu_lane(stream);  /* the stream's split scratch */\n"
+          "  if (slot_ < 0) {\n", f);
+    emit_launch_each(c, f);
+    emit_split_grid(c, f);
     tail = ", slot_";
   }
   fputs("  const dim3 grid2_(grid_, (unsigned)count);\n", f);
@@ -1309,7 +1321,7 @@ static void emit_kernel(Kc *c, FILE *f) {
     exit(3);
   }
   c->nsync = 0;
-  int slot = L->mapping == KIR_CUDA_ROW_SPLIT || (L->mapping == KIR_CUDA_COL_TILE && L->parts > 1);
+  int slot = uses_scratch(L);
   if (L->mapping == KIR_CUDA_ROW_SPLIT || L->mapping == KIR_CUDA_COL_TILE) {
     emit_split(c, bf);
   } else if (L->mapping == KIR_CUDA_FLAT) {
@@ -1383,17 +1395,9 @@ static void emit_kernel(Kc *c, FILE *f) {
   }
   if (!slot) {
     emit_grid(c, f);
-  } else if (L->mapping == KIR_CUDA_ROW_SPLIT) {
-    fprintf(f,
-            "  const int slot_ = kcu_lane(stream);  /* the stream's split scratch; -1: unsplit */\n"
-            "  const unsigned grid_ = (unsigned)((row_end - row_begin) * (slot_ >= 0 ? %" PRId64 " : 1));\n",
-            L->parts);
   } else {
-    fprintf(f,
-            "  const int slot_ = kcu_lane(stream);  /* the stream's split scratch; -1: unsplit */\n"
-            "  const int64_t tiles_ = (row_end - row_begin + 31) / 32;\n"
-            "  const unsigned grid_ = slot_ >= 0 ? (unsigned)(tiles_ * %" PRId64 ") : kcu_grid(tiles_, 1);\n",
-            L->parts);
+    fputs("  const int slot_ = kcu_lane(stream);  /* the stream's split scratch; -1: unsplit */\n", f);
+    emit_split_grid(c, f);
   }
   char args[4096];
   size_t at = 0;

@@ -316,17 +316,11 @@ static const char *const comm_group[COMM_GROUPS] = {"tp", "dp", "ep", "ep_dp", "
  * a line a group; stage as communication's. */
 static void communication_gpu(FILE *out, const CommGpu *d, int stage) {
   for (int g = 0; g < COMM_GROUPS; g++) {
-    if (!d->sums[g] && !d->gathers[g] && !d->sends[g] && !d->fused[g]) continue;
+    const int bf16 = d->sums[g] || d->gathers[g] || d->sends[g];
+    if (!bf16 && !d->fused[g]) continue;
     char s[32], at[48] = "";
     if (stage >= 0) snprintf(at, sizeof at, " (a rank of stage %d)", stage);
-    if (d->fused[g] && !d->sums[g] && !d->gathers[g] && !d->sends[g]) {
-      fprintf(out, "GPU trainer%s, %s group: the loss's cross-entropy is computed in its "
-              "gradient's call, which gathers the statistics once for both: %d collective%s "
-              "fewer, %s less sent a step\n", at, comm_group[g], d->fused[g],
-              d->fused[g] == 1 ? "" : "s", bytes(s, sizeof s, d->saved_bytes[g]));
-      continue;
-    }
-    fprintf(out, "GPU trainer (bf16)%s, %s group: ", at, comm_group[g]);
+    fprintf(out, "GPU trainer%s%s, %s group: ", bf16 ? " (bf16)" : "", at, comm_group[g]);
     if (d->sums[g])
       fprintf(out, "%d all-reduces store their sums as bf16 (each a reduce-scatter of the f32 "
               "partials and an all-gather of the bf16 pieces)%s", d->sums[g],
@@ -335,10 +329,11 @@ static void communication_gpu(FILE *out, const CommGpu *d, int stage) {
       fprintf(out, "%d all-gathers move bf16 values%s", d->gathers[g], d->sends[g] ? ", " : "");
     if (d->sends[g]) fprintf(out, "%d sends move bf16 values", d->sends[g]);
     if (d->fused[g])
-      fprintf(out, "; the loss's cross-entropy is computed in its gradient's call, which "
-              "gathers the statistics once for both: %d collective%s fewer", d->fused[g],
-              d->fused[g] == 1 ? "" : "s");
-    fprintf(out, ": %s less sent a step\n", bytes(s, sizeof s, d->saved_bytes[g]));
+      fprintf(out, "%sthe loss's cross-entropy is computed in its gradient's call, which "
+              "gathers the statistics once for both: %d collective%s fewer", bf16 ? "; " : "",
+              d->fused[g], d->fused[g] == 1 ? "" : "s");
+    fprintf(out, "%s %s less sent a step\n", bf16 ? ":" : ",",
+            bytes(s, sizeof s, d->saved_bytes[g]));
   }
 }
 

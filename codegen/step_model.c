@@ -227,8 +227,8 @@ void cg_step_times(const IrModule *m, const CgKernelPlan *kp, const Machine *mc,
   }
   for (int i = 0; i < m->nnodes; i++) { /* runtime ops (a GEMM's operand copies first) */
     int kind = 0, copies = 0;
-    if (m->nodes[i]->op == IR_OP_GROUP_COPY && kp->view_of[i] >= 0)
-      continue; /* a view of its input: no call (as a reshape's kernel, above) */
+    if (kp->view_of[i] >= 0 && kp->kernel_of[i] < 0)
+      continue; /* a view of its input (a group_copy): no call, as a reshape's kernel above */
     if (unpipelined && cg_cuda_xent_fused(m, i) >= 0) { /* in its gradient's call */
       if (m->mesh_tp > 1) comm_gpu_fused(&st->comm, m->nodes[i]); /* its gathers with it */
       continue;

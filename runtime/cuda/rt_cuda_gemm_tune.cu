@@ -277,10 +277,7 @@ int rt_cuda_tune_time(RtCuda *c, GemmPlan *p, const void *A, const void *B, cons
   }
   for (int i = 0; i < 2; i++)
     if (ev[i]) cudaEventDestroy(ev[i]);
-  if (scratch) {
-    cudaStreamSynchronize(c->compute); /* (cudaFree waits for the device anyway) */
-    cudaFree(scratch);
-  }
+  cudaFree(scratch); /* (NULL: nothing; else it waits for the candidates' runs) */
   if (rc == RT_OK) {
     int best = 0; /* the fastest of those faster than the first choice by the margin */
     for (int i = 1; i < n; i++)

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "../cu_test.h" /* failures, CHECK */
+#include "emu_check.h"  /* emu_dev, emu_host */
 #include "runtime/cuda/rt_cuda.h"
 #include "runtime/cuda/rt_cuda_ws_plan.h"
 #include "runtime/rt_err.h"
@@ -43,24 +44,6 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float frand(void) {
   rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
   return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
-
-static void *dev(const void *h, size_t bytes) {
-  void *d = NULL;
-  if (cudaMalloc(&d, bytes) != cudaSuccess ||
-      (h && cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess)) {
-    fprintf(stderr, "bgrad_check: cudaMalloc/cudaMemcpy failed\n");
-    exit(2);
-  }
-  return d;
-}
-
-static void host(void *h, const void *d, size_t bytes) {
-  if (cudaDeviceSynchronize() != cudaSuccess ||
-      cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
-    fprintf(stderr, "bgrad_check: device error\n");
-    exit(2);
-  }
 }
 
 /* bf16 of f, to nearest even (finite f), and its value */
@@ -113,18 +96,18 @@ static void run_case(const char *name, RtCuda *c, int64_t m, int64_t k, int64_t 
     bias[j] = NAN;
   }
   int flags = (stored ? RT_CUDA_MM_B_BF16 : 0) | (acc ? RT_MM_ACCUMULATE : 0);
-  float *dx = dev(x, 4 * (size_t)(k * m));
-  float *ddy = stored ? dev(dyh, 2 * (size_t)(k * n)) : dev(dy0, 4 * (size_t)(k * n));
-  float *dw = dev(w0, 4 * (size_t)(m * n)), *dw2 = dev(w0, 4 * (size_t)(m * n));
-  float *dbias = dev(bias, 4 * (size_t)n);
+  float *dx = emu_dev(x, 4 * (size_t)(k * m));
+  float *ddy = stored ? emu_dev(dyh, 2 * (size_t)(k * n)) : emu_dev(dy0, 4 * (size_t)(k * n));
+  float *dw = emu_dev(w0, 4 * (size_t)(m * n)), *dw2 = emu_dev(w0, 4 * (size_t)(m * n));
+  float *dbias = emu_dev(bias, 4 * (size_t)n);
   int done = -1;
   int rc = rt_cuda_matmul_ta_bgrad(c, dw, dx, ddy, dbias, 1, m, k, n, flags, &done);
   CHECK(rc == 0, "%s: %s", name, rt_last_error());
   CHECK(rt_cuda_matmul_ta(c, dw2, dx, ddy, 1, m, k, n, flags) == 0, "%s: %s", name,
         rt_last_error());
-  host(got, dw, 4 * (size_t)(m * n));
-  host(ref, dw2, 4 * (size_t)(m * n));
-  host(bias, dbias, 4 * (size_t)n);
+  emu_host(got, dw, 4 * (size_t)(m * n));
+  emu_host(ref, dw2, 4 * (size_t)(m * n));
+  emu_host(bias, dbias, 4 * (size_t)n);
   CHECK(!memcmp(got, ref, 4 * (size_t)(m * n)), "%s: the GEMM's bits differ from the plain call's",
         name);
   CHECK(done == want_done, "%s: done %d, want %d", name, done, want_done);
@@ -159,18 +142,18 @@ static void two_vectors(RtCuda *c) {
         want[v][j] += dy[v][p * N + j];
       }
     }
-  float *dx = dev(x, sizeof x), *dw = dev(NULL, 4 * M * N);
+  float *dx = emu_dev(x, sizeof x), *dw = emu_dev(NULL, 4 * M * N);
   int done[2] = {-1, -1};
   float *dd[2], *db[2];
   for (int v = 0; v < 2; v++) {
-    dd[v] = dev(dy[v], sizeof dy[v]);
-    db[v] = dev(NULL, sizeof b[v]);
+    dd[v] = emu_dev(dy[v], sizeof dy[v]);
+    db[v] = emu_dev(NULL, sizeof b[v]);
   }
   for (int v = 0; v < 2; v++)
     CHECK(rt_cuda_matmul_ta_bgrad(c, dw, dx, dd[v], db[v], 1, M, K, N, 0, &done[v]) == 0, "%s",
           rt_last_error());
   for (int v = 0; v < 2 && !off; v++) {
-    host(b[v], db[v], sizeof b[v]);
+    emu_host(b[v], db[v], sizeof b[v]);
     CHECK(done[v] == 1, "call %d: done %d", v, done[v]);
     float worst = 0;
     for (int j = 0; j < N; j++) worst = fmaxf(worst, fabsf(b[v][j] - want[v][j]));
@@ -206,7 +189,7 @@ int main(int argc, char **argv) {
   run_case("tf32 mode (cuBLASLt rounds)", t, 32, 48, 40, 0, 0, 0, 0);
   two_vectors(f);
   int done = -1;
-  float *p = dev(NULL, 64);
+  float *p = emu_dev(NULL, 64);
   CHECK(rt_cuda_matmul_ta_bgrad(f, p, p, p, NULL, 1, 2, 2, 2, 0, &done) != 0,
         "a NULL bias vector was accepted");
   CHECK(rt_cuda_matmul_ta_bgrad(f, p, p, p, p + 8, 1, 2, 2, 2, 0, NULL) != 0,

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "../cu_test.h" /* failures, CHECK */
+#include "emu_check.h"  /* emu_dev, emu_host */
 #include "runtime/cuda/rt_cuda.h"
 #include "runtime/rt_err.h"
 #include "runtime/rt_gemm.h"
@@ -61,16 +62,6 @@ static float frand(uint64_t *r) {
   return (float)((*r >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-static void *dev(const void *h, size_t bytes) {
-  void *d = NULL;
-  if (cudaMalloc(&d, bytes) != cudaSuccess ||
-      (h && cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess)) {
-    fprintf(stderr, "graph_check: cudaMalloc/cudaMemcpy failed\n");
-    exit(2);
-  }
-  return d;
-}
-
 /* A context opened with PARC_CUDA_GRAPH=graph (NULL: unset). */
 static int open_ctx(RtCuda **c, const char *graph) {
   if (graph) setenv("PARC_CUDA_GRAPH", graph, 1);
@@ -93,17 +84,17 @@ static void init(Step *s, RtCuda *c, int sync_inside) {
   for (int i = 0; i < T; i++) th[i] = (int32_t)(i * 7 % D), ih[i] = (int32_t)(i * 5 % V);
   memset(s, 0, sizeof *s);
   s->c = c;
-  s->x = dev(xh, sizeof xh);
-  s->w = dev(wh, sizeof wh);
-  s->y = dev(NULL, sizeof xh);
-  s->o = dev(NULL, sizeof xh);
-  s->lse = dev(NULL, T * 4);
-  s->loss = dev(NULL, 4);
-  s->dlogits = dev(NULL, sizeof xh);
-  s->dloss = dev(&one, 4);
-  s->dtable = dev(NULL, V * D * 4);
-  s->tgt = dev(th, sizeof th);
-  s->ids = dev(ih, sizeof ih);
+  s->x = emu_dev(xh, sizeof xh);
+  s->w = emu_dev(wh, sizeof wh);
+  s->y = emu_dev(NULL, sizeof xh);
+  s->o = emu_dev(NULL, sizeof xh);
+  s->lse = emu_dev(NULL, T * 4);
+  s->loss = emu_dev(NULL, 4);
+  s->dlogits = emu_dev(NULL, sizeof xh);
+  s->dloss = emu_dev(&one, 4);
+  s->dtable = emu_dev(NULL, V * D * 4);
+  s->tgt = emu_dev(th, sizeof th);
+  s->ids = emu_dev(ih, sizeof ih);
   s->sync_inside = sync_inside;
   s->host = malloc(4);
 }

@@ -32,6 +32,7 @@
 #include <cuda_runtime.h>
 
 #include "../cu_test.h" /* failures, CHECK */
+#include "emu_check.h"  /* emu_dev, emu_host */
 #include "runtime/cuda/rt_cuda.h"
 #include "runtime/rt_err.h"
 #include "runtime/rt_gemm.h"
@@ -57,24 +58,6 @@ typedef struct {
   float bgrad[2][N];
 } Run;
 
-static void *dev(const void *h, size_t bytes) {
-  void *d = NULL;
-  if (cudaMalloc(&d, bytes) != cudaSuccess ||
-      (h && cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess)) {
-    fprintf(stderr, "tune_check: cudaMalloc/cudaMemcpy failed\n");
-    exit(2);
-  }
-  return d;
-}
-
-static void host(void *h, const void *d, size_t bytes) {
-  if (cudaDeviceSynchronize() != cudaSuccess ||
-      cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
-    fprintf(stderr, "tune_check: device error\n");
-    exit(2);
-  }
-}
-
 /* Every call on a context opened with PARC_CUDA_GEMM_TUNE=tune (NULL: unset),
  * closed after. */
 static void run(const char *tune, Run *r) {
@@ -87,26 +70,26 @@ static void run(const char *tune, Run *r) {
     fprintf(stderr, "tune_check: %s\n", rt_last_error());
     exit(2);
   }
-  float *da = dev(a, sizeof a), *dat = dev(at, sizeof at), *db = dev(b, sizeof b);
-  float *dbias = dev(bias, sizeof bias), *out = dev(NULL, sizeof w0), *plain = dev(NULL, sizeof w0);
-  float *dg = dev(NULL, sizeof bias);
+  float *da = emu_dev(a, sizeof a), *dat = emu_dev(at, sizeof at), *db = emu_dev(b, sizeof b);
+  float *dbias = emu_dev(bias, sizeof bias), *dg = emu_dev(NULL, sizeof bias);
+  float *out = emu_dev(NULL, sizeof w0), *plain = emu_dev(NULL, sizeof w0);
   for (int call = 0; call < 2; call++) {
     int done = -1;
     CHECK(rt_cuda_matmul(c, out, da, db, 1, M, K, N, 0) == 0, "%s", rt_last_error());
-    host(r->out[0][call], out, sizeof w0);
+    emu_host(r->out[0][call], out, sizeof w0);
     CHECK(cudaMemcpy(out, w0, sizeof w0, cudaMemcpyHostToDevice) == cudaSuccess, "upload");
     CHECK(rt_cuda_matmul_ta(c, out, dat, db, 1, M, K, N, RT_MM_ACCUMULATE) == 0, "%s",
           rt_last_error());
-    host(r->out[1][call], out, sizeof w0);
+    emu_host(r->out[1][call], out, sizeof w0);
     CHECK(cudaMemcpy(out, w0, sizeof w0, cudaMemcpyHostToDevice) == cudaSuccess, "upload");
     CHECK(rt_cuda_matmul_ta_bgrad(c, out, dat, db, dg, 1, M, K, N, RT_MM_ACCUMULATE, &done) == 0 &&
               done == 1, "bias gradient: done %d: %s", done, rt_last_error());
-    host(r->out[2][call], out, sizeof w0);
-    host(r->bgrad[call], dg, sizeof bias);
+    emu_host(r->out[2][call], out, sizeof w0);
+    emu_host(r->bgrad[call], dg, sizeof bias);
     done = -1;
     CHECK(rt_cuda_matmul_bias(c, out, plain, da, db, dbias, 1, M, K, N, 0, 0, &done) == 0 &&
               done == 1, "bias epilogue: done %d: %s", done, rt_last_error());
-    host(r->out[3][call], out, sizeof w0);
+    emu_host(r->out[3][call], out, sizeof w0);
   }
   cudaFree(da), cudaFree(dat), cudaFree(db), cudaFree(dbias), cudaFree(out), cudaFree(plain);
   cudaFree(dg);
