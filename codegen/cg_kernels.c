@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "codegen/cg_internal.h"
+#include "passes/bufplan.h"
 #include "passes/passes.h"
 
 int cg_runtime_op(IrOp op) {
@@ -383,6 +384,27 @@ static void plan_inplace(const Planner *P, int *inplace_of) {
   }
 }
 
+/* A kernel that only copies a contiguous range of one materialised value x:
+ * its members a chain of reshapes and slices from its root down to x
+ * (bufplan_view_offset).  Only over a weight-gradient value (W or OPT phase,
+ * no norm, no reshape: the GPU trainer never stores it as bf16,
+ * codegen/cuda_store.c), whose elements are 4 bytes on every host: a
+ * data-parallel bucket's pieces (passes/dp_grads.c).  Returns x, or -1. */
+static int range_view_of(const Planner *P, const unsigned char *materialize, int g, int members) {
+  const IrNode *root = nd(P, P->groups[g].root), *x = root;
+  int chain = 0;
+  while (P->group_of[x->id] == g) {
+    if ((x->op != IR_OP_RESHAPE && x->op != IR_OP_SLICE) || x->ninputs != 1) return -1;
+    chain++;
+    x = x->inputs[0];
+  }
+  if (chain != members || !materialize[x->id] || x->dtype != IR_F32 ||
+      (x->phase != IR_PHASE_W && x->phase != IR_PHASE_OPT) || ir_op_is_norm(x->op) ||
+      x->op == IR_OP_RESHAPE || bufplan_view_offset(root, x) < 0)
+    return -1;
+  return x->id;
+}
+
 void cg_plan_free(CgKernelPlan *p) {
   if (!p) return;
   for (int i = 0; i < p->nkernels; i++) {
@@ -474,6 +496,8 @@ int cg_plan_kernels(const IrModule *m, int fuse, const int *colour, CgKernelPlan
                                 out->materialize[n->inputs[0]->id]
                             ? n->inputs[0]->id
                             : -1;
+      if (out->view_of[i] < 0 && g >= 0 && P.groups[g].root == i)
+        out->view_of[i] = range_view_of(&P, out->materialize, g, members[g]);
     }
     free(members);
   }
@@ -490,6 +514,12 @@ int cg_plan_kernels(const IrModule *m, int fuse, const int *colour, CgKernelPlan
     }
     for (int i = 0; rc == 0 && i < m->nnodes; i++)
       out->kernel_of[i] = P.group_of[i] < 0 ? -1 : main_kernel[P.group_of[i]];
+    for (int k = 0; rc == 0 && k < out->nkernels; k++) { /* (range_view_of's) */
+      const IrNode *r = m->nodes[out->kernels[k].root];
+      out->kernels[k].range_view = out->view_of[r->id] >= 0 &&
+                                   (r->op == IR_OP_SLICE ||
+                                    (r->op == IR_OP_RESHAPE && out->kernels[k].nnodes > 1));
+    }
     free(stats_temp);
     free(main_kernel);
   }

@@ -153,6 +153,8 @@ typedef struct {
   int root;            /* the IR node at whose position the kernel runs */
   int nnodes;
   int *nodes;          /* IR nodes it computes, ascending (empty for _stats) */
+  int range_view;      /* 1: its nodes are reshapes and slices that copy a
+                          contiguous range of view_of[root] (see view_of) */
 } CgKernel;
 
 typedef struct {
@@ -170,7 +172,12 @@ typedef struct {
                           group_copy of x (an identity whose copy is a
                           runtime call: skipped likewise, cg_runtime_is_view),
                           and an add whose other term an embedding gradient's
-                          call adds onto x's bytes (codegen/grad_onto.h). */
+                          call adds onto x's bytes (codegen/grad_onto.h).
+                          Also the root of a kernel of reshapes and slices
+                          that copies a contiguous range of a weight
+                          gradient's value x (a dp bucket's pieces): a view
+                          of a range of x's bytes where the buffer plan
+                          makes it one (bufplan.h, Sub-range views). */
   int *inplace_of;     /* per node: for an update value written in place, its
                           leaf's id (see In-place updates); else -1 */
   int ntemps;

@@ -86,8 +86,8 @@ int cg_runtime_view_note(FILE *out, const CgKernelPlan *kp, const BufPlan *bp, i
 
 int cg_kernel_is_view(const CgKernelPlan *kp, const BufPlan *bp, int k) {
   const CgKernel *kk = &kp->kernels[k];
-  return kk->nnodes == 1 && kk->nodes[0] == kk->root && kp->view_of[kk->root] >= 0 &&
-         bp->alias[kk->root] == kp->view_of[kk->root];
+  return ((kk->nnodes == 1 && kk->nodes[0] == kk->root) || kk->range_view) &&
+         kp->view_of[kk->root] >= 0 && bp->alias[kk->root] == kp->view_of[kk->root];
 }
 
 /* ---- emission helpers ------------------------------------------------------ */
@@ -640,6 +640,10 @@ int cg_view_note(FILE *out, const CgKernelPlan *kp, const BufPlan *bp, int index
   if (kp->onto && r > 0 && kp->onto[r - 1] == kp->view_of[r]) /* (codegen/grad_onto.h) */
     fprintf(out, "  /* %%%d is written over %%%d, onto whose bytes %%%d's call added "
                  "itself */\n", r, kp->view_of[r], r - 1);
+  else if (kp->kernels[index].range_view)
+    fprintf(out, "  /* a view: %%%d is %%%d's elements from %" PRId64 " on, whose bytes already "
+                 "hold it */\n", r, kp->view_of[r],
+            (bp->offset[r] - bp->offset[kp->view_of[r]]) / 4);
   else
     fprintf(out, "  /* a view: %%%d is written over %%%d, whose bytes already hold it */\n", r,
             kp->view_of[r]);

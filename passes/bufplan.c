@@ -139,23 +139,57 @@ static int in_place_input(const IrModule *m, const BufPlan *p, const int *pos, c
   return x->id;
 }
 
+int64_t bufplan_view_offset(const IrNode *n, const IrNode *x) {
+  int64_t off = 0; /* (a contiguous range of a contiguous range: offsets add) */
+  for (; n != x; n = n->inputs[0]) {
+    if (n->ninputs != 1 || (n->op != IR_OP_RESHAPE && n->op != IR_OP_SLICE)) return -1;
+    if (n->op == IR_OP_RESHAPE) continue;
+    const IrNode *y = n->inputs[0];
+    int axis = (int)n->ia[0];
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < axis; d++) outer *= y->shape[d];
+    for (int d = axis + 1; d < y->rank; d++) inner *= y->shape[d];
+    if (outer != 1 && n->ia[2] != y->shape[axis]) return -1; /* rows apart */
+    off += n->ia[1] * inner;
+  }
+  return off;
+}
+
+/* Where sub-range view i of x starts in x's bytes (bufplan.h), or -1 where it
+ * may not share them: no range, a misaligned start, narrow elements, x's
+ * bytes written at position t or later. */
+static int64_t sub_view_start(const IrModule *m, const BufPlan *p, const int *pos, int x, int i) {
+  const IrNode *a = m->nodes[x], *n = m->nodes[i];
+  int64_t off = bufplan_view_offset(n, a);
+  if (off < 0 || a->dtype != n->dtype || off + ir_numel(n) > ir_numel(a) ||
+      (4 * off) % BUFPLAN_ALIGN || (p->narrow && (p->narrow[x] || p->narrow[i])) ||
+      p->offset[x] < 0 || at(pos, x) >= at(pos, i))
+    return -1;
+  return 4 * off;
+}
+
 /* Shared view (bufplan.h): the input whose bytes view i shares, or -1: i is
  * a view of x (a reshape or a group_copy, view_of[i] == x, no copy) that is not x's last
  * reader, and x has a buffer of i's size, element count and dtype written at
  * an earlier position (x may itself be in place, or a shared view).  Nothing
  * writes a view, so x's other readers still see x; the bytes stay taken
- * until the group's last member dies. */
+ * until the group's last member dies.  A sub-range view (reshapes and slices
+ * down to x) shares them from *start on (else *start = 0). */
 static int shared_view_input(const IrModule *m, const BufPlan *p, const int *pos,
-                             const int *view_of, int i) {
+                             const int *view_of, int i, int64_t *start) {
   const IrNode *n = m->nodes[i];
-  if (!view_of || (n->op != IR_OP_RESHAPE && n->op != IR_OP_GROUP_COPY) || n->ninputs != 1 ||
-      view_of[i] != n->inputs[0]->id ||
+  *start = 0;
+  if (!view_of || view_of[i] < 0 || n->ninputs != 1 ||
+      (n->op != IR_OP_RESHAPE && n->op != IR_OP_GROUP_COPY && n->op != IR_OP_SLICE) ||
       (p->arenas.unread && p->arenas.unread[i]))
     return -1;
-  const IrNode *x = n->inputs[0];
-  if (p->offset[x->id] < 0 || at(pos, x->id) >= at(pos, i) || !fits_over(m, p, x->id, i, 1))
-    return -1;
-  return x->id;
+  int x = view_of[i];
+  if (x != n->inputs[0]->id || n->op == IR_OP_SLICE) {
+    *start = sub_view_start(m, p, pos, x, i);
+    return *start >= 0 ? x : -1;
+  }
+  if (p->offset[x] < 0 || at(pos, x) >= at(pos, i) || !fits_over(m, p, x, i, 1)) return -1;
+  return x;
 }
 
 /* A byte group for repack: a buffer that took bytes of its own (root) with
@@ -321,8 +355,11 @@ static void repack(IrModule *m, BufPlan *p, const int *pos) {
   }
   if (!found) return;
   for (int k = 0; k < nb; k++) slot[best[k].root] = k;
-  for (int i = 0; i < n; i++)
-    if (p->offset[i] >= 0) p->offset[i] = best[slot[root[i]]].off;
+  /* (members keep their place in the group: a sub-range view past its start;
+   * descending, so each root moves after its members, which come later) */
+  for (int i = n - 1; i >= 0; i--)
+    if (p->offset[i] >= 0)
+      p->offset[i] = best[slot[root[i]]].off + (p->offset[i] - p->offset[root[i]]);
   p->peak = best_cost.peak;
 }
 
@@ -484,15 +521,17 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
       p->size[i] = (bytes + BUFPLAN_ALIGN - 1) / BUFPLAN_ALIGN * BUFPLAN_ALIGN;
       int x = in_place ? in_place_input(m, p, pos, held, view_of, i) : -1;
       if (x >= 0 && grouped[root[x]]) x = -1; /* a shared view may still read them */
-      int s = in_place == 2 && x < 0 ? shared_view_input(m, p, pos, view_of, i) : -1;
-      if (x >= 0 || s >= 0) p->size[i] = p->size[x >= 0 ? x : s]; /* (fits_over) */
+      int64_t start = 0; /* (a sub-range view's first byte in s's) */
+      int s = in_place == 2 && x < 0 ? shared_view_input(m, p, pos, view_of, i, &start) : -1;
+      if (x >= 0 || (s >= 0 && !start && fits_over(m, p, s, i, 1)))
+        p->size[i] = p->size[x >= 0 ? x : s]; /* (fits_over) */
       if (x >= 0) {
         p->offset[i] = p->offset[x];
         p->alias[i] = x;
         handed[x] = 1;
       } else if (s >= 0) { /* joins s's group; the root frees the bytes */
         int r = root[s];
-        p->offset[i] = p->offset[s];
+        p->offset[i] = p->offset[s] + start;
         p->alias[i] = s;
         root[i] = r;
         grouped[r] = 1;
@@ -550,6 +589,12 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
 static int check(const IrModule *m, const BufPlan *p, const int *pos, const uint64_t *gw,
                  char *why, size_t len);
 
+/* 1 if n, aliased to x, is a sub-range view: a slice (nothing is written
+ * over its input), or a reshape of something else than x */
+static int sub_view(const IrNode *n, int x) {
+  return n->op == IR_OP_SLICE || (n->op == IR_OP_RESHAPE && n->inputs[0]->id != x);
+}
+
 int bufplan_check(const IrModule *m, const BufPlan *p, const int *pos, char *why, size_t len) {
   uint64_t *gw = malloc(sizeof *gw * ((size_t)m->nnodes + 1));
   if (!gw) {
@@ -568,10 +613,18 @@ static int check(const IrModule *m, const BufPlan *p, const int *pos, const uint
     if (p->offset[i] < 0) continue;
     int x = p->alias[i];
     const IrNode *n = m->nodes[i];
-    if (x >= 0 && n->op == IR_OP_RESHAPE) { /* a view: x's bytes, written before */
-      if (!(n->ninputs == 1 && n->inputs[0]->id == x && p->offset[x] == p->offset[i] &&
-            p->size[x] == p->size[i] && at(pos, x) < at(pos, i))) {
+    if (x >= 0 && n->op == IR_OP_RESHAPE && n->inputs[0]->id == x &&
+        p->offset[x] == p->offset[i]) { /* a view: x's bytes, written before */
+      if (!(n->ninputs == 1 && p->size[x] == p->size[i] && at(pos, x) < at(pos, i))) {
         snprintf(why, len, "node %%%d is a view of %%%d, which it may not be", i, x);
+        return -1;
+      }
+    } else if (x >= 0 && sub_view(n, x)) { /* a sub-range view: its range of x's bytes */
+      int64_t off = bufplan_view_offset(n, m->nodes[x]);
+      if (!(p->view_of && p->view_of[i] == x && off >= 0 &&
+            p->offset[i] == p->offset[x] + 4 * off &&
+            p->offset[i] + p->size[i] <= p->offset[x] + p->size[x] && at(pos, x) < at(pos, i))) {
+        snprintf(why, len, "node %%%d is a view of a range of %%%d, which it may not be", i, x);
         return -1;
       }
     } else if (x >= 0) { /* In place: the conditions in_place_input checked (a
@@ -602,7 +655,8 @@ static int check(const IrModule *m, const BufPlan *p, const int *pos, const uint
        * view writes nothing: its bytes hold its input, checked as that) */
       int ti = at(pos, i), tj = at(pos, j);
       if (tj < ti || tj > p->last_use[i] || p->alias[j] == i) continue;
-      if (p->alias[j] >= 0 && m->nodes[j]->op == IR_OP_RESHAPE) continue;
+      if (p->alias[j] >= 0 && (m->nodes[j]->op == IR_OP_RESHAPE || m->nodes[j]->op == IR_OP_SLICE))
+        continue;
       if (!(gw[i] & gw[j])) continue; /* no arena holds both */
       int overlap = p->offset[i] < p->offset[j] + p->size[j] &&
                     p->offset[j] < p->offset[i] + p->size[i];

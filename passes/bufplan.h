@@ -163,6 +163,15 @@ int bufplan_build_apart(IrModule *m, const unsigned char *materialize, const uns
  * members' where bits; every arena, ~0, without arenas); 0 for the others. */
 void bufplan_group_where(const IrModule *m, const BufPlan *p, uint64_t *out);
 
+/* Sub-range views.  A view (view_of[id] == x) may also be a chain of
+ * reshapes and slices from x whose elements are a contiguous range of x's,
+ * starting at element bufplan_view_offset(id's node, x): a data-parallel
+ * gradient bucket's pieces after the collective (passes/dp_grads.c).  Such a
+ * node shares x's bytes (Shared views, never In place) from byte 4 off on,
+ * where that is BUFPLAN_ALIGN-aligned and neither is narrow; its size is its
+ * own, inside x's range. */
+int64_t bufplan_view_offset(const IrNode *n, const IrNode *x);
+
 /* Checks the invariant above (with the same pos; for p->arenas, between
  * groups an arena holds both of), In place included: an
  * alias is to input 0 of an IR_F_INPLACE0 node or of a planned view

@@ -16,28 +16,34 @@
  *   issue     the flat buffer and its collective are placed right after the
  *             bucket's last gradient (its anchor) in node order, so the
  *             collective can run while the backward pass goes on;
- *   finish    scale 1/dp and the per-parameter views are appended after the
- *             whole backward pass, bucket by bucket: the first reader of a
+ *   finish    the per-parameter pieces are appended after the whole
+ *             backward pass, bucket by bucket: the first reader of a
  *             collective's result is there, never before, so an asynchronous
  *             collective (codegen) overlaps everything in between.
  *
+ * The mean is taken before the sum: each rank's gradient is scaled by 1/dp
+ * as the bucket is filled (the concat's kernel does it as it copies), so the
+ * collective's sum is the mean and each piece is a contiguous range of its
+ * result, which the buffer plan makes a view (bufplan.h, Sub-range views):
+ * no pass over the gradients after the collective.  (For a power of two dp
+ * the same bits as the sum scaled after: scaling by 2^-k is exact.)
+ *
  * Without ZeRO (m->mesh_zero <= 1), for gradients g_1..g_k of a bucket:
- *   flat   = concat(reshape(g_1, [n_1]), ..., reshape(g_k, [n_k])) axis 0
+ *   flat   = concat(scale(reshape(g_1, [n_1]), 1/dp), ...) axis 0
  *   red    = all_reduce(flat) axis=1 size=dp            (issue)
- *   avg    = scale(red) 1/dp                            (finish)
- *   g_i'   = reshape(slice(avg, 0, o_i, n_i), shape of p_i)
- * and p_i->grad = g_i': the same values, bit for bit, as an all_reduce and
- * a scale per parameter (the sums are elementwise in rank order).
+ *   g_i'   = reshape(slice(red, 0, o_i, n_i), shape of p_i)   (finish)
+ * and p_i->grad = g_i': the same values, bit for bit, as an all_reduce of
+ * the scaled gradient per parameter (the sums are elementwise in rank order).
  *
  * ZeRO-1 (m->mesh_zero == dp): each rank keeps only its piece of every
  * gradient, s_i = ceil(n_i / dp) elements of the flattened gradient padded
  * with zeros to dp * s_i (ir/ir.h flat_shards).  The bucket is laid out
  * rank-major so that one reduce_scatter hands every rank exactly its pieces:
- *   r_i    = reshape(concat(reshape(g_i, [n_i]), fill(0, [dp s_i - n_i])), [dp, s_i])
+ *   r_i    = reshape(concat(scale(reshape(g_i, [n_i]), 1/dp), fill(0, [dp s_i - n_i])),
+ *                    [dp, s_i])
  *   flat   = concat(r_1, ..., r_k) axis 1                    [dp, S], S = sum s_i
  *   red    = reduce_scatter(flat) axis=1 size=dp dim=0      [1, S]   (issue)
- *   avg    = scale(red) 1/dp                                          (finish)
- *   g_i'   = reshape(slice(avg, 1, o_i, s_i), [s_i])
+ *   g_i'   = reshape(slice(red, 1, o_i, s_i), [s_i])                 (finish)
  * and p_i->grad = g_i', the rank's piece of the averaged gradient.  Sizes
  * not divisible by dp only add zero padding (the last ranks' pieces end in
  * zeros), so every rank runs the same shapes.  Expert-parallel weights are
@@ -177,6 +183,7 @@ int pass_dp_grads(IrModule *m, int dp) {
     for (int i = lo; i < hi; i++) {
       int64_t n = ir_numel(ps[i]), s = (n + dp - 1) / dp;
       IrNode *flat = reshape(&k, ps[i]->grad, 1, &n);
+      flat = flat ? mk(&k, IR_OP_SCALE, &flat, 1, 0, 0, 0, 1.0 / dp, -1, NULL) : NULL;
       if (zero && s * dp > n) {
         IrNode *pad = mk(&k, IR_OP_FILL, NULL, 0, 0, 0, 0, 0.0, 1, (int64_t[]){s * dp - n});
         flat = concat(&k, (IrNode *[]){flat, pad}, 2, 0);
@@ -188,12 +195,11 @@ int pass_dp_grads(IrModule *m, int dp) {
                   : mk(&k, IR_OP_ALL_REDUCE, &buf, 1, 1, dp, 0, 0, -1, NULL);
     end[b] = m->nnodes;
   }
-  /* finish: after the backward pass, average and hand each parameter its view */
+  /* finish: after the backward pass, hand each parameter its piece */
   int issue_end = m->nnodes;
   for (int b = 0; b < nb && !k.failed; b++) {
     int lo = bstart[b], hi = bstart[b + 1];
-    k.at = ps[hi - 1]->grad;
-    IrNode *avg = mk(&k, IR_OP_SCALE, &red[b], 1, 0, 0, 0, 1.0 / dp, -1, NULL);
+    IrNode *avg = red[b];
     int64_t off = 0;
     for (int i = lo; i < hi && !k.failed; i++) {
       IrNode *p = ps[i];

@@ -31,7 +31,8 @@
  *       be bucketed: as many dp collectives in the backward pass as the
  *       buckets the rule gives (computed here from the gradients' positions
  *       before the pass), each right after its bucket's last gradient with
- *       only its flat buffer's nodes in between, its result first read after
+ *       only its flat buffer's nodes (the gradients scaled by 1/DP) in
+ *       between, its result first read after
  *       every other backward node.  --zero (ZeRO-1, m->mesh_zero = DP): the
  *       buckets are reduce_scattered; the optimizer has one flat_shard per
  *       parameter, all_gathers on dp, one all_reduce on dp (the norm); every
@@ -239,7 +240,7 @@ static int expect_buckets(IrModule *m, int dp, int zero, int64_t cap, IrNode **a
 static void check_buckets(IrModule *sh, int dp, int zero, int nb, IrNode **anchor) {
   IrOp kind = zero ? IR_OP_REDUCE_SCATTER : IR_OP_ALL_REDUCE;
   int ncoll = 0, other = 0, placed = 1, late = 1, last_bw = -1, stats = 0;
-  /* the last backward node that is not part of a bucket's finish (scale, views) */
+  /* the last backward node that is not part of a bucket's finish (views) */
   for (int i = 0; i < sh->nnodes; i++) {
     const IrNode *n = sh->nodes[i];
     if ((n->phase == IR_PHASE_B || n->phase == IR_PHASE_W) && n->op != IR_OP_SCALE &&
@@ -261,12 +262,14 @@ static void check_buckets(IrModule *sh, int dp, int zero, int nb, IrNode **ancho
       other++;
       continue;
     }
-    /* right after the anchor: only the bucket's flat-buffer nodes between */
+    /* right after the anchor: only the bucket's flat-buffer nodes between
+     * (the gradients scaled by 1/dp as they go in: the sum is the mean) */
     placed &= n->id > anchor[ncoll]->id;
     for (int k = anchor[ncoll]->id + 1; k < n->id; k++) {
-      IrOp op = sh->nodes[k]->op;
-      placed &= sh->nodes[k]->phase == IR_PHASE_W &&
-                (op == IR_OP_RESHAPE || op == IR_OP_CONCAT || op == IR_OP_FILL);
+      const IrNode *q = sh->nodes[k];
+      placed &= q->phase == IR_PHASE_W &&
+                (q->op == IR_OP_RESHAPE || q->op == IR_OP_CONCAT || q->op == IR_OP_FILL ||
+                 (q->op == IR_OP_SCALE && q->fa == 1.0 / dp));
     }
     for (int k = n->id + 1; k < sh->nnodes; k++)
       for (int j = 0; j < sh->nodes[k]->ninputs; j++)
