@@ -37,6 +37,7 @@ int cg_plan_step(IrModule *m, int fuse, const PpProgram *pp, CgKernelPlan *kp, i
   }
   if (cg_plan_kernels(m, fuse, colour, kp, err, len)) return -1;
   if (!pp) cg_onto_candidates(m, kp); /* (codegen/grad_onto.h) */
+  if (!pp) ar.parts = kp->parts; /* dp buckets' gradients in the bucket (bufplan.h) */
   if (pp) { /* no buffer for a gradient only the accumulator holds (host.h) */
     int *into = cg_pipe_acc_into(m, pp, cg_results(m), ar.via_acc);
     for (int i = 0; i < m->nnodes; i++)

@@ -405,6 +405,38 @@ static int range_view_of(const Planner *P, const unsigned char *materialize, int
   return x->id;
 }
 
+/* The parts of concat group g (cg_kernels.h, parts): its root a concat of
+ * one row before its axis, f32 in W phase, its other members reshapes, each
+ * input's chain of them down to a distinct materialised f32 W-phase node
+ * that nothing else reads.  Marks them parts[x] = the concat, or none. */
+static void mark_parts(const Planner *P, const unsigned char *materialize, int g, int members,
+                       int *parts) {
+  const IrModule *m = P->m;
+  const IrNode *c = nd(P, P->groups[g].root);
+  if (c->op != IR_OP_CONCAT || c->dtype != IR_F32 || c->phase != IR_PHASE_W ||
+      !materialize[c->id])
+    return;
+  int64_t outer = 1;
+  for (int d = 0; d < c->ia[0]; d++) outer *= c->shape[d];
+  int chain = 1; /* (c itself) */
+  for (int k = 0; outer == 1 && k < c->ninputs; k++) {
+    const IrNode *x = c->inputs[k];
+    while (P->group_of[x->id] == g && x->op == IR_OP_RESHAPE && x->ninputs == 1) {
+      chain++;
+      x = x->inputs[0];
+    }
+    int readers = P->cons_start[x->id + 1] - P->cons_start[x->id];
+    if (P->group_of[x->id] == g || !materialize[x->id] || x->dtype != IR_F32 ||
+        x->phase != IR_PHASE_W || readers != 1 || parts[x->id] >= 0)
+      outer = 0; /* (not a part: none) */
+    else
+      parts[x->id] = c->id;
+  }
+  if (outer == 1 && chain == members) return;
+  for (int i = 0; i < m->nnodes; i++) /* all or nothing */
+    if (parts[i] == c->id) parts[i] = -1;
+}
+
 void cg_plan_free(CgKernelPlan *p) {
   if (!p) return;
   for (int i = 0; i < p->nkernels; i++) {
@@ -415,6 +447,7 @@ void cg_plan_free(CgKernelPlan *p) {
   free(p->kernel_of);
   free(p->materialize);
   free(p->view_of);
+  free(p->parts);
   free(p->inplace_of);
   free(p->temps);
   kir_module_free(p->km);
@@ -499,6 +532,9 @@ int cg_plan_kernels(const IrModule *m, int fuse, const int *colour, CgKernelPlan
       if (out->view_of[i] < 0 && g >= 0 && P.groups[g].root == i)
         out->view_of[i] = range_view_of(&P, out->materialize, g, members[g]);
     }
+    out->parts = xcalloc((size_t)m->nnodes, sizeof(int));
+    for (int i = 0; i < m->nnodes; i++) out->parts[i] = -1;
+    for (int g = 0; g < P.ngroups; g++) mark_parts(&P, out->materialize, g, members[g], out->parts);
     free(members);
   }
   if (rc == 0) {
@@ -514,8 +550,14 @@ int cg_plan_kernels(const IrModule *m, int fuse, const int *colour, CgKernelPlan
     }
     for (int i = 0; rc == 0 && i < m->nnodes; i++)
       out->kernel_of[i] = P.group_of[i] < 0 ? -1 : main_kernel[P.group_of[i]];
-    for (int k = 0; rc == 0 && k < out->nkernels; k++) { /* (range_view_of's) */
+    for (int k = 0; rc == 0 && k < out->nkernels; k++) { /* (range_view_of's, mark_parts') */
       const IrNode *r = m->nodes[out->kernels[k].root];
+      out->kernels[k].assembles = r->op == IR_OP_CONCAT && out->kernels[k].nnodes > 0;
+      for (int j = 0; out->kernels[k].assembles && j < r->ninputs; j++) {
+        const IrNode *y = r->inputs[j];
+        while (out->parts[y->id] < 0 && y->op == IR_OP_RESHAPE) y = y->inputs[0];
+        out->kernels[k].assembles = out->parts[y->id] == r->id;
+      }
       out->kernels[k].range_view = out->view_of[r->id] >= 0 &&
                                    (r->op == IR_OP_SLICE ||
                                     (r->op == IR_OP_RESHAPE && out->kernels[k].nnodes > 1));

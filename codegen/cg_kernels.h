@@ -155,6 +155,8 @@ typedef struct {
   int *nodes;          /* IR nodes it computes, ascending (empty for _stats) */
   int range_view;      /* 1: its nodes are reshapes and slices that copy a
                           contiguous range of view_of[root] (see view_of) */
+  int assembles;       /* 1: a concat of weight gradients whose parts the
+                          buffer plan may place in its bytes (see parts) */
 } CgKernel;
 
 typedef struct {
@@ -178,6 +180,13 @@ typedef struct {
                           gradient's value x (a dp bucket's pieces): a view
                           of a range of x's bytes where the buffer plan
                           makes it one (bufplan.h, Sub-range views). */
+  int *parts;          /* per node: for a weight gradient (W phase, f32) that a
+                          concat's kernel only copies, through reshapes, to a
+                          contiguous range of the concat (a dp bucket,
+                          passes/dp_grads.c), that concat; else -1.  All of a
+                          concat's inputs or none; the buffer plan may write
+                          them in its bytes and skip its kernel (bufplan.h,
+                          Assembled concats; BufArenas.parts). */
   int *inplace_of;     /* per node: for an update value written in place, its
                           leaf's id (see In-place updates); else -1 */
   int ntemps;

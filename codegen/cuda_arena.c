@@ -15,7 +15,9 @@ int cg_cuda_arena_plan(IrModule *m, const CgKernelPlan *kp, const int *pos, cons
   bufplan_build_like(m, kp->materialize, cg_results(m), pos, held, kp->view_of, narrow, bp, &np);
   if (np.peak >= bp->peak) return 0;
   for (int i = 0; i < m->nnodes; i++)
-    if (np.alias[i] != bp->alias[i] || (np.offset[i] < 0) != (bp->offset[i] < 0)) return 0;
+    if (np.alias[i] != bp->alias[i] || (np.offset[i] < 0) != (bp->offset[i] < 0) ||
+        np.part_of[i] != bp->part_of[i])
+      return 0;
   *out = np;
   return 1;
 }

@@ -86,6 +86,7 @@ int cg_runtime_view_note(FILE *out, const CgKernelPlan *kp, const BufPlan *bp, i
 
 int cg_kernel_is_view(const CgKernelPlan *kp, const BufPlan *bp, int k) {
   const CgKernel *kk = &kp->kernels[k];
+  if (kk->assembles && bp->part_of && bp->part_of[kk->root] == kk->root) return 1;
   return ((kk->nnodes == 1 && kk->nodes[0] == kk->root) || kk->range_view) &&
          kp->view_of[kk->root] >= 0 && bp->alias[kk->root] == kp->view_of[kk->root];
 }
@@ -257,6 +258,12 @@ void cg_dim_split(const IrNode *n, int64_t *outer, int64_t *len, int64_t *inner)
   *len = whole->shape[d];
 }
 
+/* rt_trace.h's name of the group of axis (an IR collective's ia[0]) */
+static const char *trace_group(int64_t axis) {
+  static const char *const group[] = {"TP", "DP", "EP", "EP_DP"};
+  return axis >= 0 && axis < 4 ? group[axis] : "TP";
+}
+
 /* The opening of a collective's statement: "  CHECK(" or, in a traced step,
  * "  COMM(KIND, GROUP, HOW, count, " (train.c's COMM: the call timed into
  * io->trace when --trace is given); the caller prints the call and "));". */
@@ -266,9 +273,16 @@ static void comm_begin(Emit *e, const char *kind, int64_t axis, const char *how,
     fputs("  CHECK(", e->out);
     return;
   }
-  static const char *const group[] = {"TP", "DP", "EP", "EP_DP"};
-  fprintf(e->out, "  COMM(%s, %s, %s, %s, ", kind, axis >= 0 && axis < 4 ? group[axis] : "TP",
-          how, count);
+  fprintf(e->out, "  COMM(%s, %s, %s, %s, ", kind, trace_group(axis), how, count);
+}
+
+/* The trace arguments of a vocab-parallel cross-entropy (whose gathers the
+ * runtime records itself, rt_route.h): "io->trace, RT_TRACE_TP" in a traced
+ * step (by the node's group), else "NULL, 0"; into s. */
+static const char *vocab_trace(const Emit *e, const IrNode *n, char *s, size_t len) {
+  if (!e->traced) snprintf(s, len, "NULL, 0");
+  else snprintf(s, len, "io->trace, RT_TRACE_%s", trace_group(n->ia[0]));
+  return s;
 }
 
 static void comm_begin_n(Emit *e, const char *kind, int64_t axis, const char *how,
@@ -425,7 +439,7 @@ static int emit_async_start(Emit *e, const IrNode *n, const char *x, const char 
 
 /* One runtime call for a node the kernels do not compute. */
 static void emit_runtime(Emit *e, const IrNode *n) {
-  char o[96], a0[96], a1[96], a2[96], a3[96], ds[160];
+  char o[96], a0[96], a1[96], a2[96], a3[96], ds[160], tr[48];
   IrNode *const *in = n->inputs;
   /* a gradient term its op adds into the accumulator itself (cg_pipe_acc_into) */
   int acc = acc_into(e->kp, n);
@@ -569,15 +583,15 @@ static void emit_runtime(Emit *e, const IrNode *n) {
             ", rt_comm_rank(io->%s_group), %" PRId64 "));\n", acc >= 0 || onto >= 0 ? "_acc" : "",
             out, x, y, ir_numel(in[0]), n->ia[0], dim(in[1], -1), group_of(n->ia[1]), n->ia[2]);
     return;
-  case IR_OP_VOCAB_CROSS_ENTROPY:
-    fprintf(f, "  CHECK(rt_vocab_cross_entropy(io->%s_group, %s, %s, %s, %" PRId64 ", %" PRId64
-            ", %" PRId64 "));\n", group_of(n->ia[0]), out, x, y, lead(in[0], 1),
-            dim(in[0], -1), n->ia[2]);
+  case IR_OP_VOCAB_CROSS_ENTROPY: /* (its two gathers traced inside it) */
+    fprintf(f, "  CHECK(rt_vocab_cross_entropy(io->%s_group, %s, %s, %s, %s, %" PRId64
+            ", %" PRId64 ", %" PRId64 "));\n", group_of(n->ia[0]), vocab_trace(e, n, tr, sizeof tr),
+            out, x, y, lead(in[0], 1), dim(in[0], -1), n->ia[2]);
     return;
   case IR_OP_VOCAB_CROSS_ENTROPY_GRAD:
-    fprintf(f, "  CHECK(rt_vocab_cross_entropy_grad(io->%s_group, %s, %s, %s, %s, %" PRId64
-            ", %" PRId64 ", %" PRId64 "));\n", group_of(n->ia[0]), out, x, y, z,
-            lead(in[0], 1), dim(in[0], -1), n->ia[2]);
+    fprintf(f, "  CHECK(rt_vocab_cross_entropy_grad(io->%s_group, %s, %s, %s, %s, %s, %" PRId64
+            ", %" PRId64 ", %" PRId64 "));\n", group_of(n->ia[0]), vocab_trace(e, n, tr, sizeof tr),
+            out, x, y, z, lead(in[0], 1), dim(in[0], -1), n->ia[2]);
     return;
   case IR_OP_ALL_REDUCE:
     if (emit_async_start(e, n, x, out)) return;
@@ -637,7 +651,9 @@ static const char *code_name(const Emit *e, int i) {
 int cg_view_note(FILE *out, const CgKernelPlan *kp, const BufPlan *bp, int index) {
   if (!cg_kernel_is_view(kp, bp, index)) return 0;
   int r = kp->kernels[index].root;
-  if (kp->onto && r > 0 && kp->onto[r - 1] == kp->view_of[r]) /* (codegen/grad_onto.h) */
+  if (bp->part_of && bp->part_of[r] == r)
+    fprintf(out, "  /* %%%d is assembled: its parts were written in its bytes */\n", r);
+  else if (kp->onto && r > 0 && kp->onto[r - 1] == kp->view_of[r]) /* (codegen/grad_onto.h) */
     fprintf(out, "  /* %%%d is written over %%%d, onto whose bytes %%%d's call added "
                  "itself */\n", r, kp->view_of[r], r - 1);
   else if (kp->kernels[index].range_view)

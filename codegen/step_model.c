@@ -58,13 +58,14 @@ static double split_cost(const Machine *mc, double largest_bytes) {
              ? mc->parallel_call_s : 0;
 }
 
-/* The time of generated kernel k (0 for a reshape, or a range of a bucket,
- * the host aliases); a batch
+/* The time of generated kernel k (0 for a reshape, a range of a bucket or a
+ * bucket assembled, the host aliases); a batch
  * member's (member: it runs in another's launch) without the call's cost. */
 static double kernel_time(const IrModule *m, const CgKernelPlan *kp, const Machine *mc, int k,
                           const unsigned char *stored, int member, StepTime *st) {
   const CgKernel *kr = &kp->kernels[k];
-  if ((kr->nnodes == 1 && kp->view_of[kr->nodes[0]] >= 0) || kr->range_view) return 0;
+  if ((kr->nnodes == 1 && kp->view_of[kr->nodes[0]] >= 0) || kr->range_view || kr->assembles)
+    return 0;
   /* an argument larger than every value the kernel computes is read in
    * part (a slice of a flat gradient bucket): count at most that much */
   double bytes = 0, cap = 0;

@@ -203,6 +203,9 @@ typedef struct {
   IrNode **nodes;
   int nnodes, capnodes;
   IrNode *loss;            /* scalar objective; NULL until set */
+  IrNode *seed;            /* after pass_autodiff: the loss's own gradient, a scalar
+                              fill of 1 (1/dp once pass_dp_grads has the dp sum
+                              be the mean: passes/dp_grads.c); NULL before */
   int nlayers;             /* iterations of the model's repeat (0 if none) */
   IrSetting *config;  int nconfig;
   IrSetting *train;   int ntrain;

@@ -2,7 +2,7 @@
  *
  * Appends to the module the nodes that compute d(loss)/d(p) for every
  * parameter p the loss depends on, and records each as p->grad (ir/ir.h).
- * The loss's own gradient (the seed) is a scalar fill of 1.
+ * The loss's own gradient (the seed, m->seed) is a scalar fill of 1.
  *
  * One table, vjp[op], holds the rule of every differentiable op: given the
  * forward node y and dy = d(loss)/dy it emits nodes computing the
@@ -557,7 +557,8 @@ int pass_autodiff(IrModule *m) {
   if (fill_want(&ad, live)) return -1;
   if (!ad.want[m->loss->id]) return 0; /* no parameter reaches the loss */
 
-  give(&ad, m->loss, shaped(&ad, IR_OP_FILL, NULL, 0, NULL, 1.0));
+  m->seed = shaped(&ad, IR_OP_FILL, NULL, 0, NULL, 1.0);
+  give(&ad, m->loss, m->seed);
   for (int i = ad.nfwd - 1; i >= 0 && !ad.failed; i--) {
     IrNode *y = m->nodes[i];
     if (!ad.pending[i]) continue;

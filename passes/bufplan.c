@@ -302,16 +302,23 @@ static void repack(IrModule *m, BufPlan *p, const int *pos) {
   Block *b = arena_alloc(&m->arena, sizeof(Block) * (size_t)(n + 1));
   uint64_t *gw = arena_alloc(&m->arena, sizeof(uint64_t) * (size_t)(n + 1));
   bufplan_group_where(m, p, gw);
-  for (int i = 0; i < n; i++) { /* aliases point at earlier nodes: roots come first */
+  /* aliases point at earlier nodes: roots come first; an assembled concat's
+   * parts (bufplan.h) are in its group, the concat a later node */
+  for (int i = 0; i < n; i++) {
     slot[i] = -1;
-    if (p->offset[i] < 0) continue;
-    root[i] = p->alias[i] >= 0 ? root[p->alias[i]] : i;
-    if (root[i] == i) {
+    if (p->offset[i] >= 0)
+      root[i] = p->part_of[i] >= 0 ? p->part_of[i] : p->alias[i] >= 0 ? root[p->alias[i]] : i;
+  }
+  for (int i = 0; i < n; i++)
+    if (p->offset[i] >= 0 && root[i] == i) {
       slot[i] = nb;
       b[nb++] = (Block){i, at(pos, i), p->last_use[i], 0, p->size[i], 0, gw[i]};
-    } else if (p->last_use[i] > b[slot[root[i]]].e) {
-      b[slot[root[i]]].e = p->last_use[i];
     }
+  for (int i = 0; i < n; i++) {
+    if (p->offset[i] < 0 || root[i] == i) continue;
+    Block *g = &b[slot[root[i]]];
+    if (at(pos, i) < g->s) g->s = at(pos, i);
+    if (p->last_use[i] > g->e) g->e = p->last_use[i];
   }
   if (nb < 2) return;
   int na = narenas_of(p);
@@ -355,16 +362,96 @@ static void repack(IrModule *m, BufPlan *p, const int *pos) {
   }
   if (!found) return;
   for (int k = 0; k < nb; k++) slot[best[k].root] = k;
-  /* (members keep their place in the group: a sub-range view past its start;
-   * descending, so each root moves after its members, which come later) */
-  for (int i = n - 1; i >= 0; i--)
-    if (p->offset[i] >= 0)
-      p->offset[i] = best[slot[root[i]]].off + (p->offset[i] - p->offset[root[i]]);
+  /* (members keep their place in the group: a sub-range view past its start,
+   * an assembled concat's parts) */
+  int64_t *rel = arena_alloc(&m->arena, sizeof(int64_t) * (size_t)(n + 1));
+  for (int i = 0; i < n; i++)
+    if (p->offset[i] >= 0) rel[i] = p->offset[i] - p->offset[root[i]];
+  for (int i = 0; i < n; i++)
+    if (p->offset[i] >= 0) p->offset[i] = best[slot[root[i]]].off + rel[i];
   p->peak = best_cost.peak;
+}
+
+/* The first element of concat c that node x's elements take (x the first
+ * node with bytes of its own down input k's reshapes), or -1; c's elements
+ * before its axis must be one row (outer 1): its inputs' are then
+ * contiguous, one after another. */
+static int64_t part_start(const IrNode *c, const IrNode *x) {
+  int64_t outer = 1, off = 0;
+  for (int d = 0; d < c->ia[0]; d++) outer *= c->shape[d];
+  if (c->op != IR_OP_CONCAT || outer != 1) return -1;
+  for (int k = 0; k < c->ninputs; k++) {
+    const IrNode *y = c->inputs[k];
+    while (y != x && y->op == IR_OP_RESHAPE && y->ninputs == 1) y = y->inputs[0];
+    if (y == x) return off;
+    off += ir_numel(c->inputs[k]);
+  }
+  return -1;
+}
+
+/* Assembled concats while planning (bufplan.h): into[r] = c where node r, a
+ * part's byte-group root, is to take c's bytes from byte start[r] on;
+ * base[c], c's bytes once its first part took them (else -1); placed[c],
+ * its parts placed so far, of nparts[c]; die[c], the last read of any node
+ * in them; broken: a part took bytes otherwise (the plan is made again
+ * without). */
+typedef struct {
+  int *into, *nparts, *placed, *die;
+  int64_t *start, *base;
+  int broken;
+} Parts;
+
+/* Fills *q from p->arenas.parts (all or nothing per concat, bufplan.h);
+ * returns 0 where no concat qualifies. */
+static int plan_parts(IrModule *m, const BufPlan *p, const unsigned char *materialize,
+                      const int *view_of, Parts *q) {
+  int n = m->nnodes, any = 0;
+  const int *parts = p->arenas.parts;
+  Arena *a = &m->arena;
+  q->into = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  q->nparts = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  q->placed = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  q->die = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  q->start = arena_alloc(a, sizeof(int64_t) * (size_t)(n + 1));
+  q->base = arena_alloc(a, sizeof(int64_t) * (size_t)(n + 1));
+  q->broken = 0;
+  for (int i = 0; i < n; i++) q->into[i] = -1, q->base[i] = -1;
+  for (int c = 0; c < n; c++) {
+    const IrNode *cn = m->nodes[c];
+    if (cn->op != IR_OP_CONCAT || !has_buffer(cn, materialize) ||
+        (p->narrow && p->narrow[c]))
+      continue;
+    int count = 0, ok = 1;
+    for (int i = 0; ok && i < c; i++) {
+      if (parts[i] != c) continue;
+      int64_t o = part_start(cn, m->nodes[i]);
+      int r = i; /* the byte group's root: down the views it is to be written over */
+      while (view_of && view_of[r] >= 0 && view_of[r] < r) r = view_of[r];
+      const IrNode *rn = m->nodes[r];
+      ok = o >= 0 && (4 * o) % BUFPLAN_ALIGN == 0 && q->into[r] < 0 &&
+           has_buffer(rn, materialize) && has_buffer(m->nodes[i], materialize) &&
+           !(ir_op_info[rn->op].flags & IR_F_INPLACE0) &&
+           !(p->narrow && (p->narrow[r] || p->narrow[i])) &&
+           node_bytes(rn, p->narrow) == node_bytes(m->nodes[i], p->narrow) &&
+           ir_aux_numel(rn) == 0;
+      if (ok) q->into[r] = c, q->start[r] = 4 * o, count++;
+    }
+    if (!ok || count != cn->ninputs) { /* (none of its parts then) */
+      for (int r = 0; r < c; r++)
+        if (q->into[r] == c) q->into[r] = -1;
+      continue;
+    }
+    q->nparts[c] = count, q->placed[c] = 0, q->die[c] = 0;
+    any = 1;
+  }
+  return any;
 }
 
 /* in_place: 0 nothing written over anything (apart), 1 In place, 2 In place
  * and shared views (bufplan.h) */
+static int plan_one(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
+                    const int *pos, const int *held, int in_place, const int *view_of,
+                    const unsigned char *narrow, const BufArenas *ar, int fallback, BufPlan *p);
 static int plan(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                 const int *pos, const int *held, int in_place, const int *view_of,
                 const unsigned char *narrow, const BufArenas *ar, int fallback, BufPlan *p);
@@ -457,7 +544,7 @@ static int64_t arenas_live_peak(IrModule *m, BufPlan *p, const int *pos, int end
   return best;
 }
 
-static int plan(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
+static int plan_one(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                 const int *pos, const int *held, int in_place, const int *view_of,
                 const unsigned char *narrow, const BufArenas *ar, int fallback, BufPlan *p) {
   int n = m->nnodes;
@@ -472,6 +559,7 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
   p->size = arena_alloc(a, sizeof(int64_t) * (size_t)(n + 1));
   p->last_use = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
   p->alias = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  p->part_of = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
   /* handed[x]: x's bytes went to its in-place result, which frees them */
   unsigned char *handed = arena_alloc(a, (size_t)n + 1);
   /* byte groups of shared views: root[i], the node that took the bytes
@@ -484,6 +572,7 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
   for (int i = 0; i < n; i++) {
     p->offset[i] = -1;
     p->alias[i] = -1;
+    p->part_of[i] = -1;
     p->last_use[i] = at(pos, i);
     root[i] = i;
     if (at(pos, i) + 1 > end) end = at(pos, i) + 1;
@@ -512,6 +601,10 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
     def_next[i] = def_head[at(pos, i)];
     def_head[at(pos, i)] = i;
   }
+  /* assembled concats (bufplan.h): with In place, one arena, parts named */
+  Parts q = {0};
+  int parts = in_place && p->arenas.parts && !p->arenas.where &&
+              plan_parts(m, p, materialize, view_of, &q);
   FreeList f = {0};
   int64_t live = 0;
   for (int t = 0; t < end; t++) {
@@ -525,6 +618,9 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
       int s = in_place == 2 && x < 0 ? shared_view_input(m, p, pos, view_of, i, &start) : -1;
       if (x >= 0 || (s >= 0 && !start && fits_over(m, p, s, i, 1)))
         p->size[i] = p->size[x >= 0 ? x : s]; /* (fits_over) */
+      if (parts && ((q.into[i] >= 0 && (x >= 0 || s >= 0)) ||
+                    (s >= 0 && p->part_of[root[s]] >= 0) || (q.base[i] >= 0 && (x >= 0 || s >= 0))))
+        q.broken = 1; /* (a part, or its concat, not taking the bytes planned) */
       if (x >= 0) {
         p->offset[i] = p->offset[x];
         p->alias[i] = x;
@@ -537,10 +633,36 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
         grouped[r] = 1;
         if (p->last_use[i] > gdie[r]) gdie[r] = p->last_use[i];
         continue;
+      } else if (parts && q.into[i] >= 0) { /* a part: its concat's bytes */
+        int c = q.into[i];
+        if (q.base[c] < 0) {
+          q.base[c] = take(&f, p->size[c] = (node_bytes(m->nodes[c], narrow) + BUFPLAN_ALIGN - 1) /
+                                             BUFPLAN_ALIGN * BUFPLAN_ALIGN);
+          live += p->size[c];
+          if (live > p->live_peak) p->live_peak = live;
+        }
+        p->offset[i] = q.base[c] + q.start[i];
+        q.placed[c]++;
+      } else if (parts && q.base[i] >= 0) { /* the concat: its parts' bytes */
+        p->offset[i] = q.base[i];
+        p->part_of[i] = i;
+        if (q.placed[i] != q.nparts[i]) q.broken = 1;
+        int d = p->last_use[i] > q.die[i] ? p->last_use[i] : q.die[i];
+        gdie[i] = d; /* (the concat frees its whole range) */
+        die_next[i] = die_head[d];
+        die_head[d] = i;
+        continue;
       } else {
         p->offset[i] = take(&f, p->size[i]);
         live += p->size[i];
         if (live > p->live_peak) p->live_peak = live;
+      }
+      if (parts && (q.into[i] >= 0 || (x >= 0 && p->part_of[x] >= 0))) {
+        /* in a concat's bytes (a part, or written over one): they go with it */
+        int c = q.into[i] >= 0 ? q.into[i] : p->part_of[x];
+        p->part_of[i] = c;
+        if (p->last_use[i] > q.die[c]) q.die[c] = p->last_use[i];
+        continue;
       }
       int d = p->last_use[i];
       gdie[i] = d;
@@ -560,6 +682,12 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
     }
   }
   p->peak = f.end;
+  if (parts && q.broken) { /* as planned, or not at all: again without */
+    BufArenas none = p->arenas;
+    none.parts = NULL;
+    return plan_one(m, materialize, keep, pos, held, in_place, view_of, narrow, &none, fallback,
+                    p);
+  }
   /* (the time-order pass placed every arena's buffers in one: sound for
    * each, and repack lets arenas share bytes) */
   if (p->arenas.where) p->live_peak = arenas_live_peak(m, p, pos, end);
@@ -571,18 +699,38 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
    * costs less (Cost), it is the plan (its reshapes copy), and so is the plan
    * apart where that costs less still. */
   int any = 0, shared = 0;
-  for (int i = 0; i < n; i++) any |= p->alias[i] >= 0, shared |= grouped[i];
+  for (int i = 0; i < n; i++) any |= p->alias[i] >= 0 || p->part_of[i] == i, shared |= grouped[i];
   if (in_place == 2 && shared) {
     BufPlan fewer; /* (itself costing no more than apart) */
-    plan(m, materialize, keep, pos, held, 1, view_of, narrow, ar, 1, &fewer);
+    plan_one(m, materialize, keep, pos, held, 1, view_of, narrow, ar, 1, &fewer);
     if (cheaper(plan_cost(m, &fewer), plan_cost(m, p))) *p = fewer;
     return 0;
   }
   if (any) {
     BufPlan apart;
-    plan(m, materialize, keep, pos, held, 0, NULL, narrow, ar, 1, &apart);
+    plan_one(m, materialize, keep, pos, held, 0, NULL, narrow, ar, 1, &apart);
     if (cheaper(plan_cost(m, &apart), plan_cost(m, p))) *p = apart;
   }
+  return 0;
+}
+
+/* plan_one, and where that assembled a concat (bufplan.h) and may fall
+ * back, the same without assembling any: the one that costs less (a tie:
+ * assembled, no copy), so that assembling never grows the cost either (a
+ * bucket's bytes are taken from its first part on, through the backward
+ * pass, where the copy took them at its end). */
+static int plan(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
+                const int *pos, const int *held, int in_place, const int *view_of,
+                const unsigned char *narrow, const BufArenas *ar, int fallback, BufPlan *p) {
+  plan_one(m, materialize, keep, pos, held, in_place, view_of, narrow, ar, fallback, p);
+  int assembled = 0;
+  for (int i = 0; i < m->nnodes && !assembled; i++) assembled = p->part_of[i] == i;
+  if (!fallback || !assembled) return 0;
+  BufArenas none = p->arenas;
+  none.parts = NULL;
+  BufPlan without;
+  plan_one(m, materialize, keep, pos, held, in_place, view_of, narrow, &none, 1, &without);
+  if (cheaper(plan_cost(m, &without), plan_cost(m, p))) *p = without;
   return 0;
 }
 
@@ -643,6 +791,25 @@ static int check(const IrModule *m, const BufPlan *p, const int *pos, const uint
         return -1;
       }
     }
+    if (p->part_of && p->part_of[i] == i) { /* assembled: each part where it goes */
+      for (int k = 0; k < n->ninputs; k++) {
+        const IrNode *y = n->inputs[k];
+        while (p->offset[y->id] < 0 && y->op == IR_OP_RESHAPE && y->ninputs == 1) y = y->inputs[0];
+        int64_t o = part_start(n, y);
+        if (o < 0 || p->offset[y->id] != p->offset[i] + 4 * o || p->part_of[y->id] != i ||
+            at(pos, y->id) >= at(pos, i)) {
+          snprintf(why, len, "concat %%%d is not assembled where %%%d is", i, y->id);
+          return -1;
+        }
+      }
+    } else if (p->part_of && p->part_of[i] >= 0) { /* in its concat's bytes */
+      int c = p->part_of[i];
+      if (p->part_of[c] != c || p->offset[i] < p->offset[c] ||
+          p->offset[i] + p->size[i] > p->offset[c] + p->size[c] || at(pos, i) >= at(pos, c)) {
+        snprintf(why, len, "node %%%d is outside concat %%%d's bytes", i, c);
+        return -1;
+      }
+    }
     if (p->offset[i] + p->size[i] > p->peak || p->offset[i] % BUFPLAN_ALIGN) {
       snprintf(why, len, "node %%%d: [%lld, +%lld) outside the arena or misaligned", i,
                (long long)p->offset[i], (long long)p->size[i]);
@@ -657,6 +824,8 @@ static int check(const IrModule *m, const BufPlan *p, const int *pos, const uint
       if (tj < ti || tj > p->last_use[i] || p->alias[j] == i) continue;
       if (p->alias[j] >= 0 && (m->nodes[j]->op == IR_OP_RESHAPE || m->nodes[j]->op == IR_OP_SLICE))
         continue;
+      /* (an assembled concat writes nothing: its bytes hold its parts) */
+      if (p->part_of && p->part_of[j] == j && p->part_of[i] == j) continue;
       if (!(gw[i] & gw[j])) continue; /* no arena holds both */
       int overlap = p->offset[i] < p->offset[j] + p->size[j] &&
                     p->offset[j] < p->offset[i] + p->size[i];

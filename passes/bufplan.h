@@ -88,6 +88,9 @@ typedef struct {
    * from the accumulator the microbatches summed it into), so that read keeps
    * id's bytes no longer; NULL: none */
   const unsigned char *via_acc, *acc_reader;
+  /* parts[id] == c: concat c only copies node id's elements, as they are, to
+   * a contiguous range of its own (Assembled concats, below); NULL: none */
+  const int *parts;
 } BufArenas;
 
 typedef struct {
@@ -107,6 +110,9 @@ typedef struct {
                         * at once in it (live_peak is the largest) */
   int mode;            /* what it writes over what: 0 nothing (apart), 1 In place,
                         * 2 In place and shared views */
+  int *part_of;        /* per node id: the concat whose bytes hold its value
+                        * (Assembled concats: a part, or a node written over
+                        * one), the concat itself where assembled, else -1 */
   const int *view_of;  /* the views it was planned with (the caller's, borrowed;
                         * NULL: none): a node written over x with view_of[id] == x
                         * is x's bytes as they are, by no kernel of its own */
@@ -162,6 +168,18 @@ int bufplan_build_apart(IrModule *m, const unsigned char *materialize, const uns
 /* Per node id with a buffer, the arenas of its byte group (the OR of its
  * members' where bits; every arena, ~0, without arenas); 0 for the others. */
 void bufplan_group_where(const IrModule *m, const BufPlan *p, uint64_t *out);
+
+/* Assembled concats.  Where BufArenas.parts names the parts of concat c
+ * (one arena: no where bits), every part p (or, where p is to be written
+ * over x as a view, view_of[p] == x, that x: the part's byte group's root)
+ * takes c's bytes from byte 4 o_p on, o_p its first element in c, once the
+ * first of them is written: c's bytes are then taken from that position to
+ * c's last reader, and c's kernel copies nothing (part_of[c] == c; the host
+ * skips it, codegen/host.h cg_kernel_is_view).  All or nothing: every part
+ * at a BUFPLAN_ALIGN-aligned start, taking bytes of its own when written
+ * (no In place, no view over anything else), none narrow; else c is planned
+ * as any node.  A data-parallel bucket (passes/dp_grads.c): the weight
+ * gradients are written where the collective reads them. */
 
 /* Sub-range views.  A view (view_of[id] == x) may also be a chain of
  * reshapes and slices from x whose elements are a contiguous range of x's,

@@ -21,26 +21,27 @@
  *             collective's result is there, never before, so an asynchronous
  *             collective (codegen) overlaps everything in between.
  *
- * The mean is taken before the sum: each rank's gradient is scaled by 1/dp
- * as the bucket is filled (the concat's kernel does it as it copies), so the
- * collective's sum is the mean and each piece is a contiguous range of its
- * result, which the buffer plan makes a view (bufplan.h, Sub-range views):
- * no pass over the gradients after the collective.  (For a power of two dp
- * the same bits as the sum scaled after: scaling by 2^-k is exact.)
+ * The mean is taken before the sum: the loss's seed (m->seed, pass_autodiff's
+ * fill of 1) becomes 1/dp, so every gradient of the rank's loss comes out
+ * divided by dp (the backward is linear in the seed) and the collective's
+ * sum is the mean: each piece is a contiguous range of its result, which the
+ * buffer plan makes a view (bufplan.h, Sub-range views), and no pass over
+ * the gradients follows the collective.  (For a power of two dp, the same
+ * bits as the sum scaled after: scaling by 2^-k is exact, overflow and
+ * subnormals aside.)  Expert gradients likewise (pass_ep_grads).
  *
  * Without ZeRO (m->mesh_zero <= 1), for gradients g_1..g_k of a bucket:
- *   flat   = concat(scale(reshape(g_1, [n_1]), 1/dp), ...) axis 0
+ *   flat   = concat(reshape(g_1, [n_1]), ..., reshape(g_k, [n_k])) axis 0
  *   red    = all_reduce(flat) axis=1 size=dp            (issue)
  *   g_i'   = reshape(slice(red, 0, o_i, n_i), shape of p_i)   (finish)
- * and p_i->grad = g_i': the same values, bit for bit, as an all_reduce of
- * the scaled gradient per parameter (the sums are elementwise in rank order).
+ * and p_i->grad = g_i': the same values, bit for bit, as an all_reduce per
+ * parameter (the sums are elementwise in rank order).
  *
  * ZeRO-1 (m->mesh_zero == dp): each rank keeps only its piece of every
  * gradient, s_i = ceil(n_i / dp) elements of the flattened gradient padded
  * with zeros to dp * s_i (ir/ir.h flat_shards).  The bucket is laid out
  * rank-major so that one reduce_scatter hands every rank exactly its pieces:
- *   r_i    = reshape(concat(scale(reshape(g_i, [n_i]), 1/dp), fill(0, [dp s_i - n_i])),
- *                    [dp, s_i])
+ *   r_i    = reshape(concat(reshape(g_i, [n_i]), fill(0, [dp s_i - n_i])), [dp, s_i])
  *   flat   = concat(r_1, ..., r_k) axis 1                    [dp, S], S = sum s_i
  *   red    = reduce_scatter(flat) axis=1 size=dp dim=0      [1, S]   (issue)
  *   g_i'   = reshape(slice(red, 1, o_i, s_i), [s_i])                 (finish)
@@ -143,6 +144,13 @@ int pass_dp_grads(IrModule *m, int dp) {
     return -1;
   }
   if (dp <= 1) return 0;
+  IrNode *seed = m->seed;
+  if (!seed || seed->id >= m->nnodes || m->nodes[seed->id] != seed || seed->op != IR_OP_FILL ||
+      seed->rank != 0 || seed->fa != 1.0) {
+    fprintf(stderr, "parc: internal error: dp gradients without the loss's seed of 1\n");
+    return -1;
+  }
+  seed->fa = 1.0 / dp; /* the sums below are the means */
   if (pass_ep_grads(m, dp)) return -1; /* expert-parallel weights: passes/ep_grads.c */
   int nold = m->nnodes, np = 0;
   for (int i = 0; i < nold; i++)
@@ -183,7 +191,6 @@ int pass_dp_grads(IrModule *m, int dp) {
     for (int i = lo; i < hi; i++) {
       int64_t n = ir_numel(ps[i]), s = (n + dp - 1) / dp;
       IrNode *flat = reshape(&k, ps[i]->grad, 1, &n);
-      flat = flat ? mk(&k, IR_OP_SCALE, &flat, 1, 0, 0, 0, 1.0 / dp, -1, NULL) : NULL;
       if (zero && s * dp > n) {
         IrNode *pad = mk(&k, IR_OP_FILL, NULL, 0, 0, 0, 0, 0.0, 1, (int64_t[]){s * dp - n});
         flat = concat(&k, (IrNode *[]){flat, pad}, 2, 0);

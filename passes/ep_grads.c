@@ -7,9 +7,11 @@
  * ep group routed there (expert_all_to_all's adjoint brings them back).
  * The ranks holding the same experts are the ep_dp group (axis 3, dp / ep
  * members); the gradient of the global objective (the mean of the dp
- * ranks' losses) is the sum over that group divided by dp:
- *   g' = scale(all_reduce(g) axis=3 size=dp/ep, 1/dp)
- * (no all_reduce when dp == ep).  Dense gradients stay with pass_dp_grads,
+ * ranks' losses) is the sum over that group divided by dp, and the division
+ * is the loss's seed's (1/dp, set by pass_dp_grads): every term g sums is
+ * already divided, so
+ *   g' = all_reduce(g) axis=3 size=dp/ep
+ * (g itself when dp == ep).  Dense gradients stay with pass_dp_grads,
  * which leaves these alone (ep_sharded) and calls this first.  New nodes
  * are W-phase, appended, with their gradient's layer and location.
  *
@@ -18,7 +20,7 @@
  * its piece of the summed gradient, s = ceil(n / z) elements of the
  * flattened tensor padded with zeros to z s:
  *   r  = reshape(concat(reshape(g, [n]), fill(0, [z s - n])), [z, s])
- *   g' = reshape(scale(reduce_scatter(r) axis=3 size=z dim=0, 1/dp), [s])
+ *   g' = reshape(reduce_scatter(r) axis=3 size=z dim=0, [s])
  * (the same sums, in the same member order, as the all_reduce).  With
  * dp == ep (z = 1) the rank holds its experts' whole state: g' as above. */
 #include <stdio.h>
@@ -80,14 +82,12 @@ int pass_ep_grads(IrModule *m, int dp) {
     int z = ir_zero_pieces(m, p); /* > 1: ZeRO-1 pieces over ep_dp */
     if (z > 1) {
       int64_t s = ir_zero_piece_numel(m, p); /* g is shaped like p */
-      if (!(g = scatter_piece(m, g, z)) || !(g = add(m, IR_OP_SCALE, g, 0, 0, 1.0 / dp)) ||
-          !(g = reshape(m, g, 1, &s)))
+      if (!(g = scatter_piece(m, g, z)) || !(g = reshape(m, g, 1, &s)))
         return -1;
       p->grad = g;
       continue;
     }
     if (dp / ep > 1 && !(g = add(m, IR_OP_ALL_REDUCE, g, 3, dp / ep, 0))) return -1;
-    if (!(g = add(m, IR_OP_SCALE, g, 0, 0, 1.0 / dp))) return -1;
     p->grad = g;
   }
   return 0;

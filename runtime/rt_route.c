@@ -615,19 +615,33 @@ static int64_t real_columns(int64_t V, int64_t Vl, int part) {
 static int vgroup_size(const RtComm *g) { return g ? rt_comm_size(g) : 1; }
 static int vgroup_rank(const RtComm *g) { return g ? rt_comm_rank(g) : 0; }
 
-/* all_gather over g of n floats a member; a copy for the one-member NULL group. */
-static int vgather(RtComm *g, const float *send, float *all, int64_t n, int64_t *counts) {
+/* A trainer's trace of the vocab group's collectives (rt_vocab_cross_entropy) */
+typedef struct {
+  RtTrace *t; /* NULL: none */
+  int group;
+} VTrace;
+
+/* all_gather over g of n floats a member; a copy for the one-member NULL group
+ * (not traced: no collective). */
+static int vgather(RtComm *g, VTrace tr, const float *send, float *all, int64_t n,
+                   int64_t *counts) {
   if (!g) {
     memcpy(all, send, sizeof(float) * (size_t)n);
     return RT_OK;
   }
   for (int k = 0; k < rt_comm_size(g); k++) counts[k] = n;
-  return rt_comm_all_gather(g, send, all, counts);
+  double t0 = tr.t ? rt_trace_clock() : 0;
+  int rc = rt_comm_all_gather(g, send, all, counts);
+  if (rc == RT_OK && tr.t)
+    rt_trace_comm(tr.t, RT_TRACE_ALL_GATHER, tr.group, RT_TRACE_BLOCKING, t0,
+                  n * rt_comm_size(g));
+  return rc;
 }
 
 /* The group's row maxima (mx [N]), sums of exp (s [N], double) and target
  * logits (t [N], double; NULL: not wanted), over the first V columns. */
-static int vxent_stats(const char *op, RtComm *g, const float *logits, const int32_t *targets,
+static int vxent_stats(const char *op, RtComm *g, VTrace tr, const float *logits,
+                       const int32_t *targets,
                        int64_t N, int64_t Vl, int64_t V, float *mx, double *s, double *t) {
   int parts = vgroup_size(g), part = vgroup_rank(g);
   if (fits(op, N, Vl, parts)) return RT_ERR;
@@ -645,7 +659,7 @@ static int vxent_stats(const char *op, RtComm *g, const float *logits, const int
     goto out;
   }
   for (int64_t p = 0; p < N; p++) send[p] = row_max(logits + p * Vl, nv);
-  if (vgather(g, send, all, N, counts)) {
+  if (vgather(g, tr, send, all, N, counts)) {
     rc = RT_ERR;
     goto out;
   }
@@ -657,7 +671,7 @@ static int vxent_stats(const char *op, RtComm *g, const float *logits, const int
   VXent a = {.logits = logits, .targets = targets, .Vl = Vl, .lo = (int64_t)part * Vl,
              .nv = nv, .mx = mx, .send = send};
   rt_parallel_for(N, row_grain(Vl), vxent_stats_range, &a);
-  if (vgather(g, send, all, 3 * N, counts)) {
+  if (vgather(g, tr, send, all, 3 * N, counts)) {
     rc = RT_ERR;
     goto out;
   }
@@ -678,8 +692,9 @@ out:
   return rc;
 }
 
-int rt_vocab_cross_entropy(RtComm *g, float *loss, const float *logits, const int32_t *targets,
-                           int64_t N, int64_t Vl, int64_t V) {
+int rt_vocab_cross_entropy(RtComm *g, RtTrace *trace, int trace_group, float *loss,
+                           const float *logits, const int32_t *targets, int64_t N, int64_t Vl,
+                           int64_t V) {
   if (!loss || !logits || !targets)
     return null_arg("vocab_cross_entropy", !loss ? "output" : !logits ? "logits" : "targets");
   if (POSITIVE("vocab_cross_entropy", "N Vl", N, Vl)) return RT_ERR;
@@ -687,8 +702,8 @@ int rt_vocab_cross_entropy(RtComm *g, float *loss, const float *logits, const in
   double *s = malloc(sizeof(double) * (size_t)N), *t = malloc(sizeof(double) * (size_t)N);
   int rc = !mx || !s || !t ? rt_fail("vocab_cross_entropy: out of memory for %lld rows",
                                      (long long)N)
-                           : vxent_stats("vocab_cross_entropy", g, logits, targets, N, Vl, V,
-                                         mx, s, t);
+                           : vxent_stats("vocab_cross_entropy", g, (VTrace){trace, trace_group},
+                                         logits, targets, N, Vl, V, mx, s, t);
   if (rc == RT_OK) {
     double total = 0;
     for (int64_t p = 0; p < N; p++) total += (double)mx[p] + log(s[p]) - t[p];
@@ -700,9 +715,9 @@ int rt_vocab_cross_entropy(RtComm *g, float *loss, const float *logits, const in
   return rc;
 }
 
-int rt_vocab_cross_entropy_grad(RtComm *g, float *dlogits, const float *logits,
-                                const int32_t *targets, const float *dloss, int64_t N,
-                                int64_t Vl, int64_t V) {
+int rt_vocab_cross_entropy_grad(RtComm *g, RtTrace *trace, int trace_group, float *dlogits,
+                                const float *logits, const int32_t *targets, const float *dloss,
+                                int64_t N, int64_t Vl, int64_t V) {
   if (!dlogits || !logits || !targets || !dloss)
     return null_arg("vocab_cross_entropy_grad", !dlogits  ? "output"
                                                 : !logits  ? "logits"
@@ -713,8 +728,8 @@ int rt_vocab_cross_entropy_grad(RtComm *g, float *dlogits, const float *logits,
   double *s = malloc(sizeof(double) * (size_t)N);
   int rc = !mx || !s ? rt_fail("vocab_cross_entropy_grad: out of memory for %lld rows",
                                (long long)N)
-                     : vxent_stats("vocab_cross_entropy_grad", g, logits, targets, N, Vl, V, mx,
-                                   s, NULL);
+                     : vxent_stats("vocab_cross_entropy_grad", g, (VTrace){trace, trace_group},
+                                   logits, targets, N, Vl, V, mx, s, NULL);
   if (rc == RT_OK) {
     VXent a = {.logits = logits, .targets = targets, .Vl = Vl,
                .lo = (int64_t)vgroup_rank(g) * Vl, .nv = real_columns(V, Vl, vgroup_rank(g)),

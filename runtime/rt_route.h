@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "runtime/rt_comm.h"
+#include "runtime/rt_trace.h"
 
 /* topk: x [rows, n] -> out i32 [rows, k], 1 <= k <= n: per row, the indices of the
  * k largest values in descending value order, equal values lower index first
@@ -137,18 +138,22 @@ int rt_vocab_embedding_grad_acc(float *dtable, const int32_t *ids, const float *
  * a padded vocabulary).  Two all_gathers: the row maxima, then per row the local
  * sum of exp(x - max) (a double sent as two floats) and the target logit
  * (0 off its owner); summed in member order in double.  No member holds a
- * whole row. */
-int rt_vocab_cross_entropy(RtComm *g, float *loss, const float *logits, const int32_t *targets,
-                           int64_t N, int64_t Vl, int64_t V);
+ * whole row.  trace (NULL: none; a trainer's --trace): each gather recorded
+ * as a blocking all-gather of group trace_group (RT_TRACE_TP..,
+ * rt_trace_comm), N floats a member, then 3 N: what plan.json counts. */
+int rt_vocab_cross_entropy(RtComm *g, RtTrace *trace, int trace_group, float *loss,
+                           const float *logits, const int32_t *targets, int64_t N, int64_t Vl,
+                           int64_t V);
 
 /* The member's columns of cross_entropy_grad: *dloss / N (softmax - onehot),
  * with the group's max and sum of exp gathered as in rt_vocab_cross_entropy;
  * exactly 0 in the padding columns (global index >= V).  dlogits may be
  * logits (in place, the same bits): the statistics are gathered before the
- * first write, then each element is read just before it is overwritten. */
-int rt_vocab_cross_entropy_grad(RtComm *g, float *dlogits, const float *logits,
-                                const int32_t *targets, const float *dloss, int64_t N,
-                                int64_t Vl, int64_t V);
+ * first write, then each element is read just before it is overwritten.
+ * trace, trace_group: as rt_vocab_cross_entropy's. */
+int rt_vocab_cross_entropy_grad(RtComm *g, RtTrace *trace, int trace_group, float *dlogits,
+                                const float *logits, const int32_t *targets, const float *dloss,
+                                int64_t N, int64_t Vl, int64_t V);
 
 /* ---- sequence parallelism: collectives along one dimension ----------------
  * x viewed as [outer, n, inner] (n the cut dimension): each member of g holds

@@ -1479,8 +1479,8 @@ static void check_vocab_one(RtCuda *c, int64_t N, int64_t Vl, int64_t V) {
     eu[k] = rc ? INFINITY : memcmp(out[0][k], out[2][k], bytes[k]) != 0;
   }
   double e_loss = INFINITY, e_grad = INFINITY;
-  if (!rc && !rt_vocab_cross_entropy(NULL, &loss_ref, logits, ids, N, Vl, V) &&
-      !rt_vocab_cross_entropy_grad(NULL, ref, logits, ids, &dloss, N, Vl, V)) {
+  if (!rc && !rt_vocab_cross_entropy(NULL, NULL, 0, &loss_ref, logits, ids, N, Vl, V) &&
+      !rt_vocab_cross_entropy_grad(NULL, NULL, 0, ref, logits, ids, &dloss, N, Vl, V)) {
     e_loss = rel_l2(out[0][0], &loss_ref, 1);
     e_grad = rel_l2(out[0][1], ref, N * Vl);
   }
@@ -1538,9 +1538,10 @@ static int vocab_rank(RtComm *world, void *arg) {
   float *dl = dev_copy(mine, 4 * VN * VL), *dg = dev_copy(NULL, 4 * VN * VL);
   float *dloss_d = dev_copy(&dloss, 4), *loss_d = dev_copy(NULL, 4);
   int32_t *ids_d = dev_copy(v_ids, 4 * VN);
-  int rc = rt_vocab_cross_entropy(mesh.tp_comm, &loss_ref, mine, v_ids, VN, VL, VV) ||
+  int rc = rt_vocab_cross_entropy(mesh.tp_comm, NULL, 0, &loss_ref, mine, v_ids, VN, VL, VV) ||
            rt_cuda_vocab_cross_entropy(c, RT_CUDA_TP, loss_d, dl, ids_d, VN, VL, VV) ||
-           rt_vocab_cross_entropy_grad(mesh.tp_comm, ref, mine, v_ids, &dloss, VN, VL, VV) ||
+           rt_vocab_cross_entropy_grad(mesh.tp_comm, NULL, 0, ref, mine, v_ids, &dloss, VN, VL,
+                                       VV) ||
            rt_cuda_vocab_cross_entropy_grad(c, RT_CUDA_TP, dg, dl, ids_d, dloss_d, VN, VL, VV);
   double e1 = INFINITY, e2 = INFINITY, e3 = INFINITY, e4 = INFINITY, e5 = INFINITY;
   double e6 = INFINITY, e7 = INFINITY;

@@ -17,16 +17,31 @@ static void fail(const char *what, const char *why) {
   failures++;
 }
 
-/* A view (a reshape with an alias) writes nothing: its bytes hold the
- * stamp of the first node up its chain of views that wrote them. */
+/* A view (a reshape or a slice with an alias) writes nothing: its bytes hold
+ * the stamp of the first node up its chain of views that wrote them. */
 static int writer(const IrModule *m, const BufPlan *p, int j) {
-  while (p->alias[j] >= 0 && m->nodes[j]->op == IR_OP_RESHAPE) j = p->alias[j];
+  while (p->alias[j] >= 0 &&
+         (m->nodes[j]->op == IR_OP_RESHAPE || m->nodes[j]->op == IR_OP_SLICE))
+    j = p->alias[j];
   return j;
 }
 
-/* 1 if operand j's stamp is intact (or it has no buffer). */
+/* 1 if assembled concat c (part_of[c] == c) writes nothing */
+static int assembled(const BufPlan *p, int c) { return p->part_of && p->part_of[c] == c; }
+
+/* 1 if operand j's stamp is intact (or it has no buffer); an assembled
+ * concat's bytes hold its parts', each part's its own. */
 static int intact(const IrModule *m, const BufPlan *p, const uint32_t *mem, int j) {
   if (p->offset[j] < 0) return 1;
+  if (assembled(p, j)) {
+    int64_t covered = 0;
+    for (int i = 0; i < m->nnodes; i++)
+      if (i != j && p->part_of[i] == j && p->alias[i] < 0) {
+        if (!intact(m, p, mem, i)) return 0;
+        covered += 4 * ir_numel(m->nodes[i]);
+      }
+    return covered == 4 * ir_numel(m->nodes[j]);
+  }
   uint32_t stamp = (uint32_t)writer(m, p, j) + 1;
   for (int64_t w = p->offset[j] / 4; w < (p->offset[j] + p->size[j]) / 4; w++)
     if (mem[w] != stamp) return 0;
@@ -57,7 +72,7 @@ static int simulate(const IrModule *m, const BufPlan *p, const int *pos, const i
           bad = 1;
         }
       }
-      if (p->offset[i] >= 0 && writer(m, p, i) == i)
+      if (p->offset[i] >= 0 && writer(m, p, i) == i && !assembled(p, i))
         for (int64_t w = p->offset[i] / 4; w < (p->offset[i] + p->size[i]) / 4; w++)
           mem[w] = (uint32_t)i + 1;
     }
@@ -450,6 +465,118 @@ static void check_sdpa_views(void) {
   }
 }
 
+/* A data-parallel bucket (passes/dp_grads.c): gradients g_k of k parameters
+ * (gelu of a leaf, reading an activation kept since the forward, so lives
+ * overlap), concat(reshape(g_k)) c read by an asynchronous all_reduce red,
+ * and each parameter's piece reshape(slice(red)) a view of a range of red
+ * (view_of[piece] = red), kept to the end; BufArenas.parts names the g_k.
+ * Aligned (every n_k a multiple of 16 floats) and alone (no activation):
+ * c is assembled (part_of[c] == c, each g_k at c + 4 o_k) and each piece
+ * is red's range (at red + 4 o_k); misaligned: neither assembled nor those
+ * views (a piece's start off BUFPLAN_ALIGN) -- and every plan passes
+ * bufplan_check and runs on stamps (an assembled c writes nothing: its
+ * bytes must hold every part's stamp when read). */
+static void check_buckets(void) {
+  int nassembled = 0, nviews = 0;
+  for (int variant = 0; variant < 40; variant++) {
+    srand(1000u + (unsigned)variant);
+    int aligned = variant % 2 == 0, alone = variant < 4, K = 2 + rand() % 5;
+    IrModule *m = ir_module_new("bucket");
+    char why[256];
+    IrNode *act = leaf2(m, IR_F32, 2, 8, 16, "act"), *x = act;
+    if (!alone) { /* activations read by the gradients below */
+      IrNode *a = ir_add(m, IR_OP_GELU, &act, 1);
+      ir_infer(a, why, sizeof why);
+      x = a;
+    }
+    IrNode *g[8], *flat[8];
+    int64_t nk[8], off[8], total = 0;
+    for (int k = 0; k < K; k++) {
+      int64_t rows = 1 + rand() % 6, cols = aligned ? 16 * (1 + rand() % 3) : 16 + 1 + rand() % 5;
+      IrNode *w = leaf2(m, IR_F32, 2, rows, cols, "w");
+      IrNode *h = ir_add(m, IR_OP_GELU, &w, 1);
+      ir_infer(h, why, sizeof why);
+      if (!alone && k % 2 == 0) { /* reads the activation: it lives to here */
+        IrNode *s = ir_add(m, IR_OP_SUM, &x, 1);
+        s->ia[0] = 1;
+        ir_infer(s, why, sizeof why);
+        IrNode *r = ir_add(m, IR_OP_RESHAPE, &s, 1);
+        r->rank = 0;
+        ir_infer(r, why, sizeof why);
+        IrNode *b = ir_add(m, IR_OP_BROADCAST, &r, 1);
+        b->rank = 2, b->shape[0] = rows, b->shape[1] = cols;
+        if (!ir_infer(b, why, sizeof why)) b = h;
+        IrNode *in[2] = {h, b};
+        h = b == h ? h : ir_add(m, IR_OP_ADD, in, 2);
+        ir_infer(h, why, sizeof why);
+      }
+      g[k] = h, nk[k] = rows * cols, off[k] = total, total += nk[k];
+      flat[k] = ir_add(m, IR_OP_RESHAPE, &g[k], 1);
+      flat[k]->rank = 1, flat[k]->shape[0] = nk[k];
+      if (!ir_infer(flat[k], why, sizeof why)) fail("bucket", why);
+    }
+    IrNode *c = ir_add(m, IR_OP_CONCAT, flat, K);
+    c->ia[0] = 0;
+    if (!ir_infer(c, why, sizeof why)) fail("bucket", why);
+    IrNode *red = ir_add(m, IR_OP_ALL_REDUCE, &c, 1);
+    red->ia[0] = 1, red->ia[1] = 2;
+    if (!ir_infer(red, why, sizeof why)) fail("bucket", why);
+    IrNode *piece[8];
+    for (int k = 0; k < K; k++) {
+      IrNode *sl = ir_add(m, IR_OP_SLICE, &red, 1);
+      sl->ia[0] = 0, sl->ia[1] = off[k], sl->ia[2] = nk[k];
+      ir_infer(sl, why, sizeof why);
+      piece[k] = ir_add(m, IR_OP_RESHAPE, &sl, 1);
+      piece[k]->rank = 2, piece[k]->shape[0] = g[k]->shape[0], piece[k]->shape[1] = g[k]->shape[1];
+      if (!ir_infer(piece[k], why, sizeof why)) fail("bucket", why);
+    }
+    IrNode *after = ir_add(m, IR_OP_GELU, &x, 1); /* (written while the pieces live) */
+    ir_infer(after, why, sizeof why);
+    int n = m->nnodes;
+    unsigned char *mat = calloc((size_t)n, 1), *keep = calloc((size_t)n, 1);
+    int *view_of = calloc((size_t)n, sizeof(int)), *parts = calloc((size_t)n, sizeof(int));
+    int *held = calloc((size_t)n, sizeof(int));
+    for (int i = 0; i < n; i++) {
+      mat[i] = m->nodes[i]->op != IR_OP_SLICE && m->nodes[i]->op != IR_OP_RESHAPE;
+      view_of[i] = parts[i] = held[i] = -1;
+    }
+    for (int k = 0; k < K; k++) {
+      mat[piece[k]->id] = keep[piece[k]->id] = 1;
+      view_of[piece[k]->id] = red->id;
+      parts[g[k]->id] = c->id;
+    }
+    held[red->id] = piece[0]->id; /* (waited for where its first piece reads it) */
+    BufArenas ar = {.parts = parts};
+    BufPlan p;
+    bufplan_build_arenas(m, mat, keep, NULL, held, view_of, NULL, &ar, &p);
+    char what[64];
+    snprintf(what, sizeof what, "dp bucket, variant %d (%s%s, %d parts)", variant,
+             aligned ? "aligned" : "misaligned", alone ? ", alone" : "", K);
+    checks++;
+    if (bufplan_check(m, &p, NULL, why, sizeof why)) fail(what, why);
+    checks++;
+    simulate(m, &p, NULL, held, what);
+    int is = p.part_of[c->id] == c->id, views = 1, places = 1;
+    for (int k = 0; k < K; k++) {
+      views &= p.alias[piece[k]->id] == red->id &&
+               p.offset[piece[k]->id] == p.offset[red->id] + 4 * off[k];
+      places &= !is || p.offset[g[k]->id] == p.offset[c->id] + 4 * off[k];
+    }
+    nassembled += is, nviews += views;
+    checks++;
+    if (!places) fail(what, "a part is not where the concat holds it");
+    checks++;
+    if (aligned && alone && (!is || !views))
+      fail(what, !is ? "the bucket is not assembled" : "a piece is not a view of its range");
+    checks++;
+    if (!aligned && (is || views)) fail(what, "misaligned parts in place");
+    free(mat), free(keep), free(view_of), free(parts), free(held);
+    ir_module_free(m);
+  }
+  printf("dp buckets: %d of 40 assembled, %d with their pieces views of the sum\n", nassembled,
+         nviews);
+}
+
 int main(int argc, char **argv) {
   for (unsigned seed = 1; seed <= 200; seed++) {
     IrModule *m = random_dag(seed, 5 + (int)(seed % 60));
@@ -510,6 +637,7 @@ int main(int argc, char **argv) {
   check_arenas();
   check_shared_value_low();
   check_sdpa_views();
+  check_buckets();
 
   /* real models: a plan must also reuse memory, not just stack buffers */
   const char *const defs[] = {"layers=2"};

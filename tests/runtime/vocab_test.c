@@ -73,7 +73,7 @@ static int vocab_rank(RtComm *w, void *arg) {
     memmove(lg + p * Vr, lg + p * V, sizeof(float) * (size_t)Vr);
   float loss = 0, lw = 0, dloss = 0.75f;
   if (c->bad) {
-    int r = rt_vocab_cross_entropy(w, &loss, lp, tg, N, VL, Vr);
+    int r = rt_vocab_cross_entropy(w, NULL, 0, &loss, lp, tg, N, VL, Vr);
     const char *msg = rt_last_error();
     if (r == RT_OK || !strstr(msg, "target") || strchr(msg, '\n'))
       rc = rt_fail("rank %d: a bad target was not refused (%s)", me, msg);
@@ -100,9 +100,10 @@ static int vocab_rank(RtComm *w, void *arg) {
     goto out;
   }
   /* cross-entropy */
-  if (rt_cross_entropy(&lw, lg, tg, N, Vr) || rt_vocab_cross_entropy(w, &loss, lp, tg, N, VL, Vr) ||
+  if (rt_cross_entropy(&lw, lg, tg, N, Vr) ||
+      rt_vocab_cross_entropy(w, NULL, 0, &loss, lp, tg, N, VL, Vr) ||
       rt_cross_entropy_grad(dl, lg, tg, &dloss, N, Vr) ||
-      rt_vocab_cross_entropy_grad(w, dlp, lp, tg, &dloss, N, VL, Vr)) {
+      rt_vocab_cross_entropy_grad(w, NULL, 0, dlp, lp, tg, &dloss, N, VL, Vr)) {
     rc = RT_ERR;
     goto out;
   }
@@ -113,7 +114,7 @@ static int vocab_rank(RtComm *w, void *arg) {
   int ip_same = 0;
   if (ip) {
     memcpy(ip, lp, sizeof(float) * N * VL);
-    if (rt_vocab_cross_entropy_grad(w, ip, ip, tg, &dloss, N, VL, Vr)) {
+    if (rt_vocab_cross_entropy_grad(w, NULL, 0, ip, ip, tg, &dloss, N, VL, Vr)) {
       free(ip);
       rc = RT_ERR;
       goto out;
@@ -159,8 +160,8 @@ static int vocab_rank(RtComm *w, void *arg) {
   if (rc == RT_OK && parts == 1) { /* the NULL group: one member, no communicator */
     float l0 = 0;
     float *d0 = malloc(sizeof(float) * N * VL);
-    if (!d0 || rt_vocab_cross_entropy(NULL, &l0, lp, tg, N, VL, Vr) ||
-        rt_vocab_cross_entropy_grad(NULL, d0, lp, tg, &dloss, N, VL, Vr))
+    if (!d0 || rt_vocab_cross_entropy(NULL, NULL, 0, &l0, lp, tg, N, VL, Vr) ||
+        rt_vocab_cross_entropy_grad(NULL, NULL, 0, d0, lp, tg, &dloss, N, VL, Vr))
       rc = d0 ? RT_ERR : rt_fail("out of memory");
     else if (memcmp(&l0, &loss, sizeof loss) || memcmp(d0, dlp, sizeof(float) * N * VL))
       rc = rt_fail("the NULL group's loss %.9g or gradient differs from one member's %.9g", l0,

@@ -31,9 +31,9 @@
  *       be bucketed: as many dp collectives in the backward pass as the
  *       buckets the rule gives (computed here from the gradients' positions
  *       before the pass), each right after its bucket's last gradient with
- *       only its flat buffer's nodes (the gradients scaled by 1/DP) in
- *       between, its result first read after
- *       every other backward node.  --zero (ZeRO-1, m->mesh_zero = DP): the
+ *       only its flat buffer's nodes in between, its result first read after
+ *       every other backward node (no pass after it: the loss's seed is
+ *       1/DP, so the sum is the mean).  --zero (ZeRO-1, m->mesh_zero = DP): the
  *       buckets are reduce_scattered; the optimizer has one flat_shard per
  *       parameter, all_gathers on dp, one all_reduce on dp (the norm); every
  *       state is the rank's piece [ceil(n / DP)], flat_shards = DP; the
@@ -243,8 +243,8 @@ static void check_buckets(IrModule *sh, int dp, int zero, int nb, IrNode **ancho
   /* the last backward node that is not part of a bucket's finish (views) */
   for (int i = 0; i < sh->nnodes; i++) {
     const IrNode *n = sh->nodes[i];
-    if ((n->phase == IR_PHASE_B || n->phase == IR_PHASE_W) && n->op != IR_OP_SCALE &&
-        n->op != IR_OP_SLICE && n->op != IR_OP_RESHAPE)
+    if ((n->phase == IR_PHASE_B || n->phase == IR_PHASE_W) && n->op != IR_OP_SLICE &&
+        n->op != IR_OP_RESHAPE)
       last_bw = i;
   }
   for (int i = 0; i < sh->nnodes; i++) {
@@ -262,14 +262,12 @@ static void check_buckets(IrModule *sh, int dp, int zero, int nb, IrNode **ancho
       other++;
       continue;
     }
-    /* right after the anchor: only the bucket's flat-buffer nodes between
-     * (the gradients scaled by 1/dp as they go in: the sum is the mean) */
+    /* right after the anchor: only the bucket's flat-buffer nodes between */
     placed &= n->id > anchor[ncoll]->id;
     for (int k = anchor[ncoll]->id + 1; k < n->id; k++) {
-      const IrNode *q = sh->nodes[k];
-      placed &= q->phase == IR_PHASE_W &&
-                (q->op == IR_OP_RESHAPE || q->op == IR_OP_CONCAT || q->op == IR_OP_FILL ||
-                 (q->op == IR_OP_SCALE && q->fa == 1.0 / dp));
+      IrOp op = sh->nodes[k]->op;
+      placed &= sh->nodes[k]->phase == IR_PHASE_W &&
+                (op == IR_OP_RESHAPE || op == IR_OP_CONCAT || op == IR_OP_FILL);
     }
     for (int k = n->id + 1; k < sh->nnodes; k++)
       for (int j = 0; j < sh->nodes[k]->ninputs; j++)

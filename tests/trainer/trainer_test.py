@@ -45,7 +45,9 @@ CASE is one of:
   mesh_sp                    --sp trainers of GPT-2 and Llama tiny at tp x dp in 2x1,
                              4x1, 2x2, 4x2 equal the one-rank trainer over 20 steps
                              (losses within 1e-4 relative), with the sequence-parallel
-                             collectives plan.json counts; GPT-2 with vocab 257 at tp 2
+                             collectives plan.json counts; at 2x2 train --trace holds
+                             every collective plan.json counts (the vocab-parallel
+                             loss's gathers included); GPT-2 with vocab 257 at tp 2
                              (padded to 258) equals one rank and saves [257, d] weights
   mesh_pad                   --pad-vocab (default 64) with vocab 257: the one-rank
                              trainer's [320, d] table gives the unpadded trainer's
@@ -1028,8 +1030,8 @@ elif case == "mesh_sp":
         ref = train(build(model, defines, model + "_r1"), *const)
         for tp, dp in ((2, 1), (4, 1), (2, 2), (4, 2)):
             name = f"{model}_sp{tp}x{dp}"
-            got = train(build(model, defines, name, ["--tp", str(tp), "--dp", str(dp), "--sp"]),
-                        *const)
+            exe = build(model, defines, name, ["--tp", str(tp), "--dp", str(dp), "--sp"])
+            got = train(exe, *const)
             if len(got) != len(ref):
                 sys.exit(f"FAIL {name}: {len(got)} steps logged")
             for r, g in zip(ref, got):
@@ -1039,6 +1041,10 @@ elif case == "mesh_sp":
                              f"{r['loss']}")
             plan = json.load(open(os.path.join(work, name, "plan.json")))
             counts[name] = {(c["group"], c["kind"]): c["count"] for c in plan["communication"]}
+            if (tp, dp) == (2, 2):  # every collective traced, the loss's inside gathers too
+                tr = os.path.join(work, f"trace_{name}.json")
+                train(exe, *const[:-1], "3", "--trace", tr)
+                check_comm_trace(tr, plan, 3, tp * dp, f"{name} --trace")
     # GPT-2 --sp at 2x1: per layer a reduce_scatter after attention and after the MLP
     # (plus the embedding's) forward, an all_gather before each column region (plus the
     # head's); backward the adjoints (and the positions' local_slice's all_gather)
