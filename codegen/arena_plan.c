@@ -49,6 +49,11 @@ int cg_plan_step(IrModule *m, int fuse, const PpProgram *pp, CgKernelPlan *kp, i
     (*pos)[i] = kp->kernel_of[i] >= 0 ? kp->kernels[kp->kernel_of[i]].root : i;
   int *h = pp ? NULL : cg_async_waits(m, kp);
   bufplan_build_arenas(m, kp->materialize, cg_results(m), *pos, h, kp->view_of, NULL, &ar, bp);
+  for (int k = 0; k < kp->nkernels; k++) { /* (what the buffer plan did not make a view copies) */
+    CgKernel *kk = &kp->kernels[k];
+    if (kk->assembles && bp->part_of[kk->root] != kk->root) kk->assembles = 0;
+    if (kk->range_view && bp->alias[kk->root] != kp->view_of[kk->root]) kk->range_view = 0;
+  }
   if (held) *held = h;
   else free(h);
   return 0;

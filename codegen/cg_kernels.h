@@ -156,7 +156,9 @@ typedef struct {
   int range_view;      /* 1: its nodes are reshapes and slices that copy a
                           contiguous range of view_of[root] (see view_of) */
   int assembles;       /* 1: a concat of weight gradients whose parts the
-                          buffer plan may place in its bytes (see parts) */
+                          buffer plan may place in its bytes (see parts).
+                          Both cleared once the buffer plan is made where it
+                          did not (cg_plan_step): the kernel then copies */
 } CgKernel;
 
 typedef struct {

@@ -714,19 +714,17 @@ static int plan_one(IrModule *m, const unsigned char *materialize, const unsigne
   return 0;
 }
 
-/* plan_one, and where that assembled a concat (bufplan.h) and may fall
- * back, the same without assembling any: the one that costs less (a tie:
- * assembled, no copy), so that assembling never grows the cost either (a
- * bucket's bytes are taken from its first part on, through the backward
- * pass, where the copy took them at its end). */
+/* plan_one, and where it may assemble concats (bufplan.h) and fall back,
+ * the same without: the one that costs less (a tie: with, no copy), so that
+ * assembling never grows the cost either (a bucket's bytes are taken from
+ * its first part on, through the backward pass, where the copy took them
+ * at its end; and the other choices of plan_one are made again without). */
 static int plan(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                 const int *pos, const int *held, int in_place, const int *view_of,
                 const unsigned char *narrow, const BufArenas *ar, int fallback, BufPlan *p) {
   plan_one(m, materialize, keep, pos, held, in_place, view_of, narrow, ar, fallback, p);
-  int assembled = 0;
-  for (int i = 0; i < m->nnodes && !assembled; i++) assembled = p->part_of[i] == i;
-  if (!fallback || !assembled) return 0;
-  BufArenas none = p->arenas;
+  if (!fallback || !in_place || !ar || !ar->parts) return 0;
+  BufArenas none = *ar;
   none.parts = NULL;
   BufPlan without;
   plan_one(m, materialize, keep, pos, held, in_place, view_of, narrow, &none, 1, &without);
