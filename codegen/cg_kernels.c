@@ -187,6 +187,15 @@ static int recomputed_norm(const Planner *P, const IrNode *r) {
   return 0;
 }
 
+/* 1 if c is a concat of weight gradients whose inputs are contiguous in it
+ * (one row before its axis): a dp bucket its parts may be written into
+ * (mark_parts, bufplan.h Assembled concats) */
+static int bucket_concat(const IrNode *c) {
+  int64_t outer = 1;
+  for (int d = 0; d < c->ia[0]; d++) outer *= c->shape[d];
+  return c->op == IR_OP_CONCAT && c->phase == IR_PHASE_W && c->dtype == IR_F32 && outer == 1;
+}
+
 /* Puts n into the kernel of its consumers if it may (see the file comment
  * and cg_kernels.h); 1 if it did. */
 static int try_join(Planner *P, const IrNode *n) {
@@ -212,6 +221,9 @@ static int try_join(Planner *P, const IrNode *n) {
   if (recomputed_norm(P, root) || recomputed_norm(P, n)) return 0;
   if (cg_inline_op(n->op)) {
     if (root->op == IR_OP_LAYERNORM_WGRAD || root->op == IR_OP_RMSNORM_WGRAD) return 0;
+    /* a dp bucket's concat copies the gradients as they are: a computation
+     * in it would keep its inputs out of its bytes (mark_parts) */
+    if (n->op != IR_OP_RESHAPE && bucket_concat(root)) return 0;
     if (need_store && !at) return 0;
   } else if (cg_row_op(n->op)) {
     if (G->tmpl != CG_ELEM || !at) return 0;
@@ -405,21 +417,18 @@ static int range_view_of(const Planner *P, const unsigned char *materialize, int
   return x->id;
 }
 
-/* The parts of concat group g (cg_kernels.h, parts): its root a concat of
- * one row before its axis, f32 in W phase, its other members reshapes, each
+/* The parts of concat group g (cg_kernels.h, parts): its root a bucket
+ * concat (bucket_concat), its other members reshapes, each
  * input's chain of them down to a distinct materialised f32 W-phase node
  * that nothing else reads.  Marks them parts[x] = the concat, or none. */
 static void mark_parts(const Planner *P, const unsigned char *materialize, int g, int members,
                        int *parts) {
   const IrModule *m = P->m;
   const IrNode *c = nd(P, P->groups[g].root);
-  if (c->op != IR_OP_CONCAT || c->dtype != IR_F32 || c->phase != IR_PHASE_W ||
-      !materialize[c->id])
-    return;
-  int64_t outer = 1;
-  for (int d = 0; d < c->ia[0]; d++) outer *= c->shape[d];
+  if (!bucket_concat(c) || !materialize[c->id]) return;
+  int ok = 1;
   int chain = 1; /* (c itself) */
-  for (int k = 0; outer == 1 && k < c->ninputs; k++) {
+  for (int k = 0; ok && k < c->ninputs; k++) {
     const IrNode *x = c->inputs[k];
     while (P->group_of[x->id] == g && x->op == IR_OP_RESHAPE && x->ninputs == 1) {
       chain++;
@@ -428,11 +437,11 @@ static void mark_parts(const Planner *P, const unsigned char *materialize, int g
     int readers = P->cons_start[x->id + 1] - P->cons_start[x->id];
     if (P->group_of[x->id] == g || !materialize[x->id] || x->dtype != IR_F32 ||
         x->phase != IR_PHASE_W || readers != 1 || parts[x->id] >= 0)
-      outer = 0; /* (not a part: none) */
+      ok = 0; /* (not a part: none) */
     else
       parts[x->id] = c->id;
   }
-  if (outer == 1 && chain == members) return;
+  if (ok && chain == members) return;
   for (int i = 0; i < m->nnodes; i++) /* all or nothing */
     if (parts[i] == c->id) parts[i] = -1;
 }

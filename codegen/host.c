@@ -398,6 +398,18 @@ static void emit_async_decl(Emit *e) {
           "  RtCommReq dp_req[%d] = {{0}};\n", e->nasync, e->nslots);
 }
 
+/* After the call that computes n: if n is a parameter's gradient as the
+ * optimizer reads it (p->grad, materialised by the kernel plan), its copy for
+ * --save-grads; for an asynchronous collective's result (a parameter alone in
+ * its dp bucket), after its wait (emit_waits). */
+static void emit_save_grad(Emit *e, const IrNode *n) {
+  int i = e->grad_of[n->id];
+  if (i < 0 || (e->wait_at && e->wait_at[n->id] >= 0 && e->slot[n->id] >= 0)) return;
+  char b[96];
+  fprintf(e->out, "  SAVE_GRAD(%" PRId64 ", %s, %" PRId64 "); /* %s */\n", e->lp->offset[i],
+          buf(e, n, b, sizeof b), ir_numel(n), e->m->nodes[i]->name);
+}
+
 /* The waits due before position i (INT_MAX: every one left). */
 static void emit_waits(Emit *e, int i) {
   for (int k = e->nwaited; k < e->nasync; k++) {
@@ -409,6 +421,7 @@ static void emit_waits(Emit *e, int i) {
     fprintf(e->out, "rt_comm_wait(&dp_req[%d])); /* dp bucket %d (%%%d) complete */\n",
             e->slot[c], k, c);
     e->slot[c] = -1 - e->slot[c];    /* marks it waited, keeps the slot readable */
+    emit_save_grad(e, n);
   }
   while (e->nwaited < e->nasync && e->slot[e->async_ids[e->nwaited]] < 0) e->nwaited++;
 }
@@ -939,17 +952,6 @@ static void emit_desc(Emit *e, const CgHostInfo *info, int stats) {
   if (info->desc_extra) fputs(info->desc_extra, f); /* host_cuda.c's fields */
   fprintf(f, "    .step = step,\n};\n\n");
   fprintf(f, "int main(int argc, char **argv) { return rt_train_main(argc, argv, &model); }\n");
-}
-
-/* After the call that computes n: if n is a parameter's gradient as the
- * optimizer reads it (p->grad, materialised by the kernel plan), its copy for
- * --save-grads. */
-static void emit_save_grad(Emit *e, const IrNode *n) {
-  int i = e->grad_of[n->id];
-  if (i < 0) return;
-  char b[96];
-  fprintf(e->out, "  SAVE_GRAD(%" PRId64 ", %s, %" PRId64 "); /* %s */\n", e->lp->offset[i],
-          buf(e, n, b, sizeof b), ir_numel(n), e->m->nodes[i]->name);
 }
 
 /* The end of the step for the updates (of the leaves stage holds; stage -1:

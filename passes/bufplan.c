@@ -12,6 +12,7 @@
  * costs least (bufplan.h). */
 #include "passes/bufplan.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -718,7 +719,10 @@ static int plan_one(IrModule *m, const unsigned char *materialize, const unsigne
  * the same without: the one that costs less (a tie: with, no copy), so that
  * assembling never grows the cost either (a bucket's bytes are taken from
  * its first part on, through the backward pass, where the copy took them
- * at its end; and the other choices of plan_one are made again without). */
+ * at its end; and the other choices of plan_one are made again without);
+ * in between, fewer concats assembled (GPT-2 --dp 2: all its buckets but
+ * the tied embedding's, whose first part, the head's gradient, is the
+ * backward's first value). */
 static int plan(IrModule *m, const unsigned char *materialize, const unsigned char *keep,
                 const int *pos, const int *held, int in_place, const int *view_of,
                 const unsigned char *narrow, const BufArenas *ar, int fallback, BufPlan *p) {
@@ -728,7 +732,30 @@ static int plan(IrModule *m, const unsigned char *materialize, const unsigned ch
   none.parts = NULL;
   BufPlan without;
   plan_one(m, materialize, keep, pos, held, in_place, view_of, narrow, &none, 1, &without);
-  if (cheaper(plan_cost(m, &without), plan_cost(m, p))) *p = without;
+  /* where assembling costs more, the concat whose bytes are taken earliest
+   * (its first part written longest before it) is left to copy, one at a
+   * time, while that costs more still */
+  int n = m->nnodes, *parts = NULL;
+  while (cheaper(plan_cost(m, &without), plan_cost(m, p))) {
+    int drop = -1, first = INT_MAX;
+    for (int i = 0; i < n; i++) {
+      int c = p->part_of[i];
+      if (c >= 0 && c != i && at(pos, i) < first) first = at(pos, i), drop = c;
+    }
+    if (drop < 0) {
+      *p = without;
+      return 0;
+    }
+    if (!parts) {
+      parts = arena_alloc(&m->arena, sizeof(int) * (size_t)(n + 1));
+      memcpy(parts, ar->parts, sizeof(int) * (size_t)n);
+    }
+    for (int i = 0; i < n; i++)
+      if (parts[i] == drop) parts[i] = -1;
+    BufArenas fewer = *ar;
+    fewer.parts = parts;
+    plan_one(m, materialize, keep, pos, held, in_place, view_of, narrow, &fewer, fallback, p);
+  }
   return 0;
 }
 

@@ -12,7 +12,9 @@
  *             backward pass (the last layers' first);
  *   buckets   consecutive parameters in that order; a bucket closes once it
  *             holds at least m->dp_bucket_bytes (0: DP_BUCKET_BYTES_DEFAULT)
- *             of gradient, so a parameter larger than that has one alone;
+ *             of gradient, and a parameter of that much or more has one
+ *             alone (no concat: the collective reads its gradient where it
+ *             is, GPT-2's tied embedding table's among them);
  *   issue     the flat buffer and its collective are placed right after the
  *             bucket's last gradient (its anchor) in node order, so the
  *             collective can run while the backward pass goes on;
@@ -34,6 +36,7 @@
  *   flat   = concat(reshape(g_1, [n_1]), ..., reshape(g_k, [n_k])) axis 0
  *   red    = all_reduce(flat) axis=1 size=dp            (issue)
  *   g_i'   = reshape(slice(red, 0, o_i, n_i), shape of p_i)   (finish)
+ * (a parameter alone in its bucket: red = all_reduce(g_1), g_1' = red).
  * and p_i->grad = g_i': the same values, bit for bit, as an all_reduce per
  * parameter (the sums are elementwise in rank order).
  *
@@ -169,9 +172,10 @@ int pass_dp_grads(IrModule *m, int dp) {
   int nb = 0;
   int64_t bytes = 0;
   for (int i = 0; i < np; i++) {
+    int64_t n = ir_numel(ps[i]), b = 4 * (zero ? (n + dp - 1) / dp * dp : n);
+    if (b >= cap) bytes = 0; /* (alone) */
     if (bytes == 0) bstart[nb++] = i;
-    int64_t n = ir_numel(ps[i]);
-    bytes += 4 * (zero ? (n + dp - 1) / dp * dp : n);
+    bytes += b;
     if (bytes >= cap) bytes = 0;
   }
   bstart[nb] = np;
@@ -188,7 +192,7 @@ int pass_dp_grads(IrModule *m, int dp) {
     k.at = ps[hi - 1]->grad;
     anchor[b] = ps[hi - 1]->grad->id;
     first[b] = m->nnodes;
-    for (int i = lo; i < hi; i++) {
+    for (int i = lo; i < hi && (zero || hi - lo > 1); i++) {
       int64_t n = ir_numel(ps[i]), s = (n + dp - 1) / dp;
       IrNode *flat = reshape(&k, ps[i]->grad, 1, &n);
       if (zero && s * dp > n) {
@@ -197,7 +201,8 @@ int pass_dp_grads(IrModule *m, int dp) {
       }
       parts[i] = zero ? reshape(&k, flat, 2, (int64_t[]){dp, s}) : flat;
     }
-    IrNode *buf = concat(&k, parts + lo, hi - lo, zero ? 1 : 0);
+    /* (a parameter alone: its gradient as it is, no flat copy) */
+    IrNode *buf = !zero && hi - lo == 1 ? ps[lo]->grad : concat(&k, parts + lo, hi - lo, zero);
     red[b] = zero ? mk(&k, IR_OP_REDUCE_SCATTER, &buf, 1, 1, dp, 0, 0, -1, NULL)
                   : mk(&k, IR_OP_ALL_REDUCE, &buf, 1, 1, dp, 0, 0, -1, NULL);
     end[b] = m->nnodes;
@@ -208,6 +213,10 @@ int pass_dp_grads(IrModule *m, int dp) {
     int lo = bstart[b], hi = bstart[b + 1];
     IrNode *avg = red[b];
     int64_t off = 0;
+    if (!zero && hi - lo == 1 && avg) { /* (alone: the sum is its gradient) */
+      ps[lo]->grad = avg;
+      continue;
+    }
     for (int i = lo; i < hi && !k.failed; i++) {
       IrNode *p = ps[i];
       int64_t n = ir_numel(p), s = (n + dp - 1) / dp;

@@ -61,6 +61,9 @@ set(emu_cases
   # ZeRO: the params come back by all-gathers and in-place copies, which store
   # their bf16 copy too (codegen/cuda_store.h mirror_all)
   "gpt2_tiny_dp2_zero|gpt2_tiny|--dp 2 --zero 1|cpu,device,grads,store|0"
+  # dp buckets assembled in place (the weight gradients written into them, the
+  # concat skipped) and each gradient a view of the sum (passes/bufplan.h)
+  "gpt2_tiny_dp2_buckets|gpt2_tiny|--dp 2 --bucket-mb 0.02|cpu,device,grads,store|0"
   "gpt2_tiny_pp2_dp2_zero|gpt2_tiny|--pp 2 --dp 2 --zero 1|cpu,device,grads,store|0"
   # the other schedules' stage programs with bf16 stores: interleaved chunks (two a
   # stage; the optimizer's launches batched: batch) and zero-bubble's split

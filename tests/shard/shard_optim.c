@@ -212,7 +212,8 @@ static double compare_leaf(IrModule *sh, const IrNode *q, const double *R, const
 }
 
 /* What pass_dp_grads should make: buckets of the gradients in the order of
- * their positions (before the pass), each closed once it holds cap bytes;
+ * their positions (before the pass), each closed once it holds cap bytes,
+ * a gradient of cap bytes or more in one alone;
  * returns their count, each bucket's last gradient in anchor[]. */
 static int expect_buckets(IrModule *m, int dp, int zero, int64_t cap, IrNode **anchor) {
   int n = 0, nb = 0;
@@ -228,8 +229,9 @@ static int expect_buckets(IrModule *m, int dp, int zero, int64_t cap, IrNode **a
     }
   int64_t bytes = 0;
   for (int i = 0; i < n; i++) {
-    int64_t k = ir_numel(g[i]);
-    bytes += 4 * (zero ? (k + dp - 1) / dp * dp : k);
+    int64_t k = ir_numel(g[i]), b = 4 * (zero ? (k + dp - 1) / dp * dp : k);
+    if (b >= cap && bytes > 0) anchor[nb++] = g[i - 1]->grad, bytes = 0; /* alone */
+    bytes += b;
     if (bytes >= cap || i == n - 1) anchor[nb++] = g[i]->grad, bytes = 0;
   }
   free(g);
