@@ -23,8 +23,8 @@
  * outputs, temporaries included) once, an argument larger than every value
  * it computes counted at that size (it reads a slice); a reshape the host
  * aliases (view_of), or a range of a dp bucket (range_view), or a dp bucket
- * its gradients may be written into (assembles), costs nothing.  Collectives are not compute: the report adds them from
- * its CommCost.  bf16 picks the machine's bf16 rates.  store (NULL: the
+ * its gradients are written into (assembles), costs nothing.  Collectives are
+ * not compute: the report adds them from its CommCost.  bf16 picks the machine's bf16 rates.  store (NULL: the
  * CPU trainer's step) is the GPU trainer's (codegen/cuda_store.h): a value
  * is 4 bytes an element, 2 where store->bf16[id]; in bf16 each GEMM operand
  * the GPU trainer converts (rt_cuda_ws_plan.h: not stored as bf16, nor a

@@ -417,34 +417,35 @@ static int plan_parts(IrModule *m, const BufPlan *p, const unsigned char *materi
   q->base = arena_alloc(a, sizeof(int64_t) * (size_t)(n + 1));
   q->broken = 0;
   for (int i = 0; i < n; i++) q->into[i] = -1, q->base[i] = -1;
-  for (int c = 0; c < n; c++) {
+  /* each part's byte-group root r takes its place; nparts[c] counts them, -1
+   * once one may not (the concat then has none) */
+  for (int i = 0; i < n; i++) {
+    int c = parts[i];
+    if (c < 0 || q->nparts[c] < 0) continue;
     const IrNode *cn = m->nodes[c];
-    if (cn->op != IR_OP_CONCAT || !has_buffer(cn, materialize) ||
-        (p->narrow && p->narrow[c]))
-      continue;
-    int count = 0, ok = 1;
-    for (int i = 0; ok && i < c; i++) {
-      if (parts[i] != c) continue;
-      int64_t o = part_start(cn, m->nodes[i]);
-      int r = i; /* the byte group's root: down the views it is to be written over */
-      while (view_of && view_of[r] >= 0 && view_of[r] < r) r = view_of[r];
-      const IrNode *rn = m->nodes[r];
-      ok = o >= 0 && (4 * o) % BUFPLAN_ALIGN == 0 && q->into[r] < 0 &&
-           has_buffer(rn, materialize) && has_buffer(m->nodes[i], materialize) &&
-           !(ir_op_info[rn->op].flags & IR_F_INPLACE0) &&
-           !(p->narrow && (p->narrow[r] || p->narrow[i])) &&
-           node_bytes(rn, p->narrow) == node_bytes(m->nodes[i], p->narrow) &&
-           ir_aux_numel(rn) == 0;
-      if (ok) q->into[r] = c, q->start[r] = 4 * o, count++;
-    }
-    if (!ok || count != cn->ninputs) { /* (none of its parts then) */
-      for (int r = 0; r < c; r++)
-        if (q->into[r] == c) q->into[r] = -1;
+    int64_t o = part_start(cn, m->nodes[i]);
+    int r = i; /* down the views it is to be written over */
+    while (view_of && view_of[r] >= 0 && view_of[r] < r) r = view_of[r];
+    const IrNode *rn = m->nodes[r];
+    int ok = o >= 0 && (4 * o) % BUFPLAN_ALIGN == 0 && q->into[r] < 0 && c > i &&
+             has_buffer(cn, materialize) && !(p->narrow && p->narrow[c]) &&
+             has_buffer(rn, materialize) && has_buffer(m->nodes[i], materialize) &&
+             !(ir_op_info[rn->op].flags & IR_F_INPLACE0) &&
+             !(p->narrow && (p->narrow[r] || p->narrow[i])) &&
+             node_bytes(rn, p->narrow) == node_bytes(m->nodes[i], p->narrow) &&
+             ir_aux_numel(rn) == 0;
+    if (!ok) {
+      q->nparts[c] = -1;
       continue;
     }
-    q->nparts[c] = count, q->placed[c] = 0, q->die[c] = 0;
-    any = 1;
+    q->into[r] = c, q->start[r] = 4 * o, q->nparts[c]++;
   }
+  for (int r = 0; r < n; r++) { /* all or nothing */
+    int c = q->into[r];
+    if (c >= 0 && q->nparts[c] != m->nodes[c]->ninputs) q->into[r] = -1;
+  }
+  for (int c = 0; c < n; c++)
+    if (q->nparts[c] > 0 && q->nparts[c] == m->nodes[c]->ninputs) any = 1;
   return any;
 }
 
@@ -636,9 +637,10 @@ static int plan_one(IrModule *m, const unsigned char *materialize, const unsigne
         continue;
       } else if (parts && q.into[i] >= 0) { /* a part: its concat's bytes */
         int c = q.into[i];
-        if (q.base[c] < 0) {
-          q.base[c] = take(&f, p->size[c] = (node_bytes(m->nodes[c], narrow) + BUFPLAN_ALIGN - 1) /
-                                             BUFPLAN_ALIGN * BUFPLAN_ALIGN);
+        if (q.base[c] < 0) { /* (the first: the concat's whole range taken now) */
+          int64_t cb = node_bytes(m->nodes[c], narrow);
+          p->size[c] = (cb + BUFPLAN_ALIGN - 1) / BUFPLAN_ALIGN * BUFPLAN_ALIGN;
+          q.base[c] = take(&f, p->size[c]);
           live += p->size[c];
           if (live > p->live_peak) p->live_peak = live;
         }
