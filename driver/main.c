@@ -752,6 +752,11 @@ static IrModule *pipe_module(Program *prog, const Options *o, const IrModule *m,
   popt.stop_after = NULL;
   if (!rc && pass_run_all(r, &popt)) rc = -1;
   r->opt_stages = NULL; /* (its ids are the optimizer's input's) */
+  /* the loss's seed 1 / (M dp): every term the trainer sums into the
+   * accumulator comes out divided, so the sums over the microbatches and dp are
+   * the mean gradient, no pass after them (runtime/rt_pipe.h) */
+  if (!rc && r->seed)
+    r->seed->fa = 1.0 / ((double)plan->st.microbatches * (o->lay.dp > 1 ? o->lay.dp : 1));
   if (!rc && pass_pp_split(r, plan, pp, why, len)) rc = -1;
   char vwhy[384];
   if (!rc && ir_verify(r, vwhy, sizeof vwhy)) {

@@ -70,9 +70,10 @@
  * instead: the dp ranks holding the same experts, whose gradients already
  * sum every token of their ep group routed there; passes/ep_grads.c), sums
  * each parameter held by several stages between those stages alone (in
- * stage order, so every holder gets the same bits), and scales by
- * 1 / (M dp): the mean gradient of the global batch, the one-rank
- * trainer's.  The optimizer then reads it from p->grad's buffer.  Under
+ * stage order, so every holder gets the same bits): the mean gradient of
+ * the global batch, the one-rank trainer's, since the loss's seed (m->seed)
+ * is 1 / (M dp), set before this pass (driver/main.c), and every term comes
+ * out divided.  The optimizer then reads it from p->grad's buffer.  Under
  * ZeRO-1 (m->mesh_zero, m->grads_whole) the CPU trainer reduce-scatters the
  * parameters' regions over their group instead, in buckets of several
  * parameters of one stage and group (pp_zero.c), and sums only the rank's piece

@@ -387,8 +387,6 @@ int rt_pipe_step(RtStepIO *io, const RtPipeDesc *p) {
   }
   if (io->trace && p->nshared)
     rt_trace_add(io->trace, RT_TRACE_REDUCE_PP, 0, 0, t0, rt_trace_clock(), moved);
-  float scale = 1.0f / (float)((int64_t)p->microbatches * dp);
-  for (int64_t i = 0; i < gn; i++) g[i] *= scale;
   if (io->grads && zero && gather_grads(io, p, s, g, gn, scratch)) return RT_ERR;
   if (io->grads && !zero) memcpy(io->grads, g, (size_t)gn * sizeof *g);
   /* the loss: the last stage's mean over microbatches, on every stage */

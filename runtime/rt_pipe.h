@@ -33,7 +33,8 @@
  * cut), the part its optimizer reads, holds the sum; sums each parameter
  * held by several stages between its holders, the rank's piece alone under
  * ZeRO-1 (every holder sends its part to the others, and adds all parts in
- * stage order: the same bits on each); scales by 1 / (microbatches * dp);
+ * stage order: the same bits on each): the mean gradient, every term already
+ * divided by microbatches * dp (the loss's gradient seed, driver/main.c);
  * stores it to io->grads when asked (the stage's layout; under ZeRO-1
  * all-gathered from the pieces first, in the same buckets); sets io->loss
  * (and ce_loss) to the mean of the microbatches' losses, which the last

@@ -426,7 +426,7 @@ int rt_cuda_pipe_norm(RtCuda *c, const float *grad_norm);
  * --, else staged through the host communicator, whose sends are buffered:
  * rt_pipe.h's semantics); the accumulator summed over dp (the expert-parallel
  * parameters' regions, RtPipeDesc.expert, over ep_dp instead), shared parameters
- * summed between their holders in stage order, scaled by 1 / (M dp), stored
+ * summed between their holders in stage order (the mean: the seed is 1 / (M dp)), stored
  * to io->grads when asked; the loss the mean of the microbatches' (summed in
  * double on the host, as rt_pipe_step); then the stage's optimizer on slot
  * 0.  Sets io->loss, ce_loss, grad_norm.  Under ZeRO-1 the accumulator is

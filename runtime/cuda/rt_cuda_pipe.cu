@@ -16,8 +16,8 @@
  *     pieces, groups and order as rt_pipe.c's) or, under ZeRO-1,
  *     reduce-scattered in rt_pipe.c's buckets (zero_buckets), then each shared
  *     parameter's parts (its rank's piece under ZeRO-1) are summed in stage
- *     order on every holder (the same additions on each: the same bits), then
- *     scaled by the float 1 / (M dp);
+ *     order on every holder (the same additions on each: the same bits): the
+ *     mean, each term already divided by M dp (the loss's seed, driver/main.c);
  *   - the loss is the double sum of the microbatches' losses in action order
  *     over M, summed over pp (only the last chunk's stage adds a non-zero). */
 #include <stdlib.h>
@@ -31,12 +31,6 @@ __global__ void __launch_bounds__(PIPE_BLOCK) acc_kernel(float *dst, const float
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
     dst[i] += src[i];
-}
-
-__global__ void __launch_bounds__(PIPE_BLOCK) scale_kernel(float *x, float s, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x)
-    x[i] *= s;
 }
 
 extern "C" int rt_cuda_zero(RtCuda *c, float *x, int64_t n) {
@@ -56,14 +50,6 @@ extern "C" int rt_cuda_acc(RtCuda *c, float *dst, const float *src, int64_t n) {
   return RT_OK;
 }
 
-static int scale(RtCuda *c, float *x, float s, int64_t n) {
-  if (n <= 0) return RT_OK;
-  RtProfScope ps(c);
-  if (ps.on()) ps.set(RT_PROF_OP, 8.0 * (double)n, 0, "scale");
-  scale_kernel<<<rt_cuda_blocks(n, PIPE_BLOCK), PIPE_BLOCK, 0, c->compute>>>(x, s, n);
-  LAUNCH_CHECK(c, "gradient scaling");
-  return RT_OK;
-}
 
 extern "C" int rt_cuda_sum_scalars(RtCuda *c, int group, float *const *x, int n) {
   if (n <= 0 || c->gsize[group] < 2) return RT_OK;
@@ -561,7 +547,6 @@ extern "C" int rt_cuda_pipe_step(RtCuda *c, RtStepIO *io, const RtPipeDesc *p) {
     return RT_ERR;
   for (int j = 0; j < p->nshared; j++)
     if (shared_sum(c, p, j, s, g, sum, part, zero)) return RT_ERR;
-  if (scale(c, g, 1.0f / (float)((int64_t)M * dp), gn)) return RT_ERR;
   /* --save-grads under ZeRO-1: every rank's pieces gathered into g first (the
    * optimizer reads only the rank's own, which stay as they are) */
   if (io->grads && zero && zero_buckets(c, p, s, g, scratch, true)) return RT_ERR;
