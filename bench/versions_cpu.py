@@ -11,15 +11,10 @@ ranks as threads share them) and prints each binary's median step (after the
 first of each run) and the ratio new / old (below 1: the new code is faster).
 The two trainers' losses must agree to 1e-5 relative (bit for bit where the
 change keeps the arithmetic), which is printed too."""
-import argparse, json, os, shutil, statistics, subprocess, sys
+import argparse, json, os, shutil, statistics, sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def sh(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        sys.exit(f"bench: {' '.join(cmd)} failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mesh_cpu import ROOT, sh  # noqa: E402 (the bench scripts' shared helpers)
 
 
 def main():
