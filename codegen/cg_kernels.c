@@ -420,12 +420,13 @@ static int range_view_of(const Planner *P, const unsigned char *materialize, int
 /* The parts of concat group g (cg_kernels.h, parts): its root a bucket
  * concat (bucket_concat), its other members reshapes, each
  * input's chain of them down to a distinct materialised f32 W-phase node
- * that nothing else reads.  Marks them parts[x] = the concat, or none. */
-static void mark_parts(const Planner *P, const unsigned char *materialize, int g, int members,
-                       int *parts) {
+ * that nothing else reads.  Marks them parts[x] = the concat and returns 1,
+ * or marks none and returns 0. */
+static int mark_parts(const Planner *P, const unsigned char *materialize, int g, int members,
+                      int *parts) {
   const IrModule *m = P->m;
   const IrNode *c = nd(P, P->groups[g].root);
-  if (!bucket_concat(c) || !materialize[c->id]) return;
+  if (!bucket_concat(c) || !materialize[c->id]) return 0;
   int ok = 1;
   int chain = 1; /* (c itself) */
   for (int k = 0; ok && k < c->ninputs; k++) {
@@ -441,9 +442,10 @@ static void mark_parts(const Planner *P, const unsigned char *materialize, int g
     else
       parts[x->id] = c->id;
   }
-  if (ok && chain == members) return;
+  if (ok && chain == members) return 1;
   for (int i = 0; i < m->nnodes; i++) /* all or nothing */
     if (parts[i] == c->id) parts[i] = -1;
+  return 0;
 }
 
 void cg_plan_free(CgKernelPlan *p) {
@@ -522,6 +524,10 @@ int cg_plan_kernels(const IrModule *m, int fuse, const int *colour, CgKernelPlan
     for (int i = 0; i < m->nnodes; i++)
       if (out->inplace_of[i] >= 0) out->materialize[i] = 0;
   }
+  /* per group: its kernel copies a range of a value (range_view_of), or is a
+   * bucket's concat whose parts are marked (mark_parts) */
+  unsigned char *range_g = xcalloc((size_t)P.ngroups + 1, 1);
+  unsigned char *parts_g = xcalloc((size_t)P.ngroups + 1, 1);
   if (rc == 0) {
     out->view_of = xcalloc((size_t)m->nnodes, sizeof(int));
     int *members = xcalloc((size_t)P.ngroups + 1, sizeof(int)); /* group_size, all at once */
@@ -538,12 +544,14 @@ int cg_plan_kernels(const IrModule *m, int fuse, const int *colour, CgKernelPlan
                                 out->materialize[n->inputs[0]->id]
                             ? n->inputs[0]->id
                             : -1;
-      if (out->view_of[i] < 0 && g >= 0 && P.groups[g].root == i)
-        out->view_of[i] = range_view_of(&P, out->materialize, g, members[g]);
+      if (out->view_of[i] < 0 && g >= 0 && P.groups[g].root == i &&
+          (out->view_of[i] = range_view_of(&P, out->materialize, g, members[g])) >= 0)
+        range_g[g] = 1;
     }
     out->parts = xcalloc((size_t)m->nnodes, sizeof(int));
     for (int i = 0; i < m->nnodes; i++) out->parts[i] = -1;
-    for (int g = 0; g < P.ngroups; g++) mark_parts(&P, out->materialize, g, members[g], out->parts);
+    for (int g = 0; g < P.ngroups; g++)
+      parts_g[g] = (unsigned char)mark_parts(&P, out->materialize, g, members[g], out->parts);
     free(members);
   }
   if (rc == 0) {
@@ -559,21 +567,15 @@ int cg_plan_kernels(const IrModule *m, int fuse, const int *colour, CgKernelPlan
     }
     for (int i = 0; rc == 0 && i < m->nnodes; i++)
       out->kernel_of[i] = P.group_of[i] < 0 ? -1 : main_kernel[P.group_of[i]];
-    for (int k = 0; rc == 0 && k < out->nkernels; k++) { /* (range_view_of's, mark_parts') */
-      const IrNode *r = m->nodes[out->kernels[k].root];
-      out->kernels[k].assembles = r->op == IR_OP_CONCAT && out->kernels[k].nnodes > 0;
-      for (int j = 0; out->kernels[k].assembles && j < r->ninputs; j++) {
-        const IrNode *y = r->inputs[j];
-        while (out->parts[y->id] < 0 && y->op == IR_OP_RESHAPE) y = y->inputs[0];
-        out->kernels[k].assembles = out->parts[y->id] == r->id;
-      }
-      out->kernels[k].range_view = out->view_of[r->id] >= 0 &&
-                                   (r->op == IR_OP_SLICE ||
-                                    (r->op == IR_OP_RESHAPE && out->kernels[k].nnodes > 1));
+    for (int g = 0; rc == 0 && g < P.ngroups; g++) { /* (range_view_of's, mark_parts') */
+      out->kernels[main_kernel[g]].range_view = range_g[g];
+      out->kernels[main_kernel[g]].assembles = parts_g[g];
     }
     free(stats_temp);
     free(main_kernel);
   }
+  free(range_g);
+  free(parts_g);
   if (rc == 0) {
     for (int i = 0; i < out->nkernels; i++) out->kernels[i].nargs = out->kernels[i].k->nparams;
     if (out->nkernels && kir_verify(out->km, err, errlen)) rc = -1;

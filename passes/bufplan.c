@@ -620,9 +620,11 @@ static int plan_one(IrModule *m, const unsigned char *materialize, const unsigne
       int s = in_place == 2 && x < 0 ? shared_view_input(m, p, pos, view_of, i, &start) : -1;
       if (x >= 0 || (s >= 0 && !start && fits_over(m, p, s, i, 1)))
         p->size[i] = p->size[x >= 0 ? x : s]; /* (fits_over) */
-      if (parts && ((q.into[i] >= 0 && (x >= 0 || s >= 0)) ||
-                    (s >= 0 && p->part_of[root[s]] >= 0) || (q.base[i] >= 0 && (x >= 0 || s >= 0))))
-        q.broken = 1; /* (a part, or its concat, not taking the bytes planned) */
+      /* (a part, or its concat, written over or sharing other bytes; or a view
+       * sharing a part's) */
+      if (parts && (((x >= 0 || s >= 0) && (q.into[i] >= 0 || q.base[i] >= 0)) ||
+                    (s >= 0 && p->part_of[root[s]] >= 0)))
+        q.broken = 1;
       if (x >= 0) {
         p->offset[i] = p->offset[x];
         p->alias[i] = x;

@@ -192,7 +192,8 @@ int pass_dp_grads(IrModule *m, int dp) {
     k.at = ps[hi - 1]->grad;
     anchor[b] = ps[hi - 1]->grad->id;
     first[b] = m->nnodes;
-    for (int i = lo; i < hi && (zero || hi - lo > 1); i++) {
+    int alone = !zero && hi - lo == 1; /* (its gradient as it is: no flat copy) */
+    for (int i = lo; i < hi && !alone; i++) {
       int64_t n = ir_numel(ps[i]), s = (n + dp - 1) / dp;
       IrNode *flat = reshape(&k, ps[i]->grad, 1, &n);
       if (zero && s * dp > n) {
@@ -201,8 +202,7 @@ int pass_dp_grads(IrModule *m, int dp) {
       }
       parts[i] = zero ? reshape(&k, flat, 2, (int64_t[]){dp, s}) : flat;
     }
-    /* (a parameter alone: its gradient as it is, no flat copy) */
-    IrNode *buf = !zero && hi - lo == 1 ? ps[lo]->grad : concat(&k, parts + lo, hi - lo, zero);
+    IrNode *buf = alone ? ps[lo]->grad : concat(&k, parts + lo, hi - lo, zero);
     red[b] = zero ? mk(&k, IR_OP_REDUCE_SCATTER, &buf, 1, 1, dp, 0, 0, -1, NULL)
                   : mk(&k, IR_OP_ALL_REDUCE, &buf, 1, 1, dp, 0, 0, -1, NULL);
     end[b] = m->nnodes;
