@@ -59,6 +59,7 @@ enum {
   KC_TILE_SLICES = 8,       /* COL_TILE: slices of the loop per tile (warps) */
   KC_TILE_MIN_INNER = 8,    /* COL_TILE: innermost row dim at least this */
   KC_TILE_MIN_CHUNK = 64,   /* COL_TILE: loop columns per block at least, when split */
+  KC_TILE_VEC = 4,          /* COL_TILE, VEC: consecutive rows a lane (plan_tile_vector) */
   KC_LANE_PARTS = 65536,    /* partials per scratch lane (kcu_part_, the prelude) */
   KC_LANE_COUNTS = 1024,    /* counters per scratch lane (kcu_count_) */
 };
@@ -314,6 +315,79 @@ static int rows_contiguous(const Kc *c) {
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* COL_TILE's VEC instantiation (kir_cuda.h): a lane takes KC_TILE_VEC
+ * consecutive rows and reads each load that steps by 1 from row to row as
+ * one access of that many elements.  It applies when the innermost row dim
+ * is a multiple of KC_TILE_VEC, each such load's index is a multiple of it
+ * at a lane's first row (so the lane's rows share their outer row
+ * coordinates, and the access is aligned where the buffer is), and the loop
+ * reads the innermost row nowhere else: every other value of the loop is
+ * the same for the lane's rows (a load at a row stride of 0, the column's
+ * index math) or comes from one of the loaded elements.  Sets vacc on those
+ * loads, vbuf on their params and loop_vec[0]. */
+static void plan_tile_vector(Kc *c) {
+  const KirKernel *k = c->k;
+  const KirLoop *lp = &k->loops[0];
+  if (k->rows[k->nrows - 1] % KC_TILE_VEC) return;
+  size_t n = (size_t)k->nnodes + 1;
+  unsigned char *ok = xcalloc(n, 1), *al = xcalloc(n, 1), *dep = xcalloc(n, 1);
+  unsigned char *vec = xcalloc(n, 1);
+  int64_t *rs = xcalloc(n, sizeof *rs);
+  int fine = 1, nvec = 0;
+  /* ok, rs: affine in the innermost row with that stride; al: a multiple of
+   * KC_TILE_VEC where the innermost row is; dep: varies with the innermost
+   * row (through index math or a row-level load) */
+  for (KirVal v = 0; v < k->nnodes && fine; v++) {
+    const KirNode *d = &k->nodes[v];
+    KirVal a = d->arg[0], b = d->arg[1];
+    int in_loop = v >= lp->first && v < lp->end && (d->loop == 0 || d->op == KIR_OP_REDUCE);
+    switch (d->op) {
+    case KIR_OP_ICONST: ok[v] = 1, al[v] = d->imm % KC_TILE_VEC == 0; break;
+    case KIR_OP_PARAM:
+    case KIR_OP_COL: ok[v] = 1; break;
+    case KIR_OP_ROW: ok[v] = 1, rs[v] = al[v] = dep[v] = d->imm == k->nrows - 1; break;
+    case KIR_OP_IADD:
+    case KIR_OP_ISUB:
+      ok[v] = ok[a] && ok[b] &&
+              !(d->op == KIR_OP_IADD ? __builtin_add_overflow(rs[a], rs[b], &rs[v])
+                                     : __builtin_sub_overflow(rs[a], rs[b], &rs[v]));
+      al[v] = al[a] && al[b];
+      dep[v] = dep[a] || dep[b];
+      break;
+    case KIR_OP_IMUL:
+      if (ok[a] && ok[b] && is_iconst(k, b)) ok[v] = !__builtin_mul_overflow(rs[a], k->nodes[b].imm, &rs[v]);
+      else if (ok[a] && ok[b] && is_iconst(k, a))
+        ok[v] = !__builtin_mul_overflow(rs[b], k->nodes[a].imm, &rs[v]);
+      al[v] = al[a] || al[b];
+      dep[v] = dep[a] || dep[b];
+      break;
+    case KIR_OP_LOAD:
+      if (in_loop && c->live[v] && dep[a]) {
+        if (!ok[a] || rs[a] != 1 || !al[a] || k->params[d->imm].elem == KIR_I32) fine = 0;
+        vec[v] = 1, nvec++;
+      }
+      dep[v] = !in_loop && dep[a]; /* a row-level load: one value a row */
+      break;
+    default:
+      for (int i = 0; i < kir_op_nargs[d->op]; i++) dep[v] |= dep[d->arg[i]];
+      if (in_loop && c->live[v] && dep[v]) fine = 0; /* the row in a value of the loop */
+      if (d->op == KIR_OP_REDUCE) dep[v] = 0;       /* a value a row, after the loop */
+      break;
+    }
+  }
+  if (fine && nvec) {
+    for (KirVal v = 0; v < k->nnodes; v++)
+      if (vec[v]) c->vacc[v] = 1, c->vbuf[k->nodes[v].imm] = 1;
+    c->loop_vec[0] = 1;
+  }
+  free(ok);
+  free(al);
+  free(dep);
+  free(vec);
+  free(rs);
+}
+
+
 /* ROW_SPLIT or COL_TILE with their parts and chunk, when they apply. */
 static void plan_split(Kc *c, int safe) {
   const KirKernel *k = c->k;
@@ -415,12 +489,13 @@ static void plan(Kc *c) {
     L->block_threads = t == 32 ? KC_WARP_BLOCK : t;
   }
   plan_split(c, safe);
-  /* sequential rows, or a lane per row (COL_TILE): no float4 */
+  /* sequential rows: no float4; a lane per row (COL_TILE): rows, not columns */
   if (L->mapping == KIR_CUDA_THREAD_ROW || L->mapping == KIR_CUDA_COL_TILE) {
     memset(c->vacc, 0, n);
     memset(c->loop_vec, 0, (size_t)k->nloops + 1);
     memset(c->vbuf, 0, np);
   }
+  if (L->mapping == KIR_CUDA_COL_TILE) plan_tile_vector(c);
   L->vector = 0;
   for (int l = 0; l < k->nloops; l++) L->vector |= c->loop_vec[l];
 
@@ -511,15 +586,16 @@ static int is_inline(const KirNode *d) {
          d->op == KIR_OP_COL;
 }
 
-/* An affine index with the column replaced by the float4 step's base cb_. */
+/* An affine index with the column replaced by the float4 step's base cb_
+ * (COL_TILE: at the lane's first row, the column c0_). */
 static void index_at(const Kc *c, FILE *f, KirVal v) {
   const KirNode *d = &c->k->nodes[v];
   if (d->loop < 0) {
     opnd(c, f, v);
     return;
   }
-  if (d->op == KIR_OP_COL) {
-    fputs("cb_", f);
+  if (d->op == KIR_OP_COL) { /* COL_TILE: the column itself (its vectors run over rows) */
+    fputs(c->L.mapping == KIR_CUDA_COL_TILE ? "c0_" : "cb_", f);
     return;
   }
   /* IADD, ISUB or IMUL by a constant (aff[v] holds) */
@@ -729,11 +805,12 @@ static void emit_column(Kc *c, FILE *f, int l, int vec, const char *ind) {
         fputs(ind, f);
         emit_store_to(c, f, d);
       }
-    } else if (d->op == KIR_OP_REDUCE) {
-      fprintf(f, "%sa%d_ = ", ind, v);
-      fprintf(f, d->imm == KIR_SUM ? "__fadd_rn(a%d_, " : d->imm == KIR_MAX ? "kcu_key_max(a%d_, "
-                                                                               : "kcu_key_min(a%d_, ",
-              v);
+    } else if (d->op == KIR_OP_REDUCE) { /* COL_TILE: the lane's row j_'s accumulator */
+      const char *j = c->L.mapping == KIR_CUDA_COL_TILE ? "[j_]" : "";
+      fprintf(f, "%sa%d_%s = ", ind, v, j);
+      fprintf(f, d->imm == KIR_SUM ? "__fadd_rn(a%d_%s, " : d->imm == KIR_MAX ? "kcu_key_max(a%d_%s, "
+                                                                               : "kcu_key_min(a%d_%s, ",
+              v, j);
       opnd(c, f, d->arg[0]);
       fputs(");\n", f);
     } else if (c->need[v] && d->loop == l && !is_inline(d)) {
@@ -888,69 +965,32 @@ static void emit_row(Kc *c, FILE *f, const char *ind) {
 
 /* ---- split reductions (ROW_SPLIT, COL_TILE) ------------------------------------------ */
 
-/* The body of a ROW_SPLIT or COL_TILE kernel (kir_cuda.h): row-level values,
- * the loop over this block's chunk, the block's partials, the split
- * protocol, then the epilogue on one thread per row.  Neither mapping is
- * grouped(): the loop stores nothing and the epilogue is sequential. */
+/* The body of a ROW_SPLIT kernel (kir_cuda.h): row-level values, the loop
+ * over this block's chunk, the block's partials, the split protocol, then
+ * the epilogue on one thread per row.  Not grouped(): the loop stores
+ * nothing and the epilogue is sequential. */
 static void emit_split(Kc *c, FILE *f) {
   const KirKernel *k = c->k;
   const KirCudaLaunch *L = &c->L;
   const KirLoop *lp = &k->loops[0];
-  int64_t E = k->nodes[lp->extent].imm, R = kir_kernel_rows(k);
-  int tile = L->mapping == KIR_CUDA_COL_TILE, split = L->parts > 1;
+  int64_t E = k->nodes[lp->extent].imm;
   int T = L->block_threads;
-  const char *ind = tile ? "    " : "  ";
-  char in2[64], in3[64];
-  snprintf(in2, sizeof in2, "%s  ", ind);
-  snprintf(in3, sizeof in3, "%s    ", ind);
+  const char *ind = "  ", *in2 = "    ", *in3 = "      ";
 
-  /* the frame: which rows and which chunk of the loop this block takes */
-  if (tile) {
-    if (c->nsum) fputs("  __shared__ float red_t_[8][32];  /* kcu_tile_sum */\n", f);
-    if (c->nkey) fputs("  __shared__ int red_tk_[8][32];   /* kcu_tile_key */\n", f);
-    if (split) fputs("  __shared__ bool last_;            /* kcu_split_last */\n", f);
-    fputs("  const int tx_ = (int)(threadIdx.x % 32);  /* the tile's row */\n"
-          "  const int ty_ = (int)(threadIdx.x / 32);  /* the loop's slice */\n",
-          f);
-    if (split) {
-      fprintf(f,
-              "  const int64_t parts_ = slot_ >= 0 ? %" PRId64 " : 1;  /* blocks per tile */\n"
-              "  const int64_t chunk_ = slot_ >= 0 ? %" PRId64 " : %" PRId64
-              ";  /* loop columns per block */\n",
-              L->parts, L->chunk, E);
-    }
-    fputs("  const int64_t tiles_ = (row_end - row_begin + 31) / 32;\n", f);
-    if (split)
-      fputs("  for (int64_t b_ = blockIdx.x; b_ < tiles_ * parts_; b_ += gridDim.x) {\n"
-            "    const int64_t tile_ = b_ / parts_, part_ = b_ % parts_;\n",
-            f);
-    else
-      fputs("  for (int64_t tile_ = blockIdx.x; tile_ < tiles_; tile_ += gridDim.x) {\n", f);
-    fputs("    const int64_t rt_ = row_begin + tile_ * 32 + tx_;\n"
-          "    const bool in_ = rt_ < row_end;\n"
-          "    const int64_t r_ = in_ ? rt_ : row_end - 1;  /* past the end: a copy of the last row, "
-          "stores nothing */\n",
-          f);
-    if (split)
-      fprintf(f,
-              "    const int64_t cbeg_ = part_ * chunk_;\n"
-              "    const int64_t cend_ = cbeg_ + chunk_ < %" PRId64 " ? cbeg_ + chunk_ : %" PRId64 ";\n",
-              E, E);
-  } else {
-    if (c->nsum) fputs("  __shared__ float red_f_[8];  /* kcu_row_sum, kcu_split_sum */\n", f);
-    if (c->nkey) fputs("  __shared__ int red_k_[8];    /* kcu_row_key, kcu_split_key */\n", f);
-    fputs("  __shared__ bool last_;       /* kcu_split_last */\n"
-          "  const int lane_ = (int)threadIdx.x;\n",
-          f);
-    fprintf(f,
-            "  const int64_t parts_ = slot_ >= 0 ? %" PRId64 " : 1;  /* blocks per row */\n"
-            "  const int64_t r_ = row_begin + (int64_t)blockIdx.x / parts_;\n"
-            "  const int64_t part_ = (int64_t)blockIdx.x %% parts_;\n"
-            "  const int64_t cbeg_ = part_ * %" PRId64 ";\n"
-            "  const int64_t cend_ = parts_ > 1 && cbeg_ + %" PRId64 " < %" PRId64 " ? cbeg_ + %" PRId64
-            " : %" PRId64 ";\n",
-            L->parts, L->chunk, L->chunk, E, L->chunk, E);
-  }
+  /* the frame: which row and which chunk of the loop this block takes */
+  if (c->nsum) fputs("  __shared__ float red_f_[8];  /* kcu_row_sum, kcu_split_sum */\n", f);
+  if (c->nkey) fputs("  __shared__ int red_k_[8];    /* kcu_row_key, kcu_split_key */\n", f);
+  fputs("  __shared__ bool last_;       /* kcu_split_last */\n"
+        "  const int lane_ = (int)threadIdx.x;\n",
+        f);
+  fprintf(f,
+          "  const int64_t parts_ = slot_ >= 0 ? %" PRId64 " : 1;  /* blocks per row */\n"
+          "  const int64_t r_ = row_begin + (int64_t)blockIdx.x / parts_;\n"
+          "  const int64_t part_ = (int64_t)blockIdx.x %% parts_;\n"
+          "  const int64_t cbeg_ = part_ * %" PRId64 ";\n"
+          "  const int64_t cend_ = parts_ > 1 && cbeg_ + %" PRId64 " < %" PRId64 " ? cbeg_ + %" PRId64
+          " : %" PRId64 ";\n",
+          L->parts, L->chunk, L->chunk, E, L->chunk, E);
 
   /* row-level values before the loop and in its preheader (no stores: split_shape) */
   for (KirVal v = 0; v < lp->end; v++)
@@ -963,15 +1003,7 @@ static void emit_split(Kc *c, FILE *f) {
   }
 
   /* the loop over this block's chunk */
-  if (tile) {
-    fprintf(f, "%sif (in_) {\n#pragma unroll 4\n", ind);
-    fprintf(f, "%sfor (int64_t c0_ = %sty_; c0_ < ", in2, split ? "cbeg_ + " : "");
-    if (split) fputs("cend_", f);
-    else fprintf(f, "%" PRId64, E);
-    fprintf(f, "; c0_ += 8) {\n");
-    emit_column(c, f, 0, 0, in3);
-    fprintf(f, "%s}\n%s}\n", in2, ind);
-  } else if (c->loop_vec[0]) {
+  if (c->loop_vec[0]) {
     fprintf(f, "%s{\n%sconstexpr int W_ = VEC ? 4 : 1;\n#pragma unroll 4\n", ind, in2);
     fprintf(f, "%sfor (int64_t cb_ = cbeg_ + (int64_t)W_ * lane_; cb_ < cend_; cb_ += (int64_t)W_ * %d) {\n",
             in2, T);
@@ -983,67 +1015,46 @@ static void emit_split(Kc *c, FILE *f) {
     fprintf(f, "%s}\n", ind);
   }
 
-  /* the block's partials: over the block (ROW_SPLIT), over the slices (COL_TILE) */
+  /* the block's partials */
   for (KirVal v = lp->first; v < lp->end; v++) {
     const KirNode *d = &k->nodes[v];
     if (d->op != KIR_OP_REDUCE) continue;
     const char *mx = d->imm == KIR_MAX ? "true" : "false";
-    if (tile && d->imm == KIR_SUM) fprintf(f, "%sfloat t%d_ = kcu_tile_sum(a%d_, red_t_);\n", ind, v, v);
-    else if (tile) fprintf(f, "%sint t%d_ = kcu_tile_key<%s>(a%d_, red_tk_);\n", ind, v, mx, v);
-    else if (d->imm == KIR_SUM) fprintf(f, "%sfloat t%d_ = kcu_row_sum<%d>(a%d_, red_f_);\n", ind, v, T, v);
+    if (d->imm == KIR_SUM) fprintf(f, "%sfloat t%d_ = kcu_row_sum<%d>(a%d_, red_f_);\n", ind, v, T, v);
     else fprintf(f, "%sint t%d_ = kcu_row_key<%d, %s>(a%d_, red_k_);\n", ind, v, T, mx, v);
   }
 
   /* the split: post the partials, the last block combines them in part order */
-  if (split) {
-    if (tile)
-      fprintf(f,
-              "%sif (parts_ > 1) {  /* the tile's last block combines the partials */\n"
-              "%sfloat *const pp_ = kpart_ + r_;  /* [reduction][part][row] */\n"
-              "%sif (ty_ == 0 && in_) {\n",
-              ind, in2, in2);
-    else
-      fprintf(f,
-              "%sif (parts_ > 1) {  /* the row's last block combines the partials */\n"
-              "%sfloat *const pp_ = kpart_ + r_ * parts_;  /* [reduction][row][part] */\n"
-              "%sif (lane_ == 0) {\n",
-              ind, in2, in2);
-    int j = 0;
-    for (KirVal v = lp->first; v < lp->end; v++) {
-      const KirNode *d = &k->nodes[v];
-      if (d->op != KIR_OP_REDUCE) continue;
-      fprintf(f, "%spp_[", in3);
-      if (tile && j) fprintf(f, "(%d * parts_ + part_) * %" PRId64, j, R);
-      else if (tile) fprintf(f, "part_ * %" PRId64, R);
-      else if (j) fprintf(f, "%" PRId64 " * parts_ + part_", (int64_t)j * R);
-      else fputs("part_", f);
-      fprintf(f, d->imm == KIR_SUM ? "] = t%d_;\n" : "] = __int_as_float(t%d_);\n", v);
-      j++;
-    }
-    fprintf(f, "%s}\n%sif (!kcu_split_last(&kcount_[%s], parts_, &last_)) %s;\n", in2, in2,
-            tile ? "tile_" : "r_", tile ? "continue" : "return");
-    j = 0;
-    for (KirVal v = lp->first; v < lp->end; v++) {
-      const KirNode *d = &k->nodes[v];
-      if (d->op != KIR_OP_REDUCE) continue;
-      const char *mx = d->imm == KIR_MAX ? "true" : "false";
-      char at[64];
-      if (tile && j) snprintf(at, sizeof at, "pp_ + %d * parts_ * %" PRId64, j, R);
-      else if (j) snprintf(at, sizeof at, "pp_ + %" PRId64 " * parts_", (int64_t)j * R);
-      else snprintf(at, sizeof at, "pp_");
-      if (tile && d->imm == KIR_SUM)
-        fprintf(f, "%st%d_ = kcu_tile_split_sum(%s, parts_, %" PRId64 ", red_t_);\n", in2, v, at, R);
-      else if (tile)
-        fprintf(f, "%st%d_ = kcu_tile_split_key<%s>(%s, parts_, %" PRId64 ", red_tk_);\n", in2, v, mx,
-                at, R);
-      else if (d->imm == KIR_SUM)
-        fprintf(f, "%st%d_ = kcu_split_sum<%d>(%s, parts_, red_f_);\n", in2, v, T, at);
-      else
-        fprintf(f, "%st%d_ = kcu_split_key<%d, %s>(%s, parts_, red_k_);\n", in2, v, T, mx, at);
-      j++;
-    }
-    fprintf(f, "%s}\n", ind);
+  fprintf(f,
+          "%sif (parts_ > 1) {  /* the row's last block combines the partials */\n"
+          "%sfloat *const pp_ = kpart_ + r_ * parts_;  /* [reduction][row][part] */\n"
+          "%sif (lane_ == 0) {\n",
+          ind, in2, in2);
+  int64_t R = kir_kernel_rows(k);
+  int j = 0;
+  for (KirVal v = lp->first; v < lp->end; v++) {
+    const KirNode *d = &k->nodes[v];
+    if (d->op != KIR_OP_REDUCE) continue;
+    fprintf(f, "%spp_[", in3);
+    if (j) fprintf(f, "%" PRId64 " * parts_ + part_", (int64_t)j * R);
+    else fputs("part_", f);
+    fprintf(f, d->imm == KIR_SUM ? "] = t%d_;\n" : "] = __int_as_float(t%d_);\n", v);
+    j++;
   }
+  fprintf(f, "%s}\n%sif (!kcu_split_last(&kcount_[r_], parts_, &last_)) return;\n", in2, in2);
+  j = 0;
+  for (KirVal v = lp->first; v < lp->end; v++) {
+    const KirNode *d = &k->nodes[v];
+    if (d->op != KIR_OP_REDUCE) continue;
+    const char *mx = d->imm == KIR_MAX ? "true" : "false";
+    char at[64];
+    if (j) snprintf(at, sizeof at, "pp_ + %" PRId64 " * parts_", (int64_t)j * R);
+    else snprintf(at, sizeof at, "pp_");
+    if (d->imm == KIR_SUM) fprintf(f, "%st%d_ = kcu_split_sum<%d>(%s, parts_, red_f_);\n", in2, v, T, at);
+    else fprintf(f, "%st%d_ = kcu_split_key<%d, %s>(%s, parts_, red_k_);\n", in2, v, T, mx, at);
+    j++;
+  }
+  fprintf(f, "%s}\n", ind);
   for (KirVal v = lp->first; v < lp->end; v++) {
     const KirNode *d = &k->nodes[v];
     if (d->op != KIR_OP_REDUCE) continue;
@@ -1052,10 +1063,186 @@ static void emit_split(Kc *c, FILE *f) {
   }
 
   /* the epilogue: one thread per row */
-  fprintf(f, "%sif (%s) {\n", ind, tile ? "ty_ == 0 && in_" : "lane_ == 0");
+  fprintf(f, "%sif (lane_ == 0) {\n", ind);
   for (KirVal v = lp->end; v < k->nnodes; v++) emit_row_point(c, f, v, in2);
   fprintf(f, "%s}\n", ind);
-  if (tile) fputs("  }\n", f);
+}
+
+/* Marks in mask the row-level values before the loop's end (lp_end) that v
+ * reads, directly or through other such values or through the index math a
+ * 4-row load prints inline; not the reductions (values of the loop). */
+static void mark_row_args(const Kc *c, KirVal v, KirVal lp_end, unsigned char *mask) {
+  const KirNode *d = &c->k->nodes[v];
+  for (int i = 0; i < kir_op_nargs[d->op]; i++) {
+    KirVal a = d->arg[i];
+    const KirNode *e = &c->k->nodes[a];
+    if (a >= lp_end || is_inline(e) || e->op == KIR_OP_REDUCE || mask[a]) continue;
+    if (e->loop < 0) mask[a] = 1;
+    mark_row_args(c, a, lp_end, mask);
+  }
+}
+
+/* The body of a COL_TILE kernel (kir_cuda.h).  A lane takes V_ consecutive
+ * rows of its block's tile (KC_TILE_VEC in the VEC instantiation, else 1),
+ * each with an accumulator per reduction: the loop over its slice of the
+ * block's chunk, the slices added in slice order (kcu_tile_sum), the split
+ * protocol, then each row's epilogue on the lane of slice 0.  Row-level
+ * values are emitted in two scopes: where the loop needs them, at the
+ * lane's first row (the loop reads the innermost row only through its
+ * 4-row loads' indexes: plan_tile_vector), and in the epilogue, at each
+ * row.  V_ changes which rows a lane takes, never the order of the sums:
+ * both instantiations give the same bits. */
+static void emit_tile(Kc *c, FILE *f) {
+  const KirKernel *k = c->k;
+  const KirCudaLaunch *L = &c->L;
+  const KirLoop *lp = &k->loops[0];
+  int64_t E = k->nodes[lp->extent].imm, R = kir_kernel_rows(k);
+  int split = L->parts > 1;
+  size_t n = (size_t)k->nnodes + 1;
+  unsigned char *in_loop = xcalloc(n, 1), *in_epi = xcalloc(n, 1);
+  for (KirVal v = lp->first; v < lp->end; v++) {
+    const KirNode *d = &k->nodes[v];
+    if (d->op == KIR_OP_REDUCE || (d->loop == 0 && c->need[v] && !is_inline(d)))
+      mark_row_args(c, v, lp->end, in_loop);
+  }
+  for (KirVal v = lp->end; v < k->nnodes; v++)
+    if (k->nodes[v].op == KIR_OP_STORE || c->need[v]) mark_row_args(c, v, lp->end, in_epi);
+  int row_loop = 0, row_epi = 0;
+  for (KirVal v = 0; v < lp->end; v++) {
+    row_loop |= in_loop[v] && k->nodes[v].op == KIR_OP_ROW;
+    row_epi |= in_epi[v] && k->nodes[v].op == KIR_OP_ROW;
+  }
+
+  /* the frame: which rows and which chunk of the loop this block takes */
+  fprintf(f, "  constexpr int V_ = %s;  /* rows a lane, consecutive */\n",
+          L->vector ? "VEC ? 4 : 1" : "1");
+  if (c->nsum) fputs("  __shared__ float red_t_[8][32 * V_];  /* kcu_tile_sum */\n", f);
+  if (c->nkey) fputs("  __shared__ int red_tk_[8][32 * V_];   /* kcu_tile_key */\n", f);
+  if (split) fputs("  __shared__ bool last_;                /* kcu_split_last */\n", f);
+  fputs("  const int tx_ = (int)(threadIdx.x % 32);  /* the lane: the tile's rows V_ tx_ .. */\n"
+        "  const int ty_ = (int)(threadIdx.x / 32);  /* the loop's slice */\n",
+        f);
+  if (split)
+    fprintf(f,
+            "  const int64_t parts_ = slot_ >= 0 ? %" PRId64 " : 1;  /* blocks per tile */\n"
+            "  const int64_t chunk_ = slot_ >= 0 ? %" PRId64 " : %" PRId64
+            ";  /* loop columns per block */\n",
+            L->parts, L->chunk, E);
+  fputs("  const int64_t tiles_ = (row_end - row_begin + 32 * V_ - 1) / (32 * V_);\n", f);
+  if (split)
+    fputs("  for (int64_t b_ = blockIdx.x; b_ < tiles_ * parts_; b_ += gridDim.x) {\n"
+          "    const int64_t tile_ = b_ / parts_, part_ = b_ % parts_;\n",
+          f);
+  else
+    fputs("  for (int64_t tile_ = blockIdx.x; tile_ < tiles_; tile_ += gridDim.x) {\n", f);
+  fputs("    const int64_t rt_ = row_begin + tile_ * (32 * V_) + (int64_t)tx_ * V_;  /* the lane's first row */\n"
+        "    const bool in_ = rt_ < row_end;\n",
+        f);
+  if (split || row_loop || row_epi)
+    fputs("    const int64_t r0_ = in_ ? rt_ : row_end - V_;  /* past the end: copies of the last "
+          "rows, storing nothing */\n",
+          f);
+  if (split)
+    fprintf(f,
+            "    const int64_t cbeg_ = part_ * chunk_;\n"
+            "    const int64_t cend_ = cbeg_ + chunk_ < %" PRId64 " ? cbeg_ + chunk_ : %" PRId64 ";\n",
+            E, E);
+  for (KirVal v = lp->first; v < lp->end; v++) {
+    const KirNode *d = &k->nodes[v];
+    if (d->op == KIR_OP_REDUCE) fprintf(f, "    %s t%d_[V_];\n", d->imm == KIR_SUM ? "float" : "int", v);
+  }
+
+  /* the loop's scope: row-level values at the lane's first row, the
+   * accumulators, the loop over the slice, the slices' sums */
+  fputs("    {\n", f);
+  if (row_loop) fputs("      const int64_t r_ = r0_;\n", f);
+  for (KirVal v = 0; v < lp->end; v++)
+    if (in_loop[v]) emit_row_point(c, f, v, "      ");
+  for (KirVal v = lp->first; v < lp->end; v++) {
+    const KirNode *d = &k->nodes[v];
+    if (d->op != KIR_OP_REDUCE) continue;
+    if (d->imm == KIR_SUM) fprintf(f, "      float a%d_[V_] = {};\n", v);
+    else
+      fprintf(f, "      int a%d_[V_];\n      for (int j_ = 0; j_ < V_; j_++) a%d_[j_] = %s;\n", v, v,
+              d->imm == KIR_MAX ? "KCU_KEY_NEG_INF" : "KCU_KEY_POS_INF");
+  }
+  fputs("      if (in_) {\n#pragma unroll 4\n", f);
+  fprintf(f, "        for (int64_t c0_ = %sty_; c0_ < ", split ? "cbeg_ + " : "");
+  if (split) fputs("cend_", f);
+  else fprintf(f, "%" PRId64, E);
+  fputs("; c0_ += 8) {\n", f);
+  for (KirVal v = lp->first; v < lp->end; v++) { /* the lane's rows' elements at once */
+    const KirNode *d = &k->nodes[v];
+    if (!c->vacc[v]) continue;
+    fprintf(f, "          float l%d_[V_];\n          %s<V_>(l%d_, %s + ", v,
+            k->params[d->imm].access == KIR_IN ? "kcu_ldg" : "kcu_ld", v, c->pname[d->imm]);
+    index_at(c, f, d->arg[0]);
+    fputs(");\n", f);
+  }
+  fputs("#pragma unroll\n          for (int j_ = 0; j_ < V_; j_++) {\n", f);
+  emit_column(c, f, 0, 1, "            ");
+  fputs("          }\n        }\n      }\n", f);
+  for (KirVal v = lp->first; v < lp->end; v++) {
+    const KirNode *d = &k->nodes[v];
+    if (d->op != KIR_OP_REDUCE) continue;
+    if (d->imm == KIR_SUM) fprintf(f, "      kcu_tile_sum<V_>(a%d_, t%d_, red_t_);\n", v, v);
+    else
+      fprintf(f, "      kcu_tile_key<%s, V_>(a%d_, t%d_, red_tk_);\n",
+              d->imm == KIR_MAX ? "true" : "false", v, v);
+  }
+  fputs("    }\n", f);
+
+  /* the split: post the partials, the tile's last block combines them in part order */
+  if (split) {
+    fputs("    if (parts_ > 1) {  /* the tile's last block combines the partials */\n"
+          "      float *const pp_ = kpart_ + r0_;  /* [reduction][part][row] */\n"
+          "      if (ty_ == 0 && in_)\n"
+          "        for (int j_ = 0; j_ < V_; j_++) {\n",
+          f);
+    int j = 0;
+    for (KirVal v = lp->first; v < lp->end; v++) {
+      const KirNode *d = &k->nodes[v];
+      if (d->op != KIR_OP_REDUCE) continue;
+      fputs("          pp_[", f);
+      if (j) fprintf(f, "(%d * parts_ + part_) * %" PRId64, j, R);
+      else fprintf(f, "part_ * %" PRId64, R);
+      fprintf(f, d->imm == KIR_SUM ? " + j_] = t%d_[j_];\n" : " + j_] = __int_as_float(t%d_[j_]);\n", v);
+      j++;
+    }
+    fputs("        }\n      if (!kcu_split_last(&kcount_[tile_], parts_, &last_)) continue;\n", f);
+    j = 0;
+    for (KirVal v = lp->first; v < lp->end; v++) {
+      const KirNode *d = &k->nodes[v];
+      if (d->op != KIR_OP_REDUCE) continue;
+      char at[64];
+      if (j) snprintf(at, sizeof at, "pp_ + %d * parts_ * %" PRId64, j, R);
+      else snprintf(at, sizeof at, "pp_");
+      if (d->imm == KIR_SUM)
+        fprintf(f, "      kcu_tile_split_sum<V_>(%s, parts_, %" PRId64 ", t%d_, red_t_);\n", at, R, v);
+      else
+        fprintf(f, "      kcu_tile_split_key<%s, V_>(%s, parts_, %" PRId64 ", t%d_, red_tk_);\n",
+                d->imm == KIR_MAX ? "true" : "false", at, R, v);
+      j++;
+    }
+    fputs("    }\n", f);
+  }
+
+  /* the epilogue: each of the lane's rows on slice 0 */
+  fputs("    if (ty_ == 0 && in_) {\n#pragma unroll\n      for (int j_ = 0; j_ < V_; j_++) {\n", f);
+  if (row_epi) fputs("        const int64_t r_ = r0_ + j_;\n", f);
+  for (KirVal v = 0; v < lp->end; v++)
+    if (in_epi[v]) emit_row_point(c, f, v, "        ");
+  for (KirVal v = lp->first; v < lp->end; v++) {
+    const KirNode *d = &k->nodes[v];
+    if (d->op != KIR_OP_REDUCE) continue;
+    fprintf(f, d->imm == KIR_SUM ? "        const float v%d_ = t%d_[j_];\n"
+                                 : "        const float v%d_ = kcu_unkey(t%d_[j_]);\n",
+            v, v);
+  }
+  for (KirVal v = lp->end; v < k->nnodes; v++) emit_row_point(c, f, v, "        ");
+  fputs("      }\n    }\n  }\n", f);
+  free(in_loop);
+  free(in_epi);
 }
 
 /* ---- kernels, launchers, the file ------------------------------------------------- */
@@ -1154,6 +1341,13 @@ static void comment(const Kc *c, FILE *f) {
   fputs(" */\n", f);
 }
 
+/* A COL_TILE launcher's tiles: of 32 rows, or of 32 KC_TILE_VEC rows where
+ * the VEC instantiation runs (vec_) */
+static const char *tiles_expr(const Kc *c) {
+  return c->L.vector ? "(row_end - row_begin + (vec_ ? 127 : 31)) / (vec_ ? 128 : 32)"
+                     : "(row_end - row_begin + 31) / 32";
+}
+
 /* grid_ of a launcher without a split scratch (vec_ decided before, where the
  * kernel has a float4 instantiation) */
 static void emit_grid(const Kc *c, FILE *f) {
@@ -1168,11 +1362,18 @@ static void emit_grid(const Kc *c, FILE *f) {
     else
       fprintf(f, "  const unsigned grid_ = kcu_grid((row_end - row_begin) * %" PRId64 ", %d);\n", e, B);
   } else if (L->mapping == KIR_CUDA_COL_TILE) {
-    fputs("  const unsigned grid_ = kcu_grid((row_end - row_begin + 31) / 32, 1);\n", f);
+    fprintf(f, "  const unsigned grid_ = kcu_grid(%s, 1);\n", tiles_expr(c));
   } else {
     fprintf(f, "  const unsigned grid_ = kcu_grid(row_end - row_begin, %d);\n",
             L->mapping == KIR_CUDA_ROW_GROUP ? B / T : B);
   }
+}
+
+/* The VEC instantiation's condition on the rows, after the buffers'
+ * alignment: COL_TILE's lanes take KC_TILE_VEC rows from a multiple of it
+ * on, all inside the range. */
+static const char *vec_rows(const Kc *c) {
+  return c->L.mapping == KIR_CUDA_COL_TILE ? " && row_begin % 4 == 0 && row_end % 4 == 0" : "";
 }
 
 /* Whether k planned as L reduces through the split scratch (kcu_part_). */
@@ -1265,9 +1466,9 @@ static void emit_split_grid(const Kc *c, FILE *f) {
     fprintf(f, "  const unsigned grid_ = (unsigned)((row_end - row_begin) * (slot_ >= 0 ? %" PRId64
                " : 1));\n", c->L.parts);
   else
-    fprintf(f, "  const int64_t tiles_ = (row_end - row_begin + 31) / 32;\n"
+    fprintf(f, "  const int64_t tiles_ = %s;\n"
                "  const unsigned grid_ = slot_ >= 0 ? (unsigned)(tiles_ * %" PRId64
-               ") : kcu_grid(tiles_, 1);\n", c->L.parts);
+               ") : kcu_grid(tiles_, 1);\n", tiles_expr(c), c->L.parts);
 }
 
 /* NAME_multi_launch: count instances (1 .. the max) of the same rows */
@@ -1284,7 +1485,7 @@ static void emit_multi_launcher(const Kc *c, FILE *f) {
       if (c->vbuf[i]) fprintf(f, "%skcu_aligned16(a->%s[i_])", sep, c->pname[i]), sep = " && ";
     fputs(";\n  if (nvec_ != 0 && nvec_ != count) { /* mixed: one launch each */\n", f);
     emit_launch_each(c, f);
-    fputs("  const bool vec_ = nvec_ == count;\n", f);
+    fprintf(f, "  const bool vec_ = nvec_ == count%s;\n", vec_rows(c));
   }
   const char *tail = "";
   if (!uses_scratch(&c->L)) {
@@ -1322,8 +1523,10 @@ static void emit_kernel(Kc *c, FILE *f) {
   }
   c->nsync = 0;
   int slot = uses_scratch(L);
-  if (L->mapping == KIR_CUDA_ROW_SPLIT || L->mapping == KIR_CUDA_COL_TILE) {
+  if (L->mapping == KIR_CUDA_ROW_SPLIT) {
     emit_split(c, bf);
+  } else if (L->mapping == KIR_CUDA_COL_TILE) {
+    emit_tile(c, bf);
   } else if (L->mapping == KIR_CUDA_FLAT) {
     const KirNode *e = &k->nodes[k->loops[0].extent];
     if (L->vector) fputs("  constexpr int W_ = VEC ? 4 : 1;\n", bf);
@@ -1391,7 +1594,7 @@ static void emit_kernel(Kc *c, FILE *f) {
     const char *sep = " ";
     for (int i = 0; i < k->nparams; i++)
       if (c->vbuf[i]) fprintf(f, "%skcu_aligned16(%s)", sep, c->pname[i]), sep = " && ";
-    fputs(";\n", f);
+    fprintf(f, "%s;\n", vec_rows(c));
   }
   if (!slot) {
     emit_grid(c, f);
@@ -1721,47 +1924,71 @@ static const char split_prelude[] =
 /* COL_TILE's reductions over the 8 slices of a tile, and over its parts. */
 static const char tile_prelude[] =
     "\n"
-    "/* ---- column tiles (COL_TILE): 32 rows (lane x) x 8 slices of the loop (warp y) ---- */\n"
+    "/* ---- column tiles (COL_TILE): 32 lanes of V rows (lane x) x 8 slices of the loop (warp y) ---- */\n"
     "\n"
-    "/* The slices' values of row x added in slice order through sh; every thread\n"
-    "   gets its row's result.  The leading barrier keeps a previous use's\n"
-    "   readers ahead of the writes. */\n"
-    "__device__ __forceinline__ float kcu_tile_sum(float v, float (*sh)[32]) {\n"
+    "/* Each of the lane's V rows: the slices' values added in slice order through\n"
+    "   sh (row j of lane x at column 32 j + x: no bank conflicts), the result in\n"
+    "   s on every slice.  The leading barrier keeps a previous use's readers\n"
+    "   ahead of the writes. */\n"
+    "template <int V>\n"
+    "__device__ __forceinline__ void kcu_tile_sum(const float (&v)[V], float (&s)[V], float (*sh)[32 * V]) {\n"
     "  const int x = threadIdx.x % 32, y = threadIdx.x / 32;\n"
     "  __syncthreads();\n"
-    "  sh[y][x] = v;\n"
-    "  __syncthreads();\n"
-    "  float s = sh[0][x];\n"
     "#pragma unroll\n"
-    "  for (int w = 1; w < 8; w++) s = __fadd_rn(s, sh[w][x]);\n"
-    "  return s;\n"
-    "}\n"
-    "template <bool MAX> __device__ __forceinline__ int kcu_tile_key(int v, int (*sh)[32]) {\n"
-    "  const int x = threadIdx.x % 32, y = threadIdx.x / 32;\n"
+    "  for (int j = 0; j < V; j++) sh[y][32 * j + x] = v[j];\n"
     "  __syncthreads();\n"
-    "  sh[y][x] = v;\n"
-    "  __syncthreads();\n"
-    "  int s = sh[0][x];\n"
     "#pragma unroll\n"
-    "  for (int w = 1; w < 8; w++) s = MAX ? (sh[w][x] > s ? sh[w][x] : s) : (sh[w][x] < s ? sh[w][x] : s);\n"
-    "  return s;\n"
-    "}\n"
-    "/* The row's partials p[0], p[stride], ..., p[(n - 1) stride] in an order\n"
-    "   fixed by n: slice y adds parts y, y + 8, ..., then kcu_tile_sum. */\n"
-    "__device__ __forceinline__ float kcu_tile_split_sum(const float *p, int64_t n, int64_t stride,\n"
-    "                                                    float (*sh)[32]) {\n"
-    "  float v = 0.0f;\n"
-    "  for (int64_t i = threadIdx.x / 32; i < n; i += 8) v = __fadd_rn(v, __ldcg(p + i * stride));\n"
-    "  return kcu_tile_sum(v, sh);\n"
-    "}\n"
-    "template <bool MAX>\n"
-    "__device__ __forceinline__ int kcu_tile_split_key(const float *p, int64_t n, int64_t stride, int (*sh)[32]) {\n"
-    "  int v = MAX ? KCU_KEY_NEG_INF : KCU_KEY_POS_INF;\n"
-    "  for (int64_t i = threadIdx.x / 32; i < n; i += 8) {\n"
-    "    const int o = __float_as_int(__ldcg(p + i * stride));\n"
-    "    v = MAX ? (o > v ? o : v) : (o < v ? o : v);\n"
+    "  for (int j = 0; j < V; j++) {\n"
+    "    float t = sh[0][32 * j + x];\n"
+    "#pragma unroll\n"
+    "    for (int w = 1; w < 8; w++) t = __fadd_rn(t, sh[w][32 * j + x]);\n"
+    "    s[j] = t;\n"
     "  }\n"
-    "  return kcu_tile_key<MAX>(v, sh);\n"
+    "}\n"
+    "template <bool MAX, int V>\n"
+    "__device__ __forceinline__ void kcu_tile_key(const int (&v)[V], int (&s)[V], int (*sh)[32 * V]) {\n"
+    "  const int x = threadIdx.x % 32, y = threadIdx.x / 32;\n"
+    "  __syncthreads();\n"
+    "#pragma unroll\n"
+    "  for (int j = 0; j < V; j++) sh[y][32 * j + x] = v[j];\n"
+    "  __syncthreads();\n"
+    "#pragma unroll\n"
+    "  for (int j = 0; j < V; j++) {\n"
+    "    int t = sh[0][32 * j + x];\n"
+    "#pragma unroll\n"
+    "    for (int w = 1; w < 8; w++) {\n"
+    "      const int o = sh[w][32 * j + x];\n"
+    "      t = MAX ? (o > t ? o : t) : (o < t ? o : t);\n"
+    "    }\n"
+    "    s[j] = t;\n"
+    "  }\n"
+    "}\n"
+    "/* Row j's partials p[j], p[j + stride], ..., p[j + (n - 1) stride] in an\n"
+    "   order fixed by n: slice y adds parts y, y + 8, ..., then kcu_tile_sum. */\n"
+    "template <int V>\n"
+    "__device__ __forceinline__ void kcu_tile_split_sum(const float *p, int64_t n, int64_t stride,\n"
+    "                                                   float (&s)[V], float (*sh)[32 * V]) {\n"
+    "  float v[V];\n"
+    "#pragma unroll\n"
+    "  for (int j = 0; j < V; j++) v[j] = 0.0f;\n"
+    "  for (int64_t i = threadIdx.x / 32; i < n; i += 8)\n"
+    "#pragma unroll\n"
+    "    for (int j = 0; j < V; j++) v[j] = __fadd_rn(v[j], __ldcg(p + i * stride + j));\n"
+    "  kcu_tile_sum<V>(v, s, sh);\n"
+    "}\n"
+    "template <bool MAX, int V>\n"
+    "__device__ __forceinline__ void kcu_tile_split_key(const float *p, int64_t n, int64_t stride,\n"
+    "                                                   int (&s)[V], int (*sh)[32 * V]) {\n"
+    "  int v[V];\n"
+    "#pragma unroll\n"
+    "  for (int j = 0; j < V; j++) v[j] = MAX ? KCU_KEY_NEG_INF : KCU_KEY_POS_INF;\n"
+    "  for (int64_t i = threadIdx.x / 32; i < n; i += 8)\n"
+    "#pragma unroll\n"
+    "    for (int j = 0; j < V; j++) {\n"
+    "      const int o = __float_as_int(__ldcg(p + i * stride + j));\n"
+    "      v[j] = MAX ? (o > v[j] ? o : v[j]) : (o < v[j] ? o : v[j]);\n"
+    "    }\n"
+    "  kcu_tile_key<MAX, V>(v, s, sh);\n"
     "}\n";
 
 static int fail(char *err, size_t errlen, const char *name, const char *msg) {

@@ -248,38 +248,48 @@ int main(int argc, char **argv) {
         "rowstats source:\n%s", s);
   free(s);
 
-  L = plan_of(m, "colsum");  /* 7 tiles, 4096 / 64 = 64 parts of 64 columns */
-  CHECK(L.mapping == KIR_CUDA_COL_TILE && !L.vector && L.block_threads == 256 && L.parts == 64 &&
+  /* 7 tiles, 4096 / 64 = 64 parts of 64 columns; 200 rows: 4 rows a lane in
+   * the VEC instantiation, dy read 4 rows at once at the lane's first row */
+  L = plan_of(m, "colsum");
+  CHECK(L.mapping == KIR_CUDA_COL_TILE && L.vector && L.block_threads == 256 && L.parts == 64 &&
             L.chunk == 64,
         "colsum plan %d parts %lld chunk %lld", (int)L.mapping, (long long)L.parts, (long long)L.chunk);
   s = cu_section(text, "colsum");
-  CHECK(strstr(s, "mapping: column tiles") && strstr(s, "const int64_t r_ = in_ ? rt_ : row_end - 1;") &&
+  CHECK(strstr(s, "mapping: column tiles") && strstr(s, "template <bool VEC>") &&
+            strstr(s, "constexpr int V_ = VEC ? 4 : 1;") &&
+            strstr(s, "const int64_t rt_ = row_begin + tile_ * (32 * V_) + (int64_t)tx_ * V_;") &&
+            strstr(s, "const int64_t r0_ = in_ ? rt_ : row_end - V_;") &&
             strstr(s, "for (int64_t c0_ = cbeg_ + ty_; c0_ < cend_; c0_ += 8)") &&
-            strstr(s, "kcu_tile_sum(a") && strstr(s, "pp_[part_ * 200] = t") &&
-            strstr(s, "kcu_tile_split_sum(pp_, parts_, 200, red_t_)") &&
+            strstr(s, "kcu_ldg<V_>(l") && strstr(s, "for (int j_ = 0; j_ < V_; j_++)") &&
+            strstr(s, "kcu_tile_sum<V_>(a") && strstr(s, "pp_[part_ * 200 + j_] = t") &&
+            strstr(s, "kcu_tile_split_sum<V_>(pp_, parts_, 200, t") &&
             strstr(s, "if (!kcu_split_last(&kcount_[tile_], parts_, &last_)) continue;") &&
-            strstr(s, "if (ty_ == 0 && in_) {\n") && strstr(s, "(unsigned)(tiles_ * 64) : kcu_grid(tiles_, 1)"),
+            strstr(s, "if (ty_ == 0 && in_) {\n") && strstr(s, "const int64_t r_ = r0_ + j_;") &&
+            strstr(s, "kcu_aligned16(dy) && row_begin % 4 == 0 && row_end % 4 == 0;") &&
+            strstr(s, "(row_end - row_begin + (vec_ ? 127 : 31)) / (vec_ ? 128 : 32)") &&
+            strstr(s, "(unsigned)(tiles_ * 64) : kcu_grid(tiles_, 1)"),
         "colsum source:\n%s", s);
   free(s);
 
-  L = plan_of(m, "colstats");  /* 3 tiles, 300 / 64 = 4 parts of 80 */
-  CHECK(L.mapping == KIR_CUDA_COL_TILE && L.parts == 4 && L.chunk == 80,
+  L = plan_of(m, "colstats");  /* 3 tiles, 300 / 64 = 4 parts of 80; rows [2, 40]: VEC */
+  CHECK(L.mapping == KIR_CUDA_COL_TILE && L.vector && L.parts == 4 && L.chunk == 80,
         "colstats plan %d parts %lld chunk %lld", (int)L.mapping, (long long)L.parts,
         (long long)L.chunk);
   s = cu_section(text, "colstats");
-  CHECK(strstr(s, "kcu_tile_key<true>(a") && strstr(s, "kcu_tile_split_key<true>(pp_, parts_, 80, red_tk_)") &&
-            strstr(s, "kcu_tile_split_sum(pp_ + 1 * parts_ * 80, parts_, 80, red_t_)") &&
-            strstr(s, "pp_[(1 * parts_ + part_) * 80] = t"),
+  CHECK(strstr(s, "kcu_tile_key<true, V_>(a") &&
+            strstr(s, "kcu_tile_split_key<true, V_>(pp_, parts_, 80, t") &&
+            strstr(s, "kcu_tile_split_sum<V_>(pp_ + 1 * parts_ * 80, parts_, 80, t") &&
+            strstr(s, "pp_[(1 * parts_ + part_) * 80 + j_] = t"),
         "colstats source:\n%s", s);
   free(s);
 
   L = plan_of(m, "colshort");  /* a loop of 3: tiles, not split */
-  CHECK(L.mapping == KIR_CUDA_COL_TILE && L.parts == 1, "colshort plan %d parts %lld", (int)L.mapping,
-        (long long)L.parts);
+  CHECK(L.mapping == KIR_CUDA_COL_TILE && L.parts == 1 && L.vector, "colshort plan %d parts %lld",
+        (int)L.mapping, (long long)L.parts);
   s = cu_section(text, "colshort");
   CHECK(!strstr(s, "slot_") && !strstr(s, "kcu_split") &&
             strstr(s, "for (int64_t tile_ = blockIdx.x; tile_ < tiles_; tile_ += gridDim.x)") &&
-            strstr(s, "kcu_grid((row_end - row_begin + 31) / 32, 1)"),
+            strstr(s, "kcu_grid((row_end - row_begin + (vec_ ? 127 : 31)) / (vec_ ? 128 : 32), 1)"),
         "colshort source:\n%s", s);
   free(s);
 
@@ -393,7 +403,7 @@ int main(int argc, char **argv) {
   /* the scratch and its helpers, once; the header names the mappings */
   CHECK(strstr(text, "static __device__ float kcu_part_[KCU_LANES][KCU_LANE_PARTS];") &&
             strstr(text, "static int kcu_lane(cudaStream_t s)") &&
-            strstr(text, "__device__ __forceinline__ float kcu_tile_sum("),
+            strstr(text, "__device__ __forceinline__ void kcu_tile_sum(const float (&v)[V]"),
         "split prelude missing");
   CHECK(strstr(hdr, "] = 1; row_split */\nvoid sumsq_launch(") &&
             strstr(hdr, "] = 200; col_tile */\nvoid colsum_launch("),

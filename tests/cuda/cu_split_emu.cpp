@@ -216,8 +216,21 @@ static void test_colsum() {
     for (int64_t c = 0; c < E; c++) s += dy[c * R + r], mag += fabs(dy[c * R + r]);
     CHECK(near(got[r], s, mag), "colsum row %lld: %.9g, expected %.9g", (long long)r, got[r], s);
   }
+  /* dy one float past the alignment: a row a lane (the scalar instantiation),
+   * the same bits as 4 rows a lane */
+  Buf dyu(R * E, 1);
+  for (int64_t i = 0; i < R * E; i++) dyu[i] = dy[i];
+  std::vector<float> gu = run_all("colsum unaligned", db, init, R, {100}, [&](int64_t rb, int64_t re) {
+    colsum_launch(dyu.p(), db.p(), rb, re, S0);
+  });
+  CHECK(same_bits(got, gu), "colsum: 4 rows a lane and a row a lane give different bits");
+  /* unsplit (no scratch lane), both instantiations: 2 tiles of 128 rows, 7 of 32 */
   db.set(init);
-  kcu_emu_launch(kcu_grid(7, 1), 256, colsum, dy.p(), db.p(), 0, R, -1);
+  kcu_emu_launch(kcu_grid(2, 1), 256, colsum<true>, dy.p(), db.p(), 0, R, -1);
+  std::vector<float> u4 = db.get();
+  db.set(init);
+  kcu_emu_launch(kcu_grid(7, 1), 256, colsum<false>, dy.p(), db.p(), 0, R, -1);
+  CHECK(same_bits(u4, db.get()), "colsum unsplit: the instantiations give different bits");
   for (int64_t r = 0; r < R; r++)
     CHECK(near(db[r], got[r], 100), "colsum unsplit row %lld: %.9g vs %.9g", (long long)r, db[r], got[r]);
 }
