@@ -912,8 +912,7 @@ static void emit_concat(Em *E) {
   KirKernel *k = E->k;
   const IrNode *root = node(E, E->ck->root);
   int ax = (int)root->ia[0], r = root->rank;
-  int64_t inner = 1, L = root->shape[ax];
-  for (int d = ax + 1; d < r; d++) inner *= root->shape[d];
+  int64_t inner = ir_dims_product(root, ax + 1, r), L = root->shape[ax];
   for (int d = 0; d < ax; d++) kir_row_dim(k, root->shape[d]);
   declare_outputs(E);
   Ix c[IR_MAX_RANK];

@@ -191,9 +191,8 @@ static int recomputed_norm(const Planner *P, const IrNode *r) {
  * (one row before its axis): a dp bucket its parts may be written into
  * (mark_parts, bufplan.h Assembled concats) */
 static int bucket_concat(const IrNode *c) {
-  int64_t outer = 1;
-  for (int d = 0; d < c->ia[0]; d++) outer *= c->shape[d];
-  return c->op == IR_OP_CONCAT && c->phase == IR_PHASE_W && c->dtype == IR_F32 && outer == 1;
+  return c->op == IR_OP_CONCAT && c->phase == IR_PHASE_W && c->dtype == IR_F32 &&
+         ir_dims_product(c, 0, (int)c->ia[0]) == 1;
 }
 
 /* Puts n into the kernel of its consumers if it may (see the file comment

@@ -231,11 +231,7 @@ static void comment(Emit *e, const IrNode *n, const char *indent) {
   fprintf(e->out, " */\n");
 }
 
-static int64_t lead(const IrNode *x, int keep) {
-  int64_t p = 1;
-  for (int i = 0; i < x->rank - keep; i++) p *= x->shape[i];
-  return p;
-}
+static int64_t lead(const IrNode *x, int keep) { return ir_dims_product(x, 0, x->rank - keep); }
 
 static int64_t dim(const IrNode *x, int i) { return x->shape[i < 0 ? x->rank + i : i]; }
 
@@ -252,9 +248,8 @@ void cg_dim_split(const IrNode *n, int64_t *outer, int64_t *len, int64_t *inner)
   int cut = n->op == IR_OP_REDUCE_SCATTER || n->op == IR_OP_LOCAL_SLICE;
   const IrNode *whole = cut ? n->inputs[0] : n;
   int d = (int)n->ia[2];
-  *outer = *inner = 1;
-  for (int k = 0; k < d; k++) *outer *= whole->shape[k];
-  for (int k = d + 1; k < whole->rank; k++) *inner *= whole->shape[k];
+  *outer = ir_dims_product(whole, 0, d);
+  *inner = ir_dims_product(whole, d + 1, whole->rank);
   *len = whole->shape[d];
 }
 

@@ -119,11 +119,7 @@ static const char *aux_buf(Cu *e, const IrNode *n, char *s, size_t len) {
   return s;
 }
 
-static int64_t lead(const IrNode *x, int keep) {
-  int64_t p = 1;
-  for (int i = 0; i < x->rank - keep; i++) p *= x->shape[i];
-  return p;
-}
+static int64_t lead(const IrNode *x, int keep) { return ir_dims_product(x, 0, x->rank - keep); }
 
 static int64_t dim(const IrNode *x, int i) { return x->shape[i < 0 ? x->rank + i : i]; }
 

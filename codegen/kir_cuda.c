@@ -1318,7 +1318,12 @@ static void comment(const Kc *c, FILE *f) {
     fprintf(f, "one warp per row, %d rows per %d-thread block", L->block_threads / 32, L->block_threads);
   else
     fprintf(f, "one %d-thread block per row", L->row_threads);
-  if (L->vector) {
+  if (L->vector && L->mapping == KIR_CUDA_COL_TILE) {
+    fputs("\n * 4 consecutive rows a lane (one 4-element load) when the rows start and end at a\n"
+          " * multiple of 4 and these are 16-byte aligned:", f);
+    for (int i = 0; i < k->nparams; i++)
+      if (c->vbuf[i]) fprintf(f, " %s", c->pname[i]);
+  } else if (L->vector) {
     fputs("\n * float4 when these are 16-byte aligned:", f);
     for (int i = 0; i < k->nparams; i++)
       if (c->vbuf[i]) fprintf(f, " %s", c->pname[i]);

@@ -64,7 +64,16 @@
  *               order; when there are fewer than 512 tiles, the loop is
  *               split in `parts` chunks of at least 64 columns (tiles x
  *               parts about 1024 blocks).  The epilogue runs on the row's
- *               lane of slice 0.
+ *               lane of slice 0.  VEC instantiation (`vector`), where the
+ *               innermost row dim is a multiple of 4, each row-contiguous
+ *               load's index a multiple of 4 at a multiple-of-4 row, and
+ *               the loop reads the row nowhere else: a lane takes 4
+ *               consecutive rows (tiles of 128) and reads them with one
+ *               4-element access (16 bytes f32, 8 bytes bf16: a warp's load
+ *               4 lines instead of one); launched where those buffers are
+ *               16-byte aligned and the row range starts and ends at a
+ *               multiple of 4.  The parts, chunks and order of every sum
+ *               are those of a row a lane: the same bits either way.
  *
  *   Scratch: file-scope __device__ arrays of kernels.cu, 16 lanes of 65536
  *   partials and 1024 counters; the launcher takes its stream's lane
@@ -92,6 +101,7 @@
  *   after every load of it (read-modify-write: loads first, store last).  Such kernels are a
  *   template on VEC; the launcher takes VEC = true when every buffer with a
  *   vector access is 16-byte aligned, else the scalar instantiation.
+ *   COL_TILE kernels vectorise over rows instead (see COL_TILE above).
  *
  * NUMERICS (fp32, to match the CPU lowering of kir_llvm.h)
  *
@@ -128,7 +138,7 @@ typedef struct {
   KirCudaMapping mapping;
   int row_threads;    /* ROW_GROUP and ROW_SPLIT: threads per row (32, 64, 128 or 256); else 1 */
   int block_threads;  /* blockDim.x of every launch (the __launch_bounds__) */
-  int vector;         /* 1: a float4 instantiation exists (template on VEC) */
+  int vector;         /* 1: a float4 instantiation exists (template on VEC; COL_TILE: 4 rows a lane) */
   int64_t parts;      /* ROW_SPLIT: blocks per row; COL_TILE: blocks per tile; else 1 */
   int64_t chunk;      /* loop columns per block when parts > 1; else the extent (or 0) */
 } KirCudaLaunch;

@@ -652,8 +652,7 @@ static int eval_slice(Ctx *c) {
 static int eval_reduce(Ctx *c) {
   const IrNode *x = ARG(c, 0);
   int ax = (int)c->n->ia[0];
-  int64_t inner = 1, n = x->shape[ax];
-  for (int d = ax + 1; d < x->rank; d++) inner *= x->shape[d];
+  int64_t inner = ir_dims_product(x, ax + 1, x->rank), n = x->shape[ax];
   int64_t outer = ir_numel(x) / (inner * n);
   for (int64_t a = 0; a < outer; a++)
     for (int64_t i = 0; i < inner; i++) {
@@ -966,9 +965,8 @@ static int eval_optim_update(Ctx *c) {
 static int eval_local_slice(Ctx *c) {
   const IrNode *x = ARG(c, 0);
   int dim = (int)c->n->ia[2];
-  int64_t inner = 1, outer = 1, part = c->it->coord[c->n->ia[0]];
-  for (int d = dim + 1; d < x->rank; d++) inner *= x->shape[d];
-  for (int d = 0; d < dim; d++) outer *= x->shape[d];
+  int64_t inner = ir_dims_product(x, dim + 1, x->rank), outer = ir_dims_product(x, 0, dim);
+  int64_t part = c->it->coord[c->n->ia[0]];
   if (part < 0 || part >= c->n->ia[1])
     return fail(c, "coordinate %lld outside a group of %lld", (long long)part,
                 (long long)c->n->ia[1]);
@@ -1269,9 +1267,7 @@ static int mesh_collective(IrInterp **ranks, int tp, int dp, const IrNode *n, ch
     }
     /* gather / scatter along dim: outer x [piece] x inner blocks */
     int dim = (int)n->ia[2];
-    int64_t inner = 1, outer = 1;
-    for (int d = dim + 1; d < x->rank; d++) inner *= x->shape[d];
-    for (int d = 0; d < dim; d++) outer *= x->shape[d];
+    int64_t inner = ir_dims_product(x, dim + 1, x->rank), outer = ir_dims_product(x, 0, dim);
     if (n->op == IR_OP_ALL_GATHER || n->op == IR_OP_REPLICATE) {
       int64_t piece = x->shape[dim] * inner; /* one member's run per outer index */
       for (int64_t o = 0; o < outer; o++)

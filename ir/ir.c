@@ -135,11 +135,7 @@ void *ir_xcalloc(size_t n, size_t size) {
   return p;
 }
 
-int64_t ir_numel(const IrNode *n) {
-  int64_t k = 1;
-  for (int i = 0; i < n->rank; i++) k *= n->shape[i];
-  return k;
-}
+int64_t ir_numel(const IrNode *n) { return ir_dims_product(n, 0, n->rank); }
 
 int64_t ir_aux_numel(const IrNode *n) {
   if (n->op != IR_OP_ATTENTION || n->ninputs != 3 || n->inputs[0]->rank != 4) return 0;

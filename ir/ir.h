@@ -315,6 +315,13 @@ void *ir_xcalloc(size_t n, size_t size);
 int ir_infer(IrNode *n, char *why, size_t whylen);
 
 int64_t ir_numel(const IrNode *n);
+/* The product of n's dims [from, to), 1 for an empty range: the rows before
+ * an axis (0, axis), a row's elements after it (axis + 1, rank). */
+static inline int64_t ir_dims_product(const IrNode *n, int from, int to) {
+  int64_t p = 1;
+  for (int d = from; d < to; d++) p *= n->shape[d];
+  return p;
+}
 /* 1 if a and b have the same rank and dimensions. */
 static inline int ir_same_shape(const IrNode *a, const IrNode *b) {
   if (a->rank != b->rank) return 0;

@@ -147,9 +147,7 @@ int64_t bufplan_view_offset(const IrNode *n, const IrNode *x) {
     if (n->op == IR_OP_RESHAPE) continue;
     const IrNode *y = n->inputs[0];
     int axis = (int)n->ia[0];
-    int64_t outer = 1, inner = 1;
-    for (int d = 0; d < axis; d++) outer *= y->shape[d];
-    for (int d = axis + 1; d < y->rank; d++) inner *= y->shape[d];
+    int64_t outer = ir_dims_product(y, 0, axis), inner = ir_dims_product(y, axis + 1, y->rank);
     if (outer != 1 && n->ia[2] != y->shape[axis]) return -1; /* rows apart */
     off += n->ia[1] * inner;
   }
@@ -378,9 +376,8 @@ static void repack(IrModule *m, BufPlan *p, const int *pos) {
  * before its axis must be one row (outer 1): its inputs' are then
  * contiguous, one after another. */
 static int64_t part_start(const IrNode *c, const IrNode *x) {
-  int64_t outer = 1, off = 0;
-  for (int d = 0; d < c->ia[0]; d++) outer *= c->shape[d];
-  if (c->op != IR_OP_CONCAT || outer != 1) return -1;
+  int64_t off = 0;
+  if (c->op != IR_OP_CONCAT || ir_dims_product(c, 0, (int)c->ia[0]) != 1) return -1;
   for (int k = 0; k < c->ninputs; k++) {
     const IrNode *y = c->inputs[k];
     while (y != x && y->op == IR_OP_RESHAPE && y->ninputs == 1) y = y->inputs[0];
