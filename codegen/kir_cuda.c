@@ -399,18 +399,7 @@ static void plan_split(Kc *c, int safe) {
     L->row_threads = 1;
     L->block_threads = KC_TILE_ROWS * KC_TILE_SLICES;
     L->parts = 1;
-    L->chunk = E;
-    int64_t tiles = cdiv(R, KC_TILE_ROWS);
-    /* enough blocks without splitting (and a counter per tile when split) */
-    if (tiles >= KC_SPLIT_BLOCKS / 2 || tiles > KC_LANE_COUNTS) return;
-    int64_t most = cdiv(KC_SPLIT_BLOCKS, tiles);
-    if (most > E / KC_TILE_MIN_CHUNK) most = E / KC_TILE_MIN_CHUNK;
-    if (most > KC_LANE_PARTS / (nred * R)) most = KC_LANE_PARTS / (nred * R);
-    if (most < 2) return;
-    int64_t chunk = cdiv(cdiv(E, most), KC_TILE_SLICES) * KC_TILE_SLICES;
-    if (cdiv(E, chunk) < 2) return;
-    L->parts = cdiv(E, chunk);
-    L->chunk = chunk;
+    L->chunk = E; /* the parts: plan_tile_parts, once the tile's width is known */
     return;
   }
   if (R >= KC_SPLIT_ROWS || R > KC_LANE_COUNTS || E < KC_SPLIT_MIN_LOOP) return;
@@ -421,6 +410,27 @@ static void plan_split(Kc *c, int safe) {
   if (cdiv(E, chunk) < 2) return;
   L->mapping = KIR_CUDA_ROW_SPLIT;
   L->row_threads = L->block_threads = KC_MAX_GROUP;
+  L->parts = cdiv(E, chunk);
+  L->chunk = chunk;
+}
+
+/* COL_TILE's parts and chunk: the loop split where there are too few tiles
+ * for about KC_SPLIT_BLOCKS blocks, counting the tiles of the instantiation
+ * that runs where it can (128 rows with VEC, else 32); the scratch has a
+ * counter per tile of 32 rows (the scalar instantiation's) and room for
+ * every row's partials.  Both instantiations take the same parts. */
+static void plan_tile_parts(Kc *c) {
+  const KirKernel *k = c->k;
+  KirCudaLaunch *L = &c->L;
+  int64_t E = k->nodes[k->loops[0].extent].imm, R = kir_kernel_rows(k), nred = c->nsum + c->nkey;
+  int64_t tiles = cdiv(R, KC_TILE_ROWS * (L->vector ? KC_TILE_VEC : 1));
+  if (tiles >= KC_SPLIT_BLOCKS / 2 || cdiv(R, KC_TILE_ROWS) > KC_LANE_COUNTS) return;
+  int64_t most = cdiv(KC_SPLIT_BLOCKS, tiles);
+  if (most > E / KC_TILE_MIN_CHUNK) most = E / KC_TILE_MIN_CHUNK;
+  if (most > KC_LANE_PARTS / (nred * R)) most = KC_LANE_PARTS / (nred * R);
+  if (most < 2) return;
+  int64_t chunk = cdiv(cdiv(E, most), KC_TILE_SLICES) * KC_TILE_SLICES;
+  if (cdiv(E, chunk) < 2) return;
   L->parts = cdiv(E, chunk);
   L->chunk = chunk;
 }
@@ -498,6 +508,7 @@ static void plan(Kc *c) {
   if (L->mapping == KIR_CUDA_COL_TILE) plan_tile_vector(c);
   L->vector = 0;
   for (int l = 0; l < k->nloops; l++) L->vector |= c->loop_vec[l];
+  if (L->mapping == KIR_CUDA_COL_TILE) plan_tile_parts(c);
 
   /* need: liveness where a float4 access does not use its index node (it
    * is printed inline at the column base) */

@@ -86,6 +86,22 @@ static void colshort(KirModule *m) {
   kir_store(k, out, r, kir_mul(k, s, kir_fconst(k, 2.0f)));
 }
 
+/* out[r] = sum_c x[c * R + r + off] * (scale_by_row ? r : 1), rows [R], loop E:
+ * column tiles whose VEC instantiation (4 rows a lane) applies only where
+ * the row is read through a load's index alone, at a multiple of 4 */
+static void coltile(KirModule *m, const char *name, int64_t R, int64_t E, int64_t off,
+                    int scale_by_row) {
+  KirKernel *k = kir_kernel_new(m, name);
+  kir_row_dim(k, R);
+  int x = kir_buf(k, "x", KIR_F32, KIR_IN), out = kir_buf(k, "out", KIR_F32, KIR_OUT);
+  KirVal r = kir_row(k, 0), rf = kir_itof(k, r);
+  kir_loop(k, C(k, E));
+  KirVal v = kir_load(k, x, kir_add(k, kir_add(k, kir_mul(k, kir_col(k), C(k, R)), r), C(k, off)));
+  KirVal s = kir_reduce(k, KIR_SUM, scale_by_row ? kir_mul(k, v, rf) : v);
+  kir_end(k);
+  kir_store(k, out, r, s);
+}
+
 /* ---- kernels that must keep their mapping ---- */
 
 /* out[0] = sum exp(x - max x): the second loop reads the first's reduction */
@@ -196,6 +212,10 @@ int main(int argc, char **argv) {
   rowcenter(m, "rowcenter_1024x768", 1024, 768);
   rowcenter(m, "rowcenter_1024x701", 1024, 701);
   rowcenter(m, "rowcenter_1023x768", 1023, 768);
+  coltile(m, "colrowval", 36, 500, 0, 1); /* the row's value in the loop: a row a lane */
+  coltile(m, "coloffset", 40, 300, 2, 0); /* a load 2 past a multiple of 4 */
+  coltile(m, "colodd", 38, 300, 0, 0);    /* rows not a multiple of 4 */
+  coltile(m, "colwide", 768, 8192, 0, 0); /* parts for 6 tiles of 128 rows */
   axpy(m);
   char err[512], cu[4096], h[4096];
   CHECK(!kir_verify(m, err, sizeof err), "%s", err);
@@ -292,6 +312,27 @@ int main(int argc, char **argv) {
             strstr(s, "kcu_grid((row_end - row_begin + (vec_ ? 127 : 31)) / (vec_ ? 128 : 32), 1)"),
         "colshort source:\n%s", s);
   free(s);
+
+  /* a row a lane: the row's value read in the loop, a load 2 past a multiple
+   * of 4, 38 rows; the same kernels' text then has V_ 1, no template */
+  const char *scalar[] = {"colrowval", "coloffset", "colodd"};
+  for (size_t i = 0; i < sizeof scalar / sizeof *scalar; i++) {
+    L = plan_of(m, scalar[i]);
+    CHECK(L.mapping == KIR_CUDA_COL_TILE && !L.vector, "%s plan %d vector %d", scalar[i],
+          (int)L.mapping, L.vector);
+    s = cu_section(text, scalar[i]);
+    CHECK(strstr(s, "constexpr int V_ = 1;") && !strstr(s, "template <bool VEC>") &&
+              !strstr(s, "kcu_ldg<V_>"),
+          "%s source:\n%s", scalar[i], s);
+    free(s);
+  }
+  /* 768 rows of 8192: 6 tiles of 128 rows, so 1024 / 6 blocks a tile at most,
+   * 8192 / 64 and 65536 / 768 partials: 85, chunks of 104 columns, 79 parts
+   * (tiles of 32 rows would have asked for 43) */
+  L = plan_of(m, "colwide");
+  CHECK(L.mapping == KIR_CUDA_COL_TILE && L.vector && L.parts == 79 && L.chunk == 104,
+        "colwide plan %d vector %d parts %lld chunk %lld", (int)L.mapping, L.vector,
+        (long long)L.parts, (long long)L.chunk);
 
   const char *keep[] = {"twoloop", "loopstore", "rowsum_4095", "rowsum_32"};
   for (size_t i = 0; i < sizeof keep / sizeof *keep; i++) {

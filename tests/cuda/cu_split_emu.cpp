@@ -275,6 +275,27 @@ static void test_colshort() {
   }
 }
 
+/* coltile's kernels (cu_split.c) that keep a row a lane: out[r] = sum_c
+ * x[c R + r + off] (times r where scale) against a double reference, the
+ * same bits over row ranges and block orders */
+template <class F>
+static void test_coltile(const char *name, int64_t R, int64_t E, int64_t off, bool scale, F launch) {
+  Buf x(R * E + off), out(R);
+  for (int64_t i = 0; i < R * E + off; i++) x[i] = uniform(-1, 1);
+  std::vector<float> init(R, 0.0f);
+  std::vector<float> got = run_all(name, out, init, R, {R / 2, 4}, [&](int64_t rb, int64_t re) {
+    launch(x.p(), out.p(), rb, re);
+  });
+  for (int64_t r = 0; r < R; r++) {
+    double s = 0, mag = 0;
+    for (int64_t c = 0; c < E; c++) {
+      double v = (double)x[c * R + r + off] * (scale ? (double)r : 1.0);
+      s += v, mag += fabs(v);
+    }
+    CHECK(near(got[r], s, mag), "%s row %lld: %.9g, expected %.9g", name, (long long)r, got[r], s);
+  }
+}
+
 /* row sums of [R, E] through whatever mapping the kernel has */
 template <class F> static void test_rowsum(const char *name, int64_t R, int64_t E, F launch) {
   Buf x(R * E), out(R);
@@ -481,6 +502,15 @@ int main() {
   test_colsum();
   test_colstats();
   test_colshort();
+  test_coltile("colrowval", 36, 500, 0, true, [](const float *x, float *o, int64_t rb, int64_t re) {
+    colrowval_launch(x, o, rb, re, S0);
+  });
+  test_coltile("coloffset", 40, 300, 2, false, [](const float *x, float *o, int64_t rb, int64_t re) {
+    coloffset_launch(x, o, rb, re, S0);
+  });
+  test_coltile("colodd", 38, 300, 0, false, [](const float *x, float *o, int64_t rb, int64_t re) {
+    colodd_launch(x, o, rb, re, S0);
+  });
   test_rowsum("rowsum_4096", 31, 4096, [](float *o, const float *x, int64_t rb, int64_t re) {
     rowsum_4096_launch(o, x, rb, re, S0);
   });
