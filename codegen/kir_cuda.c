@@ -38,10 +38,11 @@
 #include <string.h>
 
 const char *const kir_cuda_mapping_name[] = {"flat", "row_group", "thread_row", "row_split",
-                                              "col_tile"};
+                                              "col_tile", "loops"};
 
 enum {
-  KC_FLAT_BLOCK = 256,    /* threads per block, FLAT */
+  KC_FLAT_BLOCK = 256,    /* threads per block, FLAT and LOOPS */
+  KC_LOOPS_ROWS = 256,    /* LOOPS: fewer rows than this */
   KC_THREAD_BLOCK = 128,  /* threads per block, THREAD_ROW */
   KC_WARP_BLOCK = 256,    /* threads per block, ROW_GROUP of one warp (8 rows) */
   KC_MAX_GROUP = 256,     /* largest ROW_GROUP (one block per row) */
@@ -414,6 +415,74 @@ static void plan_split(Kc *c, int safe) {
   L->chunk = chunk;
 }
 
+/* The loop whose nodes [first, end) hold v, or -1. */
+static int loop_of(const KirKernel *k, KirVal v) {
+  for (int l = 0; l < k->nloops; l++)
+    if (v >= k->loops[l].first && v < k->loops[l].end) return l;
+  return -1;
+}
+
+/* An index as column + off + row-level terms, summed by IADD: 1 and the
+ * parts (the terms in node order, at most 4), else 0. */
+typedef struct {
+  int ncol, nterms;
+  int64_t off;
+  KirVal terms[4];
+} IndexTerms;
+
+static int index_terms(const KirKernel *k, KirVal v, IndexTerms *t) {
+  const KirNode *d = &k->nodes[v];
+  switch (d->op) {
+  case KIR_OP_COL: t->ncol++; return 1;
+  case KIR_OP_ICONST: return !__builtin_add_overflow(t->off, d->imm, &t->off);
+  case KIR_OP_IADD: return index_terms(k, d->arg[0], t) && index_terms(k, d->arg[1], t);
+  default:
+    if (d->loop >= 0 || t->nterms == 4) return 0;
+    int i = t->nterms++;
+    for (; i > 0 && t->terms[i - 1] > v; i--) t->terms[i] = t->terms[i - 1];
+    t->terms[i] = v;
+    return 1;
+  }
+}
+
+/* Whether stores s (loop l) and s2 (loop m) of one buffer write disjoint
+ * elements of a row: each at column + constant + the same row-level terms,
+ * the constants' ranges over the loops' extents apart. */
+static int stores_disjoint(const KirKernel *k, KirVal s, int l, KirVal s2, int m) {
+  IndexTerms a = {0}, b = {0};
+  if (!index_terms(k, k->nodes[s].arg[0], &a) || !index_terms(k, k->nodes[s2].arg[0], &b) ||
+      a.ncol != 1 || b.ncol != 1 || a.nterms != b.nterms)
+    return 0;
+  for (int i = 0; i < a.nterms; i++)
+    if (a.terms[i] != b.terms[i]) return 0;
+  int64_t ea = k->nodes[k->loops[l].extent].imm, eb = k->nodes[k->loops[m].extent].imm;
+  return a.off + ea <= b.off || b.off + eb <= a.off;
+}
+
+/* LOOPS's condition (kir_cuda.h) beyond the plan's own: the loops'
+ * independence.  safe: every loop is parallel-safe. */
+static int loops_independent(const Kc *c, int safe) {
+  const KirKernel *k = c->k;
+  if (k->nloops < 2 || !safe) return 0;
+  for (int l = 0; l < k->nloops; l++) {
+    const KirNode *e = &k->nodes[k->loops[l].extent];
+    if (e->op != KIR_OP_ICONST || e->imm <= 0) return 0;
+  }
+  for (KirVal s = 0; s < k->nnodes; s++) {
+    const KirNode *d = &k->nodes[s];
+    if (!c->live[s] || d->op != KIR_OP_STORE) continue;
+    int l = loop_of(k, s);
+    for (KirVal v = 0; v < k->nnodes; v++) {
+      const KirNode *e = &k->nodes[v];
+      if (v == s || !c->live[v] || e->imm != d->imm) continue;
+      if (e->op == KIR_OP_LOAD && (e->loop != l || loop_of(k, v) != l)) return 0;
+      if (e->op == KIR_OP_STORE && loop_of(k, v) != l && !stores_disjoint(k, s, l, v, loop_of(k, v)))
+        return 0;
+    }
+  }
+  return 1;
+}
+
 /* COL_TILE's parts and chunk: the loop split where there are too few tiles
  * for about KC_SPLIT_BLOCKS blocks, counting the tiles of the instantiation
  * that runs where it can (128 rows with VEC, else 32); the scratch has a
@@ -476,6 +545,10 @@ static void plan(Kc *c) {
   } else if (k->nloops == 1 && !c->nsum && !c->nkey && !row_store && !row_load_conflict &&
              is_iconst(k, k->loops[0].extent)) {
     L->mapping = KIR_CUDA_FLAT;
+    L->block_threads = KC_FLAT_BLOCK;
+  } else if (!c->nsum && !c->nkey && !row_store && kir_kernel_rows(k) < KC_LOOPS_ROWS &&
+             loops_independent(c, safe)) {
+    L->mapping = KIR_CUDA_LOOPS;
     L->block_threads = KC_FLAT_BLOCK;
   } else {
     L->mapping = KIR_CUDA_ROW_GROUP;
@@ -1256,6 +1329,67 @@ static void emit_tile(Kc *c, FILE *f) {
   free(in_epi);
 }
 
+static int has_row_node(const Kc *c) {
+  for (KirVal v = 0; v < c->k->nnodes; v++)
+    if (c->need[v] && c->k->nodes[v].op == KIR_OP_ROW) return 1;
+  return 0;
+}
+
+/* LOOPS's steps a row of loop l: its extent, in W_ columns where it takes
+ * float4 (the kernel's at<l + 1>_ - at<l>_) */
+static void loop_steps(const Kc *c, FILE *f, int l) {
+  fprintf(f, "%" PRId64 "%s", c->k->nodes[c->k->loops[l].extent].imm, c->loop_vec[l] ? " / W_" : "");
+}
+
+/* The body of a LOOPS kernel (kir_cuda.h): a grid-stride loop over the
+ * steps of [row_begin, row_end), a row's steps loop 0's, then loop 1's, ...;
+ * a step runs its loop's body on its column (cb_ .. cb_ + W_ - 1 under
+ * float4) after the row-level values that loop reads, in build order (no
+ * reductions, no row-level stores, and no loop stores what another loop or
+ * a row-level load reads: every row-level value is the same wherever it is
+ * computed). */
+static void emit_loops(Kc *c, FILE *f) {
+  const KirKernel *k = c->k;
+  size_t n = (size_t)k->nnodes + 1;
+  unsigned char *mask = xcalloc(n, 1);
+  if (c->L.vector) fputs("  constexpr int W_ = VEC ? 4 : 1;\n", f);
+  fputs("  /* where each loop's steps start in a row */\n  constexpr int64_t at0_ = 0", f);
+  for (int l = 0; l < k->nloops; l++) {
+    fprintf(f, ", at%d_ = at%d_ + ", l + 1, l);
+    loop_steps(c, f, l);
+  }
+  fprintf(f, ";\n"
+             "  const int64_t end_ = row_end * at%d_;\n"
+             "  for (int64_t u_ = row_begin * at%d_ + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; "
+             "u_ < end_;\n"
+             "       u_ += (int64_t)gridDim.x * blockDim.x) {\n",
+          k->nloops, k->nloops);
+  if (has_row_node(c)) fprintf(f, "    const int64_t r_ = u_ / at%d_;\n", k->nloops);
+  fprintf(f, "    const int64_t q_ = u_ %% at%d_;  /* the step in the row */\n", k->nloops);
+  for (int l = 0; l < k->nloops; l++) {
+    const KirLoop *lp = &k->loops[l];
+    if (l == k->nloops - 1) fputs("    } else {\n", f);
+    else fprintf(f, "    %sif (q_ < at%d_) {\n", l ? "} else " : "", l + 1);
+    memset(mask, 0, n);
+    for (KirVal v = lp->first; v < lp->end; v++) {
+      const KirNode *d = &k->nodes[v];
+      if (d->loop == l && (d->op == KIR_OP_STORE || (c->need[v] && !is_inline(d))))
+        mark_row_args(c, v, lp->end, mask);
+    }
+    for (KirVal v = 0; v < lp->end; v++)
+      if (mask[v]) emit_row_point(c, f, v, "      ");
+    if (c->loop_vec[l]) {
+      fprintf(f, "      const int64_t cb_ = (q_ - at%d_) * W_;\n", l);
+      emit_lanes(c, f, l, "      ");
+    } else {
+      if (lp->col != KIR_NONE && c->need[lp->col]) fprintf(f, "      const int64_t c%d_ = q_ - at%d_;\n", l, l);
+      emit_column(c, f, l, 0, "      ");
+    }
+  }
+  fputs("    }\n  }\n", f);
+  free(mask);
+}
+
 /* ---- kernels, launchers, the file ------------------------------------------------- */
 
 /* A buffer param's element type: in the kernel (device), or in the launcher
@@ -1280,11 +1414,6 @@ static void params(const Kc *c, FILE *f, int device) {
   }
 }
 
-static int has_row_node(const Kc *c) {
-  for (KirVal v = 0; v < c->k->nnodes; v++)
-    if (c->need[v] && c->k->nodes[v].op == KIR_OP_ROW) return 1;
-  return 0;
-}
 
 /* The comment above a kernel: shapes, mapping, the kernel IR. */
 static void comment(const Kc *c, FILE *f) {
@@ -1305,6 +1434,10 @@ static void comment(const Kc *c, FILE *f) {
             L->block_threads);
   else if (L->mapping == KIR_CUDA_THREAD_ROW)
     fprintf(f, "one thread per row (sequential loops), %d-thread blocks", L->block_threads);
+  else if (L->mapping == KIR_CUDA_LOOPS)
+    fprintf(f, "flat over every loop, one thread per %s of a loop of a row, %d-thread blocks",
+            L->vector ? "column (4 where the loop takes float4 and they are aligned)" : "column",
+            L->block_threads);
   else if (L->mapping == KIR_CUDA_ROW_SPLIT)
     fprintf(f,
             "split rows, %" PRId64 " blocks of %d threads per row, each over %" PRId64
@@ -1379,6 +1512,18 @@ static void emit_grid(const Kc *c, FILE *f) {
       fprintf(f, "  const unsigned grid_ = kcu_grid((row_end - row_begin) * %" PRId64 ", %d);\n", e, B);
   } else if (L->mapping == KIR_CUDA_COL_TILE) {
     fprintf(f, "  const unsigned grid_ = kcu_grid(%s, 1);\n", tiles_expr(c));
+  } else if (L->mapping == KIR_CUDA_LOOPS) { /* a row's steps: every loop's (the kernel's at<nloops>_) */
+    int64_t steps = 0, steps4 = 0;
+    for (int l = 0; l < k->nloops; l++) {
+      int64_t e = k->nodes[k->loops[l].extent].imm;
+      steps += e;
+      steps4 += c->loop_vec[l] ? e / 4 : e;
+    }
+    if (L->vector)
+      fprintf(f, "  const unsigned grid_ = kcu_grid((row_end - row_begin) * (vec_ ? %" PRId64 " : %" PRId64
+                 "), %d);\n", steps4, steps, B);
+    else
+      fprintf(f, "  const unsigned grid_ = kcu_grid((row_end - row_begin) * %" PRId64 ", %d);\n", steps, B);
   } else {
     fprintf(f, "  const unsigned grid_ = kcu_grid(row_end - row_begin, %d);\n",
             L->mapping == KIR_CUDA_ROW_GROUP ? B / T : B);
@@ -1543,6 +1688,8 @@ static void emit_kernel(Kc *c, FILE *f) {
     emit_split(c, bf);
   } else if (L->mapping == KIR_CUDA_COL_TILE) {
     emit_tile(c, bf);
+  } else if (L->mapping == KIR_CUDA_LOOPS) {
+    emit_loops(c, bf);
   } else if (L->mapping == KIR_CUDA_FLAT) {
     const KirNode *e = &k->nodes[k->loops[0].extent];
     if (L->vector) fputs("  constexpr int W_ = VEC ? 4 : 1;\n", bf);
@@ -2107,7 +2254,7 @@ int kir_cuda_write_multi(const KirModule *m, const unsigned char *multi, const c
   int nflat = 0, ngroup = 0, nthread = 0, nvec = 0, nsplit = 0, ntile = 0, nslot = 0;
   for (int i = 0; i < m->nkernels; i++) {
     const KirCudaLaunch *L = &cs[i].L;
-    nflat += L->mapping == KIR_CUDA_FLAT;
+    nflat += L->mapping == KIR_CUDA_FLAT || L->mapping == KIR_CUDA_LOOPS;
     ngroup += L->mapping == KIR_CUDA_ROW_GROUP;
     nthread += L->mapping == KIR_CUDA_THREAD_ROW;
     nsplit += L->mapping == KIR_CUDA_ROW_SPLIT;
@@ -2118,7 +2265,8 @@ int kir_cuda_write_multi(const KirModule *m, const unsigned char *multi, const c
   fprintf(f,
           "/* Generated by parc from its kernel IR (codegen/kir_cuda.c); do not edit.\n"
           " *\n"
-          " * %d kernels (%d flat, %d row-group, %d thread-per-row, %d row-split, %d column-tile;\n"
+          " * %d kernels (%d flat (over one loop or several), %d row-group, %d thread-per-row, %d row-split,\n"
+          " * %d column-tile;\n"
           " * %d with float4 accesses).\n"
           " * Each NAME_launch(params..., row_begin, row_end, stream) computes rows\n"
           " * [row_begin, row_end) of kernel NAME with the contract of the CPU kernels\n"

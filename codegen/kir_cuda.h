@@ -17,6 +17,19 @@
  *               extent: a grid-stride loop over the elements of
  *               [row_begin, row_end) x [0, extent), one thread per element
  *               (or per 4 consecutive elements of a row, see VECTOR).
+ *   LOOPS       FLAT over several loops: fewer than 256 rows (a block a row
+ *               would leave most of the GPU idle: a bucket's concat, the
+ *               ZeRO optimizer's update into its gather buffer, one row of
+ *               millions of elements), no reductions, no row-level stores,
+ *               constant extents, parallel-safe loops that are independent
+ *               of each other: a buffer one loop stores is loaded by no
+ *               other loop nor at row level, and stored by another loop only
+ *               at an index range of the row disjoint from its own (index =
+ *               column + constant + the same row-level terms, as a concat's
+ *               parts).  A grid-stride loop over the steps of every loop of
+ *               [row_begin, row_end) (a step: one column, or 4 where the loop
+ *               takes float4), each step running its loop's body with the
+ *               row-level values that loop reads.
  *   ROW_GROUP   everything else with parallel-safe loops: a group of
  *               row_threads threads per row (32: one warp per row, 8 rows
  *               per 256-thread block; 64..256: one block per row), grid-
@@ -131,7 +144,8 @@ typedef enum {
   KIR_CUDA_ROW_GROUP,
   KIR_CUDA_THREAD_ROW,
   KIR_CUDA_ROW_SPLIT,
-  KIR_CUDA_COL_TILE
+  KIR_CUDA_COL_TILE,
+  KIR_CUDA_LOOPS
 } KirCudaMapping;
 
 typedef struct {

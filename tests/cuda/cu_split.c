@@ -102,6 +102,36 @@ static void coltile(KirModule *m, const char *name, int64_t R, int64_t E, int64_
   kir_store(k, out, r, s);
 }
 
+/* rows [R] of a concat: out[r, off_i + c] = a_i[r, c] (* 2 for the middle
+ * one), parts of 1024, 6 and 2048 columns (the second not float4), as the
+ * gradient buckets' concat; conflict: 0 none, 1 the middle part's range
+ * overlaps the last's, 2 the last part reads what the first stores, 3 a
+ * row-level load of out before the loops */
+static void concat3(KirModule *m, const char *name, int64_t R, int conflict) {
+  KirKernel *k = kir_kernel_new(m, name);
+  kir_row_dim(k, R);
+  const int64_t E[3] = {1024, 6, 2048}, W = 1024 + 6 + 2048;
+  int64_t off[3] = {0, 1024, 1030};
+  if (conflict == 1) off[1] = 1028;
+  int out = kir_buf(k, "out", KIR_F32, KIR_OUT), a[3];
+  for (int i = 0; i < 3; i++) {
+    char nm[8];
+    snprintf(nm, sizeof nm, "a%d", i);
+    a[i] = kir_buf(k, nm, KIR_F32, KIR_IN);
+  }
+  KirVal r = kir_row(k, 0), base = kir_mul(k, r, C(k, W));
+  KirVal first = conflict == 3 ? kir_load(k, out, base) : KIR_NONE;
+  for (int i = 0; i < 3; i++) {
+    kir_loop(k, C(k, E[i]));
+    KirVal v = kir_load(k, a[i], kir_add(k, kir_mul(k, r, C(k, E[i])), kir_col(k)));
+    if (i == 1) v = kir_mul(k, v, kir_fconst(k, 2.0f));
+    if (i == 2 && conflict == 2) v = kir_add(k, v, kir_load(k, out, kir_add(k, base, kir_col(k))));
+    if (i == 2 && conflict == 3) v = kir_add(k, v, first);
+    kir_store(k, out, kir_add(k, base, kir_add(k, C(k, off[i]), kir_col(k))), v);
+    kir_end(k);
+  }
+}
+
 /* ---- kernels that must keep their mapping ---- */
 
 /* out[0] = sum exp(x - max x): the second loop reads the first's reduction */
@@ -216,6 +246,11 @@ int main(int argc, char **argv) {
   coltile(m, "coloffset", 40, 300, 2, 0); /* a load 2 past a multiple of 4 */
   coltile(m, "colodd", 38, 300, 0, 0);    /* rows not a multiple of 4 */
   coltile(m, "colwide", 768, 8192, 0, 0); /* parts for 6 tiles of 128 rows */
+  concat3(m, "concat3", 3, 0);               /* LOOPS */
+  concat3(m, "concat3_overlap", 3, 1);       /* ranges that overlap: a row group */
+  concat3(m, "concat3_reads", 3, 2);         /* a loop reading another's stores */
+  concat3(m, "concat3_rowload", 3, 3);       /* a row-level load of what loops store */
+  concat3(m, "concat3_rows", 256, 0);        /* rows enough for a block a row */
   axpy(m);
   char err[512], cu[4096], h[4096];
   CHECK(!kir_verify(m, err, sizeof err), "%s", err);
@@ -333,6 +368,31 @@ int main(int argc, char **argv) {
   CHECK(L.mapping == KIR_CUDA_COL_TILE && L.vector && L.parts == 79 && L.chunk == 104,
         "colwide plan %d vector %d parts %lld chunk %lld", (int)L.mapping, L.vector,
         (long long)L.parts, (long long)L.chunk);
+
+  /* LOOPS: 3 rows of three independent loops, a grid-stride over every
+   * loop's steps (the 6-column loop a column a step, the others 4 under VEC) */
+  L = plan_of(m, "concat3");
+  CHECK(L.mapping == KIR_CUDA_LOOPS && L.vector && L.block_threads == 256 && L.parts == 1,
+        "concat3 plan %d vector %d", (int)L.mapping, L.vector);
+  s = cu_section(text, "concat3");
+  CHECK(strstr(s, "mapping: flat over every loop") &&
+            strstr(s, "constexpr int64_t at0_ = 0, at1_ = at0_ + 1024 / W_, at2_ = at1_ + 6, "
+                      "at3_ = at2_ + 2048 / W_;") &&
+            strstr(s, "const int64_t q_ = u_ % at3_;") && strstr(s, "if (q_ < at1_) {") &&
+            strstr(s, "} else if (q_ < at2_) {") && strstr(s, "} else {") &&
+            strstr(s, "const int64_t c1_ = q_ - at1_;") &&
+            strstr(s, "const int64_t cb_ = (q_ - at2_) * W_;") &&
+            strstr(s, "kcu_grid((row_end - row_begin) * (vec_ ? 774 : 3078), 256)"),
+        "concat3 source:\n%s", s);
+  free(s);
+  CHECK(strstr(hdr, "] = 3; loops */\nvoid concat3_launch("), "header mapping name:\n%s", hdr);
+  const char *grouped[] = {"concat3_overlap", "concat3_reads", "concat3_rowload", "concat3_rows"};
+  for (size_t i = 0; i < sizeof grouped / sizeof *grouped; i++) {
+    L = plan_of(m, grouped[i]);
+    CHECK(L.mapping == (i == 1 ? KIR_CUDA_THREAD_ROW : KIR_CUDA_ROW_GROUP),
+          "%s: mapping %d (a row group; a thread a row where a loop reads out elsewhere)", grouped[i],
+          (int)L.mapping);
+  }
 
   const char *keep[] = {"twoloop", "loopstore", "rowsum_4095", "rowsum_32"};
   for (size_t i = 0; i < sizeof keep / sizeof *keep; i++) {

@@ -296,6 +296,44 @@ static void test_coltile(const char *name, int64_t R, int64_t E, int64_t off, bo
   }
 }
 
+/* cu_split's concat3 kernels (LOOPS, and the row groups of its conflicting
+ * variants) against their loops run in order: out[r, off_i + c] = a_i[r, c]
+ * (twice the middle one's); conflict as in cu_split.c */
+template <class F>
+static void test_concat3(const char *name, int conflict, int64_t R, F launch) {
+  const int64_t E[3] = {1024, 6, 2048}, W = 1024 + 6 + 2048;
+  int64_t off[3] = {0, 1024, 1030};
+  if (conflict == 1) off[1] = 1028;
+  Buf a0(R * E[0]), a1(R * E[1]), a2(R * E[2]), a0u(R * E[0], 1), out(R * W);
+  Buf *a[3] = {&a0, &a1, &a2};
+  for (int i = 0; i < 3; i++)
+    for (int64_t j = 0; j < R * E[i]; j++) (*a[i])[j] = uniform(-1, 1);
+  for (int64_t j = 0; j < R * E[0]; j++) a0u[j] = a0[j];
+  std::vector<float> init(R * W);
+  for (auto &v : init) v = uniform(-1, 1);
+  std::vector<float> ref = init;
+  for (int64_t r = 0; r < R; r++) {
+    float first = ref[r * W];
+    for (int i = 0; i < 3; i++)
+      for (int64_t c = 0; c < E[i]; c++) {
+        float v = (*a[i])[r * E[i] + c];
+        if (i == 1) v = v * 2.0f;
+        if (i == 2 && conflict == 2) v = v + ref[r * W + c];
+        if (i == 2 && conflict == 3) v = v + first;
+        ref[r * W + off[i] + c] = v;
+      }
+  }
+  std::vector<float> got = run_all(name, out, init, R, {1, R - 1}, [&](int64_t rb, int64_t re) {
+    launch(a0.p(), a1.p(), a2.p(), out.p(), rb, re);
+  });
+  CHECK(same_bits(got, ref), "%s: not the loops' result in order", name);
+  /* a0 one float past the alignment: a column a step, the same bits */
+  std::vector<float> gu = run_all(name, out, init, R, {}, [&](int64_t rb, int64_t re) {
+    launch(a0u.p(), a1.p(), a2.p(), out.p(), rb, re);
+  });
+  CHECK(same_bits(gu, ref), "%s unaligned: not the loops' result in order", name);
+}
+
 /* row sums of [R, E] through whatever mapping the kernel has */
 template <class F> static void test_rowsum(const char *name, int64_t R, int64_t E, F launch) {
   Buf x(R * E), out(R);
@@ -502,6 +540,15 @@ int main() {
   test_colsum();
   test_colstats();
   test_colshort();
+  test_concat3("concat3", 0, 3, [](float *a0, float *a1, float *a2, float *o, int64_t rb, int64_t re) {
+    concat3_launch(o, a0, a1, a2, rb, re, S0);
+  });
+  test_concat3("concat3_overlap", 1, 3, [](float *a0, float *a1, float *a2, float *o, int64_t rb,
+                                           int64_t re) { concat3_overlap_launch(o, a0, a1, a2, rb, re, S0); });
+  test_concat3("concat3_reads", 2, 3, [](float *a0, float *a1, float *a2, float *o, int64_t rb,
+                                         int64_t re) { concat3_reads_launch(o, a0, a1, a2, rb, re, S0); });
+  test_concat3("concat3_rowload", 3, 3, [](float *a0, float *a1, float *a2, float *o, int64_t rb,
+                                           int64_t re) { concat3_rowload_launch(o, a0, a1, a2, rb, re, S0); });
   test_coltile("colrowval", 36, 500, 0, true, [](const float *x, float *o, int64_t rb, int64_t re) {
     colrowval_launch(x, o, rb, re, S0);
   });
