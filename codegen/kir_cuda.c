@@ -20,12 +20,15 @@
  * before any access that could then read what another thread wrote, or
  * overwrite what another thread read or wrote, and clears the sets.
  *
- * The split reductions (ROW_SPLIT, COL_TILE; plan_split, emit_split) have a
- * frame of their own: their one loop stores nothing, so they need no group
- * barriers, and their epilogue runs on one thread per row (the row's lane of
- * slice 0, or thread 0 of the row's last block), sequentially.  The scratch,
- * its per-stream lanes and the last-block protocol are split_prelude's,
- * written into kernels.cu only when some kernel uses them. */
+ * The split reductions (ROW_SPLIT, COL_TILE; plan_split, emit_split,
+ * emit_tile) have a frame of their own: their one loop stores nothing, so
+ * they need no group barriers, and their epilogue runs on one thread per row
+ * (the row's lane of slice 0, or thread 0 of the row's last block),
+ * sequentially.  The scratch, its per-stream lanes and the last-block
+ * protocol are split_prelude's, written into kernels.cu only when some
+ * kernel uses them.  LOOPS (emit_loops) has no group either: its loops are
+ * independent (loops_independent), each step computing the row-level values
+ * its loop reads. */
 #define _POSIX_C_SOURCE 200809L
 #include "codegen/kir_cuda.h"
 
@@ -64,6 +67,7 @@ enum {
   KC_LANE_PARTS = 65536,    /* partials per scratch lane (kcu_part_, the prelude) */
   KC_LANE_COUNTS = 1024,    /* counters per scratch lane (kcu_count_) */
 };
+_Static_assert(KC_TILE_VEC == 4, "emit_tile, tiles_expr and vec_rows write the 4 out");
 
 typedef struct {
   const KirKernel *k;
@@ -387,7 +391,6 @@ static void plan_tile_vector(Kc *c) {
   free(vec);
   free(rs);
 }
-
 
 /* ROW_SPLIT or COL_TILE with their parts and chunk, when they apply. */
 static void plan_split(Kc *c, int safe) {
@@ -1413,7 +1416,6 @@ static void params(const Kc *c, FILE *f, int device) {
       fprintf(f, "%s %s, ", p->kind == KIR_PARAM_I64 ? "int64_t" : "float", c->pname[i]);
   }
 }
-
 
 /* The comment above a kernel: shapes, mapping, the kernel IR. */
 static void comment(const Kc *c, FILE *f) {

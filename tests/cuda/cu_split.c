@@ -257,9 +257,11 @@ int main(int argc, char **argv) {
   snprintf(cu, sizeof cu, "%s/kernels.cu", argv[1]);
   snprintf(h, sizeof h, "%s/kernels_cuda.h", argv[1]);
   /* batched forms (kir_cuda.h, NAME_multi): a row group, column tiles without
-   * a split, a loop that stores, a flat one, and the split ones (ROW_SPLIT,
-   * COL_TILE with parts), each instance on its share of the lane */
-  const char *batched[] = {"rowsum_768", "colshort", "loopstore", "axpy", "sumsq", "colsum"};
+   * a split, a loop that stores, a flat one, flat over loops, and the split
+   * ones (ROW_SPLIT, COL_TILE with parts), each instance on its share of the
+   * lane */
+  const char *batched[] = {"rowsum_768", "colshort", "loopstore", "axpy", "sumsq", "colsum",
+                           "concat3"};
   unsigned char *multi = calloc((size_t)m->nkernels, 1);
   for (int i = 0; i < m->nkernels; i++)
     for (size_t j = 0; j < sizeof batched / sizeof *batched; j++)

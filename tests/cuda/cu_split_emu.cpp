@@ -530,6 +530,27 @@ static void test_multi() {
     loopstore_multi_launch(&a, 3, 0, 1, S0);
   }, [&](int i) { return std::vector<Buf *>{lo[i], ly[i]}; });
   for (int i = 0; i < 3; i++) delete cx[i], delete co[i], delete lx[i], delete lo[i], delete ly[i];
+  /* concat3: flat over its three loops, 3 rows; instance 1's first part one
+   * float past the alignment (mixed: a launch each), then all aligned */
+  for (int mixed = 0; mixed < 2; mixed++) {
+    std::vector<Buf *> p0(3), p1(3), p2(3), po(3);
+    for (int i = 0; i < 3; i++)
+      p0[i] = new Buf(3 * 1024, mixed && i == 1), p1[i] = new Buf(3 * 6), p2[i] = new Buf(3 * 2048),
+      po[i] = new Buf(3 * 3078);
+    check_multi("concat3", 3, [&](int i) {
+      for (int j = 0; j < 3 * 1024; j++) (*p0[i])[j] = fixed(i, j, 4);
+      for (int j = 0; j < 3 * 6; j++) (*p1[i])[j] = fixed(i, j, 5);
+      for (int j = 0; j < 3 * 2048; j++) (*p2[i])[j] = fixed(i, j, 6);
+      for (int j = 0; j < 3 * 3078; j++) (*po[i])[j] = 0;
+    }, [&](int i) {
+      if (i >= 0) return concat3_launch(po[i]->p(), p0[i]->p(), p1[i]->p(), p2[i]->p(), 0, 3, S0);
+      concat3_multi_t a = {};
+      for (int j = 0; j < 3; j++)
+        a.out[j] = po[j]->p(), a.a0[j] = p0[j]->p(), a.a1[j] = p1[j]->p(), a.a2[j] = p2[j]->p();
+      concat3_multi_launch(&a, 3, 0, 3, S0);
+    }, [&](int i) { return std::vector<Buf *>{po[i]}; });
+    for (int i = 0; i < 3; i++) delete p0[i], delete p1[i], delete p2[i], delete po[i];
+  }
   test_multi_split(S0);
 }
 
