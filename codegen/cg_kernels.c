@@ -187,12 +187,13 @@ static int recomputed_norm(const Planner *P, const IrNode *r) {
   return 0;
 }
 
-/* 1 if c is a concat of weight gradients whose inputs are contiguous in it
- * (one row before its axis): a dp bucket its parts may be written into
+/* 1 if c is a concat of weight gradients (a dp bucket) or of the optimizer's
+ * updates (ZeRO-1's pieces the all-gather sends) whose inputs are contiguous
+ * in it (one row before its axis): its parts may be written into it
  * (mark_parts, bufplan.h Assembled concats) */
 static int bucket_concat(const IrNode *c) {
-  return c->op == IR_OP_CONCAT && c->phase == IR_PHASE_W && c->dtype == IR_F32 &&
-         ir_dims_product(c, 0, (int)c->ia[0]) == 1;
+  return c->op == IR_OP_CONCAT && (c->phase == IR_PHASE_W || c->phase == IR_PHASE_OPT) &&
+         c->dtype == IR_F32 && ir_dims_product(c, 0, (int)c->ia[0]) == 1;
 }
 
 /* Puts n into the kernel of its consumers if it may (see the file comment
@@ -421,7 +422,7 @@ static int range_view_of(const Planner *P, const unsigned char *materialize, int
 
 /* The parts of concat group g (cg_kernels.h, parts): its root a bucket
  * concat (bucket_concat), its other members reshapes, each
- * input's chain of them down to a distinct materialised f32 W-phase node
+ * input's chain of them down to a distinct materialised f32 node of its phase
  * that nothing else reads.  Marks them parts[x] = the concat and returns 1,
  * or marks none and returns 0. */
 static int mark_parts(const Planner *P, const unsigned char *materialize, int g, int members,
@@ -439,7 +440,7 @@ static int mark_parts(const Planner *P, const unsigned char *materialize, int g,
     }
     int readers = P->cons_start[x->id + 1] - P->cons_start[x->id];
     if (P->group_of[x->id] == g || !materialize[x->id] || x->dtype != IR_F32 ||
-        x->phase != IR_PHASE_W || readers != 1 || parts[x->id] >= 0)
+        x->phase != c->phase || readers != 1 || parts[x->id] >= 0)
       ok = 0; /* (not a part: none) */
     else
       parts[x->id] = c->id;

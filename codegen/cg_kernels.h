@@ -155,8 +155,9 @@ typedef struct {
   int *nodes;          /* IR nodes it computes, ascending (empty for _stats) */
   int range_view;      /* 1: its nodes are reshapes and slices that copy a
                           contiguous range of view_of[root] (see view_of) */
-  int assembles;       /* 1: a concat of weight gradients whose parts the
-                          buffer plan may place in its bytes (see parts).
+  int assembles;       /* 1: a concat of weight gradients (or of ZeRO's
+                          updated pieces) whose parts the buffer plan may
+                          place in its bytes (see parts).
                           Both cleared once the buffer plan is made where it
                           did not (cg_plan_step): the kernel then copies */
 } CgKernel;
@@ -185,7 +186,9 @@ typedef struct {
   int *parts;          /* per node: for a weight gradient (W phase, f32) that a
                           concat's kernel only copies, through reshapes, to a
                           contiguous range of the concat (a dp bucket,
-                          passes/dp_grads.c), that concat; else -1.  All of a
+                          passes/dp_grads.c), that concat; likewise a ZeRO-1
+                          update (optimizer phase) and the concat of one row
+                          the all-gather sends (passes/optimizer.c); else -1.  All of a
                           concat's inputs or none; the buffer plan may write
                           them in its bytes and skip its kernel (bufplan.h,
                           Assembled concats; BufArenas.parts). */
