@@ -221,12 +221,11 @@ static int try_join(Planner *P, const IrNode *n) {
   if (recomputed_norm(P, root) || recomputed_norm(P, n)) return 0;
   if (cg_inline_op(n->op)) {
     if (root->op == IR_OP_LAYERNORM_WGRAD || root->op == IR_OP_RMSNORM_WGRAD) return 0;
-    /* a dp bucket's concat copies the gradients as they are: a computation
-     * in it would keep its inputs out of its bytes (mark_parts) */
+    /* a dp bucket's concat copies the gradients as they are, ZeRO's gather
+     * buffer the updates: a computation in it would keep its inputs out of
+     * its bytes (mark_parts), and an update is better fused with its moments
+     * (at their shape, which a concat's parts are not) */
     if (n->op != IR_OP_RESHAPE && bucket_concat(root)) return 0;
-    /* nor one into ZeRO's gather buffer: the update it would take is better
-     * fused with its moments (at their shape, which a concat's parts are not) */
-    if (n->op != IR_OP_RESHAPE && root->op == IR_OP_CONCAT && n->phase == IR_PHASE_OPT) return 0;
     if (need_store && !at) return 0;
   } else if (cg_row_op(n->op)) {
     if (G->tmpl != CG_ELEM || !at) return 0;
