@@ -282,13 +282,10 @@ static int split_shape(const Kc *c, int safe) {
  * read one 128-byte line) or not at all (row stride 0: one address a warp,
  * e.g. layernorm's per-token mean and rstd in its weight gradient), and at
  * least one steps by 1. */
-static int rows_contiguous(const Kc *c) {
-  const KirKernel *k = c->k;
-  if (k->nrows < 1 || k->rows[k->nrows - 1] < KC_TILE_MIN_INNER) return 0;
-  size_t n = (size_t)k->nnodes + 1;
-  unsigned char *ok = xcalloc(n, 1);
-  int64_t *rs = xcalloc(n, sizeof *rs);
-  int ones = 0, all = 1;
+/* Index nodes affine in the innermost row: ok[v], and rs[v] the stride from
+ * one row to the next (outer row dims count as constant); ok[v] 0 for
+ * anything else.  rows_contiguous's and plan_tile_vector's common part. */
+static void row_strides(const KirKernel *k, unsigned char *ok, int64_t *rs) {
   for (KirVal v = 0; v < k->nnodes; v++) {
     const KirNode *d = &k->nodes[v];
     KirVal a = d->arg[0], b = d->arg[1];
@@ -305,13 +302,25 @@ static int rows_contiguous(const Kc *c) {
       else if (ok[a] && ok[b] && is_iconst(k, a))
         ok[v] = !__builtin_mul_overflow(rs[b], k->nodes[a].imm, &rs[v]);
       break;
-    case KIR_OP_LOAD:
-      if (!c->live[v] || d->loop != 0) break;
-      if (!ok[a] || (rs[a] != 0 && rs[a] != 1)) all = 0;
-      ones += ok[a] && rs[a] == 1;
-      break;
-    default: break;  /* not affine in the row: ok[v] stays 0 */
+    default: break; /* not affine in the row: ok[v] stays 0 */
     }
+  }
+}
+
+static int rows_contiguous(const Kc *c) {
+  const KirKernel *k = c->k;
+  if (k->nrows < 1 || k->rows[k->nrows - 1] < KC_TILE_MIN_INNER) return 0;
+  size_t n = (size_t)k->nnodes + 1;
+  unsigned char *ok = xcalloc(n, 1);
+  int64_t *rs = xcalloc(n, sizeof *rs);
+  row_strides(k, ok, rs);
+  int ones = 0, all = 1;
+  for (KirVal v = 0; v < k->nnodes; v++) {
+    const KirNode *d = &k->nodes[v];
+    KirVal a = d->arg[0];
+    if (d->op != KIR_OP_LOAD || !c->live[v] || d->loop != 0) continue;
+    if (!ok[a] || (rs[a] != 0 && rs[a] != 1)) all = 0;
+    ones += ok[a] && rs[a] == 1;
   }
   free(ok);
   free(rs);
@@ -339,30 +348,25 @@ static void plan_tile_vector(Kc *c) {
   unsigned char *vec = xcalloc(n, 1);
   int64_t *rs = xcalloc(n, sizeof *rs);
   int fine = 1, nvec = 0;
-  /* ok, rs: affine in the innermost row with that stride; al: a multiple of
-   * KC_TILE_VEC where the innermost row is; dep: varies with the innermost
-   * row (through index math or a row-level load) */
+  /* ok, rs: affine in the innermost row with that stride (row_strides); al: a
+   * multiple of KC_TILE_VEC where the innermost row is; dep: varies with the
+   * innermost row (through index math or a row-level load) */
+  row_strides(k, ok, rs);
   for (KirVal v = 0; v < k->nnodes && fine; v++) {
     const KirNode *d = &k->nodes[v];
     KirVal a = d->arg[0], b = d->arg[1];
     int in_loop = v >= lp->first && v < lp->end && (d->loop == 0 || d->op == KIR_OP_REDUCE);
     switch (d->op) {
-    case KIR_OP_ICONST: ok[v] = 1, al[v] = d->imm % KC_TILE_VEC == 0; break;
+    case KIR_OP_ICONST: al[v] = d->imm % KC_TILE_VEC == 0; break;
     case KIR_OP_PARAM:
-    case KIR_OP_COL: ok[v] = 1; break;
-    case KIR_OP_ROW: ok[v] = 1, rs[v] = al[v] = dep[v] = d->imm == k->nrows - 1; break;
+    case KIR_OP_COL: break;
+    case KIR_OP_ROW: al[v] = dep[v] = d->imm == k->nrows - 1; break;
     case KIR_OP_IADD:
     case KIR_OP_ISUB:
-      ok[v] = ok[a] && ok[b] &&
-              !(d->op == KIR_OP_IADD ? __builtin_add_overflow(rs[a], rs[b], &rs[v])
-                                     : __builtin_sub_overflow(rs[a], rs[b], &rs[v]));
       al[v] = al[a] && al[b];
       dep[v] = dep[a] || dep[b];
       break;
     case KIR_OP_IMUL:
-      if (ok[a] && ok[b] && is_iconst(k, b)) ok[v] = !__builtin_mul_overflow(rs[a], k->nodes[b].imm, &rs[v]);
-      else if (ok[a] && ok[b] && is_iconst(k, a))
-        ok[v] = !__builtin_mul_overflow(rs[b], k->nodes[a].imm, &rs[v]);
       al[v] = al[a] || al[b];
       dep[v] = dep[a] || dep[b];
       break;
@@ -418,13 +422,6 @@ static void plan_split(Kc *c, int safe) {
   L->chunk = chunk;
 }
 
-/* The loop whose nodes [first, end) hold v, or -1. */
-static int loop_of(const KirKernel *k, KirVal v) {
-  for (int l = 0; l < k->nloops; l++)
-    if (v >= k->loops[l].first && v < k->loops[l].end) return l;
-  return -1;
-}
-
 /* An index as column + off + row-level terms, summed by IADD: 1 and the
  * parts (the terms in node order, at most 4), else 0. */
 typedef struct {
@@ -474,13 +471,12 @@ static int loops_independent(const Kc *c, int safe) {
   for (KirVal s = 0; s < k->nnodes; s++) {
     const KirNode *d = &k->nodes[s];
     if (!c->live[s] || d->op != KIR_OP_STORE) continue;
-    int l = loop_of(k, s);
+    int l = d->loop; /* (no row-level stores: the plan's condition) */
     for (KirVal v = 0; v < k->nnodes; v++) {
       const KirNode *e = &k->nodes[v];
       if (v == s || !c->live[v] || e->imm != d->imm) continue;
-      if (e->op == KIR_OP_LOAD && (e->loop != l || loop_of(k, v) != l)) return 0;
-      if (e->op == KIR_OP_STORE && loop_of(k, v) != l && !stores_disjoint(k, s, l, v, loop_of(k, v)))
-        return 0;
+      if (e->op == KIR_OP_LOAD && e->loop != l) return 0; /* another loop's, or a row's */
+      if (e->op == KIR_OP_STORE && e->loop != l && !stores_disjoint(k, s, l, v, e->loop)) return 0;
     }
   }
   return 1;
